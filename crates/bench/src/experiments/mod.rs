@@ -1,0 +1,1 @@
+//! One module per experiment; `main.rs` lists them as subcommands.
