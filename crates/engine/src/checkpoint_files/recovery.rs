@@ -1,0 +1,216 @@
+//! Choosing the checkpoint to recover from, and loading its entries.
+//!
+//! Invariants:
+//! - A [`VerifiedCheckpoint`] is only built for a checkpoint whose MANIFEST and every segment
+//!   passed a full verification pass (every byte read, every CRC32C compared).
+//! - Loading decodes the files again with the same checks (files may change between verification
+//!   and loading); if a check fails after entries were already handed to the sink, the load
+//!   returns the error and the caller must discard what it built.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::directory::published_name;
+use super::manifest::{decode_manifest_bytes, Manifest, ManifestKind, MAX_MANIFEST_BYTES};
+use super::segment::{read_segment_file, DecodeLimits, EntryRef};
+use super::MANIFEST_FILE_NAME;
+use crate::error::EngineError;
+
+/// A checkpoint that passed verification and can be loaded.
+#[derive(Debug, Clone)]
+pub struct VerifiedCheckpoint {
+    dir: PathBuf,
+    manifest: Manifest,
+    fell_back: Option<String>,
+    limits: DecodeLimits,
+}
+
+impl VerifiedCheckpoint {
+    /// The MANIFEST: content and segment summaries.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The checkpoint version.
+    pub fn version(&self) -> u64 {
+        self.manifest.content.version
+    }
+
+    /// The checkpoint directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// If newer checkpoints failed verification: which, which file and why, and what was used.
+    pub fn fell_back(&self) -> Option<&str> {
+        self.fell_back.as_deref()
+    }
+
+    /// Loads a `KeyUnique` checkpoint with up to `threads` threads, segments spread over them;
+    /// `sink` is called once per entry, from any of the threads, in no particular order. Returns
+    /// the number of entries. Key uniqueness across segments is the sink's to assert (it sees
+    /// every key, the loader does not keep them).
+    pub fn load_parallel(
+        &self,
+        threads: usize,
+        sink: &(dyn Fn(EntryRef<'_>) -> Result<(), EngineError> + Sync),
+    ) -> Result<u64, EngineError> {
+        if self.manifest.content.kind != ManifestKind::KeyUnique {
+            return Err(EngineError::InvalidArgument(format!(
+                "checkpoint v{} is {:?}: its entries must be applied in order with load_in_order",
+                self.version(),
+                self.manifest.content.kind
+            )));
+        }
+        let segments = &self.manifest.segments;
+        let threads = threads.clamp(1, segments.len().max(1));
+        let next_segment = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let total_entries = AtomicU64::new(0);
+        let first_error: Mutex<Option<EngineError>> = Mutex::new(None);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let position = next_segment.fetch_add(1, Ordering::Relaxed);
+                        let Some(summary) = segments.get(position) else {
+                            break;
+                        };
+                        let mut forward = |entry: EntryRef<'_>| sink(entry);
+                        match read_segment_file(
+                            &self.dir,
+                            summary,
+                            self.version(),
+                            self.limits,
+                            &mut forward,
+                        ) {
+                            Ok(entries) => {
+                                total_entries.fetch_add(entries, Ordering::Relaxed);
+                            }
+                            Err(error) => {
+                                stop.store(true, Ordering::Relaxed);
+                                first_error.lock().expect("error slot lock").get_or_insert(error);
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        match first_error.into_inner().expect("error slot lock") {
+            Some(error) => Err(error),
+            None => Ok(total_entries.into_inner()),
+        }
+    }
+
+    /// Loads the checkpoint on the calling thread: segments in index order, entries in file order.
+    /// Required for `LogOrdered` checkpoints, allowed for any. Every entry is passed on as written
+    /// (including record versions above the checkpoint version and tombstones); applying the
+    /// `LogOrdered` rules is the caller's. Returns the number of entries.
+    pub fn load_in_order(
+        &self,
+        sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>,
+    ) -> Result<u64, EngineError> {
+        let mut total_entries = 0;
+        for summary in &self.manifest.segments {
+            total_entries += read_segment_file(&self.dir, summary, self.version(), self.limits, sink)?;
+        }
+        Ok(total_entries)
+    }
+}
+
+/// Reads and checks the MANIFEST of `dir`, which must describe checkpoint `version`.
+fn read_manifest(dir: &Path, version: u64) -> Result<Manifest, EngineError> {
+    let path = dir.join(MANIFEST_FILE_NAME);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Err(EngineError::corrupt(&path, 0, "MANIFEST is missing"));
+        }
+        Err(source) => return Err(EngineError::io("open MANIFEST", &path, source)),
+    };
+    let file_bytes =
+        file.metadata().map_err(|source| EngineError::io("stat MANIFEST", &path, source))?.len();
+    let limit = MAX_MANIFEST_BYTES + 64;
+    if file_bytes > limit {
+        return Err(EngineError::corrupt(
+            &path,
+            0,
+            format!("MANIFEST is {file_bytes} bytes, above the {limit}-byte limit"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(file_bytes as usize);
+    // `take` keeps the read bounded even if the file grows after the size check.
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| EngineError::io("read MANIFEST", &path, source))?;
+    let manifest = decode_manifest_bytes(&bytes, &path)?;
+    if manifest.content.version != version {
+        return Err(EngineError::corrupt(
+            &path,
+            0,
+            format!(
+                "MANIFEST describes checkpoint v{} but sits in the directory of v{version}",
+                manifest.content.version
+            ),
+        ));
+    }
+    Ok(manifest)
+}
+
+/// Fully verifies checkpoint `version` under `root`.
+fn verify(root: &Path, version: u64, limits: DecodeLimits) -> Result<VerifiedCheckpoint, EngineError> {
+    let dir = root.join(published_name(version));
+    let manifest = read_manifest(&dir, version)?;
+    for summary in &manifest.segments {
+        read_segment_file(&dir, summary, version, limits, &mut |_| Ok(()))?;
+    }
+    Ok(VerifiedCheckpoint { dir, manifest, fell_back: None, limits })
+}
+
+/// The selection rule; see `CheckpointDirectory::select_for_recovery`.
+pub(crate) fn select(
+    root: &Path,
+    mut versions: Vec<u64>,
+    limits: DecodeLimits,
+) -> Result<Option<VerifiedCheckpoint>, EngineError> {
+    versions.sort_unstable_by(|a, b| b.cmp(a));
+    let mut failures: Vec<String> = Vec::new();
+    for &version in &versions {
+        match verify(root, version, limits) {
+            Ok(mut checkpoint) => {
+                if !failures.is_empty() {
+                    let message = format!(
+                        "{}; recovered v{version}",
+                        failures.join("; ")
+                    );
+                    tracing::warn!(%message, "recovering from an older checkpoint");
+                    checkpoint.fell_back = Some(message);
+                }
+                return Ok(Some(checkpoint));
+            }
+            Err(error @ EngineError::Corrupt { .. }) => {
+                failures.push(format!("checkpoint v{version} failed verification ({error})"));
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    if failures.is_empty() {
+        return Ok(None);
+    }
+    Err(EngineError::corrupt(
+        root,
+        0,
+        format!(
+            "none of the {} checkpoints verifies: {}. The store refuses to start rather than serve \
+             a partial or empty image; the files are left untouched. To start empty, move the \
+             directory {} aside (keep it for inspection or restore it from a backup)",
+            versions.len(),
+            failures.join("; "),
+            root.display()
+        ),
+    ))
+}
