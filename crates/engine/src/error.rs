@@ -41,12 +41,24 @@ pub enum EngineError {
 
 impl EngineError {
     /// Builds an [`EngineError::Io`] for `operation` on `path`.
-    pub fn io(operation: impl Into<String>, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        EngineError::Io { operation: operation.into(), path: path.into(), source }
+    pub fn io(
+        operation: impl Into<String>,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        EngineError::Io {
+            operation: operation.into(),
+            path: path.into(),
+            source,
+        }
     }
 
     /// Builds an [`EngineError::Corrupt`].
     pub fn corrupt(path: impl Into<PathBuf>, offset: u64, detail: impl Into<String>) -> Self {
-        EngineError::Corrupt { path: path.into(), offset, detail: detail.into() }
+        EngineError::Corrupt {
+            path: path.into(),
+            offset,
+            detail: detail.into(),
+        }
     }
 }

@@ -90,7 +90,10 @@ pub fn decode_key(bytes: &[u8]) -> Option<u64> {
 /// The value written by session `session_index` at `serial`: session in the top 16 bits, serial in
 /// the low 48, big-endian.
 pub fn encode_value(session_index: u32, serial: u64) -> [u8; 8] {
-    assert!(session_index <= u32::from(u16::MAX), "session index {session_index} exceeds 16 bits");
+    assert!(
+        session_index <= u32::from(u16::MAX),
+        "session index {session_index} exceeds 16 bits"
+    );
     assert!(serial <= MAX_SERIAL, "serial {serial} exceeds 48 bits");
     ((u64::from(session_index) << 48) | serial).to_be_bytes()
 }
@@ -133,7 +136,11 @@ pub fn op_at(spec: &WorkloadSpec, session_index: u32, serial: u64) -> Op {
     assert!(spec.keys >= 1, "a workload needs at least one key");
     debug_assert!(serial >= 1, "serials start at 1");
     if session_index == LOADER_SESSION {
-        return if serial <= spec.keys { Op::Upsert(serial - 1) } else { Op::Read((serial - 1) % spec.keys) };
+        return if serial <= spec.keys {
+            Op::Upsert(serial - 1)
+        } else {
+            Op::Read((serial - 1) % spec.keys)
+        };
     }
     let seed_word = mix64(spec.seed.wrapping_add(GOLDEN_GAMMA));
     let hash = mix64(seed_word ^ ((u64::from(session_index) << 48) ^ serial));
@@ -208,7 +215,11 @@ impl KeyBits {
 /// Checks that `image` (every (key, value) pair of a recovered store) is exactly the state after
 /// each session in `sessions` (`(session_index, cpr_point)`) ran its operations `1..=cpr_point`.
 /// See the module docs for the rules; the error names the key, session and serials involved.
-pub fn verify_image<I>(spec: &WorkloadSpec, sessions: &[(u32, u64)], image: I) -> Result<VerifySummary, String>
+pub fn verify_image<I>(
+    spec: &WorkloadSpec,
+    sessions: &[(u32, u64)],
+    image: I,
+) -> Result<VerifySummary, String>
 where
     I: IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
 {
@@ -218,7 +229,9 @@ where
     let mut cpr_points: HashMap<u32, u64> = HashMap::new();
     for &(session, cpr_point) in sessions {
         if session > u32::from(u16::MAX) || cpr_point > MAX_SERIAL {
-            return Err(format!("session {session} with CPR point {cpr_point} does not fit a value"));
+            return Err(format!(
+                "session {session} with CPR point {cpr_point} does not fit a value"
+            ));
         }
         if cpr_points.insert(session, cpr_point).is_some() {
             return Err(format!("session {session} is listed twice"));
@@ -227,7 +240,9 @@ where
     let mut summary = VerifySummary::default();
     let mut expected = KeyBits::new(spec.keys);
     // The loader's prefix needs no replay: it upserted keys 0..loaded, key k at serial k + 1.
-    let loaded_keys = cpr_points.get(&LOADER_SESSION).map_or(0, |&cpr| cpr.min(spec.keys));
+    let loaded_keys = cpr_points
+        .get(&LOADER_SESSION)
+        .map_or(0, |&cpr| cpr.min(spec.keys));
     for key in 0..loaded_keys {
         expected.insert(key);
     }
@@ -256,7 +271,10 @@ where
         let key = decode_key(&key_bytes)
             .ok_or_else(|| format!("key {key_bytes:02x?} is not an 8-byte workload key"))?;
         if key >= spec.keys {
-            return Err(format!("extra key {key}: outside the key space 0..{}", spec.keys));
+            return Err(format!(
+                "extra key {key}: outside the key space 0..{}",
+                spec.keys
+            ));
         }
         if !seen.insert(key) {
             return Err(format!("key {key} appears twice in the image"));
@@ -267,8 +285,9 @@ where
             ));
         }
         seen_expected += 1;
-        let (session, serial) = decode_value(&value_bytes)
-            .ok_or_else(|| format!("key {key}: value {value_bytes:02x?} is not an 8-byte workload value"))?;
+        let (session, serial) = decode_value(&value_bytes).ok_or_else(|| {
+            format!("key {key}: value {value_bytes:02x?} is not an 8-byte workload value")
+        })?;
         let Some(&cpr_point) = cpr_points.get(&session) else {
             return Err(format!(
                 "key {key}: value says session {session} serial {serial}, but session {session} \
@@ -302,7 +321,10 @@ where
             }
             key + 1
         } else {
-            last_upserts.get(&(key, session)).copied().expect("a valid upsert within the prefix is recorded")
+            last_upserts
+                .get(&(key, session))
+                .copied()
+                .expect("a valid upsert within the prefix is recorded")
         };
         if last != serial {
             return Err(format!(
@@ -316,7 +338,10 @@ where
             .find(|&key| expected.contains(key) && !seen.contains(key))
             .expect("a count mismatch means some expected key is unseen");
         let writer = if missing < loaded_keys {
-            format!("the loader (session 0) upserted it at serial {}", missing + 1)
+            format!(
+                "the loader (session 0) upserted it at serial {}",
+                missing + 1
+            )
         } else {
             let (session, serial) = last_upserts
                 .iter()
@@ -325,7 +350,9 @@ where
                 .expect("expected keys have a writer");
             format!("session {session} upserted it at serial {serial} <= its CPR point")
         };
-        return Err(format!("missing key {missing}: {writer}, but the image does not hold it"));
+        return Err(format!(
+            "missing key {missing}: {writer}, but the image does not hold it"
+        ));
     }
     Ok(summary)
 }

@@ -37,7 +37,7 @@ fn mix64(mut z: u64) -> u64 {
 }
 
 fn kind_of(version: u64) -> ManifestKind {
-    if version % 2 == 0 {
+    if version.is_multiple_of(2) {
         ManifestKind::KeyUnique
     } else {
         ManifestKind::LogOrdered
@@ -47,7 +47,11 @@ fn kind_of(version: u64) -> ManifestKind {
 fn content_of(version: u64) -> ManifestContent {
     ManifestContent {
         version,
-        strategy: if version % 2 == 0 { "persian".into() } else { "fold-over".into() },
+        strategy: if version.is_multiple_of(2) {
+            "persian".into()
+        } else {
+            "fold-over".into()
+        },
         kind: kind_of(version),
         session_points: vec![(1, version * 100), (2, version * 100 + 7)],
         next_session_id: 3,
@@ -64,10 +68,15 @@ fn segments_of(version: u64) -> Vec<Vec<Entry>> {
             let entry_count = 50 + mix64(version ^ ((segment as u64) << 32)) % 400;
             (0..entry_count)
                 .map(|i| {
-                    let hash = mix64(version.wrapping_mul(1_000_003) ^ ((segment as u64) << 40) ^ i);
-                    let tombstone = kind_of(version) == ManifestKind::LogOrdered && hash % 7 == 0;
-                    let value_bytes =
-                        if segment == 0 && i == 10 { (1 << 20) + 12_345 } else { (hash % 300) as usize };
+                    let hash =
+                        mix64(version.wrapping_mul(1_000_003) ^ ((segment as u64) << 40) ^ i);
+                    let tombstone =
+                        kind_of(version) == ManifestKind::LogOrdered && hash.is_multiple_of(7);
+                    let value_bytes = if segment == 0 && i == 10 {
+                        (1 << 20) + 12_345
+                    } else {
+                        (hash % 300) as usize
+                    };
                     Entry {
                         tombstone,
                         record_version: version - (hash % 2).min(version - 1),
@@ -86,7 +95,7 @@ fn segments_of(version: u64) -> Vec<Vec<Entry>> {
 
 fn child_main(root: &Path) -> ! {
     let directory = CheckpointDirectory::open(root).expect("child opens the checkpoint root");
-    let mut version = directory.newest_published_version().unwrap_or(0) + 1;
+    let first_version = directory.newest_published_version().unwrap_or(0) + 1;
     let stdout = std::io::stdout();
     let report = |line: String| {
         let mut out = stdout.lock();
@@ -96,7 +105,7 @@ fn child_main(root: &Path) -> ! {
         }
     };
     // Bounded so that an orphaned child cannot run forever.
-    for _ in 0..100_000 {
+    for version in first_version..first_version + 100_000 {
         report(format!("begin {version}"));
         let pending = directory.begin(version).expect("begin");
         let segments = segments_of(version);
@@ -110,22 +119,30 @@ fn child_main(root: &Path) -> ! {
                     let mut writer = pending.segment_writer(index as u32).expect("writer");
                     for entry in entries {
                         if entry.tombstone {
-                            writer.tombstone(entry.record_version, &entry.key).expect("tombstone");
+                            writer
+                                .tombstone(entry.record_version, &entry.key)
+                                .expect("tombstone");
                         } else {
-                            writer.put(entry.record_version, &entry.key, &entry.value).expect("put");
+                            writer
+                                .put(entry.record_version, &entry.key, &entry.value)
+                                .expect("put");
                         }
                     }
-                    summaries.lock().unwrap().push(writer.finish().expect("finish"));
+                    summaries
+                        .lock()
+                        .unwrap()
+                        .push(writer.finish().expect("finish"));
                     report(format!("segment {version} {index}"));
                 });
             }
         });
         report(format!("publishing {version}"));
-        pending.publish(content_of(version), summaries.into_inner().unwrap()).expect("publish");
+        pending
+            .publish(content_of(version), summaries.into_inner().unwrap())
+            .expect("publish");
         report(format!("published {version}"));
         directory.prune(2).expect("prune");
         report(format!("pruned {version}"));
-        version += 1;
     }
     std::process::exit(0);
 }
@@ -141,16 +158,29 @@ fn entry_of(entry: prefixkv_engine::checkpoint_files::EntryRef<'_>) -> Entry {
 
 /// Recovers after a kill and checks the result; returns the recovered version and how many
 /// unfinished directories the open removed.
-fn check_recovered(root: &Path, newest_reported: Option<u64>, iteration: u32) -> (Option<u64>, usize) {
+fn check_recovered(
+    root: &Path,
+    newest_reported: Option<u64>,
+    iteration: u32,
+) -> (Option<u64>, usize) {
     let directory = CheckpointDirectory::open(root).expect("open after crash");
     let stale = directory.removed_stale().len();
-    let selected = directory.select_for_recovery().expect("recovery never fails after a SIGKILL");
+    let selected = directory
+        .select_for_recovery()
+        .expect("recovery never fails after a SIGKILL");
     let Some(checkpoint) = selected else {
-        assert_eq!(newest_reported, None, "iteration {iteration}: a reported checkpoint vanished");
+        assert_eq!(
+            newest_reported, None,
+            "iteration {iteration}: a reported checkpoint vanished"
+        );
         return (None, stale);
     };
     let version = checkpoint.version();
-    assert!(checkpoint.fell_back().is_none(), "iteration {iteration}: {:?}", checkpoint.fell_back());
+    assert!(
+        checkpoint.fell_back().is_none(),
+        "iteration {iteration}: {:?}",
+        checkpoint.fell_back()
+    );
     let allowed: BTreeSet<u64> = match newest_reported {
         Some(reported) => [reported, reported + 1].into(),
         None => [1].into(),
@@ -159,7 +189,11 @@ fn check_recovered(root: &Path, newest_reported: Option<u64>, iteration: u32) ->
         allowed.contains(&version),
         "iteration {iteration}: recovered v{version}, newest reported published {newest_reported:?}"
     );
-    assert_eq!(checkpoint.manifest().content, content_of(version), "iteration {iteration}");
+    assert_eq!(
+        checkpoint.manifest().content,
+        content_of(version),
+        "iteration {iteration}"
+    );
     let expected = segments_of(version);
     match kind_of(version) {
         ManifestKind::LogOrdered => {
@@ -170,7 +204,10 @@ fn check_recovered(root: &Path, newest_reported: Option<u64>, iteration: u32) ->
                     Ok(())
                 })
                 .expect("load in order");
-            assert!(loaded == expected.concat(), "iteration {iteration}: v{version} content differs");
+            assert!(
+                loaded == expected.concat(),
+                "iteration {iteration}: v{version} content differs"
+            );
         }
         ManifestKind::KeyUnique => {
             let loaded = Mutex::new(Vec::new());
@@ -184,7 +221,10 @@ fn check_recovered(root: &Path, newest_reported: Option<u64>, iteration: u32) ->
             let mut expected = expected.concat();
             loaded.sort_by(|a, b| a.key.cmp(&b.key));
             expected.sort_by(|a, b| a.key.cmp(&b.key));
-            assert!(loaded == expected, "iteration {iteration}: v{version} content differs");
+            assert!(
+                loaded == expected,
+                "iteration {iteration}: v{version} content differs"
+            );
         }
     }
     (Some(version), stale)
@@ -195,10 +235,14 @@ fn publish_survives_sigkill_at_random_points() {
     if let Some(root) = std::env::var_os(CHILD_ENV) {
         child_main(Path::new(&root));
     }
-    let iterations: u32 =
-        std::env::var("PREFIXKV_CRASH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
-    let mut random: u64 =
-        std::env::var("PREFIXKV_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5EED);
+    let iterations: u32 = std::env::var("PREFIXKV_CRASH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let mut random: u64 = std::env::var("PREFIXKV_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5EED);
     let mut next_random = move |bound: u64| {
         random = mix64(random);
         random % bound
@@ -212,7 +256,12 @@ fn publish_survives_sigkill_at_random_points() {
     let mut published_but_unreported = 0;
     for iteration in 0..iterations {
         let mut child = Command::new(&executable)
-            .args(["--exact", "publish_survives_sigkill_at_random_points", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "publish_survives_sigkill_at_random_points",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, &root)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -255,7 +304,10 @@ fn publish_survives_sigkill_at_random_points() {
         }
         child.kill().expect("SIGKILL the child");
         let status = child.wait().expect("reap the child");
-        assert!(!status.success(), "iteration {iteration}: the child was expected to die by the signal");
+        assert!(
+            !status.success(),
+            "iteration {iteration}: the child was expected to die by the signal"
+        );
         // Everything the child printed before it died, up to end of file.
         while let Ok(line) = receiver.recv_timeout(LINE_TIMEOUT) {
             note(&line, &mut newest_reported);

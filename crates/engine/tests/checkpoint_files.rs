@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use prefixkv_engine::checkpoint_files::{
-    decode_manifest_bytes, decode_segment_bytes, encode_manifest, CheckpointDirectory, DecodeLimits,
-    Entry, Manifest, ManifestContent, ManifestKind, SegmentSummary,
+    decode_manifest_bytes, decode_segment_bytes, encode_manifest, CheckpointDirectory,
+    DecodeLimits, Entry, Manifest, ManifestContent, ManifestKind, SegmentSummary,
 };
 use prefixkv_engine::error::EngineError;
 use proptest::prelude::*;
@@ -36,33 +36,54 @@ fn write_checkpoint(
         let mut writer = pending.segment_writer(index as u32).expect("writer");
         for entry in entries {
             if entry.tombstone {
-                writer.tombstone(entry.record_version, &entry.key).expect("tombstone");
+                writer
+                    .tombstone(entry.record_version, &entry.key)
+                    .expect("tombstone");
             } else {
-                writer.put(entry.record_version, &entry.key, &entry.value).expect("put");
+                writer
+                    .put(entry.record_version, &entry.key, &entry.value)
+                    .expect("put");
             }
         }
         summaries.push(writer.finish().expect("finish"));
     }
     summaries.reverse(); // publish accepts any order
-    pending.publish(content(version, kind), summaries).expect("publish").dir
+    pending
+        .publish(content(version, kind), summaries)
+        .expect("publish")
+        .dir
 }
 
 fn entry(key: &str, value: &str, record_version: u64) -> Entry {
-    Entry { tombstone: false, record_version, key: key.into(), value: value.into() }
+    Entry {
+        tombstone: false,
+        record_version,
+        key: key.into(),
+        value: value.into(),
+    }
 }
 
 fn simple_segments(version: u64) -> Vec<Vec<Entry>> {
     (0..3)
         .map(|segment| {
             (0..20)
-                .map(|i| entry(&format!("v{version}-s{segment}-k{i}"), &format!("value {i}"), version))
+                .map(|i| {
+                    entry(
+                        &format!("v{version}-s{segment}-k{i}"),
+                        &format!("value {i}"),
+                        version,
+                    )
+                })
                 .collect()
         })
         .collect()
 }
 
 fn load_all(directory: &CheckpointDirectory) -> (u64, Vec<Entry>) {
-    let checkpoint = directory.select_for_recovery().expect("select").expect("a checkpoint");
+    let checkpoint = directory
+        .select_for_recovery()
+        .expect("select")
+        .expect("a checkpoint");
     let mut entries = Vec::new();
     checkpoint
         .load_in_order(&mut |entry| {
@@ -85,7 +106,12 @@ fn flip_byte(path: &Path, offset: usize) {
 }
 
 fn entry_strategy() -> impl Strategy<Value = Entry> {
-    (any::<bool>(), any::<u64>(), prop::collection::vec(any::<u8>(), 0..40), prop::collection::vec(any::<u8>(), 0..300))
+    (
+        any::<bool>(),
+        any::<u64>(),
+        prop::collection::vec(any::<u8>(), 0..40),
+        prop::collection::vec(any::<u8>(), 0..300),
+    )
         .prop_map(|(tombstone, record_version, key, value)| Entry {
             tombstone,
             record_version,
@@ -218,8 +244,18 @@ fn large_values_bypass_the_buffer_and_round_trip() {
     let big = vec![0xAB; 3 << 20];
     let segments = vec![vec![
         entry("small", "x", 1),
-        Entry { tombstone: false, record_version: 2, key: b"big".to_vec(), value: big },
-        Entry { tombstone: true, record_version: 3, key: b"gone".to_vec(), value: Vec::new() },
+        Entry {
+            tombstone: false,
+            record_version: 2,
+            key: b"big".to_vec(),
+            value: big,
+        },
+        Entry {
+            tombstone: true,
+            record_version: 3,
+            key: b"gone".to_vec(),
+            value: Vec::new(),
+        },
         entry("after", "y", 4),
     ]];
     write_checkpoint(&directory, 1, ManifestKind::LogOrdered, &segments);
@@ -230,20 +266,35 @@ fn large_values_bypass_the_buffer_and_round_trip() {
 #[test]
 fn writer_refuses_entries_over_the_limits() {
     let temp = tempfile::tempdir().unwrap();
-    let limits = DecodeLimits { max_key_bytes: 8, max_value_bytes: 16 };
+    let limits = DecodeLimits {
+        max_key_bytes: 8,
+        max_value_bytes: 16,
+    };
     let directory = CheckpointDirectory::open_with_limits(temp.path(), limits).unwrap();
     let pending = directory.begin(1).unwrap();
     let mut writer = pending.segment_writer(0).unwrap();
-    assert!(matches!(writer.put(1, b"123456789", b"v"), Err(EngineError::InvalidArgument(_))));
-    assert!(matches!(writer.put(1, b"k", &[0; 17]), Err(EngineError::InvalidArgument(_))));
+    assert!(matches!(
+        writer.put(1, b"123456789", b"v"),
+        Err(EngineError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        writer.put(1, b"k", &[0; 17]),
+        Err(EngineError::InvalidArgument(_))
+    ));
     writer.put(1, b"12345678", &[0; 16]).unwrap();
     let summary = writer.finish().unwrap();
     assert_eq!(summary.entries, 1);
     // A decoder with smaller limits refuses the file instead of allocating.
     let bytes = fs::read(pending.path().join(&summary.file_name)).unwrap();
-    let tight = DecodeLimits { max_key_bytes: 8, max_value_bytes: 15 };
+    let tight = DecodeLimits {
+        max_key_bytes: 8,
+        max_value_bytes: 15,
+    };
     let error = decode_segment_bytes(&bytes, tight).unwrap_err().to_string();
-    assert!(error.contains("value length 16 exceeds the limit of 15"), "{error}");
+    assert!(
+        error.contains("value length 16 exceeds the limit of 15"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -251,8 +302,13 @@ fn a_length_larger_than_the_file_is_refused_without_allocating() {
     let (mut bytes, _) = segment_bytes(&[entry("key", "value", 1)]);
     // Value length of the first entry (offset 32 + 13) set to 500 MB, below the limit.
     bytes[45..49].copy_from_slice(&500_000_000u32.to_le_bytes());
-    let error = decode_segment_bytes(&bytes, DecodeLimits::default()).unwrap_err().to_string();
-    assert!(error.contains("only") && error.contains("remain"), "{error}");
+    let error = decode_segment_bytes(&bytes, DecodeLimits::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("only") && error.contains("remain"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -297,13 +353,23 @@ fn missing_or_foreign_segments_are_detected() {
     let first = write_checkpoint(&directory, 1, ManifestKind::KeyUnique, &simple_segments(1));
     let second = write_checkpoint(&directory, 2, ManifestKind::KeyUnique, &simple_segments(1));
     // v2's segment 0 replaced by v1's (same size, valid on its own): the header gives it away.
-    fs::copy(first.join("segment-000000.seg"), second.join("segment-000000.seg")).unwrap();
+    fs::copy(
+        first.join("segment-000000.seg"),
+        second.join("segment-000000.seg"),
+    )
+    .unwrap();
     let checkpoint = directory.select_for_recovery().unwrap().unwrap();
     assert_eq!(checkpoint.version(), 1);
-    assert!(checkpoint.fell_back().unwrap().contains("belongs to another checkpoint"));
+    assert!(checkpoint
+        .fell_back()
+        .unwrap()
+        .contains("belongs to another checkpoint"));
     fs::remove_file(first.join("segment-000002.seg")).unwrap();
     let message = directory.select_for_recovery().unwrap_err().to_string();
-    assert!(message.contains("segment-000002.seg") && message.contains("missing"), "{message}");
+    assert!(
+        message.contains("segment-000002.seg") && message.contains("missing"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -329,7 +395,10 @@ fn stale_unfinished_directories_are_removed_on_open() {
     removed.sort();
     assert_eq!(removed, vec![half_deleted.clone(), tmp_path.clone()]);
     assert!(!tmp_path.exists() && !half_deleted.exists());
-    assert!(unrelated.exists(), "files that are not checkpoints are left alone");
+    assert!(
+        unrelated.exists(),
+        "files that are not checkpoints are left alone"
+    );
     assert_eq!(reopened.newest_published_version(), Some(1));
     assert_eq!(load_all(&reopened).0, 1);
     // The version can be written again now.
@@ -343,7 +412,10 @@ fn dropping_a_pending_checkpoint_removes_it() {
     let directory = CheckpointDirectory::open(temp.path()).unwrap();
     let pending = directory.begin(1).unwrap();
     let path = pending.path().to_path_buf();
-    assert!(matches!(directory.begin(1), Err(EngineError::InvalidArgument(_))));
+    assert!(matches!(
+        directory.begin(1),
+        Err(EngineError::InvalidArgument(_))
+    ));
     drop(pending);
     assert!(!path.exists());
     assert!(directory.select_for_recovery().unwrap().is_none());
@@ -354,16 +426,32 @@ fn prune_keeps_the_newest() {
     let temp = tempfile::tempdir().unwrap();
     let directory = CheckpointDirectory::open(temp.path()).unwrap();
     for version in 1..=4 {
-        write_checkpoint(&directory, version, ManifestKind::KeyUnique, &simple_segments(version));
+        write_checkpoint(
+            &directory,
+            version,
+            ManifestKind::KeyUnique,
+            &simple_segments(version),
+        );
     }
-    assert!(matches!(directory.prune(0), Err(EngineError::InvalidArgument(_))));
+    assert!(matches!(
+        directory.prune(0),
+        Err(EngineError::InvalidArgument(_))
+    ));
     directory.prune(2).unwrap();
-    let mut names: Vec<String> =
-        fs::read_dir(temp.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<String> = fs::read_dir(temp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     names.sort();
-    assert_eq!(names, vec!["v00000000000000000003", "v00000000000000000004"]);
+    assert_eq!(
+        names,
+        vec!["v00000000000000000003", "v00000000000000000004"]
+    );
     assert_eq!(directory.newest_published_version(), Some(4));
-    assert!(matches!(directory.begin(4), Err(EngineError::InvalidArgument(_))));
+    assert!(matches!(
+        directory.begin(4),
+        Err(EngineError::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -371,7 +459,11 @@ fn load_parallel_delivers_every_entry_once_and_only_for_key_unique() {
     let temp = tempfile::tempdir().unwrap();
     let directory = CheckpointDirectory::open(temp.path()).unwrap();
     let segments: Vec<Vec<Entry>> = (0..5)
-        .map(|segment| (0..200).map(|i| entry(&format!("s{segment}-{i}"), "v", 1)).collect())
+        .map(|segment| {
+            (0..200)
+                .map(|i| entry(&format!("s{segment}-{i}"), "v", 1))
+                .collect()
+        })
         .collect();
     write_checkpoint(&directory, 1, ManifestKind::KeyUnique, &segments);
     let checkpoint = directory.select_for_recovery().unwrap().unwrap();
@@ -393,7 +485,9 @@ fn load_parallel_delivers_every_entry_once_and_only_for_key_unique() {
     }
     // A sink error stops the load and is returned.
     let error = checkpoint
-        .load_parallel(2, &|_| Err(EngineError::InvalidArgument("sink says no".into())))
+        .load_parallel(2, &|_| {
+            Err(EngineError::InvalidArgument("sink says no".into()))
+        })
         .unwrap_err();
     assert!(error.to_string().contains("sink says no"));
 
@@ -409,15 +503,30 @@ fn publish_checks_its_arguments() {
     let temp = tempfile::tempdir().unwrap();
     let directory = CheckpointDirectory::open(temp.path()).unwrap();
     let pending = directory.begin(3).unwrap();
-    let error = pending.publish(content(4, ManifestKind::KeyUnique), Vec::new()).unwrap_err();
-    assert!(error.to_string().contains("manifest says version 4"), "{error}");
+    let error = pending
+        .publish(content(4, ManifestKind::KeyUnique), Vec::new())
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("manifest says version 4"),
+        "{error}"
+    );
 
     let pending = directory.begin(3).unwrap();
     let mut writer = pending.segment_writer(0).unwrap();
     writer.put(1, b"k", b"v").unwrap();
     writer.finish().unwrap();
-    let error = pending.publish(content(3, ManifestKind::KeyUnique), Vec::new()).unwrap_err();
-    assert!(error.to_string().contains("not among the published segments"), "{error}");
+    let error = pending
+        .publish(content(3, ManifestKind::KeyUnique), Vec::new())
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("not among the published segments"),
+        "{error}"
+    );
     assert!(directory.select_for_recovery().unwrap().is_none());
-    assert!(matches!(directory.begin(0), Err(EngineError::InvalidArgument(_))));
+    assert!(matches!(
+        directory.begin(0),
+        Err(EngineError::InvalidArgument(_))
+    ));
 }

@@ -84,7 +84,10 @@ impl CheckpointDirectory {
         if !root.is_dir() {
             fs::create_dir_all(root)
                 .map_err(|source| EngineError::io("create checkpoint directory", root, source))?;
-            if let Some(parent) = root.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            if let Some(parent) = root
+                .parent()
+                .filter(|parent| !parent.as_os_str().is_empty())
+            {
                 sync_directory(parent)?;
             }
         }
@@ -133,7 +136,11 @@ impl CheckpointDirectory {
 
     /// The newest published version known to this handle (seen at open or published since).
     pub fn newest_published_version(&self) -> Option<u64> {
-        self.published.lock().expect("published set lock").last().copied()
+        self.published
+            .lock()
+            .expect("published set lock")
+            .last()
+            .copied()
     }
 
     /// Starts writing checkpoint `version` in a fresh `.tmp` directory.
@@ -150,7 +157,9 @@ impl CheckpointDirectory {
                 final_path.display()
             )));
         }
-        let tmp_path = self.root.join(format!("{}{TMP_SUFFIX}", published_name(version)));
+        let tmp_path = self
+            .root
+            .join(format!("{}{TMP_SUFFIX}", published_name(version)));
         fs::create_dir(&tmp_path).map_err(|source| {
             if source.kind() == std::io::ErrorKind::AlreadyExists {
                 EngineError::InvalidArgument(format!(
@@ -208,14 +217,19 @@ impl CheckpointDirectory {
         versions.sort_unstable_by(|a, b| b.cmp(a));
         for &version in versions.iter().skip(keep) {
             let path = self.root.join(published_name(version));
-            let doomed = self.root.join(format!("{}{DELETING_SUFFIX}", published_name(version)));
+            let doomed = self
+                .root
+                .join(format!("{}{DELETING_SUFFIX}", published_name(version)));
             // Rename first: after a crash the directory is recognisably half-deleted, never a
             // published checkpoint with missing files.
             fs::rename(&path, &doomed).map_err(|source| {
                 EngineError::io(format!("rename to {}", doomed.display()), &path, source)
             })?;
             sync_directory(&self.root)?;
-            self.published.lock().expect("published set lock").remove(&version);
+            self.published
+                .lock()
+                .expect("published set lock")
+                .remove(&version);
             fs::remove_dir_all(&doomed)
                 .map_err(|source| EngineError::io("remove pruned checkpoint", &doomed, source))?;
         }
@@ -227,8 +241,9 @@ impl CheckpointDirectory {
             .map_err(|source| EngineError::io("list checkpoint directory", &self.root, source))?;
         let mut result = Vec::new();
         for entry in entries {
-            let entry = entry
-                .map_err(|source| EngineError::io("list checkpoint directory", &self.root, source))?;
+            let entry = entry.map_err(|source| {
+                EngineError::io("list checkpoint directory", &self.root, source)
+            })?;
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
@@ -313,9 +328,9 @@ impl PendingCheckpoint {
             }
         }
         let listed: BTreeSet<String> = segments.iter().map(|s| s.file_name.clone()).collect();
-        for entry in fs::read_dir(&self.tmp_path)
-            .map_err(|source| EngineError::io("list checkpoint directory", &self.tmp_path, source))?
-        {
+        for entry in fs::read_dir(&self.tmp_path).map_err(|source| {
+            EngineError::io("list checkpoint directory", &self.tmp_path, source)
+        })? {
             let entry = entry.map_err(|source| {
                 EngineError::io("list checkpoint directory", &self.tmp_path, source)
             })?;
@@ -328,11 +343,17 @@ impl PendingCheckpoint {
                 )));
             }
         }
-        let manifest = Manifest { content: manifest, segments };
+        let manifest = Manifest {
+            content: manifest,
+            segments,
+        };
         manifest
             .check_consistency()
             .map_err(|detail| EngineError::InvalidArgument(format!("bad manifest: {detail}")))?;
-        debug_assert!(manifest.segments.iter().all(|s| s.file_name == segment_file_name(s.index)));
+        debug_assert!(manifest
+            .segments
+            .iter()
+            .all(|s| s.file_name == segment_file_name(s.index)));
 
         let manifest_path = self.tmp_path.join(MANIFEST_FILE_NAME);
         let bytes = encode_manifest(&manifest);
@@ -348,12 +369,19 @@ impl PendingCheckpoint {
         drop(file);
         sync_directory(&self.tmp_path)?;
         fs::rename(&self.tmp_path, &self.final_path).map_err(|source| {
-            EngineError::io(format!("rename to {}", self.final_path.display()), &self.tmp_path, source)
+            EngineError::io(
+                format!("rename to {}", self.final_path.display()),
+                &self.tmp_path,
+                source,
+            )
         })?;
         // From here on the checkpoint exists; Drop must not remove anything.
         self.published = true;
         sync_directory(&self.root)?;
-        self.published_set.lock().expect("published set lock").insert(self.version);
+        self.published_set
+            .lock()
+            .expect("published set lock")
+            .insert(self.version);
         Ok(PublishedCheckpoint {
             version: self.version,
             dir: self.final_path.clone(),
@@ -387,8 +415,14 @@ mod tests {
     #[test]
     fn names_are_classified() {
         assert_eq!(classify("v00000000000000000007"), EntryName::Published(7));
-        assert_eq!(classify("v00000000000000000007.tmp"), EntryName::Unfinished(7));
-        assert_eq!(classify("v00000000000000000007.deleting"), EntryName::Deleting(7));
+        assert_eq!(
+            classify("v00000000000000000007.tmp"),
+            EntryName::Unfinished(7)
+        );
+        assert_eq!(
+            classify("v00000000000000000007.deleting"),
+            EntryName::Deleting(7)
+        );
         assert_eq!(classify("v7"), EntryName::Other);
         assert_eq!(classify("v0000000000000000000x"), EntryName::Other);
         assert_eq!(classify("notes.txt"), EntryName::Other);

@@ -105,7 +105,10 @@ impl Manifest {
             }
             let minimum_bytes = SEGMENT_HEADER_BYTES + SEGMENT_FOOTER_BYTES;
             let entry_bytes = segment.bytes.checked_sub(minimum_bytes).ok_or_else(|| {
-                format!("segment {} is recorded as {} bytes, below the minimum", segment.index, segment.bytes)
+                format!(
+                    "segment {} is recorded as {} bytes, below the minimum",
+                    segment.index, segment.bytes
+                )
             })?;
             if segment.entries > entry_bytes / ENTRY_HEADER_BYTES {
                 return Err(format!(
@@ -139,14 +142,21 @@ pub fn decode_manifest_bytes(bytes: &[u8], path: &Path) -> Result<Manifest, Engi
     let corrupt = |offset: u64, detail: String| EngineError::corrupt(path, offset, detail);
     let file_bytes = bytes.len() as u64;
     if file_bytes < MANIFEST_HEADER_BYTES + MANIFEST_TRAILER_BYTES {
-        return Err(corrupt(0, format!("MANIFEST is {file_bytes} bytes, too short to be valid (truncated)")));
+        return Err(corrupt(
+            0,
+            format!("MANIFEST is {file_bytes} bytes, too short to be valid (truncated)"),
+        ));
     }
     if bytes[0..8] != MANIFEST_MAGIC {
-        return Err(corrupt(0, "bad magic number: not a prefixkv MANIFEST".into()));
+        return Err(corrupt(
+            0,
+            "bad magic number: not a prefixkv MANIFEST".into(),
+        ));
     }
     let format_version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     let body_bytes = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
-    let expected_file_bytes = body_bytes.checked_add(MANIFEST_HEADER_BYTES + MANIFEST_TRAILER_BYTES);
+    let expected_file_bytes =
+        body_bytes.checked_add(MANIFEST_HEADER_BYTES + MANIFEST_TRAILER_BYTES);
     if body_bytes > MAX_MANIFEST_BYTES || expected_file_bytes != Some(file_bytes) {
         return Err(corrupt(
             12,
@@ -158,11 +168,17 @@ pub fn decode_manifest_bytes(bytes: &[u8], path: &Path) -> Result<Manifest, Engi
     }
     let trailer_at = (MANIFEST_HEADER_BYTES + body_bytes) as usize;
     let stored_crc = u32::from_le_bytes(bytes[trailer_at..trailer_at + 4].try_into().expect("4"));
-    let stored_total = u64::from_le_bytes(bytes[trailer_at + 4..trailer_at + 12].try_into().expect("8"));
+    let stored_total = u64::from_le_bytes(
+        bytes[trailer_at + 4..trailer_at + 12]
+            .try_into()
+            .expect("8"),
+    );
     if stored_total != file_bytes {
         return Err(corrupt(
             trailer_at as u64 + 4,
-            format!("MANIFEST trailer records {stored_total} bytes, the file is {file_bytes} bytes"),
+            format!(
+                "MANIFEST trailer records {stored_total} bytes, the file is {file_bytes} bytes"
+            ),
         ));
     }
     let actual_crc = crc32c::crc32c(&bytes[..trailer_at]);
@@ -187,10 +203,16 @@ pub fn decode_manifest_bytes(bytes: &[u8], path: &Path) -> Result<Manifest, Engi
     }
     let body = &bytes[MANIFEST_HEADER_BYTES as usize..trailer_at];
     let manifest: Manifest = serde_json::from_slice(body).map_err(|error| {
-        corrupt(MANIFEST_HEADER_BYTES, format!("MANIFEST body is not a valid manifest: {error}"))
+        corrupt(
+            MANIFEST_HEADER_BYTES,
+            format!("MANIFEST body is not a valid manifest: {error}"),
+        )
     })?;
-    manifest
-        .check_consistency()
-        .map_err(|detail| corrupt(MANIFEST_HEADER_BYTES, format!("inconsistent MANIFEST: {detail}")))?;
+    manifest.check_consistency().map_err(|detail| {
+        corrupt(
+            MANIFEST_HEADER_BYTES,
+            format!("inconsistent MANIFEST: {detail}"),
+        )
+    })?;
     Ok(manifest)
 }

@@ -74,7 +74,9 @@ mod recovery;
 pub mod segment;
 
 pub use directory::{CheckpointDirectory, PendingCheckpoint, PublishedCheckpoint};
-pub use manifest::{decode_manifest_bytes, encode_manifest, Manifest, ManifestContent, ManifestKind};
+pub use manifest::{
+    decode_manifest_bytes, encode_manifest, Manifest, ManifestContent, ManifestKind,
+};
 pub use recovery::VerifiedCheckpoint;
 pub use segment::{
     decode_segment_bytes, DecodeLimits, Entry, EntryRef, SegmentDecoder, SegmentSummary,

@@ -92,7 +92,10 @@ impl VerifiedCheckpoint {
                             }
                             Err(error) => {
                                 stop.store(true, Ordering::Relaxed);
-                                first_error.lock().expect("error slot lock").get_or_insert(error);
+                                first_error
+                                    .lock()
+                                    .expect("error slot lock")
+                                    .get_or_insert(error);
                                 break;
                             }
                         }
@@ -116,7 +119,8 @@ impl VerifiedCheckpoint {
     ) -> Result<u64, EngineError> {
         let mut total_entries = 0;
         for summary in &self.manifest.segments {
-            total_entries += read_segment_file(&self.dir, summary, self.version(), self.limits, sink)?;
+            total_entries +=
+                read_segment_file(&self.dir, summary, self.version(), self.limits, sink)?;
         }
         Ok(total_entries)
     }
@@ -132,8 +136,10 @@ fn read_manifest(dir: &Path, version: u64) -> Result<Manifest, EngineError> {
         }
         Err(source) => return Err(EngineError::io("open MANIFEST", &path, source)),
     };
-    let file_bytes =
-        file.metadata().map_err(|source| EngineError::io("stat MANIFEST", &path, source))?.len();
+    let file_bytes = file
+        .metadata()
+        .map_err(|source| EngineError::io("stat MANIFEST", &path, source))?
+        .len();
     let limit = MAX_MANIFEST_BYTES + 64;
     if file_bytes > limit {
         return Err(EngineError::corrupt(
@@ -162,13 +168,22 @@ fn read_manifest(dir: &Path, version: u64) -> Result<Manifest, EngineError> {
 }
 
 /// Fully verifies checkpoint `version` under `root`.
-fn verify(root: &Path, version: u64, limits: DecodeLimits) -> Result<VerifiedCheckpoint, EngineError> {
+fn verify(
+    root: &Path,
+    version: u64,
+    limits: DecodeLimits,
+) -> Result<VerifiedCheckpoint, EngineError> {
     let dir = root.join(published_name(version));
     let manifest = read_manifest(&dir, version)?;
     for summary in &manifest.segments {
         read_segment_file(&dir, summary, version, limits, &mut |_| Ok(()))?;
     }
-    Ok(VerifiedCheckpoint { dir, manifest, fell_back: None, limits })
+    Ok(VerifiedCheckpoint {
+        dir,
+        manifest,
+        fell_back: None,
+        limits,
+    })
 }
 
 /// The selection rule; see `CheckpointDirectory::select_for_recovery`.
@@ -183,17 +198,16 @@ pub(crate) fn select(
         match verify(root, version, limits) {
             Ok(mut checkpoint) => {
                 if !failures.is_empty() {
-                    let message = format!(
-                        "{}; recovered v{version}",
-                        failures.join("; ")
-                    );
+                    let message = format!("{}; recovered v{version}", failures.join("; "));
                     tracing::warn!(%message, "recovering from an older checkpoint");
                     checkpoint.fell_back = Some(message);
                 }
                 return Ok(Some(checkpoint));
             }
             Err(error @ EngineError::Corrupt { .. }) => {
-                failures.push(format!("checkpoint v{version} failed verification ({error})"));
+                failures.push(format!(
+                    "checkpoint v{version} failed verification ({error})"
+                ));
             }
             Err(other) => return Err(other),
         }

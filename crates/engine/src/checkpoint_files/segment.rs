@@ -54,7 +54,10 @@ pub struct DecodeLimits {
 
 impl Default for DecodeLimits {
     fn default() -> Self {
-        DecodeLimits { max_key_bytes: 64 << 10, max_value_bytes: 512 << 20 }
+        DecodeLimits {
+            max_key_bytes: 64 << 10,
+            max_value_bytes: 512 << 20,
+        }
     }
 }
 
@@ -211,13 +214,21 @@ impl SegmentWriter {
             limits,
             failed: false,
         };
-        let header = encode_header(SegmentHeader { checkpoint_version, segment_index: index });
+        let header = encode_header(SegmentHeader {
+            checkpoint_version,
+            segment_index: index,
+        });
         writer.append_bytes(&header)?;
         Ok(writer)
     }
 
     /// Appends a live record.
-    pub fn put(&mut self, record_version: u64, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
+    pub fn put(
+        &mut self,
+        record_version: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), EngineError> {
         self.append(KIND_PUT, record_version, key, value)
     }
 
@@ -308,7 +319,11 @@ impl SegmentWriter {
 
     /// Writes the footer, flushes and fdatasyncs the file; returns its summary for the MANIFEST.
     pub fn finish(mut self) -> Result<SegmentSummary, EngineError> {
-        let footer = SegmentFooter { entries: self.entries, body_bytes: self.body_bytes, crc32c: self.crc };
+        let footer = SegmentFooter {
+            entries: self.entries,
+            body_bytes: self.body_bytes,
+            crc32c: self.crc,
+        };
         let footer_bytes = encode_footer(footer);
         if self.buffer.len() + footer_bytes.len() > WRITE_BUFFER_BYTES {
             self.flush_buffer()?;
@@ -371,7 +386,10 @@ impl<R: Read> SegmentDecoder<R> {
             reader,
             path: path.to_path_buf(),
             limits,
-            header: SegmentHeader { checkpoint_version: 0, segment_index: 0 },
+            header: SegmentHeader {
+                checkpoint_version: 0,
+                segment_index: 0,
+            },
             body_end: file_bytes - SEGMENT_FOOTER_BYTES,
             offset: 0,
             crc: 0,
@@ -447,7 +465,10 @@ impl<R: Read> SegmentDecoder<R> {
         if key_bytes > self.limits.max_key_bytes {
             return Err(self.corrupt_at(
                 entry_offset + 9,
-                &format!("key length {key_bytes} exceeds the limit of {}", self.limits.max_key_bytes),
+                &format!(
+                    "key length {key_bytes} exceeds the limit of {}",
+                    self.limits.max_key_bytes
+                ),
             ));
         }
         if value_bytes > self.limits.max_value_bytes {
@@ -478,12 +499,19 @@ impl<R: Read> SegmentDecoder<R> {
         let mut value = std::mem::take(&mut self.value);
         key.resize(key_bytes as usize, 0);
         value.resize(value_bytes as usize, 0);
-        let read = self.read_body(&mut key).and_then(|()| self.read_body(&mut value));
+        let read = self
+            .read_body(&mut key)
+            .and_then(|()| self.read_body(&mut value));
         self.key = key;
         self.value = value;
         read?;
         self.entries += 1;
-        Ok(Some(EntryRef { tombstone, record_version, key: &self.key, value: &self.value }))
+        Ok(Some(EntryRef {
+            tombstone,
+            record_version,
+            key: &self.key,
+            value: &self.value,
+        }))
     }
 
     /// Decodes every remaining entry, calling `sink` for each, and returns the verified footer.
@@ -494,13 +522,17 @@ impl<R: Read> SegmentDecoder<R> {
         while let Some(entry) = self.next_entry()? {
             sink(entry)?;
         }
-        Ok(self.footer.expect("next_entry returns None only after verifying the footer"))
+        Ok(self
+            .footer
+            .expect("next_entry returns None only after verifying the footer"))
     }
 
     fn read_footer(&mut self) -> Result<(), EngineError> {
         debug_assert_eq!(self.offset, self.body_end);
         let mut bytes = [0u8; SEGMENT_FOOTER_BYTES as usize];
-        self.reader.read_exact(&mut bytes).map_err(|source| self.read_error(source))?;
+        self.reader
+            .read_exact(&mut bytes)
+            .map_err(|source| self.read_error(source))?;
         let footer_offset = self.body_end;
         if bytes[24..32] != SEGMENT_FOOTER_MAGIC {
             return Err(self.corrupt_at(
@@ -539,7 +571,10 @@ impl<R: Read> SegmentDecoder<R> {
         if footer.entries != self.entries {
             return Err(self.corrupt_at(
                 footer_offset,
-                &format!("footer records {} entries, decoded {}", footer.entries, self.entries),
+                &format!(
+                    "footer records {} entries, decoded {}",
+                    footer.entries, self.entries
+                ),
             ));
         }
         // Anything after the footer would mean the length we were given is wrong.
@@ -560,7 +595,9 @@ impl<R: Read> SegmentDecoder<R> {
 
     fn read_body(&mut self, buffer: &mut [u8]) -> Result<(), EngineError> {
         debug_assert!(self.offset + buffer.len() as u64 <= self.body_end);
-        self.reader.read_exact(buffer).map_err(|source| self.read_error(source))?;
+        self.reader
+            .read_exact(buffer)
+            .map_err(|source| self.read_error(source))?;
         self.crc = crc32c::crc32c_append(self.crc, buffer);
         self.offset += buffer.len() as u64;
         Ok(())
@@ -568,9 +605,16 @@ impl<R: Read> SegmentDecoder<R> {
 
     fn read_error(&self, source: std::io::Error) -> EngineError {
         if source.kind() == std::io::ErrorKind::UnexpectedEof {
-            self.corrupt_at(self.offset, "the file ended early: it shrank while being read")
+            self.corrupt_at(
+                self.offset,
+                "the file ended early: it shrank while being read",
+            )
         } else {
-            EngineError::io(format!("read segment file at offset {}", self.offset), &self.path, source)
+            EngineError::io(
+                format!("read segment file at offset {}", self.offset),
+                &self.path,
+                source,
+            )
         }
     }
 
@@ -585,7 +629,8 @@ pub fn decode_segment_bytes(
     bytes: &[u8],
     limits: DecodeLimits,
 ) -> Result<(SegmentHeader, Vec<Entry>, SegmentFooter), EngineError> {
-    let mut decoder = SegmentDecoder::new(bytes, bytes.len() as u64, Path::new("<memory>"), limits)?;
+    let mut decoder =
+        SegmentDecoder::new(bytes, bytes.len() as u64, Path::new("<memory>"), limits)?;
     let header = decoder.header();
     let mut entries = Vec::new();
     while let Some(entry) = decoder.next_entry()? {
@@ -613,7 +658,11 @@ pub(crate) fn read_segment_file(
     let file = match File::open(&path) {
         Ok(file) => file,
         Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Err(EngineError::corrupt(&path, 0, "segment file listed in MANIFEST is missing"));
+            return Err(EngineError::corrupt(
+                &path,
+                0,
+                "segment file listed in MANIFEST is missing",
+            ));
         }
         Err(source) => return Err(EngineError::io("open segment file", &path, source)),
     };

@@ -5,13 +5,21 @@ use std::collections::BTreeMap;
 
 use super::*;
 
-const SPEC: WorkloadSpec = WorkloadSpec { keys: 200, read_percent: 30, zipfian: false, seed: 42 };
+const SPEC: WorkloadSpec = WorkloadSpec {
+    keys: 200,
+    read_percent: 30,
+    zipfian: false,
+    seed: 42,
+};
 
 /// Runs the loader to `sessions[0]`'s point, then the workers round-robin up to their CPR points,
 /// as a store would; returns key -> (session, serial) of the value it holds.
 fn execute(spec: &WorkloadSpec, sessions: &[(u32, u64)]) -> BTreeMap<u64, (u32, u64)> {
     let mut state = BTreeMap::new();
-    for &(session, cpr_point) in sessions.iter().filter(|(session, _)| *session == LOADER_SESSION) {
+    for &(session, cpr_point) in sessions
+        .iter()
+        .filter(|(session, _)| *session == LOADER_SESSION)
+    {
         for serial in 1..=cpr_point {
             if let Op::Upsert(key) = op_at(spec, session, serial) {
                 state.insert(key, (session, serial));
@@ -35,7 +43,10 @@ fn image(state: &BTreeMap<u64, (u32, u64)>) -> Vec<(Vec<u8>, Vec<u8>)> {
     state
         .iter()
         .map(|(&key, &(session, serial))| {
-            (encode_key(key).to_vec(), encode_value(session, serial).to_vec())
+            (
+                encode_key(key).to_vec(),
+                encode_value(session, serial).to_vec(),
+            )
         })
         .collect()
 }
@@ -54,7 +65,10 @@ fn first_upsert_after(session: u32, after: u64) -> (u64, u64) {
 #[test]
 fn values_and_keys_round_trip() {
     assert_eq!(decode_value(&encode_value(7, 123_456)), Some((7, 123_456)));
-    assert_eq!(decode_value(&encode_value(65_535, MAX_SERIAL)), Some((65_535, MAX_SERIAL)));
+    assert_eq!(
+        decode_value(&encode_value(65_535, MAX_SERIAL)),
+        Some((65_535, MAX_SERIAL))
+    );
     assert_eq!(decode_key(&encode_key(99)), Some(99));
     assert_eq!(decode_key(&[1, 2, 3]), None);
     assert_eq!(decode_value(&[1; 9]), None);
@@ -62,7 +76,12 @@ fn values_and_keys_round_trip() {
 
 #[test]
 fn op_at_is_deterministic_and_shaped() {
-    let spec = WorkloadSpec { keys: 1000, read_percent: 50, zipfian: false, seed: 1 };
+    let spec = WorkloadSpec {
+        keys: 1000,
+        read_percent: 50,
+        zipfian: false,
+        seed: 1,
+    };
     for serial in 1..=1000 {
         assert_eq!(op_at(&spec, 0, serial), Op::Upsert(serial - 1));
     }
@@ -77,7 +96,10 @@ fn op_at_is_deterministic_and_shaped() {
         reads += u32::from(matches!(op, Op::Read(_)));
     }
     assert!((45_000..55_000).contains(&reads), "reads {reads}");
-    assert!(counts.iter().all(|&count| count > 40), "uniform keys cover the space");
+    assert!(
+        counts.iter().all(|&count| count > 40),
+        "uniform keys cover the space"
+    );
     // Other sessions and seeds see other sequences.
     let other_session: Vec<Op> = (1..=50).map(|serial| op_at(&spec, 4, serial)).collect();
     let this_session: Vec<Op> = (1..=50).map(|serial| op_at(&spec, 3, serial)).collect();
@@ -86,7 +108,12 @@ fn op_at_is_deterministic_and_shaped() {
 
 #[test]
 fn zipfian_keys_are_skewed_and_in_range() {
-    let spec = WorkloadSpec { keys: 10_000, read_percent: 0, zipfian: true, seed: 9 };
+    let spec = WorkloadSpec {
+        keys: 10_000,
+        read_percent: 0,
+        zipfian: true,
+        seed: 9,
+    };
     let mut counts = vec![0u32; 10_000];
     for serial in 1..=200_000 {
         let key = op_at(&spec, 1, serial).key();
@@ -124,7 +151,10 @@ fn rejects_a_value_after_the_cpr_point() {
     state.insert(key, (1, serial));
     let error = verify_image(&SPEC, &SESSIONS, image(&state)).unwrap_err();
     assert!(error.contains("after its CPR point"), "{error}");
-    assert!(error.contains(&format!("key {key}")) && error.contains("session 1"), "{error}");
+    assert!(
+        error.contains(&format!("key {key}")) && error.contains("session 1"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -137,10 +167,16 @@ fn rejects_a_lost_write_within_a_session() {
             by_key.entry(key).or_default().push(serial);
         }
     }
-    let (&key, serials) = by_key.iter().find(|(_, serials)| serials.len() >= 2).expect("a repeat");
+    let (&key, serials) = by_key
+        .iter()
+        .find(|(_, serials)| serials.len() >= 2)
+        .expect("a repeat");
     state.insert(key, (1, serials[0]));
     let error = verify_image(&SPEC, &SESSIONS, image(&state)).unwrap_err();
-    assert!(error.contains("lost write") && error.contains(&format!("key {key}")), "{error}");
+    assert!(
+        error.contains("lost write") && error.contains(&format!("key {key}")),
+        "{error}"
+    );
 }
 
 #[test]
@@ -149,7 +185,10 @@ fn rejects_a_loader_value_that_a_worker_overwrote() {
     let (key, _) = first_upsert_after(2, 0);
     state.insert(key, (0, key + 1));
     let error = verify_image(&SPEC, &SESSIONS, image(&state)).unwrap_err();
-    assert!(error.contains("lost write") && error.contains("loader"), "{error}");
+    assert!(
+        error.contains("lost write") && error.contains("loader"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -169,7 +208,9 @@ fn rejects_an_extra_key() {
     assert!(error.contains("extra key 150"), "{error}");
     let mut outside = image(&execute(&SPEC, &sessions));
     outside.push((encode_key(1_000).to_vec(), encode_value(0, 1).to_vec()));
-    assert!(verify_image(&SPEC, &sessions, outside).unwrap_err().contains("extra key 1000"));
+    assert!(verify_image(&SPEC, &sessions, outside)
+        .unwrap_err()
+        .contains("extra key 1000"));
 }
 
 #[test]
@@ -178,11 +219,16 @@ fn rejects_a_value_from_a_wrong_session() {
     // Session 1's newest write of some key, relabelled as session 2's.
     let (&key, &(_, serial)) = state
         .iter()
-        .find(|(&key, &(session, serial))| session == 1 && op_at(&SPEC, 2, serial) != Op::Upsert(key))
+        .find(|(&key, &(session, serial))| {
+            session == 1 && op_at(&SPEC, 2, serial) != Op::Upsert(key)
+        })
         .expect("a key last written by session 1");
     state.insert(key, (2, serial));
     let error = verify_image(&SPEC, &SESSIONS, image(&state)).unwrap_err();
-    assert!(error.contains("wrong session") && error.contains(&format!("key {key}")), "{error}");
+    assert!(
+        error.contains("wrong session") && error.contains(&format!("key {key}")),
+        "{error}"
+    );
     // A session that is not part of the recovery at all.
     let mut state = execute(&SPEC, &SESSIONS);
     state.insert(3, (9, 1));
@@ -195,8 +241,14 @@ fn rejects_malformed_images() {
     let mut entries = image(&execute(&SPEC, &SESSIONS));
     let duplicate = entries[0].clone();
     entries.push(duplicate);
-    assert!(verify_image(&SPEC, &SESSIONS, entries).unwrap_err().contains("twice"));
+    assert!(verify_image(&SPEC, &SESSIONS, entries)
+        .unwrap_err()
+        .contains("twice"));
     let bad_value = vec![(encode_key(0).to_vec(), vec![1, 2])];
-    assert!(verify_image(&SPEC, &[(0, 1)], bad_value).unwrap_err().contains("8-byte workload value"));
-    assert!(verify_image(&SPEC, &[(1, 1), (1, 2)], Vec::new()).unwrap_err().contains("twice"));
+    assert!(verify_image(&SPEC, &[(0, 1)], bad_value)
+        .unwrap_err()
+        .contains("8-byte workload value"));
+    assert!(verify_image(&SPEC, &[(1, 1), (1, 2)], Vec::new())
+        .unwrap_err()
+        .contains("twice"));
 }
