@@ -234,6 +234,18 @@ proptest! {
         prop_assert!(message.contains("checkpoint v2 failed verification"), "{}", message);
         prop_assert!(message.contains(&victim_name), "{}", message);
         prop_assert!(message.contains("recovered v1"), "{}", message);
+        // The failed checkpoint is kept aside for inspection, and v2 can be written again.
+        let quarantined = temp.path().join("v00000000000000000002.corrupt");
+        prop_assert!(message.contains(&quarantined.display().to_string()), "{}", message);
+        prop_assert!(quarantined.join(&victim_name).exists());
+        prop_assert!(!newest.exists());
+        prop_assert_eq!(directory.newest_published_version(), Some(1));
+        write_checkpoint(&directory, 2, ManifestKind::KeyUnique, &simple_segments(2));
+        let reopened = CheckpointDirectory::open(temp.path()).unwrap();
+        prop_assert!(quarantined.is_dir(), "open leaves quarantined checkpoints alone");
+        let again = reopened.select_for_recovery().unwrap().unwrap();
+        prop_assert_eq!(again.version(), 2);
+        prop_assert!(again.fell_back().is_none());
     }
 }
 

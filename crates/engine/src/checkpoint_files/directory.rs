@@ -4,6 +4,9 @@
 //! - A directory named exactly `v{version:020}` is published: its MANIFEST and segments were fsynced
 //!   and the directory fsynced before the rename that gave it this name.
 //! - Directories with the `.tmp` or `.deleting` suffix are never read; `open` removes them.
+//! - Directories with the `.corrupt` suffix (moved aside by a recovery that fell back) are never
+//!   read and never removed: they are evidence for the operator.
+//! - `begin(version)` requires a version above every published one, so versions only grow.
 //! - `published` (the cache behind `newest_published_version`) only ever holds versions whose
 //!   directory was seen published on disk or was published by this process.
 
@@ -21,6 +24,9 @@ use crate::error::EngineError;
 
 const TMP_SUFFIX: &str = ".tmp";
 const DELETING_SUFFIX: &str = ".deleting";
+/// Suffix of a checkpoint that failed verification while an older one was recovered: never read,
+/// never removed automatically.
+pub(crate) const QUARANTINE_SUFFIX: &str = ".corrupt";
 
 /// The name of the published directory of `version`.
 pub(crate) fn published_name(version: u64) -> String {
@@ -150,6 +156,15 @@ impl CheckpointDirectory {
                 "checkpoint version 0 is reserved; versions start at 1".into(),
             ));
         }
+        if let Some(newest) = self
+            .newest_published_version()
+            .filter(|&newest| newest >= version)
+        {
+            return Err(EngineError::InvalidArgument(format!(
+                "checkpoint v{version} is not newer than the published v{newest}; checkpoint \
+                 versions must grow"
+            )));
+        }
         let final_path = self.root.join(published_name(version));
         if final_path.exists() {
             return Err(EngineError::InvalidArgument(format!(
@@ -182,6 +197,8 @@ impl CheckpointDirectory {
     }
 
     /// Chooses the checkpoint to recover from: the newest whose MANIFEST and every segment verify.
+    /// Newer checkpoints that failed are renamed to `v….corrupt` (kept, never read again) and
+    /// named in [`VerifiedCheckpoint::fell_back`].
     ///
     /// `Ok(None)`: no published checkpoint exists. `Err(Corrupt)`: checkpoints exist and none
     /// verifies (the error names each file and problem). I/O errors other than missing files are
@@ -196,7 +213,15 @@ impl CheckpointDirectory {
             })
             .collect();
         *self.published.lock().expect("published set lock") = versions.iter().copied().collect();
-        recovery::select(&self.root, versions, self.limits)
+        let selected = recovery::select(&self.root, versions, self.limits)?;
+        if let Some(checkpoint) = &selected {
+            // Newer checkpoints that failed were moved aside and are no longer published.
+            self.published
+                .lock()
+                .expect("published set lock")
+                .retain(|&v| v <= checkpoint.version());
+        }
+        Ok(selected)
     }
 
     /// Deletes all but the newest `keep` published checkpoints (`keep` >= 1).

@@ -10,6 +10,8 @@
 //!     segment-000000.seg  segment-000001.seg  ...
 //!   v00000000000000000008.tmp/              a checkpoint being written (or left by a crash)
 //!   v00000000000000000005.deleting/         a checkpoint being pruned (or left by a crash)
+//!   v00000000000000000009.corrupt/          failed verification; moved aside by a recovery that
+//!                                           fell back to an older checkpoint; kept for inspection
 //! ```
 //!
 //! # Segment file (all integers little-endian)
@@ -61,7 +63,9 @@
 //! Recovery does not trust this argument alone: [`CheckpointDirectory::select_for_recovery`] checks
 //! the MANIFEST CRC, then every segment's length, header, every entry's framing, the CRC32C of the
 //! whole body and the footer, against the MANIFEST. The newest checkpoint that passes every check is
-//! used; if a newer one failed, the result says which file and why (`fell_back`). If checkpoints
+//! used; if a newer one failed, the result says which file and why (`fell_back`) and the failed
+//! directory is renamed to `v….corrupt`, so that the next checkpoint can take its version number and
+//! pruning never keeps it in place of a good one. If checkpoints
 //! exist and none passes, recovery refuses with an error naming every file and problem, rather than
 //! start from an empty or partial image.
 //!

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::directory::published_name;
+use super::directory::{published_name, sync_directory, QUARANTINE_SUFFIX};
 use super::manifest::{decode_manifest_bytes, Manifest, ManifestKind, MAX_MANIFEST_BYTES};
 use super::segment::{read_segment_file, DecodeLimits, EntryRef};
 use super::MANIFEST_FILE_NAME;
@@ -186,6 +186,17 @@ fn verify(
     })
 }
 
+/// Renames the published directory of `version` to `v….corrupt` and makes the rename durable.
+fn quarantine(root: &Path, version: u64) -> Result<PathBuf, EngineError> {
+    let path = root.join(published_name(version));
+    let target = root.join(format!("{}{QUARANTINE_SUFFIX}", published_name(version)));
+    std::fs::rename(&path, &target).map_err(|source| {
+        EngineError::io(format!("move aside to {}", target.display()), &path, source)
+    })?;
+    sync_directory(root)?;
+    Ok(target)
+}
+
 /// The selection rule; see `CheckpointDirectory::select_for_recovery`.
 pub(crate) fn select(
     root: &Path,
@@ -194,11 +205,27 @@ pub(crate) fn select(
 ) -> Result<Option<VerifiedCheckpoint>, EngineError> {
     versions.sort_unstable_by(|a, b| b.cmp(a));
     let mut failures: Vec<String> = Vec::new();
-    for &version in &versions {
+    for (position, &version) in versions.iter().enumerate() {
         match verify(root, version, limits) {
             Ok(mut checkpoint) => {
                 if !failures.is_empty() {
-                    let message = format!("{}; recovered v{version}", failures.join("; "));
+                    // The failed newer checkpoints are moved aside (kept for inspection) so that
+                    // the engine can write its next version under the normal name and so that
+                    // pruning never counts a corrupt checkpoint among the ones it keeps.
+                    let mut moved = Vec::new();
+                    for &failed in &versions[..position] {
+                        moved.push(quarantine(root, failed)?);
+                    }
+                    let moved: Vec<String> = moved
+                        .iter()
+                        .map(|path| path.display().to_string())
+                        .collect();
+                    let message = format!(
+                        "{}; recovered v{version}; the failed checkpoint files were moved to {} \
+                         for inspection",
+                        failures.join("; "),
+                        moved.join(", ")
+                    );
                     tracing::warn!(%message, "recovering from an older checkpoint");
                     checkpoint.fell_back = Some(message);
                 }
