@@ -189,7 +189,72 @@ impl Hasher for IntegerHasher {
     }
 }
 
-type LastUpserts = HashMap<(u64, u32), u64, BuildHasherDefault<IntegerHasher>>;
+type KeyToSerial = HashMap<u64, u64, BuildHasherDefault<IntegerHasher>>;
+
+/// For every worker session, the last serial at which it upserted each key within its prefix.
+struct WorkerPrefixes {
+    sessions: Vec<(u32, KeyToSerial)>,
+}
+
+impl WorkerPrefixes {
+    /// Replays the worker sessions of `cpr_points`, several sessions at a time on different threads.
+    fn replay(spec: &WorkloadSpec, cpr_points: &HashMap<u32, u64>) -> WorkerPrefixes {
+        let workers: Vec<(u32, u64)> = cpr_points
+            .iter()
+            .filter(|(&session, _)| session != LOADER_SESSION)
+            .map(|(&session, &cpr_point)| (session, cpr_point))
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |threads| threads.get())
+            .clamp(1, workers.len().max(1));
+        let replay_one = |session: u32, cpr_point: u64| {
+            let mut last = KeyToSerial::default();
+            for serial in 1..=cpr_point {
+                if let Op::Upsert(key) = op_at(spec, session, serial) {
+                    last.insert(key, serial);
+                }
+            }
+            (session, last)
+        };
+        let mut sessions: Vec<(u32, KeyToSerial)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|thread| {
+                    let workers = &workers;
+                    let replay_one = &replay_one;
+                    scope.spawn(move || {
+                        workers
+                            .iter()
+                            .skip(thread)
+                            .step_by(threads)
+                            .map(|&(session, cpr_point)| replay_one(session, cpr_point))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|handle| handle.join().expect("replay thread panicked"))
+                .collect()
+        });
+        sessions.sort_unstable_by_key(|(session, _)| *session);
+        WorkerPrefixes { sessions }
+    }
+
+    fn last(&self, key: u64, session: u32) -> Option<u64> {
+        let position = self
+            .sessions
+            .binary_search_by_key(&session, |(s, _)| *s)
+            .ok()?;
+        self.sessions[position].1.get(&key).copied()
+    }
+
+    /// Some worker that upserted `key` within its prefix, and the serial.
+    fn any_writer(&self, key: u64) -> Option<(u32, u64)> {
+        self.sessions
+            .iter()
+            .find_map(|(session, last)| last.get(&key).map(|&serial| (*session, serial)))
+    }
+}
 
 /// A set of keys in `0..keys`.
 struct KeyBits(Vec<u64>);
@@ -247,21 +312,15 @@ where
         expected.insert(key);
     }
     summary.ops_replayed += cpr_points.get(&LOADER_SESSION).copied().unwrap_or(0);
-    let mut last_upserts = LastUpserts::default();
+    let workers = WorkerPrefixes::replay(spec, &cpr_points);
     // Worker keys, for the loader-precedes-workers rule.
     let mut worker_written = KeyBits::new(spec.keys);
-    for (&session, &cpr_point) in &cpr_points {
-        if session == LOADER_SESSION {
-            continue;
+    for (session, last) in &workers.sessions {
+        for &key in last.keys() {
+            expected.insert(key);
+            worker_written.insert(key);
         }
-        for serial in 1..=cpr_point {
-            if let Op::Upsert(key) = op_at(spec, session, serial) {
-                last_upserts.insert((key, session), serial);
-                expected.insert(key);
-                worker_written.insert(key);
-            }
-        }
-        summary.ops_replayed += cpr_point;
+        summary.ops_replayed += cpr_points[session];
     }
 
     let mut seen = KeyBits::new(spec.keys);
@@ -309,11 +368,9 @@ where
         }
         let last = if session == LOADER_SESSION {
             if worker_written.contains(key) {
-                let (writer, writer_serial) = last_upserts
-                    .iter()
-                    .find(|((written_key, _), _)| *written_key == key)
-                    .map(|(&(_, writer), &writer_serial)| (writer, writer_serial))
-                    .expect("worker_written keys have an entry");
+                let (writer, writer_serial) = workers
+                    .any_writer(key)
+                    .expect("worker_written keys have a writer");
                 return Err(format!(
                     "key {key}: lost write: the image holds the loader's value (serial {serial}) \
                      but session {writer} upserted it at serial {writer_serial} <= its CPR point"
@@ -321,9 +378,8 @@ where
             }
             key + 1
         } else {
-            last_upserts
-                .get(&(key, session))
-                .copied()
+            workers
+                .last(key, session)
                 .expect("a valid upsert within the prefix is recorded")
         };
         if last != serial {
@@ -343,10 +399,8 @@ where
                 missing + 1
             )
         } else {
-            let (session, serial) = last_upserts
-                .iter()
-                .find(|((key, _), _)| *key == missing)
-                .map(|(&(_, session), &serial)| (session, serial))
+            let (session, serial) = workers
+                .any_writer(missing)
                 .expect("expected keys have a writer");
             format!("session {session} upserted it at serial {serial} <= its CPR point")
         };
