@@ -134,7 +134,7 @@ fn zipf_rank(uniform_bits: u64, keys: u64) -> u64 {
 #[inline]
 pub fn op_at(spec: &WorkloadSpec, session_index: u32, serial: u64) -> Op {
     assert!(spec.keys >= 1, "a workload needs at least one key");
-    debug_assert!(serial >= 1, "serials start at 1");
+    assert!(serial >= 1, "serials start at 1");
     if session_index == LOADER_SESSION {
         return if serial <= spec.keys {
             Op::Upsert(serial - 1)

@@ -542,3 +542,14 @@ fn publish_checks_its_arguments() {
         Err(EngineError::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn handles_cross_threads() {
+    fn send_and_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_and_sync::<CheckpointDirectory>();
+    send_and_sync::<prefixkv_engine::checkpoint_files::PendingCheckpoint>();
+    send_and_sync::<prefixkv_engine::checkpoint_files::VerifiedCheckpoint>();
+    send::<prefixkv_engine::checkpoint_files::SegmentWriter>();
+    send_and_sync::<EngineError>();
+}
