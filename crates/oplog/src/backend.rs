@@ -45,7 +45,8 @@ impl BackendKind {
 
 /// A backend instance, owned by the I/O thread.
 pub(crate) enum Backend {
-    IoUring(io_uring::IoUring),
+    // Boxed: the ring is a few hundred bytes and the enum is moved into the I/O thread.
+    IoUring(Box<io_uring::IoUring>),
     Pwritev,
 }
 
@@ -61,7 +62,9 @@ pub(crate) fn probe_io_uring() -> Result<io_uring::IoUring, String> {
         if let Some(value) = &disabled_sysctl {
             text.push_str(&format!(" (kernel.io_uring_disabled = {value})"));
         } else if e.raw_os_error() == Some(libc::EPERM) {
-            text.push_str(" (blocked, probably by a seccomp filter such as Docker's default profile)");
+            text.push_str(
+                " (blocked, probably by a seccomp filter such as Docker's default profile)",
+            );
         }
         text
     };
@@ -74,16 +77,23 @@ pub(crate) fn probe_io_uring() -> Result<io_uring::IoUring, String> {
             (io_uring::opcode::Nop::CODE, "Nop"),
         ] {
             if !probe.is_supported(code) {
-                return Err(format!("io_uring opcode {name} is not supported by this kernel"));
+                return Err(format!(
+                    "io_uring opcode {name} is not supported by this kernel"
+                ));
             }
         }
     }
     let mut ring = ring;
     let nop = io_uring::opcode::Nop::new().build().user_data(7);
     // SAFETY: a no-op references no memory.
-    unsafe { ring.submission().push(&nop) }.map_err(|_| "io_uring submission queue full".to_string())?;
-    ring.submit_and_wait(1).map_err(|e| explain("io_uring_enter failed", e))?;
-    let completion = ring.completion().next().ok_or("io_uring no-op produced no completion")?;
+    unsafe { ring.submission().push(&nop) }
+        .map_err(|_| "io_uring submission queue full".to_string())?;
+    ring.submit_and_wait(1)
+        .map_err(|e| explain("io_uring_enter failed", e))?;
+    let completion = ring
+        .completion()
+        .next()
+        .ok_or("io_uring no-op produced no completion")?;
     if completion.result() < 0 {
         let e = io::Error::from_raw_os_error(-completion.result());
         return Err(explain("io_uring no-op failed", e));
@@ -95,18 +105,27 @@ pub(crate) fn probe_io_uring() -> Result<io_uring::IoUring, String> {
 pub(crate) fn select(choice: BackendChoice) -> Result<Backend, String> {
     match choice {
         BackendChoice::Pwritev => {
-            tracing::info!(backend = "pwritev", "oplog backend: pwritev + fdatasync (forced by config)");
+            tracing::info!(
+                backend = "pwritev",
+                "oplog backend: pwritev + fdatasync (forced by config)"
+            );
             Ok(Backend::Pwritev)
         }
         BackendChoice::IoUring => {
             let ring = probe_io_uring()?;
-            tracing::info!(backend = "io_uring", "oplog backend: io_uring linked Writev -> Fsync (forced by config)");
-            Ok(Backend::IoUring(ring))
+            tracing::info!(
+                backend = "io_uring",
+                "oplog backend: io_uring linked Writev -> Fsync (forced by config)"
+            );
+            Ok(Backend::IoUring(Box::new(ring)))
         }
         BackendChoice::Auto => match probe_io_uring() {
             Ok(ring) => {
-                tracing::info!(backend = "io_uring", "oplog backend: io_uring linked Writev -> Fsync");
-                Ok(Backend::IoUring(ring))
+                tracing::info!(
+                    backend = "io_uring",
+                    "oplog backend: io_uring linked Writev -> Fsync"
+                );
+                Ok(Backend::IoUring(Box::new(ring)))
             }
             Err(why) => {
                 tracing::info!(backend = "pwritev", reason = %why, "oplog backend: pwritev + fdatasync (io_uring unavailable)");
@@ -126,7 +145,13 @@ impl Backend {
 
     /// Writes `bytes` at `offset` of `file`, then, if `sync`, makes them durable with
     /// `fdatasync` semantics. Returns only when both are complete.
-    pub(crate) fn write_at(&mut self, file: &File, offset: u64, bytes: &[u8], sync: bool) -> io::Result<()> {
+    pub(crate) fn write_at(
+        &mut self,
+        file: &File,
+        offset: u64,
+        bytes: &[u8],
+        sync: bool,
+    ) -> io::Result<()> {
         match self {
             Backend::Pwritev => {
                 pwritev_all(file, offset, bytes)?;
@@ -156,7 +181,10 @@ fn pwritev_all(file: &File, mut offset: u64, mut bytes: &[u8]) -> io::Result<()>
             Err(e) => return Err(e.into()),
         };
         if written == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote 0 bytes"));
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "pwritev wrote 0 bytes",
+            ));
         }
         bytes = &bytes[written..];
         offset += written as u64;
@@ -179,18 +207,25 @@ fn uring_write_at(
     let fd = io_uring::types::Fd(file.as_raw_fd());
     loop {
         // Lives until both completions are reaped below, within this iteration.
-        let iovec = [libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() }];
+        let iovec = [libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        }];
         let mut wanted = 0;
         {
             let mut queue = ring.submission();
             if !bytes.is_empty() {
-                let mut write = io_uring::opcode::Writev::new(fd, iovec.as_ptr(), 1).offset(offset).build().user_data(WRITE_TAG);
+                let mut write = io_uring::opcode::Writev::new(fd, iovec.as_ptr(), 1)
+                    .offset(offset)
+                    .build()
+                    .user_data(WRITE_TAG);
                 if sync {
                     write = write.flags(io_uring::squeue::Flags::IO_LINK);
                 }
                 // SAFETY: `iovec` and `bytes` outlive the completion (reaped before this loop
                 // iteration ends) and this thread owns the ring.
-                unsafe { queue.push(&write) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
+                unsafe { queue.push(&write) }
+                    .map_err(|_| io::Error::other("io_uring submission queue full"))?;
                 wanted += 1;
             }
             if sync {
@@ -199,7 +234,8 @@ fn uring_write_at(
                     .build()
                     .user_data(SYNC_TAG);
                 // SAFETY: references only the file descriptor, which stays open.
-                unsafe { queue.push(&fsync) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
+                unsafe { queue.push(&fsync) }
+                    .map_err(|_| io::Error::other("io_uring submission queue full"))?;
                 wanted += 1;
             }
         }
@@ -220,7 +256,11 @@ fn uring_write_at(
                 match completion.user_data() {
                     WRITE_TAG => written = Some(completion.result()),
                     SYNC_TAG => synced = Some(completion.result()),
-                    other => return Err(io::Error::other(format!("unexpected io_uring completion {other}"))),
+                    other => {
+                        return Err(io::Error::other(format!(
+                            "unexpected io_uring completion {other}"
+                        )))
+                    }
                 }
             }
         }
@@ -230,7 +270,10 @@ fn uring_write_at(
             }
             let n = result as usize;
             if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "io_uring Writev wrote 0 bytes"));
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "io_uring Writev wrote 0 bytes",
+                ));
             }
             if n < bytes.len() {
                 // A short write breaks the link: the fsync was cancelled. Write the rest (and

@@ -68,7 +68,10 @@ pub enum OplogError {
 impl OplogError {
     /// Wraps an I/O error with what was being done.
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> OplogError {
-        OplogError::Io { context: context.into(), source }
+        OplogError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 

@@ -84,7 +84,10 @@ impl std::fmt::Display for HeaderError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             HeaderError::Short { available } => {
-                write!(f, "segment header is {available} bytes, expected {SEGMENT_HEADER_BYTES}")
+                write!(
+                    f,
+                    "segment header is {available} bytes, expected {SEGMENT_HEADER_BYTES}"
+                )
             }
             HeaderError::BadChecksum => write!(f, "segment header CRC32C mismatch"),
             HeaderError::BadMagic => write!(f, "not an oplog segment (bad magic bytes)"),
@@ -98,7 +101,9 @@ impl std::fmt::Display for HeaderError {
 /// Decodes a segment header, returning its first LSN.
 pub fn decode_segment_header(bytes: &[u8]) -> Result<u64, HeaderError> {
     if bytes.len() < SEGMENT_HEADER_BYTES {
-        return Err(HeaderError::Short { available: bytes.len() });
+        return Err(HeaderError::Short {
+            available: bytes.len(),
+        });
     }
     let stored_crc = u32::from_le_bytes(bytes[28..32].try_into().expect("4 bytes"));
     if crc32c::crc32c(&bytes[0..28]) != stored_crc {
@@ -111,7 +116,9 @@ pub fn decode_segment_header(bytes: &[u8]) -> Result<u64, HeaderError> {
     if version != FORMAT_VERSION {
         return Err(HeaderError::UnsupportedVersion(version));
     }
-    Ok(u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")))
+    Ok(u64::from_le_bytes(
+        bytes[16..24].try_into().expect("8 bytes"),
+    ))
 }
 
 /// The CRC32C a frame stores: over the length field, the LSN field and the payload.
@@ -124,7 +131,8 @@ fn frame_checksum(length_field: [u8; 4], lsn: u64, payload: &[u8]) -> u32 {
 /// Appends the frame of record `lsn` with `payload` to `out`. The caller has checked the payload
 /// length against its max record size (and therefore against `u32`).
 pub fn encode_frame(lsn: u64, payload: &[u8], out: &mut Vec<u8>) {
-    let length = u32::try_from(payload.len()).expect("payload length checked against max_record_bytes");
+    let length =
+        u32::try_from(payload.len()).expect("payload length checked against max_record_bytes");
     let length_field = length.to_le_bytes();
     let crc = frame_checksum(length_field, lsn, payload);
     out.reserve(FRAME_HEADER_BYTES + payload.len());
@@ -242,7 +250,13 @@ pub struct FrameReader<R> {
 impl<R: Read> FrameReader<R> {
     /// Starts decoding at file offset `offset`, expecting LSN `next_lsn` first.
     pub fn new(reader: R, offset: u64, next_lsn: u64, max_record_bytes: u32) -> Self {
-        FrameReader { reader, offset, next_lsn, max_record_bytes, payload: Vec::new() }
+        FrameReader {
+            reader,
+            offset,
+            next_lsn,
+            max_record_bytes,
+            payload: Vec::new(),
+        }
     }
 
     /// File offset of the next frame (the end of the valid prefix so far).
@@ -275,16 +289,30 @@ impl<R: Read> FrameReader<R> {
             return Ok(NextFrame::End);
         }
         if got < FRAME_HEADER_BYTES {
-            let error = FrameError::Truncated { needed: FRAME_HEADER_BYTES as u64, available: got as u64 };
-            return Ok(NextFrame::Bad { offset: start, error, length: None });
+            let error = FrameError::Truncated {
+                needed: FRAME_HEADER_BYTES as u64,
+                available: got as u64,
+            };
+            return Ok(NextFrame::Bad {
+                offset: start,
+                error,
+                length: None,
+            });
         }
         let length_field: [u8; 4] = header[0..4].try_into().expect("4 bytes");
         let length = u32::from_le_bytes(length_field);
         let stored = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
         let lsn = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
         if length > self.max_record_bytes {
-            let error = FrameError::TooLarge { length, max_record_bytes: self.max_record_bytes };
-            return Ok(NextFrame::Bad { offset: start, error, length: None });
+            let error = FrameError::TooLarge {
+                length,
+                max_record_bytes: self.max_record_bytes,
+            };
+            return Ok(NextFrame::Bad {
+                offset: start,
+                error,
+                length: None,
+            });
         }
         // Bounded by max_record_bytes, checked above.
         self.payload.clear();
@@ -295,16 +323,31 @@ impl<R: Read> FrameReader<R> {
                 needed: (FRAME_HEADER_BYTES + length as usize) as u64,
                 available: (FRAME_HEADER_BYTES + got) as u64,
             };
-            return Ok(NextFrame::Bad { offset: start, error, length: Some(length) });
+            return Ok(NextFrame::Bad {
+                offset: start,
+                error,
+                length: Some(length),
+            });
         }
         let computed = frame_checksum(length_field, lsn, &self.payload);
         if computed != stored {
             let error = FrameError::BadChecksum { stored, computed };
-            return Ok(NextFrame::Bad { offset: start, error, length: Some(length) });
+            return Ok(NextFrame::Bad {
+                offset: start,
+                error,
+                length: Some(length),
+            });
         }
         if lsn != self.next_lsn {
-            let error = FrameError::WrongLsn { expected: self.next_lsn, found: lsn };
-            return Ok(NextFrame::Bad { offset: start, error, length: Some(length) });
+            let error = FrameError::WrongLsn {
+                expected: self.next_lsn,
+                found: lsn,
+            };
+            return Ok(NextFrame::Bad {
+                offset: start,
+                error,
+                length: Some(length),
+            });
         }
         self.offset += frame_bytes(length as usize) as u64;
         self.next_lsn += 1;
@@ -327,10 +370,17 @@ pub struct SegmentImage {
 
 /// Decodes a complete segment image held in memory: header, then frames until the end or the
 /// first bad frame. Never panics and never allocates more than `max_record_bytes` per record.
-pub fn decode_segment_image(bytes: &[u8], max_record_bytes: u32) -> Result<SegmentImage, HeaderError> {
+pub fn decode_segment_image(
+    bytes: &[u8],
+    max_record_bytes: u32,
+) -> Result<SegmentImage, HeaderError> {
     let first_lsn = decode_segment_header(bytes)?;
-    let mut reader =
-        FrameReader::new(&bytes[SEGMENT_HEADER_BYTES..], SEGMENT_HEADER_BYTES as u64, first_lsn, max_record_bytes);
+    let mut reader = FrameReader::new(
+        &bytes[SEGMENT_HEADER_BYTES..],
+        SEGMENT_HEADER_BYTES as u64,
+        first_lsn,
+        max_record_bytes,
+    );
     let mut records = Vec::new();
     let stopped_at = loop {
         match reader.next_frame().expect("reading a slice cannot fail") {
@@ -339,7 +389,12 @@ pub fn decode_segment_image(bytes: &[u8], max_record_bytes: u32) -> Result<Segme
             NextFrame::Bad { offset, error, .. } => break Some((offset, error)),
         }
     };
-    Ok(SegmentImage { first_lsn, records, valid_bytes: reader.offset(), stopped_at })
+    Ok(SegmentImage {
+        first_lsn,
+        records,
+        valid_bytes: reader.offset(),
+        stopped_at,
+    })
 }
 
 #[cfg(test)]
@@ -349,7 +404,10 @@ mod tests {
     #[test]
     fn file_names_round_trip_and_sort_by_lsn() {
         assert_eq!(segment_file_name(1), "00000000000000000001.oplog");
-        assert_eq!(parse_segment_file_name(&segment_file_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(
+            parse_segment_file_name(&segment_file_name(u64::MAX)),
+            Some(u64::MAX)
+        );
         assert_eq!(parse_segment_file_name("1.oplog"), None);
         assert_eq!(parse_segment_file_name("0000000000000000000a.oplog"), None);
         assert!(segment_file_name(9) < segment_file_name(10));
@@ -361,8 +419,14 @@ mod tests {
         assert_eq!(decode_segment_header(&header), Ok(42));
         let mut damaged = header;
         damaged[17] ^= 1;
-        assert_eq!(decode_segment_header(&damaged), Err(HeaderError::BadChecksum));
-        assert_eq!(decode_segment_header(&header[..10]), Err(HeaderError::Short { available: 10 }));
+        assert_eq!(
+            decode_segment_header(&damaged),
+            Err(HeaderError::BadChecksum)
+        );
+        assert_eq!(
+            decode_segment_header(&header[..10]),
+            Err(HeaderError::Short { available: 10 })
+        );
     }
 
     #[test]
@@ -371,6 +435,15 @@ mod tests {
         image.extend_from_slice(&u32::MAX.to_le_bytes());
         image.extend_from_slice(&[0u8; 12]);
         let decoded = decode_segment_image(&image, 1024).unwrap();
-        assert!(matches!(decoded.stopped_at, Some((32, FrameError::TooLarge { length: u32::MAX, .. }))));
+        assert!(matches!(
+            decoded.stopped_at,
+            Some((
+                32,
+                FrameError::TooLarge {
+                    length: u32::MAX,
+                    ..
+                }
+            ))
+        ));
     }
 }

@@ -40,12 +40,22 @@ impl ActiveSegment {
         let file = OpenOptions::new()
             .write(true)
             .open(&meta.path)
-            .map_err(|e| OplogError::io(format!("opening oplog segment {} for appends", meta.path.display()), e))?;
+            .map_err(|e| {
+                OplogError::io(
+                    format!("opening oplog segment {} for appends", meta.path.display()),
+                    e,
+                )
+            })?;
         // Records a previous process wrote without syncing (policies `everysec`/`none`) are
         // about to be reported as durable: make that true.
-        file.sync_data()
-            .map_err(|e| OplogError::io(format!("syncing oplog segment {}", meta.path.display()), e))?;
-        Ok(ActiveSegment { file, first_lsn: meta.first_lsn, length_bytes })
+        file.sync_data().map_err(|e| {
+            OplogError::io(format!("syncing oplog segment {}", meta.path.display()), e)
+        })?;
+        Ok(ActiveSegment {
+            file,
+            first_lsn: meta.first_lsn,
+            length_bytes,
+        })
     }
 
     fn has_records(&self) -> bool {
@@ -75,13 +85,18 @@ struct Group {
 impl IoThread {
     pub(crate) fn run(mut self) {
         loop {
-            let Some(group) = self.take_group() else { return };
+            let Some(group) = self.take_group() else {
+                return;
+            };
             let last = group.last;
             match self.write_group(&group) {
                 Ok((written_lsn, durable_lsn)) => {
                     self.shared.groups_written.fetch_add(1, Ordering::Relaxed);
-                    self.shared.records_written.fetch_add(group.record_ends.len() as u64, Ordering::Relaxed);
-                    self.shared.publish(written_lsn, durable_lsn, group.bytes.len());
+                    self.shared
+                        .records_written
+                        .fetch_add(group.record_ends.len() as u64, Ordering::Relaxed);
+                    self.shared
+                        .publish(written_lsn, durable_lsn, group.bytes.len());
                 }
                 Err(error) => {
                     self.shared.fail(error.to_string());
@@ -108,8 +123,9 @@ impl IoThread {
             }
             let unsynced = state.written_lsn > state.durable_lsn;
             let sync_requested = state.sync_wanted_through > state.durable_lsn;
-            let everysec_due =
-                self.shared.policy == SyncPolicy::EverySec && unsynced && self.last_sync.elapsed() >= EVERYSEC_INTERVAL;
+            let everysec_due = self.shared.policy == SyncPolicy::EverySec
+                && unsynced
+                && self.last_sync.elapsed() >= EVERYSEC_INTERVAL;
             if !state.queue.is_empty() || sync_requested || everysec_due || state.shutdown {
                 break (sync_requested, everysec_due);
             }
@@ -122,13 +138,23 @@ impl IoThread {
         };
         let first_lsn = state.queue_first_lsn;
         let bytes = std::mem::replace(&mut state.queue, std::mem::take(&mut self.spare_queue));
-        let record_ends = std::mem::replace(&mut state.queue_record_ends, std::mem::take(&mut self.spare_ends));
+        let record_ends = std::mem::replace(
+            &mut state.queue_record_ends,
+            std::mem::take(&mut self.spare_ends),
+        );
         state.queue_first_lsn = state.next_lsn;
         debug_assert_eq!(first_lsn + record_ends.len() as u64, state.next_lsn);
         // After shutdown no append is accepted, so this group is the last one.
         let last = state.shutdown;
-        let sync = self.shared.policy == SyncPolicy::Always || sync_requested || everysec_due || last;
-        Some(Group { bytes, record_ends, first_lsn, sync, last })
+        let sync =
+            self.shared.policy == SyncPolicy::Always || sync_requested || everysec_due || last;
+        Some(Group {
+            bytes,
+            record_ends,
+            first_lsn,
+            sync,
+            last,
+        })
     }
 
     /// Writes `group` (rolling segments as needed); returns the new (written, durable) LSNs.
@@ -142,7 +168,10 @@ impl IoThread {
         let mut start_index = 0;
         let mut start_offset = 0;
         while start_index < ends.len() {
-            let room = self.shared.segment_bytes.saturating_sub(self.active.length_bytes);
+            let room = self
+                .shared
+                .segment_bytes
+                .saturating_sub(self.active.length_bytes);
             let mut end_index = start_index;
             while end_index < ends.len() && (ends[end_index] - start_offset) as u64 <= room {
                 end_index += 1;
@@ -161,9 +190,18 @@ impl IoThread {
             let is_final_run = end_index == ends.len();
             // A run that is not final is followed by a roll, which syncs this segment anyway.
             let sync = group.sync && is_final_run;
-            self.backend.write_at(&self.active.file, self.active.length_bytes, bytes, sync).map_err(|e| {
-                OplogError::io(format!("writing {} bytes to oplog segment starting at LSN {}", bytes.len(), self.active.first_lsn), e)
-            })?;
+            self.backend
+                .write_at(&self.active.file, self.active.length_bytes, bytes, sync)
+                .map_err(|e| {
+                    OplogError::io(
+                        format!(
+                            "writing {} bytes to oplog segment starting at LSN {}",
+                            bytes.len(),
+                            self.active.first_lsn
+                        ),
+                        e,
+                    )
+                })?;
             self.active.length_bytes += bytes.len() as u64;
             written_lsn += (end_index - start_index) as u64;
             if sync {
@@ -175,9 +213,15 @@ impl IoThread {
         }
         if group.sync && durable_lsn < written_lsn {
             // Nothing new to write (a flush request, or the everysec timer): sync what is there.
-            self.backend
-                .sync(&self.active.file)
-                .map_err(|e| OplogError::io(format!("syncing oplog segment starting at LSN {}", self.active.first_lsn), e))?;
+            self.backend.sync(&self.active.file).map_err(|e| {
+                OplogError::io(
+                    format!(
+                        "syncing oplog segment starting at LSN {}",
+                        self.active.first_lsn
+                    ),
+                    e,
+                )
+            })?;
             self.note_sync();
             durable_lsn = written_lsn;
         }
@@ -191,9 +235,15 @@ impl IoThread {
 
     /// Makes the active segment durable and starts a new one whose first record is `next_lsn`.
     fn roll(&mut self, next_lsn: u64) -> Result<()> {
-        self.backend
-            .sync(&self.active.file)
-            .map_err(|e| OplogError::io(format!("syncing oplog segment starting at LSN {}", self.active.first_lsn), e))?;
+        self.backend.sync(&self.active.file).map_err(|e| {
+            OplogError::io(
+                format!(
+                    "syncing oplog segment starting at LSN {}",
+                    self.active.first_lsn
+                ),
+                e,
+            )
+        })?;
         self.note_sync();
         let path = self.shared.dir.join(segment_file_name(next_lsn));
         let file = OpenOptions::new()
@@ -203,10 +253,22 @@ impl IoThread {
             .map_err(|e| OplogError::io(format!("creating oplog segment {}", path.display()), e))?;
         self.backend
             .write_at(&file, 0, &encode_segment_header(next_lsn), true)
-            .map_err(|e| OplogError::io(format!("writing the header of oplog segment {}", path.display()), e))?;
+            .map_err(|e| {
+                OplogError::io(
+                    format!("writing the header of oplog segment {}", path.display()),
+                    e,
+                )
+            })?;
         sync_dir(&self.shared.dir)?;
-        self.shared.segments.lock().push(SegmentMeta { first_lsn: next_lsn, path });
-        self.active = ActiveSegment { file, first_lsn: next_lsn, length_bytes: SEGMENT_HEADER_BYTES as u64 };
+        self.shared.segments.lock().push(SegmentMeta {
+            first_lsn: next_lsn,
+            path,
+        });
+        self.active = ActiveSegment {
+            file,
+            first_lsn: next_lsn,
+            length_bytes: SEGMENT_HEADER_BYTES as u64,
+        };
         Ok(())
     }
 }

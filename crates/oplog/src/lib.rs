@@ -97,13 +97,19 @@ impl Config {
     fn validate(&self) -> Result<()> {
         let limit = u32::MAX - format::FRAME_HEADER_BYTES as u32;
         if self.max_record_bytes == 0 || self.max_record_bytes > limit {
-            return Err(OplogError::InvalidConfig(format!("max_record_bytes must be in 1..={limit}")));
+            return Err(OplogError::InvalidConfig(format!(
+                "max_record_bytes must be in 1..={limit}"
+            )));
         }
         if self.segment_bytes < 4096 {
-            return Err(OplogError::InvalidConfig("segment_bytes must be at least 4096".into()));
+            return Err(OplogError::InvalidConfig(
+                "segment_bytes must be at least 4096".into(),
+            ));
         }
         if self.queue_capacity_bytes == 0 {
-            return Err(OplogError::InvalidConfig("queue_capacity_bytes must be positive".into()));
+            return Err(OplogError::InvalidConfig(
+                "queue_capacity_bytes must be positive".into(),
+            ));
         }
         Ok(())
     }

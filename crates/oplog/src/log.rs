@@ -71,7 +71,10 @@ pub struct Oplog {
 
 impl std::fmt::Debug for Oplog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Oplog").field("dir", &self.shared.dir).field("backend", &self.backend).finish()
+        f.debug_struct("Oplog")
+            .field("dir", &self.shared.dir)
+            .field("backend", &self.backend)
+            .finish()
     }
 }
 
@@ -83,8 +86,9 @@ impl Oplog {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let created = !dir.exists();
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| OplogError::io(format!("creating oplog directory {}", dir.display()), e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            OplogError::io(format!("creating oplog directory {}", dir.display()), e)
+        })?;
         if created {
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
                 sync_dir(parent)?;
@@ -92,7 +96,11 @@ impl Oplog {
         }
         let backend = backend::select(config.backend).map_err(OplogError::BackendUnavailable)?;
         let recovered = recovery::recover(&dir, config.max_record_bytes, config.repair)?;
-        let last = recovered.segments.last().expect("recovery leaves at least one segment").clone();
+        let last = recovered
+            .segments
+            .last()
+            .expect("recovery leaves at least one segment")
+            .clone();
         let active = ActiveSegment::open(&last, recovered.last_segment_bytes)?;
         let written = recovered.next_lsn - 1;
         let report = OpenReport {
@@ -152,13 +160,23 @@ impl Oplog {
             .map_err(|e| OplogError::io("spawning the oplog I/O thread", e))?;
         tracing::info!(dir = %shared.dir.display(), next_lsn = report.next_lsn, segments = report.segments,
             backend = kind.name(), policy = ?config.policy, "oplog opened");
-        Ok((Oplog { shared, io_thread: Some(io_thread), backend: kind }, report))
+        Ok((
+            Oplog {
+                shared,
+                io_thread: Some(io_thread),
+                backend: kind,
+            },
+            report,
+        ))
     }
 
     /// Queues `payload` and returns its ticket; blocks while the queue is full.
     pub fn append(&self, payload: &[u8]) -> Result<AppendTicket> {
         let lsn = self.enqueue(payload)?;
-        Ok(AppendTicket { lsn, shared: Arc::clone(&self.shared) })
+        Ok(AppendTicket {
+            lsn,
+            shared: Arc::clone(&self.shared),
+        })
     }
 
     /// Queues `payload` and calls `callback` with its LSN once it completes (or with the log's
@@ -195,7 +213,9 @@ impl Oplog {
             if state.shutdown {
                 return Err(Shared::failed("the log is closing"));
             }
-            if state.outstanding_bytes == 0 || state.outstanding_bytes + frame <= self.shared.queue_capacity_bytes {
+            if state.outstanding_bytes == 0
+                || state.outstanding_bytes + frame <= self.shared.queue_capacity_bytes
+            {
                 break;
             }
             self.shared.space_freed.wait(&mut state);
@@ -207,7 +227,10 @@ impl Oplog {
         let end = state.queue.len();
         state.queue_record_ends.push(end);
         state.outstanding_bytes += frame;
-        debug_assert_eq!(state.queue_first_lsn + state.queue_record_ends.len() as u64, state.next_lsn);
+        debug_assert_eq!(
+            state.queue_first_lsn + state.queue_record_ends.len() as u64,
+            state.next_lsn
+        );
         drop(state);
         if was_empty {
             self.shared.work_ready.notify_one();
@@ -281,14 +304,22 @@ impl Oplog {
     pub fn truncate_through(&self, lsn: u64) -> Result<TruncateReport> {
         let mut segments = self.shared.segments.lock();
         let mut deletable = 0;
-        while deletable + 1 < segments.len() && segments[deletable + 1].first_lsn <= lsn.saturating_add(1) {
+        while deletable + 1 < segments.len()
+            && segments[deletable + 1].first_lsn <= lsn.saturating_add(1)
+        {
             deletable += 1;
         }
         let mut bytes_deleted = 0;
         for segment in &segments[..deletable] {
-            bytes_deleted += std::fs::metadata(&segment.path).map(|m| m.len()).unwrap_or(0);
-            std::fs::remove_file(&segment.path)
-                .map_err(|e| OplogError::io(format!("deleting oplog segment {}", segment.path.display()), e))?;
+            bytes_deleted += std::fs::metadata(&segment.path)
+                .map(|m| m.len())
+                .unwrap_or(0);
+            std::fs::remove_file(&segment.path).map_err(|e| {
+                OplogError::io(
+                    format!("deleting oplog segment {}", segment.path.display()),
+                    e,
+                )
+            })?;
         }
         segments.drain(..deletable);
         let oldest_lsn = segments[0].first_lsn;
@@ -296,7 +327,11 @@ impl Oplog {
         if deletable > 0 {
             sync_dir(&self.shared.dir)?;
         }
-        Ok(TruncateReport { segments_deleted: deletable, bytes_deleted, oldest_lsn })
+        Ok(TruncateReport {
+            segments_deleted: deletable,
+            bytes_deleted,
+            oldest_lsn,
+        })
     }
 
     /// Replays records with LSN `>= from_lsn` that were written when this call was made, in LSN
@@ -314,7 +349,9 @@ impl Oplog {
     }
 
     fn shutdown(&mut self) -> Result<()> {
-        let Some(handle) = self.io_thread.take() else { return Ok(()) };
+        let Some(handle) = self.io_thread.take() else {
+            return Ok(());
+        };
         self.shared.state.lock().shutdown = true;
         self.shared.work_ready.notify_all();
         if handle.join().is_err() {
@@ -328,7 +365,12 @@ impl Oplog {
 
     /// Paths of the current segment files, oldest first.
     pub fn segment_paths(&self) -> Vec<PathBuf> {
-        self.shared.segments.lock().iter().map(|s| s.path.clone()).collect()
+        self.shared
+            .segments
+            .lock()
+            .iter()
+            .map(|s| s.path.clone())
+            .collect()
     }
 }
 

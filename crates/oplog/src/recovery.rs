@@ -19,8 +19,8 @@
 
 use crate::error::{OplogError, Result};
 use crate::format::{
-    decode_segment_header, encode_segment_header, parse_segment_file_name, FrameError, FrameReader, NextFrame,
-    SEGMENT_EXTENSION, SEGMENT_HEADER_BYTES,
+    decode_segment_header, encode_segment_header, parse_segment_file_name, FrameError, FrameReader,
+    NextFrame, SEGMENT_EXTENSION, SEGMENT_HEADER_BYTES,
 };
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
@@ -81,9 +81,15 @@ fn io_error(context: String) -> impl FnOnce(std::io::Error) -> OplogError {
 /// Lists `*.oplog` files of `dir` sorted by first LSN; other files are left alone.
 pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentMeta>> {
     let mut segments = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(io_error(format!("listing oplog directory {}", dir.display())))?;
+    let entries = std::fs::read_dir(dir).map_err(io_error(format!(
+        "listing oplog directory {}",
+        dir.display()
+    )))?;
     for entry in entries {
-        let entry = entry.map_err(io_error(format!("listing oplog directory {}", dir.display())))?;
+        let entry = entry.map_err(io_error(format!(
+            "listing oplog directory {}",
+            dir.display()
+        )))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if !name.ends_with(&format!(".{SEGMENT_EXTENSION}")) {
@@ -97,7 +103,10 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentMeta>> {
                 ),
             });
         };
-        segments.push(SegmentMeta { first_lsn, path: entry.path() });
+        segments.push(SegmentMeta {
+            first_lsn,
+            path: entry.path(),
+        });
     }
     segments.sort_by_key(|s| s.first_lsn);
     Ok(segments)
@@ -107,7 +116,10 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentMeta>> {
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(io_error(format!("syncing oplog directory {}", dir.display())))
+        .map_err(io_error(format!(
+            "syncing oplog directory {}",
+            dir.display()
+        )))
 }
 
 /// Creates an empty segment (header only) and makes it durable, directory entry included.
@@ -117,10 +129,16 @@ pub(crate) fn create_segment(dir: &Path, first_lsn: u64) -> Result<SegmentMeta> 
         .write(true)
         .create_new(true)
         .open(&path)
-        .map_err(io_error(format!("creating oplog segment {}", path.display())))?;
+        .map_err(io_error(format!(
+            "creating oplog segment {}",
+            path.display()
+        )))?;
     file.write_all(&encode_segment_header(first_lsn))
         .and_then(|()| file.sync_all())
-        .map_err(io_error(format!("writing the header of oplog segment {}", path.display())))?;
+        .map_err(io_error(format!(
+            "writing the header of oplog segment {}",
+            path.display()
+        )))?;
     sync_dir(dir)?;
     Ok(SegmentMeta { first_lsn, path })
 }
@@ -130,10 +148,16 @@ fn truncate_file(path: &Path, length: u64) -> Result<()> {
     let file = OpenOptions::new()
         .write(true)
         .open(path)
-        .map_err(io_error(format!("opening {} to truncate it", path.display())))?;
+        .map_err(io_error(format!(
+            "opening {} to truncate it",
+            path.display()
+        )))?;
     file.set_len(length)
         .and_then(|()| file.sync_all())
-        .map_err(io_error(format!("truncating {} to {length} bytes", path.display())))
+        .map_err(io_error(format!(
+            "truncating {} to {length} bytes",
+            path.display()
+        )))
 }
 
 /// Overwrites the header of `path` with a fresh one for `first_lsn` and cuts the file after it.
@@ -141,20 +165,29 @@ fn reset_segment(path: &Path, first_lsn: u64) -> Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
         .open(path)
-        .map_err(io_error(format!("opening {} to rewrite its header", path.display())))?;
+        .map_err(io_error(format!(
+            "opening {} to rewrite its header",
+            path.display()
+        )))?;
     file.set_len(0)
         .and_then(|()| file.write_all(&encode_segment_header(first_lsn)))
         .and_then(|()| file.sync_all())
-        .map_err(io_error(format!("rewriting the header of {}", path.display())))
+        .map_err(io_error(format!(
+            "rewriting the header of {}",
+            path.display()
+        )))
 }
 
 /// Is there a valid frame carrying `lsn` at `offset` of `path`? (Evidence of corruption, see the
 /// module comment.)
 fn valid_frame_at(path: &Path, offset: u64, lsn: u64, max_record_bytes: u32) -> Result<bool> {
     let mut file = File::open(path).map_err(io_error(format!("opening {}", path.display())))?;
-    file.seek(SeekFrom::Start(offset)).map_err(io_error(format!("seeking in {}", path.display())))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(io_error(format!("seeking in {}", path.display())))?;
     let mut reader = FrameReader::new(BufReader::new(file), offset, lsn, max_record_bytes);
-    let next = reader.next_frame().map_err(io_error(format!("reading {}", path.display())))?;
+    let next = reader
+        .next_frame()
+        .map_err(io_error(format!("reading {}", path.display())))?;
     Ok(matches!(next, NextFrame::Record { .. }))
 }
 
@@ -162,7 +195,11 @@ enum SegmentProblem {
     /// The segment's header is bad (offset 0).
     Header(String),
     /// A frame is bad.
-    Frame { offset: u64, error: FrameError, length: Option<u32> },
+    Frame {
+        offset: u64,
+        error: FrameError,
+        length: Option<u32>,
+    },
 }
 
 struct SegmentScan {
@@ -174,9 +211,14 @@ struct SegmentScan {
 
 fn scan_segment(segment: &SegmentMeta, max_record_bytes: u32) -> Result<SegmentScan> {
     let path = &segment.path;
-    let file = File::open(path).map_err(io_error(format!("opening oplog segment {}", path.display())))?;
-    let file_bytes =
-        file.metadata().map_err(io_error(format!("reading the size of {}", path.display())))?.len();
+    let file = File::open(path).map_err(io_error(format!(
+        "opening oplog segment {}",
+        path.display()
+    )))?;
+    let file_bytes = file
+        .metadata()
+        .map_err(io_error(format!("reading the size of {}", path.display())))?
+        .len();
     let mut reader = BufReader::new(file);
     let mut header = [0u8; SEGMENT_HEADER_BYTES];
     let mut got = 0;
@@ -190,28 +232,55 @@ fn scan_segment(segment: &SegmentMeta, max_record_bytes: u32) -> Result<SegmentS
     }
     let header_problem = match decode_segment_header(&header[..got]) {
         Err(e) => Some(e.to_string()),
-        Ok(lsn) if lsn != segment.first_lsn => {
-            Some(format!("header says first LSN {lsn} but the file name says {}", segment.first_lsn))
-        }
+        Ok(lsn) if lsn != segment.first_lsn => Some(format!(
+            "header says first LSN {lsn} but the file name says {}",
+            segment.first_lsn
+        )),
         Ok(_) => None,
     };
     if let Some(reason) = header_problem {
-        return Ok(SegmentScan { records: 0, valid_bytes: 0, file_bytes, problem: Some(SegmentProblem::Header(reason)) });
+        return Ok(SegmentScan {
+            records: 0,
+            valid_bytes: 0,
+            file_bytes,
+            problem: Some(SegmentProblem::Header(reason)),
+        });
     }
-    let mut frames = FrameReader::new(reader, SEGMENT_HEADER_BYTES as u64, segment.first_lsn, max_record_bytes);
+    let mut frames = FrameReader::new(
+        reader,
+        SEGMENT_HEADER_BYTES as u64,
+        segment.first_lsn,
+        max_record_bytes,
+    );
     let mut records = 0;
     loop {
-        match frames.next_frame().map_err(io_error(format!("reading oplog segment {}", path.display())))? {
+        match frames.next_frame().map_err(io_error(format!(
+            "reading oplog segment {}",
+            path.display()
+        )))? {
             NextFrame::Record { .. } => records += 1,
             NextFrame::End => {
-                return Ok(SegmentScan { records, valid_bytes: frames.offset(), file_bytes, problem: None })
+                return Ok(SegmentScan {
+                    records,
+                    valid_bytes: frames.offset(),
+                    file_bytes,
+                    problem: None,
+                })
             }
-            NextFrame::Bad { offset, error, length } => {
+            NextFrame::Bad {
+                offset,
+                error,
+                length,
+            } => {
                 return Ok(SegmentScan {
                     records,
                     valid_bytes: offset,
                     file_bytes,
-                    problem: Some(SegmentProblem::Frame { offset, error, length }),
+                    problem: Some(SegmentProblem::Frame {
+                        offset,
+                        error,
+                        length,
+                    }),
                 })
             }
         }
@@ -269,14 +338,24 @@ pub(crate) fn recover(dir: &Path, max_record_bytes: u32, repair: bool) -> Result
                 let torn = is_last && scan.file_bytes <= SEGMENT_HEADER_BYTES as u64;
                 (0, reason, torn)
             }
-            SegmentProblem::Frame { offset, error, length } => {
+            SegmentProblem::Frame {
+                offset,
+                error,
+                length,
+            } => {
                 let torn = is_last
                     && match (&error, length) {
                         (FrameError::WrongLsn { .. }, _) => false,
                         (_, Some(length)) => {
-                            let successor = offset + crate::format::frame_bytes(length as usize) as u64;
+                            let successor =
+                                offset + crate::format::frame_bytes(length as usize) as u64;
                             successor >= scan.file_bytes
-                                || !valid_frame_at(&segment.path, successor, next_lsn + 1, max_record_bytes)?
+                                || !valid_frame_at(
+                                    &segment.path,
+                                    successor,
+                                    next_lsn + 1,
+                                    max_record_bytes,
+                                )?
                         }
                         (_, None) => true,
                     };
@@ -287,9 +366,16 @@ pub(crate) fn recover(dir: &Path, max_record_bytes: u32, repair: bool) -> Result
         if torn {
             tracing::warn!(segment = %segment.path.display(), offset, bytes_dropped = dropped, %reason,
                 "oplog: dropping a torn record at the end of the log");
-            torn_tail = Some(TornTail { segment: segment.path.clone(), offset, bytes_dropped: dropped });
+            torn_tail = Some(TornTail {
+                segment: segment.path.clone(),
+                offset,
+                bytes_dropped: dropped,
+            });
         } else if repair {
-            let deleted: Vec<PathBuf> = segments[index + 1..].iter().map(|s| s.path.clone()).collect();
+            let deleted: Vec<PathBuf> = segments[index + 1..]
+                .iter()
+                .map(|s| s.path.clone())
+                .collect();
             tracing::warn!(segment = %segment.path.display(), offset, bytes_dropped = dropped, %reason,
                 segments_deleted = deleted.len(), "oplog: repair truncates the log at a corrupt record");
             repair_report = Some(Repair {
@@ -301,12 +387,17 @@ pub(crate) fn recover(dir: &Path, max_record_bytes: u32, repair: bool) -> Result
             });
             // Newest first, so that a crash during repair leaves a dense prefix of segments.
             for path in deleted.iter().rev() {
-                std::fs::remove_file(path).map_err(io_error(format!("deleting {}", path.display())))?;
+                std::fs::remove_file(path)
+                    .map_err(io_error(format!("deleting {}", path.display())))?;
             }
             sync_dir(dir)?;
             segments.truncate(index + 1);
         } else {
-            return Err(OplogError::Corrupt { path: segment.path.clone(), offset, reason });
+            return Err(OplogError::Corrupt {
+                path: segment.path.clone(),
+                offset,
+                reason,
+            });
         }
         if offset == 0 {
             reset_segment(&segment.path, segment.first_lsn)?;
@@ -317,5 +408,12 @@ pub(crate) fn recover(dir: &Path, max_record_bytes: u32, repair: bool) -> Result
         break;
     }
     debug_assert!(last_segment_bytes >= SEGMENT_HEADER_BYTES as u64);
-    Ok(Recovered { segments, last_segment_bytes, next_lsn, records, torn_tail, repair: repair_report })
+    Ok(Recovered {
+        segments,
+        last_segment_bytes,
+        next_lsn,
+        records,
+        torn_tail,
+        repair: repair_report,
+    })
 }

@@ -25,20 +25,42 @@ pub struct Replay {
 
 impl std::fmt::Debug for Replay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Replay").field("from_lsn", &self.from_lsn).field("through_lsn", &self.through_lsn).finish()
+        f.debug_struct("Replay")
+            .field("from_lsn", &self.from_lsn)
+            .field("through_lsn", &self.through_lsn)
+            .finish()
     }
 }
 
 impl Replay {
-    pub(crate) fn new(segments: Vec<SegmentMeta>, from_lsn: u64, through_lsn: u64, max_record_bytes: u32) -> Result<Replay> {
+    pub(crate) fn new(
+        segments: Vec<SegmentMeta>,
+        from_lsn: u64,
+        through_lsn: u64,
+        max_record_bytes: u32,
+    ) -> Result<Replay> {
         let from_lsn = from_lsn.max(1);
         let oldest = segments.first().map_or(1, |s| s.first_lsn);
         if from_lsn < oldest {
-            return Err(OplogError::Truncated { requested: from_lsn, oldest_retained: oldest });
+            return Err(OplogError::Truncated {
+                requested: from_lsn,
+                oldest_retained: oldest,
+            });
         }
         // Start at the last segment that begins at or before `from_lsn`.
-        let next_segment = segments.iter().rposition(|s| s.first_lsn <= from_lsn).unwrap_or(0);
-        Ok(Replay { segments, next_segment, reader: None, from_lsn, through_lsn, max_record_bytes, finished: false })
+        let next_segment = segments
+            .iter()
+            .rposition(|s| s.first_lsn <= from_lsn)
+            .unwrap_or(0);
+        Ok(Replay {
+            segments,
+            next_segment,
+            reader: None,
+            from_lsn,
+            through_lsn,
+            max_record_bytes,
+            finished: false,
+        })
     }
 
     /// The last LSN this replay will return (the written LSN when it started).
@@ -47,23 +69,38 @@ impl Replay {
     }
 
     fn open_next(&mut self, expected_lsn: Option<u64>) -> Result<bool> {
-        let Some(segment) = self.segments.get(self.next_segment) else { return Ok(false) };
+        let Some(segment) = self.segments.get(self.next_segment) else {
+            return Ok(false);
+        };
         if let Some(expected) = expected_lsn {
             if segment.first_lsn != expected {
                 return Err(OplogError::Corrupt {
                     path: segment.path.clone(),
                     offset: 0,
-                    reason: format!("segment starts at LSN {} but LSN {expected} was expected", segment.first_lsn),
+                    reason: format!(
+                        "segment starts at LSN {} but LSN {expected} was expected",
+                        segment.first_lsn
+                    ),
                 });
             }
         }
         let mut file = File::open(&segment.path).map_err(|e| {
-            OplogError::io(format!("opening oplog segment {} for replay (was it truncated meanwhile?)", segment.path.display()), e)
+            OplogError::io(
+                format!(
+                    "opening oplog segment {} for replay (was it truncated meanwhile?)",
+                    segment.path.display()
+                ),
+                e,
+            )
         })?;
         file.seek(SeekFrom::Start(SEGMENT_HEADER_BYTES as u64))
             .map_err(|e| OplogError::io(format!("seeking in {}", segment.path.display()), e))?;
-        let reader =
-            FrameReader::new(BufReader::new(file), SEGMENT_HEADER_BYTES as u64, segment.first_lsn, self.max_record_bytes);
+        let reader = FrameReader::new(
+            BufReader::new(file),
+            SEGMENT_HEADER_BYTES as u64,
+            segment.first_lsn,
+            self.max_record_bytes,
+        );
         self.reader = Some((reader, self.next_segment));
         self.next_segment += 1;
         Ok(true)
@@ -81,7 +118,10 @@ impl Replay {
                 return Ok(None);
             }
             let path = self.segments[*index].path.clone();
-            match reader.next_frame().map_err(|e| OplogError::io(format!("reading {}", path.display()), e))? {
+            match reader
+                .next_frame()
+                .map_err(|e| OplogError::io(format!("reading {}", path.display()), e))?
+            {
                 NextFrame::Record { lsn } => {
                     if lsn >= self.from_lsn {
                         return Ok(Some((lsn, reader.take_payload())));
@@ -99,7 +139,11 @@ impl Replay {
                     }
                 }
                 NextFrame::Bad { offset, error, .. } => {
-                    return Err(OplogError::Corrupt { path, offset, reason: error.to_string() })
+                    return Err(OplogError::Corrupt {
+                        path,
+                        offset,
+                        reason: error.to_string(),
+                    })
                 }
             }
         }

@@ -108,7 +108,10 @@ impl Shared {
         let (wakers, callbacks) = {
             let mut state = self.state.lock();
             state.failure.get_or_insert(message.clone());
-            (std::mem::take(&mut state.wakers), std::mem::take(&mut state.callbacks))
+            (
+                std::mem::take(&mut state.wakers),
+                std::mem::take(&mut state.callbacks),
+            )
         };
         self.progress.notify_all();
         self.space_freed.notify_all();

@@ -19,7 +19,9 @@ pub struct AppendTicket {
 
 impl std::fmt::Debug for AppendTicket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppendTicket").field("lsn", &self.lsn).finish()
+        f.debug_struct("AppendTicket")
+            .field("lsn", &self.lsn)
+            .finish()
     }
 }
 
@@ -59,7 +61,12 @@ impl AppendTicket {
             if let Some(message) = &state.failure {
                 return Err(Shared::failed(message));
             }
-            if self.shared.progress.wait_until(&mut state, deadline).timed_out() {
+            if self
+                .shared
+                .progress
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
                 return Ok((state.completed_lsn >= self.lsn).then_some(self.lsn));
             }
         }
@@ -80,7 +87,11 @@ impl Future for AppendTicket {
         }
         // Replace this ticket's earlier waker rather than piling up one per poll.
         let lsn = self.lsn;
-        match state.wakers.iter_mut().find(|(l, w)| *l == lsn && w.will_wake(context.waker())) {
+        match state
+            .wakers
+            .iter_mut()
+            .find(|(l, w)| *l == lsn && w.will_wake(context.waker()))
+        {
             Some(_) => {}
             None => state.wakers.push((lsn, context.waker().clone())),
         }

@@ -39,13 +39,20 @@ fn identify(bytes: &[u8]) -> Option<(u64, u64)> {
 }
 
 fn child_config() -> Config {
-    Config { policy: SyncPolicy::Always, segment_bytes: 16 << 10, backend: BackendChoice::Auto, ..Config::default() }
+    Config {
+        policy: SyncPolicy::Always,
+        segment_bytes: 16 << 10,
+        backend: BackendChoice::Auto,
+        ..Config::default()
+    }
 }
 
 /// Child mode: runs only when the parent re-executes this binary with `CHILD_DIR_ENV` set.
 #[test]
 fn crash_child() {
-    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else { return };
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+        return;
+    };
     let (log, report) = Oplog::open(&dir, child_config()).expect("child opens the log");
     let start_seq = report.next_lsn; // distinct sequence numbers across child generations
     std::thread::scope(|scope| {
@@ -91,10 +98,20 @@ fn sigkill_during_appends_loses_no_acknowledged_record() {
     if std::env::var(CHILD_DIR_ENV).is_ok() {
         return;
     }
-    let iterations: usize = std::env::var("OPLOG_CRASH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
-    let seed: u64 = std::env::var("OPLOG_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-    });
+    let iterations: usize = std::env::var("OPLOG_CRASH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let seed: u64 = std::env::var("OPLOG_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
     eprintln!("crash test seed {seed} (OPLOG_CRASH_SEED to replay)");
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -121,13 +138,20 @@ fn sigkill_during_appends_loses_no_acknowledged_record() {
             }
         });
         // Kill after a random number of acknowledgements (0: during start-up and recovery).
-        let kill_after = if rng.next(6) == 0 { 0 } else { 1 + rng.next(300) };
+        let kill_after = if rng.next(6) == 0 {
+            0
+        } else {
+            1 + rng.next(300)
+        };
         let mut seen = 0;
         let handle = |line: &str, acked: &mut BTreeMap<u64, (u64, u64)>, truncated: &mut u64| {
             let fields: Vec<&str> = line.split_whitespace().collect();
             match fields.as_slice() {
                 ["ACK", lsn, thread, seq] => {
-                    let previous = acked.insert(lsn.parse().unwrap(), (thread.parse().unwrap(), seq.parse().unwrap()));
+                    let previous = acked.insert(
+                        lsn.parse().unwrap(),
+                        (thread.parse().unwrap(), seq.parse().unwrap()),
+                    );
                     assert!(previous.is_none(), "LSN {lsn} acknowledged twice");
                     true
                 }
@@ -141,7 +165,9 @@ fn sigkill_during_appends_loses_no_acknowledged_record() {
         while seen < kill_after {
             let line = receiver
                 .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("iteration {iteration}: child produced no acknowledgement within 60 s"));
+                .unwrap_or_else(|_| {
+                    panic!("iteration {iteration}: child produced no acknowledgement within 60 s")
+                });
             if handle(&line, &mut acked, &mut truncated_through) {
                 seen += 1;
             }
@@ -154,8 +180,14 @@ fn sigkill_during_appends_loses_no_acknowledged_record() {
             handle(&line, &mut acked, &mut truncated_through);
         }
 
-        let (log, report) = Oplog::open(dir.path(), Config { backend: BackendChoice::Pwritev, ..child_config() })
-            .unwrap_or_else(|e| panic!("iteration {iteration}: recovery failed: {e}"));
+        let (log, report) = Oplog::open(
+            dir.path(),
+            Config {
+                backend: BackendChoice::Pwritev,
+                ..child_config()
+            },
+        )
+        .unwrap_or_else(|e| panic!("iteration {iteration}: recovery failed: {e}"));
         torn_tails += usize::from(report.torn_tail.is_some());
         let mut replayed = BTreeMap::new();
         let mut expected_lsn = report.oldest_lsn;
@@ -163,8 +195,9 @@ fn sigkill_during_appends_loses_no_acknowledged_record() {
             let (lsn, bytes) = record.unwrap();
             assert_eq!(lsn, expected_lsn, "LSNs are dense");
             expected_lsn += 1;
-            let identity = identify(&bytes)
-                .unwrap_or_else(|| panic!("iteration {iteration}: LSN {lsn} is half-present or damaged"));
+            let identity = identify(&bytes).unwrap_or_else(|| {
+                panic!("iteration {iteration}: LSN {lsn} is half-present or damaged")
+            });
             replayed.insert(lsn, identity);
         }
         assert_eq!(expected_lsn, report.next_lsn);
@@ -177,6 +210,9 @@ fn sigkill_during_appends_loses_no_acknowledged_record() {
         }
         log.close().unwrap();
     }
-    eprintln!("crash test: {iterations} kills, {} acknowledged records verified, {torn_tails} torn tails", acked.len());
+    eprintln!(
+        "crash test: {iterations} kills, {} acknowledged records verified, {torn_tails} torn tails",
+        acked.len()
+    );
     assert!(!acked.is_empty());
 }

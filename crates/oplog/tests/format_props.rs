@@ -2,7 +2,8 @@
 //! corruption or truncation of a segment image is detected (never decoded as different data).
 
 use prefixkv_oplog::format::{
-    decode_segment_image, encode_frame, encode_segment_header, FrameError, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES,
+    decode_segment_image, encode_frame, encode_segment_header, FrameError, FRAME_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES,
 };
 use proptest::prelude::*;
 

@@ -10,11 +10,17 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 fn payload(lsn_hint: u64) -> Vec<u8> {
-    format!("record-{lsn_hint:08}-").repeat(1 + (lsn_hint % 7) as usize).into_bytes()
+    format!("record-{lsn_hint:08}-")
+        .repeat(1 + (lsn_hint % 7) as usize)
+        .into_bytes()
 }
 
 fn config(backend: BackendChoice) -> Config {
-    Config { segment_bytes: 4096, backend, ..Config::default() }
+    Config {
+        segment_bytes: 4096,
+        backend,
+        ..Config::default()
+    }
 }
 
 fn replay_all(log: &Oplog, from: u64) -> Vec<(u64, Vec<u8>)> {
@@ -46,18 +52,27 @@ fn round_trip_on(backend: BackendChoice) -> Option<BackendKind> {
     for (lsn, bytes) in &records {
         assert_eq!(bytes, &payload(*lsn));
     }
-    assert!(log.segment_paths().len() > 1, "4 KiB segments must have rolled");
+    assert!(
+        log.segment_paths().len() > 1,
+        "4 KiB segments must have rolled"
+    );
     let kind = log.backend();
     log.close().unwrap();
     let (log, report) = Oplog::open(dir.path(), config(backend)).unwrap();
-    assert_eq!((report.records, report.next_lsn, report.torn_tail), (300, 301, None));
+    assert_eq!(
+        (report.records, report.next_lsn, report.torn_tail),
+        (300, 301, None)
+    );
     assert_eq!(replay_all(&log, 123).first().map(|r| r.0), Some(123));
     Some(kind)
 }
 
 #[test]
 fn round_trip_with_pwritev() {
-    assert_eq!(round_trip_on(BackendChoice::Pwritev), Some(BackendKind::Pwritev));
+    assert_eq!(
+        round_trip_on(BackendChoice::Pwritev),
+        Some(BackendKind::Pwritev)
+    );
 }
 
 #[test]
@@ -79,7 +94,10 @@ fn truncation_deletes_whole_segments_only() {
     append_n(&log, 1..501);
     let before = log.segment_paths().len();
     let report = log.truncate_through(250).unwrap();
-    assert!(report.segments_deleted > 0 && report.oldest_lsn <= 251, "{report:?}");
+    assert!(
+        report.segments_deleted > 0 && report.oldest_lsn <= 251,
+        "{report:?}"
+    );
     assert_eq!(log.segment_paths().len(), before - report.segments_deleted);
     // Everything above 250 is still replayable; what was deleted is reported, not skipped.
     let oldest = log.oldest_lsn();
@@ -88,7 +106,10 @@ fn truncation_deletes_whole_segments_only() {
     assert_eq!(records.first().unwrap().0, 251);
     assert_eq!(records.len(), 250);
     match log.replay(oldest - 1) {
-        Err(OplogError::Truncated { requested, oldest_retained }) => {
+        Err(OplogError::Truncated {
+            requested,
+            oldest_retained,
+        }) => {
             assert_eq!((requested, oldest_retained), (oldest - 1, oldest))
         }
         other => panic!("expected Truncated, got {other:?}"),
@@ -105,7 +126,10 @@ fn truncation_deletes_whole_segments_only() {
 }
 
 fn last_segment(dir: &Path) -> std::path::PathBuf {
-    let mut paths: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     paths.sort();
     paths.pop().unwrap()
 }
@@ -121,12 +145,24 @@ fn torn_tail_is_dropped_reported_and_truncated() {
     // Half of a frame for LSN 11: a full header promising 100 bytes, then 30 of them.
     let mut frame = Vec::new();
     prefixkv_oplog::format::encode_frame(11, &[9u8; 100], &mut frame);
-    OpenOptions::new().append(true).open(&segment).unwrap().write_all(&frame[..46]).unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .unwrap()
+        .write_all(&frame[..46])
+        .unwrap();
 
     let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     let torn = report.torn_tail.expect("torn tail reported");
-    assert_eq!((torn.segment.as_path(), torn.offset, torn.bytes_dropped), (segment.as_path(), valid, 46));
-    assert_eq!(std::fs::metadata(&segment).unwrap().len(), valid, "file cut before new appends");
+    assert_eq!(
+        (torn.segment.as_path(), torn.offset, torn.bytes_dropped),
+        (segment.as_path(), valid, 46)
+    );
+    assert_eq!(
+        std::fs::metadata(&segment).unwrap().len(),
+        valid,
+        "file cut before new appends"
+    );
     assert_eq!(report.next_lsn, 11);
     append_n(&log, 11..21);
     log.close().unwrap();
@@ -177,7 +213,11 @@ fn corruption_in_an_earlier_segment_is_an_error_naming_file_and_offset() {
     let offset = SEGMENT_HEADER_BYTES as u64 + first_frame;
     flip_byte(&paths[0], offset + FRAME_HEADER_BYTES as u64 + 3);
     match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Corrupt { path, offset: at, reason }) => {
+        Err(OplogError::Corrupt {
+            path,
+            offset: at,
+            reason,
+        }) => {
             assert_eq!((path.as_path(), at), (paths[0].as_path(), offset));
             assert!(reason.contains("CRC32C"), "{reason}");
         }
@@ -186,10 +226,19 @@ fn corruption_in_an_earlier_segment_is_an_error_naming_file_and_offset() {
     // Existing data is intact after the failed open.
     assert!(paths.iter().all(|p| p.exists()));
 
-    let (log, report) =
-        Oplog::open(dir.path(), Config { repair: true, ..config(BackendChoice::Pwritev) }).unwrap();
+    let (log, report) = Oplog::open(
+        dir.path(),
+        Config {
+            repair: true,
+            ..config(BackendChoice::Pwritev)
+        },
+    )
+    .unwrap();
     let repair = report.repair.expect("repair reported");
-    assert_eq!((repair.segment.as_path(), repair.offset), (paths[0].as_path(), offset));
+    assert_eq!(
+        (repair.segment.as_path(), repair.offset),
+        (paths[0].as_path(), offset)
+    );
     assert_eq!(repair.segments_deleted, paths[1..].to_vec());
     assert_eq!(report.next_lsn, 2);
     append_n(&log, 2..5);
@@ -203,7 +252,9 @@ fn corruption_inside_the_last_segment_followed_by_valid_records_is_an_error() {
     let offset = SEGMENT_HEADER_BYTES as u64;
     flip_byte(last, offset + FRAME_HEADER_BYTES as u64); // first payload byte of the first record
     match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Corrupt { path, offset: at, .. }) => assert_eq!((path.as_path(), at), (last.as_path(), offset)),
+        Err(OplogError::Corrupt {
+            path, offset: at, ..
+        }) => assert_eq!((path.as_path(), at), (last.as_path(), offset)),
         other => panic!("expected Corrupt, got {:?}", other.map(|(_, r)| r)),
     }
 }
@@ -216,7 +267,11 @@ fn oversized_length_field_is_corruption_not_an_allocation() {
     bytes[offset as usize..offset as usize + 4].copy_from_slice(&u32::MAX.to_le_bytes());
     std::fs::write(&paths[1], bytes).unwrap();
     match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Corrupt { path, offset: at, reason }) => {
+        Err(OplogError::Corrupt {
+            path,
+            offset: at,
+            reason,
+        }) => {
             assert_eq!((path.as_path(), at), (paths[1].as_path(), offset));
             assert!(reason.contains("max record size"), "{reason}");
         }
@@ -229,7 +284,9 @@ fn missing_middle_segment_is_reported() {
     let (dir, paths) = multi_segment_log();
     std::fs::remove_file(&paths[1]).unwrap();
     match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Inconsistent { reason, .. }) => assert!(reason.contains("missing"), "{reason}"),
+        Err(OplogError::Inconsistent { reason, .. }) => {
+            assert!(reason.contains("missing"), "{reason}")
+        }
         other => panic!("expected Inconsistent, got {:?}", other.map(|(_, r)| r)),
     }
 }
@@ -238,7 +295,14 @@ fn missing_middle_segment_is_reported() {
 fn everysec_and_none_complete_on_write_and_flush_makes_durable() {
     for policy in [SyncPolicy::EverySec, SyncPolicy::None] {
         let dir = tempfile::tempdir().unwrap();
-        let (log, _) = Oplog::open(dir.path(), Config { policy, ..config(BackendChoice::Auto) }).unwrap();
+        let (log, _) = Oplog::open(
+            dir.path(),
+            Config {
+                policy,
+                ..config(BackendChoice::Auto)
+            },
+        )
+        .unwrap();
         let tickets: Vec<_> = (1..=50).map(|i| log.append(&payload(i)).unwrap()).collect();
         for (i, ticket) in tickets.iter().enumerate() {
             assert_eq!(ticket.wait().unwrap(), i as u64 + 1);
@@ -253,17 +317,32 @@ fn everysec_and_none_complete_on_write_and_flush_makes_durable() {
 #[test]
 fn record_too_large_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) =
-        Oplog::open(dir.path(), Config { max_record_bytes: 64, ..config(BackendChoice::Pwritev) }).unwrap();
-    assert!(matches!(log.append(&[0u8; 65]), Err(OplogError::RecordTooLarge { bytes: 65, .. })));
+    let (log, _) = Oplog::open(
+        dir.path(),
+        Config {
+            max_record_bytes: 64,
+            ..config(BackendChoice::Pwritev)
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        log.append(&[0u8; 65]),
+        Err(OplogError::RecordTooLarge { bytes: 65, .. })
+    ));
     assert_eq!(log.append(&[0u8; 64]).unwrap().wait().unwrap(), 1);
 }
 
 #[test]
 fn back_pressure_with_a_tiny_queue_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) =
-        Oplog::open(dir.path(), Config { queue_capacity_bytes: 300, ..config(BackendChoice::Auto) }).unwrap();
+    let (log, _) = Oplog::open(
+        dir.path(),
+        Config {
+            queue_capacity_bytes: 300,
+            ..config(BackendChoice::Auto)
+        },
+    )
+    .unwrap();
     let threads = 8;
     let per_thread = 60;
     std::thread::scope(|scope| {
@@ -280,7 +359,10 @@ fn back_pressure_with_a_tiny_queue_loses_nothing() {
     });
     let records = replay_all(&log, 1);
     assert_eq!(records.len(), threads * per_thread);
-    let mut bodies: Vec<_> = records.iter().map(|(_, b)| String::from_utf8(b.clone()).unwrap()).collect();
+    let mut bodies: Vec<_> = records
+        .iter()
+        .map(|(_, b)| String::from_utf8(b.clone()).unwrap())
+        .collect();
     bodies.sort();
     bodies.dedup();
     assert_eq!(bodies.len(), threads * per_thread);
@@ -314,10 +396,21 @@ fn tickets_work_as_futures_and_callbacks() {
     let ticket = log.append(b"as a future").unwrap();
     assert_eq!(block_on(ticket).unwrap(), 1);
     let (sender, receiver) = mpsc::channel();
-    let lsn = log.append_with_callback(b"with a callback", Box::new(move |result| sender.send(result).unwrap())).unwrap();
-    let fired = receiver.recv_timeout(Duration::from_secs(30)).expect("callback fired").unwrap();
+    let lsn = log
+        .append_with_callback(
+            b"with a callback",
+            Box::new(move |result| sender.send(result).unwrap()),
+        )
+        .unwrap();
+    let fired = receiver
+        .recv_timeout(Duration::from_secs(30))
+        .expect("callback fired")
+        .unwrap();
     assert_eq!((lsn, fired), (2, 2));
-    assert!(log.durable_lsn() >= 2, "always: callback fires after the sync");
+    assert!(
+        log.durable_lsn() >= 2,
+        "always: callback fires after the sync"
+    );
 }
 
 #[test]

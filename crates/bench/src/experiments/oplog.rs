@@ -12,12 +12,12 @@
 //! `prefixkv-oplog` and replayed: every acknowledged LSN must be there with its exact payload
 //! (this is what `verified` means).
 
-use anyhow::{anyhow, bail, Context, Result};
-use hdrhistogram::Histogram;
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, ratio, Spread};
 use crate::Common;
+use anyhow::{anyhow, bail, Context, Result};
+use hdrhistogram::Histogram;
 use prefixkv_oplog::format::{encode_frame, encode_segment_header, segment_file_name};
 use prefixkv_oplog::{BackendChoice, Config, Oplog, OplogError, SyncPolicy};
 use serde_json::Value;
@@ -61,6 +61,9 @@ impl Variant {
         }
     }
 }
+
+/// One appender thread's latencies (ns) and acknowledged (LSN, seq) pairs.
+type AppenderResult = (Histogram<u64>, Vec<(u64, u64)>);
 
 /// What one cell measured.
 struct Cell {
@@ -109,12 +112,20 @@ impl NaiveLog {
         file.sync_all()?;
         File::open(dir)?.sync_all()?;
         Ok(NaiveLog {
-            inner: Mutex::new(NaiveInner { file, offset: header.len() as u64, next_lsn: 1, frame: Vec::new() }),
+            inner: Mutex::new(NaiveInner {
+                file,
+                offset: header.len() as u64,
+                next_lsn: 1,
+                frame: Vec::new(),
+            }),
         })
     }
 
     fn append(&self, payload: &[u8]) -> Result<u64> {
-        let mut inner = self.inner.lock().map_err(|_| anyhow!("naive log mutex poisoned"))?;
+        let mut inner = self
+            .inner
+            .lock()
+            .map_err(|_| anyhow!("naive log mutex poisoned"))?;
         let inner = &mut *inner;
         let lsn = inner.next_lsn;
         inner.frame.clear();
@@ -142,26 +153,41 @@ impl Contender {
 }
 
 fn group_config(backend: BackendChoice) -> Config {
-    Config { policy: SyncPolicy::Always, backend, segment_bytes: 256 << 20, ..Config::default() }
+    Config {
+        policy: SyncPolicy::Always,
+        backend,
+        segment_bytes: 256 << 20,
+        ..Config::default()
+    }
 }
 
-fn run_cell(variant: Variant, appenders: usize, record_bytes: usize, duration: Duration, dir: &Path) -> Result<Cell> {
+fn run_cell(
+    variant: Variant,
+    appenders: usize,
+    record_bytes: usize,
+    duration: Duration,
+    dir: &Path,
+) -> Result<Cell> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
     std::fs::create_dir_all(dir)?;
     let contender = match variant {
-        Variant::GroupCommitIoUring => Contender::Group(Oplog::open(dir, group_config(BackendChoice::IoUring))?.0),
-        Variant::GroupCommitPwritev => Contender::Group(Oplog::open(dir, group_config(BackendChoice::Pwritev))?.0),
+        Variant::GroupCommitIoUring => {
+            Contender::Group(Oplog::open(dir, group_config(BackendChoice::IoUring))?.0)
+        }
+        Variant::GroupCommitPwritev => {
+            Contender::Group(Oplog::open(dir, group_config(BackendChoice::Pwritev))?.0)
+        }
         Variant::Naive => Contender::Naive(NaiveLog::create(dir)?),
     };
     let start = Instant::now();
     let deadline = start + duration;
-    let results: Vec<Result<(Histogram<u64>, Vec<(u64, u64)>)>> = std::thread::scope(|scope| {
+    let results: Vec<Result<AppenderResult>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..appenders)
             .map(|thread| {
                 let contender = &contender;
-                scope.spawn(move || -> Result<(Histogram<u64>, Vec<(u64, u64)>)> {
+                scope.spawn(move || -> Result<AppenderResult> {
                     let mut latency_ns = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
                     let mut acknowledged = Vec::new();
                     let mut seq = 0u64;
@@ -177,7 +203,13 @@ fn run_cell(variant: Variant, appenders: usize, record_bytes: usize, duration: D
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("appender panicked")))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("appender panicked")))
+            })
+            .collect()
     });
     let elapsed = start.elapsed().as_secs_f64();
     let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
@@ -211,7 +243,11 @@ fn run_cell(variant: Variant, appenders: usize, record_bytes: usize, duration: D
 }
 
 /// Reopens the directory with `prefixkv-oplog` and checks every acknowledged record.
-fn verify(dir: &Path, acknowledged: &BTreeMap<u64, (usize, u64)>, record_bytes: usize) -> Result<bool> {
+fn verify(
+    dir: &Path,
+    acknowledged: &BTreeMap<u64, (usize, u64)>,
+    record_bytes: usize,
+) -> Result<bool> {
     let (log, report) = Oplog::open(dir, group_config(BackendChoice::Pwritev))?;
     if report.torn_tail.is_some() || report.repair.is_some() {
         eprintln!("oplog verify: unexpected torn tail or repair after a clean run: {report:?}");
@@ -233,7 +269,11 @@ fn verify(dir: &Path, acknowledged: &BTreeMap<u64, (usize, u64)>, record_bytes: 
         }
     }
     if found != acknowledged.len() {
-        eprintln!("oplog verify: {} of {} acknowledged records missing", acknowledged.len() - found, acknowledged.len());
+        eprintln!(
+            "oplog verify: {} of {} acknowledged records missing",
+            acknowledged.len() - found,
+            acknowledged.len()
+        );
         return Ok(false);
     }
     log.close()?;
@@ -243,37 +283,56 @@ fn verify(dir: &Path, acknowledged: &BTreeMap<u64, (usize, u64)>, record_bytes: 
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let rounds = common.rounds();
-    let seconds = args.seconds_per_cell.unwrap_or(if common.quick { 0.4 } else { 3.0 });
+    let seconds = args
+        .seconds_per_cell
+        .unwrap_or(if common.quick { 0.4 } else { 3.0 });
     let duration = Duration::from_secs_f64(seconds);
-    let base_dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("prefixkv-bench-oplog-{}", std::process::id())));
+    let base_dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("prefixkv-bench-oplog-{}", std::process::id()))
+    });
     let mut report = Report::new("oplog");
-    let mut variants = vec![Variant::GroupCommitIoUring, Variant::GroupCommitPwritev, Variant::Naive];
+    let mut variants = vec![
+        Variant::GroupCommitIoUring,
+        Variant::GroupCommitPwritev,
+        Variant::Naive,
+    ];
     let probe_dir = base_dir.join("probe");
     std::fs::create_dir_all(&probe_dir)?;
     match Oplog::open(&probe_dir, group_config(BackendChoice::IoUring)) {
         Ok((log, _)) => log.close()?,
         Err(e) => {
-            report.notes.push(format!("io_uring unavailable, its variant was skipped: {e}"));
+            report.notes.push(format!(
+                "io_uring unavailable, its variant was skipped: {e}"
+            ));
             variants.retain(|v| *v != Variant::GroupCommitIoUring);
         }
     }
     std::fs::remove_dir_all(&probe_dir)?;
     report.config("quick", common.quick);
     report.config("rounds", rounds as u64);
-    report.config("appenders", Value::from(args.appenders.iter().map(|&n| n as u64).collect::<Vec<_>>()));
+    report.config(
+        "appenders",
+        Value::from(args.appenders.iter().map(|&n| n as u64).collect::<Vec<_>>()),
+    );
     report.config("record_bytes", args.record_bytes as u64);
     report.config("seconds_per_cell", seconds);
-    report.config("policy", "always (every append acknowledged only after its data sync)");
+    report.config(
+        "policy",
+        "always (every append acknowledged only after its data sync)",
+    );
     report.config(
         "naive_fsync_per_append",
         "same frame format, one file, a mutex around pwrite + fdatasync per append",
     );
-    report.config("group_commit", "prefixkv-oplog: one vectored write + one data sync per group, one I/O thread");
+    report.config(
+        "group_commit",
+        "prefixkv-oplog: one vectored write + one data sync per group, one I/O thread",
+    );
     report.config("dir", base_dir.display().to_string());
-    report.config("variants", Value::from(variants.iter().map(|v| v.name()).collect::<Vec<_>>()));
+    report.config(
+        "variants",
+        Value::from(variants.iter().map(|v| v.name()).collect::<Vec<_>>()),
+    );
 
     let schedule = alternating_schedule(variants.len(), rounds);
     let bar = crate::progress::bar((schedule.len() * args.appenders.len()) as u64, "oplog");
@@ -301,7 +360,8 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         for &appenders in &args.appenders {
             let runs = &cells[&(index, appenders)];
             let throughput = Spread::of(&runs.iter().map(|c| c.appends_per_s).collect::<Vec<_>>());
-            let per_fsync = Spread::of(&runs.iter().map(|c| c.appends_per_fsync).collect::<Vec<_>>());
+            let per_fsync =
+                Spread::of(&runs.iter().map(|c| c.appends_per_fsync).collect::<Vec<_>>());
             let p50 = Spread::of(&runs.iter().map(|c| c.p50_us).collect::<Vec<_>>());
             let p99 = Spread::of(&runs.iter().map(|c| c.p99_us).collect::<Vec<_>>());
             let mut fields = row([
@@ -317,7 +377,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             medians.insert((*variant, appenders), (throughput.median, per_fsync.median));
             points.push((appenders as f64, throughput.median));
         }
-        series.push(Series { label: variant.name().to_string(), points });
+        series.push(Series {
+            label: variant.name().to_string(),
+            points,
+        });
     }
 
     // Group commit as deployed: io_uring where available (what BackendChoice::Auto picks).
@@ -327,18 +390,32 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         Variant::GroupCommitPwritev
     };
     let top = args.appenders.iter().copied().max().unwrap_or(1);
-    let at = |variant: Variant, n: usize| medians.get(&(variant, n)).copied().unwrap_or((f64::NAN, f64::NAN));
-    report.summary(&format!("group_commit_over_naive_at_{top}"), ratio(at(group, top).0, at(Variant::Naive, top).0));
+    let at = |variant: Variant, n: usize| {
+        medians
+            .get(&(variant, n))
+            .copied()
+            .unwrap_or((f64::NAN, f64::NAN))
+    };
+    report.summary(
+        &format!("group_commit_over_naive_at_{top}"),
+        ratio(at(group, top).0, at(Variant::Naive, top).0),
+    );
     report.summary(&format!("appends_per_fsync_at_{top}"), at(group, top).1);
     if variants.contains(&Variant::GroupCommitIoUring) {
         report.summary(
             "io_uring_over_pwritev",
-            ratio(at(Variant::GroupCommitIoUring, top).0, at(Variant::GroupCommitPwritev, top).0),
+            ratio(
+                at(Variant::GroupCommitIoUring, top).0,
+                at(Variant::GroupCommitPwritev, top).0,
+            ),
         );
         for &n in &args.appenders {
             report.summary(
                 &format!("io_uring_over_pwritev_at_{n}"),
-                ratio(at(Variant::GroupCommitIoUring, n).0, at(Variant::GroupCommitPwritev, n).0),
+                ratio(
+                    at(Variant::GroupCommitIoUring, n).0,
+                    at(Variant::GroupCommitPwritev, n).0,
+                ),
             );
         }
     }
@@ -352,7 +429,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     ));
     write_line_chart(
         &LineChart {
-            title: format!("oplog: {}-byte appends under `always`, throughput vs appenders", args.record_bytes),
+            title: format!(
+                "oplog: {}-byte appends under `always`, throughput vs appenders",
+                args.record_bytes
+            ),
             x_label: "concurrent appenders (log scale)".into(),
             y_label: "appends/s (median over rounds)".into(),
             series,
