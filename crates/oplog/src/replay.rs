@@ -117,11 +117,12 @@ impl Replay {
             if reader.next_lsn() > self.through_lsn {
                 return Ok(None);
             }
-            let path = self.segments[*index].path.clone();
-            match reader
-                .next_frame()
-                .map_err(|e| OplogError::io(format!("reading {}", path.display()), e))?
-            {
+            let index = *index;
+            let path = |segments: &[SegmentMeta]| segments[index].path.clone();
+            let next = reader.next_frame().map_err(|e| {
+                OplogError::io(format!("reading {}", self.segments[index].path.display()), e)
+            })?;
+            match next {
                 NextFrame::Record { lsn } => {
                     if lsn >= self.from_lsn {
                         return Ok(Some((lsn, reader.take_payload())));
@@ -132,7 +133,7 @@ impl Replay {
                     self.reader = None;
                     if !self.open_next(Some(expected))? {
                         return Err(OplogError::Corrupt {
-                            path,
+                            path: path(&self.segments),
                             offset: 0,
                             reason: format!("log ends before LSN {expected}, which was written"),
                         });
@@ -140,7 +141,7 @@ impl Replay {
                 }
                 NextFrame::Bad { offset, error, .. } => {
                     return Err(OplogError::Corrupt {
-                        path,
+                        path: path(&self.segments),
                         offset,
                         reason: error.to_string(),
                     })
