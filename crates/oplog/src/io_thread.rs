@@ -131,9 +131,9 @@ impl IoThread {
             }
             if self.shared.policy == SyncPolicy::EverySec && unsynced {
                 let deadline = self.last_sync + EVERYSEC_INTERVAL;
-                shared.work_ready.wait_until(&mut state, deadline);
+                state = shared.work_ready.wait_until(state, deadline).0;
             } else {
-                shared.work_ready.wait(&mut state);
+                state = shared.work_ready.wait(state);
             }
         };
         let first_lsn = state.queue_first_lsn;

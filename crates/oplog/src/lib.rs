@@ -34,6 +34,9 @@ mod log;
 mod recovery;
 mod replay;
 mod shared;
+#[cfg(test)]
+mod shuttle_tests;
+mod sync;
 mod ticket;
 
 pub use backend::{BackendChoice, BackendKind};

@@ -11,13 +11,12 @@ use crate::io_thread::{ActiveSegment, IoThread};
 use crate::recovery::{self, sync_dir, Repair, TornTail};
 use crate::replay::Replay;
 use crate::shared::{Callback, Shared, State};
+use crate::sync::{AtomicU64, Condvar, JoinHandle, Mutex};
 use crate::ticket::AppendTicket;
 use crate::Config;
-use parking_lot::{Condvar, Mutex};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// What opening the log found and did.
@@ -154,9 +153,7 @@ impl Oplog {
             spare_queue: Vec::new(),
             spare_ends: Vec::new(),
         };
-        let io_thread = std::thread::Builder::new()
-            .name("oplog-io".into())
-            .spawn(move || io.run())
+        let io_thread = crate::sync::spawn("oplog-io", move || io.run())
             .map_err(|e| OplogError::io("spawning the oplog I/O thread", e))?;
         tracing::info!(dir = %shared.dir.display(), next_lsn = report.next_lsn, segments = report.segments,
             backend = kind.name(), policy = ?config.policy, "oplog opened");
@@ -218,7 +215,7 @@ impl Oplog {
             {
                 break;
             }
-            self.shared.space_freed.wait(&mut state);
+            state = self.shared.space_freed.wait(state);
         }
         let lsn = state.next_lsn;
         state.next_lsn += 1;
@@ -254,7 +251,7 @@ impl Oplog {
             if let Some(message) = &state.failure {
                 return Err(Shared::failed(message));
             }
-            self.shared.progress.wait(&mut state);
+            state = self.shared.progress.wait(state);
         }
     }
 

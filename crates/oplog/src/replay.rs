@@ -120,7 +120,10 @@ impl Replay {
             let index = *index;
             let path = |segments: &[SegmentMeta]| segments[index].path.clone();
             let next = reader.next_frame().map_err(|e| {
-                OplogError::io(format!("reading {}", self.segments[index].path.display()), e)
+                OplogError::io(
+                    format!("reading {}", self.segments[index].path.display()),
+                    e,
+                )
             })?;
             match next {
                 NextFrame::Record { lsn } => {

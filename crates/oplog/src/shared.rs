@@ -14,10 +14,10 @@
 
 use crate::error::{OplogError, Result};
 use crate::recovery::SegmentMeta;
+use crate::sync::{AtomicU64, Condvar, Mutex};
 use crate::SyncPolicy;
-use parking_lot::{Condvar, Mutex};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::Waker;
 
 /// A completion callback: called once with the record's LSN, or the log's failure.

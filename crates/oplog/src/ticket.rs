@@ -46,7 +46,7 @@ impl AppendTicket {
             if let Some(message) = &state.failure {
                 return Err(Shared::failed(message));
             }
-            self.shared.progress.wait(&mut state);
+            state = self.shared.progress.wait(state);
         }
     }
 
@@ -61,12 +61,9 @@ impl AppendTicket {
             if let Some(message) = &state.failure {
                 return Err(Shared::failed(message));
             }
-            if self
-                .shared
-                .progress
-                .wait_until(&mut state, deadline)
-                .timed_out()
-            {
+            let (guard, timed_out) = self.shared.progress.wait_until(state, deadline);
+            state = guard;
+            if timed_out {
                 return Ok((state.completed_lsn >= self.lsn).then_some(self.lsn));
             }
         }

@@ -9,7 +9,9 @@ use prefixkv_oplog::format::{decode_segment_image, encode_frame, encode_segment_
 const MAX_RECORD_BYTES: u32 = 1 << 16;
 
 fn check(bytes: &[u8]) {
-    let Ok(image) = decode_segment_image(bytes, MAX_RECORD_BYTES) else { return };
+    let Ok(image) = decode_segment_image(bytes, MAX_RECORD_BYTES) else {
+        return;
+    };
     let mut reencoded = encode_segment_header(image.first_lsn).to_vec();
     for (lsn, payload) in &image.records {
         assert!(payload.len() <= MAX_RECORD_BYTES as usize);
