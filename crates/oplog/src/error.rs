@@ -57,6 +57,15 @@ pub enum OplogError {
     /// acknowledged may or may not be on disk: reopen the log to find out.
     #[error("the oplog failed and accepts no more appends: {0}; reopen it to recover")]
     Failed(String),
+    /// Another open handle (in this or another process) holds the log directory's lock.
+    #[error(
+        "oplog directory {dir} is already open (its LOCK file is held by another handle or process); \
+         close that one first"
+    )]
+    Locked {
+        /// The log directory.
+        dir: PathBuf,
+    },
     /// The configured backend cannot be used on this machine.
     #[error("oplog backend unavailable: {0}")]
     BackendUnavailable(String),

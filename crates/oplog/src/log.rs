@@ -66,6 +66,9 @@ pub struct Oplog {
     shared: Arc<Shared>,
     io_thread: Option<JoinHandle<()>>,
     backend: BackendKind,
+    /// Holds an exclusive `flock` on `<dir>/LOCK` for the life of the handle (released after the
+    /// I/O thread stopped, since fields drop after `Drop::drop`).
+    _lock_file: std::fs::File,
 }
 
 impl std::fmt::Debug for Oplog {
@@ -93,6 +96,7 @@ impl Oplog {
                 sync_dir(parent)?;
             }
         }
+        let lock_file = lock_directory(&dir)?;
         let backend = backend::select(config.backend).map_err(OplogError::BackendUnavailable)?;
         let recovered = recovery::recover(&dir, config.max_record_bytes, config.repair)?;
         let last = recovered
@@ -162,6 +166,7 @@ impl Oplog {
                 shared,
                 io_thread: Some(io_thread),
                 backend: kind,
+                _lock_file: lock_file,
             },
             report,
         ))
@@ -368,6 +373,28 @@ impl Oplog {
             .iter()
             .map(|s| s.path.clone())
             .collect()
+    }
+}
+
+/// Takes an exclusive advisory lock on `<dir>/LOCK`, so that two handles (in this process or
+/// another) never append to the same log. The kernel drops the lock when the holder dies.
+fn lock_directory(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| OplogError::io(format!("opening the lock file {}", path.display()), e))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(OplogError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(e) => Err(OplogError::io(
+            format!("locking {}", path.display()),
+            e.into(),
+        )),
     }
 }
 

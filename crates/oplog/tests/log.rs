@@ -129,6 +129,7 @@ fn last_segment(dir: &Path) -> std::path::PathBuf {
     let mut paths: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "oplog"))
         .collect();
     paths.sort();
     paths.pop().unwrap()
@@ -428,4 +429,18 @@ fn replay_while_appending_sees_a_consistent_prefix() {
             }
         }
     });
+}
+
+#[test]
+fn a_second_handle_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
+        Err(OplogError::Locked { dir: locked }) => assert_eq!(locked, dir.path()),
+        other => panic!("expected Locked, got {:?}", other.map(|(_, r)| r)),
+    }
+    log.close().unwrap();
+    let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    assert_eq!(report.next_lsn, 1);
+    drop(log);
 }
