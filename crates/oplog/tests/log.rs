@@ -444,3 +444,71 @@ fn a_second_handle_on_the_same_directory_is_refused() {
     assert_eq!(report.next_lsn, 1);
     drop(log);
 }
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// A crash can cut the last group anywhere: every cut point inside the last three frames is
+/// recovered as the prefix of whole frames, reported as a torn tail unless it falls on a frame
+/// boundary; so is a tail of zeros (a file extended but never written).
+#[test]
+fn every_cut_point_of_the_tail_recovers_the_whole_frame_prefix() {
+    let source = tempfile::tempdir().unwrap();
+    let (log, _) = Oplog::open(source.path(), config(BackendChoice::Pwritev)).unwrap();
+    append_n(&log, 1..11);
+    log.close().unwrap();
+    let segment_name = last_segment(source.path()).file_name().unwrap().to_owned();
+    let full = std::fs::read(source.path().join(&segment_name)).unwrap();
+    // Frame boundaries of the last segment.
+    let mut boundaries = vec![SEGMENT_HEADER_BYTES as u64];
+    let image = prefixkv_oplog::format::decode_segment_image(&full, 1 << 20).unwrap();
+    for (_, payload) in &image.records {
+        let last = *boundaries.last().unwrap();
+        boundaries.push(last + (FRAME_HEADER_BYTES + payload.len()) as u64);
+    }
+    let first_in_segment = image.first_lsn;
+    let start = boundaries[boundaries.len().saturating_sub(4)];
+    for cut in start..=full.len() as u64 {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(source.path(), dir.path());
+        let path = dir.path().join(&segment_name);
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+        let whole = boundaries.iter().filter(|&&b| b <= cut).count() as u64 - 1;
+        let boundary = boundaries[whole as usize];
+        assert_eq!(report.next_lsn, first_in_segment + whole, "cut at {cut}");
+        match report.torn_tail {
+            None => assert_eq!(boundary, cut),
+            Some(torn) => assert_eq!(
+                (torn.offset, torn.bytes_dropped),
+                (boundary, cut - boundary)
+            ),
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), boundary);
+        let next = report.next_lsn;
+        assert_eq!(log.append(&payload(next)).unwrap().wait().unwrap(), next);
+    }
+    // Zeros after the valid data.
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(source.path(), dir.path());
+    let path = dir.path().join(&segment_name);
+    OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&[0u8; 700])
+        .unwrap();
+    let (_log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let torn = report.torn_tail.expect("zero tail is torn");
+    assert_eq!((torn.offset, torn.bytes_dropped), (full.len() as u64, 700));
+    assert_eq!(report.next_lsn, 11);
+}
