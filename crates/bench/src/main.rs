@@ -16,10 +16,22 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Experiment {}
+enum Experiment {
+    /// Group commit vs fsync-per-append, io_uring vs pwritev (prefixkv-oplog).
+    Oplog(prefixkv_bench::experiments::oplog::Args),
+}
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let _ = &cli.common;
-    match cli.experiment {}
+    let common = &cli.common;
+    let report = match &cli.experiment {
+        Experiment::Oplog(args) => prefixkv_bench::experiments::oplog::run(common, args)?,
+    };
+    let path = report.write(&common.out)?;
+    println!("{}", serde_json::to_string_pretty(&report.summary)?);
+    println!("wrote {}", path.display());
+    if !report.verified {
+        anyhow::bail!("verification failed (see {})", path.display());
+    }
+    Ok(())
 }

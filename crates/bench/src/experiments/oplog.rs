@@ -1,0 +1,446 @@
+//! `prefixkv-bench oplog`: group commit against a naive fsync-per-append log, and io_uring against
+//! pwritev, for 100-byte appends under the `always` policy from 1 to 64 concurrent appenders.
+//!
+//! Contenders, run in the same process, alternated over rounds (A B C, C B A, ...):
+//! - `group_commit_io_uring`: `prefixkv-oplog`, policy `always`, io_uring backend;
+//! - `group_commit_pwritev`: the same, `pwritev` + `fdatasync` backend;
+//! - `naive_fsync_per_append`: the same framing in one segment file, a mutex around
+//!   `pwrite` + `fdatasync` for every append (each append durable before it returns, as in
+//!   `always`).
+//!
+//! Every cell starts from an empty directory. After each cell the log is reopened with
+//! `prefixkv-oplog` and replayed: every acknowledged LSN must be there with its exact payload
+//! (this is what `verified` means).
+
+use crate::plot::{write_line_chart, LineChart, Series};
+use crate::report::{row, Report};
+use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::Common;
+use anyhow::{anyhow, bail, Context, Result};
+use hdrhistogram::Histogram;
+use prefixkv_oplog::format::{encode_frame, encode_segment_header, segment_file_name};
+use prefixkv_oplog::{BackendChoice, Config, Oplog, OplogError, SyncPolicy};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Flags of the oplog experiment.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Concurrent appender threads, one cell per value.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    pub appenders: Vec<usize>,
+    /// Payload bytes per record.
+    #[arg(long, default_value_t = 100)]
+    pub record_bytes: usize,
+    /// Seconds each cell runs (default: 0.4 with --quick, 3 otherwise).
+    #[arg(long)]
+    pub seconds_per_cell: Option<f64>,
+    /// Directory for the log files (default: a fresh directory under the system temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Variant {
+    GroupCommitIoUring,
+    GroupCommitPwritev,
+    Naive,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::GroupCommitIoUring => "group_commit_io_uring",
+            Variant::GroupCommitPwritev => "group_commit_pwritev",
+            Variant::Naive => "naive_fsync_per_append",
+        }
+    }
+}
+
+/// One appender thread's latencies (ns) and acknowledged (LSN, seq) pairs.
+type AppenderResult = (Histogram<u64>, Vec<(u64, u64)>);
+
+/// What one cell measured.
+struct Cell {
+    appends_per_s: f64,
+    appends_per_fsync: f64,
+    p50_us: f64,
+    p99_us: f64,
+    verified: bool,
+}
+
+/// The payload of (thread, seq): identifiable and checkable after replay.
+fn payload(thread: usize, seq: u64, bytes: usize) -> Vec<u8> {
+    let mut out = format!("{thread}:{seq}:").into_bytes();
+    let mut i = 0u64;
+    while out.len() < bytes {
+        out.push(((thread as u64 * 131 + seq * 7 + i) % 251) as u8);
+        i += 1;
+    }
+    out.truncate(bytes.max(1));
+    out
+}
+
+/// The baseline: one file, a mutex, `pwrite` + `fdatasync` per append, same frame format.
+struct NaiveLog {
+    inner: Mutex<NaiveInner>,
+}
+
+struct NaiveInner {
+    file: File,
+    offset: u64,
+    next_lsn: u64,
+    frame: Vec<u8>,
+}
+
+impl NaiveLog {
+    fn create(dir: &Path) -> Result<NaiveLog> {
+        let path = dir.join(segment_file_name(1));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        let header = encode_segment_header(1);
+        file.write_all_at(&header, 0)?;
+        file.sync_all()?;
+        File::open(dir)?.sync_all()?;
+        Ok(NaiveLog {
+            inner: Mutex::new(NaiveInner {
+                file,
+                offset: header.len() as u64,
+                next_lsn: 1,
+                frame: Vec::new(),
+            }),
+        })
+    }
+
+    fn append(&self, payload: &[u8]) -> Result<u64> {
+        let mut inner = self
+            .inner
+            .lock()
+            .map_err(|_| anyhow!("naive log mutex poisoned"))?;
+        let inner = &mut *inner;
+        let lsn = inner.next_lsn;
+        inner.frame.clear();
+        encode_frame(lsn, payload, &mut inner.frame);
+        inner.file.write_all_at(&inner.frame, inner.offset)?;
+        inner.file.sync_data()?;
+        inner.offset += inner.frame.len() as u64;
+        inner.next_lsn += 1;
+        Ok(lsn)
+    }
+}
+
+enum Contender {
+    Group(Oplog),
+    Naive(NaiveLog),
+}
+
+impl Contender {
+    fn append(&self, payload: &[u8]) -> Result<u64> {
+        match self {
+            Contender::Group(log) => Ok(log.append(payload)?.wait()?),
+            Contender::Naive(log) => log.append(payload),
+        }
+    }
+}
+
+fn group_config(backend: BackendChoice) -> Config {
+    Config {
+        policy: SyncPolicy::Always,
+        backend,
+        segment_bytes: 256 << 20,
+        ..Config::default()
+    }
+}
+
+fn run_cell(
+    variant: Variant,
+    appenders: usize,
+    record_bytes: usize,
+    duration: Duration,
+    dir: &Path,
+) -> Result<Cell> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let contender = match variant {
+        Variant::GroupCommitIoUring => {
+            Contender::Group(Oplog::open(dir, group_config(BackendChoice::IoUring))?.0)
+        }
+        Variant::GroupCommitPwritev => {
+            Contender::Group(Oplog::open(dir, group_config(BackendChoice::Pwritev))?.0)
+        }
+        Variant::Naive => Contender::Naive(NaiveLog::create(dir)?),
+    };
+    let start = Instant::now();
+    let deadline = start + duration;
+    let results: Vec<Result<AppenderResult>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..appenders)
+            .map(|thread| {
+                let contender = &contender;
+                scope.spawn(move || -> Result<AppenderResult> {
+                    let mut latency_ns = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+                    let mut acknowledged = Vec::new();
+                    let mut seq = 0u64;
+                    while Instant::now() < deadline {
+                        let body = payload(thread, seq, record_bytes);
+                        let begin = Instant::now();
+                        let lsn = contender.append(&body)?;
+                        latency_ns.saturating_record(begin.elapsed().as_nanos().max(1) as u64);
+                        acknowledged.push((lsn, seq));
+                        seq += 1;
+                    }
+                    Ok((latency_ns, acknowledged))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("appender panicked")))
+            })
+            .collect()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    let mut acknowledged: BTreeMap<u64, (usize, u64)> = BTreeMap::new();
+    for (thread, result) in results.into_iter().enumerate() {
+        let (histogram, acks) = result?;
+        latency.add(&histogram)?;
+        for (lsn, seq) in acks {
+            if acknowledged.insert(lsn, (thread, seq)).is_some() {
+                bail!("{}: LSN {lsn} acknowledged twice", variant.name());
+            }
+        }
+    }
+    let total = acknowledged.len() as f64;
+    let appends_per_fsync = match &contender {
+        Contender::Group(log) => {
+            let stats = log.stats();
+            ratio(stats.records_written as f64, stats.syncs as f64)
+        }
+        Contender::Naive(_) => 1.0,
+    };
+    drop(contender);
+    let verified = verify(dir, &acknowledged, record_bytes)?;
+    Ok(Cell {
+        appends_per_s: total / elapsed,
+        appends_per_fsync,
+        p50_us: latency.value_at_quantile(0.50) as f64 / 1000.0,
+        p99_us: latency.value_at_quantile(0.99) as f64 / 1000.0,
+        verified,
+    })
+}
+
+/// Reopens the directory with `prefixkv-oplog` and checks every acknowledged record.
+fn verify(
+    dir: &Path,
+    acknowledged: &BTreeMap<u64, (usize, u64)>,
+    record_bytes: usize,
+) -> Result<bool> {
+    let (log, report) = Oplog::open(dir, group_config(BackendChoice::Pwritev))?;
+    if report.torn_tail.is_some() || report.repair.is_some() {
+        eprintln!("oplog verify: unexpected torn tail or repair after a clean run: {report:?}");
+        return Ok(false);
+    }
+    let mut found = 0usize;
+    let mut pending = acknowledged.iter().peekable();
+    for record in log.replay(1)? {
+        let (lsn, bytes) = record.map_err(|e: OplogError| anyhow!(e))?;
+        if let Some(&(&acked_lsn, &(thread, seq))) = pending.peek() {
+            if acked_lsn == lsn {
+                if bytes != payload(thread, seq, record_bytes) {
+                    eprintln!("oplog verify: LSN {lsn} has the wrong payload");
+                    return Ok(false);
+                }
+                found += 1;
+                pending.next();
+            }
+        }
+    }
+    if found != acknowledged.len() {
+        eprintln!(
+            "oplog verify: {} of {} acknowledged records missing",
+            acknowledged.len() - found,
+            acknowledged.len()
+        );
+        return Ok(false);
+    }
+    log.close()?;
+    Ok(true)
+}
+
+/// Runs the experiment.
+pub fn run(common: &Common, args: &Args) -> Result<Report> {
+    let rounds = common.rounds();
+    let seconds = args
+        .seconds_per_cell
+        .unwrap_or(if common.quick { 0.4 } else { 3.0 });
+    let duration = Duration::from_secs_f64(seconds);
+    let base_dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("prefixkv-bench-oplog-{}", std::process::id()))
+    });
+    let mut report = Report::new("oplog");
+    let mut variants = vec![
+        Variant::GroupCommitIoUring,
+        Variant::GroupCommitPwritev,
+        Variant::Naive,
+    ];
+    let probe_dir = base_dir.join("probe");
+    std::fs::create_dir_all(&probe_dir)?;
+    match Oplog::open(&probe_dir, group_config(BackendChoice::IoUring)) {
+        Ok((log, _)) => log.close()?,
+        Err(e) => {
+            report.notes.push(format!(
+                "io_uring unavailable, its variant was skipped: {e}"
+            ));
+            variants.retain(|v| *v != Variant::GroupCommitIoUring);
+        }
+    }
+    std::fs::remove_dir_all(&probe_dir)?;
+    report.config("quick", common.quick);
+    report.config("rounds", rounds as u64);
+    report.config(
+        "appenders",
+        Value::from(args.appenders.iter().map(|&n| n as u64).collect::<Vec<_>>()),
+    );
+    report.config("record_bytes", args.record_bytes as u64);
+    report.config("seconds_per_cell", seconds);
+    report.config(
+        "policy",
+        "always (every append acknowledged only after its data sync)",
+    );
+    report.config(
+        "naive_fsync_per_append",
+        "same frame format, one file, a mutex around pwrite + fdatasync per append",
+    );
+    report.config(
+        "group_commit",
+        "prefixkv-oplog: one vectored write + one data sync per group, one I/O thread",
+    );
+    report.config("dir", base_dir.display().to_string());
+    report.config(
+        "variants",
+        Value::from(variants.iter().map(|v| v.name()).collect::<Vec<_>>()),
+    );
+
+    let schedule = alternating_schedule(variants.len(), rounds);
+    let bar = crate::progress::bar((schedule.len() * args.appenders.len()) as u64, "oplog");
+    // (variant, appenders) -> per-round cells
+    let mut cells: BTreeMap<(usize, usize), Vec<Cell>> = BTreeMap::new();
+    for &appenders in &args.appenders {
+        for &(_, contender) in &schedule {
+            let variant = variants[contender];
+            bar.set_message(format!("{} x{appenders}", variant.name()));
+            let dir = base_dir.join(variant.name());
+            let cell = run_cell(variant, appenders, args.record_bytes, duration, &dir)
+                .with_context(|| format!("{} with {appenders} appenders", variant.name()))?;
+            report.record_verification(cell.verified);
+            cells.entry((contender, appenders)).or_default().push(cell);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let _ = std::fs::remove_dir_all(&base_dir);
+
+    let mut medians: BTreeMap<(Variant, usize), (f64, f64)> = BTreeMap::new();
+    let mut series = Vec::new();
+    for (index, variant) in variants.iter().enumerate() {
+        let mut points = Vec::new();
+        for &appenders in &args.appenders {
+            let runs = &cells[&(index, appenders)];
+            let throughput = Spread::of(&runs.iter().map(|c| c.appends_per_s).collect::<Vec<_>>());
+            let per_fsync =
+                Spread::of(&runs.iter().map(|c| c.appends_per_fsync).collect::<Vec<_>>());
+            let p50 = Spread::of(&runs.iter().map(|c| c.p50_us).collect::<Vec<_>>());
+            let p99 = Spread::of(&runs.iter().map(|c| c.p99_us).collect::<Vec<_>>());
+            let mut fields = row([
+                ("variant", Value::from(variant.name())),
+                ("appenders", Value::from(appenders as u64)),
+                ("appends_per_fsync", Value::from(per_fsync.median)),
+                ("p50_append_latency_us", Value::from(p50.median)),
+                ("p99_append_latency_us", Value::from(p99.median)),
+                ("verified", Value::from(runs.iter().all(|c| c.verified))),
+            ]);
+            throughput.insert_into(&mut fields, "appends_per_s");
+            report.rows.push(fields);
+            medians.insert((*variant, appenders), (throughput.median, per_fsync.median));
+            points.push((appenders as f64, throughput.median));
+        }
+        series.push(Series {
+            label: variant.name().to_string(),
+            points,
+        });
+    }
+
+    // Group commit as deployed: io_uring where available (what BackendChoice::Auto picks).
+    let group = if variants.contains(&Variant::GroupCommitIoUring) {
+        Variant::GroupCommitIoUring
+    } else {
+        Variant::GroupCommitPwritev
+    };
+    let top = args.appenders.iter().copied().max().unwrap_or(1);
+    let at = |variant: Variant, n: usize| {
+        medians
+            .get(&(variant, n))
+            .copied()
+            .unwrap_or((f64::NAN, f64::NAN))
+    };
+    report.summary(
+        &format!("group_commit_over_naive_at_{top}"),
+        ratio(at(group, top).0, at(Variant::Naive, top).0),
+    );
+    report.summary(&format!("appends_per_fsync_at_{top}"), at(group, top).1);
+    if variants.contains(&Variant::GroupCommitIoUring) {
+        report.summary(
+            "io_uring_over_pwritev",
+            ratio(
+                at(Variant::GroupCommitIoUring, top).0,
+                at(Variant::GroupCommitPwritev, top).0,
+            ),
+        );
+        for &n in &args.appenders {
+            report.summary(
+                &format!("io_uring_over_pwritev_at_{n}"),
+                ratio(
+                    at(Variant::GroupCommitIoUring, n).0,
+                    at(Variant::GroupCommitPwritev, n).0,
+                ),
+            );
+        }
+    }
+    report.notes.push(format!(
+        "group_commit_over_naive and appends_per_fsync use {}; io_uring_over_pwritev is at {top} appenders",
+        group.name()
+    ));
+    report.notes.push(format!(
+        "{} cores: appender threads, the I/O thread and the fsyncs share them",
+        report.host.cpus
+    ));
+    write_line_chart(
+        &LineChart {
+            title: format!(
+                "oplog: {}-byte appends under `always`, throughput vs appenders",
+                args.record_bytes
+            ),
+            x_label: "concurrent appenders (log scale)".into(),
+            y_label: "appends/s (median over rounds)".into(),
+            series,
+            markers: Vec::new(),
+            log_x: true,
+        },
+        &common.out,
+        "oplog",
+    )?;
+    Ok(report)
+}

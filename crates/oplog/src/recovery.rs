@@ -1,0 +1,419 @@
+//! Opening a log directory: list the segments, validate every header and frame, classify the
+//! first bad bytes as a torn tail or as corruption, and cut the log back to its valid prefix.
+//!
+//! Crash-safety argument (see also `docs/oplog.md`):
+//! - Every segment except the last was fully written and `fdatasync`ed before the next segment
+//!   was created (the I/O thread syncs on roll, see `io_thread.rs`). So a crash can only leave
+//!   unfinished bytes in the *last* segment. A bad frame in an earlier segment is therefore
+//!   corruption, never a torn write, and is an error unless the caller asked for `repair`.
+//! - In the last segment, the first bad frame starts a torn tail: the bytes of a group write that
+//!   was interrupted (and therefore never acknowledged under `always`). It is dropped and
+//!   reported. One exception proves corruption instead: the bad frame's length field was
+//!   plausible and a *valid* frame carrying the next LSN follows right after it. A torn write
+//!   cannot produce a damaged frame followed by an intact successor in the same file under
+//!   SIGKILL (writes reach the page cache in order); such a pattern means bytes changed after
+//!   they were written, which we refuse to drop silently.
+//! - A frame whose CRC is valid but whose LSN is wrong is corruption wherever it is.
+//! - Truncation of the tail is made durable (`sync_all`) before any new append can land, so
+//!   a later crash cannot resurrect the dropped bytes between new records.
+
+use crate::error::{OplogError, Result};
+use crate::format::{
+    decode_segment_header, encode_segment_header, parse_segment_file_name, FrameError, FrameReader,
+    NextFrame, SEGMENT_EXTENSION, SEGMENT_HEADER_BYTES,
+};
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// One segment file of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SegmentMeta {
+    pub first_lsn: u64,
+    pub path: PathBuf,
+}
+
+/// A torn record at the end of the last segment, dropped when the log was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The segment file (always the newest one).
+    pub segment: PathBuf,
+    /// Where the torn bytes started; the file was truncated to this length.
+    pub offset: u64,
+    /// How many bytes were dropped.
+    pub bytes_dropped: u64,
+}
+
+/// What `repair: true` cut away at a corrupt record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    /// The segment holding the corruption.
+    pub segment: PathBuf,
+    /// Offset of the corrupt header or frame; the segment was truncated here.
+    pub offset: u64,
+    /// What was wrong there.
+    pub reason: String,
+    /// Bytes dropped from that segment.
+    pub bytes_dropped: u64,
+    /// Later segments that were deleted because they followed the corruption.
+    pub segments_deleted: Vec<PathBuf>,
+}
+
+/// The outcome of validating a log directory.
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    /// Surviving segments in LSN order; never empty.
+    pub segments: Vec<SegmentMeta>,
+    /// Valid length of the last segment (new appends go here).
+    pub last_segment_bytes: u64,
+    /// The LSN the next append gets.
+    pub next_lsn: u64,
+    /// Records found.
+    pub records: u64,
+    pub torn_tail: Option<TornTail>,
+    pub repair: Option<Repair>,
+}
+
+fn io_error(context: String) -> impl FnOnce(std::io::Error) -> OplogError {
+    move |source| OplogError::io(context, source)
+}
+
+/// Lists `*.oplog` files of `dir` sorted by first LSN; other files are left alone.
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentMeta>> {
+    let mut segments = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(io_error(format!(
+        "listing oplog directory {}",
+        dir.display()
+    )))?;
+    for entry in entries {
+        let entry = entry.map_err(io_error(format!(
+            "listing oplog directory {}",
+            dir.display()
+        )))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.ends_with(&format!(".{SEGMENT_EXTENSION}")) {
+            continue;
+        }
+        let Some(first_lsn) = parse_segment_file_name(name) else {
+            return Err(OplogError::Inconsistent {
+                dir: dir.to_path_buf(),
+                reason: format!(
+                    "file {name} has the segment extension but not a segment name (20 digits); move it away"
+                ),
+            });
+        };
+        segments.push(SegmentMeta {
+            first_lsn,
+            path: entry.path(),
+        });
+    }
+    segments.sort_by_key(|s| s.first_lsn);
+    Ok(segments)
+}
+
+/// `fsync` of a directory, so that file creations, deletions and renames in it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(format!(
+            "syncing oplog directory {}",
+            dir.display()
+        )))
+}
+
+/// Creates an empty segment (header only) and makes it durable, directory entry included.
+pub(crate) fn create_segment(dir: &Path, first_lsn: u64) -> Result<SegmentMeta> {
+    let path = dir.join(crate::format::segment_file_name(first_lsn));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(io_error(format!(
+            "creating oplog segment {}",
+            path.display()
+        )))?;
+    file.write_all(&encode_segment_header(first_lsn))
+        .and_then(|()| file.sync_all())
+        .map_err(io_error(format!(
+            "writing the header of oplog segment {}",
+            path.display()
+        )))?;
+    sync_dir(dir)?;
+    Ok(SegmentMeta { first_lsn, path })
+}
+
+/// Truncates `path` to `length` bytes durably.
+fn truncate_file(path: &Path, length: u64) -> Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_error(format!(
+            "opening {} to truncate it",
+            path.display()
+        )))?;
+    file.set_len(length)
+        .and_then(|()| file.sync_all())
+        .map_err(io_error(format!(
+            "truncating {} to {length} bytes",
+            path.display()
+        )))
+}
+
+/// Overwrites the header of `path` with a fresh one for `first_lsn` and cuts the file after it.
+fn reset_segment(path: &Path, first_lsn: u64) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_error(format!(
+            "opening {} to rewrite its header",
+            path.display()
+        )))?;
+    file.set_len(0)
+        .and_then(|()| file.write_all(&encode_segment_header(first_lsn)))
+        .and_then(|()| file.sync_all())
+        .map_err(io_error(format!(
+            "rewriting the header of {}",
+            path.display()
+        )))
+}
+
+/// Is there a valid frame carrying `lsn` at `offset` of `path`? (Evidence of corruption, see the
+/// module comment.)
+fn valid_frame_at(path: &Path, offset: u64, lsn: u64, max_record_bytes: u32) -> Result<bool> {
+    let mut file = File::open(path).map_err(io_error(format!("opening {}", path.display())))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(io_error(format!("seeking in {}", path.display())))?;
+    let mut reader = FrameReader::new(BufReader::new(file), offset, lsn, max_record_bytes);
+    let next = reader
+        .next_frame()
+        .map_err(io_error(format!("reading {}", path.display())))?;
+    Ok(matches!(next, NextFrame::Record { .. }))
+}
+
+enum SegmentProblem {
+    /// The segment's header is bad (offset 0).
+    Header(String),
+    /// A frame is bad.
+    Frame {
+        offset: u64,
+        error: FrameError,
+        length: Option<u32>,
+    },
+}
+
+struct SegmentScan {
+    records: u64,
+    valid_bytes: u64,
+    file_bytes: u64,
+    problem: Option<SegmentProblem>,
+}
+
+fn scan_segment(segment: &SegmentMeta, max_record_bytes: u32) -> Result<SegmentScan> {
+    let path = &segment.path;
+    let file = File::open(path).map_err(io_error(format!(
+        "opening oplog segment {}",
+        path.display()
+    )))?;
+    let file_bytes = file
+        .metadata()
+        .map_err(io_error(format!("reading the size of {}", path.display())))?
+        .len();
+    let mut reader = BufReader::new(file);
+    let mut header = [0u8; SEGMENT_HEADER_BYTES];
+    let mut got = 0;
+    while got < header.len() {
+        match reader.read(&mut header[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(OplogError::io(format!("reading {}", path.display()), e)),
+        }
+    }
+    let header_problem = match decode_segment_header(&header[..got]) {
+        Err(e) => Some(e.to_string()),
+        Ok(lsn) if lsn != segment.first_lsn => Some(format!(
+            "header says first LSN {lsn} but the file name says {}",
+            segment.first_lsn
+        )),
+        Ok(_) => None,
+    };
+    if let Some(reason) = header_problem {
+        return Ok(SegmentScan {
+            records: 0,
+            valid_bytes: 0,
+            file_bytes,
+            problem: Some(SegmentProblem::Header(reason)),
+        });
+    }
+    let mut frames = FrameReader::new(
+        reader,
+        SEGMENT_HEADER_BYTES as u64,
+        segment.first_lsn,
+        max_record_bytes,
+    );
+    let mut records = 0;
+    loop {
+        match frames.next_frame().map_err(io_error(format!(
+            "reading oplog segment {}",
+            path.display()
+        )))? {
+            NextFrame::Record { .. } => records += 1,
+            NextFrame::End => {
+                return Ok(SegmentScan {
+                    records,
+                    valid_bytes: frames.offset(),
+                    file_bytes,
+                    problem: None,
+                })
+            }
+            NextFrame::Bad {
+                offset,
+                error,
+                length,
+            } => {
+                return Ok(SegmentScan {
+                    records,
+                    valid_bytes: offset,
+                    file_bytes,
+                    problem: Some(SegmentProblem::Frame {
+                        offset,
+                        error,
+                        length,
+                    }),
+                })
+            }
+        }
+    }
+}
+
+/// Validates the log in `dir` (creating the first segment of an empty log) and cuts it back to
+/// its valid prefix as described in the module comment.
+pub(crate) fn recover(dir: &Path, max_record_bytes: u32, repair: bool) -> Result<Recovered> {
+    let mut segments = list_segments(dir)?;
+    if segments.is_empty() {
+        let first = create_segment(dir, 1)?;
+        return Ok(Recovered {
+            segments: vec![first],
+            last_segment_bytes: SEGMENT_HEADER_BYTES as u64,
+            next_lsn: 1,
+            records: 0,
+            torn_tail: None,
+            repair: None,
+        });
+    }
+    let mut records = 0u64;
+    let mut torn_tail = None;
+    let mut repair_report = None;
+    let mut next_lsn = segments[0].first_lsn;
+    let mut last_segment_bytes = 0;
+    let mut index = 0;
+    while index < segments.len() {
+        let segment = segments[index].clone();
+        if segment.first_lsn != next_lsn {
+            return Err(OplogError::Inconsistent {
+                dir: dir.to_path_buf(),
+                reason: format!(
+                    "segment {} starts at LSN {} but the previous segment ends before LSN {next_lsn} \
+                     (a segment file is missing or was copied in)",
+                    segment.path.display(),
+                    segment.first_lsn
+                ),
+            });
+        }
+        let is_last = index + 1 == segments.len();
+        let scan = scan_segment(&segment, max_record_bytes)?;
+        records += scan.records;
+        next_lsn += scan.records;
+        last_segment_bytes = scan.valid_bytes;
+        let Some(problem) = scan.problem else {
+            index += 1;
+            continue;
+        };
+        // Decide torn tail vs corruption.
+        let (offset, reason, torn) = match problem {
+            SegmentProblem::Header(reason) => {
+                // A crash while a new segment was being created leaves a short or half-written
+                // header and nothing else.
+                let torn = is_last && scan.file_bytes <= SEGMENT_HEADER_BYTES as u64;
+                (0, reason, torn)
+            }
+            SegmentProblem::Frame {
+                offset,
+                error,
+                length,
+            } => {
+                let torn = is_last
+                    && match (&error, length) {
+                        (FrameError::WrongLsn { .. }, _) => false,
+                        (_, Some(length)) => {
+                            let successor =
+                                offset + crate::format::frame_bytes(length as usize) as u64;
+                            successor >= scan.file_bytes
+                                || !valid_frame_at(
+                                    &segment.path,
+                                    successor,
+                                    next_lsn + 1,
+                                    max_record_bytes,
+                                )?
+                        }
+                        (_, None) => true,
+                    };
+                (offset, error.to_string(), torn)
+            }
+        };
+        let dropped = scan.file_bytes.saturating_sub(offset);
+        if torn {
+            tracing::warn!(segment = %segment.path.display(), offset, bytes_dropped = dropped, %reason,
+                "oplog: dropping a torn record at the end of the log");
+            torn_tail = Some(TornTail {
+                segment: segment.path.clone(),
+                offset,
+                bytes_dropped: dropped,
+            });
+        } else if repair {
+            let deleted: Vec<PathBuf> = segments[index + 1..]
+                .iter()
+                .map(|s| s.path.clone())
+                .collect();
+            tracing::warn!(segment = %segment.path.display(), offset, bytes_dropped = dropped, %reason,
+                segments_deleted = deleted.len(), "oplog: repair truncates the log at a corrupt record");
+            repair_report = Some(Repair {
+                segment: segment.path.clone(),
+                offset,
+                reason,
+                bytes_dropped: dropped,
+                segments_deleted: deleted.clone(),
+            });
+            // Newest first, so that a crash during repair leaves a dense prefix of segments.
+            for path in deleted.iter().rev() {
+                std::fs::remove_file(path)
+                    .map_err(io_error(format!("deleting {}", path.display())))?;
+            }
+            sync_dir(dir)?;
+            segments.truncate(index + 1);
+        } else {
+            return Err(OplogError::Corrupt {
+                path: segment.path.clone(),
+                offset,
+                reason,
+            });
+        }
+        if offset == 0 {
+            reset_segment(&segment.path, segment.first_lsn)?;
+            last_segment_bytes = SEGMENT_HEADER_BYTES as u64;
+        } else {
+            truncate_file(&segment.path, offset)?;
+        }
+        break;
+    }
+    debug_assert!(last_segment_bytes >= SEGMENT_HEADER_BYTES as u64);
+    Ok(Recovered {
+        segments,
+        last_segment_bytes,
+        next_lsn,
+        records,
+        torn_tail,
+        repair: repair_report,
+    })
+}
