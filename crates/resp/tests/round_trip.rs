@@ -36,7 +36,7 @@ fn command_strategy() -> impl Strategy<Value = Vec<Bytes>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proptest_cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn reply_round_trip(replies in proptest::collection::vec(reply_strategy(), 1..4),

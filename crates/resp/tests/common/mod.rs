@@ -192,3 +192,11 @@ pub fn edit_strategy() -> impl Strategy<Value = Vec<(usize, u8, u8)>> {
     ];
     proptest::collection::vec((any::<usize>(), any::<u8>(), byte), 1..4)
 }
+
+/// Cases per property: `PROPTEST_CASES` from the environment, 512 by default.
+pub fn proptest_cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(512)
+}
