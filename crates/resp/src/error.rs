@@ -21,7 +21,8 @@ pub enum ProtocolError {
     /// A `$<len>` line is longer than [`crate::Limits::max_inline_len`].
     #[error("ERR Protocol error: too big bulk count string")]
     TooBigBulkCount,
-    /// An inline command line is longer than [`crate::Limits::max_inline_len`].
+    /// An inline command line is longer than [`crate::Limits::max_inline_len`], or holds a NUL
+    /// byte (which hides its newline from Redis, so Redis ends with this error too).
     #[error("ERR Protocol error: too big inline request")]
     TooBigInline,
     /// An argument of a multibulk request does not start with `$`.

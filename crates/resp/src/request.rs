@@ -6,6 +6,7 @@
 //!   less is an empty request that is consumed and skipped.
 //! - Inline: any request not starting with `*` is one line ending in `\n` (an optional `\r`
 //!   before it is dropped), split by [`crate::inline`]'s quoting rules. A blank line is skipped.
+//!   A NUL byte before the newline is `too big inline request` (see `parse_inline`).
 //!
 //! Incremental and linear: the parser remembers how far it got inside a partly received request
 //! (offsets into the caller's buffer), so bytes are examined once however the stream is split,
@@ -289,9 +290,17 @@ impl RequestParser {
         let max_len = self.limits.max_inline_len;
         // The line may be at most `max_len` bytes before its `\n`.
         let window_end = buffer.len().min(max_len.saturating_add(1));
-        let Some(newline) = memchr::memchr(b'\n', &buffer[scanned_len.min(window_end)..window_end])
-            .map(|offset| offset + scanned_len.min(window_end))
-        else {
+        let resume = scanned_len.min(window_end);
+        let found = memchr::memchr2(b'\n', 0, &buffer[resume..window_end]).map(|offset| offset + resume);
+        if let Some(position) = found {
+            if buffer[position] == 0 {
+                // Redis finds the newline with `strchr`, which stops at a NUL: such a request
+                // never completes and Redis closes the connection with this error once 64 KiB
+                // are buffered. We give the same error without the wait.
+                return Err(ProtocolError::TooBigInline);
+            }
+        }
+        let Some(newline) = found else {
             if buffer.len() > max_len {
                 return Err(ProtocolError::TooBigInline);
             }
