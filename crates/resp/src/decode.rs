@@ -60,10 +60,16 @@ enum Header {
     Double(f64),
     Boolean(bool),
     BigNumber(Range<usize>),
-    VerbatimString { format: [u8; 3], text: Range<usize> },
+    VerbatimString {
+        format: [u8; 3],
+        text: Range<usize>,
+    },
     BlobError(Range<usize>),
     /// `count` elements follow (for a map, `count` pairs).
-    Aggregate { kind: AggregateKind, count: usize },
+    Aggregate {
+        kind: AggregateKind,
+        count: usize,
+    },
 }
 
 /// Reads the header of the frame starting at `start`. Returns it and where the next frame
@@ -261,8 +267,8 @@ fn build(frame: &Bytes, limits: &Limits) -> Result<Reply, ProtocolError> {
     let mut open: Vec<Partial> = Vec::new();
     let mut position = 0;
     loop {
-        let (header, next) = read_header(frame, position, limits)?
-            .ok_or(ProtocolError::InvalidLine("truncated"))?;
+        let (header, next) =
+            read_header(frame, position, limits)?.ok_or(ProtocolError::InvalidLine("truncated"))?;
         position = next;
         let mut finished = match header {
             Header::SimpleString(range) => Reply::SimpleString(frame.slice(range)),
@@ -315,7 +321,7 @@ fn finish(kind: AggregateKind, elements: Vec<Reply>) -> Reply {
         AggregateKind::Set => Reply::Set(elements),
         AggregateKind::Push => Reply::Push(elements),
         AggregateKind::Map => {
-            debug_assert!(elements.len() % 2 == 0);
+            debug_assert!(elements.len().is_multiple_of(2));
             let mut pairs = Vec::with_capacity(elements.len() / 2);
             let mut elements = elements.into_iter();
             while let (Some(key), Some(value)) = (elements.next(), elements.next()) {

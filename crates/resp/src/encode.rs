@@ -305,7 +305,11 @@ mod tests {
             (Reply::Boolean(false), ":0\r\n", "#f\r\n"),
             (Reply::Double(1.5), "$3\r\n1.5\r\n", ",1.5\r\n"),
             (Reply::Double(f64::INFINITY), "$3\r\ninf\r\n", ",inf\r\n"),
-            (Reply::Double(f64::NEG_INFINITY), "$4\r\n-inf\r\n", ",-inf\r\n"),
+            (
+                Reply::Double(f64::NEG_INFINITY),
+                "$4\r\n-inf\r\n",
+                ",-inf\r\n",
+            ),
             (Reply::Double(f64::NAN), "$3\r\nnan\r\n", ",nan\r\n"),
             (
                 Reply::BigNumber(Bytes::from_static(b"-123456789012345678901234567890")),
@@ -342,7 +346,11 @@ mod tests {
             ),
         ];
         for (reply, resp2, resp3) in cases {
-            assert_eq!(both(reply.clone()), (resp2.to_owned(), resp3.to_owned()), "{reply:?}");
+            assert_eq!(
+                both(reply.clone()),
+                (resp2.to_owned(), resp3.to_owned()),
+                "{reply:?}"
+            );
         }
     }
 

@@ -26,7 +26,10 @@ use crate::ProtocolError;
 /// Splits one inline line (without its line terminator) into arguments. An empty result means
 /// the line was blank.
 pub(crate) fn split_inline(line: &Bytes) -> Result<Vec<Bytes>, ProtocolError> {
-    debug_assert!(memchr::memchr(0, line).is_none(), "the request parser rejects NUL");
+    debug_assert!(
+        memchr::memchr(0, line).is_none(),
+        "the request parser rejects NUL"
+    );
     let text = &line[..];
     let mut args = Vec::new();
     let mut position = 0;
@@ -38,8 +41,7 @@ pub(crate) fn split_inline(line: &Bytes) -> Result<Vec<Bytes>, ProtocolError> {
             return Ok(args);
         }
         let start = position;
-        while position < text.len() && !ends_unquoted(text[position]) && !is_quote(text[position])
-        {
+        while position < text.len() && !ends_unquoted(text[position]) && !is_quote(text[position]) {
             position += 1;
         }
         if position == text.len() || ends_unquoted(text[position]) {
@@ -55,7 +57,11 @@ pub(crate) fn split_inline(line: &Bytes) -> Result<Vec<Bytes>, ProtocolError> {
 
 /// Continues an argument at `position`, which is at a quote, appending its bytes to `argument`.
 /// Returns the position just after the argument (a closing quote always ends it).
-fn split_quoted(text: &[u8], position: usize, argument: &mut Vec<u8>) -> Result<usize, ProtocolError> {
+fn split_quoted(
+    text: &[u8],
+    position: usize,
+    argument: &mut Vec<u8>,
+) -> Result<usize, ProtocolError> {
     debug_assert!(is_quote(text[position]));
     if text[position] == b'"' {
         double_quoted(text, position + 1, argument)

@@ -26,7 +26,9 @@ pub(crate) fn parse_i64(digits: &[u8]) -> Option<i64> {
         if !byte.is_ascii_digit() {
             return None;
         }
-        magnitude = magnitude.checked_mul(10)?.checked_add(u64::from(byte - b'0'))?;
+        magnitude = magnitude
+            .checked_mul(10)?
+            .checked_add(u64::from(byte - b'0'))?;
     }
     if negative {
         if magnitude > (i64::MAX as u64) + 1 {

@@ -177,7 +177,8 @@ impl RequestParser {
                 line_end,
             } => (content_end, line_end),
         };
-        let count = parse_i64(&buffer[1..digits_end]).ok_or(ProtocolError::InvalidMultibulkLength)?;
+        let count =
+            parse_i64(&buffer[1..digits_end]).ok_or(ProtocolError::InvalidMultibulkLength)?;
         if count > 0 && count as u64 > self.limits.max_multibulk_len as u64 {
             return Err(ProtocolError::InvalidMultibulkLength);
         }
@@ -248,8 +249,11 @@ impl RequestParser {
                         } => (content_end, line_end),
                     };
                     let len = parse_i64(&buffer[digits_start..digits_end])
-                        .filter(|&len| len >= 0 && len as u64 <= self.limits.proto_max_bulk_len as u64)
-                        .ok_or(ProtocolError::InvalidBulkLength)? as usize;
+                        .filter(|&len| {
+                            len >= 0 && len as u64 <= self.limits.proto_max_bulk_len as u64
+                        })
+                        .ok_or(ProtocolError::InvalidBulkLength)?
+                        as usize;
                     *scanned_len = 0;
                     *parsed_len = line_end;
                     *bulk_len = Some(len);
@@ -291,7 +295,8 @@ impl RequestParser {
         // The line may be at most `max_len` bytes before its `\n`.
         let window_end = buffer.len().min(max_len.saturating_add(1));
         let resume = scanned_len.min(window_end);
-        let found = memchr::memchr2(b'\n', 0, &buffer[resume..window_end]).map(|offset| offset + resume);
+        let found =
+            memchr::memchr2(b'\n', 0, &buffer[resume..window_end]).map(|offset| offset + resume);
         if let Some(position) = found {
             if buffer[position] == 0 {
                 // Redis finds the newline with `strchr`, which stops at a NUL: such a request

@@ -86,7 +86,10 @@ fn claimed_sizes_do_not_allocate_in_the_request_parser() {
             "{:?}: {total} bytes allocated, largest {largest}",
             String::from_utf8_lossy(input)
         );
-        assert!(buffer.capacity() < 1024 * 1024, "the parser reserved buffer space");
+        assert!(
+            buffer.capacity() < 1024 * 1024,
+            "the parser reserved buffer space"
+        );
     }
 }
 
@@ -104,7 +107,11 @@ fn a_huge_bulk_costs_only_the_bytes_received() {
         let (total, _) = measure(|| assert_eq!(parser.parse(&mut buffer), Ok(None)));
         assert_eq!(total, 0, "waiting for payload bytes allocates nothing");
     }
-    assert!(buffer.capacity() < 8 * 1024 * 1024, "capacity {}", buffer.capacity());
+    assert!(
+        buffer.capacity() < 8 * 1024 * 1024,
+        "capacity {}",
+        buffer.capacity()
+    );
 }
 
 #[test]

@@ -48,7 +48,11 @@ fn canon_ours(reply: &Reply) -> String {
         Reply::Set(elements) => format!("set[{}]", sorted(elements.iter().map(canon_ours))),
         Reply::Map(pairs) => format!(
             "map[{}]",
-            sorted(pairs.iter().map(|(key, value)| format!("{}=>{}", canon_ours(key), canon_ours(value))))
+            sorted(pairs.iter().map(|(key, value)| format!(
+                "{}=>{}",
+                canon_ours(key),
+                canon_ours(value)
+            )))
         ),
         Reply::Double(value) => canon_double(*value),
         Reply::Boolean(value) => format!("bool{value}"),
@@ -70,7 +74,11 @@ fn canon_resp3(frame: &Resp3Frame) -> String {
         Resp3Frame::Set { data, .. } => format!("set[{}]", sorted(data.iter().map(canon_resp3))),
         Resp3Frame::Map { data, .. } => format!(
             "map[{}]",
-            sorted(data.iter().map(|(key, value)| format!("{}=>{}", canon_resp3(key), canon_resp3(value))))
+            sorted(data.iter().map(|(key, value)| format!(
+                "{}=>{}",
+                canon_resp3(key),
+                canon_resp3(value)
+            )))
         ),
         Resp3Frame::Double { data, .. } => canon_double(*data),
         Resp3Frame::Boolean { data, .. } => format!("bool{data}"),
@@ -135,7 +143,9 @@ fn ours(input: &[u8]) -> Outcome<ProtocolError> {
 }
 
 fn ours_reply(input: &[u8]) -> Option<Reply> {
-    parse_reply(&mut BytesMut::from(input), open_limits()).ok().flatten()
+    parse_reply(&mut BytesMut::from(input), open_limits())
+        .ok()
+        .flatten()
 }
 
 fn oracle(input: &[u8], protocol: Protocol) -> Outcome<String> {
@@ -164,11 +174,16 @@ fn agreeable_reply() -> impl Strategy<Value = Reply> {
         Just(Reply::NullBulkString),
         Just(Reply::NullArray),
         Just(Reply::Null),
-        any::<f64>().prop_filter("NaN", |value| !value.is_nan()).prop_map(Reply::Double),
+        any::<f64>()
+            .prop_filter("NaN", |value| !value.is_nan())
+            .prop_map(Reply::Double),
         Just(Reply::Double(f64::INFINITY)),
         Just(Reply::Double(f64::NEG_INFINITY)),
         any::<bool>().prop_map(Reply::Boolean),
-        (prop_oneof![Just(*b"txt"), Just(*b"mkd")], bytes_strategy(20))
+        (
+            prop_oneof![Just(*b"txt"), Just(*b"mkd")],
+            bytes_strategy(20)
+        )
             .prop_map(|(format, text)| Reply::VerbatimString { format, text }),
         "-?[0-9]{1,40}".prop_map(|digits| Reply::BigNumber(Bytes::from(digits))),
         bytes_strategy(20).prop_map(Reply::BlobError),
@@ -180,7 +195,12 @@ fn agreeable_reply() -> impl Strategy<Value = Reply> {
             proptest::collection::vec((hashable.clone(), inner.clone()), 0..4).prop_map(|pairs| {
                 // Distinct keys: the oracle's hash map would merge repeated ones.
                 let mut keys = std::collections::HashSet::new();
-                Reply::Map(pairs.into_iter().filter(|(key, _)| keys.insert(canon_ours(key))).collect())
+                Reply::Map(
+                    pairs
+                        .into_iter()
+                        .filter(|(key, _)| keys.insert(canon_ours(key)))
+                        .collect(),
+                )
             }),
             proptest::collection::vec(hashable.clone(), 0..6).prop_map(Reply::Set),
             proptest::collection::vec(inner, 0..6).prop_map(Reply::Push),
@@ -207,7 +227,10 @@ fn resp2_reply() -> impl Strategy<Value = Reply> {
 /// `true` if `reply` holds something the oracle rejects by design.
 fn oracle_rejects(reply: &Reply, protocol: Protocol) -> bool {
     let unhashable = |element: &Reply| {
-        matches!(element, Reply::Array(_) | Reply::Map(_) | Reply::Set(_) | Reply::Push(_))
+        matches!(
+            element,
+            Reply::Array(_) | Reply::Map(_) | Reply::Set(_) | Reply::Push(_)
+        )
     };
     match reply {
         Reply::VerbatimString { format, .. } => {
@@ -221,16 +244,22 @@ fn oracle_rejects(reply: &Reply, protocol: Protocol) -> bool {
         | Reply::Boolean(_)
         | Reply::BigNumber(_)
         | Reply::BlobError(_) => protocol == Protocol::Resp2,
-        Reply::Array(elements) => elements.iter().any(|element| oracle_rejects(element, protocol)),
+        Reply::Array(elements) => elements
+            .iter()
+            .any(|element| oracle_rejects(element, protocol)),
         Reply::Push(elements) | Reply::Set(elements) => {
             protocol == Protocol::Resp2
                 || (matches!(reply, Reply::Set(_)) && elements.iter().any(unhashable))
-                || elements.iter().any(|element| oracle_rejects(element, protocol))
+                || elements
+                    .iter()
+                    .any(|element| oracle_rejects(element, protocol))
         }
         Reply::Map(pairs) => {
             protocol == Protocol::Resp2
                 || pairs.iter().any(|(key, value)| {
-                    unhashable(key) || oracle_rejects(key, protocol) || oracle_rejects(value, protocol)
+                    unhashable(key)
+                        || oracle_rejects(key, protocol)
+                        || oracle_rejects(value, protocol)
                 })
         }
         _ => false,
@@ -280,7 +309,12 @@ fn check(input: &[u8], protocol: Protocol) -> Result<bool, TestCaseError> {
                 prop_assert_eq!(a_len, b_len);
                 return Ok(false);
             }
-            prop_assert_eq!((a, a_len), (b, b_len), "input {:?}", String::from_utf8_lossy(input));
+            prop_assert_eq!(
+                (a, a_len),
+                (b, b_len),
+                "input {:?}",
+                String::from_utf8_lossy(input)
+            );
             true
         }
         (Outcome::Incomplete, Outcome::Incomplete) | (Outcome::Error(_), Outcome::Error(_)) => true,
@@ -310,9 +344,12 @@ fn check(input: &[u8], protocol: Protocol) -> Result<bool, TestCaseError> {
             // map keys, RESP3 types in RESP2): completing the input must make us disagree for
             // one of the reasons above, which the complete-frame cases check.
             prop_assert!(
-                oracle_error.contains("format") || oracle_error.contains("key")
-                    || oracle_error.contains("hash") || oracle_error.contains("frame type")
-                    || oracle_error.contains("Invalid") || oracle_error.contains("prefix")
+                oracle_error.contains("format")
+                    || oracle_error.contains("key")
+                    || oracle_error.contains("hash")
+                    || oracle_error.contains("frame type")
+                    || oracle_error.contains("Invalid")
+                    || oracle_error.contains("prefix")
                     || oracle_error.contains("utf-8"),
                 "we wait on {:?}, oracle: {}",
                 String::from_utf8_lossy(input),
@@ -381,5 +418,8 @@ fn corrupted_frames_mostly_agree_exactly() {
             agreed += 1;
         }
     }
-    assert!(agreed * 2 > total, "only {agreed} of {total} corrupted inputs agreed exactly");
+    assert!(
+        agreed * 2 > total,
+        "only {agreed} of {total} corrupted inputs agreed exactly"
+    );
 }

@@ -71,7 +71,8 @@ fn request_bytes(commands: &[Vec<Bytes>]) -> Vec<u8> {
     let mut wire = BytesMut::new();
     for args in commands {
         encoder.array_header(&mut wire, args.len());
-        args.iter().for_each(|arg| encoder.bulk_string(&mut wire, arg));
+        args.iter()
+            .for_each(|arg| encoder.bulk_string(&mut wire, arg));
     }
     wire.to_vec()
 }
@@ -102,7 +103,10 @@ fn check(input: &[u8]) -> Result<bool, TestCaseError> {
         let empty_request = matches!(
             redis_protocol::resp2::decode::decode(input),
             Ok(Some((OwnedFrame::Array(ref elements), _))) if elements.is_empty()
-        ) || matches!(redis_protocol::resp2::decode::decode(input), Ok(Some((OwnedFrame::Null, _))));
+        ) || matches!(
+            redis_protocol::resp2::decode::decode(input),
+            Ok(Some((OwnedFrame::Null, _)))
+        );
         prop_assert!(
             empty_request || matches!(ours, Outcome::Error(_)),
             "{:?}: we {:?}",
@@ -116,10 +120,18 @@ fn check(input: &[u8]) -> Result<bool, TestCaseError> {
             prop_assert_eq!((a, a_len), (b, b_len));
             Ok(true)
         }
-        (Outcome::Incomplete, Outcome::Incomplete) | (Outcome::Error(_), Outcome::Error(_)) => Ok(true),
+        (Outcome::Incomplete, Outcome::Incomplete) | (Outcome::Error(_), Outcome::Error(_)) => {
+            Ok(true)
+        }
         (Outcome::Error(error), _) if stricter(error) => Ok(false),
         _ => {
-            prop_assert!(false, "{:?}: we {:?}, oracle {:?}", String::from_utf8_lossy(input), ours, oracle);
+            prop_assert!(
+                false,
+                "{:?}: we {:?}, oracle {:?}",
+                String::from_utf8_lossy(input),
+                ours,
+                oracle
+            );
             Ok(false)
         }
     }

@@ -9,11 +9,17 @@ use prefixkv_resp::{Limits, ProtocolError, RequestParser};
 
 const UNBALANCED: &str = "ERR Protocol error: unbalanced quotes in request";
 
-/// (line after `RPUSH t `, arguments Redis pushed, or its error text).
-const INLINE_TABLE: &[(&[u8], Result<&[&[u8]], &str>)] = &[
+/// The arguments Redis pushed, or its error text.
+type RedisOutcome = Result<&'static [&'static [u8]], &'static str>;
+
+/// (line after `RPUSH t `, what Redis did).
+const INLINE_TABLE: &[(&[u8], RedisOutcome)] = &[
     (b"set  a\tb", Ok(&[b"set", b"a", b"b"])),
     (b"\"a b\" c", Ok(&[b"a b", b"c"])),
-    (br#""\x41\x7a\n\r\t\b\a\q\"\\""#, Ok(&[b"Az\n\r\t\x08\x07q\"\\"])),
+    (
+        br#""\x41\x7a\n\r\t\b\a\q\"\\""#,
+        Ok(&[b"Az\n\r\t\x08\x07q\"\\"]),
+    ),
     (br#""\x4g""#, Ok(&[b"x4g"])),
     (br#""\xZZ""#, Ok(&[b"xZZ"])),
     (br#""\x00""#, Ok(&[b"\0"])),
@@ -38,8 +44,14 @@ const INLINE_TABLE: &[(&[u8], Result<&[&[u8]], &str>)] = &[
     (br#""\""#, Err(UNBALANCED)),
     // Redis never answers these (its `strchr` stops at the NUL, so the newline is never seen)
     // and closes the connection with this error once 64 KiB are buffered; we reply at once.
-    (b"a\x00b c", Err("ERR Protocol error: too big inline request")),
-    (b"\"a\x00\"", Err("ERR Protocol error: too big inline request")),
+    (
+        b"a\x00b c",
+        Err("ERR Protocol error: too big inline request"),
+    ),
+    (
+        b"\"a\x00\"",
+        Err("ERR Protocol error: too big inline request"),
+    ),
 ];
 
 fn run(input: &[u8]) -> (Vec<Vec<Vec<u8>>>, Option<ProtocolError>) {
@@ -48,7 +60,9 @@ fn run(input: &[u8]) -> (Vec<Vec<Vec<u8>>>, Option<ProtocolError>) {
     let mut commands = Vec::new();
     loop {
         match parser.parse(&mut buffer) {
-            Ok(Some(command)) => commands.push(command.args.iter().map(|arg| arg.to_vec()).collect()),
+            Ok(Some(command)) => {
+                commands.push(command.args.iter().map(|arg| arg.to_vec()).collect())
+            }
             Ok(None) => return (commands, None),
             Err(error) => return (commands, Some(error)),
         }
@@ -67,11 +81,21 @@ fn inline_lines_split_as_redis_splits_them() {
                 assert_eq!(error, None, "{:?}", String::from_utf8_lossy(line));
                 let mut expected_args = vec![b"RPUSH".to_vec(), b"t".to_vec()];
                 expected_args.extend(args.iter().map(|arg| arg.to_vec()));
-                assert_eq!(commands, vec![expected_args], "{:?}", String::from_utf8_lossy(line));
+                assert_eq!(
+                    commands,
+                    vec![expected_args],
+                    "{:?}",
+                    String::from_utf8_lossy(line)
+                );
             }
             Err(text) => {
                 assert!(commands.is_empty());
-                assert_eq!(error.map(|error| error.to_string()).as_deref(), Some(text), "{:?}", String::from_utf8_lossy(line));
+                assert_eq!(
+                    error.map(|error| error.to_string()).as_deref(),
+                    Some(text),
+                    "{:?}",
+                    String::from_utf8_lossy(line)
+                );
             }
         }
     }
@@ -87,25 +111,58 @@ fn protocol_errors_match_redis() {
     too_big_bulk_count.extend([b'1'; 70_000]);
     let cases: Vec<(&[u8], &str)> = vec![
         (b"*x\r\n", "ERR Protocol error: invalid multibulk length"),
-        (b"*01\r\n$4\r\nPING\r\n", "ERR Protocol error: invalid multibulk length"),
-        (b"*3000000000\r\n", "ERR Protocol error: invalid multibulk length"),
+        (
+            b"*01\r\n$4\r\nPING\r\n",
+            "ERR Protocol error: invalid multibulk length",
+        ),
+        (
+            b"*3000000000\r\n",
+            "ERR Protocol error: invalid multibulk length",
+        ),
         (b"*1\r\n$x\r\n", "ERR Protocol error: invalid bulk length"),
         (b"*1\r\n$-1\r\n", "ERR Protocol error: invalid bulk length"),
-        (b"*1\r\n$600000000\r\n", "ERR Protocol error: invalid bulk length"),
-        (b"*1\r\n$+4\r\nPING\r\n", "ERR Protocol error: invalid bulk length"),
-        (b"*1\r\n$04\r\nPING\r\n", "ERR Protocol error: invalid bulk length"),
+        (
+            b"*1\r\n$600000000\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (
+            b"*1\r\n$+4\r\nPING\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (
+            b"*1\r\n$04\r\nPING\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
         (b"*1\r\n:3\r\n", "ERR Protocol error: expected '$', got ':'"),
-        (&too_big_inline, "ERR Protocol error: too big inline request"),
-        (&too_big_count, "ERR Protocol error: too big mbulk count string"),
-        (&too_big_bulk_count, "ERR Protocol error: too big bulk count string"),
+        (
+            &too_big_inline,
+            "ERR Protocol error: too big inline request",
+        ),
+        (
+            &too_big_count,
+            "ERR Protocol error: too big mbulk count string",
+        ),
+        (
+            &too_big_bulk_count,
+            "ERR Protocol error: too big bulk count string",
+        ),
     ];
     for (input, text) in cases {
         let (commands, error) = run(input);
         assert!(commands.is_empty());
-        assert_eq!(error.map(|error| error.to_string()).as_deref(), Some(text), "{:?}", String::from_utf8_lossy(&input[..input.len().min(20)]));
+        assert_eq!(
+            error.map(|error| error.to_string()).as_deref(),
+            Some(text),
+            "{:?}",
+            String::from_utf8_lossy(&input[..input.len().min(20)])
+        );
     }
     too_big_inline.truncate(65_536);
-    assert_eq!(run(&too_big_inline), (vec![], None), "exactly 64 KiB still waits");
+    assert_eq!(
+        run(&too_big_inline),
+        (vec![], None),
+        "exactly 64 KiB still waits"
+    );
 }
 
 #[test]
@@ -120,7 +177,10 @@ fn skipped_requests_match_redis() {
 fn stricter_than_redis_on_crlf() {
     // Redis skips the two bytes after a payload or a header's `\r` without looking (it runs
     // `foo` then PING for the first input, PING for the second); we close the connection.
-    for input in [&b"*1\r\n$3\r\nfooXY*1\r\n$4\r\nPING\r\n"[..], b"*1\rX$4\r\nPING\r\n"] {
+    for input in [
+        &b"*1\r\n$3\r\nfooXY*1\r\n$4\r\nPING\r\n"[..],
+        b"*1\rX$4\r\nPING\r\n",
+    ] {
         assert_eq!(run(input), (vec![], Some(ProtocolError::ExpectedCrlf)));
     }
 }

@@ -36,11 +36,23 @@ fn every_type() {
         (b"*-1\r\n", Reply::NullArray),
         (b"_\r\n", Reply::Null),
         (b"*0\r\n", Reply::Array(vec![])),
-        (b"*2\r\n:1\r\n*1\r\n$1\r\na\r\n", Reply::Array(vec![Reply::Integer(1), Reply::Array(vec![bulk("a")])])),
-        (b"%1\r\n+k\r\n:1\r\n", Reply::Map(vec![(Reply::simple("k"), Reply::Integer(1))])),
+        (
+            b"*2\r\n:1\r\n*1\r\n$1\r\na\r\n",
+            Reply::Array(vec![Reply::Integer(1), Reply::Array(vec![bulk("a")])]),
+        ),
+        (
+            b"%1\r\n+k\r\n:1\r\n",
+            Reply::Map(vec![(Reply::simple("k"), Reply::Integer(1))]),
+        ),
         (b"%0\r\n", Reply::Map(vec![])),
-        (b"~2\r\n:1\r\n:2\r\n", Reply::Set(vec![Reply::Integer(1), Reply::Integer(2)])),
-        (b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n", Reply::Push(vec![bulk("message"), bulk("x")])),
+        (
+            b"~2\r\n:1\r\n:2\r\n",
+            Reply::Set(vec![Reply::Integer(1), Reply::Integer(2)]),
+        ),
+        (
+            b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n",
+            Reply::Push(vec![bulk("message"), bulk("x")]),
+        ),
         (b",1.5\r\n", Reply::Double(1.5)),
         (b",-2\r\n", Reply::Double(-2.0)),
         (b",1e21\r\n", Reply::Double(1e21)),
@@ -48,15 +60,29 @@ fn every_type() {
         (b",-inf\r\n", Reply::Double(f64::NEG_INFINITY)),
         (b"#t\r\n", Reply::Boolean(true)),
         (b"#f\r\n", Reply::Boolean(false)),
-        (b"(-12345678901234567890123\r\n", Reply::BigNumber(Bytes::from_static(b"-12345678901234567890123"))),
+        (
+            b"(-12345678901234567890123\r\n",
+            Reply::BigNumber(Bytes::from_static(b"-12345678901234567890123")),
+        ),
         (
             b"=15\r\ntxt:Some string\r\n",
-            Reply::VerbatimString { format: *b"txt", text: Bytes::from_static(b"Some string") },
+            Reply::VerbatimString {
+                format: *b"txt",
+                text: Bytes::from_static(b"Some string"),
+            },
         ),
-        (b"!8\r\nERR a\r\nb\r\n", Reply::BlobError(Bytes::from_static(b"ERR a\r\nb"))),
+        (
+            b"!8\r\nERR a\r\nb\r\n",
+            Reply::BlobError(Bytes::from_static(b"ERR a\r\nb")),
+        ),
     ];
     for (input, expected) in cases {
-        assert_eq!(decode(input), Ok(Some(expected)), "{:?}", String::from_utf8_lossy(input));
+        assert_eq!(
+            decode(input),
+            Ok(Some(expected)),
+            "{:?}",
+            String::from_utf8_lossy(input)
+        );
     }
     match decode(b",nan\r\n") {
         Ok(Some(Reply::Double(value))) => assert!(value.is_nan()),
@@ -69,7 +95,11 @@ fn incomplete_frames_wait() {
     let frame: &[u8] = b"*3\r\n$3\r\nfoo\r\n%1\r\n+a\r\n,1.5\r\n=8\r\ntxt:abcd\r\n";
     for cut in 0..frame.len() {
         let mut buffer = BytesMut::from(&frame[..cut]);
-        assert_eq!(parse_reply(&mut buffer, Limits::default()), Ok(None), "cut at {cut}");
+        assert_eq!(
+            parse_reply(&mut buffer, Limits::default()),
+            Ok(None),
+            "cut at {cut}"
+        );
         assert_eq!(buffer.len(), cut, "nothing consumed");
     }
     assert!(decode(frame).unwrap().is_some());
@@ -78,7 +108,10 @@ fn incomplete_frames_wait() {
 #[test]
 fn consumes_exactly_one_reply() {
     let mut buffer = BytesMut::from(&b"+a\r\n:1\r\n"[..]);
-    assert_eq!(parse_reply(&mut buffer, Limits::default()), Ok(Some(Reply::simple("a"))));
+    assert_eq!(
+        parse_reply(&mut buffer, Limits::default()),
+        Ok(Some(Reply::simple("a")))
+    );
     assert_eq!(&buffer[..], b":1\r\n");
 }
 
@@ -103,16 +136,30 @@ fn malformed_frames() {
         (b"*-2\r\n", ProtocolError::InvalidMultibulkLength),
         (b"%-1\r\n", ProtocolError::InvalidMultibulkLength),
         (b"*x\r\n", ProtocolError::InvalidMultibulkLength),
-        (b"=3\r\ntxt\r\n", ProtocolError::InvalidLine("verbatim string")),
-        (b"=5\r\ntxt-a\r\n", ProtocolError::InvalidLine("verbatim string")),
+        (
+            b"=3\r\ntxt\r\n",
+            ProtocolError::InvalidLine("verbatim string"),
+        ),
+        (
+            b"=5\r\ntxt-a\r\n",
+            ProtocolError::InvalidLine("verbatim string"),
+        ),
         (b"+a\nb\r\n", ProtocolError::ExpectedCrlf),
         (b"+a\rb\r\n", ProtocolError::ExpectedCrlf),
         (b"$?\r\n", ProtocolError::Unsupported(b'$')),
         (b"*?\r\n", ProtocolError::Unsupported(b'*')),
-        (b"|1\r\n+a\r\n+b\r\n+c\r\n", ProtocolError::Unsupported(b'|')),
+        (
+            b"|1\r\n+a\r\n+b\r\n+c\r\n",
+            ProtocolError::Unsupported(b'|'),
+        ),
     ];
     for (input, expected) in cases {
-        assert_eq!(decode(input), Err(expected), "{:?}", String::from_utf8_lossy(input));
+        assert_eq!(
+            decode(input),
+            Err(expected),
+            "{:?}",
+            String::from_utf8_lossy(input)
+        );
     }
 }
 
@@ -125,16 +172,41 @@ fn limits() {
         max_nesting_depth: 3,
     };
     assert!(decode_with(b"$4\r\nabcd\r\n", limits).unwrap().is_some());
-    assert_eq!(decode_with(b"$5\r\n", limits), Err(ProtocolError::InvalidBulkLength));
-    assert!(decode_with(b"*2\r\n:1\r\n:2\r\n", limits).unwrap().is_some());
-    assert_eq!(decode_with(b"*3\r\n", limits), Err(ProtocolError::InvalidMultibulkLength));
-    assert_eq!(decode_with(b"%3\r\n", limits), Err(ProtocolError::InvalidMultibulkLength));
+    assert_eq!(
+        decode_with(b"$5\r\n", limits),
+        Err(ProtocolError::InvalidBulkLength)
+    );
+    assert!(decode_with(b"*2\r\n:1\r\n:2\r\n", limits)
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        decode_with(b"*3\r\n", limits),
+        Err(ProtocolError::InvalidMultibulkLength)
+    );
+    assert_eq!(
+        decode_with(b"%3\r\n", limits),
+        Err(ProtocolError::InvalidMultibulkLength)
+    );
     assert!(decode_with(b"+12345678\r\n", limits).unwrap().is_some());
-    assert_eq!(decode_with(b"+123456789", limits), Err(ProtocolError::InvalidLine("over-long")));
-    assert_eq!(decode_with(b"*123456789", limits), Err(ProtocolError::TooBigMultibulkCount));
-    assert_eq!(decode_with(b"$123456789", limits), Err(ProtocolError::TooBigBulkCount));
-    assert!(decode_with(b"*1\r\n*1\r\n*1\r\n:1\r\n", limits).unwrap().is_some());
-    assert_eq!(decode_with(b"*1\r\n*1\r\n*1\r\n*1\r\n", limits), Err(ProtocolError::TooDeep));
+    assert_eq!(
+        decode_with(b"+123456789", limits),
+        Err(ProtocolError::InvalidLine("over-long"))
+    );
+    assert_eq!(
+        decode_with(b"*123456789", limits),
+        Err(ProtocolError::TooBigMultibulkCount)
+    );
+    assert_eq!(
+        decode_with(b"$123456789", limits),
+        Err(ProtocolError::TooBigBulkCount)
+    );
+    assert!(decode_with(b"*1\r\n*1\r\n*1\r\n:1\r\n", limits)
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        decode_with(b"*1\r\n*1\r\n*1\r\n*1\r\n", limits),
+        Err(ProtocolError::TooDeep)
+    );
 }
 
 #[test]
@@ -164,6 +236,8 @@ fn strings_are_zero_copy() {
     let Some(Reply::Array(elements)) = parse_reply(&mut buffer, Limits::default()).unwrap() else {
         panic!("not an array");
     };
-    let Reply::BulkString(bytes) = &elements[0] else { panic!("not a bulk string") };
+    let Reply::BulkString(bytes) = &elements[0] else {
+        panic!("not a bulk string")
+    };
     assert_eq!(bytes.as_ptr() as usize, start + 8);
 }

@@ -23,17 +23,24 @@ fn parse_all(input: &[u8], limits: Limits) -> (Vec<Vec<Vec<u8>>>, Result<usize, 
 }
 
 fn error_of(input: &[u8], limits: Limits) -> ProtocolError {
-    parse_all(input, limits).1.expect_err("expected a protocol error")
+    parse_all(input, limits)
+        .1
+        .expect_err("expected a protocol error")
 }
 
 #[test]
 fn multibulk_set() {
     let mut parser = RequestParser::new(Limits::default());
-    let mut buffer = BytesMut::from(&b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n*1\r\n$4\r\nPING\r\n"[..]);
+    let mut buffer =
+        BytesMut::from(&b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n*1\r\n$4\r\nPING\r\n"[..]);
     let command = parser.parse(&mut buffer).unwrap().unwrap();
     assert_eq!(args(&command), [&b"SET"[..], b"key", b"value"]);
     assert_eq!(command.name(), b"SET");
-    assert_eq!(&buffer[..], b"*1\r\n$4\r\nPING\r\n", "consumes exactly one command");
+    assert_eq!(
+        &buffer[..],
+        b"*1\r\n$4\r\nPING\r\n",
+        "consumes exactly one command"
+    );
     let command = parser.parse(&mut buffer).unwrap().unwrap();
     assert_eq!(args(&command), [&b"PING"[..]]);
     assert!(buffer.is_empty());
@@ -42,8 +49,14 @@ fn multibulk_set() {
 
 #[test]
 fn binary_and_empty_arguments() {
-    let (commands, rest) = parse_all(b"*3\r\n$0\r\n\r\n$2\r\n\r\n\r\n$3\r\n\0\xff*\r\n", Limits::default());
-    assert_eq!(commands, vec![vec![b"".to_vec(), b"\r\n".to_vec(), b"\0\xff*".to_vec()]]);
+    let (commands, rest) = parse_all(
+        b"*3\r\n$0\r\n\r\n$2\r\n\r\n\r\n$3\r\n\0\xff*\r\n",
+        Limits::default(),
+    );
+    assert_eq!(
+        commands,
+        vec![vec![b"".to_vec(), b"\r\n".to_vec(), b"\0\xff*".to_vec()]]
+    );
     assert_eq!(rest, Ok(0));
 }
 
@@ -59,15 +72,20 @@ fn arguments_are_zero_copy_slices_of_the_buffer() {
 
 #[test]
 fn empty_multibulk_requests_are_skipped() {
-    let (commands, rest) = parse_all(b"*0\r\n*-1\r\n*-7\r\n*1\r\n$4\r\nPING\r\n", Limits::default());
+    let (commands, rest) = parse_all(
+        b"*0\r\n*-1\r\n*-7\r\n*1\r\n$4\r\nPING\r\n",
+        Limits::default(),
+    );
     assert_eq!(commands, vec![vec![b"PING".to_vec()]]);
     assert_eq!(rest, Ok(0));
 }
 
 #[test]
 fn inline_commands() {
-    let (commands, rest) =
-        parse_all(b"PING\r\nset k \"a b\"\n\r\n   \nget 'x'\r\nECHO", Limits::default());
+    let (commands, rest) = parse_all(
+        b"PING\r\nset k \"a b\"\n\r\n   \nget 'x'\r\nECHO",
+        Limits::default(),
+    );
     assert_eq!(
         commands,
         vec![
@@ -107,7 +125,11 @@ fn multibulk_length_errors() {
             String::from_utf8_lossy(input)
         );
     }
-    assert_eq!(parse_all(b"*10\r\n", limits).1, Ok(5), "the limit itself is accepted");
+    assert_eq!(
+        parse_all(b"*10\r\n", limits).1,
+        Ok(5),
+        "the limit itself is accepted"
+    );
 }
 
 #[test]
@@ -138,14 +160,26 @@ fn bulk_length_errors() {
 fn expected_dollar() {
     let error = error_of(b"*2\r\n$3\r\nGET\r\n:3\r\n", Limits::default());
     assert_eq!(error, ProtocolError::ExpectedDollar(b':'));
-    assert_eq!(error.to_string(), "ERR Protocol error: expected '$', got ':'");
+    assert_eq!(
+        error.to_string(),
+        "ERR Protocol error: expected '$', got ':'"
+    );
 }
 
 #[test]
 fn missing_crlf_is_rejected() {
-    assert_eq!(error_of(b"*1\r\n$3\r\nGETxx", Limits::default()), ProtocolError::ExpectedCrlf);
-    assert_eq!(error_of(b"*1\rx", Limits::default()), ProtocolError::ExpectedCrlf);
-    assert_eq!(error_of(b"*1\r\n$3\rx", Limits::default()), ProtocolError::ExpectedCrlf);
+    assert_eq!(
+        error_of(b"*1\r\n$3\r\nGETxx", Limits::default()),
+        ProtocolError::ExpectedCrlf
+    );
+    assert_eq!(
+        error_of(b"*1\rx", Limits::default()),
+        ProtocolError::ExpectedCrlf
+    );
+    assert_eq!(
+        error_of(b"*1\r\n$3\rx", Limits::default()),
+        ProtocolError::ExpectedCrlf
+    );
 }
 
 #[test]
@@ -165,7 +199,10 @@ fn too_big_lines() {
 
     let mut count_line = b"*".to_vec();
     count_line.extend([b'1'; 17]);
-    assert_eq!(error_of(&count_line, limits), ProtocolError::TooBigMultibulkCount);
+    assert_eq!(
+        error_of(&count_line, limits),
+        ProtocolError::TooBigMultibulkCount
+    );
     let mut bulk_line = b"*1\r\n$".to_vec();
     bulk_line.extend([b'1'; 17]);
     assert_eq!(error_of(&bulk_line, limits), ProtocolError::TooBigBulkCount);
@@ -175,7 +212,10 @@ fn too_big_lines() {
 fn unbalanced_quotes() {
     let error = error_of(b"set k \"abc\r\n", Limits::default());
     assert_eq!(error, ProtocolError::UnbalancedQuotes);
-    assert_eq!(error.to_string(), "ERR Protocol error: unbalanced quotes in request");
+    assert_eq!(
+        error.to_string(),
+        "ERR Protocol error: unbalanced quotes in request"
+    );
 }
 
 #[test]
@@ -185,19 +225,43 @@ fn errors_are_sticky() {
     assert!(parser.parse(&mut buffer).is_err());
     buffer.clear();
     buffer.extend_from_slice(b"PING\r\n");
-    assert_eq!(parser.parse(&mut buffer), Err(ProtocolError::InvalidMultibulkLength));
+    assert_eq!(
+        parser.parse(&mut buffer),
+        Err(ProtocolError::InvalidMultibulkLength)
+    );
 }
 
 #[test]
 fn redis_error_texts() {
     let cases = [
-        (ProtocolError::InvalidMultibulkLength, "ERR Protocol error: invalid multibulk length"),
-        (ProtocolError::InvalidBulkLength, "ERR Protocol error: invalid bulk length"),
-        (ProtocolError::TooBigInline, "ERR Protocol error: too big inline request"),
-        (ProtocolError::TooBigMultibulkCount, "ERR Protocol error: too big mbulk count string"),
-        (ProtocolError::TooBigBulkCount, "ERR Protocol error: too big bulk count string"),
-        (ProtocolError::ExpectedDollar(b'x'), "ERR Protocol error: expected '$', got 'x'"),
-        (ProtocolError::UnbalancedQuotes, "ERR Protocol error: unbalanced quotes in request"),
+        (
+            ProtocolError::InvalidMultibulkLength,
+            "ERR Protocol error: invalid multibulk length",
+        ),
+        (
+            ProtocolError::InvalidBulkLength,
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (
+            ProtocolError::TooBigInline,
+            "ERR Protocol error: too big inline request",
+        ),
+        (
+            ProtocolError::TooBigMultibulkCount,
+            "ERR Protocol error: too big mbulk count string",
+        ),
+        (
+            ProtocolError::TooBigBulkCount,
+            "ERR Protocol error: too big bulk count string",
+        ),
+        (
+            ProtocolError::ExpectedDollar(b'x'),
+            "ERR Protocol error: expected '$', got 'x'",
+        ),
+        (
+            ProtocolError::UnbalancedQuotes,
+            "ERR Protocol error: unbalanced quotes in request",
+        ),
     ];
     for (error, text) in cases {
         assert_eq!(error.to_string(), text);

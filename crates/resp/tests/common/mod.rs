@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 use bytes::{Bytes, BytesMut};
-use prefixkv_resp::{format_double, parse_reply, Encoder, Limits, Protocol, ProtocolError, Reply, RequestParser};
+use prefixkv_resp::{
+    format_double, parse_reply, Encoder, Limits, Protocol, ProtocolError, Reply, RequestParser,
+};
 use proptest::prelude::*;
 
 pub fn bytes_strategy(max_len: usize) -> impl Strategy<Value = Bytes> {
@@ -54,7 +56,13 @@ pub fn reply_strategy() -> impl Strategy<Value = Reply> {
 
 fn sanitized(text: &Bytes) -> Bytes {
     text.iter()
-        .map(|&byte| if byte == b'\r' || byte == b'\n' { b' ' } else { byte })
+        .map(|&byte| {
+            if byte == b'\r' || byte == b'\n' {
+                b' '
+            } else {
+                byte
+            }
+        })
         .collect::<Vec<u8>>()
         .into()
 }
@@ -62,7 +70,10 @@ fn sanitized(text: &Bytes) -> Bytes {
 /// What decoding `reply`'s encoding in `protocol` must give back.
 pub fn expected_after_round_trip(reply: &Reply, protocol: Protocol) -> Reply {
     let map_all = |elements: &[Reply]| -> Vec<Reply> {
-        elements.iter().map(|element| expected_after_round_trip(element, protocol)).collect()
+        elements
+            .iter()
+            .map(|element| expected_after_round_trip(element, protocol))
+            .collect()
     };
     match (reply, protocol) {
         (Reply::SimpleString(text), _) => Reply::SimpleString(sanitized(text)),
@@ -74,7 +85,10 @@ pub fn expected_after_round_trip(reply: &Reply, protocol: Protocol) -> Reply {
             pairs
                 .iter()
                 .map(|(key, value)| {
-                    (expected_after_round_trip(key, protocol), expected_after_round_trip(value, protocol))
+                    (
+                        expected_after_round_trip(key, protocol),
+                        expected_after_round_trip(value, protocol),
+                    )
                 })
                 .collect(),
         ),
@@ -87,8 +101,12 @@ pub fn expected_after_round_trip(reply: &Reply, protocol: Protocol) -> Reply {
         ),
         (Reply::Set(elements), Protocol::Resp3) => Reply::Set(map_all(elements)),
         (Reply::Push(elements), Protocol::Resp3) => Reply::Push(map_all(elements)),
-        (Reply::Set(elements) | Reply::Push(elements), Protocol::Resp2) => Reply::Array(map_all(elements)),
-        (Reply::Double(value), Protocol::Resp2) => Reply::BulkString(Bytes::from(format_double(*value))),
+        (Reply::Set(elements) | Reply::Push(elements), Protocol::Resp2) => {
+            Reply::Array(map_all(elements))
+        }
+        (Reply::Double(value), Protocol::Resp2) => {
+            Reply::BulkString(Bytes::from(format_double(*value)))
+        }
         (Reply::Boolean(value), Protocol::Resp2) => Reply::Integer(i64::from(*value)),
         (Reply::VerbatimString { text, .. }, Protocol::Resp2) => Reply::BulkString(text.clone()),
         (Reply::BigNumber(digits), Protocol::Resp2) => Reply::BulkString(digits.clone()),
@@ -104,7 +122,10 @@ pub fn test_limits() -> Limits {
 
 /// Decodes replies from `input` fed in chunks ending at `cuts` (sorted offsets), until the
 /// input is exhausted or an error. Returns the replies and the outcome (bytes left, or error).
-pub fn decode_replies_in_chunks(input: &[u8], cuts: &[usize]) -> (Vec<Reply>, Result<usize, ProtocolError>) {
+pub fn decode_replies_in_chunks(
+    input: &[u8],
+    cuts: &[usize],
+) -> (Vec<Reply>, Result<usize, ProtocolError>) {
     let mut buffer = BytesMut::new();
     let mut replies = Vec::new();
     let mut fed = 0;
@@ -151,7 +172,9 @@ pub fn parse_requests_in_chunks(
 pub fn encode_all(replies: &[Reply], protocol: Protocol) -> BytesMut {
     let encoder = Encoder::new(protocol);
     let mut out = BytesMut::new();
-    replies.iter().for_each(|reply| encoder.reply(&mut out, reply));
+    replies
+        .iter()
+        .for_each(|reply| encoder.reply(&mut out, reply));
     out
 }
 
