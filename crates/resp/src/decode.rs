@@ -2,7 +2,7 @@
 //!
 //! Two passes over the buffer, neither recursive:
 //!
-//! 1. `frame_len` walks the frame's headers with an explicit stack of "elements still expected"
+//! 1. `Walk::advance` walks the frame's headers with an explicit stack of "elements still expected"
 //!    per open aggregate, validating every header against [`Limits`], and returns the frame's
 //!    length once all of it is in the buffer (or `None`). It allocates only the stack, whose
 //!    depth is at most `max_nesting_depth`.
@@ -11,8 +11,9 @@
 //!    because every element takes at least 3 bytes of the (complete, received) frame: a count
 //!    can no longer claim more than the bytes that arrived.
 //!
-//! A partial frame is re-walked from its start on the next call; the walk touches only headers
-//! (bulk payloads are skipped by length), so this costs little next to receiving the bytes.
+//! [`ReplyParser`] keeps the walk's state between calls, so a partial frame is walked on from
+//! where it stopped; [`parse_reply`] is the stateless form (it re-walks a partial frame, touching
+//! only headers, since bulk payloads are skipped by length).
 //!
 //! Accepted: every RESP2 and RESP3 type Redis sends (see [`Reply`]), plus the RESP2 nulls
 //! `$-1`/`*-1` in either protocol. Not implemented (rejected with
@@ -31,12 +32,52 @@ use crate::{Limits, ProtocolError, Reply};
 ///
 /// Returns `Ok(None)` if the reply is not complete yet (nothing is removed), or the reply after
 /// removing exactly its bytes. An error means the stream is unusable.
+///
+/// Stateless: a partial reply is walked again from its start on the next call. For a stream of
+/// possibly large replies (a proxy, a load generator) use a [`ReplyParser`], which resumes.
 pub fn parse_reply(buffer: &mut BytesMut, limits: Limits) -> Result<Option<Reply>, ProtocolError> {
-    let Some(frame_len) = frame_len(buffer, &limits)? else {
-        return Ok(None);
-    };
-    let frame = buffer.split_to(frame_len).freeze();
-    Ok(Some(build(&frame, &limits)?))
+    ReplyParser::new(limits).parse(buffer)
+}
+
+/// Incremental reply decoder for one connection: [`parse_reply`] that remembers how far it got
+/// in a partly received reply, so each byte of a large reply is examined about once however it
+/// is split into reads.
+#[derive(Clone, Debug)]
+pub struct ReplyParser {
+    limits: Limits,
+    walk: Walk,
+}
+
+impl ReplyParser {
+    /// A decoder enforcing `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            walk: Walk::default(),
+        }
+    }
+
+    /// Decodes the reply at the front of `buffer`: `Ok(None)` if it is incomplete (nothing is
+    /// removed; append to `buffer` and call again), or the reply after removing exactly its
+    /// bytes. After an error the stream is unusable.
+    ///
+    /// # Panics
+    ///
+    /// If bytes were removed from `buffer` between calls while a reply was incomplete (a caller
+    /// bug: only appending is allowed then).
+    pub fn parse(&mut self, buffer: &mut BytesMut) -> Result<Option<Reply>, ProtocolError> {
+        assert!(
+            self.walk.position <= buffer.len(),
+            "reply buffer shrank under a partly decoded reply"
+        );
+        let Some(frame_len) = self.walk.advance(buffer, &self.limits)? else {
+            return Ok(None);
+        };
+        self.walk.position = 0;
+        debug_assert!(self.walk.open.is_empty());
+        let frame = buffer.split_to(frame_len).freeze();
+        Ok(Some(build(&frame, &self.limits)?))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,36 +253,46 @@ fn parse_double(text: &[u8]) -> Option<f64> {
     }
 }
 
-/// Pass 1: the length of the complete frame at the front of `buffer`, or `None`.
-fn frame_len(buffer: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
-    // Elements still expected by each open aggregate, innermost last.
-    let mut open: Vec<usize> = Vec::new();
-    let mut position = 0;
-    loop {
-        let Some((header, next)) = read_header(buffer, position, limits)? else {
-            return Ok(None);
-        };
-        position = next;
-        if let Header::Aggregate { kind, count } = header {
-            let elements = element_count(kind, count);
-            if elements > 0 {
-                if open.len() >= limits.max_nesting_depth {
-                    return Err(ProtocolError::TooDeep);
-                }
-                open.push(elements);
-                continue;
-            }
-        }
-        // One element finished: close every aggregate it completes.
+/// Pass 1 state: how far the walk over a partly received frame got. Resuming it makes a large
+/// reply arriving in many reads cost one walk, not one per read.
+#[derive(Clone, Debug, Default)]
+struct Walk {
+    /// Start of the next header to read.
+    position: usize,
+    /// Elements still expected by each open aggregate, innermost last.
+    open: Vec<usize>,
+}
+
+impl Walk {
+    /// Walks on from where the last call stopped; returns the frame's length once it is all in
+    /// `buffer`. On `None` the state points at the first incomplete header.
+    fn advance(&mut self, buffer: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
         loop {
-            match open.last_mut() {
-                None => return Ok(Some(position)),
-                Some(remaining) => {
-                    *remaining -= 1;
-                    if *remaining > 0 {
-                        break;
+            let Some((header, next)) = read_header(buffer, self.position, limits)? else {
+                return Ok(None);
+            };
+            self.position = next;
+            if let Header::Aggregate { kind, count } = header {
+                let elements = element_count(kind, count);
+                if elements > 0 {
+                    if self.open.len() >= limits.max_nesting_depth {
+                        return Err(ProtocolError::TooDeep);
                     }
-                    open.pop();
+                    self.open.push(elements);
+                    continue;
+                }
+            }
+            // One element finished: close every aggregate it completes.
+            loop {
+                match self.open.last_mut() {
+                    None => return Ok(Some(self.position)),
+                    Some(remaining) => {
+                        *remaining -= 1;
+                        if *remaining > 0 {
+                            break;
+                        }
+                        self.open.pop();
+                    }
                 }
             }
         }

@@ -1,12 +1,13 @@
 //! Server side: incremental parsing of client requests into [`Command`]s.
 //!
-//! Accepted forms (exactly what Redis accepts, see `docs/resp.md`):
+//! Accepted forms (what Redis accepts, except that we check the CRLFs Redis skips without
+//! looking and apply line limits independently of read boundaries; see `docs/resp.md`):
 //!
 //! - Multibulk: `*<count>\r\n` then `count` times `$<len>\r\n<len bytes>\r\n`. A count of zero or
 //!   less is an empty request that is consumed and skipped.
 //! - Inline: any request not starting with `*` is one line ending in `\n` (an optional `\r`
-//!   before it is dropped), split by [`crate::inline`]'s quoting rules. A blank line is skipped.
-//!   A NUL byte before the newline is `too big inline request` (see `parse_inline`).
+//!   before it is dropped), split by the quoting rules of the `inline` module. A blank line is
+//!   skipped. A NUL byte before the newline is `too big inline request` (see `parse_inline`).
 //!
 //! Incremental and linear: the parser remembers how far it got inside a partly received request
 //! (offsets into the caller's buffer), so bytes are examined once however the stream is split,
@@ -34,6 +35,10 @@ use crate::{Limits, ProtocolError};
 
 /// Largest argument-list capacity reserved from a claimed `*<count>` before the arguments arrive.
 const INITIAL_ARGUMENTS_CAPACITY: usize = 64;
+
+/// Largest argument-range capacity kept between commands: one huge MSET must not pin its
+/// bookkeeping for the rest of the connection's life.
+const RETAINED_ARGUMENTS_CAPACITY: usize = 1024;
 
 /// One client request: the command name and its arguments, as zero-copy slices of the read
 /// buffer (copies only for inline arguments with quotes or escapes). Never empty.
@@ -283,6 +288,9 @@ impl RequestParser {
             .map(|range| request.slice(range.clone()))
             .collect();
         debug_assert!(!args.is_empty());
+        if self.argument_ranges.capacity() > RETAINED_ARGUMENTS_CAPACITY {
+            self.argument_ranges = Vec::new();
+        }
         Ok(Some(Command { args }))
     }
 

@@ -9,19 +9,27 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use prefixkv_resp::{parse_reply, Limits, Protocol, ProtocolError};
+use prefixkv_resp::{parse_reply, Limits, Protocol, ProtocolError, ReplyParser};
 
 /// Replies as their RESP3 encodings (so NaN compares equal to itself).
 type Outcome = (Vec<Vec<u8>>, Result<usize, ProtocolError>);
 
-fn run(input: &[u8], chunk_len: usize, limits: Limits) -> Outcome {
+/// Feeds `input` in chunks of `chunk_len` to a resuming `ReplyParser`, or (`stateless`) to
+/// `parse_reply`, so comparing the two runs also compares the two decoders.
+fn run(input: &[u8], chunk_len: usize, limits: Limits, stateless: bool) -> Outcome {
+    let mut parser = ReplyParser::new(limits);
     let mut buffer = BytesMut::new();
     let mut replies = Vec::new();
     for chunk in input.chunks(chunk_len.max(1)) {
         buffer.extend_from_slice(chunk);
         loop {
             let before_len = buffer.len();
-            match parse_reply(&mut buffer, limits) {
+            let result = if stateless {
+                parse_reply(&mut buffer, limits)
+            } else {
+                parser.parse(&mut buffer)
+            };
+            match result {
                 Ok(Some(reply)) => {
                     let consumed = before_len - buffer.len();
                     assert!(consumed >= 1 && consumed <= before_len);
@@ -65,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
         Limits::default()
     };
     let chunk_len = usize::from(control & 0x7f) + 1;
-    let whole = run(input, input.len(), limits);
-    let split = run(input, chunk_len, limits);
+    let whole = run(input, input.len(), limits, true);
+    let split = run(input, chunk_len, limits, false);
     assert_eq!(whole, split);
 });

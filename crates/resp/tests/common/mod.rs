@@ -4,7 +4,8 @@
 
 use bytes::{Bytes, BytesMut};
 use prefixkv_resp::{
-    format_double, parse_reply, Encoder, Limits, Protocol, ProtocolError, Reply, RequestParser,
+    format_double, parse_reply, Encoder, Limits, Protocol, ProtocolError, Reply, ReplyParser,
+    RequestParser,
 };
 use proptest::prelude::*;
 
@@ -122,10 +123,14 @@ pub fn test_limits() -> Limits {
 
 /// Decodes replies from `input` fed in chunks ending at `cuts` (sorted offsets), until the
 /// input is exhausted or an error. Returns the replies and the outcome (bytes left, or error).
+/// Fed whole (no cuts) it uses the stateless `parse_reply`; split, a resuming `ReplyParser`,
+/// so comparing the two also compares the two decoders.
 pub fn decode_replies_in_chunks(
     input: &[u8],
     cuts: &[usize],
 ) -> (Vec<Reply>, Result<usize, ProtocolError>) {
+    let mut parser = ReplyParser::new(test_limits());
+    let stateless = cuts.is_empty();
     let mut buffer = BytesMut::new();
     let mut replies = Vec::new();
     let mut fed = 0;
@@ -134,7 +139,12 @@ pub fn decode_replies_in_chunks(
         buffer.extend_from_slice(&input[fed..cut]);
         fed = cut;
         loop {
-            match parse_reply(&mut buffer, test_limits()) {
+            let result = if stateless {
+                parse_reply(&mut buffer, test_limits())
+            } else {
+                parser.parse(&mut buffer)
+            };
+            match result {
                 Ok(Some(reply)) => replies.push(reply),
                 Ok(None) => break,
                 Err(error) => return (replies, Err(error)),
