@@ -241,3 +241,32 @@ fn strings_are_zero_copy() {
     };
     assert_eq!(bytes.as_ptr() as usize, start + 8);
 }
+
+#[test]
+fn reply_parser_resumes_a_large_reply_fed_in_small_reads() {
+    use prefixkv_resp::{Encoder, Protocol, ReplyParser};
+    let encoder = Encoder::new(Protocol::Resp3);
+    let mut wire = BytesMut::new();
+    let elements = 50_000;
+    encoder.array_header(&mut wire, elements);
+    for index in 0..elements {
+        encoder.bulk_string(&mut wire, format!("value:{index}").as_bytes());
+    }
+    encoder.simple_string(&mut wire, b"next");
+    let expected = decode_with(&wire[..wire.len() - 7], Limits::default())
+        .unwrap()
+        .unwrap();
+
+    let mut parser = ReplyParser::new(Limits::default());
+    let mut buffer = BytesMut::new();
+    let mut replies = Vec::new();
+    // 7-byte reads: the stateless decoder would re-walk the array ~100,000 times.
+    for chunk in wire.chunks(7) {
+        buffer.extend_from_slice(chunk);
+        while let Some(reply) = parser.parse(&mut buffer).unwrap() {
+            replies.push(reply);
+        }
+    }
+    assert_eq!(replies, vec![expected, Reply::simple("next")]);
+    assert!(buffer.is_empty());
+}

@@ -304,3 +304,30 @@ fn large_bulk_waits_without_consuming() {
     assert_eq!(command.args[1], Bytes::from(value));
     assert!(buffer.is_empty());
 }
+
+#[test]
+fn many_arguments_fed_in_small_reads() {
+    let arguments = 100_000;
+    let mut wire = format!("*{}\r\n", arguments + 1).into_bytes();
+    wire.extend_from_slice(b"$4\r\nMSET\r\n");
+    for index in 0..arguments {
+        let argument = format!("k{index}");
+        wire.extend_from_slice(format!("${}\r\n{argument}\r\n", argument.len()).as_bytes());
+    }
+    let mut parser = RequestParser::new(Limits::default());
+    let mut buffer = BytesMut::new();
+    let mut commands = Vec::new();
+    // 5-byte reads: the parser resumes where it stopped instead of re-parsing the request.
+    for chunk in wire.chunks(5) {
+        buffer.extend_from_slice(chunk);
+        while let Some(command) = parser.parse(&mut buffer).unwrap() {
+            commands.push(command);
+        }
+    }
+    assert_eq!(commands.len(), 1);
+    assert_eq!(commands[0].args.len(), arguments + 1);
+    assert_eq!(
+        &commands[0].args[arguments][..],
+        format!("k{}", arguments - 1).as_bytes()
+    );
+}
