@@ -1,0 +1,161 @@
+//! Recovery: the newest verified image, then the logical log after it.
+//!
+//! Logical log records (payloads of `prefixkv-oplog` records), little-endian:
+//!
+//! | kind (u8) | then | meaning |
+//! |---|---|---|
+//! | 0 `ACTION` | tick u64, action bytes | an input of tick `tick` (the tick being computed) |
+//! | 1 `POINT` | tick u64 | tick `tick` reached its point of consistency |
+//! | 2 `ABORT` | tick u64 | discard the actions of `tick` logged so far (written on reopen) |
+//!
+//! A tick's actions are applied only once its `POINT` record is read: a crash in the middle of
+//! a tick recovers the state at the previous point of consistency, never a half-applied tick.
+//! On reopen after such a crash the orphaned actions are cancelled with an `ABORT` record, since
+//! the application will compute that tick number again with other actions.
+
+use crate::error::{Result, TickError};
+use crate::image::{image_path, read_image, ImageCheck};
+use prefixkv_oplog::{Config as OplogConfig, Oplog};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub(crate) const RECORD_ACTION: u8 = 0;
+pub(crate) const RECORD_POINT: u8 = 1;
+pub(crate) const RECORD_ABORT: u8 = 2;
+
+/// Encode a log record.
+pub(crate) fn encode_record(kind: u8, tick: u64, action: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(kind);
+    out.extend_from_slice(&tick.to_le_bytes());
+    out.extend_from_slice(action);
+}
+
+/// The subdirectory of a tick-state directory that holds the logical log.
+pub fn log_dir(dir: &Path) -> std::path::PathBuf {
+    dir.join("log")
+}
+
+/// What recovery found and did.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    /// Tick of the image loaded, if any.
+    pub image_tick: Option<u64>,
+    /// Image slot (0 or 1) loaded.
+    pub image_slot: Option<usize>,
+    /// Why image files were skipped (torn or damaged), one line each.
+    pub skipped_images: Vec<String>,
+    /// Ticks replayed from the log.
+    pub ticks_replayed: u64,
+    /// Actions applied.
+    pub actions_replayed: u64,
+    /// Actions of an unfinished tick at the end of the log, not applied.
+    pub actions_discarded: u64,
+    /// Time to read and verify the image.
+    pub image_load_time: Duration,
+    /// Time to replay the log.
+    pub replay_time: Duration,
+}
+
+/// Result of recovery with the log still open (for [`crate::TickState::open`]).
+pub(crate) struct Recovered {
+    pub(crate) cells: Vec<u64>,
+    pub(crate) tick: u64,
+    pub(crate) newest_image: Option<(usize, u64)>,
+    pub(crate) log: Option<Oplog>,
+    pub(crate) report: RecoveryReport,
+}
+
+/// Recover the state of `words` cells kept in `dir`: load the newest image whose footer and
+/// checksum verify (or all zeros at tick 0 if there is none), then apply the actions of every
+/// later tick whose point of consistency is in the log, calling `apply(state, tick, action)` in
+/// log order. Returns the state, the tick it is consistent at, and a report.
+pub fn recover(
+    dir: &Path,
+    words: usize,
+    apply: impl FnMut(&mut [u64], u64, &[u8]),
+) -> Result<(Vec<u64>, u64, RecoveryReport)> {
+    let recovered = recover_inner(dir, words, Some(OplogConfig::default()), apply)?;
+    if let Some(log) = recovered.log {
+        log.close()?;
+    }
+    Ok((recovered.cells, recovered.tick, recovered.report))
+}
+
+pub(crate) fn recover_inner(
+    dir: &Path,
+    words: usize,
+    log_config: Option<OplogConfig>,
+    mut apply: impl FnMut(&mut [u64], u64, &[u8]),
+) -> Result<Recovered> {
+    let mut report = RecoveryReport::default();
+    let started = Instant::now();
+    let mut best: Option<(usize, crate::image::Footer, Vec<u64>)> = None;
+    for slot in 0..2 {
+        match read_image(&image_path(dir, slot), words)? {
+            ImageCheck::Missing => {}
+            ImageCheck::Invalid(reason) => report.skipped_images.push(reason),
+            ImageCheck::Valid { footer, cells } => {
+                if best.as_ref().is_none_or(|(_, best, _)| footer.tick > best.tick) {
+                    best = Some((slot, footer, cells));
+                }
+            }
+        }
+    }
+    report.image_load_time = started.elapsed();
+    let (mut cells, mut tick, from_lsn, newest_image) = match best {
+        Some((slot, footer, cells)) => {
+            report.image_tick = Some(footer.tick);
+            report.image_slot = Some(slot);
+            (cells, footer.tick, footer.marker_lsn + 1, Some((slot, footer.marker_lsn)))
+        }
+        None => (vec![0; words], 0, 1, None),
+    };
+    let Some(log_config) = log_config else {
+        return Ok(Recovered { cells, tick, newest_image, log: None, report });
+    };
+    let replay_started = Instant::now();
+    let (log, _open_report) = Oplog::open(log_dir(dir), log_config)?;
+    if newest_image.is_some() && log.oldest_lsn() > from_lsn && log.next_lsn() > log.oldest_lsn() {
+        return Err(TickError::BadLogRecord {
+            lsn: log.oldest_lsn(),
+            reason: format!("the log starts after LSN {from_lsn}, which the newest image needs; records are missing"),
+        });
+    }
+    let mut pending: Vec<Vec<u8>> = Vec::new();
+    for record in log.replay(from_lsn.max(log.oldest_lsn()))? {
+        let (lsn, payload) = record?;
+        if payload.len() < 9 {
+            return Err(TickError::BadLogRecord { lsn, reason: format!("{} bytes, shorter than a header", payload.len()) });
+        }
+        let record_tick = u64::from_le_bytes(payload[1..9].try_into().expect("8 bytes"));
+        let expected = tick + 1;
+        match payload[0] {
+            RECORD_ACTION | RECORD_POINT | RECORD_ABORT if record_tick != expected => {
+                return Err(TickError::BadLogRecord {
+                    lsn,
+                    reason: format!("record for tick {record_tick} where tick {expected} was expected"),
+                });
+            }
+            RECORD_ACTION => pending.push(payload[9..].to_vec()),
+            RECORD_ABORT => pending.clear(),
+            RECORD_POINT => {
+                for action in pending.drain(..) {
+                    apply(&mut cells, expected, &action);
+                    report.actions_replayed += 1;
+                }
+                tick = expected;
+                report.ticks_replayed += 1;
+            }
+            other => return Err(TickError::BadLogRecord { lsn, reason: format!("unknown record kind {other}") }),
+        }
+    }
+    report.actions_discarded = pending.len() as u64;
+    report.replay_time = replay_started.elapsed();
+    if !pending.is_empty() {
+        let mut record = Vec::new();
+        encode_record(RECORD_ABORT, tick + 1, &[], &mut record);
+        log.append(&record)?.wait()?;
+    }
+    Ok(Recovered { cells, tick, newest_image, log: Some(log), report })
+}
