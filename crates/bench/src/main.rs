@@ -19,6 +19,8 @@ struct Cli {
 enum Experiment {
     /// Group commit vs fsync-per-append, io_uring vs pwritev (prefixkv-oplog).
     Oplog(prefixkv_bench::experiments::oplog::Args),
+    /// Checkpoint algorithms for frequently-consistent applications (prefixkv-tickstate).
+    Tick(prefixkv_bench::experiments::tick::Args),
 }
 
 fn main() -> Result<()> {
@@ -26,6 +28,7 @@ fn main() -> Result<()> {
     let common = &cli.common;
     let report = match &cli.experiment {
         Experiment::Oplog(args) => prefixkv_bench::experiments::oplog::run(common, args)?,
+        Experiment::Tick(args) => prefixkv_bench::experiments::tick::run(common, args)?,
     };
     let path = report.write(&common.out)?;
     println!("{}", serde_json::to_string_pretty(&report.summary)?);

@@ -3,7 +3,8 @@
 //! Outside loom a [`Region`] is an anonymous private `mmap`, so it starts zeroed (the kernel
 //! hands out zero pages lazily), is page aligned (so 2 MiB transparent huge pages can back it
 //! when `huge_pages` asks for `madvise(MADV_HUGEPAGE)`, as in §5.6 of the paper), and is
-//! returned to the kernel on drop. Every element type used here is valid when all its bytes
+//! returned to the kernel on drop. Every page is touched at creation, so the arrays are resident
+//! before the first checkpoint (no page faults inside measured ticks). Every element type used here is valid when all its bytes
 //! are zero (atomics of integers and `repr(C)` records of them): that is the `ZeroValid`
 //! contract.
 
@@ -83,6 +84,14 @@ impl<T: ZeroValid> Region<T> {
                 // Advice only: failure (no THP support) leaves ordinary pages, which is correct.
                 // SAFETY: the range is the mapping just created.
                 unsafe { libc::madvise(raw, mapped_bytes, libc::MADV_HUGEPAGE) };
+            }
+            // Fault every page in now (after the huge-page advice), so that the first
+            // checkpoints do not pay page faults and the memory is really reserved.
+            let page_bytes = 4096;
+            for offset in (0..mapped_bytes).step_by(page_bytes) {
+                // SAFETY: inside the fresh private mapping, which nobody else can see yet;
+                // writing zero keeps it all-zero.
+                unsafe { raw.cast::<u8>().add(offset).write_volatile(0) };
             }
             debug_assert_eq!(raw as usize % std::mem::align_of::<T>(), 0);
             let pointer = std::ptr::NonNull::new(raw.cast::<T>()).expect("mmap returned null");

@@ -1,2 +1,3 @@
 //! One module per experiment; `main.rs` lists them as subcommands.
 pub mod oplog;
+pub mod tick;
