@@ -262,12 +262,12 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let rates: Vec<u64> = if !args.rates.is_empty() {
         args.rates.clone()
     } else if quick {
-        vec![1_000, 10_000, 100_000, 1_000_000, 2_500_000]
+        vec![1_000, 30_000, 300_000, 2_500_000]
     } else {
         vec![1_000, 4_000, 16_000, 40_000, 160_000, 640_000, 1_200_000, 2_500_000]
     };
-    let ticks = args.ticks.unwrap_or(if quick { 8 } else { 30 });
-    let e2e_ticks = args.e2e_ticks.unwrap_or(if quick { 30 } else { 150 });
+    let ticks = args.ticks.unwrap_or(if quick { 6 } else { 30 });
+    let e2e_ticks = args.e2e_ticks.unwrap_or(if quick { 25 } else { 150 });
     let algorithms: Vec<AlgorithmKind> = if args.algorithms.is_empty() {
         AlgorithmKind::ALL.to_vec()
     } else {
@@ -292,7 +292,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("huge_pages", args.huge_pages);
     report.config("rounds", rounds as u64);
     report.notes.push(
-        "Overhead sweep: ticks run back to back (no 33 ms of wall time simulated); overhead per checkpoint = mean mutator time per tick (updates + prepare) minus the no-checkpoint baseline's, with the writer's capture run untimed between ticks and logging off, as the paper measured.".into(),
+        "Overhead sweep: ticks run back to back (no 33 ms of wall time simulated); overhead per checkpoint = mean mutator time per tick (updates + prepare) minus the no-checkpoint baseline's (the update-cost part floored at zero, since at tens of updates per tick its sign is timer noise), with the writer's capture run untimed between ticks and logging off, as the paper measured.".into(),
     );
     report.notes.push("Cells are 64-bit words; Ping-Pong builds full images by Copy (previous image + dirty words); Merge is not built, so merge_over_copy_write_bytes is null.".into());
 
@@ -306,15 +306,23 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         let updates_per_tick = ((rate as f64) * args.tick_ms as f64 / 1000.0).round().max(1.0) as usize;
         let tick_updates_list: Vec<Vec<(u32, u64)>> =
             (0..WARMUP_TICKS + ticks).map(|t| tick_updates(&zipf, words, updates_per_tick, (rate << 20) + t as u64)).collect();
+        let mut baseline: Option<(usize, Vec<f64>, Vec<u64>)> = None;
         for (round, contender) in alternating_schedule(algorithms.len(), rounds) {
             let kind = algorithms[contender];
-            let (baseline_ns, expected) = run_baseline(words, &tick_updates_list);
-            let cell = dispatch!(kind, run_overhead(words, args.huge_pages, &tick_updates_list, &expected))?;
+            if baseline.as_ref().is_none_or(|(baseline_round, _, _)| *baseline_round != round) {
+                let (times, state) = run_baseline(words, &tick_updates_list);
+                baseline = Some((round, times, state));
+            }
+            let (_, baseline_ns, expected) = baseline.as_ref().expect("set above");
+            let cell = dispatch!(kind, run_overhead(words, args.huge_pages, &tick_updates_list, expected))?;
             if !cell.verified {
                 eprintln!("tick: {} at {rate}/s round {round}: image or final state mismatch", kind.short_name());
             }
             report.record_verification(cell.verified);
-            overhead[contender][rate_number].push(mean(&cell.tick_ns) - mean(&baseline_ns));
+            // The update-cost difference is floored at zero: at tens of updates per tick it is
+            // below timer resolution and its sign is noise.
+            let updates_difference = mean(&cell.tick_ns) - mean(&cell.prepare_ns) - mean(baseline_ns);
+            overhead[contender][rate_number].push(mean(&cell.prepare_ns) + updates_difference.max(0.0));
             tick_times[contender][rate_number].extend_from_slice(&cell.tick_ns);
             prepare_times[contender][rate_number].push(mean(&cell.prepare_ns));
             memory[contender] = cell.memory_bytes;
