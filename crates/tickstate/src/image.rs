@@ -112,7 +112,12 @@ pub fn decode_footer(bytes: &[u8; FOOTER_BYTES]) -> Result<Footer, FooterError> 
 
 /// View cells as bytes (little-endian hosts only: the file format is little-endian).
 pub(crate) fn words_as_bytes(words: &[u64]) -> &[u8] {
-    const { assert!(cfg!(target_endian = "little"), "image files are little-endian") };
+    const {
+        assert!(
+            cfg!(target_endian = "little"),
+            "image files are little-endian"
+        )
+    };
     // SAFETY: u64 has no padding and any byte pattern is a valid u8.
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
 }
@@ -121,7 +126,10 @@ pub(crate) fn words_as_bytes(words: &[u64]) -> &[u8] {
 pub(crate) fn words_as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
     // SAFETY: as above; every byte pattern is a valid u64.
     unsafe {
-        std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(words))
+        std::slice::from_raw_parts_mut(
+            words.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(words),
+        )
     }
 }
 

@@ -27,7 +27,11 @@ fn model<A: Algorithm>() {
         let writer = {
             let algorithm = Arc::clone(&algorithm);
             loom::thread::spawn(move || {
-                let mut image = if algorithm.needs_base() { first } else { vec![0; 2] };
+                let mut image = if algorithm.needs_base() {
+                    first
+                } else {
+                    vec![0; 2]
+                };
                 algorithm.capture(0, &mut image[..1]);
                 algorithm.capture(1, &mut image[1..]);
                 image

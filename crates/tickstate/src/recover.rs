@@ -96,7 +96,10 @@ pub(crate) fn recover_inner(
             ImageCheck::Missing => {}
             ImageCheck::Invalid(reason) => report.skipped_images.push(reason),
             ImageCheck::Valid { footer, cells } => {
-                if best.as_ref().is_none_or(|(_, best, _)| footer.tick > best.tick) {
+                if best
+                    .as_ref()
+                    .is_none_or(|(_, best, _)| footer.tick > best.tick)
+                {
                     best = Some((slot, footer, cells));
                 }
             }
@@ -107,12 +110,23 @@ pub(crate) fn recover_inner(
         Some((slot, footer, cells)) => {
             report.image_tick = Some(footer.tick);
             report.image_slot = Some(slot);
-            (cells, footer.tick, footer.marker_lsn + 1, Some((slot, footer.marker_lsn)))
+            (
+                cells,
+                footer.tick,
+                footer.marker_lsn + 1,
+                Some((slot, footer.marker_lsn)),
+            )
         }
         None => (vec![0; words], 0, 1, None),
     };
     let Some(log_config) = log_config else {
-        return Ok(Recovered { cells, tick, newest_image, log: None, report });
+        return Ok(Recovered {
+            cells,
+            tick,
+            newest_image,
+            log: None,
+            report,
+        });
     };
     let replay_started = Instant::now();
     let (log, _open_report) = Oplog::open(log_dir(dir), log_config)?;
@@ -126,7 +140,10 @@ pub(crate) fn recover_inner(
     for record in log.replay(from_lsn.max(log.oldest_lsn()))? {
         let (lsn, payload) = record?;
         if payload.len() < 9 {
-            return Err(TickError::BadLogRecord { lsn, reason: format!("{} bytes, shorter than a header", payload.len()) });
+            return Err(TickError::BadLogRecord {
+                lsn,
+                reason: format!("{} bytes, shorter than a header", payload.len()),
+            });
         }
         let record_tick = u64::from_le_bytes(payload[1..9].try_into().expect("8 bytes"));
         let expected = tick + 1;
@@ -134,7 +151,9 @@ pub(crate) fn recover_inner(
             RECORD_ACTION | RECORD_POINT | RECORD_ABORT if record_tick != expected => {
                 return Err(TickError::BadLogRecord {
                     lsn,
-                    reason: format!("record for tick {record_tick} where tick {expected} was expected"),
+                    reason: format!(
+                        "record for tick {record_tick} where tick {expected} was expected"
+                    ),
                 });
             }
             RECORD_ACTION => pending.push(payload[9..].to_vec()),
@@ -147,7 +166,12 @@ pub(crate) fn recover_inner(
                 tick = expected;
                 report.ticks_replayed += 1;
             }
-            other => return Err(TickError::BadLogRecord { lsn, reason: format!("unknown record kind {other}") }),
+            other => {
+                return Err(TickError::BadLogRecord {
+                    lsn,
+                    reason: format!("unknown record kind {other}"),
+                })
+            }
         }
     }
     report.actions_discarded = pending.len() as u64;
@@ -157,5 +181,11 @@ pub(crate) fn recover_inner(
         encode_record(RECORD_ABORT, tick + 1, &[], &mut record);
         log.append(&record)?.wait()?;
     }
-    Ok(Recovered { cells, tick, newest_image, log: Some(log), report })
+    Ok(Recovered {
+        cells,
+        tick,
+        newest_image,
+        log: Some(log),
+        report,
+    })
 }

@@ -34,7 +34,11 @@ pub struct Config {
 impl Config {
     /// `words` cells, logging on with the oplog defaults (fsync every group), no huge pages.
     pub fn new(words: usize) -> Config {
-        Config { words, huge_pages: false, log: Some(OplogConfig::default()) }
+        Config {
+            words,
+            huge_pages: false,
+            log: Some(OplogConfig::default()),
+        }
     }
 }
 
@@ -147,7 +151,9 @@ impl<A: Algorithm> TickState<A> {
     /// Append an input action of the tick being computed (`tick() + 1`) to the logical log. It
     /// returns at once; the record is made durable by group commit with the tick's other records.
     pub fn log_action(&mut self, action: &[u8]) -> Result<u64> {
-        let log = self.log.as_ref().ok_or_else(|| TickError::Usage("log_action: logging is off (Config::log is None)".into()))?;
+        let log = self.log.as_ref().ok_or_else(|| {
+            TickError::Usage("log_action: logging is off (Config::log is None)".into())
+        })?;
         encode_record(RECORD_ACTION, self.tick + 1, action, &mut self.record);
         Ok(log.append(&self.record)?.lsn())
     }
@@ -177,7 +183,10 @@ impl<A: Algorithm> TickState<A> {
         let idle = self.shared.done_seq.load(Ordering::Acquire) == self.next_job_seq;
         if !idle {
             self.stats.checkpoints_deferred += 1;
-            return Ok(PointOfConsistency { checkpoint_started: false, prepare_time: Duration::ZERO });
+            return Ok(PointOfConsistency {
+                checkpoint_started: false,
+                prepare_time: Duration::ZERO,
+            });
         }
         let started = Instant::now();
         // SAFETY: we are the only mutator (`&mut self`), and the writer finished every job
@@ -185,15 +194,22 @@ impl<A: Algorithm> TickState<A> {
         unsafe { self.shared.algorithm.prepare() };
         let prepare_time = started.elapsed();
         self.shared.job_tick.store(tick, Ordering::Relaxed);
-        self.shared.job_marker_lsn.store(marker_lsn, Ordering::Relaxed);
+        self.shared
+            .job_marker_lsn
+            .store(marker_lsn, Ordering::Relaxed);
         self.next_job_seq += 1;
-        self.shared.job_seq.store(self.next_job_seq, Ordering::Release);
+        self.shared
+            .job_seq
+            .store(self.next_job_seq, Ordering::Release);
         if let Some(writer) = &self.writer {
             writer.thread().unpark();
         }
         self.stats.checkpoints_started += 1;
         self.stats.prepare_time += prepare_time;
-        Ok(PointOfConsistency { checkpoint_started: true, prepare_time })
+        Ok(PointOfConsistency {
+            checkpoint_started: true,
+            prepare_time,
+        })
     }
 
     /// The newest tick whose point-of-consistency record is known durable (does not wait).
@@ -282,14 +298,23 @@ impl<A: Algorithm> TickState<A> {
             writer.thread().unpark();
             // A panicking writer already recorded nothing; surface it as a failure.
             if writer.join().is_err() {
-                *self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some("writer thread panicked".into());
+                *self
+                    .shared
+                    .failure
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some("writer thread panicked".into());
                 self.shared.failed.store(true, Ordering::Release);
             }
         }
     }
 
     fn writer_failure(&self) -> TickError {
-        let message = self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let message = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         TickError::WriterFailed(message.unwrap_or_else(|| "unknown error".into()))
     }
 }

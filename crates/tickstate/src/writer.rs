@@ -16,7 +16,9 @@
 //! worth of log stay, so that either image can be recovered from).
 
 use crate::algo::Algorithm;
-use crate::image::{encode_footer, image_path, words_as_bytes, words_as_bytes_mut, Footer, FOOTER_BYTES};
+use crate::image::{
+    encode_footer, image_path, words_as_bytes, words_as_bytes_mut, Footer, FOOTER_BYTES,
+};
 use prefixkv_oplog::Oplog;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -79,16 +81,28 @@ pub(crate) struct ImageFiles {
 impl ImageFiles {
     /// Open (creating) both files in `dir`, sized for `words` cells. `newest` is the slot recovery
     /// found holding the newest valid image, which the next write must not touch.
-    pub(crate) fn open(dir: &Path, words: usize, newest: Option<(usize, u64)>) -> io::Result<ImageFiles> {
+    pub(crate) fn open(
+        dir: &Path,
+        words: usize,
+        newest: Option<(usize, u64)>,
+    ) -> io::Result<ImageFiles> {
         let length = words as u64 * 8 + FOOTER_BYTES as u64;
         let mut created = false;
         let mut open = |slot: usize| -> io::Result<File> {
             let path = image_path(dir, slot);
             created |= !path.exists();
-            let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)?;
             if file.metadata()?.len() != length {
                 if newest.map(|(newest, _)| newest) == Some(slot) {
-                    return Err(io::Error::other(format!("{}: newest image has the wrong size", path.display())));
+                    return Err(io::Error::other(format!(
+                        "{}: newest image has the wrong size",
+                        path.display()
+                    )));
                 }
                 file.set_len(length)?;
                 file.sync_all()?;
@@ -121,12 +135,26 @@ impl ImageFiles {
         let slot = self.newest.map_or(0, |newest| 1 - newest);
         let data_bytes = self.words as u64 * 8;
         let context = |what: &str, error: io::Error| {
-            io::Error::new(error.kind(), format!("{} ({what}): {error}", image_path(&self.dir, slot).display()))
+            io::Error::new(
+                error.kind(),
+                format!(
+                    "{} ({what}): {error}",
+                    image_path(&self.dir, slot).display()
+                ),
+            )
         };
-        let mut footer = Footer { complete: false, tick, marker_lsn, words: self.words as u64, data_crc: 0 };
+        let mut footer = Footer {
+            complete: false,
+            tick,
+            marker_lsn,
+            words: self.words as u64,
+            data_crc: 0,
+        };
         let file = &self.files[slot];
-        file.write_all_at(&encode_footer(&footer), data_bytes).map_err(|e| context("invalidating footer", e))?;
-        file.sync_data().map_err(|e| context("syncing invalidated footer", e))?;
+        file.write_all_at(&encode_footer(&footer), data_bytes)
+            .map_err(|e| context("invalidating footer", e))?;
+        file.sync_data()
+            .map_err(|e| context("syncing invalidated footer", e))?;
         let algorithm = &shared.algorithm;
         let needs_base = algorithm.needs_base();
         assert!(
@@ -142,29 +170,37 @@ impl ImageFiles {
                 self.files[1 - slot]
                     .read_exact_at(words_as_bytes_mut(chunk), start as u64 * 8)
                     .map_err(|e| context("reading the previous image as base", e))?;
-                shared.base_bytes_read.fetch_add(length as u64 * 8, Ordering::Relaxed);
+                shared
+                    .base_bytes_read
+                    .fetch_add(length as u64 * 8, Ordering::Relaxed);
             }
             algorithm.capture(start, chunk);
             let bytes = words_as_bytes(chunk);
             crc = crc32c::crc32c_append(crc, bytes);
-            file.write_all_at(bytes, start as u64 * 8).map_err(|e| context("writing cells", e))?;
+            file.write_all_at(bytes, start as u64 * 8)
+                .map_err(|e| context("writing cells", e))?;
             start += length;
         }
         file.sync_data().map_err(|e| context("syncing cells", e))?;
         if let Some(log) = log {
             if log.durable_lsn() < marker_lsn {
-                log.flush_and_sync().map_err(|e| io::Error::other(format!("syncing the log before an image footer: {e}")))?;
+                log.flush_and_sync().map_err(|e| {
+                    io::Error::other(format!("syncing the log before an image footer: {e}"))
+                })?;
             }
             debug_assert!(log.durable_lsn() >= marker_lsn);
         }
         footer.complete = true;
         footer.data_crc = crc;
-        file.write_all_at(&encode_footer(&footer), data_bytes).map_err(|e| context("writing footer", e))?;
+        file.write_all_at(&encode_footer(&footer), data_bytes)
+            .map_err(|e| context("writing footer", e))?;
         file.sync_data().map_err(|e| context("syncing footer", e))?;
         let previous_marker_lsn = self.newest_marker_lsn;
         self.newest = Some(slot);
         self.newest_marker_lsn = marker_lsn;
-        shared.image_bytes_written.fetch_add(data_bytes + 2 * FOOTER_BYTES as u64, Ordering::Relaxed);
+        shared
+            .image_bytes_written
+            .fetch_add(data_bytes + 2 * FOOTER_BYTES as u64, Ordering::Relaxed);
         shared.completed_tick.store(tick, Ordering::Release);
         shared.images_completed.fetch_add(1, Ordering::Relaxed);
         if let (Some(log), true) = (log, previous_marker_lsn > 0) {
@@ -176,7 +212,11 @@ impl ImageFiles {
 }
 
 /// The writer thread's loop: one image per job, until shutdown with no job pending.
-pub(crate) fn run_writer<A: Algorithm>(shared: Arc<Shared<A>>, mut files: ImageFiles, log: Option<Arc<Oplog>>) {
+pub(crate) fn run_writer<A: Algorithm>(
+    shared: Arc<Shared<A>>,
+    mut files: ImageFiles,
+    log: Option<Arc<Oplog>>,
+) {
     let mut done = shared.done_seq.load(Ordering::Relaxed);
     loop {
         let job = shared.job_seq.load(Ordering::Acquire);
@@ -187,12 +227,19 @@ pub(crate) fn run_writer<A: Algorithm>(shared: Arc<Shared<A>>, mut files: ImageF
             std::thread::park();
             continue;
         }
-        debug_assert_eq!(job, done + 1, "the mutator starts a job only when the writer is idle");
+        debug_assert_eq!(
+            job,
+            done + 1,
+            "the mutator starts a job only when the writer is idle"
+        );
         let tick = shared.job_tick.load(Ordering::Relaxed);
         let marker_lsn = shared.job_marker_lsn.load(Ordering::Relaxed);
         let result = files.write_image(&shared, tick, marker_lsn, log.as_deref());
         if let Err(error) = result {
-            *shared.failure.lock().unwrap_or_else(|poison| poison.into_inner()) = Some(error.to_string());
+            *shared
+                .failure
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner()) = Some(error.to_string());
             shared.failed.store(true, Ordering::Release);
             shared.done_seq.store(job, Ordering::Release);
             return;

@@ -23,7 +23,11 @@ fn actions(tick: u64) -> Vec<[u8; 16]> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(tick.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     (0..ACTIONS_PER_TICK)
         .map(|_| {
-            let index: u64 = if rng.random_bool(0.7) { rng.random_range(0..256) } else { rng.random_range(0..WORDS as u64) };
+            let index: u64 = if rng.random_bool(0.7) {
+                rng.random_range(0..256)
+            } else {
+                rng.random_range(0..WORDS as u64)
+            };
             let value: u64 = rng.random();
             let mut action = [0u8; 16];
             action[..8].copy_from_slice(&index.to_le_bytes());
@@ -41,7 +45,8 @@ fn apply(state: &mut [u64], _tick: u64, action: &[u8]) {
 }
 
 fn child_loop<A: Algorithm>(dir: &str) {
-    let (mut state, _report) = TickState::<A>::open(dir, Config::new(WORDS), apply).expect("child open");
+    let (mut state, _report) =
+        TickState::<A>::open(dir, Config::new(WORDS), apply).expect("child open");
     let mut out = std::io::stdout().lock();
     for _ in 0..100_000 {
         let tick = state.tick() + 1;
@@ -62,7 +67,9 @@ fn child_loop<A: Algorithm>(dir: &str) {
 /// Child mode entry: does nothing unless the parent set the environment.
 #[test]
 fn crash_child_entry() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let kind = AlgorithmKind::parse(&std::env::var("TICKSTATE_CRASH_ALGORITHM").unwrap()).unwrap();
     match kind {
         AlgorithmKind::NaiveSnapshot => child_loop::<NaiveSnapshot>(&dir),
@@ -82,7 +89,11 @@ struct Reference {
 
 impl Reference {
     fn advance_to(&mut self, tick: u64) {
-        assert!(tick >= self.tick, "recovered tick {tick} is older than an earlier recovery ({})", self.tick);
+        assert!(
+            tick >= self.tick,
+            "recovered tick {tick} is older than an earlier recovery ({})",
+            self.tick
+        );
         while self.tick < tick {
             self.tick += 1;
             for action in actions(self.tick) {
@@ -97,16 +108,27 @@ fn sigkill_at_random_points_recovers_last_durable_tick() {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
-    let kills: usize = std::env::var("TICKSTATE_CRASH_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(28);
+    let kills: usize = std::env::var("TICKSTATE_CRASH_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(28);
     let mut rng = rand::rngs::StdRng::seed_from_u64(0xc4a5);
     let executable = std::env::current_exe().unwrap();
     for (number, kind) in AlgorithmKind::ALL.iter().enumerate() {
         let per_algorithm = kills.div_ceil(AlgorithmKind::ALL.len());
         let directory = tempfile::tempdir().unwrap();
-        let mut reference = Reference { state: vec![0; WORDS], tick: 0 };
+        let mut reference = Reference {
+            state: vec![0; WORDS],
+            tick: 0,
+        };
         for round in 0..per_algorithm {
             let mut child = Command::new(&executable)
-                .args(["--exact", "crash_child_entry", "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    "crash_child_entry",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CHILD_ENV, directory.path())
                 .env("TICKSTATE_CRASH_ALGORITHM", kind.short_name())
                 .stdout(Stdio::piped())
@@ -130,7 +152,9 @@ fn sigkill_at_random_points_recovers_last_durable_tick() {
             for _ in 0..reports {
                 match receiver.recv_timeout(Duration::from_secs(60)) {
                     Ok(tick) => last_durable = tick,
-                    Err(error) => panic!("{kind:?} round {round}: no report from the child within 60 s: {error}"),
+                    Err(error) => panic!(
+                        "{kind:?} round {round}: no report from the child within 60 s: {error}"
+                    ),
                 }
             }
             child.kill().unwrap();

@@ -61,7 +61,11 @@ fn damaged_newest_image_falls_back_to_older_image_and_log() {
     let (_, _, report) = recover(dir.path(), WORDS, apply).unwrap();
     let newest = report.image_slot.unwrap();
     // Flip a bit in the newest image's cells: its checksum no longer matches.
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(image_path(dir.path(), newest)).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image_path(dir.path(), newest))
+        .unwrap();
     let mut byte = [0u8; 1];
     file.read_exact_at(&mut byte, 100).unwrap();
     file.write_all_at(&[byte[0] ^ 1], 100).unwrap();
@@ -94,14 +98,20 @@ fn torn_footer_is_skipped_without_logging_too() {
 fn wrong_state_size_is_an_error_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     run::<NaiveSnapshot>(dir.path(), 2, false);
-    let error = recover(dir.path(), WORDS + 1, apply).unwrap_err().to_string();
-    assert!(error.contains("image-") && error.contains("cells"), "{error}");
+    let error = recover(dir.path(), WORDS + 1, apply)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("image-") && error.contains("cells"),
+        "{error}"
+    );
 }
 
 #[test]
 fn ticks_must_increase_by_one() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut state, _) = TickState::<NaiveSnapshot>::open(dir.path(), Config::new(8), apply).unwrap();
+    let (mut state, _) =
+        TickState::<NaiveSnapshot>::open(dir.path(), Config::new(8), apply).unwrap();
     assert!(state.point_of_consistency(2).is_err());
     assert!(state.point_of_consistency(1).is_ok());
 }

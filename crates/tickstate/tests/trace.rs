@@ -11,12 +11,15 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 fn steps() -> usize {
-    std::env::var("TICKSTATE_TRACE_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000)
+    std::env::var("TICKSTATE_TRACE_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000)
 }
 
 fn run_trace<A: Algorithm>(seed: u64, words: usize, initial: bool) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut algorithm = A::new(words, seed % 2 == 0).unwrap();
+    let mut algorithm = A::new(words, seed.is_multiple_of(2)).unwrap();
     let mut model: Vec<u64> = vec![0; words];
     if initial {
         model = (0..words).map(|_| rng.random()).collect();
@@ -33,7 +36,9 @@ fn run_trace<A: Algorithm>(seed: u64, words: usize, initial: bool) {
             let mut previous: Option<Vec<u64>> = None;
             for (number, reference) in job_receiver {
                 let mut image = if algorithm.needs_base() {
-                    previous.clone().expect("a base is needed only after a first image")
+                    previous
+                        .clone()
+                        .expect("a base is needed only after a first image")
                 } else {
                     vec![0xdead_beef; words]
                 };
@@ -55,14 +60,23 @@ fn run_trace<A: Algorithm>(seed: u64, words: usize, initial: bool) {
         match rng.random_range(0..100) {
             0..=79 => {
                 // Skewed indices so that words are rewritten within a period.
-                let index = if rng.random_bool(0.5) { rng.random_range(0..words.min(8)) } else { rng.random_range(0..words) };
+                let index = if rng.random_bool(0.5) {
+                    rng.random_range(0..words.min(8))
+                } else {
+                    rng.random_range(0..words)
+                };
                 let value = rng.random();
                 algorithm.write(index, value);
                 model[index] = value;
             }
             80..=94 => {
                 let index = rng.random_range(0..words);
-                assert_eq!(algorithm.read(index), model[index], "{:?} read({index})", A::KIND);
+                assert_eq!(
+                    algorithm.read(index),
+                    model[index],
+                    "{:?} read({index})",
+                    A::KIND
+                );
             }
             _ => {
                 if rng.random_bool(0.3) {
@@ -83,7 +97,9 @@ fn run_trace<A: Algorithm>(seed: u64, words: usize, initial: bool) {
         }
     }
     drop(jobs);
-    writer.join().expect("writer thread panicked (image mismatch?)");
+    writer
+        .join()
+        .expect("writer thread panicked (image mismatch?)");
     assert_eq!(completed.load(Ordering::Acquire), started);
     assert!(started > 3, "{:?}: only {started} checkpoints", A::KIND);
 }
@@ -91,7 +107,7 @@ fn run_trace<A: Algorithm>(seed: u64, words: usize, initial: bool) {
 fn run_all<A: Algorithm>() {
     for seed in 0..4u64 {
         let words = [1, 7, 64, 1000][seed as usize];
-        run_trace::<A>(seed, words, seed % 2 == 1);
+        run_trace::<A>(seed, words, !seed.is_multiple_of(2));
     }
     run_trace::<A>(99, 100_003, false);
 }

@@ -85,7 +85,8 @@ fn image_crc(image: &[u64]) -> u32 {
     let mut crc = 0;
     for chunk in image.chunks(1 << 16) {
         // SAFETY: u64s viewed as bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(chunk.as_ptr().cast::<u8>(), chunk.len() * 8) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts(chunk.as_ptr().cast::<u8>(), chunk.len() * 8) };
         crc = crc32c::crc32c_append(crc, bytes);
     }
     crc
@@ -116,10 +117,20 @@ fn run_baseline(words: usize, ticks: &[Vec<(u32, u64)>]) -> (Vec<f64>, Vec<u64>)
     (times, state)
 }
 
-fn run_overhead<A: Algorithm>(words: usize, huge_pages: bool, ticks: &[Vec<(u32, u64)>], expected: &[u64]) -> Result<OverheadCell> {
+fn run_overhead<A: Algorithm>(
+    words: usize,
+    huge_pages: bool,
+    ticks: &[Vec<(u32, u64)>],
+    expected: &[u64],
+) -> Result<OverheadCell> {
     let algorithm = A::new(words, huge_pages).context("allocating the state")?;
     let mut image = vec![0u64; words];
-    let mut cell = OverheadCell { tick_ns: Vec::new(), prepare_ns: Vec::new(), memory_bytes: algorithm.memory_bytes(), verified: true };
+    let mut cell = OverheadCell {
+        tick_ns: Vec::new(),
+        prepare_ns: Vec::new(),
+        memory_bytes: algorithm.memory_bytes(),
+        verified: true,
+    };
     for (number, updates) in ticks.iter().enumerate() {
         let started = Instant::now();
         for &(index, value) in updates {
@@ -175,7 +186,14 @@ fn e2e_apply(zipf: &Zipf<f64>, words: usize) -> impl FnMut(&mut [u64], u64, &[u8
     }
 }
 
-fn run_end_to_end<A: Algorithm>(words: usize, huge_pages: bool, zipf: &Zipf<f64>, updates_per_tick: usize, ticks: usize, tick: Duration) -> Result<EndToEnd> {
+fn run_end_to_end<A: Algorithm>(
+    words: usize,
+    huge_pages: bool,
+    zipf: &Zipf<f64>,
+    updates_per_tick: usize,
+    ticks: usize,
+    tick: Duration,
+) -> Result<EndToEnd> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let mut config = Config::new(words);
     config.huge_pages = huge_pages;
@@ -264,16 +282,23 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     } else if quick {
         vec![1_000, 30_000, 300_000, 2_500_000]
     } else {
-        vec![1_000, 4_000, 16_000, 40_000, 160_000, 640_000, 1_200_000, 2_500_000]
+        vec![
+            1_000, 4_000, 16_000, 40_000, 160_000, 640_000, 1_200_000, 2_500_000,
+        ]
     };
     let ticks = args.ticks.unwrap_or(if quick { 6 } else { 30 });
     let e2e_ticks = args.e2e_ticks.unwrap_or(if quick { 25 } else { 150 });
     let algorithms: Vec<AlgorithmKind> = if args.algorithms.is_empty() {
         AlgorithmKind::ALL.to_vec()
     } else {
-        args.algorithms.iter().map(|name| AlgorithmKind::parse(name).with_context(|| format!("unknown algorithm {name}"))).collect::<Result<_>>()?
+        args.algorithms
+            .iter()
+            .map(|name| {
+                AlgorithmKind::parse(name).with_context(|| format!("unknown algorithm {name}"))
+            })
+            .collect::<Result<_>>()?
     };
-    if !(args.skew > 0.0) {
+    if args.skew.is_nan() || args.skew <= 0.0 {
         bail!("--skew must be positive");
     }
     let zipf = Zipf::new(words as f64, args.skew).context("Zipf parameters")?;
@@ -299,64 +324,127 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     // overhead[algorithm][rate] = per-round overhead ns; plus tick times.
     let mut overhead: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); rates.len()]; algorithms.len()];
     let mut tick_times: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); rates.len()]; algorithms.len()];
-    let mut prepare_times: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); rates.len()]; algorithms.len()];
+    let mut prepare_times: Vec<Vec<Vec<f64>>> =
+        vec![vec![Vec::new(); rates.len()]; algorithms.len()];
     let mut memory = vec![0usize; algorithms.len()];
     let sweep_started = Instant::now();
     for (rate_number, &rate) in rates.iter().enumerate() {
-        let updates_per_tick = ((rate as f64) * args.tick_ms as f64 / 1000.0).round().max(1.0) as usize;
-        let tick_updates_list: Vec<Vec<(u32, u64)>> =
-            (0..WARMUP_TICKS + ticks).map(|t| tick_updates(&zipf, words, updates_per_tick, (rate << 20) + t as u64)).collect();
+        let updates_per_tick = ((rate as f64) * args.tick_ms as f64 / 1000.0)
+            .round()
+            .max(1.0) as usize;
+        let tick_updates_list: Vec<Vec<(u32, u64)>> = (0..WARMUP_TICKS + ticks)
+            .map(|t| tick_updates(&zipf, words, updates_per_tick, (rate << 20) + t as u64))
+            .collect();
         let mut baseline: Option<(usize, Vec<f64>, Vec<u64>)> = None;
         for (round, contender) in alternating_schedule(algorithms.len(), rounds) {
             let kind = algorithms[contender];
-            if baseline.as_ref().is_none_or(|(baseline_round, _, _)| *baseline_round != round) {
+            if baseline
+                .as_ref()
+                .is_none_or(|(baseline_round, _, _)| *baseline_round != round)
+            {
                 let (times, state) = run_baseline(words, &tick_updates_list);
                 baseline = Some((round, times, state));
             }
             let (_, baseline_ns, expected) = baseline.as_ref().expect("set above");
-            let cell = dispatch!(kind, run_overhead(words, args.huge_pages, &tick_updates_list, expected))?;
+            let cell = dispatch!(
+                kind,
+                run_overhead(words, args.huge_pages, &tick_updates_list, expected)
+            )?;
             if !cell.verified {
-                eprintln!("tick: {} at {rate}/s round {round}: image or final state mismatch", kind.short_name());
+                eprintln!(
+                    "tick: {} at {rate}/s round {round}: image or final state mismatch",
+                    kind.short_name()
+                );
             }
             report.record_verification(cell.verified);
             // The update-cost difference is floored at zero: at tens of updates per tick it is
             // below timer resolution and its sign is noise.
-            let updates_difference = mean(&cell.tick_ns) - mean(&cell.prepare_ns) - mean(baseline_ns);
-            overhead[contender][rate_number].push(mean(&cell.prepare_ns) + updates_difference.max(0.0));
+            let updates_difference =
+                mean(&cell.tick_ns) - mean(&cell.prepare_ns) - mean(baseline_ns);
+            overhead[contender][rate_number]
+                .push(mean(&cell.prepare_ns) + updates_difference.max(0.0));
             tick_times[contender][rate_number].extend_from_slice(&cell.tick_ns);
             prepare_times[contender][rate_number].push(mean(&cell.prepare_ns));
             memory[contender] = cell.memory_bytes;
         }
-        eprintln!("tick: rate {rate}/s done ({:.1} s)", sweep_started.elapsed().as_secs_f64());
+        eprintln!(
+            "tick: rate {rate}/s done ({:.1} s)",
+            sweep_started.elapsed().as_secs_f64()
+        );
     }
-    let overhead_median = |algorithm: usize, rate: usize| Spread::of(&overhead[algorithm][rate]).median;
+    let overhead_median =
+        |algorithm: usize, rate: usize| Spread::of(&overhead[algorithm][rate]).median;
     for (contender, kind) in algorithms.iter().enumerate() {
         for (rate_number, &rate) in rates.iter().enumerate() {
-            let mut line = row([("part", Value::from("overhead")), ("algorithm", Value::from(kind.short_name())), ("updates_per_s", Value::from(rate))]);
-            Spread::of(&overhead[contender][rate_number].iter().map(|ns| ns / 1e6).collect::<Vec<_>>()).insert_into(&mut line, "overhead_ms_per_checkpoint");
-            Spread::of(&prepare_times[contender][rate_number].iter().map(|ns| ns / 1e6).collect::<Vec<_>>()).insert_into(&mut line, "prepare_ms");
+            let mut line = row([
+                ("part", Value::from("overhead")),
+                ("algorithm", Value::from(kind.short_name())),
+                ("updates_per_s", Value::from(rate)),
+            ]);
+            Spread::of(
+                &overhead[contender][rate_number]
+                    .iter()
+                    .map(|ns| ns / 1e6)
+                    .collect::<Vec<_>>(),
+            )
+            .insert_into(&mut line, "overhead_ms_per_checkpoint");
+            Spread::of(
+                &prepare_times[contender][rate_number]
+                    .iter()
+                    .map(|ns| ns / 1e6)
+                    .collect::<Vec<_>>(),
+            )
+            .insert_into(&mut line, "prepare_ms");
             let ticks_ns = &tick_times[contender][rate_number];
-            line.insert("tick_p50_ms".into(), Value::from(percentile(ticks_ns, 0.5) / 1e6));
-            line.insert("tick_p99_ms".into(), Value::from(percentile(ticks_ns, 0.99) / 1e6));
-            line.insert("tick_max_ms".into(), Value::from(percentile(ticks_ns, 1.0) / 1e6));
+            line.insert(
+                "tick_p50_ms".into(),
+                Value::from(percentile(ticks_ns, 0.5) / 1e6),
+            );
+            line.insert(
+                "tick_p99_ms".into(),
+                Value::from(percentile(ticks_ns, 0.99) / 1e6),
+            );
+            line.insert(
+                "tick_max_ms".into(),
+                Value::from(percentile(ticks_ns, 1.0) / 1e6),
+            );
             line.insert("memory_bytes".into(), Value::from(memory[contender] as u64));
             report.rows.push(line);
         }
     }
 
     // End to end: writer and logging on, paced ticks.
-    let e2e_updates = ((args.e2e_rate as f64) * args.tick_ms as f64 / 1000.0).round().max(1.0) as usize;
+    let e2e_updates = ((args.e2e_rate as f64) * args.tick_ms as f64 / 1000.0)
+        .round()
+        .max(1.0) as usize;
     let mut e2e_series = Vec::new();
     let mut e2e_spike = vec![f64::NAN; algorithms.len()];
     for (contender, kind) in algorithms.iter().enumerate() {
-        let run = dispatch!(kind, run_end_to_end(words, args.huge_pages, &zipf, e2e_updates, e2e_ticks, Duration::from_millis(args.tick_ms)))?;
+        let run = dispatch!(
+            kind,
+            run_end_to_end(
+                words,
+                args.huge_pages,
+                &zipf,
+                e2e_updates,
+                e2e_ticks,
+                Duration::from_millis(args.tick_ms)
+            )
+        )?;
         report.record_verification(run.verified);
         let p50 = percentile(&run.tick_ns, 0.5);
         let max = percentile(&run.tick_ns, 1.0);
         e2e_spike[contender] = ratio(max, p50);
-        let mut line = row([("part", Value::from("end_to_end")), ("algorithm", Value::from(kind.short_name())), ("updates_per_s", Value::from(args.e2e_rate))]);
+        let mut line = row([
+            ("part", Value::from("end_to_end")),
+            ("algorithm", Value::from(kind.short_name())),
+            ("updates_per_s", Value::from(args.e2e_rate)),
+        ]);
         line.insert("tick_p50_ms".into(), Value::from(p50 / 1e6));
-        line.insert("tick_p99_ms".into(), Value::from(percentile(&run.tick_ns, 0.99) / 1e6));
+        line.insert(
+            "tick_p99_ms".into(),
+            Value::from(percentile(&run.tick_ns, 0.99) / 1e6),
+        );
         line.insert("tick_max_ms".into(), Value::from(max / 1e6));
         line.insert("tick_max_over_p50".into(), Value::from(ratio(max, p50)));
         line.insert("checkpoints".into(), Value::from(run.checkpoints));
@@ -368,21 +456,46 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         report.rows.push(line);
         e2e_series.push(Series {
             label: kind.short_name().into(),
-            points: run.tick_ns.iter().enumerate().map(|(number, ns)| (number as f64, ns / 1e6)).collect(),
+            points: run
+                .tick_ns
+                .iter()
+                .enumerate()
+                .map(|(number, ns)| (number as f64, ns / 1e6))
+                .collect(),
         });
-        eprintln!("tick: end-to-end {} done (verified: {})", kind.short_name(), run.verified);
+        eprintln!(
+            "tick: end-to-end {} done (verified: {})",
+            kind.short_name(),
+            run.verified
+        );
     }
 
     // Summary.
     let position = |kind: AlgorithmKind| algorithms.iter().position(|k| *k == kind);
     let geometric_mean_ratio = |numerator: usize, denominator: usize| {
-        let logs: Vec<f64> = (0..rates.len()).map(|r| ratio(overhead_median(numerator, r), overhead_median(denominator, r))).filter(|x| x.is_finite() && *x > 0.0).map(f64::ln).collect();
-        if logs.is_empty() { f64::NAN } else { (logs.iter().sum::<f64>() / logs.len() as f64).exp() }
+        let logs: Vec<f64> = (0..rates.len())
+            .map(|r| {
+                ratio(
+                    overhead_median(numerator, r),
+                    overhead_median(denominator, r),
+                )
+            })
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .map(f64::ln)
+            .collect();
+        if logs.is_empty() {
+            f64::NAN
+        } else {
+            (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+        }
     };
     let ns = position(AlgorithmKind::NaiveSnapshot);
     let ipp = position(AlgorithmKind::InterleavedPingPong);
     if let (Some(ns), Some(ipp)) = (ns, ipp) {
-        report.summary("ipp_over_ns_overhead_low_rate", ratio(overhead_median(ns, 0), overhead_median(ipp, 0)));
+        report.summary(
+            "ipp_over_ns_overhead_low_rate",
+            ratio(overhead_median(ns, 0), overhead_median(ipp, 0)),
+        );
         // The lowest rate at which NS has lower overhead than IPP, interpolated on log(rate)
         // between the last rate where IPP wins and the first where NS wins.
         let mut crossover = f64::NAN;
@@ -404,7 +517,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         report.summary("ipp_tick_max_over_p50", e2e_spike[ipp]);
         report.summary("ns_tick_max_over_p50", e2e_spike[ns]);
     }
-    if let (Some(bazz), Some(nzz)) = (position(AlgorithmKind::BitArrayZigzag), position(AlgorithmKind::NaiveZigzag)) {
+    if let (Some(bazz), Some(nzz)) = (
+        position(AlgorithmKind::BitArrayZigzag),
+        position(AlgorithmKind::NaiveZigzag),
+    ) {
         report.summary("bazz_over_nzz", geometric_mean_ratio(bazz, nzz));
     }
     if let (Some(ipp), Some(npp)) = (ipp, position(AlgorithmKind::NaivePingPong)) {
@@ -415,20 +531,33 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.notes.push("ns_ipp_crossover_updates_per_s is null when NS never has lower overhead than IPP in the sweep; *_tick_max_over_p50 come from the end-to-end run (writer and logging on).".into());
 
     let chart = LineChart {
-        title: format!("Synchronous overhead per checkpoint ({state_mb} MiB, Zipf {})", args.skew),
+        title: format!(
+            "Synchronous overhead per checkpoint ({state_mb} MiB, Zipf {})",
+            args.skew
+        ),
         x_label: "updates per second".into(),
         y_label: "overhead per checkpoint (ms)".into(),
         series: algorithms
             .iter()
             .enumerate()
-            .map(|(a, kind)| Series { label: kind.short_name().into(), points: rates.iter().enumerate().map(|(r, rate)| (*rate as f64, overhead_median(a, r).max(0.0) / 1e6)).collect() })
+            .map(|(a, kind)| Series {
+                label: kind.short_name().into(),
+                points: rates
+                    .iter()
+                    .enumerate()
+                    .map(|(r, rate)| (*rate as f64, overhead_median(a, r).max(0.0) / 1e6))
+                    .collect(),
+            })
             .collect(),
         markers: Vec::new(),
         log_x: true,
     };
     write_line_chart(&chart, &common.out, "tick_overhead")?;
     let chart = LineChart {
-        title: format!("Mutator time per tick, end to end ({} updates/s, writer and log on)", args.e2e_rate),
+        title: format!(
+            "Mutator time per tick, end to end ({} updates/s, writer and log on)",
+            args.e2e_rate
+        ),
         x_label: "tick".into(),
         y_label: "mutator time per tick (ms)".into(),
         series: e2e_series,

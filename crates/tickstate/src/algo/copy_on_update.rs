@@ -167,7 +167,8 @@ impl Algorithm for BitArrayCopyOnUpdate {
         if flag.load(Ordering::Acquire) & claimed == 0 {
             let before = flag.fetch_or(claimed, Ordering::AcqRel);
             if before & claimed == 0 {
-                self.data.cells()[2 * index + 1].store(live.load(Ordering::Relaxed), Ordering::Relaxed);
+                self.data.cells()[2 * index + 1]
+                    .store(live.load(Ordering::Relaxed), Ordering::Relaxed);
                 flag.fetch_or(claimed << 1, Ordering::Release);
             }
         }

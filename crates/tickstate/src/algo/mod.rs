@@ -128,7 +128,10 @@ pub trait Algorithm: Send + Sync + Sized + 'static {
 /// # Safety
 /// No other thread accesses `target` or writes `source` during the call.
 #[inline]
-pub(crate) unsafe fn copy_cells(source: &[crate::sync::AtomicU64], target: &[crate::sync::AtomicU64]) {
+pub(crate) unsafe fn copy_cells(
+    source: &[crate::sync::AtomicU64],
+    target: &[crate::sync::AtomicU64],
+) {
     assert_eq!(source.len(), target.len());
     #[cfg(not(loom))]
     // SAFETY: AtomicU64 has the layout of u64; the caller guarantees no concurrent access.
@@ -141,7 +144,10 @@ pub(crate) unsafe fn copy_cells(source: &[crate::sync::AtomicU64], target: &[cra
     };
     #[cfg(loom)]
     for (from, to) in source.iter().zip(target) {
-        to.store(from.load(crate::sync::Ordering::Relaxed), crate::sync::Ordering::Relaxed);
+        to.store(
+            from.load(crate::sync::Ordering::Relaxed),
+            crate::sync::Ordering::Relaxed,
+        );
     }
 }
 

@@ -78,8 +78,14 @@ impl Algorithm for NaivePingPong {
     fn new(words: usize, huge_pages: bool) -> std::io::Result<Self> {
         let mut ping_pong = NaivePingPong {
             live: Region::new(words, huge_pages)?,
-            copies: [Region::new(words, huge_pages)?, Region::new(words, huge_pages)?],
-            dirty: [Region::new(words, huge_pages)?, Region::new(words, huge_pages)?],
+            copies: [
+                Region::new(words, huge_pages)?,
+                Region::new(words, huge_pages)?,
+            ],
+            dirty: [
+                Region::new(words, huge_pages)?,
+                Region::new(words, huge_pages)?,
+            ],
             phase: Phase::loaded(),
         };
         ping_pong.reset(None);

@@ -34,7 +34,10 @@ impl Algorithm for NaiveZigzag {
 
     fn new(words: usize, huge_pages: bool) -> std::io::Result<Self> {
         let zigzag = NaiveZigzag {
-            copies: [Region::new(words, huge_pages)?, Region::new(words, huge_pages)?],
+            copies: [
+                Region::new(words, huge_pages)?,
+                Region::new(words, huge_pages)?,
+            ],
             read_from: Region::new(words, huge_pages)?,
             write_to: Region::new(words, huge_pages)?,
         };
@@ -107,7 +110,10 @@ impl Algorithm for NaiveZigzag {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.copies[0].bytes() + self.copies[1].bytes() + self.read_from.bytes() + self.write_to.bytes()
+        self.copies[0].bytes()
+            + self.copies[1].bytes()
+            + self.read_from.bytes()
+            + self.write_to.bytes()
     }
 }
 
@@ -124,7 +130,10 @@ impl Algorithm for BitArrayZigzag {
 
     fn new(words: usize, huge_pages: bool) -> std::io::Result<Self> {
         let zigzag = BitArrayZigzag {
-            copies: [Region::new(words, huge_pages)?, Region::new(words, huge_pages)?],
+            copies: [
+                Region::new(words, huge_pages)?,
+                Region::new(words, huge_pages)?,
+            ],
             read_from: Region::new(words.div_ceil(64), huge_pages)?,
             write_to: Region::new(words.div_ceil(64), huge_pages)?,
             words,
@@ -189,6 +198,9 @@ impl Algorithm for BitArrayZigzag {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.copies[0].bytes() + self.copies[1].bytes() + self.read_from.bytes() + self.write_to.bytes()
+        self.copies[0].bytes()
+            + self.copies[1].bytes()
+            + self.read_from.bytes()
+            + self.write_to.bytes()
     }
 }
