@@ -57,3 +57,4 @@ pub use algo::{Algorithm, AlgorithmKind};
 pub use error::{Result, TickError};
 pub use recover::{log_dir, recover, RecoveryReport};
 pub use state::{Config, PointOfConsistency, Stats, TickState};
+pub use writer::ImageBase;

@@ -10,7 +10,7 @@
 use crate::algo::Algorithm;
 use crate::error::{Result, TickError};
 use crate::recover::{encode_record, recover_inner, RecoveryReport, RECORD_ACTION, RECORD_POINT};
-use crate::writer::{run_writer, ImageFiles, Shared};
+use crate::writer::{run_writer, ImageBase, ImageFiles, Shared};
 use prefixkv_oplog::{AppendTicket, Config as OplogConfig, Oplog};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -29,15 +29,19 @@ pub struct Config {
     /// The logical log's configuration; `None` turns logical logging off (then `log_action` is an
     /// error, and recovery returns the newest image's state).
     pub log: Option<OplogConfig>,
+    /// How Ping-Pong's writer builds full images (Copy from the previous file, or Merge in memory).
+    pub image_base: ImageBase,
 }
 
 impl Config {
-    /// `words` cells, logging on with the oplog defaults (fsync every group), no huge pages.
+    /// `words` cells, logging on with the oplog defaults (fsync every group), no huge pages,
+    /// Ping-Pong images built by Copy.
     pub fn new(words: usize) -> Config {
         Config {
             words,
             huge_pages: false,
             log: Some(OplogConfig::default()),
+            image_base: ImageBase::CopyFromFile,
         }
     }
 }
@@ -101,7 +105,7 @@ impl<A: Algorithm> TickState<A> {
         let mut algorithm = A::new(config.words, config.huge_pages)?;
         algorithm.load(&recovered.cells);
         drop(recovered.cells);
-        let files = ImageFiles::open(dir, config.words, recovered.newest_image)?;
+        let files = ImageFiles::open(dir, config.words, recovered.newest_image, config.image_base)?;
         let completed = recovered.report.image_tick;
         let shared = Arc::new(Shared::new(algorithm, completed));
         let log = recovered.log.map(Arc::new);

@@ -76,6 +76,21 @@ pub(crate) struct ImageFiles {
     /// Marker LSN of the newest complete image.
     newest_marker_lsn: u64,
     chunk: Vec<u64>,
+    /// With [`ImageBase::MergeInMemory`]: the newest image, updated in place by each capture.
+    merged: Option<Vec<u64>>,
+}
+
+/// Where the writer takes the clean words of an image from, for algorithms whose captures need a
+/// base (Ping-Pong): the paper's two ways to build a full image from the dirty words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ImageBase {
+    /// *Copy*: read the previous image back from the other backup file, chunk by chunk, and
+    /// overlay the dirty words (one sequential read of |AS| per checkpoint, no extra memory).
+    #[default]
+    CopyFromFile,
+    /// *Merge*: keep the previous image in writer memory (|AS| more memory) and overlay the
+    /// dirty words into it in place (no read).
+    MergeInMemory,
 }
 
 impl ImageFiles {
@@ -85,6 +100,7 @@ impl ImageFiles {
         dir: &Path,
         words: usize,
         newest: Option<(usize, u64)>,
+        base: ImageBase,
     ) -> io::Result<ImageFiles> {
         let length = words as u64 * 8 + FOOTER_BYTES as u64;
         let mut created = false;
@@ -120,6 +136,8 @@ impl ImageFiles {
             newest: newest.map(|(slot, _)| slot),
             newest_marker_lsn: newest.map_or(0, |(_, lsn)| lsn),
             chunk: vec![0; CHUNK_WORDS.min(words.max(1))],
+            // Every algorithm's first capture after open writes every word, so zeros are fine.
+            merged: (base == ImageBase::MergeInMemory).then(|| vec![0; words]),
         })
     }
 
@@ -161,12 +179,16 @@ impl ImageFiles {
             !needs_base || self.newest.is_some(),
             "an algorithm asked for a base image before any image was written"
         );
+        let merging = self.merged.is_some();
         let mut crc = 0u32;
         let mut start = 0;
         while start < self.words {
             let length = CHUNK_WORDS.min(self.words - start);
-            let chunk = &mut self.chunk[..length];
-            if needs_base {
+            let chunk = match &mut self.merged {
+                Some(merged) => &mut merged[start..start + length],
+                None => &mut self.chunk[..length],
+            };
+            if needs_base && !merging {
                 self.files[1 - slot]
                     .read_exact_at(words_as_bytes_mut(chunk), start as u64 * 8)
                     .map_err(|e| context("reading the previous image as base", e))?;

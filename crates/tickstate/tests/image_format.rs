@@ -2,17 +2,26 @@
 //! round trips, every single-bit corruption is caught, and arbitrary bytes never panic or
 //! allocate beyond the configured state size.
 
-use prefixkv_tickstate::image::{decode_footer, encode_footer, read_image, Footer, ImageCheck, FOOTER_BYTES};
+use prefixkv_tickstate::image::{
+    decode_footer, encode_footer, read_image, Footer, ImageCheck, FOOTER_BYTES,
+};
 use proptest::prelude::*;
 
 fn footer_strategy() -> impl Strategy<Value = Footer> {
-    (any::<bool>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(complete, tick, marker_lsn, words, data_crc)| Footer {
-        complete,
-        tick,
-        marker_lsn,
-        words,
-        data_crc,
-    })
+    (
+        any::<bool>(),
+        any::<u64>(),
+        any::<u64>(),
+        any::<u64>(),
+        any::<u32>(),
+    )
+        .prop_map(|(complete, tick, marker_lsn, words, data_crc)| Footer {
+            complete,
+            tick,
+            marker_lsn,
+            words,
+            data_crc,
+        })
 }
 
 proptest! {

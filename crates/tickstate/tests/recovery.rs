@@ -3,7 +3,7 @@
 
 use prefixkv_tickstate::algo::{BitArrayZigzag, InterleavedPingPong, NaiveSnapshot};
 use prefixkv_tickstate::image::image_path;
-use prefixkv_tickstate::{recover, Algorithm, Config, TickState};
+use prefixkv_tickstate::{recover, Algorithm, Config, ImageBase, TickState};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
@@ -16,7 +16,17 @@ fn apply(state: &mut [u64], tick: u64, action: &[u8]) {
 
 /// Run `ticks` ticks, waiting for the writer after each so that every tick gets an image.
 fn run<A: Algorithm>(dir: &std::path::Path, ticks: u64, logging: bool) -> Vec<u64> {
+    run_with::<A>(dir, ticks, logging, ImageBase::CopyFromFile)
+}
+
+fn run_with<A: Algorithm>(
+    dir: &std::path::Path,
+    ticks: u64,
+    logging: bool,
+    image_base: ImageBase,
+) -> Vec<u64> {
     let mut config = Config::new(WORDS);
+    config.image_base = image_base;
     if !logging {
         config.log = None;
     }
@@ -114,4 +124,16 @@ fn ticks_must_increase_by_one() {
         TickState::<NaiveSnapshot>::open(dir.path(), Config::new(8), apply).unwrap();
     assert!(state.point_of_consistency(2).is_err());
     assert!(state.point_of_consistency(1).is_ok());
+}
+
+#[test]
+fn merge_in_memory_builds_the_same_images_as_copy() {
+    for image_base in [ImageBase::CopyFromFile, ImageBase::MergeInMemory] {
+        let dir = tempfile::tempdir().unwrap();
+        // No logging: recovery returns exactly the newest image, so it checks the image itself.
+        let expected = run_with::<InterleavedPingPong>(dir.path(), 12, false, image_base);
+        let (state, tick, report) = recover(dir.path(), WORDS, apply).unwrap();
+        assert_eq!((tick, report.image_tick), (12, Some(12)), "{image_base:?}");
+        assert!(state == expected, "{image_base:?}");
+    }
 }
