@@ -9,7 +9,8 @@
 //!    is simulated: only mutator time counts) and then reaches its point of consistency, where a
 //!    checkpoint starts (`prepare`). The tick's mutator time is `updates + prepare`. A baseline
 //!    with no checkpointing (plain `Vec<u64>` stores) runs the same update sequence; the
-//!    *overhead per checkpoint* is the algorithm's mean tick time minus the baseline's. Between
+//!    *overhead per checkpoint* is the algorithm's median `prepare` time plus its median update
+//!    time per tick minus the baseline's (medians: robust to a tick preempted on a shared machine). Between
 //!    ticks, outside the timed region, the writer's capture runs to completion into memory (so
 //!    flags are cleared and Ping-Pong gets its base), and on every fourth tick the captured image
 //!    is compared (CRC32C) with the state read at the point of consistency; at the end the state
@@ -286,8 +287,8 @@ fn percentile(values: &[f64], fraction: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
 }
 
-fn mean(values: &[f64]) -> f64 {
-    values.iter().sum::<f64>() / values.len().max(1) as f64
+fn median(values: &[f64]) -> f64 {
+    Spread::of(values).median
 }
 
 /// Runs the experiment.
@@ -338,7 +339,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("huge_pages", args.huge_pages);
     report.config("rounds", rounds as u64);
     report.notes.push(
-        "Overhead sweep: ticks run back to back (no 33 ms of wall time simulated); overhead per checkpoint = mean mutator time per tick (updates + prepare) minus the no-checkpoint baseline's (the update-cost part floored at zero, since at tens of updates per tick its sign is timer noise), with the writer's capture run untimed between ticks and logging off, as the paper measured.".into(),
+        "Overhead sweep: ticks run back to back (no 33 ms of wall time simulated); overhead per checkpoint = median prepare time + (median update time per tick minus the no-checkpoint baseline's) (the update-cost part floored at zero, since at tens of updates per tick its sign is timer noise), with the writer's capture run untimed between ticks and logging off, as the paper measured.".into(),
     );
     report.notes.push("Cells are 64-bit words. The overhead sweep does not write files (Copy vs Merge does not change mutator work); the end-to-end run adds IPP-Merge: the writer keeps the previous image in memory and overlays dirty words in place, instead of reading the previous image file (Copy). Both write full images, so merge_over_copy_write_bytes is 1 by construction; the difference is the base read (base_bytes_read) and |AS| of writer memory. The pagestore WAL-frame variant of Merge is not built.".into());
 
@@ -380,12 +381,19 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             report.record_verification(cell.verified);
             // The update-cost difference is floored at zero: at tens of updates per tick it is
             // below timer resolution and its sign is noise.
-            let updates_difference =
-                mean(&cell.tick_ns) - mean(&cell.prepare_ns) - mean(baseline_ns);
+            // Medians over the cell's ticks, so that a tick preempted by another process of the
+            // shared machine does not move the result.
+            let updates_ns: Vec<f64> = cell
+                .tick_ns
+                .iter()
+                .zip(&cell.prepare_ns)
+                .map(|(tick, prepare)| tick - prepare)
+                .collect();
+            let updates_difference = median(&updates_ns) - median(baseline_ns);
             overhead[contender][rate_number]
-                .push(mean(&cell.prepare_ns) + updates_difference.max(0.0));
+                .push(median(&cell.prepare_ns) + updates_difference.max(0.0));
             tick_times[contender][rate_number].extend_from_slice(&cell.tick_ns);
-            prepare_times[contender][rate_number].push(mean(&cell.prepare_ns));
+            prepare_times[contender][rate_number].push(median(&cell.prepare_ns));
             memory[contender] = cell.memory_bytes;
         }
         eprintln!(
