@@ -1,0 +1,69 @@
+//! The engine's error type. Every message says what happened and what to do about it.
+
+use std::path::PathBuf;
+
+use crate::SessionId;
+
+/// Errors returned by the store, its sessions and its checkpoint files.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// An I/O operation on `path` failed.
+    #[error("I/O error during {operation} on {}: {source}; check the disk and permissions, existing checkpoints are untouched", path.display())]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What the engine was doing (for example "fsync segment").
+        operation: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint file failed verification.
+    #[error("corrupt checkpoint data in {} at offset {offset}: {detail}", path.display())]
+    Corrupt {
+        /// The file that failed verification.
+        path: PathBuf,
+        /// Byte offset of the problem within the file.
+        offset: u64,
+        /// What was wrong, and what to do.
+        detail: String,
+    },
+    /// The in-memory log budget is exhausted and compaction could not free room in time.
+    #[error("out of log memory: {detail}; raise StoreConfig::log_memory_bytes or store less live data")]
+    OutOfMemory {
+        /// What could not be allocated and the current budget.
+        detail: String,
+    },
+    /// `Store::checkpoint` was called while another checkpoint is still running.
+    #[error("a checkpoint is already in progress; wait for it with Store::wait_for_commit and retry")]
+    CheckpointInProgress,
+    /// A checkpoint started but could not be made durable.
+    #[error("checkpoint v{version} failed: {detail}; the previous checkpoint is still the recovery point")]
+    CheckpointFailed {
+        /// The version that failed.
+        version: u64,
+        /// Why.
+        detail: String,
+    },
+    /// A bounded wait ran out.
+    #[error("timed out waiting; the operation may still complete later")]
+    Timeout,
+    /// `resume_session` named a session that no recovered checkpoint knows.
+    #[error("unknown session {0}: no recovered checkpoint records it; start a new session instead")]
+    UnknownSession(SessionId),
+    /// A caller passed an argument the engine cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl EngineError {
+    /// Shorthand for an [`EngineError::Io`].
+    pub fn io(path: impl Into<PathBuf>, operation: &'static str, source: std::io::Error) -> Self {
+        EngineError::Io {
+            path: path.into(),
+            operation,
+            source,
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! prefixkv-engine: a FASTER-style embedded key-value store (epoch protection, latch-free hash
+//! index, hybrid log) with non-blocking CPR checkpoints and prefix recovery.
+//!
+//! Durability statement: an acknowledged operation is durable once its session's commit point
+//! (`Session::committed_serial`) covers its serial number; after a crash the store recovers, for
+//! every session, exactly the operations up to its commit point in the newest valid checkpoint.
+//!
+//! See `docs/engine.md` for the phases, the five checkpoint strategies and the memory bound.
+
+#![warn(missing_docs)]
+
+pub mod checkpoint_files;
+mod checkpoint;
+mod compaction;
+mod config;
+mod epoch;
+mod error;
+mod index;
+mod latch;
+mod log;
+mod session;
+mod state;
+mod store;
+mod sync;
+
+pub use config::{SessionId, StoreConfig, Strategy};
+pub use error::EngineError;
+pub use session::Session;
+pub use state::Phase;
+pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Store};
