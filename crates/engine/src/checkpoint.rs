@@ -53,15 +53,25 @@ pub(crate) fn bump_and_wait(shared: &Arc<Shared>, next: Option<SystemState>) {
 }
 
 /// Runs one checkpoint of `version`. Always leaves the store in REST(version + 1).
-pub(crate) fn run(shared: &Arc<Shared>, strategy: Strategy, version: u64, started: Instant) -> Result<CheckpointReport, EngineError> {
+pub(crate) fn run(
+    shared: &Arc<Shared>,
+    strategy: Strategy,
+    version: u64,
+    started: Instant,
+) -> Result<CheckpointReport, EngineError> {
     if version >= u32::MAX as u64 {
         return Err(EngineError::InvalidArgument(
             "record versions are 32 bits and this store has used them all".into(),
         ));
     }
     let _maintenance = shared.maintenance.lock();
-    let strategy_index = Strategy::ALL.iter().position(|candidate| *candidate == strategy).expect("listed");
-    shared.running_strategy.store(strategy_index as u64, Ordering::Release);
+    let strategy_index = Strategy::ALL
+        .iter()
+        .position(|candidate| *candidate == strategy)
+        .expect("listed");
+    shared
+        .running_strategy
+        .store(strategy_index as u64, Ordering::Release);
     let result = if strategy == Strategy::Blocking {
         shared.state.store(SystemState {
             phase: Phase::Pause,
@@ -99,7 +109,12 @@ pub(crate) fn run(shared: &Arc<Shared>, strategy: Strategy, version: u64, starte
     result
 }
 
-fn write_image(shared: &Arc<Shared>, strategy: Strategy, version: u64, started: Instant) -> Result<CheckpointReport, EngineError> {
+fn write_image(
+    shared: &Arc<Shared>,
+    strategy: Strategy,
+    version: u64,
+    started: Instant,
+) -> Result<CheckpointReport, EngineError> {
     // Every record below `tail` is completely written once this bump's action ran: allocation and
     // writing happen inside one protected operation.
     let tail = shared.log.tail_address();
@@ -113,22 +128,40 @@ fn write_image(shared: &Arc<Shared>, strategy: Strategy, version: u64, started: 
     let pending = shared.checkpoints.begin(version)?;
     let threads = shared.config.flusher_threads;
     let (kind, segments): (ManifestKind, Vec<SegmentSummary>) = match strategy {
-        Strategy::Persian => (ManifestKind::KeyUnique, scan_index_parallel(shared, &pending, threads, version, false)?),
-        Strategy::CprCopy => (ManifestKind::KeyUnique, scan_index_parallel(shared, &pending, 1, version, true)?),
-        Strategy::Blocking => (ManifestKind::KeyUnique, scan_index_parallel(shared, &pending, 1, version, false)?),
+        Strategy::Persian => (
+            ManifestKind::KeyUnique,
+            scan_index_parallel(shared, &pending, threads, version, false)?,
+        ),
+        Strategy::CprCopy => (
+            ManifestKind::KeyUnique,
+            scan_index_parallel(shared, &pending, 1, version, true)?,
+        ),
+        Strategy::Blocking => (
+            ManifestKind::KeyUnique,
+            scan_index_parallel(shared, &pending, 1, version, false)?,
+        ),
         Strategy::FoldOver => {
             // Fold the log: everything up to the version switch becomes read-only.
             shared.log.shift_read_only(tail);
-            (ManifestKind::LogOrdered, scan_log_parallel(shared, &pending, 1, version, tail)?)
+            (
+                ManifestKind::LogOrdered,
+                scan_log_parallel(shared, &pending, 1, version, tail)?,
+            )
         }
-        Strategy::Snapshot => (ManifestKind::LogOrdered, scan_log_parallel(shared, &pending, threads, version, tail)?),
+        Strategy::Snapshot => (
+            ManifestKind::LogOrdered,
+            scan_log_parallel(shared, &pending, threads, version, tail)?,
+        ),
     };
     let records = segments.iter().map(|segment| segment.entries).sum();
     let manifest = ManifestContent {
         version,
         strategy: strategy.name().to_string(),
         kind,
-        session_points: session_points.iter().map(|(id, point)| (id.0, *point)).collect(),
+        session_points: session_points
+            .iter()
+            .map(|(id, point)| (id.0, *point))
+            .collect(),
         next_session_id: shared.next_session_id.load(Ordering::SeqCst),
         created_unix_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -156,7 +189,13 @@ fn write_image(shared: &Arc<Shared>, strategy: Strategy, version: u64, started: 
 }
 
 /// K scanners over disjoint bucket ranges; each writes one KeyUnique segment, fsynced in parallel.
-fn scan_index_parallel(shared: &Arc<Shared>, pending: &crate::checkpoint_files::PendingCheckpoint, threads: usize, version: u64, cpr_copy: bool) -> Result<Vec<SegmentSummary>, EngineError> {
+fn scan_index_parallel(
+    shared: &Arc<Shared>,
+    pending: &crate::checkpoint_files::PendingCheckpoint,
+    threads: usize,
+    version: u64,
+    cpr_copy: bool,
+) -> Result<Vec<SegmentSummary>, EngineError> {
     let buckets = shared.index.bucket_count();
     let threads = threads.clamp(1, buckets);
     let per_thread = buckets.div_ceil(threads);
@@ -168,7 +207,8 @@ fn scan_index_parallel(shared: &Arc<Shared>, pending: &crate::checkpoint_files::
             .into_iter()
             .enumerate()
             .map(|(index, mut writer)| {
-                let range = (index * per_thread).min(buckets)..((index + 1) * per_thread).min(buckets);
+                let range =
+                    (index * per_thread).min(buckets)..((index + 1) * per_thread).min(buckets);
                 scope.spawn(move || -> Result<SegmentSummary, EngineError> {
                     scan_index_range(shared, range, version, cpr_copy, &mut writer)?;
                     writer.finish()
@@ -183,7 +223,13 @@ fn scan_index_parallel(shared: &Arc<Shared>, pending: &crate::checkpoint_files::
 }
 
 /// Emits the newest version <= v, non-tombstone record of every key whose chain starts in `range`.
-fn scan_index_range(shared: &Shared, range: std::ops::Range<usize>, version: u64, cpr_copy: bool, writer: &mut SegmentWriter) -> Result<(), EngineError> {
+fn scan_index_range(
+    shared: &Shared,
+    range: std::ops::Range<usize>,
+    version: u64,
+    cpr_copy: bool,
+    writer: &mut SegmentWriter,
+) -> Result<(), EngineError> {
     let log = &shared.log;
     // Compaction is excluded while a checkpoint runs, so begin does not move and no page is freed.
     let begin = log.begin_address();
@@ -196,7 +242,9 @@ fn scan_index_range(shared: &Shared, range: std::ops::Range<usize>, version: u64
     while start < range.end {
         let end = (start + chunk).min(range.end);
         heads.clear();
-        shared.index.for_each_entry(start..end, |head| heads.push(head));
+        shared
+            .index
+            .for_each_entry(start..end, |head| heads.push(head));
         for &head in &heads {
             seen.clear();
             let mut address = head;
@@ -209,7 +257,7 @@ fn scan_index_range(shared: &Shared, range: std::ops::Range<usize>, version: u64
                 }
                 key.clear();
                 record.copy_key(&mut key);
-                if seen.iter().any(|done| *done == key) {
+                if seen.contains(&key) {
                     continue;
                 }
                 let emitted_version;
@@ -261,7 +309,13 @@ fn scan_index_range(shared: &Shared, range: std::ops::Range<usize>, version: u64
 
 /// Log records with version <= v in `[begin, tail)`, in address order, split into `threads`
 /// contiguous page ranges (segment i before segment i+1), written in parallel.
-fn scan_log_parallel(shared: &Arc<Shared>, pending: &crate::checkpoint_files::PendingCheckpoint, threads: usize, version: u64, tail: u64) -> Result<Vec<SegmentSummary>, EngineError> {
+fn scan_log_parallel(
+    shared: &Arc<Shared>,
+    pending: &crate::checkpoint_files::PendingCheckpoint,
+    threads: usize,
+    version: u64,
+    tail: u64,
+) -> Result<Vec<SegmentSummary>, EngineError> {
     let log = &shared.log;
     let page_bytes = log.page_bytes() as u64;
     let begin = log.begin_address();
@@ -288,7 +342,9 @@ fn scan_log_parallel(shared: &Arc<Shared>, pending: &crate::checkpoint_files::Pe
                         log.scan(from, until, |record| {
                             let word0 = record.word0();
                             debug_assert!(word0 & FLAG_PRESENT != 0);
-                            if word0 & (FLAG_INVALID | FLAG_STABLE) != 0 || record.version() > version {
+                            if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
+                                || record.version() > version
+                            {
                                 return true;
                             }
                             key.clear();

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use crate::checkpoint::bump_and_wait;
 use crate::index::KeyHash;
-use crate::log::{AllocError, NewRecord, Record, FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE};
+use crate::log::{
+    AllocError, NewRecord, Record, FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE,
+};
 use crate::store::Shared;
 
 /// The compaction thread's loop.
@@ -30,7 +32,9 @@ pub(crate) fn run(shared: &Arc<Shared>) {
         {
             let mut requested = shared.compaction_requested.lock();
             if !*requested && !shared.shutdown.load(Ordering::SeqCst) {
-                shared.compaction_wakeup.wait_for(&mut requested, Duration::from_millis(50));
+                shared
+                    .compaction_wakeup
+                    .wait_for(&mut requested, Duration::from_millis(50));
             }
             *requested = false;
         }
@@ -75,7 +79,7 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> bool {
     let mut value = Vec::new();
     log.scan(begin, until, |record| {
         visited += 1;
-        if visited % 256 == 0 {
+        if visited.is_multiple_of(256) {
             shared.epoch.protect(slot);
         }
         ok = copy_if_live(shared, record, begin, &mut key, &mut value);
@@ -95,7 +99,13 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> bool {
 
 /// Copies `record` to the tail if it is still its key's newest record. Returns `false` if the
 /// compaction reserve is exhausted.
-fn copy_if_live(shared: &Shared, record: Record<'_>, begin: u64, key: &mut Vec<u8>, value: &mut Vec<u8>) -> bool {
+fn copy_if_live(
+    shared: &Shared,
+    record: Record<'_>,
+    begin: u64,
+    key: &mut Vec<u8>,
+    value: &mut Vec<u8>,
+) -> bool {
     let word0 = record.word0();
     if word0 & (FLAG_INVALID | FLAG_STABLE | FLAG_SEALED) != 0 {
         return true;
@@ -114,7 +124,10 @@ fn copy_if_live(shared: &Shared, record: Record<'_>, begin: u64, key: &mut Vec<u
         return true;
     }
     let tombstone = record.is_tombstone();
-    if tombstone && entry.address() == record.address && shared.find_record(key, record.previous(), begin).is_none() {
+    if tombstone
+        && entry.address() == record.address
+        && shared.find_record(key, record.previous(), begin).is_none()
+    {
         // A deleted key with no older version left: unlink the tombstone instead of copying it.
         if entry.compare_exchange(record.previous()).is_ok() {
             record.set_flags(FLAG_SEALED);
@@ -146,7 +159,9 @@ fn copy_if_live(shared: &Shared, record: Record<'_>, begin: u64, key: &mut Vec<u
                 record.set_flags(FLAG_SEALED);
                 return true;
             }
-            Err(current) if entry.retarget(current) => copy.set_previous_unpublished(entry.address()),
+            Err(current) if entry.retarget(current) => {
+                copy.set_previous_unpublished(entry.address())
+            }
             Err(_) => {
                 copy.set_flags(FLAG_INVALID);
                 return true;

@@ -109,9 +109,14 @@ impl StoreConfig {
             ));
         }
         if self.index_buckets > 1 << 32 {
-            return invalid(format!("index_buckets must be <= 2^32, got {}", self.index_buckets));
+            return invalid(format!(
+                "index_buckets must be <= 2^32, got {}",
+                self.index_buckets
+            ));
         }
-        if !self.log_page_bytes.is_power_of_two() || !(4096..=1 << 30).contains(&self.log_page_bytes) {
+        if !self.log_page_bytes.is_power_of_two()
+            || !(4096..=1 << 30).contains(&self.log_page_bytes)
+        {
             return invalid(format!(
                 "log_page_bytes must be a power of two in [4 KiB, 1 GiB], got {}",
                 self.log_page_bytes
@@ -124,7 +129,10 @@ impl StoreConfig {
             ));
         }
         if self.flusher_threads == 0 || self.flusher_threads > 256 {
-            return invalid(format!("flusher_threads must be in 1..=256, got {}", self.flusher_threads));
+            return invalid(format!(
+                "flusher_threads must be in 1..=256, got {}",
+                self.flusher_threads
+            ));
         }
         if self.keep_checkpoints == 0 {
             return invalid("keep_checkpoints must be >= 1".to_string());

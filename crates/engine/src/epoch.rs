@@ -239,7 +239,10 @@ mod loom_tests {
                     epoch.protect(reader_slot);
                     if !retired.load(Ordering::SeqCst) {
                         // Still allowed to use the resource: it must not be freed yet.
-                        assert!(!freed.load(Ordering::SeqCst), "action ran under a protected reader");
+                        assert!(
+                            !freed.load(Ordering::SeqCst),
+                            "action ran under a protected reader"
+                        );
                     }
                     epoch.suspend(reader_slot);
                 })
@@ -250,7 +253,10 @@ mod loom_tests {
             epoch.bump(move || flag.store(true, Ordering::SeqCst));
             reader.join().unwrap();
             epoch.drain();
-            assert!(freed.load(Ordering::SeqCst), "action lost after every slot left");
+            assert!(
+                freed.load(Ordering::SeqCst),
+                "action lost after every slot left"
+            );
         });
     }
 }

@@ -30,13 +30,17 @@ pub enum EngineError {
         detail: String,
     },
     /// The in-memory log budget is exhausted and compaction could not free room in time.
-    #[error("out of log memory: {detail}; raise StoreConfig::log_memory_bytes or store less live data")]
+    #[error(
+        "out of log memory: {detail}; raise StoreConfig::log_memory_bytes or store less live data"
+    )]
     OutOfMemory {
         /// What could not be allocated and the current budget.
         detail: String,
     },
     /// `Store::checkpoint` was called while another checkpoint is still running.
-    #[error("a checkpoint is already in progress; wait for it with Store::wait_for_commit and retry")]
+    #[error(
+        "a checkpoint is already in progress; wait for it with Store::wait_for_commit and retry"
+    )]
     CheckpointInProgress,
     /// A checkpoint started but could not be made durable.
     #[error("checkpoint v{version} failed: {detail}; the previous checkpoint is still the recovery point")]
@@ -50,7 +54,9 @@ pub enum EngineError {
     #[error("timed out waiting; the operation may still complete later")]
     Timeout,
     /// `resume_session` named a session that no recovered checkpoint knows.
-    #[error("unknown session {0}: no recovered checkpoint records it; start a new session instead")]
+    #[error(
+        "unknown session {0}: no recovered checkpoint records it; start a new session instead"
+    )]
     UnknownSession(SessionId),
     /// A caller passed an argument the engine cannot accept.
     #[error("invalid argument: {0}")]

@@ -166,7 +166,11 @@ impl HashIndex {
 
     /// The entry for this hash's tag, creating it (with a null address) if missing.
     /// Slots whose address is below `begin_address` are reusable.
-    pub(crate) fn find_or_create(&self, hash: KeyHash, begin_address: u64) -> Result<EntrySlot<'_>, IndexFull> {
+    pub(crate) fn find_or_create(
+        &self,
+        hash: KeyHash,
+        begin_address: u64,
+    ) -> Result<EntrySlot<'_>, IndexFull> {
         let tag = hash.tag();
         loop {
             if let Some(found) = self.find(hash) {
@@ -185,13 +189,19 @@ impl HashIndex {
         }
     }
 
-    fn claim_free_slot(&self, hash: KeyHash, tag: u64, begin_address: u64) -> Result<&AtomicU64, IndexFull> {
+    fn claim_free_slot(
+        &self,
+        hash: KeyHash,
+        tag: u64,
+        begin_address: u64,
+    ) -> Result<&AtomicU64, IndexFull> {
         let tentative = (tag << TAG_SHIFT) | TENTATIVE;
         let mut bucket = &self.buckets[(hash.0 & self.mask) as usize];
         loop {
             for slot in &bucket.entries {
                 let word = slot.load(Ordering::Acquire);
-                let reusable = word == 0 || (word & TENTATIVE == 0 && (word & ADDRESS_MASK) < begin_address);
+                let reusable =
+                    word == 0 || (word & TENTATIVE == 0 && (word & ADDRESS_MASK) < begin_address);
                 if reusable
                     && slot
                         .compare_exchange(word, tentative, Ordering::AcqRel, Ordering::Acquire)
@@ -219,10 +229,12 @@ impl HashIndex {
                 None => return Err(IndexFull),
             }
         };
-        match bucket
-            .overflow
-            .compare_exchange(0, number as u64 + 1, Ordering::AcqRel, Ordering::Acquire)
-        {
+        match bucket.overflow.compare_exchange(
+            0,
+            number as u64 + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             Ok(_) => Ok(&self.overflow[number]),
             Err(existing) => {
                 self.pool.lock().free.push(number);
@@ -312,7 +324,9 @@ mod tests {
         }
         // Begin moved past 100: all entries are reusable.
         for tag in 100..121u64 {
-            let mut entry = index.find_or_create(KeyHash(tag << TAG_SHIFT), 200).unwrap();
+            let mut entry = index
+                .find_or_create(KeyHash(tag << TAG_SHIFT), 200)
+                .unwrap();
             entry.compare_exchange(300).unwrap();
         }
     }

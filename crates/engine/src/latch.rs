@@ -143,7 +143,12 @@ mod shuttle_tests {
             self.load(ShuttleOrdering::SeqCst)
         }
         fn compare_exchange_word(&self, current: u64, new: u64) -> Result<u64, u64> {
-            self.compare_exchange(current, new, ShuttleOrdering::SeqCst, ShuttleOrdering::SeqCst)
+            self.compare_exchange(
+                current,
+                new,
+                ShuttleOrdering::SeqCst,
+                ShuttleOrdering::SeqCst,
+            )
         }
         fn fetch_sub_word(&self, amount: u64) -> u64 {
             self.fetch_sub(amount, ShuttleOrdering::SeqCst)

@@ -9,8 +9,8 @@
 
 #![warn(missing_docs)]
 
-pub mod checkpoint_files;
 mod checkpoint;
+pub mod checkpoint_files;
 mod compaction;
 mod config;
 mod epoch;

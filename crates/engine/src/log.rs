@@ -115,8 +115,9 @@ impl<'a> Record<'a> {
         if self.key_len() != key.len() {
             return false;
         }
-        (0..words_for(key.len()))
-            .all(|index| self.words[HEADER_WORDS + index].load(Ordering::Relaxed) == pack_word(key, index))
+        (0..words_for(key.len())).all(|index| {
+            self.words[HEADER_WORDS + index].load(Ordering::Relaxed) == pack_word(key, index)
+        })
     }
 
     /// Appends the key bytes to `out`.
@@ -155,7 +156,12 @@ impl<'a> Record<'a> {
             let current = self.words[2].load(Ordering::Relaxed);
             if current & 1 == 0
                 && self.words[2]
-                    .compare_exchange_weak(current, current | 1, Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange_weak(
+                        current,
+                        current | 1,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
                     .is_ok()
             {
                 return RecordGuard {
@@ -214,7 +220,10 @@ impl RecordGuard<'_> {
     pub(crate) fn set_version(&mut self, version: u64) {
         let word = &self.record.words[1];
         let current = word.load(Ordering::Relaxed);
-        word.store((current & !0xFFFF_FFFF) | (version & 0xFFFF_FFFF), Ordering::Release);
+        word.store(
+            (current & !0xFFFF_FFFF) | (version & 0xFFFF_FFFF),
+            Ordering::Release,
+        );
     }
 
     /// Sets or clears the tombstone bit.
@@ -291,7 +300,9 @@ impl HybridLog {
         let log = HybridLog {
             page_bits: page_bytes.trailing_zeros(),
             page_words: page_bytes / 8,
-            ring: (0..ring_len).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            ring: (0..ring_len)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
             ring_page: (0..ring_len).map(|_| AtomicU64::new(0)).collect(),
             freed_until_page: AtomicU64::new(1),
             tail: AtomicU64::new(1 << 32),
@@ -301,7 +312,8 @@ impl HybridLog {
             writer_page_limit: total_page_limit - reserve,
             total_page_limit,
         };
-        log.ensure_page(1, true).expect("first page fits any valid budget");
+        log.ensure_page(1, true)
+            .expect("first page fits any valid budget");
         log
     }
 
@@ -379,17 +391,25 @@ impl HybridLog {
             self.pages_in_use.fetch_sub(1, Ordering::SeqCst);
             return Err(AllocError::NeedMemory);
         }
-        let page_memory: Box<[AtomicU64]> = (0..self.page_words).map(|_| AtomicU64::new(0)).collect();
+        let page_memory: Box<[AtomicU64]> =
+            (0..self.page_words).map(|_| AtomicU64::new(0)).collect();
         let pointer = Box::into_raw(page_memory) as *mut AtomicU64;
         self.ring_page[slot_index].store(page, Ordering::Release);
         if slot
-            .compare_exchange(std::ptr::null_mut(), pointer, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                std::ptr::null_mut(),
+                pointer,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_err()
         {
             // Another thread opened it (or the old occupant is not freed yet; the budget check
             // makes that impossible because the ring has room for every budgeted page).
             // SAFETY: `pointer` came from `Box::into_raw` above and was never shared.
-            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words)) });
+            drop(unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words))
+            });
             self.pages_in_use.fetch_sub(1, Ordering::SeqCst);
         }
         Ok(())
@@ -397,7 +417,7 @@ impl HybridLog {
 
     /// Reserves `size_bytes` (a multiple of 8, at most a page) at the tail.
     pub(crate) fn allocate(&self, size_bytes: usize, compaction: bool) -> Result<u64, AllocError> {
-        debug_assert!(size_bytes % 8 == 0 && size_bytes <= self.page_bytes());
+        debug_assert!(size_bytes.is_multiple_of(8) && size_bytes <= self.page_bytes());
         let page_bytes = self.page_bytes() as u64;
         loop {
             let packed = self.tail.fetch_add(size_bytes as u64, Ordering::AcqRel);
@@ -415,7 +435,12 @@ impl HybridLog {
                 }
                 if self
                     .tail
-                    .compare_exchange(current, (page + 1) << 32, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(
+                        current,
+                        (page + 1) << 32,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
                     .is_ok()
                 {
                     break;
@@ -453,7 +478,11 @@ impl HybridLog {
     }
 
     /// Allocates and fills a record (not yet reachable: the caller publishes it by CAS).
-    pub(crate) fn write_new(&self, record: &NewRecord<'_>, compaction: bool) -> Result<u64, AllocError> {
+    pub(crate) fn write_new(
+        &self,
+        record: &NewRecord<'_>,
+        compaction: bool,
+    ) -> Result<u64, AllocError> {
         debug_assert!(record.capacity_words >= words_for(record.value.len()));
         let size = Self::record_size(record.key.len(), record.capacity_words);
         let address = self.allocate(size, compaction)?;
@@ -463,12 +492,19 @@ impl HybridLog {
             words[HEADER_WORDS + index].store(pack_word(record.key, index), Ordering::Relaxed);
         }
         for index in 0..words_for(record.value.len()) {
-            words[HEADER_WORDS + key_words + index].store(pack_word(record.value, index), Ordering::Relaxed);
+            words[HEADER_WORDS + key_words + index]
+                .store(pack_word(record.value, index), Ordering::Relaxed);
         }
         words[3].store((record.capacity_words as u64) << 48, Ordering::Relaxed);
         words[2].store((record.value.len() as u64) << 32, Ordering::Relaxed);
-        words[1].store(((record.key.len() as u64) << 32) | (record.version & 0xFFFF_FFFF), Ordering::Relaxed);
-        words[0].store(record.previous | record.flags | FLAG_PRESENT, Ordering::Release);
+        words[1].store(
+            ((record.key.len() as u64) << 32) | (record.version & 0xFFFF_FFFF),
+            Ordering::Relaxed,
+        );
+        words[0].store(
+            record.previous | record.flags | FLAG_PRESENT,
+            Ordering::Release,
+        );
         Ok(address)
     }
 
@@ -509,12 +545,19 @@ impl HybridLog {
                 continue;
             }
             if slot
-                .compare_exchange(pointer, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(
+                    pointer,
+                    std::ptr::null_mut(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
                 .is_ok()
             {
                 // SAFETY: the slot held page `page`, allocated by `ensure_page`; no protected thread
                 // can reach it (begin moved past it before the epoch bump that led here).
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words)) });
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words))
+                });
                 self.pages_in_use.fetch_sub(1, Ordering::SeqCst);
             }
         }
@@ -528,7 +571,9 @@ impl Drop for HybridLog {
             let pointer = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !pointer.is_null() {
                 // SAFETY: pages are owned by the log; `&mut self` means no reader remains.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words)) });
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words))
+                });
             }
         }
     }

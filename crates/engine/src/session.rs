@@ -26,7 +26,10 @@ use parking_lot::Mutex;
 
 use crate::index::{EntrySlot, KeyHash};
 use crate::latch::{old_held, try_lock_new, try_lock_old, unlock_new, unlock_old};
-use crate::log::{words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard, FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE, MAX_VALUE_WORDS};
+use crate::log::{
+    words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard, FLAG_INVALID, FLAG_SEALED,
+    FLAG_STABLE, FLAG_TOMBSTONE, MAX_VALUE_WORDS,
+};
 use crate::state::{GlobalState, Phase};
 use crate::store::Store;
 use crate::{EngineError, SessionId, Strategy};
@@ -260,7 +263,9 @@ impl Session {
         {
             let mut guard = shared.pause_lock.lock();
             while shared.state.load().phase == Phase::Pause {
-                shared.pause_changed.wait_for(&mut guard, Duration::from_millis(100));
+                shared
+                    .pause_changed
+                    .wait_for(&mut guard, Duration::from_millis(100));
             }
         }
         shared.epoch.protect(self.slot);
@@ -309,14 +314,19 @@ impl Session {
         {
             let mut current = shared.memory_lock.lock();
             if *current == generation {
-                shared.memory_changed.wait_for(&mut current, Duration::from_millis(20));
+                shared
+                    .memory_changed
+                    .wait_for(&mut current, Duration::from_millis(20));
             }
         }
         self.refresh_in_op();
         Ok(())
     }
 
-    fn run<T>(&mut self, mut attempt: impl FnMut(&mut Session) -> Result<Step<T>, EngineError>) -> Result<T, EngineError> {
+    fn run<T>(
+        &mut self,
+        mut attempt: impl FnMut(&mut Session) -> Result<Step<T>, EngineError>,
+    ) -> Result<T, EngineError> {
         let mut deadline = None;
         loop {
             match attempt(self)? {
@@ -335,7 +345,10 @@ impl Session {
     fn check_sizes(&self, key: &[u8], value_len: usize) -> Result<(), EngineError> {
         let log = &self.store.shared.log;
         let size = HybridLog::record_size(key.len(), words_for(value_len));
-        if key.len() > u32::MAX as usize || words_for(value_len) > MAX_VALUE_WORDS || size > log.max_record_bytes() {
+        if key.len() > u32::MAX as usize
+            || words_for(value_len) > MAX_VALUE_WORDS
+            || size > log.max_record_bytes()
+        {
             return Err(EngineError::InvalidArgument(format!(
                 "record of key {} bytes and value {value_len} bytes does not fit a log page of {} bytes \
                  (values are limited to {} bytes); raise StoreConfig::log_page_bytes",
@@ -359,7 +372,11 @@ impl Session {
         self.check_sizes(key, value.len())?;
         self.begin_op();
         let hash = KeyHash::of(key);
-        self.run(|session| session.try_write(hash, key, Write::Put(value)).map(|step| map_step(step, |_| ())))
+        self.run(|session| {
+            session
+                .try_write(hash, key, Write::Put(value))
+                .map(|step| map_step(step, |_| ()))
+        })
     }
 
     /// Deletes `key`. Returns whether it existed.
@@ -371,7 +388,11 @@ impl Session {
 
     /// Read-modify-write: `update(current, new_value)` writes the new value of `key` into
     /// `new_value` (given empty). Runs exactly once, atomically with respect to other writers.
-    pub fn rmw(&mut self, key: &[u8], update: impl FnOnce(Option<&[u8]>, &mut Vec<u8>)) -> Result<(), EngineError> {
+    pub fn rmw(
+        &mut self,
+        key: &[u8],
+        update: impl FnOnce(Option<&[u8]>, &mut Vec<u8>),
+    ) -> Result<(), EngineError> {
         self.check_sizes(key, 0)?;
         self.begin_op();
         let hash = KeyHash::of(key);
@@ -379,7 +400,12 @@ impl Session {
         self.run(|session| session.try_rmw(hash, key, &mut update))
     }
 
-    fn try_read(&mut self, hash: KeyHash, key: &[u8], out: &mut Vec<u8>) -> Result<Step<bool>, EngineError> {
+    fn try_read(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Step<bool>, EngineError> {
         let shared = &self.store.shared;
         let Some(entry) = shared.index.find(hash) else {
             out.clear();
@@ -398,7 +424,11 @@ impl Session {
     }
 
     /// Applies the latch rules of the session's phase. `None`: proceed.
-    fn take_latches<'a>(&self, hold: &mut LatchHold<'a>, record_version: Option<u64>) -> Option<Step<()>> {
+    fn take_latches<'a>(
+        &self,
+        hold: &mut LatchHold<'a>,
+        record_version: Option<u64>,
+    ) -> Option<Step<()>> {
         match self.phase {
             Phase::Prepare if !hold.old => {
                 if !try_lock_old(hold.word) {
@@ -406,23 +436,30 @@ impl Session {
                 }
                 hold.old = true;
             }
-            Phase::InProgress if record_version.is_some_and(|rv| rv < self.version) && !hold.new => {
+            Phase::InProgress
+                if record_version.is_some_and(|rv| rv < self.version) && !hold.new =>
+            {
                 if !try_lock_new(hold.word) {
                     return Some(Step::RetryLater);
                 }
                 hold.new = true;
             }
-            Phase::WaitPending if record_version.is_some_and(|rv| rv < self.version) => {
-                if old_held(hold.word) {
-                    return Some(Step::RetryLater);
-                }
+            Phase::WaitPending
+                if record_version.is_some_and(|rv| rv < self.version) && old_held(hold.word) =>
+            {
+                return Some(Step::RetryLater);
             }
             _ => {}
         }
         None
     }
 
-    fn try_write(&mut self, hash: KeyHash, key: &[u8], write: Write<'_>) -> Result<Step<bool>, EngineError> {
+    fn try_write(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        write: Write<'_>,
+    ) -> Result<Step<bool>, EngineError> {
         let shared = self.store.shared.clone();
         let mut hold = LatchHold {
             word: shared.latches.word(hash.0),
@@ -440,7 +477,17 @@ impl Session {
         let Some(record) = shared.find_record(key, entry.address(), begin) else {
             return Ok(match write {
                 Write::Delete => Step::Done(false),
-                Write::Put(value) => map_step(self.insert(&shared.log, &mut entry, key, value, 0, words_for(value.len())), |_| false),
+                Write::Put(value) => map_step(
+                    self.insert(
+                        &shared.log,
+                        &mut entry,
+                        key,
+                        value,
+                        0,
+                        words_for(value.len()),
+                    ),
+                    |_| false,
+                ),
             });
         };
         let record_version = record.version();
@@ -457,7 +504,10 @@ impl Session {
         let copy_to_new_version = self.phase.is_new_version() && record_version < self.version;
         let mutable = record.address >= shared.log.read_only_address();
         if copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy {
-            return Ok(map_step(self.cpr_copy_write(&shared.log, record, &mut entry, key, write), |_| existed));
+            return Ok(map_step(
+                self.cpr_copy_write(&shared.log, record, &mut entry, key, write),
+                |_| existed,
+            ));
         }
         let mut guard = record.lock();
         if let Some(step) = self.recheck_locked(&guard) {
@@ -483,7 +533,10 @@ impl Session {
             Write::Put(value) => (value, 0),
             Write::Delete => (&[][..], FLAG_TOMBSTONE),
         };
-        Ok(map_step(self.rcu_locked(&shared.log, guard, &mut entry, key, value, flags, false), |_| existed))
+        Ok(map_step(
+            self.rcu_locked(&shared.log, guard, &mut entry, key, value, flags, false),
+            |_| existed,
+        ))
     }
 
     /// Under the record lock: the record may have been superseded or moved to v+1 meanwhile.
@@ -493,12 +546,24 @@ impl Session {
         }
         let version = guard.record.version();
         if version > self.version {
-            return Some(if self.phase.is_new_version() { Step::Again } else { Step::Shift });
+            return Some(if self.phase.is_new_version() {
+                Step::Again
+            } else {
+                Step::Shift
+            });
         }
         None
     }
 
-    fn insert(&self, log: &HybridLog, entry: &mut EntrySlot<'_>, key: &[u8], value: &[u8], flags: u64, capacity_words: usize) -> Step<()> {
+    fn insert(
+        &self,
+        log: &HybridLog,
+        entry: &mut EntrySlot<'_>,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        capacity_words: usize,
+    ) -> Step<()> {
         let address = match log.write_new(
             &NewRecord {
                 previous: entry.address(),
@@ -524,7 +589,16 @@ impl Session {
 
     /// Publishes a new version of the locked record's key and seals the old record.
     #[allow(clippy::too_many_arguments)]
-    fn rcu_locked(&self, log: &HybridLog, guard: RecordGuard<'_>, entry: &mut EntrySlot<'_>, key: &[u8], value: &[u8], flags: u64, use_reserve: bool) -> Step<()> {
+    fn rcu_locked(
+        &self,
+        log: &HybridLog,
+        guard: RecordGuard<'_>,
+        entry: &mut EntrySlot<'_>,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        use_reserve: bool,
+    ) -> Step<()> {
         let address = match log.write_new(
             &NewRecord {
                 previous: entry.address(),
@@ -548,7 +622,9 @@ impl Session {
                 }
                 // Only the head moved (another key of this chain): we hold the key's newest record,
                 // so no newer version of our key can have appeared. Re-link and retry.
-                Err(current) if entry.retarget(current) => new_record.set_previous_unpublished(entry.address()),
+                Err(current) if entry.retarget(current) => {
+                    new_record.set_previous_unpublished(entry.address())
+                }
                 Err(_) => {
                     new_record.set_flags(FLAG_INVALID);
                     return Step::Again;
@@ -560,7 +636,14 @@ impl Session {
     /// cpr-copy's first v+1 write to a version <= v record: save a stable copy of the v value
     /// (a record outside every chain, pointed to by the live record), mark the record v+1, then
     /// write in place.
-    fn cpr_copy_write(&mut self, log: &HybridLog, record: Record<'_>, entry: &mut EntrySlot<'_>, key: &[u8], write: Write<'_>) -> Step<()> {
+    fn cpr_copy_write(
+        &mut self,
+        log: &HybridLog,
+        record: Record<'_>,
+        entry: &mut EntrySlot<'_>,
+        key: &[u8],
+        write: Write<'_>,
+    ) -> Step<()> {
         let mut guard = record.lock();
         if let Some(step) = self.recheck_locked(&guard) {
             return step;
@@ -589,7 +672,12 @@ impl Session {
         }
     }
 
-    fn save_stable_copy(&mut self, log: &HybridLog, guard: &RecordGuard<'_>, key: &[u8]) -> Option<u64> {
+    fn save_stable_copy(
+        &mut self,
+        log: &HybridLog,
+        guard: &RecordGuard<'_>,
+        key: &[u8],
+    ) -> Option<u64> {
         let tombstone = guard.record.is_tombstone();
         let mut value = std::mem::take(&mut self.old_value);
         value.clear();
@@ -611,7 +699,12 @@ impl Session {
         result.ok()
     }
 
-    fn try_rmw<F: FnOnce(Option<&[u8]>, &mut Vec<u8>)>(&mut self, hash: KeyHash, key: &[u8], update: &mut Option<F>) -> Result<Step<()>, EngineError> {
+    fn try_rmw<F: FnOnce(Option<&[u8]>, &mut Vec<u8>)>(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        update: &mut Option<F>,
+    ) -> Result<Step<()>, EngineError> {
         let shared = self.store.shared.clone();
         let log = &shared.log;
         let mut hold = LatchHold {
@@ -630,10 +723,12 @@ impl Session {
         let Some(record) = shared.find_record(key, entry.address(), begin) else {
             // Insert a tombstone placeholder first, so the update runs exactly once under the
             // placeholder's record lock on the next attempt.
-            return Ok(match self.insert(log, &mut entry, key, &[], FLAG_TOMBSTONE, 1) {
-                Step::Done(()) => Step::Again,
-                other => other,
-            });
+            return Ok(
+                match self.insert(log, &mut entry, key, &[], FLAG_TOMBSTONE, 1) {
+                    Step::Done(()) => Step::Again,
+                    other => other,
+                },
+            );
         };
         let record_version = record.version();
         if record_version > self.version {
@@ -648,7 +743,8 @@ impl Session {
         if let Some(step) = self.recheck_locked(&guard) {
             return Ok(step);
         }
-        let cpr_copy = copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy;
+        let cpr_copy =
+            copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy;
         if cpr_copy {
             if guard.record.version() == self.version {
                 return Ok(Step::Again);

@@ -40,7 +40,10 @@ impl Phase {
     /// Whether operations in this phase run as the new version v+1 of a running checkpoint.
     #[inline]
     pub(crate) fn is_new_version(self) -> bool {
-        matches!(self, Phase::InProgress | Phase::WaitPending | Phase::WaitFlush)
+        matches!(
+            self,
+            Phase::InProgress | Phase::WaitPending | Phase::WaitFlush
+        )
     }
 }
 

@@ -16,9 +16,9 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint_files::{CheckpointDirectory, EntryRef, ManifestKind};
 use crate::epoch::LightEpoch;
-use crate::log::{words_for, HybridLog, NewRecord, Record, FLAG_INVALID};
 use crate::index::{HashIndex, KeyHash};
 use crate::latch::VersionLatches;
+use crate::log::{words_for, HybridLog, NewRecord, Record, FLAG_INVALID};
 use crate::session::{Session, SessionShared};
 use crate::state::{GlobalState, Phase, SystemState};
 use crate::{EngineError, SessionId, StoreConfig, Strategy};
@@ -135,7 +135,12 @@ impl Shared {
     }
 
     /// Applies one recovered entry (single-threaded per key; no sessions exist yet).
-    fn apply_recovered(&self, entry: EntryRef<'_>, unique: bool, path_hint: &str) -> Result<(), EngineError> {
+    fn apply_recovered(
+        &self,
+        entry: EntryRef<'_>,
+        unique: bool,
+        path_hint: &str,
+    ) -> Result<(), EngineError> {
         let hash = KeyHash::of(entry.key);
         let begin = self.log.begin_address();
         let out_of_memory = || EngineError::OutOfMemory {
@@ -227,9 +232,12 @@ impl Store {
     /// Opens the store in `config.dir`, recovering the newest checkpoint that verifies.
     pub fn open(config: StoreConfig) -> Result<Arc<Store>, EngineError> {
         config.validate()?;
-        std::fs::create_dir_all(&config.dir).map_err(|error| EngineError::io(&config.dir, "create data directory", error))?;
+        std::fs::create_dir_all(&config.dir)
+            .map_err(|error| EngineError::io(&config.dir, "create data directory", error))?;
         let checkpoints = CheckpointDirectory::open(&config.dir.join("checkpoints"))?;
-        let latch_words = (config.index_buckets / 4).clamp(1 << 10, 1 << 20).next_power_of_two();
+        let latch_words = (config.index_buckets / 4)
+            .clamp(1 << 10, 1 << 20)
+            .next_power_of_two();
         let shared = Arc::new(Shared {
             epoch: LightEpoch::new(MAX_SESSIONS + 2),
             index: HashIndex::new(config.index_buckets),
@@ -262,7 +270,9 @@ impl Store {
             std::thread::Builder::new()
                 .name("prefixkv-compactor".into())
                 .spawn(move || crate::compaction::run(&background))
-                .map_err(|error| EngineError::io(shared_dir(&shared), "spawn compaction thread", error))?
+                .map_err(|error| {
+                    EngineError::io(shared_dir(&shared), "spawn compaction thread", error)
+                })?
         };
         Ok(Arc::new(Store {
             shared,
@@ -280,12 +290,14 @@ impl Store {
         let version = content.version;
         let hint = format!("v{version}");
         let records = match content.kind {
-            ManifestKind::KeyUnique => verified.load_parallel(shared.config.flusher_threads, &|entry| {
-                if entry.tombstone {
-                    return Ok(());
-                }
-                shared.apply_recovered(entry, true, &hint)
-            })?,
+            ManifestKind::KeyUnique => {
+                verified.load_parallel(shared.config.flusher_threads, &|entry| {
+                    if entry.tombstone {
+                        return Ok(());
+                    }
+                    shared.apply_recovered(entry, true, &hint)
+                })?
+            }
             ManifestKind::LogOrdered => verified.load_in_order(&mut |entry| {
                 if entry.record_version > version {
                     return Ok(());
@@ -304,7 +316,14 @@ impl Store {
             for (id, point) in &content.session_points {
                 max_id = max_id.max(*id);
                 points.insert(SessionId(*id), *point);
-                sessions.insert(*id, Arc::new(SessionShared::recovered(SessionId(*id), version + 1, *point)));
+                sessions.insert(
+                    *id,
+                    Arc::new(SessionShared::recovered(
+                        SessionId(*id),
+                        version + 1,
+                        *point,
+                    )),
+                );
             }
         }
         shared
@@ -364,7 +383,8 @@ impl Store {
             .name(format!("prefixkv-checkpoint-v{version}"))
             .spawn(move || {
                 let started = Instant::now();
-                let result = crate::checkpoint::run(&shared, strategy, version, started).map_err(|error| error.to_string());
+                let result = crate::checkpoint::run(&shared, strategy, version, started)
+                    .map_err(|error| error.to_string());
                 shared.finish_checkpoint(version, result);
             });
         match spawned {
@@ -373,24 +393,41 @@ impl Store {
                 Ok(CheckpointToken { version })
             }
             Err(error) => {
-                self.shared.checkpoint_running.store(false, Ordering::SeqCst);
-                Err(EngineError::io(shared_dir(&self.shared), "spawn checkpoint thread", error))
+                self.shared
+                    .checkpoint_running
+                    .store(false, Ordering::SeqCst);
+                Err(EngineError::io(
+                    shared_dir(&self.shared),
+                    "spawn checkpoint thread",
+                    error,
+                ))
             }
         }
     }
 
     /// Waits until checkpoint `token` is durable (or failed), at most `timeout`.
-    pub fn wait_for_commit(&self, token: CheckpointToken, timeout: Duration) -> Result<CheckpointReport, EngineError> {
+    pub fn wait_for_commit(
+        &self,
+        token: CheckpointToken,
+        timeout: Duration,
+    ) -> Result<CheckpointReport, EngineError> {
         let deadline = Instant::now() + timeout;
         let mut results = self.shared.results.lock();
         loop {
             if let Some(result) = results.get(&token.version) {
-                return result.clone().map_err(|detail| EngineError::CheckpointFailed {
-                    version: token.version,
-                    detail,
-                });
+                return result
+                    .clone()
+                    .map_err(|detail| EngineError::CheckpointFailed {
+                        version: token.version,
+                        detail,
+                    });
             }
-            if self.shared.results_changed.wait_until(&mut results, deadline).timed_out() {
+            if self
+                .shared
+                .results_changed
+                .wait_until(&mut results, deadline)
+                .timed_out()
+            {
                 return Err(EngineError::Timeout);
             }
         }
@@ -429,4 +466,3 @@ fn _assert_send_sync() {
     fn check<T: Send + Sync>() {}
     check::<Store>();
 }
-

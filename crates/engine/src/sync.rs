@@ -27,4 +27,3 @@ impl<T> Mutex<T> {
         Ok(self.0.lock())
     }
 }
-

@@ -23,7 +23,9 @@ fn read_upsert_rmw_delete() {
     session.upsert(b"a", b"1").unwrap();
     assert!(session.read(b"a", &mut out).unwrap());
     assert_eq!(out, b"1");
-    session.upsert(b"a", b"a much longer value that does not fit in place").unwrap();
+    session
+        .upsert(b"a", b"a much longer value that does not fit in place")
+        .unwrap();
     assert!(session.read(b"a", &mut out).unwrap());
     assert_eq!(out, b"a much longer value that does not fit in place");
     session
@@ -61,14 +63,18 @@ fn checkpoint_and_recover_every_strategy() {
             let mut session = store.start_session();
             id = session.id();
             for index in 0..1000u64 {
-                session.upsert(&index.to_be_bytes(), &(index * 2).to_le_bytes()).unwrap();
+                session
+                    .upsert(&index.to_be_bytes(), &(index * 2).to_le_bytes())
+                    .unwrap();
             }
             for index in 0..100u64 {
                 session.delete(&index.to_be_bytes()).unwrap();
             }
             session.suspend();
             let token = store.checkpoint(strategy).unwrap();
-            let report = store.wait_for_commit(token, Duration::from_secs(60)).unwrap();
+            let report = store
+                .wait_for_commit(token, Duration::from_secs(60))
+                .unwrap();
             assert_eq!(report.version, 1);
             assert_eq!(report.session_points[&id], 1100, "{strategy}");
             assert_eq!(session.committed_serial(), 1100);

@@ -31,9 +31,11 @@ fn memory_stays_within_budget_over_many_checkpoints() {
                     counter += 1;
                     let key = (thread << 32) | (counter % 5000);
                     // Alternate sizes so in-place updates fail and read-copy-update leaves garbage.
-                    let value = if counter % 3 == 0 { &value_b } else { &value_a };
-                    session.upsert(&key.to_be_bytes(), value).expect("writes never fail under the budget");
-                    if counter % 7 == 0 {
+                    let value = if counter.is_multiple_of(3) { &value_b } else { &value_a };
+                    session
+                        .upsert(&key.to_be_bytes(), value)
+                        .expect("writes never fail under the budget");
+                    if counter.is_multiple_of(7) {
                         session.delete(&(key ^ 1).to_be_bytes()).unwrap();
                     }
                     writes.fetch_add(1, Ordering::Relaxed);
@@ -51,7 +53,9 @@ fn memory_stays_within_budget_over_many_checkpoints() {
         }
         let strategy = Strategy::ALL[cycle as usize % 5];
         let token = store.checkpoint(strategy).unwrap();
-        store.wait_for_commit(token, Duration::from_secs(120)).unwrap();
+        store
+            .wait_for_commit(token, Duration::from_secs(120))
+            .unwrap();
         peak = peak.max(store.log_memory_in_use_bytes());
         assert!(store.log_memory_in_use_bytes() <= budget);
     }
@@ -60,5 +64,8 @@ fn memory_stays_within_budget_over_many_checkpoints() {
         writer.join().unwrap();
     }
     assert!(peak <= budget, "peak {peak} > budget {budget}");
-    eprintln!("peak log memory {peak} of {budget} bytes, {} writes", writes.load(Ordering::Relaxed));
+    eprintln!(
+        "peak log memory {peak} of {budget} bytes, {} writes",
+        writes.load(Ordering::Relaxed)
+    );
 }

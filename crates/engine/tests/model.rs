@@ -6,8 +6,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use proptest::prelude::*;
 use prefixkv_engine::{Store, Strategy as CheckpointStrategy};
+use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
 enum Action {
@@ -30,7 +30,10 @@ fn action() -> impl Strategy<Value = Action> {
 
 fn key_bytes(key: u8) -> Vec<u8> {
     // Variable-length keys, some sharing prefixes.
-    vec![b'k'; 1 + key as usize % 11].into_iter().chain([key]).collect()
+    vec![b'k'; 1 + key as usize % 11]
+        .into_iter()
+        .chain([key])
+        .collect()
 }
 
 proptest! {

@@ -33,8 +33,12 @@ fn checkpoints_under_load_recover_prefix_consistent_images() {
     let mut loader = store.start_session();
     indices.insert(loader.id(), 0);
     for serial in 1..=KEYS {
-        let Op::Upsert(key) = op_at(KEYS, 0, serial) else { unreachable!() };
-        loader.upsert(&key.to_be_bytes(), &encode_value(0, serial)).unwrap();
+        let Op::Upsert(key) = op_at(KEYS, 0, serial) else {
+            unreachable!()
+        };
+        loader
+            .upsert(&key.to_be_bytes(), &encode_value(0, serial))
+            .unwrap();
     }
     loader.suspend();
 
@@ -61,7 +65,9 @@ fn checkpoints_under_load_recover_prefix_consistent_images() {
                     Op::Read(key) => {
                         session.read(&key.to_be_bytes(), &mut out).unwrap();
                     }
-                    Op::Upsert(key) => session.upsert(&key.to_be_bytes(), &encode_value(index, serial)).unwrap(),
+                    Op::Upsert(key) => session
+                        .upsert(&key.to_be_bytes(), &encode_value(index, serial))
+                        .unwrap(),
                 }
                 assert_eq!(session.serial(), serial);
                 total_ops.fetch_add(1, Ordering::Relaxed);
@@ -80,11 +86,25 @@ fn checkpoints_under_load_recover_prefix_consistent_images() {
                 std::thread::yield_now();
             }
             let token = store.checkpoint(strategy).unwrap();
-            let report = store.wait_for_commit(token, Duration::from_secs(120)).unwrap();
+            let report = store
+                .wait_for_commit(token, Duration::from_secs(120))
+                .unwrap();
             assert_eq!(report.strategy, strategy);
-            eprintln!("{strategy} v{} took {:?}, {} records, points {:?}", report.version, report.duration, report.records, report.session_points.values().collect::<Vec<_>>());
+            eprintln!(
+                "{strategy} v{} took {:?}, {} records, points {:?}",
+                report.version,
+                report.duration,
+                report.records,
+                report.session_points.values().collect::<Vec<_>>()
+            );
             let copy = tempfile::tempdir().unwrap();
-            copy_dir(&report.dir, &copy.path().join("checkpoints").join(report.dir.file_name().unwrap()));
+            copy_dir(
+                &report.dir,
+                &copy
+                    .path()
+                    .join("checkpoints")
+                    .join(report.dir.file_name().unwrap()),
+            );
 
             let recovered = Store::open(small_config(copy.path())).unwrap();
             let info = recovered.recovery_info().unwrap().clone();
@@ -104,7 +124,10 @@ fn checkpoints_under_load_recover_prefix_consistent_images() {
                 }
             }
             if let Err(problem) = verify_image(KEYS, &sessions, &image) {
-                panic!("round {round} strategy {strategy} v{}: {problem}; points {sessions:?}", report.version);
+                panic!(
+                    "round {round} strategy {strategy} v{}: {problem}; points {sessions:?}",
+                    report.version
+                );
             }
             checked += 1;
         }

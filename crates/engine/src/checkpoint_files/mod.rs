@@ -132,23 +132,30 @@ fn sync_dir(path: &Path) -> Result<(), EngineError> {
 impl CheckpointDirectory {
     /// Opens (creating) the root and removes stale `*.tmp` directories.
     pub fn open(root: &Path) -> Result<Self, EngineError> {
-        fs::create_dir_all(root).map_err(|error| EngineError::io(root, "create checkpoint root", error))?;
-        let listing = fs::read_dir(root).map_err(|error| EngineError::io(root, "list checkpoints", error))?;
+        fs::create_dir_all(root)
+            .map_err(|error| EngineError::io(root, "create checkpoint root", error))?;
+        let listing =
+            fs::read_dir(root).map_err(|error| EngineError::io(root, "list checkpoints", error))?;
         for entry in listing {
             let entry = entry.map_err(|error| EngineError::io(root, "list checkpoints", error))?;
             if entry.file_name().to_string_lossy().ends_with(".tmp") {
-                fs::remove_dir_all(entry.path())
-                    .map_err(|error| EngineError::io(entry.path(), "remove stale checkpoint", error))?;
+                fs::remove_dir_all(entry.path()).map_err(|error| {
+                    EngineError::io(entry.path(), "remove stale checkpoint", error)
+                })?;
             }
         }
-        Ok(CheckpointDirectory { root: root.to_path_buf() })
+        Ok(CheckpointDirectory {
+            root: root.to_path_buf(),
+        })
     }
 
     fn published_versions(&self) -> Result<Vec<u64>, EngineError> {
-        let listing = fs::read_dir(&self.root).map_err(|error| EngineError::io(&self.root, "list checkpoints", error))?;
+        let listing = fs::read_dir(&self.root)
+            .map_err(|error| EngineError::io(&self.root, "list checkpoints", error))?;
         let mut versions = Vec::new();
         for entry in listing {
-            let entry = entry.map_err(|error| EngineError::io(&self.root, "list checkpoints", error))?;
+            let entry =
+                entry.map_err(|error| EngineError::io(&self.root, "list checkpoints", error))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Some(digits) = name.strip_prefix('v') {
                 if digits.len() == 20 {
@@ -166,9 +173,11 @@ impl CheckpointDirectory {
     pub fn begin(&self, version: u64) -> Result<PendingCheckpoint, EngineError> {
         let temporary = self.root.join(format!("{}.tmp", dir_name(version)));
         if temporary.exists() {
-            fs::remove_dir_all(&temporary).map_err(|error| EngineError::io(&temporary, "remove stale checkpoint", error))?;
+            fs::remove_dir_all(&temporary)
+                .map_err(|error| EngineError::io(&temporary, "remove stale checkpoint", error))?;
         }
-        fs::create_dir(&temporary).map_err(|error| EngineError::io(&temporary, "create checkpoint dir", error))?;
+        fs::create_dir(&temporary)
+            .map_err(|error| EngineError::io(&temporary, "create checkpoint dir", error))?;
         Ok(PendingCheckpoint {
             root: self.root.clone(),
             temporary,
@@ -184,10 +193,17 @@ impl CheckpointDirectory {
             let dir = self.root.join(dir_name(*version));
             match verify(&dir) {
                 Ok(manifest) => {
-                    let fell_back = (!failures.is_empty()).then(|| format!("{}; recovered v{version}", failures.join("; ")));
-                    return Ok(Some(VerifiedCheckpoint { dir, manifest, fell_back }));
+                    let fell_back = (!failures.is_empty())
+                        .then(|| format!("{}; recovered v{version}", failures.join("; ")));
+                    return Ok(Some(VerifiedCheckpoint {
+                        dir,
+                        manifest,
+                        fell_back,
+                    }));
                 }
-                Err(error) => failures.push(format!("checkpoint v{version} failed verification ({error})")),
+                Err(error) => failures.push(format!(
+                    "checkpoint v{version} failed verification ({error})"
+                )),
             }
         }
         if failures.is_empty() {
@@ -209,7 +225,8 @@ impl CheckpointDirectory {
         let excess = versions.len().saturating_sub(keep);
         for version in &versions[..excess] {
             let dir = self.root.join(dir_name(*version));
-            fs::remove_dir_all(&dir).map_err(|error| EngineError::io(&dir, "prune checkpoint", error))?;
+            fs::remove_dir_all(&dir)
+                .map_err(|error| EngineError::io(&dir, "prune checkpoint", error))?;
         }
         Ok(())
     }
@@ -242,7 +259,11 @@ fn verify(dir: &Path) -> Result<Manifest, EngineError> {
         let path = dir.join(&segment.file_name);
         let bytes = read_file(&path)?;
         if bytes.len() as u64 != segment.bytes || crc32c::crc32c(&bytes) != segment.crc32c {
-            return Err(corrupt(&path, 0, "segment size or CRC32C does not match the MANIFEST"));
+            return Err(corrupt(
+                &path,
+                0,
+                "segment size or CRC32C does not match the MANIFEST",
+            ));
         }
     }
     Ok(manifest)
@@ -251,8 +272,11 @@ fn verify(dir: &Path) -> Result<Manifest, EngineError> {
 fn read_manifest(dir: &Path) -> Result<Manifest, EngineError> {
     let path = dir.join("MANIFEST");
     let bytes = read_file(&path)?;
-    let text = std::str::from_utf8(&bytes).map_err(|_| corrupt(&path, 0, "MANIFEST is not UTF-8"))?;
-    let body_end = text.rfind("crc32c ").ok_or_else(|| corrupt(&path, 0, "MANIFEST has no crc32c line"))?;
+    let text =
+        std::str::from_utf8(&bytes).map_err(|_| corrupt(&path, 0, "MANIFEST is not UTF-8"))?;
+    let body_end = text
+        .rfind("crc32c ")
+        .ok_or_else(|| corrupt(&path, 0, "MANIFEST has no crc32c line"))?;
     let stored = u32::from_str_radix(text[body_end + 7..].trim(), 16)
         .map_err(|_| corrupt(&path, body_end as u64, "bad crc32c line"))?;
     if crc32c::crc32c(&text.as_bytes()[..body_end]) != stored {
@@ -305,7 +329,8 @@ impl PendingCheckpoint {
     pub fn segment_writer(&self, index: u32) -> Result<SegmentWriter, EngineError> {
         let file_name = format!("segment-{index:04}");
         let path = self.temporary.join(&file_name);
-        let file = File::create(&path).map_err(|error| EngineError::io(&path, "create segment", error))?;
+        let file =
+            File::create(&path).map_err(|error| EngineError::io(&path, "create segment", error))?;
         Ok(SegmentWriter {
             path,
             file_name,
@@ -317,10 +342,17 @@ impl PendingCheckpoint {
     }
 
     /// Writes the MANIFEST and atomically publishes the checkpoint.
-    pub fn publish(self, manifest: ManifestContent, segments: Vec<SegmentSummary>) -> Result<PublishedCheckpoint, EngineError> {
+    pub fn publish(
+        self,
+        manifest: ManifestContent,
+        segments: Vec<SegmentSummary>,
+    ) -> Result<PublishedCheckpoint, EngineError> {
         debug_assert_eq!(manifest.version, self.version);
         let mut text = String::new();
-        text.push_str(&format!("version {}\nstrategy {}\n", manifest.version, manifest.strategy));
+        text.push_str(&format!(
+            "version {}\nstrategy {}\n",
+            manifest.version, manifest.strategy
+        ));
         text.push_str(match manifest.kind {
             ManifestKind::KeyUnique => "kind key-unique\n",
             ManifestKind::LogOrdered => "kind log-ordered\n",
@@ -351,14 +383,24 @@ impl PendingCheckpoint {
             .map_err(|error| EngineError::io(&path, "write MANIFEST", error))?;
         sync_dir(&self.temporary)?;
         let final_dir = self.root.join(dir_name(self.version));
-        fs::rename(&self.temporary, &final_dir).map_err(|error| EngineError::io(&final_dir, "publish checkpoint", error))?;
+        fs::rename(&self.temporary, &final_dir)
+            .map_err(|error| EngineError::io(&final_dir, "publish checkpoint", error))?;
         sync_dir(&self.root)?;
-        Ok(PublishedCheckpoint { dir: final_dir, bytes })
+        Ok(PublishedCheckpoint {
+            dir: final_dir,
+            bytes,
+        })
     }
 }
 
 impl SegmentWriter {
-    fn write_entry(&mut self, kind: u8, record_version: u64, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
+    fn write_entry(
+        &mut self,
+        kind: u8,
+        record_version: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), EngineError> {
         let mut header = [0u8; 17];
         header[0] = kind;
         header[1..9].copy_from_slice(&record_version.to_le_bytes());
@@ -376,7 +418,12 @@ impl SegmentWriter {
     }
 
     /// Appends a value entry.
-    pub fn put(&mut self, record_version: u64, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
+    pub fn put(
+        &mut self,
+        record_version: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), EngineError> {
         self.write_entry(0, record_version, key, value)
     }
 
@@ -392,7 +439,8 @@ impl SegmentWriter {
             .out
             .into_inner()
             .map_err(|error| EngineError::io(&path, "flush segment", error.into_error()))?;
-        file.sync_all().map_err(|error| EngineError::io(&path, "fsync segment", error))?;
+        file.sync_all()
+            .map_err(|error| EngineError::io(&path, "fsync segment", error))?;
         Ok(SegmentSummary {
             file_name: self.file_name,
             entries: self.entries,
@@ -402,7 +450,11 @@ impl SegmentWriter {
     }
 }
 
-fn decode_segment(path: &Path, bytes: &[u8], sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>) -> Result<u64, EngineError> {
+fn decode_segment(
+    path: &Path,
+    bytes: &[u8],
+    sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>,
+) -> Result<u64, EngineError> {
     let mut offset = 0usize;
     let mut count = 0;
     while offset < bytes.len() {
@@ -420,7 +472,11 @@ fn decode_segment(path: &Path, bytes: &[u8], sink: &mut dyn FnMut(EntryRef<'_>) 
         let start = offset + 17;
         let end = start + key_len as usize + value_len as usize;
         if end > bytes.len() {
-            return Err(corrupt(path, offset as u64, "entry runs past the end of the segment"));
+            return Err(corrupt(
+                path,
+                offset as u64,
+                "entry runs past the end of the segment",
+            ));
         }
         sink(EntryRef {
             tombstone: kind == 1,
@@ -445,17 +501,29 @@ impl VerifiedCheckpoint {
         self.fell_back.as_deref()
     }
 
-    fn load_segment(&self, segment: &SegmentSummary, sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>) -> Result<u64, EngineError> {
+    fn load_segment(
+        &self,
+        segment: &SegmentSummary,
+        sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>,
+    ) -> Result<u64, EngineError> {
         let path = self.dir.join(&segment.file_name);
         let bytes = read_file(&path)?;
         if crc32c::crc32c(&bytes) != segment.crc32c {
-            return Err(corrupt(&path, 0, "segment CRC32C changed since verification"));
+            return Err(corrupt(
+                &path,
+                0,
+                "segment CRC32C changed since verification",
+            ));
         }
         decode_segment(&path, &bytes, sink)
     }
 
     /// Loads KeyUnique segments on `threads` threads.
-    pub fn load_parallel(&self, threads: usize, sink: &(dyn Fn(EntryRef<'_>) -> Result<(), EngineError> + Sync)) -> Result<u64, EngineError> {
+    pub fn load_parallel(
+        &self,
+        threads: usize,
+        sink: &(dyn Fn(EntryRef<'_>) -> Result<(), EngineError> + Sync),
+    ) -> Result<u64, EngineError> {
         let threads = threads.clamp(1, self.manifest.segments.len().max(1));
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
@@ -478,7 +546,10 @@ impl VerifiedCheckpoint {
     }
 
     /// Loads LogOrdered segments in order.
-    pub fn load_in_order(&self, sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>) -> Result<u64, EngineError> {
+    pub fn load_in_order(
+        &self,
+        sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>,
+    ) -> Result<u64, EngineError> {
         let mut total = 0;
         for segment in &self.manifest.segments {
             total += self.load_segment(segment, sink)?;

@@ -19,7 +19,10 @@ pub fn small_config(dir: &Path) -> StoreConfig {
 
 /// Count from an environment variable, or `default`.
 pub fn env_count(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|text| text.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(default)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,11 +42,15 @@ fn mix(mut value: u64) -> u64 {
 /// Session 0 is the loader (`Upsert(n - 1)` for n in 1..=keys); workers 1.. read 50 % / upsert.
 pub fn op_at(keys: u64, session_index: u32, serial: u64) -> Op {
     if session_index == 0 {
-        return if serial <= keys { Op::Upsert(serial - 1) } else { Op::Read(0) };
+        return if serial <= keys {
+            Op::Upsert(serial - 1)
+        } else {
+            Op::Read(0)
+        };
     }
     let hash = mix(((session_index as u64) << 48) ^ serial);
     let key = hash % keys;
-    if (hash >> 40) % 2 == 0 {
+    if (hash >> 40).is_multiple_of(2) {
         Op::Read(key)
     } else {
         Op::Upsert(key)
@@ -60,7 +67,11 @@ pub fn decode_value(value: &[u8]) -> (u32, u64) {
 }
 
 /// Checks an image against the per-session prefixes `(session index, cpr point)`.
-pub fn verify_image(keys: u64, sessions: &[(u32, u64)], image: &BTreeMap<u64, Vec<u8>>) -> Result<(), String> {
+pub fn verify_image(
+    keys: u64,
+    sessions: &[(u32, u64)],
+    image: &BTreeMap<u64, Vec<u8>>,
+) -> Result<(), String> {
     // key -> session index -> last upsert serial within the prefix
     let mut last: HashMap<u64, HashMap<u32, u64>> = HashMap::new();
     let points: HashMap<u32, u64> = sessions.iter().copied().collect();
@@ -77,10 +88,14 @@ pub fn verify_image(keys: u64, sessions: &[(u32, u64)], image: &BTreeMap<u64, Ve
             .get(&session)
             .ok_or_else(|| format!("key {key}: value from unknown session {session}"))?;
         if serial > point {
-            return Err(format!("key {key}: value ({session}, {serial}) is after the CPR point {point}"));
+            return Err(format!(
+                "key {key}: value ({session}, {serial}) is after the CPR point {point}"
+            ));
         }
         if op_at(keys, session, serial) != Op::Upsert(*key) {
-            return Err(format!("key {key}: session {session} op {serial} was not an upsert of it"));
+            return Err(format!(
+                "key {key}: session {session} op {serial} was not an upsert of it"
+            ));
         }
         let newest = last[key][&session];
         if newest != serial {
@@ -91,7 +106,9 @@ pub fn verify_image(keys: u64, sessions: &[(u32, u64)], image: &BTreeMap<u64, Ve
     }
     for key in last.keys() {
         if !image.contains_key(key) {
-            return Err(format!("key {key}: written within the prefixes but missing"));
+            return Err(format!(
+                "key {key}: written within the prefixes but missing"
+            ));
         }
     }
     Ok(())
