@@ -9,8 +9,10 @@
 //! Invariants and why they give the guarantee the engine needs:
 //! - State published before `bump` (SeqCst store, then SeqCst `fetch_add`) is visible to every
 //!   thread once its action runs: a thread either refreshed after the bump (it loads the epoch and
-//!   then the state, both SeqCst), or it protected itself after the drainer scanned its slot, in
-//!   which case its later SeqCst load of the state is ordered after the publication.
+//!   then the state, both SeqCst), or it protected itself after the drainer scanned its slot; the
+//!   SeqCst fences after the slot store (`protect`) and before the scan (`safe_epoch`) order its
+//!   later loads of the state after the publication. Loom found the version without fences
+//!   failing (under loom's AcqRel model of SeqCst accesses), hence the explicit fences.
 //! - Suspended slots (epoch 0) never hold an action back, so idle sessions never stall a bump.
 //! - The drain list is bounded (`DRAIN_CAPACITY`); a bump that finds it full drains first.
 //!
@@ -18,7 +20,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// Slot value meaning "this session is not inside a critical section".
 const UNPROTECTED: u64 = 0;
@@ -77,6 +79,10 @@ impl LightEpoch {
     pub(crate) fn protect(&self, slot: usize) -> u64 {
         let epoch = self.current.load(Ordering::SeqCst);
         self.slots[slot].store(epoch, Ordering::SeqCst);
+        // Store-load barrier (Dekker): either a drainer's scan sees this slot, or this thread's
+        // later loads of published state see what was stored before the bump. (An explicit fence
+        // also makes loom, which models SeqCst accesses as AcqRel, check the real argument.)
+        fence(Ordering::SeqCst);
         if self.pending.load(Ordering::SeqCst) > 0 {
             self.drain();
         }
@@ -131,6 +137,8 @@ impl LightEpoch {
 
     /// The largest epoch E such that no protected slot holds an epoch <= E.
     fn safe_epoch(&self) -> u64 {
+        // Pairs with the fence in `protect`.
+        fence(Ordering::SeqCst);
         let mut oldest = self.current.load(Ordering::SeqCst);
         let high_water = self.high_water.load(Ordering::SeqCst);
         for slot in &self.slots[..high_water] {

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use crate::log::ADDRESS_MASK;
+use crate::memory::ZeroedArray;
 
 const ENTRIES_PER_BUCKET: usize = 7;
 const TAG_SHIFT: u32 = 48;
@@ -35,13 +36,11 @@ pub(crate) struct Bucket {
     overflow: AtomicU64,
 }
 
-impl Bucket {
-    fn new() -> Self {
-        Bucket {
-            entries: std::array::from_fn(|_| AtomicU64::new(0)),
-            overflow: AtomicU64::new(0),
-        }
-    }
+/// `count` empty buckets from zeroed memory (the allocator's fresh zero pages are not touched, so
+/// an unused overflow pool costs address space, not resident memory).
+fn zeroed_buckets(count: usize) -> ZeroedArray<Bucket> {
+    // SAFETY: an all-zero `Bucket` is valid: empty entries, no overflow link.
+    unsafe { ZeroedArray::new(count) }
 }
 
 const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
@@ -117,8 +116,8 @@ struct OverflowPool {
 
 /// The index.
 pub(crate) struct HashIndex {
-    buckets: Box<[Bucket]>,
-    overflow: Box<[Bucket]>,
+    buckets: ZeroedArray<Bucket>,
+    overflow: ZeroedArray<Bucket>,
     pool: Mutex<OverflowPool>,
     mask: u64,
 }
@@ -128,8 +127,8 @@ impl HashIndex {
     pub(crate) fn new(buckets: usize) -> Self {
         assert!(buckets.is_power_of_two());
         HashIndex {
-            buckets: (0..buckets).map(|_| Bucket::new()).collect(),
-            overflow: (0..buckets).map(|_| Bucket::new()).collect(),
+            buckets: zeroed_buckets(buckets),
+            overflow: zeroed_buckets(buckets),
             pool: Mutex::new(OverflowPool {
                 next: 0,
                 free: Vec::new(),

@@ -18,6 +18,7 @@ mod error;
 mod index;
 mod latch;
 mod log;
+mod memory;
 mod session;
 mod state;
 mod store;

@@ -53,6 +53,38 @@ pub(crate) fn pack_word(bytes: &[u8], word_index: usize) -> u64 {
     u64::from_le_bytes(buffer)
 }
 
+/// Bytes a record occupies: header, key and value capacity, rounded up to a cache line so that
+/// records of up to 64 bytes never straddle two lines (pages are 4 KiB-aligned). The padding is
+/// value capacity: in-place updates may grow into it.
+#[inline]
+pub(crate) fn record_footprint(key_len: usize, capacity_words: usize) -> usize {
+    ((HEADER_WORDS + words_for(key_len) + capacity_words) * 8).next_multiple_of(64)
+}
+
+/// The value capacity (in words) a record of this key gets when it must hold `value_len` bytes:
+/// all of the cache-line padding, within the header's 16-bit limit.
+#[inline]
+pub(crate) fn padded_capacity_words(key_len: usize, value_len: usize) -> usize {
+    let footprint = record_footprint(key_len, words_for(value_len));
+    (footprint / 8 - HEADER_WORDS - words_for(key_len)).min(MAX_VALUE_WORDS)
+}
+
+fn page_layout(page_bytes: usize) -> std::alloc::Layout {
+    crate::memory::region_layout(page_bytes, 4096)
+}
+
+/// A zeroed, at least 4 KiB-aligned page (huge-page advised from 2 MiB up).
+fn allocate_page(page_bytes: usize) -> *mut AtomicU64 {
+    crate::memory::allocate_zeroed(page_layout(page_bytes)) as *mut AtomicU64
+}
+
+/// # Safety
+/// `pointer` came from `allocate_page(page_bytes)` and no reference to the page remains.
+unsafe fn free_page(pointer: *mut AtomicU64, page_bytes: usize) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::alloc::dealloc(pointer as *mut u8, page_layout(page_bytes)) };
+}
+
 /// Why an allocation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AllocError {
@@ -106,7 +138,7 @@ impl<'a> Record<'a> {
     }
     /// Size of the whole record in bytes.
     pub(crate) fn size_bytes(&self) -> usize {
-        (HEADER_WORDS + self.key_words() + self.capacity_words()) * 8
+        record_footprint(self.key_len(), self.capacity_words())
     }
 
     /// Whether the record's key equals `key` (keys are immutable: no seqlock needed).
@@ -220,6 +252,9 @@ impl RecordGuard<'_> {
     pub(crate) fn set_version(&mut self, version: u64) {
         let word = &self.record.words[1];
         let current = word.load(Ordering::Relaxed);
+        if current & 0xFFFF_FFFF == version & 0xFFFF_FFFF {
+            return;
+        }
         word.store(
             (current & !0xFFFF_FFFF) | (version & 0xFFFF_FFFF),
             Ordering::Release,
@@ -228,6 +263,10 @@ impl RecordGuard<'_> {
 
     /// Sets or clears the tombstone bit.
     pub(crate) fn set_tombstone(&mut self, tombstone: bool) {
+        let current = self.record.words[0].load(Ordering::Relaxed) & FLAG_TOMBSTONE != 0;
+        if current == tombstone {
+            return;
+        }
         if tombstone {
             self.record.words[0].fetch_or(FLAG_TOMBSTONE, Ordering::AcqRel);
         } else {
@@ -276,6 +315,7 @@ pub(crate) struct NewRecord<'a> {
 pub(crate) struct HybridLog {
     page_bits: u32,
     page_words: usize,
+    ring_mask: u64,
     ring: Box<[AtomicPtr<AtomicU64>]>,
     /// Page number held by each ring slot (valid while the slot's pointer is non-null).
     ring_page: Box<[AtomicU64]>,
@@ -296,10 +336,12 @@ impl HybridLog {
         assert!(total_page_limit >= 8);
         // A reserve for compaction: it copies at most this many pages of live data forward.
         let reserve = (total_page_limit / 8).max(2);
-        let ring_len = total_page_limit as usize + 2;
+        // A power of two, so that address -> slot is a mask, not a division.
+        let ring_len = (total_page_limit as usize + 2).next_power_of_two();
         let log = HybridLog {
             page_bits: page_bytes.trailing_zeros(),
             page_words: page_bytes / 8,
+            ring_mask: ring_len as u64 - 1,
             ring: (0..ring_len)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
@@ -371,7 +413,7 @@ impl HybridLog {
     }
 
     fn ensure_page(&self, page: u64, compaction: bool) -> Result<(), AllocError> {
-        let slot_index = (page % self.ring.len() as u64) as usize;
+        let slot_index = (page & self.ring_mask) as usize;
         let slot = &self.ring[slot_index];
         if !slot.load(Ordering::Acquire).is_null() {
             return if self.ring_page[slot_index].load(Ordering::Acquire) == page {
@@ -391,9 +433,7 @@ impl HybridLog {
             self.pages_in_use.fetch_sub(1, Ordering::SeqCst);
             return Err(AllocError::NeedMemory);
         }
-        let page_memory: Box<[AtomicU64]> =
-            (0..self.page_words).map(|_| AtomicU64::new(0)).collect();
-        let pointer = Box::into_raw(page_memory) as *mut AtomicU64;
+        let pointer = allocate_page(self.page_bytes());
         self.ring_page[slot_index].store(page, Ordering::Release);
         if slot
             .compare_exchange(
@@ -406,10 +446,8 @@ impl HybridLog {
         {
             // Another thread opened it (or the old occupant is not freed yet; the budget check
             // makes that impossible because the ring has room for every budgeted page).
-            // SAFETY: `pointer` came from `Box::into_raw` above and was never shared.
-            drop(unsafe {
-                Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words))
-            });
+            // SAFETY: `pointer` came from `allocate_page` above and was never shared.
+            unsafe { free_page(pointer, self.page_bytes()) };
             self.pages_in_use.fetch_sub(1, Ordering::SeqCst);
         }
         Ok(())
@@ -455,7 +493,7 @@ impl HybridLog {
     #[inline]
     fn words_at(&self, address: u64) -> &[AtomicU64] {
         let page = address >> self.page_bits;
-        let pointer = self.ring[(page % self.ring.len() as u64) as usize].load(Ordering::Acquire);
+        let pointer = self.ring[(page & self.ring_mask) as usize].load(Ordering::Acquire);
         assert!(!pointer.is_null(), "log address {address} is not in memory");
         let word_index = ((address & ((1u64 << self.page_bits) - 1)) / 8) as usize;
         // SAFETY: the page is live (non-null, freed only after an epoch bump that every protected
@@ -474,7 +512,7 @@ impl HybridLog {
 
     /// Bytes a record with these sizes occupies.
     pub(crate) fn record_size(key_len: usize, capacity_words: usize) -> usize {
-        (HEADER_WORDS + words_for(key_len) + capacity_words) * 8
+        record_footprint(key_len, capacity_words)
     }
 
     /// Allocates and fills a record (not yet reachable: the caller publishes it by CAS).
@@ -538,7 +576,7 @@ impl HybridLog {
         let end_page = address >> self.page_bits;
         let start_page = self.freed_until_page.load(Ordering::Acquire);
         for page in start_page..end_page {
-            let slot_index = (page % self.ring.len() as u64) as usize;
+            let slot_index = (page & self.ring_mask) as usize;
             let slot = &self.ring[slot_index];
             let pointer = slot.load(Ordering::Acquire);
             if pointer.is_null() || self.ring_page[slot_index].load(Ordering::Acquire) != page {
@@ -555,9 +593,7 @@ impl HybridLog {
             {
                 // SAFETY: the slot held page `page`, allocated by `ensure_page`; no protected thread
                 // can reach it (begin moved past it before the epoch bump that led here).
-                drop(unsafe {
-                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words))
-                });
+                unsafe { free_page(pointer, self.page_bytes()) };
                 self.pages_in_use.fetch_sub(1, Ordering::SeqCst);
             }
         }
@@ -571,9 +607,7 @@ impl Drop for HybridLog {
             let pointer = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !pointer.is_null() {
                 // SAFETY: pages are owned by the log; `&mut self` means no reader remains.
-                drop(unsafe {
-                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(pointer, self.page_words))
-                });
+                unsafe { free_page(pointer, self.page_bytes()) };
             }
         }
     }

@@ -27,8 +27,8 @@ use parking_lot::Mutex;
 use crate::index::{EntrySlot, KeyHash};
 use crate::latch::{old_held, try_lock_new, try_lock_old, unlock_new, unlock_old};
 use crate::log::{
-    words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard, FLAG_INVALID, FLAG_SEALED,
-    FLAG_STABLE, FLAG_TOMBSTONE, MAX_VALUE_WORDS,
+    padded_capacity_words, words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard,
+    FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE, MAX_VALUE_WORDS,
 };
 use crate::state::{GlobalState, Phase};
 use crate::store::Store;
@@ -455,12 +455,12 @@ impl Session {
     }
 
     fn try_write(
-        &mut self,
+        &self,
         hash: KeyHash,
         key: &[u8],
         write: Write<'_>,
     ) -> Result<Step<bool>, EngineError> {
-        let shared = self.store.shared.clone();
+        let shared = &self.store.shared;
         let mut hold = LatchHold {
             word: shared.latches.word(hash.0),
             old: false,
@@ -484,7 +484,7 @@ impl Session {
                         key,
                         value,
                         0,
-                        words_for(value.len()),
+                        padded_capacity_words(key.len(), value.len()),
                     ),
                     |_| false,
                 ),
@@ -606,7 +606,7 @@ impl Session {
                 version: self.version,
                 key,
                 value,
-                capacity_words: words_for(value.len()),
+                capacity_words: padded_capacity_words(key.len(), value.len()),
             },
             use_reserve,
         ) {
@@ -637,7 +637,7 @@ impl Session {
     /// (a record outside every chain, pointed to by the live record), mark the record v+1, then
     /// write in place.
     fn cpr_copy_write(
-        &mut self,
+        &self,
         log: &HybridLog,
         record: Record<'_>,
         entry: &mut EntrySlot<'_>,
@@ -673,14 +673,13 @@ impl Session {
     }
 
     fn save_stable_copy(
-        &mut self,
+        &self,
         log: &HybridLog,
         guard: &RecordGuard<'_>,
         key: &[u8],
     ) -> Option<u64> {
         let tombstone = guard.record.is_tombstone();
-        let mut value = std::mem::take(&mut self.old_value);
-        value.clear();
+        let mut value = Vec::new();
         if !tombstone {
             guard.copy_value(&mut value);
         }
@@ -695,7 +694,6 @@ impl Session {
             },
             false,
         );
-        self.old_value = value;
         result.ok()
     }
 
@@ -705,7 +703,23 @@ impl Session {
         key: &[u8],
         update: &mut Option<F>,
     ) -> Result<Step<()>, EngineError> {
-        let shared = self.store.shared.clone();
+        let mut old_value = std::mem::take(&mut self.old_value);
+        let mut new_value = std::mem::take(&mut self.new_value);
+        let result = self.try_rmw_with(hash, key, update, &mut old_value, &mut new_value);
+        self.old_value = old_value;
+        self.new_value = new_value;
+        result
+    }
+
+    fn try_rmw_with<F: FnOnce(Option<&[u8]>, &mut Vec<u8>)>(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        update: &mut Option<F>,
+        old_value: &mut Vec<u8>,
+        new_value: &mut Vec<u8>,
+    ) -> Result<Step<()>, EngineError> {
+        let shared = &self.store.shared;
         let log = &shared.log;
         let mut hold = LatchHold {
             word: shared.latches.word(hash.0),
@@ -724,7 +738,14 @@ impl Session {
             // Insert a tombstone placeholder first, so the update runs exactly once under the
             // placeholder's record lock on the next attempt.
             return Ok(
-                match self.insert(log, &mut entry, key, &[], FLAG_TOMBSTONE, 1) {
+                match self.insert(
+                    log,
+                    &mut entry,
+                    key,
+                    &[],
+                    FLAG_TOMBSTONE,
+                    padded_capacity_words(key.len(), 8),
+                ) {
                     Step::Done(()) => Step::Again,
                     other => other,
                 },
@@ -756,25 +777,23 @@ impl Session {
             guard.set_version(self.version);
         }
         // From here the update runs: no retry may call it again.
-        let mut old_value = std::mem::take(&mut self.old_value);
-        let mut new_value = std::mem::take(&mut self.new_value);
         old_value.clear();
         new_value.clear();
         let existed = !guard.record.is_tombstone();
         if existed {
-            guard.copy_value(&mut old_value);
+            guard.copy_value(old_value);
         }
         let update = update.take().expect("the update runs once");
-        update(existed.then_some(&old_value[..]), &mut new_value);
+        update(existed.then_some(&old_value[..]), new_value);
         let result = if let Err(error) = self.check_sizes(key, new_value.len()) {
             Err(error)
         } else if (cpr_copy || (!copy_to_new_version && mutable)) && guard.fits(new_value.len()) {
-            guard.write_value(&new_value);
+            guard.write_value(new_value);
             guard.set_tombstone(false);
             guard.set_version(self.version);
             Ok(Step::Done(()))
         } else {
-            match self.rcu_locked(log, guard, &mut entry, key, &new_value, 0, true) {
+            match self.rcu_locked(log, guard, &mut entry, key, new_value, 0, true) {
                 Step::Done(()) => Ok(Step::Done(())),
                 Step::NeedMemory => Err(EngineError::OutOfMemory {
                     detail: "read-modify-write could not allocate its new record even from the compaction reserve".into(),
@@ -782,8 +801,6 @@ impl Session {
                 _ => unreachable!("rcu_locked of a held record cannot lose its chain"),
             }
         };
-        self.old_value = old_value;
-        self.new_value = new_value;
         result
     }
 }

@@ -18,7 +18,7 @@ use crate::checkpoint_files::{CheckpointDirectory, EntryRef, ManifestKind};
 use crate::epoch::LightEpoch;
 use crate::index::{HashIndex, KeyHash};
 use crate::latch::VersionLatches;
-use crate::log::{words_for, HybridLog, NewRecord, Record, FLAG_INVALID};
+use crate::log::{HybridLog, NewRecord, Record, FLAG_INVALID};
 use crate::session::{Session, SessionShared};
 use crate::state::{GlobalState, Phase, SystemState};
 use crate::{EngineError, SessionId, StoreConfig, Strategy};
@@ -191,7 +191,10 @@ impl Shared {
                         version: entry.record_version,
                         key: entry.key,
                         value: entry.value,
-                        capacity_words: words_for(entry.value.len()),
+                        capacity_words: crate::log::padded_capacity_words(
+                            entry.key.len(),
+                            entry.value.len(),
+                        ),
                     },
                     true,
                 )

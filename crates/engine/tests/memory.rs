@@ -31,7 +31,11 @@ fn memory_stays_within_budget_over_many_checkpoints() {
                     counter += 1;
                     let key = (thread << 32) | (counter % 5000);
                     // Alternate sizes so in-place updates fail and read-copy-update leaves garbage.
-                    let value = if counter.is_multiple_of(3) { &value_b } else { &value_a };
+                    let value = if counter.is_multiple_of(3) {
+                        &value_b
+                    } else {
+                        &value_a
+                    };
                     session
                         .upsert(&key.to_be_bytes(), value)
                         .expect("writes never fail under the budget");
