@@ -160,6 +160,8 @@ pub struct Session {
     ops_since_refresh: u32,
     old_value: Vec<u8>,
     new_value: Vec<u8>,
+    /// `Send` but not `Sync`: a session is one thread's sequence of operations.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 impl Session {
@@ -182,6 +184,7 @@ impl Session {
             ops_since_refresh: 0,
             old_value: Vec::new(),
             new_value: Vec::new(),
+            _not_sync: std::marker::PhantomData,
         }
     }
 

@@ -34,8 +34,12 @@ fn crash_child() {
     let mut loader = store.start_session();
     say(format!("session {} 0", loader.id().0));
     for serial in 1..=KEYS {
-        let Op::Upsert(key) = op_at(KEYS, 0, serial) else { unreachable!() };
-        loader.upsert(&key.to_be_bytes(), &encode_value(0, serial)).unwrap();
+        let Op::Upsert(key) = op_at(KEYS, 0, serial) else {
+            unreachable!()
+        };
+        loader
+            .upsert(&key.to_be_bytes(), &encode_value(0, serial))
+            .unwrap();
     }
     loader.suspend();
     std::thread::scope(|scope| {
@@ -49,7 +53,9 @@ fn crash_child() {
                         Op::Read(key) => {
                             session.read(&key.to_be_bytes(), &mut out).unwrap();
                         }
-                        Op::Upsert(key) => session.upsert(&key.to_be_bytes(), &encode_value(index, serial)).unwrap(),
+                        Op::Upsert(key) => session
+                            .upsert(&key.to_be_bytes(), &encode_value(index, serial))
+                            .unwrap(),
                     }
                 }
                 session.suspend();
@@ -60,7 +66,9 @@ fn crash_child() {
         for round in 0u64.. {
             let strategy = Strategy::ALL[round as usize % 5];
             let token = store.checkpoint(strategy).unwrap();
-            let report = store.wait_for_commit(token, Duration::from_secs(60)).unwrap();
+            let report = store
+                .wait_for_commit(token, Duration::from_secs(60))
+                .unwrap();
             say(format!("published {} {strategy}", report.version));
         }
     });
@@ -108,7 +116,10 @@ fn recovery_after_sigkill_is_prefix_consistent() {
             let fields: Vec<&str> = line[start..].split(' ').collect();
             match fields[0] {
                 "session" => {
-                    indices.insert(SessionId(fields[1].parse().unwrap()), fields[2].parse().unwrap());
+                    indices.insert(
+                        SessionId(fields[1].parse().unwrap()),
+                        fields[2].parse().unwrap(),
+                    );
                 }
                 "published" => published += 1,
                 _ => {}
@@ -118,8 +129,15 @@ fn recovery_after_sigkill_is_prefix_consistent() {
         child.wait().unwrap();
 
         let store = Store::open(small_config(dir.path())).unwrap();
-        let info = store.recovery_info().expect("at least one checkpoint was published").clone();
-        assert!(info.version >= kill_after, "recovered v{} but v{kill_after} was published", info.version);
+        let info = store
+            .recovery_info()
+            .expect("at least one checkpoint was published")
+            .clone();
+        assert!(
+            info.version >= kill_after,
+            "recovered v{} but v{kill_after} was published",
+            info.version
+        );
         let sessions: Vec<(u32, u64)> = info
             .session_commit_points
             .iter()
@@ -134,7 +152,10 @@ fn recovery_after_sigkill_is_prefix_consistent() {
             }
         }
         if let Err(problem) = verify_image(KEYS, &sessions, &image) {
-            panic!("iteration {iteration}: recovered v{}: {problem}; points {sessions:?}", info.version);
+            panic!(
+                "iteration {iteration}: recovered v{}: {problem}; points {sessions:?}",
+                info.version
+            );
         }
     }
 }
