@@ -9,12 +9,16 @@ use crate::SessionId;
 #[non_exhaustive]
 pub enum EngineError {
     /// An I/O operation on `path` failed.
-    #[error("I/O error during {operation} on {}: {source}; check the disk and permissions, existing checkpoints are untouched", path.display())]
+    #[error(
+        "I/O error while trying to {operation} {}: {source}; check that the path exists, is writable \
+         and that the disk is not full; existing checkpoints are untouched",
+        path.display()
+    )]
     Io {
+        /// What the engine was doing, as a verb phrase ("create", "fsync").
+        operation: String,
         /// The file or directory involved.
         path: PathBuf,
-        /// What the engine was doing (for example "fsync segment").
-        operation: &'static str,
         /// The underlying error.
         #[source]
         source: std::io::Error,
@@ -64,12 +68,25 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    /// Shorthand for an [`EngineError::Io`].
-    pub fn io(path: impl Into<PathBuf>, operation: &'static str, source: std::io::Error) -> Self {
+    /// Builds an [`EngineError::Io`] for `operation` on `path` (same signature as engine-files').
+    pub fn io(
+        operation: impl Into<String>,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
         EngineError::Io {
+            operation: operation.into(),
             path: path.into(),
-            operation,
             source,
+        }
+    }
+
+    /// Builds an [`EngineError::Corrupt`].
+    pub fn corrupt(path: impl Into<PathBuf>, offset: u64, detail: impl Into<String>) -> Self {
+        EngineError::Corrupt {
+            path: path.into(),
+            offset,
+            detail: detail.into(),
         }
     }
 }

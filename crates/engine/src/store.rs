@@ -236,7 +236,7 @@ impl Store {
     pub fn open(config: StoreConfig) -> Result<Arc<Store>, EngineError> {
         config.validate()?;
         std::fs::create_dir_all(&config.dir)
-            .map_err(|error| EngineError::io(&config.dir, "create data directory", error))?;
+            .map_err(|error| EngineError::io("create data directory", &config.dir, error))?;
         let checkpoints = CheckpointDirectory::open(&config.dir.join("checkpoints"))?;
         let latch_words = (config.index_buckets / 4)
             .clamp(1 << 10, 1 << 20)
@@ -274,7 +274,7 @@ impl Store {
                 .name("prefixkv-compactor".into())
                 .spawn(move || crate::compaction::run(&background))
                 .map_err(|error| {
-                    EngineError::io(shared_dir(&shared), "spawn compaction thread", error)
+                    EngineError::io("spawn compaction thread for", shared_dir(&shared), error)
                 })?
         };
         Ok(Arc::new(Store {
@@ -400,8 +400,8 @@ impl Store {
                     .checkpoint_running
                     .store(false, Ordering::SeqCst);
                 Err(EngineError::io(
+                    "spawn checkpoint thread for",
                     shared_dir(&self.shared),
-                    "spawn checkpoint thread",
                     error,
                 ))
             }

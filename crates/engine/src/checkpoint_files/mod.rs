@@ -126,21 +126,21 @@ fn dir_name(version: u64) -> String {
 fn sync_dir(path: &Path) -> Result<(), EngineError> {
     File::open(path)
         .and_then(|dir| dir.sync_all())
-        .map_err(|error| EngineError::io(path, "fsync directory", error))
+        .map_err(|error| EngineError::io("fsync directory", path, error))
 }
 
 impl CheckpointDirectory {
     /// Opens (creating) the root and removes stale `*.tmp` directories.
     pub fn open(root: &Path) -> Result<Self, EngineError> {
         fs::create_dir_all(root)
-            .map_err(|error| EngineError::io(root, "create checkpoint root", error))?;
+            .map_err(|error| EngineError::io("create checkpoint root", root, error))?;
         let listing =
-            fs::read_dir(root).map_err(|error| EngineError::io(root, "list checkpoints", error))?;
+            fs::read_dir(root).map_err(|error| EngineError::io("list checkpoints", root, error))?;
         for entry in listing {
-            let entry = entry.map_err(|error| EngineError::io(root, "list checkpoints", error))?;
+            let entry = entry.map_err(|error| EngineError::io("list checkpoints", root, error))?;
             if entry.file_name().to_string_lossy().ends_with(".tmp") {
                 fs::remove_dir_all(entry.path()).map_err(|error| {
-                    EngineError::io(entry.path(), "remove stale checkpoint", error)
+                    EngineError::io("remove stale checkpoint", entry.path(), error)
                 })?;
             }
         }
@@ -151,11 +151,11 @@ impl CheckpointDirectory {
 
     fn published_versions(&self) -> Result<Vec<u64>, EngineError> {
         let listing = fs::read_dir(&self.root)
-            .map_err(|error| EngineError::io(&self.root, "list checkpoints", error))?;
+            .map_err(|error| EngineError::io("list checkpoints", &self.root, error))?;
         let mut versions = Vec::new();
         for entry in listing {
             let entry =
-                entry.map_err(|error| EngineError::io(&self.root, "list checkpoints", error))?;
+                entry.map_err(|error| EngineError::io("list checkpoints", &self.root, error))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Some(digits) = name.strip_prefix('v') {
                 if digits.len() == 20 {
@@ -174,10 +174,10 @@ impl CheckpointDirectory {
         let temporary = self.root.join(format!("{}.tmp", dir_name(version)));
         if temporary.exists() {
             fs::remove_dir_all(&temporary)
-                .map_err(|error| EngineError::io(&temporary, "remove stale checkpoint", error))?;
+                .map_err(|error| EngineError::io("remove stale checkpoint", &temporary, error))?;
         }
         fs::create_dir(&temporary)
-            .map_err(|error| EngineError::io(&temporary, "create checkpoint dir", error))?;
+            .map_err(|error| EngineError::io("create checkpoint dir", &temporary, error))?;
         Ok(PendingCheckpoint {
             root: self.root.clone(),
             temporary,
@@ -226,7 +226,7 @@ impl CheckpointDirectory {
         for version in &versions[..excess] {
             let dir = self.root.join(dir_name(*version));
             fs::remove_dir_all(&dir)
-                .map_err(|error| EngineError::io(&dir, "prune checkpoint", error))?;
+                .map_err(|error| EngineError::io("prune checkpoint", &dir, error))?;
         }
         Ok(())
     }
@@ -241,7 +241,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>, EngineError> {
     let mut bytes = Vec::new();
     File::open(path)
         .and_then(|mut file| file.read_to_end(&mut bytes))
-        .map_err(|error| EngineError::io(path, "read", error))?;
+        .map_err(|error| EngineError::io("read", path, error))?;
     Ok(bytes)
 }
 
@@ -330,7 +330,7 @@ impl PendingCheckpoint {
         let file_name = format!("segment-{index:04}");
         let path = self.temporary.join(&file_name);
         let file =
-            File::create(&path).map_err(|error| EngineError::io(&path, "create segment", error))?;
+            File::create(&path).map_err(|error| EngineError::io("create segment", &path, error))?;
         Ok(SegmentWriter {
             path,
             file_name,
@@ -380,11 +380,11 @@ impl PendingCheckpoint {
                 file.write_all(text.as_bytes())?;
                 file.sync_all()
             })
-            .map_err(|error| EngineError::io(&path, "write MANIFEST", error))?;
+            .map_err(|error| EngineError::io("write MANIFEST", &path, error))?;
         sync_dir(&self.temporary)?;
         let final_dir = self.root.join(dir_name(self.version));
         fs::rename(&self.temporary, &final_dir)
-            .map_err(|error| EngineError::io(&final_dir, "publish checkpoint", error))?;
+            .map_err(|error| EngineError::io("publish checkpoint", &final_dir, error))?;
         sync_dir(&self.root)?;
         Ok(PublishedCheckpoint {
             dir: final_dir,
@@ -410,7 +410,7 @@ impl SegmentWriter {
             self.crc = crc32c::crc32c_append(self.crc, part);
             self.out
                 .write_all(part)
-                .map_err(|error| EngineError::io(&self.path, "write segment", error))?;
+                .map_err(|error| EngineError::io("write segment", &self.path, error))?;
             self.bytes += part.len() as u64;
         }
         self.entries += 1;
@@ -438,9 +438,9 @@ impl SegmentWriter {
         let file = self
             .out
             .into_inner()
-            .map_err(|error| EngineError::io(&path, "flush segment", error.into_error()))?;
+            .map_err(|error| EngineError::io("flush segment", &path, error.into_error()))?;
         file.sync_all()
-            .map_err(|error| EngineError::io(&path, "fsync segment", error))?;
+            .map_err(|error| EngineError::io("fsync segment", &path, error))?;
         Ok(SegmentSummary {
             file_name: self.file_name,
             entries: self.entries,
