@@ -56,6 +56,9 @@ fn crash_child() {
                         Op::Upsert(key) => session
                             .upsert(&key.to_be_bytes(), &encode_value(index, serial))
                             .unwrap(),
+                        Op::Delete(key) => {
+                            session.delete(&key.to_be_bytes()).unwrap();
+                        }
                     }
                 }
                 session.suspend();

@@ -68,6 +68,9 @@ fn checkpoints_under_load_recover_prefix_consistent_images() {
                     Op::Upsert(key) => session
                         .upsert(&key.to_be_bytes(), &encode_value(index, serial))
                         .unwrap(),
+                    Op::Delete(key) => {
+                        session.delete(&key.to_be_bytes()).unwrap();
+                    }
                 }
                 assert_eq!(session.serial(), serial);
                 total_ops.fetch_add(1, Ordering::Relaxed);

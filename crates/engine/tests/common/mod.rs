@@ -29,6 +29,7 @@ pub fn env_count(name: &str, default: u64) -> u64 {
 pub enum Op {
     Read(u64),
     Upsert(u64),
+    Delete(u64),
 }
 
 fn mix(mut value: u64) -> u64 {
@@ -39,7 +40,8 @@ fn mix(mut value: u64) -> u64 {
     value ^ (value >> 33)
 }
 
-/// Session 0 is the loader (`Upsert(n - 1)` for n in 1..=keys); workers 1.. read 50 % / upsert.
+/// Session 0 is the loader (`Upsert(n - 1)` for n in 1..=keys); workers 1.. read 45 %, upsert
+/// 45 %, delete 10 %.
 pub fn op_at(keys: u64, session_index: u32, serial: u64) -> Op {
     if session_index == 0 {
         return if serial <= keys {
@@ -50,10 +52,10 @@ pub fn op_at(keys: u64, session_index: u32, serial: u64) -> Op {
     }
     let hash = mix(((session_index as u64) << 48) ^ serial);
     let key = hash % keys;
-    if (hash >> 40).is_multiple_of(2) {
-        Op::Read(key)
-    } else {
-        Op::Upsert(key)
+    match (hash >> 40) % 20 {
+        0..=8 => Op::Read(key),
+        9..=17 => Op::Upsert(key),
+        _ => Op::Delete(key),
     }
 }
 
@@ -66,19 +68,30 @@ pub fn decode_value(value: &[u8]) -> (u32, u64) {
     ((word >> 48) as u32, word & ((1 << 48) - 1))
 }
 
-/// Checks an image against the per-session prefixes `(session index, cpr point)`.
+/// Checks an image against the per-session prefixes `(session index, cpr point)`: every key's
+/// state must be the last write (upsert or delete) of one session within its prefix; a present
+/// value (s, n) must be s's last write of that key within s's prefix; a key no session wrote
+/// within its prefix must be absent.
 pub fn verify_image(
     keys: u64,
     sessions: &[(u32, u64)],
     image: &BTreeMap<u64, Vec<u8>>,
 ) -> Result<(), String> {
-    // key -> session index -> last upsert serial within the prefix
-    let mut last: HashMap<u64, HashMap<u32, u64>> = HashMap::new();
+    // key -> session index -> (serial of last write within the prefix, was it a delete)
+    let mut last: HashMap<u64, HashMap<u32, (u64, bool)>> = HashMap::new();
     let points: HashMap<u32, u64> = sessions.iter().copied().collect();
     for &(session, point) in sessions {
         for serial in 1..=point {
-            if let Op::Upsert(key) = op_at(keys, session, serial) {
-                last.entry(key).or_default().insert(session, serial);
+            match op_at(keys, session, serial) {
+                Op::Upsert(key) => {
+                    last.entry(key)
+                        .or_default()
+                        .insert(session, (serial, false));
+                }
+                Op::Delete(key) => {
+                    last.entry(key).or_default().insert(session, (serial, true));
+                }
+                Op::Read(_) => {}
             }
         }
     }
@@ -97,17 +110,17 @@ pub fn verify_image(
                 "key {key}: session {session} op {serial} was not an upsert of it"
             ));
         }
-        let newest = last[key][&session];
+        let (newest, _) = last[key][&session];
         if newest != serial {
             return Err(format!(
                 "key {key}: session {session} wrote it again at {newest} (<= point {point}) but the image holds {serial}"
             ));
         }
     }
-    for key in last.keys() {
-        if !image.contains_key(key) {
+    for (key, writers) in &last {
+        if !image.contains_key(key) && !writers.values().any(|(_, delete)| *delete) {
             return Err(format!(
-                "key {key}: written within the prefixes but missing"
+                "key {key}: upserted within the prefixes, never deleted, but missing"
             ));
         }
     }
