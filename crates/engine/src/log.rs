@@ -43,14 +43,19 @@ pub(crate) fn words_for(bytes: usize) -> usize {
     bytes.div_ceil(8)
 }
 
-/// Packs up to 8 bytes of `bytes` starting at `word_index * 8` into a little-endian word.
-#[inline]
+/// Packs up to 8 bytes of `bytes` starting at `word_index * 8` into a little-endian word
+/// (zero-padded past the end).
+#[inline(always)]
 pub(crate) fn pack_word(bytes: &[u8], word_index: usize) -> u64 {
     let start = word_index * 8;
-    let end = (start + 8).min(bytes.len());
-    let mut buffer = [0u8; 8];
-    buffer[..end - start].copy_from_slice(&bytes[start..end]);
-    u64::from_le_bytes(buffer)
+    if let Some(chunk) = bytes.get(start..start + 8) {
+        return u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+    }
+    let mut word = 0u64;
+    for (shift, byte) in bytes[start..].iter().enumerate() {
+        word |= (*byte as u64) << (8 * shift);
+    }
+    word
 }
 
 /// Bytes a record occupies: header, key and value capacity, rounded up to a cache line so that
@@ -147,9 +152,14 @@ impl<'a> Record<'a> {
         if self.key_len() != key.len() {
             return false;
         }
-        (0..words_for(key.len())).all(|index| {
-            self.words[HEADER_WORDS + index].load(Ordering::Relaxed) == pack_word(key, index)
-        })
+        let key_words = words_for(key.len());
+        let stored = &self.words[HEADER_WORDS..HEADER_WORDS + key_words];
+        for (index, word) in stored.iter().enumerate() {
+            if word.load(Ordering::Relaxed) != pack_word(key, index) {
+                return false;
+            }
+        }
+        true
     }
 
     /// Appends the key bytes to `out`.
@@ -290,7 +300,9 @@ impl Drop for RecordGuard<'_> {
     }
 }
 
+#[inline]
 fn copy_words(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
+    out.reserve(len);
     let full = len / 8;
     for word in &words[..full] {
         out.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
