@@ -419,7 +419,8 @@ impl Session {
             out.clear();
             return Ok(Step::Done(false));
         };
-        if !self.phase.is_new_version() && record.version() > self.version {
+        // In REST no session runs ahead (v+1 exists only after every session saw PREPARE).
+        if matches!(self.phase, Phase::Prepare | Phase::Pause) && record.version() > self.version {
             // A v session must not observe v+1 state.
             return Ok(Step::Shift);
         }

@@ -111,7 +111,7 @@ impl Shared {
 
     /// The newest record with `key` in the chain starting at `head` (skipping invalid records).
     /// Caller holds epoch protection (or is the only thread).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find_record(&self, key: &[u8], head: u64, begin: u64) -> Option<Record<'_>> {
         let mut address = head;
         while address >= begin && address != 0 {
