@@ -2,7 +2,8 @@
 //!
 //! A bucket is 64 bytes: seven entries and one overflow link. An entry packs
 //! `address (bits 0..48) | tag (bits 48..62) | TENTATIVE (bit 62)`; 0 is an empty slot. The tag is
-//! 14 bits of the key hash that the bucket index does not use; all keys of one bucket with one tag
+//! 14 bits of the key hash that the bucket index does not use (0 maps to 1: a created entry with a
+//! null address must differ from an empty slot); all keys of one bucket with one tag
 //! share a record chain in the log (linked by each record's previous address), newest first.
 //!
 //! Invariants:
@@ -99,9 +100,10 @@ impl KeyHash {
         KeyHash(xxhash_rust::xxh3::xxh3_64(key))
     }
 
+    /// Never 0, so that a created entry (tag, null address) is never mistaken for an empty slot.
     #[inline]
     fn tag(self) -> u64 {
-        (self.0 >> TAG_SHIFT) & TAG_MASK
+        ((self.0 >> TAG_SHIFT) & TAG_MASK).max(1)
     }
 }
 
@@ -155,7 +157,8 @@ impl HashIndex {
         loop {
             for slot in &bucket.entries {
                 let word = slot.load(Ordering::Acquire);
-                if word != 0 && word & TENTATIVE == 0 && (word >> TAG_SHIFT) & TAG_MASK == tag {
+                // Tags are never 0, so a match also means the slot is not empty.
+                if word & ((TAG_MASK << TAG_SHIFT) | TENTATIVE) == tag << TAG_SHIFT {
                     return Some(EntrySlot { slot, word });
                 }
             }
@@ -292,7 +295,7 @@ mod tests {
         // Force every insert into bucket 0 with distinct tags.
         let mut created = 0;
         let mut failed = false;
-        for tag in 0..TAG_MASK {
+        for tag in 1..TAG_MASK {
             let hash = KeyHash(tag << TAG_SHIFT);
             match index.find_or_create(hash, 1) {
                 Ok(mut entry) => {
@@ -308,16 +311,26 @@ mod tests {
         // 1 main + 2 overflow buckets of 7 entries.
         assert_eq!(created, 21);
         assert!(failed);
-        for tag in 0..21u64 {
+        for tag in 1..22u64 {
             let entry = index.find(KeyHash(tag << TAG_SHIFT)).unwrap();
             assert_eq!(entry.address(), 4096 + tag * 8);
         }
     }
 
     #[test]
+    fn a_created_entry_with_hash_tag_zero_is_not_an_empty_slot() {
+        let index = HashIndex::new(2);
+        let created = index.find_or_create(KeyHash(0), 1).unwrap();
+        assert_ne!(created.word, 0);
+        // A second creator of the same tag must find the first entry, not a second free slot.
+        let again = index.find_or_create(KeyHash(0), 1).unwrap();
+        assert!(std::ptr::eq(created.slot, again.slot));
+    }
+
+    #[test]
     fn stale_entries_are_reused() {
         let index = HashIndex::new(2);
-        for tag in 0..21u64 {
+        for tag in 1..22u64 {
             let mut entry = index.find_or_create(KeyHash(tag << TAG_SHIFT), 1).unwrap();
             entry.compare_exchange(100).unwrap();
         }
