@@ -3,7 +3,12 @@
 
 use prefixkv_engine::{Store, StoreConfig};
 
-const KEYS: u64 = 65536;
+fn keys() -> u64 {
+    std::env::var("KEYS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(65536)
+}
 
 fn main() {
     let arguments: Vec<String> = std::env::args().collect();
@@ -11,6 +16,7 @@ fn main() {
         .get(1)
         .map_or("engine", String::as_str)
         .to_string();
+    let keys = keys();
     let ops: u64 = arguments
         .get(2)
         .and_then(|text| text.parse().ok())
@@ -25,10 +31,10 @@ fn main() {
     if mode == "engine" {
         let dir = std::env::temp_dir().join(format!("prefixkv-pathcost-{}", std::process::id()));
         let mut config = StoreConfig::new(&dir);
-        config.index_buckets = (KEYS as usize / 2).next_power_of_two();
+        config.index_buckets = (keys as usize / 2).next_power_of_two();
         let store = Store::open(config).unwrap();
         let mut session = store.start_session();
-        for key in 0..KEYS {
+        for key in 0..keys {
             session
                 .upsert(&key.to_le_bytes(), &key.to_le_bytes())
                 .unwrap();
@@ -36,7 +42,7 @@ fn main() {
         let mut out = Vec::with_capacity(8);
         for _ in 0..ops {
             let random = next();
-            let key = (random >> 8) % KEYS;
+            let key = (random >> 8) % keys;
             if random.is_multiple_of(10) {
                 session
                     .upsert(&key.to_le_bytes(), &random.to_le_bytes())
@@ -50,12 +56,12 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
         let map = dashmap::DashMap::<u64, u64>::new();
-        for key in 0..KEYS {
+        for key in 0..keys {
             map.insert(key, key);
         }
         for _ in 0..ops {
             let random = next();
-            let key = (random >> 8) % KEYS;
+            let key = (random >> 8) % keys;
             if random.is_multiple_of(10) {
                 map.insert(key, random);
             } else {
