@@ -13,6 +13,7 @@ mod checkpoint;
 pub mod checkpoint_files;
 mod compaction;
 mod config;
+mod cpr_points;
 mod epoch;
 mod error;
 mod index;

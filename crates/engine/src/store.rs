@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::checkpoint_files::{CheckpointDirectory, EntryRef, ManifestKind};
+use crate::cpr_points::SessionShared;
 use crate::epoch::LightEpoch;
 use crate::index::{HashIndex, KeyHash};
 use crate::latch::VersionLatches;
 use crate::log::{HybridLog, NewRecord, Record, FLAG_INVALID};
-use crate::session::{Session, SessionShared};
+use crate::session::Session;
 use crate::state::{GlobalState, Phase, SystemState};
 use crate::{EngineError, SessionId, StoreConfig, Strategy};
 
