@@ -100,3 +100,30 @@ fn checkpoint_and_recover_every_strategy() {
         assert_eq!(session.serial(), 2101);
     }
 }
+
+#[test]
+fn protected_idle_session_holds_the_checkpoint_until_it_suspends() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(small_config(dir.path())).unwrap();
+    let mut session = store.start_session();
+    session.upsert(b"k", b"v").unwrap(); // now protected, and not operating
+    let token = store.checkpoint(Strategy::Persian).unwrap();
+    // The first checkpoint cannot pass PREPARE while the session neither refreshes nor suspends.
+    assert!(matches!(
+        store.checkpoint(Strategy::Blocking),
+        Err(prefixkv_engine::EngineError::CheckpointInProgress)
+    ));
+    assert!(matches!(
+        store.wait_for_commit(token, Duration::from_millis(50)),
+        Err(prefixkv_engine::EngineError::Timeout)
+    ));
+    session.suspend();
+    let report = store
+        .wait_for_commit(token, Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(report.session_points[&session.id()], 1);
+    assert_eq!(session.committed_serial(), 1);
+    // The next operation resumes the session in the new version.
+    session.upsert(b"k", b"w").unwrap();
+    assert_eq!(store.version(), 2);
+}
