@@ -437,15 +437,14 @@ impl Session {
         let copy_to_new_version = self.phase.is_new_version() && record_version < self.version;
         let mutable = record.address >= shared.log.read_only_address();
         if copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy {
-            return Ok(map_step(
-                self.cpr_copy_write(&shared.log, record, &mut entry, key, write),
-                |_| existed,
-            ));
+            return Ok(self.cpr_copy_write(&shared.log, record, &mut entry, key, write));
         }
         let mut guard = record.lock();
         if let Some(step) = self.recheck_locked(&guard) {
             return Ok(map_step(step, |_| false));
         }
+        // Decided under the lock: a concurrent writer may have deleted or revived the key.
+        let existed = !guard.record.is_tombstone();
         if !copy_to_new_version && mutable {
             match write {
                 Write::Put(value) if guard.fits(value.len()) => {
@@ -576,11 +575,12 @@ impl Session {
         entry: &mut EntrySlot<'_>,
         key: &[u8],
         write: Write<'_>,
-    ) -> Step<()> {
+    ) -> Step<bool> {
         let mut guard = record.lock();
         if let Some(step) = self.recheck_locked(&guard) {
-            return step;
+            return map_step(step, |_| false);
         }
+        let existed = !guard.record.is_tombstone();
         if guard.record.version() == self.version {
             // Another v+1 writer saved the stable copy between our checks: treat as same-version.
             drop(guard);
@@ -595,12 +595,15 @@ impl Session {
             Write::Put(value) if guard.fits(value.len()) => {
                 guard.write_value(value);
                 guard.set_tombstone(false);
-                Step::Done(())
+                Step::Done(existed)
             }
-            Write::Put(value) => self.rcu_locked(log, guard, entry, key, value, 0, false),
+            Write::Put(value) => map_step(
+                self.rcu_locked(log, guard, entry, key, value, 0, false),
+                |_| existed,
+            ),
             Write::Delete => {
                 guard.set_tombstone(true);
-                Step::Done(())
+                Step::Done(existed)
             }
         }
     }
