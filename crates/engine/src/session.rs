@@ -36,7 +36,7 @@ use crate::{EngineError, SessionId, Strategy};
 /// Operations between unconditional epoch refreshes.
 const REFRESH_INTERVAL: u32 = 256;
 /// How long a write waits for compaction to free log memory before failing.
-const BACKPRESSURE_LIMIT: Duration = Duration::from_secs(10);
+const BACKPRESSURE_LIMIT: Duration = Duration::from_secs(30);
 
 /// Outcome of one attempt at an operation.
 enum Step<T> {

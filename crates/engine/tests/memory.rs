@@ -29,7 +29,7 @@ fn memory_stays_within_budget_over_many_checkpoints() {
                 let value_b = vec![9u8; 100];
                 while !stop.load(Ordering::Relaxed) {
                     counter += 1;
-                    let key = (thread << 32) | (counter % 5000);
+                    let key = (thread << 32) | (counter % 2500);
                     // Alternate sizes so in-place updates fail and read-copy-update leaves garbage.
                     let value = if counter.is_multiple_of(3) {
                         &value_b
