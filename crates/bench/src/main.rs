@@ -2,7 +2,8 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use prefixkv_bench::Common;
+use prefixkv_bench::report::Report;
+use prefixkv_bench::{experiments, Common};
 
 /// Reproduces the experiments of prefixkv's source documents on our code, side by side with the
 /// baselines, and writes `results/<experiment>.json` plus PNG/SVG plots.
@@ -16,10 +17,37 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Experiment {}
+enum Experiment {
+    /// The Persian paper's evaluation: checkpoint strategies under load, against dashmap and papaya.
+    Cpr(experiments::cpr::Args),
+    /// Crash stress: SIGKILL a loaded, checkpointing engine at random points; verify each recovery.
+    Crash(experiments::crash::Args),
+}
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let _ = &cli.common;
-    match cli.experiment {}
+    let common = &cli.common;
+    let report = match &cli.experiment {
+        Experiment::Cpr(args) => experiments::cpr::run(common, args)?,
+        Experiment::Crash(args) => experiments::crash::run(common, args)?,
+    };
+    finish(common, &report)
+}
+
+/// Writes the report, prints where it went and its summary, and fails if verification failed.
+fn finish(common: &Common, report: &Report) -> Result<()> {
+    let path = report.write(&common.out)?;
+    println!("{}: wrote {}", report.experiment, path.display());
+    for (name, value) in &report.summary {
+        println!("  {name} = {value}");
+    }
+    println!("  verified = {}", report.verified);
+    if !report.verified {
+        anyhow::bail!(
+            "{}: verification failed (see the notes in {})",
+            report.experiment,
+            path.display()
+        );
+    }
+    Ok(())
 }

@@ -1,1 +1,4 @@
 //! One module per experiment; `main.rs` lists them as subcommands.
+
+pub mod cpr;
+pub mod crash;
