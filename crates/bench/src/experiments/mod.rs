@@ -1,2 +1,5 @@
 //! One module per experiment; `main.rs` lists them as subcommands.
+
+pub mod cpr;
+pub mod crash;
 pub mod oplog;
