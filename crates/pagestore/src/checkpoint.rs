@@ -149,13 +149,16 @@ impl PageStore {
         let mut copy_duration = Duration::ZERO;
         if !worklist.is_empty() {
             // Step 4.
+            crate::fail_point::step("checkpoint:before_wal_fsync");
             inner.wal_file.sync_data().map_err(|e| io_error("fsync (before backfill) of", &inner.wal_path, e))?;
             let copy_started = Instant::now();
             counts = backfill::run(self, strategy, &worklist, epoch)?;
             copy_duration = copy_started.elapsed();
             // Step 6.
+            crate::fail_point::step("checkpoint:before_db_fsync");
             inner.db_file.sync_data().map_err(|e| io_error("fsync (after backfill) of", &inner.db_path, e))?;
         }
+        crate::fail_point::step("checkpoint:before_publish");
         {
             let mut shared = inner.shared.write();
             debug_assert!(safe >= backfilled_before && safe <= shared.max_frame);
@@ -211,8 +214,10 @@ impl PageStore {
         let result = (|| {
             let mut shared = inner.shared.write();
             restart_shared(&mut shared);
+            crate::fail_point::step("checkpoint:before_restart");
             if mode == CheckpointMode::Truncate {
                 inner.wal_file.set_len(0).map_err(|e| io_error("truncating", &inner.wal_path, e))?;
+                crate::fail_point::step("checkpoint:after_truncate");
                 inner.wal_file.sync_all().map_err(|e| io_error("fsync (after truncate) of", &inner.wal_path, e))?;
             }
             Ok(())

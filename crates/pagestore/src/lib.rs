@@ -14,6 +14,7 @@ mod backfill;
 pub mod cache;
 pub mod checkpoint;
 mod error;
+pub mod fail_point;
 pub mod format;
 pub mod marks;
 mod store;

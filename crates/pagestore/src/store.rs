@@ -503,7 +503,9 @@ impl PageStore {
             buffer.extend_from_slice(image);
         }
         let offset = frame_offset(max_frame + 1, page_size);
+        crate::fail_point::step("commit:before_frames_write");
         inner.wal_file.write_all_at(&buffer, offset).map_err(|e| io_error(format!("appending frames at offset {offset} to"), &inner.wal_path, e))?;
+        crate::fail_point::step("commit:before_wal_fsync");
         if inner.options.sync == SyncPolicy::Full {
             inner.wal_file.sync_data().map_err(|e| io_error("fsync of", &inner.wal_path, e))?;
         }
@@ -532,8 +534,10 @@ impl PageStore {
     fn write_new_header(&self, header: &WalHeader) -> Result<()> {
         let inner = &self.inner;
         let (bytes, _) = header.encode();
+        crate::fail_point::step("restart:before_header_write");
         inner.wal_file.write_all_at(&bytes, 0).map_err(|e| io_error("writing the header of", &inner.wal_path, e))?;
         inner.wal_file.sync_data().map_err(|e| io_error("fsync of", &inner.wal_path, e))?;
+        crate::fail_point::step("restart:after_header_fsync");
         inner.shared.write().header_durable = true;
         Ok(())
     }
