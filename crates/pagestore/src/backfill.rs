@@ -47,12 +47,15 @@ pub(crate) struct BackfillCounts {
 pub(crate) fn run(store: &PageStore, strategy: BackfillStrategy, worklist: &[WorkItem], epoch: u64) -> Result<BackfillCounts> {
     match strategy {
         BackfillStrategy::Naive => naive(store, worklist),
-        BackfillStrategy::Fast => match io_uring::IoUring::new(BATCH_PAGES as u32) {
-            Ok(ring) => fast(store, worklist, epoch, Reader::Uring(ring)),
-            // EPERM (seccomp), ENOSYS, or `kernel.io_uring_disabled`: fall back.
-            Err(_) => fast(store, worklist, epoch, Reader::ThreadPool),
-        },
-        BackfillStrategy::FastThreadPool => fast(store, worklist, epoch, Reader::ThreadPool),
+        BackfillStrategy::Fast => {
+            let mut ring = store.inner.ring.lock();
+            // EPERM (seccomp), ENOSYS, or `kernel.io_uring_disabled`: fall back for good.
+            match ring.0.get_or_insert_with(|| io_uring::IoUring::new(BATCH_PAGES as u32).map_err(|_| ())) {
+                Ok(ring) => fast(store, worklist, epoch, &mut Reader::Uring(ring)),
+                Err(()) => fast(store, worklist, epoch, &mut Reader::ThreadPool),
+            }
+        }
+        BackfillStrategy::FastThreadPool => fast(store, worklist, epoch, &mut Reader::ThreadPool),
     }
 }
 
@@ -75,8 +78,22 @@ fn naive(store: &PageStore, worklist: &[WorkItem]) -> Result<BackfillCounts> {
     Ok(counts)
 }
 
-enum Reader {
-    Uring(io_uring::IoUring),
+/// The checkpointer's cached io_uring (`Some(Err)` once it proved unavailable).
+pub(crate) struct RingSlot(pub Option<std::result::Result<io_uring::IoUring, ()>>);
+
+impl std::fmt::Debug for RingSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.0 {
+            None => "not created",
+            Some(Ok(_)) => "io_uring",
+            Some(Err(())) => "unavailable (thread pool)",
+        };
+        f.write_str(state)
+    }
+}
+
+enum Reader<'a> {
+    Uring(&'a mut io_uring::IoUring),
     ThreadPool,
 }
 
@@ -104,23 +121,23 @@ struct Batch {
     completed: usize,
 }
 
-fn fast(store: &PageStore, worklist: &[WorkItem], epoch: u64, mut reader: Reader) -> Result<BackfillCounts> {
+fn fast(store: &PageStore, worklist: &[WorkItem], epoch: u64, reader: &mut Reader<'_>) -> Result<BackfillCounts> {
     let mut counts = BackfillCounts::default();
     let mut chunks = worklist.chunks(BATCH_PAGES);
     let Some(first) = chunks.next() else { return Ok(counts) };
-    let mut current = start_batch(store, first, epoch, &mut counts, &mut reader)?;
+    let mut current = start_batch(store, first, epoch, &mut counts, reader)?;
     loop {
-        finish_reads(store, &mut current, &mut reader)?;
+        finish_reads(store, &mut current, reader)?;
         let next = match chunks.next() {
-            Some(chunk) => Some(start_batch(store, chunk, epoch, &mut counts, &mut reader)?),
+            Some(chunk) => Some(start_batch(store, chunk, epoch, &mut counts, reader)?),
             None => None,
         };
         // The next batch's reads are in flight while this one is written.
         let written = flush(store, &current.pages);
         if written.is_err() {
-            if let (Some(mut next), Reader::Uring(_)) = (next, &mut reader) {
+            if let Some(mut next) = next {
                 // Buffers must outlive the kernel's use of them: drain before unwinding.
-                let _ = finish_reads(store, &mut next, &mut reader);
+                let _ = finish_reads(store, &mut next, reader);
             }
             return Err(written.unwrap_err());
         }
@@ -134,7 +151,7 @@ fn fast(store: &PageStore, worklist: &[WorkItem], epoch: u64, mut reader: Reader
     }
 }
 
-fn start_batch(store: &PageStore, chunk: &[WorkItem], epoch: u64, counts: &mut BackfillCounts, reader: &mut Reader) -> Result<Batch> {
+fn start_batch(store: &PageStore, chunk: &[WorkItem], epoch: u64, counts: &mut BackfillCounts, reader: &mut Reader<'_>) -> Result<Batch> {
     let inner = &store.inner;
     let page_size = inner.options.page_size_bytes as usize;
     let mut batch = Batch { pages: BTreeMap::new(), reads: Vec::new(), pushed: 0, completed: 0 };
@@ -183,7 +200,7 @@ fn push_reads(store: &PageStore, ring: &mut io_uring::IoUring, batch: &mut Batch
     Ok(())
 }
 
-fn finish_reads(store: &PageStore, batch: &mut Batch, reader: &mut Reader) -> Result<()> {
+fn finish_reads(store: &PageStore, batch: &mut Batch, reader: &mut Reader<'_>) -> Result<()> {
     let inner = &store.inner;
     let page_size = inner.options.page_size_bytes as usize;
     match reader {

@@ -119,6 +119,10 @@ pub(crate) struct Inner {
     pub writer: Mutex<()>,
     pub checkpointer: Mutex<()>,
     pub cache: PageCache,
+    /// The checkpointer's io_uring, created on first use and kept (setting up a 512-entry ring
+    /// costs more than a small checkpoint's copy); `Err` remembers that io_uring is unavailable.
+    /// Only touched under the `checkpointer` lock.
+    pub ring: Mutex<crate::backfill::RingSlot>,
 }
 
 /// A page file with a write-ahead log. Cheap to clone (shared handle).
@@ -195,6 +199,7 @@ impl PageStore {
             marks: ReadMarks::default(),
             writer: Mutex::new(()),
             checkpointer: Mutex::new(()),
+            ring: Mutex::new(crate::backfill::RingSlot(None)),
         };
         Ok((PageStore { inner: Arc::new(inner) }, recovered.report))
     }
