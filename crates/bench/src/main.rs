@@ -28,7 +28,11 @@ fn main() -> Result<()> {
         Experiment::Wal(args) => experiments::wal::run(common, args)?,
     };
     let path = report.write(&common.out)?;
-    println!("{}: {}", path.display(), serde_json::to_string_pretty(&report.summary)?);
+    println!(
+        "{}: {}",
+        path.display(),
+        serde_json::to_string_pretty(&report.summary)?
+    );
     if !report.verified {
         anyhow::bail!("verification failed; see {}", path.display());
     }

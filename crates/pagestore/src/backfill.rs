@@ -44,13 +44,21 @@ pub(crate) struct BackfillCounts {
     pub write_calls: u64,
 }
 
-pub(crate) fn run(store: &PageStore, strategy: BackfillStrategy, worklist: &[WorkItem], epoch: u64) -> Result<BackfillCounts> {
+pub(crate) fn run(
+    store: &PageStore,
+    strategy: BackfillStrategy,
+    worklist: &[WorkItem],
+    epoch: u64,
+) -> Result<BackfillCounts> {
     match strategy {
         BackfillStrategy::Naive => naive(store, worklist),
         BackfillStrategy::Fast => {
             let mut ring = store.inner.ring.lock();
             // EPERM (seccomp), ENOSYS, or `kernel.io_uring_disabled`: fall back for good.
-            match ring.0.get_or_insert_with(|| io_uring::IoUring::new(BATCH_PAGES as u32).map_err(|_| ())) {
+            match ring
+                .0
+                .get_or_insert_with(|| io_uring::IoUring::new(BATCH_PAGES as u32).map_err(|_| ()))
+            {
                 Ok(ring) => fast(store, worklist, epoch, &mut Reader::Uring(ring)),
                 Err(()) => fast(store, worklist, epoch, &mut Reader::ThreadPool),
             }
@@ -69,7 +77,11 @@ fn naive(store: &PageStore, worklist: &[WorkItem]) -> Result<BackfillCounts> {
         let offset = db_offset(item.page_number, page_size);
         crate::fail_point::step("backfill:page_write");
         inner.db_file.write_all_at(&page, offset).map_err(|e| {
-            io_error(format!("writing page {} (offset {offset}) of", item.page_number), &inner.db_path, e)
+            io_error(
+                format!("writing page {} (offset {offset}) of", item.page_number),
+                &inner.db_path,
+                e,
+            )
         })?;
         counts.wal_reads += 1;
         counts.write_calls += 1;
@@ -121,10 +133,17 @@ struct Batch {
     completed: usize,
 }
 
-fn fast(store: &PageStore, worklist: &[WorkItem], epoch: u64, reader: &mut Reader<'_>) -> Result<BackfillCounts> {
+fn fast(
+    store: &PageStore,
+    worklist: &[WorkItem],
+    epoch: u64,
+    reader: &mut Reader<'_>,
+) -> Result<BackfillCounts> {
     let mut counts = BackfillCounts::default();
     let mut chunks = worklist.chunks(BATCH_PAGES);
-    let Some(first) = chunks.next() else { return Ok(counts) };
+    let Some(first) = chunks.next() else {
+        return Ok(counts);
+    };
     let mut current = start_batch(store, first, epoch, &mut counts, reader)?;
     loop {
         finish_reads(store, &mut current, reader)?;
@@ -134,14 +153,16 @@ fn fast(store: &PageStore, worklist: &[WorkItem], epoch: u64, reader: &mut Reade
         };
         // The next batch's reads are in flight while this one is written.
         let written = flush(store, &current.pages);
-        if written.is_err() {
-            if let Some(mut next) = next {
-                // Buffers must outlive the kernel's use of them: drain before unwinding.
-                let _ = finish_reads(store, &mut next, reader);
+        let (pages, calls) = match written {
+            Ok(counts) => counts,
+            Err(error) => {
+                if let Some(mut next) = next {
+                    // Buffers must outlive the kernel's use of them: drain before unwinding.
+                    let _ = finish_reads(store, &mut next, reader);
+                }
+                return Err(error);
             }
-            return Err(written.unwrap_err());
-        }
-        let (pages, calls) = written?;
+        };
         counts.pages_written += pages;
         counts.write_calls += calls;
         match next {
@@ -151,16 +172,35 @@ fn fast(store: &PageStore, worklist: &[WorkItem], epoch: u64, reader: &mut Reade
     }
 }
 
-fn start_batch(store: &PageStore, chunk: &[WorkItem], epoch: u64, counts: &mut BackfillCounts, reader: &mut Reader<'_>) -> Result<Batch> {
+fn start_batch(
+    store: &PageStore,
+    chunk: &[WorkItem],
+    epoch: u64,
+    counts: &mut BackfillCounts,
+    reader: &mut Reader<'_>,
+) -> Result<Batch> {
     let inner = &store.inner;
     let page_size = inner.options.page_size_bytes as usize;
-    let mut batch = Batch { pages: BTreeMap::new(), reads: Vec::new(), pushed: 0, completed: 0 };
+    let mut batch = Batch {
+        pages: BTreeMap::new(),
+        reads: Vec::new(),
+        pushed: 0,
+        completed: 0,
+    };
     for item in chunk {
-        let tag = FrameTag { frame_id: item.frame_id, epoch };
+        let tag = FrameTag {
+            frame_id: item.frame_id,
+            epoch,
+        };
         if let Some(cached) = inner.cache.get_clean(item.page_number, tag) {
             if cfg!(debug_assertions) {
                 let mut from_wal = vec![0u8; page_size];
-                read_frame_page(&inner.wal_file, &inner.wal_path, item.frame_id, &mut from_wal)?;
+                read_frame_page(
+                    &inner.wal_file,
+                    &inner.wal_path,
+                    item.frame_id,
+                    &mut from_wal,
+                )?;
                 assert!(
                     from_wal[..] == cached[..],
                     "page cache entry for page {} tagged {tag:?} differs from the WAL frame",
@@ -171,12 +211,15 @@ fn start_batch(store: &PageStore, chunk: &[WorkItem], epoch: u64, counts: &mut B
             batch.pages.insert(item.page_number, Image::Cached(cached));
         } else {
             counts.wal_reads += 1;
-            batch.reads.push((item.page_number, item.frame_id, vec![0u8; page_size]));
+            batch
+                .reads
+                .push((item.page_number, item.frame_id, vec![0u8; page_size]));
         }
     }
     if let Reader::Uring(ring) = reader {
         push_reads(store, ring, &mut batch)?;
-        ring.submit().map_err(|e| io_error("io_uring submit (reads) for", &inner.wal_path, e))?;
+        ring.submit()
+            .map_err(|e| io_error("io_uring submit (reads) for", &inner.wal_path, e))?;
     }
     Ok(batch)
 }
@@ -189,7 +232,10 @@ fn push_reads(store: &PageStore, ring: &mut io_uring::IoUring, batch: &mut Batch
         let index = batch.pushed;
         let (_, frame_id, buffer) = &mut batch.reads[index];
         let offset = frame_offset(*frame_id, page_size) + FRAME_HEADER_BYTES as u64;
-        let entry = io_uring::opcode::Read::new(fd, buffer.as_mut_ptr(), page_size).offset(offset).build().user_data(index as u64);
+        let entry = io_uring::opcode::Read::new(fd, buffer.as_mut_ptr(), page_size)
+            .offset(offset)
+            .build()
+            .user_data(index as u64);
         // SAFETY: the buffer lives in `batch.reads`, which is neither dropped nor resized until
         // every pushed read has completed (`finish_reads` drains them, also on error paths).
         if unsafe { ring.submission().push(&entry) }.is_err() {
@@ -214,7 +260,8 @@ fn finish_reads(store: &PageStore, batch: &mut Batch, reader: &mut Reader<'_>) -
                 if outstanding == 0 {
                     break;
                 }
-                ring.submit_and_wait(1).map_err(|e| io_error("io_uring wait (reads) for", &inner.wal_path, e))?;
+                ring.submit_and_wait(1)
+                    .map_err(|e| io_error("io_uring wait (reads) for", &inner.wal_path, e))?;
                 for completion in ring.completion() {
                     batch.completed += 1;
                     let index = completion.user_data() as usize;
@@ -224,9 +271,16 @@ fn finish_reads(store: &PageStore, batch: &mut Batch, reader: &mut Reader<'_>) -
                         let source = if result < 0 {
                             std::io::Error::from_raw_os_error(-result)
                         } else {
-                            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("short read of {result} bytes"))
+                            std::io::Error::new(
+                                std::io::ErrorKind::UnexpectedEof,
+                                format!("short read of {result} bytes"),
+                            )
                         };
-                        first_error = Some(io_error(format!("reading frame {frame_id} (page {page_number}) of"), &inner.wal_path, source));
+                        first_error = Some(io_error(
+                            format!("reading frame {frame_id} (page {page_number}) of"),
+                            &inner.wal_path,
+                            source,
+                        ));
                     }
                 }
                 if first_error.is_some() {
@@ -248,13 +302,21 @@ fn finish_reads(store: &PageStore, batch: &mut Batch, reader: &mut Reader<'_>) -
                     .map(|reads| {
                         scope.spawn(move || {
                             for (_, frame_id, buffer) in reads.iter_mut() {
-                                read_frame_page(&inner.wal_file, &inner.wal_path, *frame_id, buffer)?;
+                                read_frame_page(
+                                    &inner.wal_file,
+                                    &inner.wal_path,
+                                    *frame_id,
+                                    buffer,
+                                )?;
                             }
                             Ok(())
                         })
                     })
                     .collect();
-                handles.into_iter().map(|h| h.join().expect("backfill reader thread panicked")).collect()
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("backfill reader thread panicked"))
+                    .collect()
             });
             results.into_iter().collect::<Result<Vec<()>>>()?;
             batch.pushed = batch.reads.len();
@@ -270,7 +332,10 @@ fn finish_reads(store: &PageStore, batch: &mut Batch, reader: &mut Reader<'_>) -
 
 impl Batch {
     fn page_size_check(&self, page_size: usize) -> Option<()> {
-        self.reads.iter().all(|(_, _, b)| b.len() == page_size).then_some(())
+        self.reads
+            .iter()
+            .all(|(_, _, b)| b.len() == page_size)
+            .then_some(())
     }
 }
 
@@ -288,11 +353,20 @@ fn flush(store: &PageStore, pages: &BTreeMap<u32, Image>) -> Result<(u64, u64)> 
         let mut slices: &mut [IoSlice<'_>] = run;
         while !slices.is_empty() {
             crate::fail_point::step("backfill:run_write");
-            let written = rustix::io::pwritev(&inner.db_file, slices, offset)
-                .map_err(|e| io_error(format!("pwritev of pages from {start} (offset {offset}) to"), &inner.db_path, e.into()))?;
+            let written = rustix::io::pwritev(&inner.db_file, slices, offset).map_err(|e| {
+                io_error(
+                    format!("pwritev of pages from {start} (offset {offset}) to"),
+                    &inner.db_path,
+                    e.into(),
+                )
+            })?;
             calls += 1;
             if written == 0 {
-                return Err(io_error("pwritev wrote 0 bytes to", &inner.db_path, std::io::ErrorKind::WriteZero.into()));
+                return Err(io_error(
+                    "pwritev wrote 0 bytes to",
+                    &inner.db_path,
+                    std::io::ErrorKind::WriteZero.into(),
+                ));
             }
             offset += written as u64;
             IoSlice::advance_slices(&mut slices, written);

@@ -48,7 +48,10 @@ pub struct PageCache {
 impl PageCache {
     /// A cache holding at most `capacity_pages` pages (0 disables caching).
     pub fn new(capacity_pages: usize) -> PageCache {
-        PageCache { capacity_pages, inner: Mutex::new(Inner::default()) }
+        PageCache {
+            capacity_pages,
+            inner: Mutex::new(Inner::default()),
+        }
     }
 
     /// The configured capacity in pages.
@@ -98,7 +101,14 @@ impl PageCache {
         }
     }
 
-    fn insert(&self, page_number: u32, bytes: Arc<[u8]>, tag: Option<FrameTag>, dirty: bool, overwrite_dirty: bool) {
+    fn insert(
+        &self,
+        page_number: u32,
+        bytes: Arc<[u8]>,
+        tag: Option<FrameTag>,
+        dirty: bool,
+        overwrite_dirty: bool,
+    ) {
         debug_assert!(!(dirty && tag.is_some()), "dirty pages carry no tag");
         if self.capacity_pages == 0 && !dirty {
             return;
@@ -111,7 +121,15 @@ impl PageCache {
         }
         inner.next_generation += 1;
         let generation = inner.next_generation;
-        inner.entries.insert(page_number, Entry { bytes, tag, dirty, generation });
+        inner.entries.insert(
+            page_number,
+            Entry {
+                bytes,
+                tag,
+                dirty,
+                generation,
+            },
+        );
         inner.order.push_back((page_number, generation));
         self.evict(&mut inner);
     }
@@ -121,7 +139,9 @@ impl PageCache {
         // re-queues a dirty entry; dirty entries are at most one transaction's pages.
         let mut requeued = 0usize;
         while inner.entries.len() > self.capacity_pages && requeued <= inner.order.len() {
-            let Some((page, generation)) = inner.order.pop_front() else { break };
+            let Some((page, generation)) = inner.order.pop_front() else {
+                break;
+            };
             match inner.entries.get(&page) {
                 Some(entry) if entry.generation == generation => {
                     if entry.dirty {
@@ -137,7 +157,11 @@ impl PageCache {
         // Stale pairs accumulate when pages are re-inserted; compact when they dominate.
         if inner.order.len() > 4 * inner.entries.len() + 64 {
             let entries = &inner.entries;
-            inner.order.retain(|(page, generation)| entries.get(page).is_some_and(|e| e.generation == *generation));
+            inner.order.retain(|(page, generation)| {
+                entries
+                    .get(page)
+                    .is_some_and(|e| e.generation == *generation)
+            });
         }
     }
 }
@@ -153,15 +177,37 @@ mod tests {
     #[test]
     fn tag_must_match_exactly_and_page_must_be_clean() {
         let cache = PageCache::new(4);
-        let tag = FrameTag { frame_id: 7, epoch: 1 };
+        let tag = FrameTag {
+            frame_id: 7,
+            epoch: 1,
+        };
         cache.insert_clean(3, page(1), tag);
         assert!(cache.get_clean(3, tag).is_some());
-        assert!(cache.get_clean(3, FrameTag { frame_id: 7, epoch: 2 }).is_none());
-        assert!(cache.get_clean(3, FrameTag { frame_id: 8, epoch: 1 }).is_none());
+        assert!(cache
+            .get_clean(
+                3,
+                FrameTag {
+                    frame_id: 7,
+                    epoch: 2
+                }
+            )
+            .is_none());
+        assert!(cache
+            .get_clean(
+                3,
+                FrameTag {
+                    frame_id: 8,
+                    epoch: 1
+                }
+            )
+            .is_none());
         cache.mark_dirty(3, page(2));
         assert!(cache.get_clean(3, tag).is_none());
         cache.insert_clean(3, page(1), tag);
-        assert!(cache.get_clean(3, tag).is_none(), "a reader must not overwrite a dirty page");
+        assert!(
+            cache.get_clean(3, tag).is_none(),
+            "a reader must not overwrite a dirty page"
+        );
     }
 
     #[test]
@@ -169,10 +215,32 @@ mod tests {
         let cache = PageCache::new(2);
         cache.mark_dirty(1, page(1));
         for p in 2..10 {
-            cache.insert_clean(p, page(p as u8), FrameTag { frame_id: p as u64, epoch: 0 });
+            cache.insert_clean(
+                p,
+                page(p as u8),
+                FrameTag {
+                    frame_id: p as u64,
+                    epoch: 0,
+                },
+            );
         }
         assert_eq!(cache.len(), 2);
-        cache.commit_dirty(1, page(1), FrameTag { frame_id: 99, epoch: 0 });
-        assert!(cache.get_clean(1, FrameTag { frame_id: 99, epoch: 0 }).is_some());
+        cache.commit_dirty(
+            1,
+            page(1),
+            FrameTag {
+                frame_id: 99,
+                epoch: 0,
+            },
+        );
+        assert!(cache
+            .get_clean(
+                1,
+                FrameTag {
+                    frame_id: 99,
+                    epoch: 0
+                }
+            )
+            .is_some());
     }
 }

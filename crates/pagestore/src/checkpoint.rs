@@ -76,16 +76,26 @@ impl PageStore {
     }
 
     /// Runs a checkpoint in `mode` with an explicit backfill strategy (for experiments).
-    pub fn checkpoint_with(&self, mode: CheckpointMode, strategy: BackfillStrategy) -> Result<CheckpointOutcome> {
+    pub fn checkpoint_with(
+        &self,
+        mode: CheckpointMode,
+        strategy: BackfillStrategy,
+    ) -> Result<CheckpointOutcome> {
         let started = Instant::now();
         let inner = &self.inner;
         let timeout = inner.options.busy_timeout;
         let deadline = started + timeout;
         let blocking = mode != CheckpointMode::Passive;
-        let _checkpointer = if blocking { inner.checkpointer.try_lock_for(timeout) } else { inner.checkpointer.try_lock() }
-            .ok_or_else(|| Error::Busy("another checkpoint is running".into()))?;
+        let _checkpointer = if blocking {
+            inner.checkpointer.try_lock_for(timeout)
+        } else {
+            inner.checkpointer.try_lock()
+        }
+        .ok_or_else(|| Error::Busy("another checkpoint is running".into()))?;
         let _writer = if blocking {
-            Some(inner.writer.try_lock_for(timeout).ok_or_else(|| Error::Busy("the writer did not finish within the busy timeout".into()))?)
+            Some(inner.writer.try_lock_for(timeout).ok_or_else(|| {
+                Error::Busy("the writer did not finish within the busy timeout".into())
+            })?)
         } else {
             None
         };
@@ -101,7 +111,9 @@ impl PageStore {
                     break (safe, max_frame);
                 }
                 if !blocking {
-                    return Err(Error::Busy("a reader holds read-mark slot 0 (database-only snapshot)".into()));
+                    return Err(Error::Busy(
+                        "a reader holds read-mark slot 0 (database-only snapshot)".into(),
+                    ));
                 }
                 if !inner.marks.wait(&mut table, deadline) {
                     return Err(Error::Busy(format!(
@@ -139,7 +151,10 @@ impl PageStore {
             for frame_id in (start + 1..=safe).rev() {
                 let page_number = shared.frame_pages[(frame_id - 1) as usize];
                 if seen.insert(page_number) {
-                    worklist.push(WorkItem { page_number, frame_id });
+                    worklist.push(WorkItem {
+                        page_number,
+                        frame_id,
+                    });
                 }
             }
             worklist.reverse();
@@ -150,13 +165,19 @@ impl PageStore {
         if !worklist.is_empty() {
             // Step 4.
             crate::fail_point::step("checkpoint:before_wal_fsync");
-            inner.wal_file.sync_data().map_err(|e| io_error("fsync (before backfill) of", &inner.wal_path, e))?;
+            inner
+                .wal_file
+                .sync_data()
+                .map_err(|e| io_error("fsync (before backfill) of", &inner.wal_path, e))?;
             let copy_started = Instant::now();
             counts = backfill::run(self, strategy, &worklist, epoch)?;
             copy_duration = copy_started.elapsed();
             // Step 6.
             crate::fail_point::step("checkpoint:before_db_fsync");
-            inner.db_file.sync_data().map_err(|e| io_error("fsync (after backfill) of", &inner.db_path, e))?;
+            inner
+                .db_file
+                .sync_data()
+                .map_err(|e| io_error("fsync (after backfill) of", &inner.db_path, e))?;
         }
         crate::fail_point::step("checkpoint:before_publish");
         {
@@ -166,7 +187,9 @@ impl PageStore {
         }
         let complete = safe == max_frame;
         if mode != CheckpointMode::Passive && !complete {
-            return Err(Error::Busy(format!("only {safe} of {max_frame} frames could be backfilled")));
+            return Err(Error::Busy(format!(
+                "only {safe} of {max_frame} frames could be backfilled"
+            )));
         }
         let mut log_restarted = false;
         if matches!(mode, CheckpointMode::Restart | CheckpointMode::Truncate) {
@@ -208,7 +231,9 @@ impl PageStore {
                 }
                 drop(table);
                 inner.marks.notify();
-                return Err(Error::Busy("readers of the WAL did not finish; the log was not restarted".into()));
+                return Err(Error::Busy(
+                    "readers of the WAL did not finish; the log was not restarted".into(),
+                ));
             }
         }
         let result = (|| {
@@ -216,9 +241,15 @@ impl PageStore {
             restart_shared(&mut shared);
             crate::fail_point::step("checkpoint:before_restart");
             if mode == CheckpointMode::Truncate {
-                inner.wal_file.set_len(0).map_err(|e| io_error("truncating", &inner.wal_path, e))?;
+                inner
+                    .wal_file
+                    .set_len(0)
+                    .map_err(|e| io_error("truncating", &inner.wal_path, e))?;
                 crate::fail_point::step("checkpoint:after_truncate");
-                inner.wal_file.sync_all().map_err(|e| io_error("fsync (after truncate) of", &inner.wal_path, e))?;
+                inner
+                    .wal_file
+                    .sync_all()
+                    .map_err(|e| io_error("fsync (after truncate) of", &inner.wal_path, e))?;
             }
             Ok(())
         })();

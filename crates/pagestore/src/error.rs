@@ -35,6 +35,14 @@ pub enum Error {
 /// `Result` with [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
-pub(crate) fn io_error(what: impl Into<String>, path: &std::path::Path, source: std::io::Error) -> Error {
-    Error::Io { what: what.into(), path: path.to_path_buf(), source }
+pub(crate) fn io_error(
+    what: impl Into<String>,
+    path: &std::path::Path,
+    source: std::io::Error,
+) -> Error {
+    Error::Io {
+        what: what.into(),
+        path: path.to_path_buf(),
+        source,
+    }
 }

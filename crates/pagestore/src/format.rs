@@ -194,7 +194,10 @@ pub fn encode_frame(
     bytes[4..8].copy_from_slice(&header.commit_size_pages.to_le_bytes());
     bytes[8..12].copy_from_slice(&wal.salt1.to_le_bytes());
     bytes[12..16].copy_from_slice(&wal.salt2.to_le_bytes());
-    let checksum = crc32c::crc32c_append(crc32c::crc32c_append(previous_checksum, &bytes[0..20]), page);
+    let checksum = crc32c::crc32c_append(
+        crc32c::crc32c_append(previous_checksum, &bytes[0..20]),
+        page,
+    );
     bytes[20..24].copy_from_slice(&checksum.to_le_bytes());
     (bytes, checksum)
 }
@@ -208,7 +211,10 @@ pub fn decode_frame(
 ) -> Result<(FrameHeader, u32), FrameDefect> {
     let need = FRAME_HEADER_BYTES + wal.page_size_bytes as usize;
     if frame.len() < need {
-        return Err(FrameDefect::Truncated { got: frame.len(), need });
+        return Err(FrameDefect::Truncated {
+            got: frame.len(),
+            need,
+        });
     }
     if read_u32(frame, 8) != wal.salt1 || read_u32(frame, 12) != wal.salt2 {
         return Err(FrameDefect::SaltMismatch);
@@ -225,7 +231,13 @@ pub fn decode_frame(
     if page_number == 0 || read_u32(frame, 16) != 0 {
         return Err(FrameDefect::Malformed);
     }
-    Ok((FrameHeader { page_number, commit_size_pages: read_u32(frame, 4) }, computed))
+    Ok((
+        FrameHeader {
+            page_number,
+            commit_size_pages: read_u32(frame, 4),
+        },
+        computed,
+    ))
 }
 
 /// Byte offset of frame `frame_id` (1-based) in the WAL file.

@@ -22,5 +22,8 @@ mod wal;
 
 pub use checkpoint::{CheckpointMode, CheckpointOutcome};
 pub use error::{Error, Result};
-pub use store::{BackfillStrategy, CommitInfo, Options, PageStore, ReadTransaction, SyncPolicy, WalState, WriteTransaction, MAX_PAGE_NUMBER};
+pub use store::{
+    BackfillStrategy, CommitInfo, Options, PageStore, ReadTransaction, SyncPolicy, WalState,
+    WriteTransaction, MAX_PAGE_NUMBER,
+};
 pub use wal::RecoveryReport;

@@ -54,15 +54,20 @@ impl MarkTable {
         debug_assert!(backfilled_frames <= max_frame);
         if max_frame == backfilled_frames && !self.slots[0].exclusive {
             self.slots[0].readers += 1;
-            return Some(ReaderPin { slot: 0, mark: max_frame });
+            return Some(ReaderPin {
+                slot: 0,
+                mark: max_frame,
+            });
         }
         let usable = |s: &Slot| !s.exclusive;
         let chosen = (1..READ_MARK_SLOTS)
             .find(|&i| usable(&self.slots[i]) && self.slots[i].mark == max_frame)
             .or_else(|| {
-                (1..READ_MARK_SLOTS).find(|&i| usable(&self.slots[i]) && self.slots[i].readers == 0).inspect(|&i| {
-                    self.slots[i].mark = max_frame;
-                })
+                (1..READ_MARK_SLOTS)
+                    .find(|&i| usable(&self.slots[i]) && self.slots[i].readers == 0)
+                    .inspect(|&i| {
+                        self.slots[i].mark = max_frame;
+                    })
             })
             .or_else(|| {
                 // Every slot is in use with another mark: share the newest older snapshot.
@@ -71,7 +76,10 @@ impl MarkTable {
                     .max_by_key(|&i| self.slots[i].mark)
             })?;
         self.slots[chosen].readers += 1;
-        Some(ReaderPin { slot: chosen, mark: self.slots[chosen].mark })
+        Some(ReaderPin {
+            slot: chosen,
+            mark: self.slots[chosen].mark,
+        })
     }
 
     /// Releases a reader's pin.
@@ -112,7 +120,10 @@ impl MarkTable {
 
     /// Releases an exclusive hold on slot `index`.
     pub fn release_exclusive(&mut self, index: usize) {
-        assert!(self.slots[index].exclusive, "releasing a slot that is not held exclusively");
+        assert!(
+            self.slots[index].exclusive,
+            "releasing a slot that is not held exclusively"
+        );
         self.slots[index].exclusive = false;
     }
 
@@ -131,8 +142,17 @@ pub struct ReadMarks {
 
 impl Default for ReadMarks {
     fn default() -> Self {
-        let slot = Slot { mark: UNUSED_MARK, readers: 0, exclusive: false };
-        ReadMarks { table: Mutex::new(MarkTable { slots: [slot; READ_MARK_SLOTS] }), released: Condvar::new() }
+        let slot = Slot {
+            mark: UNUSED_MARK,
+            readers: 0,
+            exclusive: false,
+        };
+        ReadMarks {
+            table: Mutex::new(MarkTable {
+                slots: [slot; READ_MARK_SLOTS],
+            }),
+            released: Condvar::new(),
+        }
     }
 }
 
@@ -170,7 +190,11 @@ mod tests {
         assert_eq!(table.safe_frame(30), 20);
         table.unpin_reader(newer);
         assert_eq!(table.safe_frame(30), 30);
-        assert_eq!(table.pin_reader(30, 30).unwrap().slot, 0, "fully backfilled: database only");
+        assert_eq!(
+            table.pin_reader(30, 30).unwrap().slot,
+            0,
+            "fully backfilled: database only"
+        );
     }
 
     #[test]

@@ -14,7 +14,9 @@
 
 use crate::cache::{FrameTag, PageCache};
 use crate::error::{io_error, Error, Result};
-use crate::format::{encode_frame, frame_offset, valid_page_size, FrameHeader, WalHeader, FRAME_HEADER_BYTES};
+use crate::format::{
+    encode_frame, frame_offset, valid_page_size, FrameHeader, WalHeader, FRAME_HEADER_BYTES,
+};
 use crate::marks::{ReadMarks, ReaderPin};
 use crate::wal::{self, RecoveryReport};
 use parking_lot::{Mutex, MutexGuard, RwLock};
@@ -145,7 +147,10 @@ pub struct CommitInfo {
 impl PageStore {
     /// Opens (creating if absent) the database file `db_path` and its WAL `<db_path>-wal`, and
     /// recovers the frame index from the WAL. The report says what recovery dropped.
-    pub fn open(db_path: impl AsRef<Path>, options: Options) -> Result<(PageStore, RecoveryReport)> {
+    pub fn open(
+        db_path: impl AsRef<Path>,
+        options: Options,
+    ) -> Result<(PageStore, RecoveryReport)> {
         if !valid_page_size(options.page_size_bytes) {
             return Err(Error::Invalid(format!(
                 "page_size_bytes {} is not a power of two in 512..=65536",
@@ -157,21 +162,38 @@ impl PageStore {
         wal_name.push("-wal");
         let wal_path = PathBuf::from(wal_name);
         let open = |path: &Path| {
-            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| io_error("opening", path, e))
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| io_error("opening", path, e))
         };
         let db_file = open(&db_path)?;
         let wal_file = open(&wal_path)?;
         let page_size = options.page_size_bytes;
         let recovered = wal::recover(&wal_file, &wal_path, page_size)?;
-        let db_length = db_file.metadata().map_err(|e| io_error("reading the size of", &db_path, e))?.len();
-        let db_file_pages = u32::try_from(db_length.div_ceil(page_size as u64)).map_err(|_| Error::Mismatch {
-            path: db_path.clone(),
-            message: format!("database file of {db_length} bytes is too large for {page_size}-byte pages"),
-        })?;
+        let db_length = db_file
+            .metadata()
+            .map_err(|e| io_error("reading the size of", &db_path, e))?
+            .len();
+        let db_file_pages =
+            u32::try_from(db_length.div_ceil(page_size as u64)).map_err(|_| Error::Mismatch {
+                path: db_path.clone(),
+                message: format!(
+                    "database file of {db_length} bytes is too large for {page_size}-byte pages"
+                ),
+            })?;
         let (header, header_checksum, header_durable) = match recovered.header {
             Some((header, checksum)) => (header, checksum, true),
             None => {
-                let header = WalHeader { page_size_bytes: page_size, checkpoint_sequence: 0, salt1: rand::random(), salt2: rand::random() };
+                let header = WalHeader {
+                    page_size_bytes: page_size,
+                    checkpoint_sequence: 0,
+                    salt1: rand::random(),
+                    salt2: rand::random(),
+                };
                 let checksum = header.encode().1;
                 (header, checksum, false)
             }
@@ -182,8 +204,15 @@ impl PageStore {
             header_durable,
             max_frame: recovered.max_frame,
             backfilled_frames: 0,
-            last_checksum: if recovered.max_frame == 0 { header_checksum } else { recovered.last_checksum },
-            db_size_pages: recovered.db_size_pages.unwrap_or(db_file_pages).max(db_file_pages),
+            last_checksum: if recovered.max_frame == 0 {
+                header_checksum
+            } else {
+                recovered.last_checksum
+            },
+            db_size_pages: recovered
+                .db_size_pages
+                .unwrap_or(db_file_pages)
+                .max(db_file_pages),
             index: recovered.index,
             frame_pages: recovered.frame_pages,
             epoch: 0,
@@ -201,7 +230,12 @@ impl PageStore {
             checkpointer: Mutex::new(()),
             ring: Mutex::new(crate::backfill::RingSlot(None)),
         };
-        Ok((PageStore { inner: Arc::new(inner) }, recovered.report))
+        Ok((
+            PageStore {
+                inner: Arc::new(inner),
+            },
+            recovered.report,
+        ))
     }
 
     /// The options the store was opened with.
@@ -240,11 +274,17 @@ impl PageStore {
             let shared = inner.shared.read();
             if let Some(pin) = table.pin_reader(shared.max_frame, shared.backfilled_frames) {
                 let db_size_pages = shared.db_size_pages;
-                return Ok(ReadTransaction { store: self.clone(), pin, db_size_pages });
+                return Ok(ReadTransaction {
+                    store: self.clone(),
+                    pin,
+                    db_size_pages,
+                });
             }
             drop(shared);
             if !inner.marks.wait(&mut table, deadline) {
-                return Err(Error::Busy("every read-mark slot is held by a log restart".into()));
+                return Err(Error::Busy(
+                    "every read-mark slot is held by a log restart".into(),
+                ));
             }
         }
     }
@@ -257,7 +297,11 @@ impl PageStore {
             .try_lock_for(self.inner.options.busy_timeout)
             .ok_or_else(|| Error::Busy("another write transaction is running".into()))?;
         self.restart_log_if_backfilled()?;
-        Ok(WriteTransaction { store: self, _guard: guard, pages: BTreeMap::new() })
+        Ok(WriteTransaction {
+            store: self,
+            _guard: guard,
+            pages: BTreeMap::new(),
+        })
     }
 
     /// Lazy restart (SQLite `walRestartLog`): when every frame is backfilled and no reader uses
@@ -270,9 +314,13 @@ impl PageStore {
                 return Ok(());
             }
         }
-        let Some(_checkpointer) = inner.checkpointer.try_lock() else { return Ok(()) };
+        let Some(_checkpointer) = inner.checkpointer.try_lock() else {
+            return Ok(());
+        };
         let mut table = inner.marks.lock();
-        let taken: Vec<usize> = (1..crate::marks::READ_MARK_SLOTS).filter(|&i| table.try_exclusive(i)).collect();
+        let taken: Vec<usize> = (1..crate::marks::READ_MARK_SLOTS)
+            .filter(|&i| table.try_exclusive(i))
+            .collect();
         if taken.len() == crate::marks::READ_MARK_SLOTS - 1 {
             let mut shared = inner.shared.write();
             if shared.backfilled_frames == shared.max_frame {
@@ -301,7 +349,13 @@ impl PageStore {
                 .inner
                 .db_file
                 .read_at(&mut page[filled..], offset + filled as u64)
-                .map_err(|e| io_error(format!("reading page {page_number} (offset {offset}) of"), &self.inner.db_path, e))?;
+                .map_err(|e| {
+                    io_error(
+                        format!("reading page {page_number} (offset {offset}) of"),
+                        &self.inner.db_path,
+                        e,
+                    )
+                })?;
             if n == 0 {
                 break;
             }
@@ -314,7 +368,14 @@ impl PageStore {
     fn read_page_at(&self, page_number: u32, mark: u64, wal_allowed: bool) -> Result<Arc<[u8]>> {
         let (frame, epoch) = {
             let shared = self.inner.shared.read();
-            (if wal_allowed { shared.frame_for(page_number, mark) } else { None }, shared.epoch)
+            (
+                if wal_allowed {
+                    shared.frame_for(page_number, mark)
+                } else {
+                    None
+                },
+                shared.epoch,
+            )
         };
         match frame {
             Some(frame_id) => {
@@ -323,9 +384,16 @@ impl PageStore {
                     return Ok(page);
                 }
                 let mut page = vec![0u8; self.inner.options.page_size_bytes as usize];
-                wal::read_frame_page(&self.inner.wal_file, &self.inner.wal_path, frame_id, &mut page)?;
+                wal::read_frame_page(
+                    &self.inner.wal_file,
+                    &self.inner.wal_path,
+                    frame_id,
+                    &mut page,
+                )?;
                 let page: Arc<[u8]> = Arc::from(page);
-                self.inner.cache.insert_clean(page_number, Arc::clone(&page), tag);
+                self.inner
+                    .cache
+                    .insert_clean(page_number, Arc::clone(&page), tag);
                 Ok(page)
             }
             None => Ok(Arc::from(self.read_db_page(page_number)?)),
@@ -393,7 +461,8 @@ impl ReadTransaction {
                 self.db_size_pages
             )));
         }
-        self.store.read_page_at(page_number, self.pin.mark, self.pin.slot != 0)
+        self.store
+            .read_page_at(page_number, self.pin.mark, self.pin.slot != 0)
     }
 }
 
@@ -418,13 +487,21 @@ impl WriteTransaction<'_> {
     pub fn write_page(&mut self, page_number: u32, bytes: &[u8]) -> Result<()> {
         let page_size = self.store.page_size_bytes() as usize;
         if page_number == 0 || page_number > MAX_PAGE_NUMBER {
-            return Err(Error::Invalid(format!("page number {page_number} is outside 1..={MAX_PAGE_NUMBER}")));
+            return Err(Error::Invalid(format!(
+                "page number {page_number} is outside 1..={MAX_PAGE_NUMBER}"
+            )));
         }
         if bytes.len() != page_size {
-            return Err(Error::Invalid(format!("page image of {} bytes, the page size is {page_size}", bytes.len())));
+            return Err(Error::Invalid(format!(
+                "page image of {} bytes, the page size is {page_size}",
+                bytes.len()
+            )));
         }
         let image: Arc<[u8]> = Arc::from(bytes);
-        self.store.inner.cache.mark_dirty(page_number, Arc::clone(&image));
+        self.store
+            .inner
+            .cache
+            .mark_dirty(page_number, Arc::clone(&image));
         self.pages.insert(page_number, image);
         Ok(())
     }
@@ -439,7 +516,9 @@ impl WriteTransaction<'_> {
             (shared.max_frame, shared.db_size_pages)
         };
         if page_number == 0 || page_number > db_size_pages {
-            return Err(Error::Invalid(format!("page {page_number} is outside the database of {db_size_pages} pages")));
+            return Err(Error::Invalid(format!(
+                "page {page_number} is outside the database of {db_size_pages} pages"
+            )));
         }
         // The writer lock keeps restarts away, and a passive checkpoint only rewrites pages
         // that have frames, which this read takes from the WAL.
@@ -488,11 +567,24 @@ impl PageStore {
         let page_size = inner.options.page_size_bytes;
         let (header, header_durable, max_frame, mut checksum, db_size_pages, epoch) = {
             let shared = inner.shared.read();
-            (shared.header, shared.header_durable, shared.max_frame, shared.last_checksum, shared.db_size_pages, shared.epoch)
+            (
+                shared.header,
+                shared.header_durable,
+                shared.max_frame,
+                shared.last_checksum,
+                shared.db_size_pages,
+                shared.epoch,
+            )
         };
         let last_page = match pages.keys().next_back() {
             Some(&page) => page,
-            None => return Ok(CommitInfo { first_frame: max_frame + 1, last_frame: max_frame, db_size_pages }),
+            None => {
+                return Ok(CommitInfo {
+                    first_frame: max_frame + 1,
+                    last_frame: max_frame,
+                    db_size_pages,
+                })
+            }
         };
         if !header_durable {
             self.write_new_header(&header)?;
@@ -502,24 +594,48 @@ impl PageStore {
         let mut buffer = Vec::with_capacity(frame_bytes * pages.len());
         for (i, (&page_number, image)) in pages.iter().enumerate() {
             let commit_size_pages = if i + 1 == pages.len() { new_db_size } else { 0 };
-            let (frame_header, next) = encode_frame(&FrameHeader { page_number, commit_size_pages }, &header, checksum, image);
+            let (frame_header, next) = encode_frame(
+                &FrameHeader {
+                    page_number,
+                    commit_size_pages,
+                },
+                &header,
+                checksum,
+                image,
+            );
             checksum = next;
             buffer.extend_from_slice(&frame_header);
             buffer.extend_from_slice(image);
         }
         let offset = frame_offset(max_frame + 1, page_size);
         crate::fail_point::step("commit:before_frames_write");
-        inner.wal_file.write_all_at(&buffer, offset).map_err(|e| io_error(format!("appending frames at offset {offset} to"), &inner.wal_path, e))?;
+        inner.wal_file.write_all_at(&buffer, offset).map_err(|e| {
+            io_error(
+                format!("appending frames at offset {offset} to"),
+                &inner.wal_path,
+                e,
+            )
+        })?;
         crate::fail_point::step("commit:before_wal_fsync");
         if inner.options.sync == SyncPolicy::Full {
-            inner.wal_file.sync_data().map_err(|e| io_error("fsync of", &inner.wal_path, e))?;
+            inner
+                .wal_file
+                .sync_data()
+                .map_err(|e| io_error("fsync of", &inner.wal_path, e))?;
         }
         let first_frame = max_frame + 1;
         {
             let mut shared = inner.shared.write();
-            assert_eq!(shared.max_frame, max_frame, "only the writer appends frames");
+            assert_eq!(
+                shared.max_frame, max_frame,
+                "only the writer appends frames"
+            );
             for (i, &page_number) in pages.keys().enumerate() {
-                shared.index.entry(page_number).or_default().push(first_frame + i as u64);
+                shared
+                    .index
+                    .entry(page_number)
+                    .or_default()
+                    .push(first_frame + i as u64);
                 shared.frame_pages.push(page_number);
             }
             shared.max_frame = max_frame + pages.len() as u64;
@@ -528,9 +644,20 @@ impl PageStore {
             debug_assert_eq!(shared.frame_pages.len() as u64, shared.max_frame);
         }
         for (i, (&page_number, image)) in pages.iter().enumerate() {
-            inner.cache.commit_dirty(page_number, Arc::clone(image), FrameTag { frame_id: first_frame + i as u64, epoch });
+            inner.cache.commit_dirty(
+                page_number,
+                Arc::clone(image),
+                FrameTag {
+                    frame_id: first_frame + i as u64,
+                    epoch,
+                },
+            );
         }
-        Ok(CommitInfo { first_frame, last_frame: max_frame + pages.len() as u64, db_size_pages: new_db_size })
+        Ok(CommitInfo {
+            first_frame,
+            last_frame: max_frame + pages.len() as u64,
+            db_size_pages: new_db_size,
+        })
     }
 
     /// Writes and fsyncs a new generation's header before its first frame, whatever the sync
@@ -540,8 +667,14 @@ impl PageStore {
         let inner = &self.inner;
         let (bytes, _) = header.encode();
         crate::fail_point::step("restart:before_header_write");
-        inner.wal_file.write_all_at(&bytes, 0).map_err(|e| io_error("writing the header of", &inner.wal_path, e))?;
-        inner.wal_file.sync_data().map_err(|e| io_error("fsync of", &inner.wal_path, e))?;
+        inner
+            .wal_file
+            .write_all_at(&bytes, 0)
+            .map_err(|e| io_error("writing the header of", &inner.wal_path, e))?;
+        inner
+            .wal_file
+            .sync_data()
+            .map_err(|e| io_error("fsync of", &inner.wal_path, e))?;
         crate::fail_point::step("restart:after_header_fsync");
         inner.shared.write().header_durable = true;
         Ok(())

@@ -8,7 +8,9 @@
 //! `store::write_new_header`), an old header is never followed by new frames.
 
 use crate::error::{io_error, Result};
-use crate::format::{decode_frame, frame_offset, FrameDefect, WalHeader, FRAME_HEADER_BYTES, WAL_HEADER_BYTES};
+use crate::format::{
+    decode_frame, frame_offset, FrameDefect, WalHeader, FRAME_HEADER_BYTES, WAL_HEADER_BYTES,
+};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -41,7 +43,10 @@ pub(crate) struct Recovered {
 
 /// Scans the WAL file and rebuilds the frame index, stopping at the first invalid frame.
 pub(crate) fn recover(file: &File, path: &Path, page_size_bytes: u32) -> Result<Recovered> {
-    let length_bytes = file.metadata().map_err(|e| io_error("reading the size of", path, e))?.len();
+    let length_bytes = file
+        .metadata()
+        .map_err(|e| io_error("reading the size of", path, e))?
+        .len();
     let mut recovered = Recovered {
         header: None,
         max_frame: 0,
@@ -56,7 +61,8 @@ pub(crate) fn recover(file: &File, path: &Path, page_size_bytes: u32) -> Result<
     }
     let mut header_bytes = [0u8; WAL_HEADER_BYTES];
     let header = if length_bytes >= WAL_HEADER_BYTES as u64 {
-        file.read_exact_at(&mut header_bytes, 0).map_err(|e| io_error("reading the header of", path, e))?;
+        file.read_exact_at(&mut header_bytes, 0)
+            .map_err(|e| io_error("reading the header of", path, e))?;
         WalHeader::decode(&header_bytes)
     } else {
         WalHeader::decode(&header_bytes[..length_bytes as usize])
@@ -67,7 +73,9 @@ pub(crate) fn recover(file: &File, path: &Path, page_size_bytes: u32) -> Result<
             // A header that never became durable: its log generation has no durable frames
             // (the header is fsynced before the first frame), so the log is empty.
             recovered.report.bytes_ignored = length_bytes;
-            recovered.report.stopped_because = Some(format!("offset 0: WAL header invalid ({defect}); log treated as empty"));
+            recovered.report.stopped_because = Some(format!(
+                "offset 0: WAL header invalid ({defect}); log treated as empty"
+            ));
             return Ok(recovered);
         }
     };
@@ -94,12 +102,21 @@ pub(crate) fn recover(file: &File, path: &Path, page_size_bytes: u32) -> Result<
             break;
         }
         if offset + frame_bytes as u64 > length_bytes {
-            let defect = FrameDefect::Truncated { got: (length_bytes - offset) as usize, need: frame_bytes };
-            recovered.report.stopped_because = Some(format!("frame {frame_id} at offset {offset}: {defect}"));
+            let defect = FrameDefect::Truncated {
+                got: (length_bytes - offset) as usize,
+                need: frame_bytes,
+            };
+            recovered.report.stopped_because =
+                Some(format!("frame {frame_id} at offset {offset}: {defect}"));
             break;
         }
-        file.read_exact_at(&mut buffer, offset)
-            .map_err(|e| io_error(format!("reading frame {frame_id} (offset {offset}) of"), path, e))?;
+        file.read_exact_at(&mut buffer, offset).map_err(|e| {
+            io_error(
+                format!("reading frame {frame_id} (offset {offset}) of"),
+                path,
+                e,
+            )
+        })?;
         match decode_frame(&buffer, &header, chain) {
             Ok((frame, checksum)) => {
                 chain = checksum;
@@ -115,7 +132,8 @@ pub(crate) fn recover(file: &File, path: &Path, page_size_bytes: u32) -> Result<
                 }
             }
             Err(defect) => {
-                recovered.report.stopped_because = Some(format!("frame {frame_id} at offset {offset}: {defect}"));
+                recovered.report.stopped_because =
+                    Some(format!("frame {frame_id} at offset {offset}: {defect}"));
                 break;
             }
         }
@@ -134,7 +152,18 @@ pub(crate) fn recover(file: &File, path: &Path, page_size_bytes: u32) -> Result<
 }
 
 /// Reads the page image of frame `frame_id` into `page` (exactly one page long).
-pub(crate) fn read_frame_page(file: &File, path: &Path, frame_id: u64, page: &mut [u8]) -> Result<()> {
+pub(crate) fn read_frame_page(
+    file: &File,
+    path: &Path,
+    frame_id: u64,
+    page: &mut [u8],
+) -> Result<()> {
     let offset = frame_offset(frame_id, page.len() as u32) + FRAME_HEADER_BYTES as u64;
-    file.read_exact_at(page, offset).map_err(|e| io_error(format!("reading frame {frame_id} (offset {offset}) of"), path, e))
+    file.read_exact_at(page, offset).map_err(|e| {
+        io_error(
+            format!("reading frame {frame_id} (offset {offset}) of"),
+            path,
+            e,
+        )
+    })
 }

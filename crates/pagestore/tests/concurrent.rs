@@ -55,7 +55,12 @@ fn stress(strategy: BackfillStrategy) {
             }
         });
         scope.spawn(|| {
-            let modes = [CheckpointMode::Passive, CheckpointMode::Full, CheckpointMode::Restart, CheckpointMode::Truncate];
+            let modes = [
+                CheckpointMode::Passive,
+                CheckpointMode::Full,
+                CheckpointMode::Restart,
+                CheckpointMode::Truncate,
+            ];
             let mut i = 0usize;
             while !done.load(Ordering::SeqCst) {
                 let mode = modes[i % 4];
@@ -82,23 +87,39 @@ fn stress(strategy: BackfillStrategy) {
                     };
                     let read_all = || -> Vec<u32> {
                         (1..=DB_PAGES)
-                            .map(|page| check_image(&snapshot.read_page(page).unwrap(), page).unwrap_or_else(|defect| panic!("{defect}")))
+                            .map(|page| {
+                                check_image(&snapshot.read_page(page).unwrap(), page)
+                                    .unwrap_or_else(|defect| panic!("{defect}"))
+                            })
                             .collect()
                     };
                     let first = read_all();
                     let ceiling = acknowledged.load(Ordering::SeqCst) + 1;
-                    let at = prefix_of(&mut model, &first).unwrap_or_else(|defect| panic!("{defect}"));
-                    assert!(at >= floor, "snapshot {at} older than commit {floor} acknowledged before it began");
-                    assert!(at <= ceiling, "snapshot {at} newer than any commit acknowledged ({ceiling})");
-                    assert!(at >= previous, "snapshots went backwards: {previous} then {at}");
+                    let at =
+                        prefix_of(&mut model, &first).unwrap_or_else(|defect| panic!("{defect}"));
+                    assert!(
+                        at >= floor,
+                        "snapshot {at} older than commit {floor} acknowledged before it began"
+                    );
+                    assert!(
+                        at <= ceiling,
+                        "snapshot {at} newer than any commit acknowledged ({ceiling})"
+                    );
+                    assert!(
+                        at >= previous,
+                        "snapshots went backwards: {previous} then {at}"
+                    );
                     previous = at;
                     std::thread::yield_now();
                     assert_eq!(read_all(), first, "a snapshot changed while it was held");
                     snapshots += 1;
                     drop(snapshot);
                     // Leave windows with no reader, so Restart and Truncate can also succeed.
-                    let resume_at = acknowledged.load(Ordering::SeqCst) + 2 * u32::from(snapshots % 2 == 0);
-                    while !done.load(Ordering::SeqCst) && acknowledged.load(Ordering::SeqCst) < resume_at {
+                    let resume_at = acknowledged.load(Ordering::SeqCst)
+                        + 2 * u32::from(snapshots.is_multiple_of(2));
+                    while !done.load(Ordering::SeqCst)
+                        && acknowledged.load(Ordering::SeqCst) < resume_at
+                    {
                         std::thread::yield_now();
                     }
                 }
@@ -107,12 +128,28 @@ fn stress(strategy: BackfillStrategy) {
         }
     });
     let mut model = Model::new(seed, DB_PAGES);
-    assert_eq!(prefix_of(&mut model, &read_versions(&store, DB_PAGES).unwrap()).unwrap(), commits);
+    assert_eq!(
+        prefix_of(&mut model, &read_versions(&store, DB_PAGES).unwrap()).unwrap(),
+        commits
+    );
     store.checkpoint(CheckpointMode::Truncate).unwrap();
     drop(store);
-    let (store, _) = PageStore::open(dir.path().join("db"), Options { page_size_bytes: 1024, ..Options::default() }).unwrap();
-    assert_eq!(prefix_of(&mut model, &read_versions(&store, DB_PAGES).unwrap()).unwrap(), commits);
-    eprintln!("{strategy:?}: successful checkpoints [passive, full, restart, truncate] = {:?}", checkpoints.lock().unwrap());
+    let (store, _) = PageStore::open(
+        dir.path().join("db"),
+        Options {
+            page_size_bytes: 1024,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        prefix_of(&mut model, &read_versions(&store, DB_PAGES).unwrap()).unwrap(),
+        commits
+    );
+    eprintln!(
+        "{strategy:?}: successful checkpoints [passive, full, restart, truncate] = {:?}",
+        checkpoints.lock().unwrap()
+    );
 }
 
 #[test]

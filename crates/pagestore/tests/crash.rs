@@ -61,7 +61,9 @@ static STEPS_LEFT: AtomicU64 = AtomicU64::new(u64::MAX);
 static TARGET_STEP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 fn kill_self_at_step(step: &'static str) {
-    if TARGET_STEP.get().is_some_and(|target| target == step) && STEPS_LEFT.fetch_sub(1, Ordering::SeqCst) == 1 {
+    if TARGET_STEP.get().is_some_and(|target| target == step)
+        && STEPS_LEFT.fetch_sub(1, Ordering::SeqCst) == 1
+    {
         eprintln!("KILLED AT {step}");
         // SAFETY: plain syscalls; the process ends here.
         unsafe {
@@ -73,26 +75,43 @@ fn kill_self_at_step(step: &'static str) {
 /// The child: only does anything when re-executed with `PAGESTORE_CRASH_CHILD_DIR` set.
 #[test]
 fn crash_child_mode() {
-    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else { return };
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+        return;
+    };
     let strategy = strategy_named(&std::env::var("PAGESTORE_CRASH_STRATEGY").unwrap_or_default());
-    let kill_at: u64 = std::env::var("PAGESTORE_CRASH_KILL_STEP").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let kill_at: u64 = std::env::var("PAGESTORE_CRASH_KILL_STEP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     if kill_at > 0 {
         STEPS_LEFT.store(kill_at, Ordering::SeqCst);
-        TARGET_STEP.set(std::env::var("PAGESTORE_CRASH_KILL_NAME").unwrap()).unwrap();
-        assert!(prefixkv_pagestore::fail_point::install_step_hook(kill_self_at_step));
+        TARGET_STEP
+            .set(std::env::var("PAGESTORE_CRASH_KILL_NAME").unwrap())
+            .unwrap();
+        assert!(prefixkv_pagestore::fail_point::install_step_hook(
+            kill_self_at_step
+        ));
     }
-    let (store, _) = PageStore::open(std::path::Path::new(&dir).join("db"), options(strategy)).unwrap();
+    let (store, _) =
+        PageStore::open(std::path::Path::new(&dir).join("db"), options(strategy)).unwrap();
     let mut model = Model::new(SEED, DB_PAGES);
     let start = prefix_of(&mut model, &read_versions(&store, DB_PAGES).unwrap()).unwrap();
-    let modes = [CheckpointMode::Passive, CheckpointMode::Full, CheckpointMode::Restart, CheckpointMode::Truncate];
+    let modes = [
+        CheckpointMode::Passive,
+        CheckpointMode::Full,
+        CheckpointMode::Restart,
+        CheckpointMode::Truncate,
+    ];
     let mut out = std::io::stdout();
     writeln!(out, "START {start}").unwrap();
     for commit in start + 1..start + 100_000 {
         run_commit(&store, SEED, commit, DB_PAGES).unwrap();
         writeln!(out, "DURABLE {commit}").unwrap();
         out.flush().unwrap();
-        if commit % 5 == 0 {
-            store.checkpoint(modes[(splitmix(commit as u64) % 4) as usize]).unwrap();
+        if commit.is_multiple_of(5) {
+            store
+                .checkpoint(modes[(splitmix(commit as u64) % 4) as usize])
+                .unwrap();
         }
     }
 }
@@ -110,13 +129,18 @@ fn database_is_a_committed_prefix_after_every_kill() {
     let mut random = SEED;
     for round in 0..kills {
         random = splitmix(random);
-        let self_kill = random % 2 == 0;
+        let self_kill = random.is_multiple_of(2);
         let kill_step = if self_kill { 1 + (random >> 8) % 4 } else { 0 };
         let kill_name = STEPS[(round as usize / 2) % STEPS.len()];
         let reports_before_kill = 1 + (random >> 20) % 40;
         let strategy = ["fast", "naive", "pool"][round as usize % 3];
         let mut child = Command::new(&exe)
-            .args(["crash_child_mode", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "crash_child_mode",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_DIR_ENV, dir.path())
             .env("PAGESTORE_CRASH_STRATEGY", strategy)
             .env("PAGESTORE_CRASH_KILL_STEP", kill_step.to_string())
@@ -163,14 +187,27 @@ fn database_is_a_committed_prefix_after_every_kill() {
         finished.send(()).ok();
         let hung = watchdog.join().unwrap();
         let stderr_text = stderr_reader.join().unwrap();
-        assert!(!hung, "round {round}: child hung and was killed by the watchdog\n{stderr_text}");
+        assert!(
+            !hung,
+            "round {round}: child hung and was killed by the watchdog\n{stderr_text}"
+        );
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "round {round}: child did not die by SIGKILL: {status:?}\n{stderr_text}");
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "round {round}: child did not die by SIGKILL: {status:?}\n{stderr_text}"
+        );
 
-        let (store, report) = PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
-        let versions = read_versions(&store, DB_PAGES).unwrap_or_else(|defect| panic!("round {round}: {defect}; {report:?}"));
-        let recovered = prefix_of(&mut model, &versions).unwrap_or_else(|defect| panic!("round {round}: {defect}; {report:?}"));
-        assert!(recovered >= durable_floor, "round {round}: recovered commit {recovered} < durable {durable_floor}; {report:?}");
+        let (store, report) =
+            PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+        let versions = read_versions(&store, DB_PAGES)
+            .unwrap_or_else(|defect| panic!("round {round}: {defect}; {report:?}"));
+        let recovered = prefix_of(&mut model, &versions)
+            .unwrap_or_else(|defect| panic!("round {round}: {defect}; {report:?}"));
+        assert!(
+            recovered >= durable_floor,
+            "round {round}: recovered commit {recovered} < durable {durable_floor}; {report:?}"
+        );
         assert!(recovered <= durable_floor + 1, "round {round}: recovered commit {recovered} was never attempted\n{transcript}\n{stderr_text}");
         eprintln!(
             "round {round}: {strategy} {} -> recovered commit {recovered} (durable {durable_floor}); replayed {} frames, dropped {} uncommitted{}",

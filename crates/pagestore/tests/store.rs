@@ -20,7 +20,11 @@ fn options(backfill: BackfillStrategy) -> Options {
 }
 
 fn strategies() -> [BackfillStrategy; 3] {
-    [BackfillStrategy::Naive, BackfillStrategy::Fast, BackfillStrategy::FastThreadPool]
+    [
+        BackfillStrategy::Naive,
+        BackfillStrategy::Fast,
+        BackfillStrategy::FastThreadPool,
+    ]
 }
 
 #[test]
@@ -30,7 +34,12 @@ fn commits_checkpoints_and_reopen_agree_with_the_model() {
         let path = dir.path().join("db");
         let seed = 7;
         let mut model = Model::new(seed, 40);
-        let modes = [CheckpointMode::Passive, CheckpointMode::Full, CheckpointMode::Restart, CheckpointMode::Truncate];
+        let modes = [
+            CheckpointMode::Passive,
+            CheckpointMode::Full,
+            CheckpointMode::Restart,
+            CheckpointMode::Truncate,
+        ];
         {
             let (store, report) = PageStore::open(&path, options(strategy)).unwrap();
             assert_eq!(report.frames_replayed, 0);
@@ -41,14 +50,21 @@ fn commits_checkpoints_and_reopen_agree_with_the_model() {
                     assert_eq!(outcome.backfilled_frames, outcome.max_frame);
                 }
                 let versions = read_versions(&store, 40).unwrap();
-                assert_eq!(prefix_of(&mut model, &versions).unwrap(), commit, "{strategy:?}");
+                assert_eq!(
+                    prefix_of(&mut model, &versions).unwrap(),
+                    commit,
+                    "{strategy:?}"
+                );
             }
         }
         let (store, _report) = PageStore::open(&path, options(strategy)).unwrap();
         let versions = read_versions(&store, 40).unwrap();
         assert_eq!(prefix_of(&mut model, &versions).unwrap(), 60);
         store.checkpoint(CheckpointMode::Truncate).unwrap();
-        assert_eq!(std::fs::metadata(dir.path().join("db-wal")).unwrap().len(), 0);
+        assert_eq!(
+            std::fs::metadata(dir.path().join("db-wal")).unwrap().len(),
+            0
+        );
         let versions = read_versions(&store, 40).unwrap();
         assert_eq!(prefix_of(&mut model, &versions).unwrap(), 60);
     }
@@ -57,19 +73,29 @@ fn commits_checkpoints_and_reopen_agree_with_the_model() {
 #[test]
 fn fast_backfill_reuses_cached_pages_and_writes_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
     let mut txn = store.begin_write().unwrap();
     for page in 1..=32 {
-        txn.write_page(page, &page_image(page, 1, PAGE as usize)).unwrap();
+        txn.write_page(page, &page_image(page, 1, PAGE as usize))
+            .unwrap();
     }
     txn.commit().unwrap();
     let outcome = store.checkpoint(CheckpointMode::Passive).unwrap();
     assert_eq!(outcome.pages_written, 32);
-    assert_eq!(outcome.cache_hits, 32, "every page was committed through the cache");
-    assert_eq!(outcome.write_calls, 1, "32 consecutive pages are one pwritev");
+    assert_eq!(
+        outcome.cache_hits, 32,
+        "every page was committed through the cache"
+    );
+    assert_eq!(
+        outcome.write_calls, 1,
+        "32 consecutive pages are one pwritev"
+    );
     // The naive path never looks at the cache.
     run_commit(&store, 3, 2, 32).unwrap();
-    let outcome = store.checkpoint_with(CheckpointMode::Passive, BackfillStrategy::Naive).unwrap();
+    let outcome = store
+        .checkpoint_with(CheckpointMode::Passive, BackfillStrategy::Naive)
+        .unwrap();
     assert_eq!(outcome.cache_hits, 0);
     assert_eq!(outcome.wal_reads, outcome.pages_written);
 }
@@ -77,7 +103,8 @@ fn fast_backfill_reuses_cached_pages_and_writes_runs() {
 #[test]
 fn stale_cache_entries_after_a_restart_are_not_reused() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
     run_commit(&store, 1, 1, 8).unwrap();
     store.checkpoint(CheckpointMode::Restart).unwrap();
     // Frame ids restart at 1; the epoch bump keeps old (frame 1, epoch 0) entries from matching.
@@ -94,14 +121,21 @@ fn stale_cache_entries_after_a_restart_are_not_reused() {
 #[test]
 fn old_readers_cap_passive_and_make_full_busy() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
     run_commit(&store, 1, 1, 8).unwrap();
     let old = store.begin_read().unwrap();
     let old_mark = old.mark();
     run_commit(&store, 1, 2, 8).unwrap();
     let outcome = store.checkpoint(CheckpointMode::Passive).unwrap();
-    assert_eq!(outcome.backfilled_frames, old_mark, "passive stops at the old reader's mark");
-    assert!(matches!(store.checkpoint(CheckpointMode::Full), Err(Error::Busy(_))));
+    assert_eq!(
+        outcome.backfilled_frames, old_mark,
+        "passive stops at the old reader's mark"
+    );
+    assert!(matches!(
+        store.checkpoint(CheckpointMode::Full),
+        Err(Error::Busy(_))
+    ));
     // The old snapshot still reads its own versions.
     for page in 1..=8 {
         assert_eq!(check_image(&old.read_page(page).unwrap(), page).unwrap(), 1);
@@ -113,7 +147,10 @@ fn old_readers_cap_passive_and_make_full_busy() {
     let reader = store.begin_read().unwrap();
     run_commit(&store, 1, 3, 8).unwrap();
     let _newer = store.begin_read().unwrap();
-    assert!(matches!(store.checkpoint(CheckpointMode::Restart), Err(Error::Busy(_))));
+    assert!(matches!(
+        store.checkpoint(CheckpointMode::Restart),
+        Err(Error::Busy(_))
+    ));
     drop(reader);
 }
 
@@ -138,8 +175,14 @@ fn corrupt_frame_stops_recovery_at_the_last_good_commit() {
     wal[offset as usize] ^= 0x40;
     std::fs::write(dir.path().join("db-wal"), &wal).unwrap();
     let (store, report) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
-    let reason = report.stopped_because.clone().expect("recovery must say why it stopped");
-    assert!(reason.contains(&format!("frame {frame}")) && reason.contains("checksum"), "{reason}");
+    let reason = report
+        .stopped_because
+        .clone()
+        .expect("recovery must say why it stopped");
+    assert!(
+        reason.contains(&format!("frame {frame}")) && reason.contains("checksum"),
+        "{reason}"
+    );
     assert_eq!(report.frames_replayed, commit_end_frames[4]);
     assert!(report.bytes_ignored > 0);
     let versions = read_versions(&store, 16).unwrap();
@@ -160,13 +203,19 @@ fn uncommitted_tail_is_dropped_and_reported() {
     // Cut the WAL in the middle of commit 2's last frame: commit 2 is lost, commit 1 stays.
     let wal_path = dir.path().join("db-wal");
     let length = std::fs::metadata(&wal_path).unwrap().len();
-    let file = std::fs::OpenOptions::new().write(true).open(&wal_path).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&wal_path)
+        .unwrap();
     file.set_len(length - 10).unwrap();
     let (store, report) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
     assert!(report.frames_replayed < frames_after_commit_2);
     assert!(report.stopped_because.unwrap().contains("truncated"));
     let mut model = Model::new(5, 8);
-    assert_eq!(prefix_of(&mut model, &read_versions(&store, 8).unwrap()).unwrap(), 1);
+    assert_eq!(
+        prefix_of(&mut model, &read_versions(&store, 8).unwrap()).unwrap(),
+        1
+    );
 }
 
 #[test]
@@ -178,23 +227,45 @@ fn page_size_mismatch_is_a_clear_error_and_keeps_the_files() {
         run_commit(&store, 1, 1, 4).unwrap();
     }
     let before = std::fs::read(dir.path().join("db-wal")).unwrap();
-    let wrong = Options { page_size_bytes: 4096, ..options(BackfillStrategy::Fast) };
+    let wrong = Options {
+        page_size_bytes: 4096,
+        ..options(BackfillStrategy::Fast)
+    };
     let error = PageStore::open(&path, wrong).unwrap_err().to_string();
-    assert!(error.contains("1024-byte pages") && error.contains("db-wal"), "{error}");
+    assert!(
+        error.contains("1024-byte pages") && error.contains("db-wal"),
+        "{error}"
+    );
     assert_eq!(std::fs::read(dir.path().join("db-wal")).unwrap(), before);
 }
 
 #[test]
 fn bad_arguments_are_rejected() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
     let mut txn = store.begin_write().unwrap();
-    assert!(matches!(txn.write_page(0, &[0; PAGE as usize]), Err(Error::Invalid(_))));
-    assert!(matches!(txn.write_page(1, &[0; 10]), Err(Error::Invalid(_))));
-    drop(txn);
-    assert!(matches!(store.begin_read().unwrap().read_page(1), Err(Error::Invalid(_))));
     assert!(matches!(
-        PageStore::open(dir.path().join("other"), Options { page_size_bytes: 1000, ..Options::default() }),
+        txn.write_page(0, &[0; PAGE as usize]),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        txn.write_page(1, &[0; 10]),
+        Err(Error::Invalid(_))
+    ));
+    drop(txn);
+    assert!(matches!(
+        store.begin_read().unwrap().read_page(1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        PageStore::open(
+            dir.path().join("other"),
+            Options {
+                page_size_bytes: 1000,
+                ..Options::default()
+            }
+        ),
         Err(Error::Invalid(_))
     ));
 }
@@ -202,13 +273,18 @@ fn bad_arguments_are_rejected() {
 #[test]
 fn rollback_discards_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
     run_commit(&store, 1, 1, 4).unwrap();
     let mut txn = store.begin_write().unwrap();
-    txn.write_page(2, &page_image(2, 99, PAGE as usize)).unwrap();
+    txn.write_page(2, &page_image(2, 99, PAGE as usize))
+        .unwrap();
     assert_eq!(check_image(&txn.read_page(2).unwrap(), 2).unwrap(), 99);
     drop(txn);
-    assert_eq!(check_image(&store.begin_read().unwrap().read_page(2).unwrap(), 2).unwrap(), 1);
+    assert_eq!(
+        check_image(&store.begin_read().unwrap().read_page(2).unwrap(), 2).unwrap(),
+        1
+    );
     let outcome = store.checkpoint(CheckpointMode::Full).unwrap();
     assert_eq!(outcome.pages_written, 4);
 }

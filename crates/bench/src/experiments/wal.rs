@@ -13,11 +13,11 @@
 //! usually hit it; the fast variant's advantage is what it avoids (syscalls, copies), not disk
 //! seeks. The run verifies the final database file against the model after a reopen.
 
-use anyhow::{bail, Context, Result};
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, ratio, Spread};
 use crate::Common;
+use anyhow::{bail, Context, Result};
 use prefixkv_pagestore::{BackfillStrategy, CheckpointMode, Options, PageStore, SyncPolicy};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -47,7 +47,10 @@ pub struct Args {
     pub sync: String,
 }
 
-const VARIANTS: [(&str, BackfillStrategy); 2] = [("naive", BackfillStrategy::Naive), ("fast", BackfillStrategy::Fast)];
+const VARIANTS: [(&str, BackfillStrategy); 2] = [
+    ("naive", BackfillStrategy::Naive),
+    ("fast", BackfillStrategy::Fast),
+];
 
 #[derive(Default)]
 struct RunResult {
@@ -63,8 +66,12 @@ struct RunResult {
 
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
-    let pages = args.pages.unwrap_or(if common.quick { 4096 } else { 16_384 });
-    let commits = args.commits.unwrap_or(if common.quick { 6000 } else { 30_000 });
+    let pages = args
+        .pages
+        .unwrap_or(if common.quick { 4096 } else { 16_384 });
+    let commits = args
+        .commits
+        .unwrap_or(if common.quick { 6000 } else { 30_000 });
     let sync = match args.sync.as_str() {
         "full" => SyncPolicy::Full,
         "normal" => SyncPolicy::Normal,
@@ -79,7 +86,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("page_size_bytes", args.page_size_bytes);
     report.config("cache_capacity_pages", args.cache_pages as u64);
     report.config("checkpoint_every_frames", args.checkpoint_frames);
-    report.config("checkpoint_mode", "passive (auto-checkpoint rule, triggered by the bench loop)");
+    report.config(
+        "checkpoint_mode",
+        "passive (auto-checkpoint rule, triggered by the bench loop)",
+    );
     report.config("sync", args.sync.clone());
     report.config("rounds", rounds as u64);
     report.config("filesystem_dir", std::env::temp_dir().display().to_string());
@@ -88,8 +98,15 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let bar = crate::progress::bar((rounds * VARIANTS.len()) as u64, "wal runs");
     for (round, variant) in alternating_schedule(VARIANTS.len(), rounds) {
         let (name, strategy) = VARIANTS[variant];
-        let result = run_once(args, pages, commits, sync, strategy, 0xC0FFEE + round as u64)
-            .with_context(|| format!("round {round}, variant {name}"))?;
+        let result = run_once(
+            args,
+            pages,
+            commits,
+            sync,
+            strategy,
+            0xC0FFEE + round as u64,
+        )
+        .with_context(|| format!("round {round}, variant {name}"))?;
         report.record_verification(result.verified);
         results[variant].push(result);
         bar.inc(1);
@@ -100,9 +117,18 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let mut copy_p50 = [0.0f64; 2];
     for (variant, (name, _)) in VARIANTS.iter().enumerate() {
         let runs = &results[variant];
-        let all: Vec<f64> = runs.iter().flat_map(|r| r.checkpoint_ms.iter().copied()).collect();
-        let copies: Vec<f64> = runs.iter().flat_map(|r| r.copy_ms.iter().copied()).collect();
-        let per_round_p50: Vec<f64> = runs.iter().map(|r| percentile(&r.checkpoint_ms, 50.0)).collect();
+        let all: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.checkpoint_ms.iter().copied())
+            .collect();
+        let copies: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.copy_ms.iter().copied())
+            .collect();
+        let per_round_p50: Vec<f64> = runs
+            .iter()
+            .map(|r| percentile(&r.checkpoint_ms, 50.0))
+            .collect();
         let throughput: Vec<f64> = runs.iter().map(|r| r.commits_per_s).collect();
         let hits: u64 = runs.iter().map(|r| r.cache_hits).sum();
         let reads: u64 = runs.iter().map(|r| r.wal_reads).sum();
@@ -119,9 +145,18 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             ("checkpoint_ms_max", Value::from(percentile(&all, 100.0))),
             ("copy_ms_p50", Value::from(copy_p50[variant])),
             ("copy_ms_p99", Value::from(percentile(&copies, 99.0))),
-            ("cache_hit_ratio", Value::from(ratio(hits as f64, (hits + reads) as f64))),
-            ("pages_per_checkpoint", Value::from(ratio(written as f64, all.len() as f64))),
-            ("write_calls_per_checkpoint", Value::from(ratio(calls as f64, all.len() as f64))),
+            (
+                "cache_hit_ratio",
+                Value::from(ratio(hits as f64, (hits + reads) as f64)),
+            ),
+            (
+                "pages_per_checkpoint",
+                Value::from(ratio(written as f64, all.len() as f64)),
+            ),
+            (
+                "write_calls_per_checkpoint",
+                Value::from(ratio(calls as f64, all.len() as f64)),
+            ),
             ("verified", Value::from(runs.iter().all(|r| r.verified))),
         ]);
         Spread::of(&per_round_p50).insert_into(&mut fields, "checkpoint_ms_p50_per_round");
@@ -132,10 +167,15 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let fast_reads: u64 = results[1].iter().map(|r| r.wal_reads).sum();
     report.summary("backfill_speedup", ratio(p50[0], p50[1]));
     report.summary("copy_speedup", ratio(copy_p50[0], copy_p50[1]));
-    report.summary("cache_hit_ratio", ratio(fast_hits as f64, (fast_hits + fast_reads) as f64));
+    report.summary(
+        "cache_hit_ratio",
+        ratio(fast_hits as f64, (fast_hits + fast_reads) as f64),
+    );
     report.summary("checkpoint_ms_p50_fast", p50[1]);
     report.summary("checkpoint_ms_p50_naive", p50[0]);
-    report.summary.insert("verified".into(), Value::from(report.verified));
+    report
+        .summary
+        .insert("verified".into(), Value::from(report.verified));
     report.notes.push(
         "The OS page cache cannot be dropped on this machine: WAL reads of both variants mostly hit it. Both \
          variants are measured identically (fresh store per run, same load, same cache capacity, checkpoint \
@@ -162,7 +202,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         })
         .collect();
     let chart = LineChart {
-        title: format!("Passive checkpoint duration, {pages} pages, {} rounds (naive vs fast backfill)", rounds),
+        title: format!(
+            "Passive checkpoint duration, {pages} pages, {} rounds (naive vs fast backfill)",
+            rounds
+        ),
         x_label: "checkpoint number (all rounds, in order)".into(),
         y_label: "checkpoint duration (ms)".into(),
         series,
@@ -173,7 +216,14 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     Ok(report)
 }
 
-fn run_once(args: &Args, pages: u32, commits: u32, sync: SyncPolicy, strategy: BackfillStrategy, seed: u64) -> Result<RunResult> {
+fn run_once(
+    args: &Args,
+    pages: u32,
+    commits: u32,
+    sync: SyncPolicy,
+    strategy: BackfillStrategy,
+    seed: u64,
+) -> Result<RunResult> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let path = dir.path().join("db");
     let page_size = args.page_size_bytes as usize;
@@ -218,8 +268,12 @@ fn run_once(args: &Args, pages: u32, commits: u32, sync: SyncPolicy, strategy: B
         let state = store.wal_state();
         if state.max_frame - state.backfilled_frames >= args.checkpoint_frames {
             let outcome = store.checkpoint_with(CheckpointMode::Passive, strategy)?;
-            result.checkpoint_ms.push(outcome.duration.as_secs_f64() * 1e3);
-            result.copy_ms.push(outcome.copy_duration.as_secs_f64() * 1e3);
+            result
+                .checkpoint_ms
+                .push(outcome.duration.as_secs_f64() * 1e3);
+            result
+                .copy_ms
+                .push(outcome.copy_duration.as_secs_f64() * 1e3);
             result.cache_hits += outcome.cache_hits;
             result.wal_reads += outcome.wal_reads;
             result.pages_written += outcome.pages_written;

@@ -22,7 +22,9 @@ pub fn check_image(bytes: &[u8], page: u32) -> std::result::Result<u32, String> 
     let stored_page = u32::from_le_bytes(bytes[0..4].try_into().unwrap());
     let commit = u32::from_le_bytes(bytes[4..8].try_into().unwrap());
     if stored_page != page {
-        return Err(format!("page {page} holds the image of page {stored_page} (commit {commit})"));
+        return Err(format!(
+            "page {page} holds the image of page {stored_page} (commit {commit})"
+        ));
     }
     if bytes != page_image(page, commit, bytes.len()).as_slice() {
         return Err(format!("page {page} (commit {commit}) is torn or corrupt"));
@@ -67,7 +69,11 @@ pub struct Model {
 
 impl Model {
     pub fn new(seed: u64, db_pages: u32) -> Model {
-        Model { seed, db_pages, history: vec![vec![0; db_pages as usize]] }
+        Model {
+            seed,
+            db_pages,
+            history: vec![vec![0; db_pages as usize]],
+        }
     }
 
     pub fn extend_to(&mut self, commit: u32) {
@@ -121,5 +127,8 @@ pub fn prefix_of(model: &mut Model, versions: &[u32]) -> std::result::Result<u32
 
 /// Stress sizes come from the environment, small by default.
 pub fn env_count(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
