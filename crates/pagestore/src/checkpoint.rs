@@ -67,6 +67,10 @@ pub struct CheckpointOutcome {
     pub duration: Duration,
     /// Wall time of the copy alone (reads + writes, without the two fsyncs).
     pub copy_duration: Duration,
+    /// Wall time of the WAL fsync before the copy.
+    pub wal_sync_duration: Duration,
+    /// Wall time of the database fsync after the copy.
+    pub db_sync_duration: Duration,
 }
 
 impl PageStore {
@@ -162,22 +166,28 @@ impl PageStore {
         };
         let mut counts = BackfillCounts::default();
         let mut copy_duration = Duration::ZERO;
+        let mut wal_sync_duration = Duration::ZERO;
+        let mut db_sync_duration = Duration::ZERO;
         if !worklist.is_empty() {
+            let wal_sync_started = Instant::now();
             // Step 4.
             crate::fail_point::step("checkpoint:before_wal_fsync");
             inner
                 .wal_file
                 .sync_data()
                 .map_err(|e| io_error("fsync (before backfill) of", &inner.wal_path, e))?;
+            wal_sync_duration = wal_sync_started.elapsed();
             let copy_started = Instant::now();
             counts = backfill::run(self, strategy, &worklist, epoch)?;
             copy_duration = copy_started.elapsed();
             // Step 6.
             crate::fail_point::step("checkpoint:before_db_fsync");
+            let db_sync_started = Instant::now();
             inner
                 .db_file
                 .sync_data()
                 .map_err(|e| io_error("fsync (after backfill) of", &inner.db_path, e))?;
+            db_sync_duration = db_sync_started.elapsed();
         }
         crate::fail_point::step("checkpoint:before_publish");
         {
@@ -207,6 +217,8 @@ impl PageStore {
             log_restarted,
             duration: Duration::ZERO,
             copy_duration,
+            wal_sync_duration,
+            db_sync_duration,
         })
     }
 

@@ -56,6 +56,8 @@ const VARIANTS: [(&str, BackfillStrategy); 2] = [
 struct RunResult {
     checkpoint_ms: Vec<f64>,
     copy_ms: Vec<f64>,
+    wal_sync_ms: Vec<f64>,
+    db_sync_ms: Vec<f64>,
     cache_hits: u64,
     wal_reads: u64,
     pages_written: u64,
@@ -125,6 +127,14 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             .iter()
             .flat_map(|r| r.copy_ms.iter().copied())
             .collect();
+        let wal_syncs: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.wal_sync_ms.iter().copied())
+            .collect();
+        let db_syncs: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.db_sync_ms.iter().copied())
+            .collect();
         let per_round_p50: Vec<f64> = runs
             .iter()
             .map(|r| percentile(&r.checkpoint_ms, 50.0))
@@ -145,6 +155,11 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             ("checkpoint_ms_max", Value::from(percentile(&all, 100.0))),
             ("copy_ms_p50", Value::from(copy_p50[variant])),
             ("copy_ms_p99", Value::from(percentile(&copies, 99.0))),
+            (
+                "wal_fsync_ms_p50",
+                Value::from(percentile(&wal_syncs, 50.0)),
+            ),
+            ("db_fsync_ms_p50", Value::from(percentile(&db_syncs, 50.0))),
             (
                 "cache_hit_ratio",
                 Value::from(ratio(hits as f64, (hits + reads) as f64)),
@@ -274,6 +289,12 @@ fn run_once(
             result
                 .copy_ms
                 .push(outcome.copy_duration.as_secs_f64() * 1e3);
+            result
+                .wal_sync_ms
+                .push(outcome.wal_sync_duration.as_secs_f64() * 1e3);
+            result
+                .db_sync_ms
+                .push(outcome.db_sync_duration.as_secs_f64() * 1e3);
             result.cache_hits += outcome.cache_hits;
             result.wal_reads += outcome.wal_reads;
             result.pages_written += outcome.pages_written;
