@@ -66,6 +66,10 @@ pub struct Options {
     pub busy_timeout: Duration,
     /// Backfill implementation. Default [`BackfillStrategy::Fast`].
     pub backfill: BackfillStrategy,
+    /// Experiment knob, default false: after the pre-copy WAL fsync, ask the kernel to drop the
+    /// WAL's (now clean) pages from the OS page cache (`posix_fadvise(DONTNEED)`), so the copy
+    /// sees a cold WAL as after memory pressure. Costs I/O; never needed for correctness.
+    pub evict_wal_from_os_cache_before_backfill: bool,
 }
 
 impl Default for Options {
@@ -77,6 +81,7 @@ impl Default for Options {
             cache_capacity_pages: 2048,
             busy_timeout: Duration::from_secs(5),
             backfill: BackfillStrategy::Fast,
+            evict_wal_from_os_cache_before_backfill: false,
         }
     }
 }

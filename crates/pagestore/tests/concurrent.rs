@@ -25,6 +25,7 @@ fn stress(strategy: BackfillStrategy) {
         cache_capacity_pages: 32,
         busy_timeout: Duration::from_millis(20),
         backfill: strategy,
+        evict_wal_from_os_cache_before_backfill: false,
     };
     let (store, _) = PageStore::open(dir.path().join("db"), options).unwrap();
     let seed = 99;

@@ -31,6 +31,7 @@ fn options(strategy: BackfillStrategy) -> Options {
         cache_capacity_pages: 48,
         busy_timeout: Duration::from_secs(5),
         backfill: strategy,
+        evict_wal_from_os_cache_before_backfill: false,
     }
 }
 

@@ -16,6 +16,7 @@ fn options(backfill: BackfillStrategy) -> Options {
         cache_capacity_pages: 64,
         busy_timeout: Duration::from_millis(200),
         backfill,
+        evict_wal_from_os_cache_before_backfill: backfill == BackfillStrategy::FastThreadPool,
     }
 }
 
