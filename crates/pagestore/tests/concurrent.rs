@@ -89,6 +89,10 @@ fn stress(strategy: BackfillStrategy) {
                     let read_all = || -> Vec<u32> {
                         (1..=DB_PAGES)
                             .map(|page| {
+                                // Widen the window in which a checkpoint can run mid-snapshot.
+                                if page % 8 == 0 {
+                                    std::thread::yield_now();
+                                }
                                 check_image(&snapshot.read_page(page).unwrap(), page)
                                     .unwrap_or_else(|defect| panic!("{defect}"))
                             })

@@ -289,3 +289,42 @@ fn rollback_discards_pages() {
     let outcome = store.checkpoint(CheckpointMode::Full).unwrap();
     assert_eq!(outcome.pages_written, 4);
 }
+
+#[test]
+fn an_old_reader_never_sees_a_page_copied_past_its_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let image = |page, commit| page_image(page, commit, PAGE as usize);
+    let commit_page = |page: u32, commit: u32| {
+        let mut txn = store.begin_write().unwrap();
+        txn.write_page(page, &image(page, commit)).unwrap();
+        txn.commit().unwrap();
+    };
+    let mut txn = store.begin_write().unwrap();
+    for page in 1..=4 {
+        txn.write_page(page, &image(page, 1)).unwrap();
+    }
+    txn.commit().unwrap();
+    store.checkpoint(CheckpointMode::Truncate).unwrap();
+    // New generation: page 2 has no frame at or below the reader's mark, so the reader takes it
+    // from the database file, which the checkpoint must therefore not advance past the mark.
+    commit_page(1, 2);
+    let reader = store.begin_read().unwrap();
+    assert_eq!(reader.mark(), 1);
+    commit_page(2, 3);
+    let outcome = store.checkpoint(CheckpointMode::Passive).unwrap();
+    assert_eq!(outcome.backfilled_frames, 1);
+    assert_eq!(
+        check_image(&reader.read_page(2).unwrap(), 2).unwrap(),
+        1,
+        "future page visible"
+    );
+    assert_eq!(check_image(&reader.read_page(1).unwrap(), 1).unwrap(), 2);
+    drop(reader);
+    store.checkpoint(CheckpointMode::Passive).unwrap();
+    assert_eq!(
+        check_image(&store.begin_read().unwrap().read_page(2).unwrap(), 2).unwrap(),
+        3
+    );
+}
