@@ -53,15 +53,21 @@ pub(crate) fn run(
     match strategy {
         BackfillStrategy::Naive => naive(store, worklist),
         BackfillStrategy::Fast => {
-            let mut ring = store.inner.ring.lock();
+            let mut slot = store.inner.ring.lock();
             // EPERM (seccomp), ENOSYS, or `kernel.io_uring_disabled`: fall back for good.
-            match ring
+            let ring = slot
                 .0
-                .get_or_insert_with(|| io_uring::IoUring::new(BATCH_PAGES as u32).map_err(|_| ()))
-            {
+                .get_or_insert_with(|| io_uring::IoUring::new(BATCH_PAGES as u32).map_err(|_| ()));
+            let result = match ring {
                 Ok(ring) => fast(store, worklist, epoch, &mut Reader::Uring(ring)),
-                Err(()) => fast(store, worklist, epoch, &mut Reader::ThreadPool),
+                Err(()) => return fast(store, worklist, epoch, &mut Reader::ThreadPool),
+            };
+            if result.is_err() {
+                // After a failure the ring may still hold entries or completions whose buffers
+                // were leaked by `abandon`: drop it, so the next checkpoint starts afresh.
+                slot.0 = None;
             }
+            result
         }
         BackfillStrategy::FastThreadPool => fast(store, worklist, epoch, &mut Reader::ThreadPool),
     }
@@ -218,10 +224,24 @@ fn start_batch(
     }
     if let Reader::Uring(ring) = reader {
         push_reads(store, ring, &mut batch)?;
-        ring.submit()
-            .map_err(|e| io_error("io_uring submit (reads) for", &inner.wal_path, e))?;
+        if let Err(error) = ring.submit() {
+            abandon(&mut batch);
+            return Err(io_error(
+                "io_uring submit (reads) for",
+                &inner.wal_path,
+                error,
+            ));
+        }
     }
     Ok(batch)
+}
+
+/// Leaks the batch's read buffers: after a failed io_uring call the kernel may still write into
+/// them, so they must never be freed. A failure path only; the ring is dropped afterwards.
+fn abandon(batch: &mut Batch) {
+    std::mem::forget(std::mem::take(&mut batch.reads));
+    batch.pushed = 0;
+    batch.completed = 0;
 }
 
 /// Pushes as many of the batch's reads as the submission queue takes.
@@ -260,8 +280,14 @@ fn finish_reads(store: &PageStore, batch: &mut Batch, reader: &mut Reader<'_>) -
                 if outstanding == 0 {
                     break;
                 }
-                ring.submit_and_wait(1)
-                    .map_err(|e| io_error("io_uring wait (reads) for", &inner.wal_path, e))?;
+                if let Err(error) = ring.submit_and_wait(1) {
+                    abandon(batch);
+                    return Err(io_error(
+                        "io_uring wait (reads) for",
+                        &inner.wal_path,
+                        error,
+                    ));
+                }
                 for completion in ring.completion() {
                     batch.completed += 1;
                     let index = completion.user_data() as usize;
