@@ -264,6 +264,16 @@ impl PageStore {
         }
     }
 
+    /// Which reader the fast backfill uses: `"io_uring"`, `"thread pool (io_uring unavailable)"`,
+    /// or `"not yet chosen"` before the first fast checkpoint.
+    pub fn backfill_reader(&self) -> &'static str {
+        match &self.inner.ring.lock().0 {
+            None => "not yet chosen",
+            Some(Ok(_)) => "io_uring",
+            Some(Err(())) => "thread pool (io_uring unavailable)",
+        }
+    }
+
     /// The page cache (for statistics).
     pub fn cache(&self) -> &PageCache {
         &self.inner.cache

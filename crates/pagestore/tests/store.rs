@@ -328,3 +328,31 @@ fn an_old_reader_never_sees_a_page_copied_past_its_mark() {
         3
     );
 }
+
+#[test]
+fn fast_backfill_reads_misses_through_io_uring_and_the_pool() {
+    for strategy in [BackfillStrategy::Fast, BackfillStrategy::FastThreadPool] {
+        let dir = tempfile::tempdir().unwrap();
+        let uncached = Options {
+            cache_capacity_pages: 0,
+            ..options(strategy)
+        };
+        let (store, _) = PageStore::open(dir.path().join("db"), uncached).unwrap();
+        // More pages than one batch, so reads of the next batch overlap the current batch's writes.
+        let seed = 21;
+        let mut model = Model::new(seed, 700);
+        for commit in 1..=3 {
+            run_commit(&store, seed, commit, 700).unwrap();
+        }
+        let outcome = store.checkpoint(CheckpointMode::Truncate).unwrap();
+        eprintln!(
+            "{strategy:?}: fast backfill reader = {}",
+            store.backfill_reader()
+        );
+        assert_eq!(outcome.cache_hits, 0);
+        assert_eq!(outcome.wal_reads, 700);
+        assert_eq!(outcome.pages_written, 700);
+        let versions = read_versions(&store, 700).unwrap();
+        assert_eq!(prefix_of(&mut model, &versions).unwrap(), 3, "{strategy:?}");
+    }
+}

@@ -69,6 +69,7 @@ struct RunResult {
     write_calls: u64,
     commits_per_s: f64,
     verified: bool,
+    reader: &'static str,
 }
 
 fn flatten(runs: &[RunResult], field: impl Fn(&RunResult) -> &Vec<f64>) -> Vec<f64> {
@@ -188,6 +189,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             ]);
             Spread::of(&per_round_p50).insert_into(&mut fields, "checkpoint_ms_p50_per_round");
             Spread::of(&throughput).insert_into(&mut fields, "commits_per_s");
+            fields.insert(
+                "backfill_reader".into(),
+                Value::from(runs.first().map_or("none", |r| r.reader)),
+            );
             report.rows.push(fields);
             series.push(Series {
                 label: format!("{name} backfill, WAL {cache_name} in OS cache"),
@@ -310,6 +315,7 @@ fn run_once(
         }
     }
     result.commits_per_s = commits as f64 / started.elapsed().as_secs_f64();
+    result.reader = store.backfill_reader();
     store.checkpoint(CheckpointMode::Truncate)?;
     drop(store);
 
