@@ -81,7 +81,7 @@ fn naive(store: &PageStore, worklist: &[WorkItem]) -> Result<BackfillCounts> {
     for item in worklist {
         read_frame_page(&inner.wal_file, &inner.wal_path, item.frame_id, &mut page)?;
         let offset = db_offset(item.page_number, page_size);
-        crate::fail_point::step("backfill:page_write");
+        crate::fail_point::step("backfill:write");
         inner.db_file.write_all_at(&page, offset).map_err(|e| {
             io_error(
                 format!("writing page {} (offset {offset}) of", item.page_number),
@@ -378,7 +378,7 @@ fn flush(store: &PageStore, pages: &BTreeMap<u32, Image>) -> Result<(u64, u64)> 
         let mut offset = db_offset(start, page_size);
         let mut slices: &mut [IoSlice<'_>] = run;
         while !slices.is_empty() {
-            crate::fail_point::step("backfill:run_write");
+            crate::fail_point::step("backfill:write");
             let written = rustix::io::pwritev(&inner.db_file, slices, offset).map_err(|e| {
                 io_error(
                     format!("pwritev of pages from {start} (offset {offset}) to"),
