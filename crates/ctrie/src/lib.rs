@@ -76,6 +76,8 @@ mod ops;
 mod protocol;
 mod sync;
 
+#[cfg(test)]
+mod lincheck;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(all(test, shuttle, not(loom)))]
@@ -85,3 +87,5 @@ mod unit_tests;
 
 pub use iter::Iter;
 pub use map::{CTrie, DefaultHashBuilder, ReadOnlySnapshot};
+#[doc(hidden)]
+pub use node::debug_live_nodes;

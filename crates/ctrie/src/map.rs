@@ -94,7 +94,7 @@ where
     }
 
     fn update(&self, key: K, value: V, condition: Condition<'_, V>) -> Updated<V> {
-        let leaf = Arc::new(Leaf { hash: self.hash(&key), key, value });
+        let leaf = Arc::new(Leaf::new(self.hash(&key), key, value));
         let guard = pin();
         loop {
             let root = self.core.read_root(false, &guard);

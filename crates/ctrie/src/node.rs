@@ -40,11 +40,51 @@ pub(crate) fn new_generation() -> Generation {
     GENERATIONS.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Nodes alive now, counted only in builds with debug assertions (the test profile), so the
+/// leak tests can check that it returns to zero; release builds pay nothing.
+#[cfg(debug_assertions)]
+static LIVE_NODES: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+/// One count in [`LIVE_NODES`] for as long as the node holding it lives.
+pub(crate) struct Tally(());
+
+impl Tally {
+    pub(crate) fn new() -> Tally {
+        #[cfg(debug_assertions)]
+        LIVE_NODES.fetch_add(1, Ordering::Relaxed);
+        Tally(())
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        #[cfg(debug_assertions)]
+        LIVE_NODES.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Nodes (INodes, main nodes, leaves, RDCSS descriptors) alive in the whole process, or `None`
+/// in builds without debug assertions. For leak tests only.
+#[doc(hidden)]
+pub fn debug_live_nodes() -> Option<isize> {
+    #[cfg(debug_assertions)]
+    return Some(LIVE_NODES.load(Ordering::SeqCst));
+    #[cfg(not(debug_assertions))]
+    return None;
+}
+
 /// A key-value pair with the key's hash (an SNode); immutable.
 pub(crate) struct Leaf<K, V> {
     pub(crate) hash: u64,
     pub(crate) key: K,
     pub(crate) value: V,
+    _tally: Tally,
+}
+
+impl<K, V> Leaf<K, V> {
+    pub(crate) fn new(hash: u64, key: K, value: V) -> Leaf<K, V> {
+        Leaf { hash, key, value, _tally: Tally::new() }
+    }
 }
 
 /// An indirection node: the only mutable cell below the root.
@@ -52,11 +92,12 @@ pub(crate) struct INode<K, V> {
     pub(crate) generation: Generation,
     /// Owns one strong count of an `Arc<MainNode>` (see `sync`'s retirement rule).
     pub(crate) main: AtomicPtr<MainNode<K, V>>,
+    _tally: Tally,
 }
 
 impl<K, V> INode<K, V> {
     pub(crate) fn new(generation: Generation, main: Arc<MainNode<K, V>>) -> INode<K, V> {
-        INode { generation, main: AtomicPtr::new(Arc::into_raw(main).cast_mut()) }
+        INode { generation, main: AtomicPtr::new(Arc::into_raw(main).cast_mut()), _tally: Tally::new() }
     }
 }
 
@@ -208,11 +249,12 @@ pub(crate) struct MainNode<K, V> {
     /// (still undecided) or a FailedNode wrapping it (aborted). Owns one count when non-null.
     pub(crate) prev: AtomicPtr<MainNode<K, V>>,
     pub(crate) kind: Kind<K, V>,
+    _tally: Tally,
 }
 
 impl<K, V> MainNode<K, V> {
     pub(crate) fn new(kind: Kind<K, V>) -> MainNode<K, V> {
-        MainNode { prev: AtomicPtr::new(std::ptr::null_mut()), kind }
+        MainNode { prev: AtomicPtr::new(std::ptr::null_mut()), kind, _tally: Tally::new() }
     }
 }
 
@@ -272,6 +314,13 @@ pub(crate) struct Descriptor<K, V> {
     /// UNDECIDED, COMMITTED or ABORTED. Deciding is a CAS from UNDECIDED, which is what makes the
     /// owner's "did my snapshot commit?" answer race-free (the Go port's bug #122).
     pub(crate) state: AtomicU8,
+    _tally: Tally,
+}
+
+impl<K, V> Descriptor<K, V> {
+    pub(crate) fn new(old: Arc<INode<K, V>>, expected: Arc<MainNode<K, V>>, new: Arc<INode<K, V>>) -> Self {
+        Descriptor { old, expected, new, state: AtomicU8::new(UNDECIDED), _tally: Tally::new() }
+    }
 }
 
 impl<K, V> Descriptor<K, V> {

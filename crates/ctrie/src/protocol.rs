@@ -26,7 +26,7 @@
 //! held on the value it replaced.
 
 use crate::node::{Descriptor, INode, Kind, MainNode, ABORTED, COMMITTED, UNDECIDED};
-use crate::sync::{clone_arc, protected, AtomicU8, AtomicUsize, Guard};
+use crate::sync::{clone_arc, protected, AtomicUsize, Guard};
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
@@ -229,14 +229,9 @@ where
         new: Arc<INode<K, V>>,
         guard: &Guard,
     ) -> bool {
-        let descriptor = Descriptor {
-            // SAFETY: `old` is the root INode we read while pinned.
-            old: unsafe { clone_arc(old) },
-            // SAFETY: `expected` came from `gcas_read` under `guard`.
-            expected: unsafe { clone_arc(std::ptr::from_ref(expected)) },
-            new,
-            state: AtomicU8::new(UNDECIDED),
-        };
+        // SAFETY (both counts): `old` is the root INode read while pinned, and `expected`
+        // came from `gcas_read` under `guard`.
+        let descriptor = Descriptor::new(unsafe { clone_arc(old) }, unsafe { clone_arc(std::ptr::from_ref(expected)) }, new);
         let descriptor_pointer = Arc::into_raw(Arc::new(descriptor));
         let tagged = descriptor_pointer as usize | DESCRIPTOR_TAG;
         debug_assert_eq!(descriptor_pointer as usize & DESCRIPTOR_TAG, 0);
