@@ -76,7 +76,7 @@ mod ops;
 mod protocol;
 mod sync;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod lincheck;
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -26,7 +26,7 @@
 //! held on the value it replaced.
 
 use crate::node::{Descriptor, INode, Kind, MainNode, ABORTED, COMMITTED, UNDECIDED};
-use crate::sync::{clone_arc, protected, AtomicUsize, Guard};
+use crate::sync::{clone_arc, fence, protected, AtomicUsize, Guard};
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
@@ -85,7 +85,12 @@ where
                 return main_ref;
             }
             // Read the root after `prev` (as the algorithm requires), aborting any snapshot in
-            // progress: a GCAS must never be decided against a half-installed root.
+            // progress: a GCAS must never be decided against a half-installed root. The fence
+            // orders the CAS on `main` that installed this node before the root read; RDCSS has
+            // the mirror fence between its CAS on the root and its read of `main`. Without the
+            // pair, both could read the other's location stale (store buffering) and a write
+            // would commit in a generation a snapshot already froze.
+            fence(SeqCst);
             let root = self.read_root(true, guard);
             // SAFETY: `prev` is owned by `main_ref.prev`, and `main_ref` is protected.
             let prev_ref = unsafe { protected(prev, guard) };
@@ -198,6 +203,9 @@ where
             let decision = if abort {
                 descriptor.decide(ABORTED)
             } else if descriptor.state.load(SeqCst) == UNDECIDED {
+                // Mirror of the fence in `gcas_complete`: the root CAS that installed the
+                // descriptor is ordered before this read of the old root's `main`.
+                fence(SeqCst);
                 let current = self.gcas_read(&descriptor.old, guard);
                 let unchanged = std::ptr::eq(current, Arc::as_ptr(&descriptor.expected));
                 descriptor.decide(if unchanged { COMMITTED } else { ABORTED })

@@ -18,11 +18,11 @@
 use std::sync::Arc;
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize};
+pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU8, AtomicUsize};
 #[cfg(all(shuttle, not(loom)))]
-pub(crate) use shuttle::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize};
+pub(crate) use shuttle::sync::atomic::{fence, AtomicPtr, AtomicU8, AtomicUsize};
 #[cfg(not(any(loom, shuttle)))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize};
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU8, AtomicUsize};
 
 /// A raw `Arc` pointer moved into a deferred closure. Sending it is sound because the pointee is
 /// `Send + Sync` (enforced where [`Guard::defer_release`] is called).
@@ -78,12 +78,16 @@ impl Guard {
 #[cfg(loom)]
 mod loom_reclaim {
     use super::RetiredCount;
-    use std::sync::Mutex;
+    use std::cell::RefCell;
 
     type Deferred = Box<dyn FnOnce() + Send>;
 
-    /// Every retired count of the current loom execution (loom runs one execution at a time).
-    static RETIRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
+    std::thread_local! {
+        /// Every retired count of the current loom execution. Loom runs a model's threads as
+        /// coroutines on the test's own OS thread, so a thread-local list is per test, and
+        /// tests running in parallel never free each other's nodes.
+        static RETIRED: RefCell<Vec<Deferred>> = const { RefCell::new(Vec::new()) };
+    }
 
     /// Loom stand-in for a pinned epoch: nothing is freed before [`reclaim_all`].
     pub(crate) struct Guard;
@@ -101,14 +105,13 @@ mod loom_reclaim {
             let retired = RetiredCount(pointer);
             // SAFETY: the count is ours (caller contract) and is released exactly once, later.
             let deferred: Deferred = Box::new(move || unsafe { retired.release() });
-            RETIRED.lock().unwrap_or_else(|poison| poison.into_inner()).push(deferred);
+            RETIRED.with(|retired| retired.borrow_mut().push(deferred));
         }
     }
 
     /// Releases every retired count. Call only when no model thread is running.
     pub(crate) fn reclaim_all() {
-        let drained: Vec<Deferred> =
-            std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|poison| poison.into_inner()));
+        let drained: Vec<Deferred> = RETIRED.with(|retired| std::mem::take(&mut *retired.borrow_mut()));
         for deferred in drained {
             deferred();
         }
