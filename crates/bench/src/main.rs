@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use prefixkv_bench::Common;
+use prefixkv_bench::{experiments, Common};
 
 /// Reproduces the experiments of prefixkv's source documents on our code, side by side with the
 /// baselines, and writes `results/<experiment>.json` plus PNG/SVG plots.
@@ -16,10 +16,34 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Experiment {}
+enum Experiment {
+    /// CTrie vs dashmap/papaya (throughput) and concread/imbl (snapshot cost as the map grows).
+    Ctrie(experiments::ctrie::Args),
+}
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let _ = &cli.common;
-    match cli.experiment {}
+    let common = &cli.common;
+    match &cli.experiment {
+        Experiment::Ctrie(args) => finish(common, &experiments::ctrie::run(common, args)?),
+    }
+}
+
+/// Writes the report, prints its summary, and fails the process if verification failed.
+fn finish(common: &Common, report: &prefixkv_bench::report::Report) -> Result<()> {
+    let path = report.write(&common.out)?;
+    println!(
+        "{}: {}",
+        report.experiment,
+        serde_json::to_string_pretty(&report.summary)?
+    );
+    println!(
+        "verified: {} (results in {})",
+        report.verified,
+        path.display()
+    );
+    if !report.verified {
+        anyhow::bail!("{}: verification failed", report.experiment);
+    }
+    Ok(())
 }

@@ -33,7 +33,10 @@ where
         // SAFETY: from `gcas_read` under `guard`.
         let main = unsafe { clone_arc(std::ptr::from_ref(main)) };
         drop(guard);
-        Leaves { core, stack: vec![(main, 0)] }
+        Leaves {
+            core,
+            stack: vec![(main, 0)],
+        }
     }
 }
 
@@ -103,12 +106,17 @@ where
     type Item = (K, V);
 
     fn next(&mut self) -> Option<(K, V)> {
-        self.leaves.next().map(|leaf| (leaf.key.clone(), leaf.value.clone()))
+        self.leaves
+            .next()
+            .map(|leaf| (leaf.key.clone(), leaf.value.clone()))
     }
 }
 
 impl<K, V, S> std::fmt::Debug for Iter<K, V, S> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("Iter").field("depth", &self.leaves.stack.len()).finish()
+        formatter
+            .debug_struct("Iter")
+            .field("depth", &self.leaves.stack.len())
+            .finish()
     }
 }

@@ -77,7 +77,10 @@ fn apply(state: &BTreeMap<u64, u32>, operation: Operation) -> (BTreeMap<u64, u32
 
 /// True if `history` (at most 64 events) is linearizable from `initial`.
 pub(crate) fn is_linearizable(history: &[Event], initial: &BTreeMap<u64, u32>) -> bool {
-    assert!(history.len() <= 64, "the checker tracks done operations in a u64");
+    assert!(
+        history.len() <= 64,
+        "the checker tracks done operations in a u64"
+    );
     fn search(
         history: &[Event],
         done: u64,
@@ -87,7 +90,10 @@ pub(crate) fn is_linearizable(history: &[Event], initial: &BTreeMap<u64, u32>) -
         if done.count_ones() as usize == history.len() {
             return true;
         }
-        if !seen.insert((done, state.iter().map(|(key, value)| (*key, *value)).collect())) {
+        if !seen.insert((
+            done,
+            state.iter().map(|(key, value)| (*key, *value)).collect(),
+        )) {
             return false;
         }
         // An operation may go next only if no other pending one returned before it started.
@@ -124,7 +130,11 @@ impl Clock {
 }
 
 /// Runs `operation` on `trie`, recording its invoke and return ticks.
-pub(crate) fn perform(trie: &CTrie<u64, u32, ShapedHash>, clock: &Clock, operation: Operation) -> Event {
+pub(crate) fn perform(
+    trie: &CTrie<u64, u32, ShapedHash>,
+    clock: &Clock,
+    operation: Operation,
+) -> Event {
     let invoked = clock.tick();
     let outcome = match operation {
         Operation::Get(key) => Outcome::Value(trie.get(&key)),
@@ -148,7 +158,12 @@ pub(crate) fn perform(trie: &CTrie<u64, u32, ShapedHash>, clock: &Clock, operati
         Operation::Len => Outcome::Count(trie.len()),
     };
     let returned = clock.tick();
-    Event { operation, outcome, invoked, returned }
+    Event {
+        operation,
+        outcome,
+        invoked,
+        returned,
+    }
 }
 
 /// A deterministic pseudo-random sequence of `count` operations on keys `0..keys` (SplitMix64).
@@ -184,9 +199,18 @@ pub(crate) fn random_operations(seed: u64, count: usize, keys: u64) -> Vec<Opera
 /// Hash shapes that put the few test keys in interesting places: all in one CNode, all down a
 /// deep chain (contraction and cleaning at every level), and all in one LNode.
 pub(crate) const SHAPES: [ShapedHash; 3] = [
-    ShapedHash { multiplier: 1, mask: u64::MAX },
-    ShapedHash { multiplier: 1 << 58, mask: u64::MAX },
-    ShapedHash { multiplier: 1, mask: 0 },
+    ShapedHash {
+        multiplier: 1,
+        mask: u64::MAX,
+    },
+    ShapedHash {
+        multiplier: 1 << 58,
+        mask: u64::MAX,
+    },
+    ShapedHash {
+        multiplier: 1,
+        mask: 0,
+    },
 ];
 
 #[cfg(not(any(loom, shuttle)))]
@@ -195,19 +219,42 @@ mod tests {
     use std::sync::Barrier;
 
     fn stress_iterations() -> usize {
-        std::env::var("PREFIXKV_CTRIE_STRESS").ok().and_then(|text| text.parse().ok()).unwrap_or(300)
+        std::env::var("PREFIXKV_CTRIE_STRESS")
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(300)
     }
 
     #[test]
     fn checker_rejects_a_stale_snapshot() {
         let history = vec![
-            Event { operation: Operation::Insert(1, 5), outcome: Outcome::Value(None), invoked: 0, returned: 1 },
-            Event { operation: Operation::ReadOnlySnapshot, outcome: Outcome::Entries(vec![]), invoked: 2, returned: 3 },
+            Event {
+                operation: Operation::Insert(1, 5),
+                outcome: Outcome::Value(None),
+                invoked: 0,
+                returned: 1,
+            },
+            Event {
+                operation: Operation::ReadOnlySnapshot,
+                outcome: Outcome::Entries(vec![]),
+                invoked: 2,
+                returned: 3,
+            },
         ];
         assert!(!is_linearizable(&history, &BTreeMap::new()));
         let overlapping = vec![
-            Event { operation: Operation::Insert(1, 5), outcome: Outcome::Value(None), invoked: 0, returned: 3 },
-            Event { operation: Operation::ReadOnlySnapshot, outcome: Outcome::Entries(vec![]), invoked: 1, returned: 2 },
+            Event {
+                operation: Operation::Insert(1, 5),
+                outcome: Outcome::Value(None),
+                invoked: 0,
+                returned: 3,
+            },
+            Event {
+                operation: Operation::ReadOnlySnapshot,
+                outcome: Outcome::Entries(vec![]),
+                invoked: 1,
+                returned: 2,
+            },
         ];
         assert!(is_linearizable(&overlapping, &BTreeMap::new()));
     }
@@ -229,17 +276,27 @@ mod tests {
             let history: Vec<Event> = std::thread::scope(|scope| {
                 let handles: Vec<_> = (0..threads)
                     .map(|thread| {
-                        let operations = random_operations((iteration * threads + thread) as u64, 6, 3);
+                        let operations =
+                            random_operations((iteration * threads + thread) as u64, 6, 3);
                         let (trie, clock, barrier) = (&trie, &clock, &barrier);
                         scope.spawn(move || {
                             barrier.wait();
-                            operations.into_iter().map(|operation| perform(trie, clock, operation)).collect::<Vec<_>>()
+                            operations
+                                .into_iter()
+                                .map(|operation| perform(trie, clock, operation))
+                                .collect::<Vec<_>>()
                         })
                     })
                     .collect();
-                handles.into_iter().flat_map(|handle| handle.join().expect("worker panicked")).collect()
+                handles
+                    .into_iter()
+                    .flat_map(|handle| handle.join().expect("worker panicked"))
+                    .collect()
             });
-            assert!(is_linearizable(&history, &initial), "iteration {iteration}: not linearizable: {history:#?}");
+            assert!(
+                is_linearizable(&history, &initial),
+                "iteration {iteration}: not linearizable: {history:#?}"
+            );
         }
     }
 }

@@ -12,9 +12,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Keys 0, 1, 2 share the root CNode.
-const FLAT: ShapedHash = ShapedHash { multiplier: 1, mask: u64::MAX };
+const FLAT: ShapedHash = ShapedHash {
+    multiplier: 1,
+    mask: u64::MAX,
+};
 /// Keys 0, 1, 2 share root slot 0 and part one level down: removes contract and clean.
-const TWO_LEVELS: ShapedHash = ShapedHash { multiplier: 1 << 6, mask: u64::MAX };
+const TWO_LEVELS: ShapedHash = ShapedHash {
+    multiplier: 1 << 6,
+    mask: u64::MAX,
+};
 
 /// Preemptions per execution unless `LOOM_MAX_PREEMPTIONS` says otherwise; 6 explores tens of
 /// thousands of executions per test in seconds.
@@ -33,7 +39,10 @@ fn model(test: impl Fn() + Sync + Send + 'static) {
         // Every model thread has joined and every trie is dropped: free what was retired.
         reclaim_all();
     });
-    eprintln!("loom explored {} executions", executions.load(std::sync::atomic::Ordering::Relaxed));
+    eprintln!(
+        "loom explored {} executions",
+        executions.load(std::sync::atomic::Ordering::Relaxed)
+    );
 }
 
 fn entries(pairs: &[(u64, u32)]) -> BTreeMap<u64, u32> {
@@ -52,10 +61,16 @@ fn loom_insert_races_read_only_snapshot() {
         let frozen = trie.read_only_snapshot();
         let seen: BTreeMap<u64, u32> = frozen.iter().collect();
         writer.join().unwrap();
-        assert!(seen == entries(&[(1, 10)]) || seen == entries(&[(1, 10), (2, 20)]), "{seen:?}");
+        assert!(
+            seen == entries(&[(1, 10)]) || seen == entries(&[(1, 10), (2, 20)]),
+            "{seen:?}"
+        );
         // Frozen means frozen: the same after the writer finished.
         assert_eq!(frozen.iter().collect::<BTreeMap<_, _>>(), seen);
-        assert_eq!(trie.iter().collect::<BTreeMap<_, _>>(), entries(&[(1, 10), (2, 20)]));
+        assert_eq!(
+            trie.iter().collect::<BTreeMap<_, _>>(),
+            entries(&[(1, 10), (2, 20)])
+        );
     });
 }
 
@@ -86,7 +101,10 @@ fn loom_remove_with_contraction_races_insert() {
         };
         assert_eq!(trie.insert(2, 20), None);
         remover.join().unwrap();
-        assert_eq!(trie.iter().collect::<BTreeMap<_, _>>(), entries(&[(0, 0), (2, 20)]));
+        assert_eq!(
+            trie.iter().collect::<BTreeMap<_, _>>(),
+            entries(&[(0, 0), (2, 20)])
+        );
     });
 }
 
@@ -103,7 +121,10 @@ fn loom_remove_with_contraction_races_snapshot() {
         let frozen = trie.read_only_snapshot();
         let seen: BTreeMap<u64, u32> = frozen.iter().collect();
         remover.join().unwrap();
-        assert!(seen == entries(&[(0, 0), (1, 10)]) || seen == entries(&[(0, 0)]), "{seen:?}");
+        assert!(
+            seen == entries(&[(0, 0), (1, 10)]) || seen == entries(&[(0, 0)]),
+            "{seen:?}"
+        );
         assert_eq!(frozen.len(), seen.len());
         assert_eq!(trie.iter().collect::<BTreeMap<_, _>>(), entries(&[(0, 0)]));
     });
@@ -121,7 +142,11 @@ fn loom_writable_snapshot_diverges_from_racing_insert() {
         let copy = trie.snapshot();
         copy.insert(3, 30);
         writer.join().unwrap();
-        assert_eq!(trie.get(&3), None, "a write to the snapshot leaked into the trie");
+        assert_eq!(
+            trie.get(&3),
+            None,
+            "a write to the snapshot leaked into the trie"
+        );
         assert_eq!(trie.get(&2), Some(20));
         let seen: BTreeMap<u64, u32> = copy.iter().collect();
         assert!(

@@ -34,6 +34,13 @@ pub struct ReadOnlySnapshot<K, V, S = DefaultHashBuilder> {
     len: OnceLock<usize>,
 }
 
+/// What a snapshot's RDCSS left behind: the old root INode (now the snapshot's) and the main
+/// node it pointed at (now shared by every trie of the family).
+struct Frozen<K, V> {
+    old_root: Arc<INode<K, V>>,
+    main: Arc<MainNode<K, V>>,
+}
+
 fn empty_root<K, V>(generation: u64) -> Arc<INode<K, V>> {
     let main = MainNode::new(Kind::Branches(CNode::empty(generation)));
     Arc::new(INode::new(generation, Arc::new(main)))
@@ -68,7 +75,9 @@ where
 {
     /// An empty trie hashing keys with `hasher` (which must give equal keys equal hashes).
     pub fn with_hasher(hasher: S) -> Self {
-        CTrie { core: Core::new(empty_root(new_generation()), false, hasher) }
+        CTrie {
+            core: Core::new(empty_root(new_generation()), false, hasher),
+        }
     }
 
     fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
@@ -167,16 +176,22 @@ where
 
     /// Installs a fresh root INode in a new generation over the current main node (RDCSS) and
     /// returns the old root INode and that main node. Both tries now share the subtree.
-    fn freeze_root(&self, guard: &Guard) -> (Arc<INode<K, V>>, Arc<MainNode<K, V>>) {
+    fn freeze_root(&self, guard: &Guard) -> Frozen<K, V> {
         loop {
             let (root, root_pointer) = self.core.read_root_pointer(guard);
             let expected = self.core.gcas_read(root, guard);
             // SAFETY: `expected` came from `gcas_read` under `guard`.
             let expected_count = unsafe { clone_arc(std::ptr::from_ref(expected)) };
             let live_root = Arc::new(INode::new(new_generation(), expected_count.clone()));
-            if self.core.rdcss_root(root_pointer, expected, live_root, guard) {
+            if self
+                .core
+                .rdcss_root(root_pointer, expected, live_root, guard)
+            {
                 // SAFETY: the old root is protected by `guard` (its retirement was deferred).
-                return (unsafe { clone_arc(root_pointer) }, expected_count);
+                return Frozen {
+                    old_root: unsafe { clone_arc(root_pointer) },
+                    main: expected_count,
+                };
             }
         }
     }
@@ -185,16 +200,21 @@ where
     /// trie are invisible to the other; they share nodes until one of them writes there.
     pub fn snapshot(&self) -> CTrie<K, V, S> {
         let guard = pin();
-        let (_old_root, main) = self.freeze_root(&guard);
-        let root = Arc::new(INode::new(new_generation(), main));
-        CTrie { core: Core::new(root, false, self.core.hasher.clone()) }
+        let frozen = self.freeze_root(&guard);
+        let root = Arc::new(INode::new(new_generation(), frozen.main));
+        CTrie {
+            core: Core::new(root, false, self.core.hasher.clone()),
+        }
     }
 
     /// A frozen view of the trie as it is at this instant, in O(1).
     pub fn read_only_snapshot(&self) -> ReadOnlySnapshot<K, V, S> {
         let guard = pin();
-        let (old_root, _main) = self.freeze_root(&guard);
-        ReadOnlySnapshot { core: Arc::new(Core::new(old_root, true, self.core.hasher.clone())), len: OnceLock::new() }
+        let old_root = self.freeze_root(&guard).old_root;
+        ReadOnlySnapshot {
+            core: Arc::new(Core::new(old_root, true, self.core.hasher.clone())),
+            len: OnceLock::new(),
+        }
     }
 
     /// Removes every entry (atomically: one RDCSS to an empty root). Snapshots keep theirs.
@@ -203,7 +223,10 @@ where
         loop {
             let (root, root_pointer) = self.core.read_root_pointer(&guard);
             let expected = self.core.gcas_read(root, &guard);
-            if self.core.rdcss_root(root_pointer, expected, empty_root(new_generation()), &guard) {
+            if self
+                .core
+                .rdcss_root(root_pointer, expected, empty_root(new_generation()), &guard)
+            {
                 return;
             }
         }
@@ -267,7 +290,9 @@ where
 
     /// The number of entries (counted once, O(n), then cached: the snapshot never changes).
     pub fn len(&self) -> usize {
-        *self.len.get_or_init(|| Leaves::new(self.core.clone()).count())
+        *self
+            .len
+            .get_or_init(|| Leaves::new(self.core.clone()).count())
     }
 
     /// True if the snapshot has no entries.
@@ -303,6 +328,9 @@ impl<K, V, S> std::fmt::Debug for CTrie<K, V, S> {
 
 impl<K, V, S> std::fmt::Debug for ReadOnlySnapshot<K, V, S> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("ReadOnlySnapshot").field("len", &self.len.get()).finish_non_exhaustive()
+        formatter
+            .debug_struct("ReadOnlySnapshot")
+            .field("len", &self.len.get())
+            .finish_non_exhaustive()
     }
 }

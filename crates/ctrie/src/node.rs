@@ -83,7 +83,12 @@ pub(crate) struct Leaf<K, V> {
 
 impl<K, V> Leaf<K, V> {
     pub(crate) fn new(hash: u64, key: K, value: V) -> Leaf<K, V> {
-        Leaf { hash, key, value, _tally: Tally::new() }
+        Leaf {
+            hash,
+            key,
+            value,
+            _tally: Tally::new(),
+        }
     }
 }
 
@@ -97,7 +102,11 @@ pub(crate) struct INode<K, V> {
 
 impl<K, V> INode<K, V> {
     pub(crate) fn new(generation: Generation, main: Arc<MainNode<K, V>>) -> INode<K, V> {
-        INode { generation, main: AtomicPtr::new(Arc::into_raw(main).cast_mut()), _tally: Tally::new() }
+        INode {
+            generation,
+            main: AtomicPtr::new(Arc::into_raw(main).cast_mut()),
+            _tally: Tally::new(),
+        }
     }
 }
 
@@ -145,14 +154,27 @@ pub(crate) fn locate(bitmap: u64, hash: u64, level: u32) -> (u64, usize) {
 
 impl<K, V> CNode<K, V> {
     pub(crate) fn empty(generation: Generation) -> CNode<K, V> {
-        CNode { bitmap: 0, branches: Box::new([]), generation }
+        CNode {
+            bitmap: 0,
+            branches: Box::new([]),
+            generation,
+        }
     }
 
     /// This CNode with the branch at `position` replaced.
-    pub(crate) fn updated_at(&self, position: usize, branch: Branch<K, V>, generation: Generation) -> CNode<K, V> {
+    pub(crate) fn updated_at(
+        &self,
+        position: usize,
+        branch: Branch<K, V>,
+        generation: Generation,
+    ) -> CNode<K, V> {
         let mut branches = self.branches.to_vec();
         branches[position] = branch;
-        CNode { bitmap: self.bitmap, branches: branches.into_boxed_slice(), generation }
+        CNode {
+            bitmap: self.bitmap,
+            branches: branches.into_boxed_slice(),
+            generation,
+        }
     }
 
     /// This CNode with `branch` added under the (clear) bitmap bit `flag` at `position`.
@@ -168,15 +190,28 @@ impl<K, V> CNode<K, V> {
         branches.extend_from_slice(&self.branches[..position]);
         branches.push(branch);
         branches.extend_from_slice(&self.branches[position..]);
-        CNode { bitmap: self.bitmap | flag, branches: branches.into_boxed_slice(), generation }
+        CNode {
+            bitmap: self.bitmap | flag,
+            branches: branches.into_boxed_slice(),
+            generation,
+        }
     }
 
     /// This CNode without the branch under bit `flag` at `position`.
-    pub(crate) fn removed_at(&self, position: usize, flag: u64, generation: Generation) -> CNode<K, V> {
+    pub(crate) fn removed_at(
+        &self,
+        position: usize,
+        flag: u64,
+        generation: Generation,
+    ) -> CNode<K, V> {
         debug_assert_ne!(self.bitmap & flag, 0);
         let mut branches = self.branches.to_vec();
         branches.remove(position);
-        CNode { bitmap: self.bitmap & !flag, branches: branches.into_boxed_slice(), generation }
+        CNode {
+            bitmap: self.bitmap & !flag,
+            branches: branches.into_boxed_slice(),
+            generation,
+        }
     }
 
     /// Contraction: a non-root CNode left with one SNode and nothing else becomes a TNode, so the
@@ -208,8 +243,12 @@ impl<K: Eq, V> ListNode<K, V> {
     /// The list with `leaf` added, or replacing the entry with the same key.
     pub(crate) fn inserted(&self, leaf: Arc<Leaf<K, V>>) -> ListNode<K, V> {
         debug_assert!(self.entries.iter().all(|entry| entry.hash == leaf.hash));
-        let mut entries: Vec<Arc<Leaf<K, V>>> =
-            self.entries.iter().filter(|entry| entry.key != leaf.key).cloned().collect();
+        let mut entries: Vec<Arc<Leaf<K, V>>> = self
+            .entries
+            .iter()
+            .filter(|entry| entry.key != leaf.key)
+            .cloned()
+            .collect();
         entries.push(leaf);
         ListNode { entries }
     }
@@ -220,9 +259,16 @@ impl<K: Eq, V> ListNode<K, V> {
         K: std::borrow::Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let entries: Vec<Arc<Leaf<K, V>>> =
-            self.entries.iter().filter(|entry| entry.key.borrow() != key).cloned().collect();
-        debug_assert!(!entries.is_empty(), "an LNode always holds at least two entries");
+        let entries: Vec<Arc<Leaf<K, V>>> = self
+            .entries
+            .iter()
+            .filter(|entry| entry.key.borrow() != key)
+            .cloned()
+            .collect();
+        debug_assert!(
+            !entries.is_empty(),
+            "an LNode always holds at least two entries"
+        );
         if entries.len() == 1 {
             MainNode::new(Kind::Tomb(entries[0].clone()))
         } else {
@@ -254,7 +300,11 @@ pub(crate) struct MainNode<K, V> {
 
 impl<K, V> MainNode<K, V> {
     pub(crate) fn new(kind: Kind<K, V>) -> MainNode<K, V> {
-        MainNode { prev: AtomicPtr::new(std::ptr::null_mut()), kind, _tally: Tally::new() }
+        MainNode {
+            prev: AtomicPtr::new(std::ptr::null_mut()),
+            kind,
+            _tally: Tally::new(),
+        }
     }
 }
 
@@ -280,7 +330,9 @@ pub(crate) fn dual<K, V>(
     if level >= 64 {
         debug_assert_eq!(level, LIST_LEVEL);
         debug_assert_eq!(first.hash, second.hash);
-        return MainNode::new(Kind::List(ListNode { entries: vec![first, second] }));
+        return MainNode::new(Kind::List(ListNode {
+            entries: vec![first, second],
+        }));
     }
     let mask = u64::from(BRANCHING - 1);
     let first_index = (first.hash >> level) & mask;
@@ -288,13 +340,20 @@ pub(crate) fn dual<K, V>(
     let bitmap = (1u64 << first_index) | (1u64 << second_index);
     let branches: Box<[Branch<K, V>]> = if first_index == second_index {
         let below = dual(first, second, level + BITS_PER_LEVEL, generation);
-        Box::new([Branch::Indirect(Arc::new(INode::new(generation, Arc::new(below))))])
+        Box::new([Branch::Indirect(Arc::new(INode::new(
+            generation,
+            Arc::new(below),
+        )))])
     } else if first_index < second_index {
         Box::new([Branch::Single(first), Branch::Single(second)])
     } else {
         Box::new([Branch::Single(second), Branch::Single(first)])
     };
-    MainNode::new(Kind::Branches(CNode { bitmap, branches, generation }))
+    MainNode::new(Kind::Branches(CNode {
+        bitmap,
+        branches,
+        generation,
+    }))
 }
 
 /// Outcome of an RDCSS descriptor: decided once by a CAS, so whoever asks later agrees.
@@ -318,15 +377,28 @@ pub(crate) struct Descriptor<K, V> {
 }
 
 impl<K, V> Descriptor<K, V> {
-    pub(crate) fn new(old: Arc<INode<K, V>>, expected: Arc<MainNode<K, V>>, new: Arc<INode<K, V>>) -> Self {
-        Descriptor { old, expected, new, state: AtomicU8::new(UNDECIDED), _tally: Tally::new() }
+    pub(crate) fn new(
+        old: Arc<INode<K, V>>,
+        expected: Arc<MainNode<K, V>>,
+        new: Arc<INode<K, V>>,
+    ) -> Self {
+        Descriptor {
+            old,
+            expected,
+            new,
+            state: AtomicU8::new(UNDECIDED),
+            _tally: Tally::new(),
+        }
     }
 }
 
 impl<K, V> Descriptor<K, V> {
     /// Decides the descriptor as `wanted` unless it is decided already; returns the decision.
     pub(crate) fn decide(&self, wanted: u8) -> u8 {
-        match self.state.compare_exchange(UNDECIDED, wanted, Ordering::SeqCst, Ordering::SeqCst) {
+        match self
+            .state
+            .compare_exchange(UNDECIDED, wanted, Ordering::SeqCst, Ordering::SeqCst)
+        {
             Ok(_) => wanted,
             Err(decided) => decided,
         }

@@ -71,11 +71,21 @@ where
                 Branch::Single(leaf) => Branch::Single(leaf.clone()),
             })
             .collect();
-        CNode { bitmap: cnode.bitmap, branches, generation }
+        CNode {
+            bitmap: cnode.bitmap,
+            branches,
+            generation,
+        }
     }
 
     /// `cnode` with every dead (TNode) child INode replaced by its entry, then contracted.
-    fn compressed(&self, cnode: &CNode<K, V>, level: u32, generation: u64, guard: &Guard) -> MainNode<K, V> {
+    fn compressed(
+        &self,
+        cnode: &CNode<K, V>,
+        level: u32,
+        generation: u64,
+        guard: &Guard,
+    ) -> MainNode<K, V> {
         let branches = cnode
             .branches
             .iter()
@@ -87,7 +97,12 @@ where
                 Branch::Single(_) => branch.clone(),
             })
             .collect();
-        CNode { bitmap: cnode.bitmap, branches, generation }.contracted(level)
+        CNode {
+            bitmap: cnode.bitmap,
+            branches,
+            generation,
+        }
+        .contracted(level)
     }
 
     /// Compresses the CNode under `inode` (at `level`), once; failure is fine (someone else
@@ -113,7 +128,9 @@ where
     ) {
         loop {
             let parent_main = self.gcas_read(parent, guard);
-            let Kind::Branches(cnode) = &parent_main.kind else { return };
+            let Kind::Branches(cnode) = &parent_main.kind else {
+                return;
+            };
             let (flag, position) = locate(cnode.bitmap, tomb.hash, parent_level);
             if cnode.bitmap & flag == 0 {
                 return; // somebody already removed the dead INode
@@ -212,14 +229,25 @@ where
                     let (flag, position) = locate(cnode.bitmap, hash, level);
                     if cnode.bitmap & flag == 0 {
                         if !condition.allows(None) {
-                            return Some(Updated { applied: false, previous: None });
+                            return Some(Updated {
+                                applied: false,
+                                previous: None,
+                            });
                         }
                         let base = self.current_generation(cnode, inode.generation, guard);
                         let base = base.as_ref().unwrap_or(cnode);
-                        let inserted =
-                            base.inserted_at(position, flag, Branch::Single(leaf.clone()), inode.generation);
-                        let applied = self.gcas(inode, main, MainNode::new(Kind::Branches(inserted)), guard);
-                        return applied.then_some(Updated { applied, previous: None });
+                        let inserted = base.inserted_at(
+                            position,
+                            flag,
+                            Branch::Single(leaf.clone()),
+                            inode.generation,
+                        );
+                        let applied =
+                            self.gcas(inode, main, MainNode::new(Kind::Branches(inserted)), guard);
+                        return applied.then_some(Updated {
+                            applied,
+                            previous: None,
+                        });
                     }
                     match &cnode.branches[position] {
                         Branch::Indirect(child) => {
@@ -229,29 +257,66 @@ where
                                 level += BITS_PER_LEVEL;
                                 continue;
                             }
-                            MainNode::new(Kind::Branches(self.renewed(cnode, start_generation, guard)))
+                            MainNode::new(Kind::Branches(self.renewed(
+                                cnode,
+                                start_generation,
+                                guard,
+                            )))
                         }
-                        Branch::Single(existing) if existing.hash == hash && existing.key == leaf.key => {
+                        Branch::Single(existing)
+                            if existing.hash == hash && existing.key == leaf.key =>
+                        {
                             if !condition.allows(Some(&existing.value)) {
                                 let previous = Some(existing.value.clone());
-                                return Some(Updated { applied: false, previous });
+                                return Some(Updated {
+                                    applied: false,
+                                    previous,
+                                });
                             }
-                            let updated = cnode.updated_at(position, Branch::Single(leaf.clone()), inode.generation);
-                            let applied = self.gcas(inode, main, MainNode::new(Kind::Branches(updated)), guard);
-                            return applied.then(|| Updated { applied, previous: Some(existing.value.clone()) });
+                            let updated = cnode.updated_at(
+                                position,
+                                Branch::Single(leaf.clone()),
+                                inode.generation,
+                            );
+                            let applied = self.gcas(
+                                inode,
+                                main,
+                                MainNode::new(Kind::Branches(updated)),
+                                guard,
+                            );
+                            return applied.then(|| Updated {
+                                applied,
+                                previous: Some(existing.value.clone()),
+                            });
                         }
                         Branch::Single(existing) => {
                             if !condition.allows(None) {
-                                return Some(Updated { applied: false, previous: None });
+                                return Some(Updated {
+                                    applied: false,
+                                    previous: None,
+                                });
                             }
                             let base = self.current_generation(cnode, inode.generation, guard);
                             let base = base.as_ref().unwrap_or(cnode);
-                            let below =
-                                dual(existing.clone(), leaf.clone(), level + BITS_PER_LEVEL, inode.generation);
+                            let below = dual(
+                                existing.clone(),
+                                leaf.clone(),
+                                level + BITS_PER_LEVEL,
+                                inode.generation,
+                            );
                             let sub = Arc::new(INode::new(inode.generation, Arc::new(below)));
-                            let updated = base.updated_at(position, Branch::Indirect(sub), inode.generation);
-                            let applied = self.gcas(inode, main, MainNode::new(Kind::Branches(updated)), guard);
-                            return applied.then_some(Updated { applied, previous: None });
+                            let updated =
+                                base.updated_at(position, Branch::Indirect(sub), inode.generation);
+                            let applied = self.gcas(
+                                inode,
+                                main,
+                                MainNode::new(Kind::Branches(updated)),
+                                guard,
+                            );
+                            return applied.then_some(Updated {
+                                applied,
+                                previous: None,
+                            });
                         }
                     }
                 }
@@ -264,7 +329,10 @@ where
                     let existing = list.find(&leaf.key);
                     let previous = existing.map(|entry| entry.value.clone());
                     if !condition.allows(previous.as_ref()) {
-                        return Some(Updated { applied: false, previous });
+                        return Some(Updated {
+                            applied: false,
+                            previous,
+                        });
                     }
                     let inserted = MainNode::new(Kind::List(list.inserted(leaf.clone())));
                     let applied = self.gcas(inode, main, inserted, guard);
@@ -280,7 +348,12 @@ where
     }
 
     /// `cnode` renewed into `generation` if it is from an older one (`None`: already current).
-    fn current_generation(&self, cnode: &CNode<K, V>, generation: u64, guard: &Guard) -> Option<CNode<K, V>> {
+    fn current_generation(
+        &self,
+        cnode: &CNode<K, V>,
+        generation: u64,
+        guard: &Guard,
+    ) -> Option<CNode<K, V>> {
         (cnode.generation != generation).then(|| self.renewed(cnode, generation, guard))
     }
 
@@ -301,7 +374,12 @@ where
         let mut inode = root;
         let mut parent: Option<&INode<K, V>> = None;
         let mut level = 0;
-        let not_applied = |previous: Option<&V>| Some(Updated { applied: false, previous: previous.cloned() });
+        let not_applied = |previous: Option<&V>| {
+            Some(Updated {
+                applied: false,
+                previous: previous.cloned(),
+            })
+        };
         loop {
             let main = self.gcas_read(inode, guard);
             let removed_value = match &main.kind {
@@ -318,7 +396,12 @@ where
                                 level += BITS_PER_LEVEL;
                             } else {
                                 let renewed = self.renewed(cnode, start_generation, guard);
-                                if !self.gcas(inode, main, MainNode::new(Kind::Branches(renewed)), guard) {
+                                if !self.gcas(
+                                    inode,
+                                    main,
+                                    MainNode::new(Kind::Branches(renewed)),
+                                    guard,
+                                ) {
                                     return None;
                                 }
                             }
@@ -331,7 +414,9 @@ where
                             if !condition.allows(Some(&leaf.value)) {
                                 return not_applied(Some(&leaf.value));
                             }
-                            let removed = cnode.removed_at(position, flag, inode.generation).contracted(level);
+                            let removed = cnode
+                                .removed_at(position, flag, inode.generation)
+                                .contracted(level);
                             if !self.gcas(inode, main, removed, guard) {
                                 return None;
                             }
@@ -345,7 +430,9 @@ where
                     return None;
                 }
                 Kind::List(list) => {
-                    let Some(existing) = list.find(key) else { return not_applied(None) };
+                    let Some(existing) = list.find(key) else {
+                        return not_applied(None);
+                    };
                     if !condition.allows(Some(&existing.value)) {
                         return not_applied(Some(&existing.value));
                     }
@@ -363,7 +450,10 @@ where
                     self.clean_parent(parent, inode, tomb, parent_level, start_generation, guard);
                 }
             }
-            return Some(Updated { applied: true, previous: Some(removed_value) });
+            return Some(Updated {
+                applied: true,
+                previous: Some(removed_value),
+            });
         }
     }
 }

@@ -53,12 +53,21 @@ where
     pub(crate) fn new(root: Arc<INode<K, V>>, read_only: bool, hasher: S) -> Core<K, V, S> {
         let pointer = Arc::into_raw(root) as usize;
         debug_assert_eq!(pointer & DESCRIPTOR_TAG, 0, "INodes are at least 2-aligned");
-        Core { root: AtomicUsize::new(pointer), read_only, hasher, _owns: PhantomData }
+        Core {
+            root: AtomicUsize::new(pointer),
+            read_only,
+            hasher,
+            _owns: PhantomData,
+        }
     }
 
     /// The main node of `inode`, finishing a pending GCAS on it first.
     #[inline]
-    pub(crate) fn gcas_read<'g>(&self, inode: &INode<K, V>, guard: &'g Guard) -> &'g MainNode<K, V> {
+    pub(crate) fn gcas_read<'g>(
+        &self,
+        inode: &INode<K, V>,
+        guard: &'g Guard,
+    ) -> &'g MainNode<K, V> {
         let main = inode.main.load(SeqCst);
         // SAFETY: loaded from a shared field while pinned.
         let main_ref = unsafe { protected(main, guard) };
@@ -113,7 +122,11 @@ where
                 }
             }
             if root.generation == inode.generation && !self.read_only {
-                if main_ref.prev.compare_exchange(prev, std::ptr::null_mut(), SeqCst, SeqCst).is_ok() {
+                if main_ref
+                    .prev
+                    .compare_exchange(prev, std::ptr::null_mut(), SeqCst, SeqCst)
+                    .is_ok()
+                {
                     // SAFETY: `prev`'s count was owned by the field we just cleared.
                     unsafe { guard.defer_release(prev.cast_const()) };
                     return main_ref;
@@ -148,7 +161,10 @@ where
         let old_count = unsafe { clone_arc(old_pointer.cast_const()) };
         new.prev.store(Arc::into_raw(old_count).cast_mut(), SeqCst);
         let new_pointer = Arc::into_raw(Arc::new(new)).cast_mut();
-        match inode.main.compare_exchange(old_pointer, new_pointer, SeqCst, SeqCst) {
+        match inode
+            .main
+            .compare_exchange(old_pointer, new_pointer, SeqCst, SeqCst)
+        {
             Ok(_) => {
                 // SAFETY: the count `inode.main` held on `old` is ours to retire.
                 unsafe { guard.defer_release(old_pointer.cast_const()) };
@@ -178,7 +194,10 @@ where
     }
 
     /// The root INode and its `Arc` pointer (for callers that need an owned count of it).
-    pub(crate) fn read_root_pointer<'g>(&self, guard: &'g Guard) -> (&'g INode<K, V>, *const INode<K, V>) {
+    pub(crate) fn read_root_pointer<'g>(
+        &self,
+        guard: &'g Guard,
+    ) -> (&'g INode<K, V>, *const INode<K, V>) {
         let root = self.root.load(SeqCst);
         if root & DESCRIPTOR_TAG == 0 {
             let pointer = root as *const INode<K, V>;
@@ -189,7 +208,11 @@ where
         }
     }
 
-    fn rdcss_complete<'g>(&self, abort: bool, guard: &'g Guard) -> (&'g INode<K, V>, *const INode<K, V>) {
+    fn rdcss_complete<'g>(
+        &self,
+        abort: bool,
+        guard: &'g Guard,
+    ) -> (&'g INode<K, V>, *const INode<K, V>) {
         loop {
             let root = self.root.load(SeqCst);
             if root & DESCRIPTOR_TAG == 0 {
@@ -212,9 +235,16 @@ where
             } else {
                 descriptor.state.load(SeqCst)
             };
-            let target = if decision == COMMITTED { &descriptor.new } else { &descriptor.old };
+            let target = if decision == COMMITTED {
+                &descriptor.new
+            } else {
+                &descriptor.old
+            };
             let target_pointer = Arc::into_raw(target.clone());
-            match self.root.compare_exchange(root, target_pointer as usize, SeqCst, SeqCst) {
+            match self
+                .root
+                .compare_exchange(root, target_pointer as usize, SeqCst, SeqCst)
+            {
                 Ok(_) => {
                     // SAFETY: the root slot's count on the descriptor is ours to retire.
                     unsafe { guard.defer_release(descriptor_pointer) };
@@ -239,11 +269,18 @@ where
     ) -> bool {
         // SAFETY (both counts): `old` is the root INode read while pinned, and `expected`
         // came from `gcas_read` under `guard`.
-        let descriptor = Descriptor::new(unsafe { clone_arc(old) }, unsafe { clone_arc(std::ptr::from_ref(expected)) }, new);
+        let descriptor = Descriptor::new(
+            unsafe { clone_arc(old) },
+            unsafe { clone_arc(std::ptr::from_ref(expected)) },
+            new,
+        );
         let descriptor_pointer = Arc::into_raw(Arc::new(descriptor));
         let tagged = descriptor_pointer as usize | DESCRIPTOR_TAG;
         debug_assert_eq!(descriptor_pointer as usize & DESCRIPTOR_TAG, 0);
-        match self.root.compare_exchange(old as usize, tagged, SeqCst, SeqCst) {
+        match self
+            .root
+            .compare_exchange(old as usize, tagged, SeqCst, SeqCst)
+        {
             Ok(_) => {
                 // SAFETY: the root slot's count on `old` is ours to retire.
                 unsafe { guard.defer_release(old) };

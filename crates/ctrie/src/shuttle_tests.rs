@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 fn iterations() -> usize {
-    std::env::var("PREFIXKV_CTRIE_SHUTTLE_ITERATIONS").ok().and_then(|text| text.parse().ok()).unwrap_or(300)
+    std::env::var("PREFIXKV_CTRIE_SHUTTLE_ITERATIONS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(300)
 }
 
 /// One schedule: a trie with two preset keys, three threads of five operations on three keys.
@@ -42,7 +45,10 @@ fn scenario(seed: u64) {
         handle.join().unwrap();
     }
     let history = history.lock().unwrap().clone();
-    assert!(is_linearizable(&history, &initial), "seed {seed}: not linearizable: {history:#?}");
+    assert!(
+        is_linearizable(&history, &initial),
+        "seed {seed}: not linearizable: {history:#?}"
+    );
 }
 
 /// Each shuttle execution gets its own seed for the operation mix.
@@ -50,10 +56,17 @@ static SEEDS: AtomicU64 = AtomicU64::new(0);
 
 #[test]
 fn shuttle_random_schedules_are_linearizable() {
-    shuttle::check_random(|| scenario(SEEDS.fetch_add(1, Ordering::Relaxed)), iterations());
+    shuttle::check_random(
+        || scenario(SEEDS.fetch_add(1, Ordering::Relaxed)),
+        iterations(),
+    );
 }
 
 #[test]
 fn shuttle_pct_schedules_are_linearizable() {
-    shuttle::check_pct(|| scenario(SEEDS.fetch_add(1, Ordering::Relaxed) + 1_000_000), iterations(), 3);
+    shuttle::check_pct(
+        || scenario(SEEDS.fetch_add(1, Ordering::Relaxed) + 1_000_000),
+        iterations(),
+        3,
+    );
 }

@@ -54,7 +54,9 @@ pub(crate) struct Guard {
 /// Pins the current thread.
 #[cfg(not(loom))]
 pub(crate) fn pin() -> Guard {
-    Guard { inner: crossbeam_epoch::pin() }
+    Guard {
+        inner: crossbeam_epoch::pin(),
+    }
 }
 
 #[cfg(not(loom))]
@@ -111,7 +113,8 @@ mod loom_reclaim {
 
     /// Releases every retired count. Call only when no model thread is running.
     pub(crate) fn reclaim_all() {
-        let drained: Vec<Deferred> = RETIRED.with(|retired| std::mem::take(&mut *retired.borrow_mut()));
+        let drained: Vec<Deferred> =
+            RETIRED.with(|retired| std::mem::take(&mut *retired.borrow_mut()));
         for deferred in drained {
             deferred();
         }
@@ -127,7 +130,7 @@ pub(crate) use loom_reclaim::{pin, reclaim_all, Guard};
 /// `pointer` is non-null and was loaded from a shared field (or reached through nodes loaded so)
 /// while `guard` was pinned; the retirement rule above then keeps the pointee alive.
 #[inline]
-pub(crate) unsafe fn protected<'guard, T>(pointer: *const T, _guard: &'guard Guard) -> &'guard T {
+pub(crate) unsafe fn protected<T>(pointer: *const T, _guard: &Guard) -> &T {
     debug_assert!(!pointer.is_null());
     // SAFETY: guaranteed by the caller.
     unsafe { &*pointer }

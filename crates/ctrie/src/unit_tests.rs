@@ -38,7 +38,10 @@ impl Hasher for ShapedHasher {
 impl BuildHasher for ShapedHash {
     type Hasher = ShapedHasher;
     fn build_hasher(&self) -> ShapedHasher {
-        ShapedHasher { shape: *self, value: 0 }
+        ShapedHasher {
+            shape: *self,
+            value: 0,
+        }
     }
 }
 
@@ -57,23 +60,44 @@ where
     K: Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    fn walk<K, V, S>(core: &Core<K, V, S>, inode: &INode<K, V>, level: u32, prefix: u64, shape: &mut Shape)
-    where
+    fn walk<K, V, S>(
+        core: &Core<K, V, S>,
+        inode: &INode<K, V>,
+        level: u32,
+        prefix: u64,
+        shape: &mut Shape,
+    ) where
         K: Eq + Clone + Send + Sync + 'static,
         V: Clone + Send + Sync + 'static,
     {
         let guard = pin();
         let main = core.gcas_read(inode, &guard);
-        assert!(main.prev.load(std::sync::atomic::Ordering::SeqCst).is_null(), "quiescent: all GCAS decided");
+        assert!(
+            main.prev
+                .load(std::sync::atomic::Ordering::SeqCst)
+                .is_null(),
+            "quiescent: all GCAS decided"
+        );
         shape.max_level = shape.max_level.max(level);
-        let prefix_mask = if level >= 64 { u64::MAX } else { (1u64 << level) - 1 };
+        let prefix_mask = if level >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << level) - 1
+        };
         match &main.kind {
             Kind::Branches(cnode) => {
                 assert_eq!(cnode.bitmap.count_ones() as usize, cnode.branches.len());
                 if level > 0 {
-                    let lone_leaf = cnode.branches.len() == 1 && matches!(cnode.branches[0], Branch::Single(_));
-                    assert!(!lone_leaf, "a non-root CNode with one SNode must have been contracted");
-                    assert!(!cnode.branches.is_empty(), "a non-root CNode is never empty");
+                    let lone_leaf =
+                        cnode.branches.len() == 1 && matches!(cnode.branches[0], Branch::Single(_));
+                    assert!(
+                        !lone_leaf,
+                        "a non-root CNode with one SNode must have been contracted"
+                    );
+                    assert!(
+                        !cnode.branches.is_empty(),
+                        "a non-root CNode is never empty"
+                    );
                 }
                 for bit in 0..64u64 {
                     if cnode.bitmap & (1 << bit) == 0 {
@@ -83,10 +107,15 @@ where
                     let (_, position) = locate(cnode.bitmap, hash_here, level);
                     match &cnode.branches[position] {
                         Branch::Single(leaf) => {
-                            assert_eq!(leaf.hash & (prefix_mask | (63 << level)), hash_here & (prefix_mask | (63 << level)));
+                            assert_eq!(
+                                leaf.hash & (prefix_mask | (63 << level)),
+                                hash_here & (prefix_mask | (63 << level))
+                            );
                             shape.leaves += 1;
                         }
-                        Branch::Indirect(child) => walk(core, child, level + BITS_PER_LEVEL, hash_here, shape),
+                        Branch::Indirect(child) => {
+                            walk(core, child, level + BITS_PER_LEVEL, hash_here, shape)
+                        }
                     }
                 }
             }
@@ -97,7 +126,10 @@ where
             }
             Kind::List(list) => {
                 assert!(list.entries.len() >= 2);
-                assert!(list.entries.iter().all(|leaf| leaf.hash == list.entries[0].hash));
+                assert!(list
+                    .entries
+                    .iter()
+                    .all(|leaf| leaf.hash == list.entries[0].hash));
                 shape.lists += 1;
                 shape.leaves += list.entries.len();
             }
@@ -167,8 +199,15 @@ fn full_hash_collisions_use_list_nodes_and_shrink_back() {
         assert_eq!(trie.get(&key), None);
     }
     let shape = check(trie.core());
-    assert_eq!((shape.leaves, shape.lists, shape.tombs), (1, 0, 0), "{shape:?}");
-    assert_eq!(shape.max_level, 0, "everything contracted back into the root");
+    assert_eq!(
+        (shape.leaves, shape.lists, shape.tombs),
+        (1, 0, 0),
+        "{shape:?}"
+    );
+    assert_eq!(
+        shape.max_level, 0,
+        "everything contracted back into the root"
+    );
     assert_eq!(trie.get(&199), Some(398));
 }
 
@@ -260,7 +299,10 @@ fn iteration_yields_tomb_entries_of_a_frozen_trie() {
     trie.remove(&1);
     trie.remove(&2);
     let frozen = trie.read_only_snapshot();
-    assert!(check(frozen.core()).tombs > 0, "the frozen trie still has a TNode");
+    assert!(
+        check(frozen.core()).tombs > 0,
+        "the frozen trie still has a TNode"
+    );
     assert_eq!(frozen.iter().collect::<Vec<_>>(), vec![(0, 0)]);
     assert_eq!(frozen.len(), 1);
     assert_eq!(frozen.get(&0), Some(0));

@@ -72,7 +72,14 @@ fn workload() {
 
 #[test]
 fn every_node_is_freed() {
-    assert!(debug_live_nodes().is_some(), "run with debug assertions (the test profile has them)");
+    assert!(
+        debug_live_nodes().is_some(),
+        "run with debug assertions (the test profile has them)"
+    );
     workload();
-    assert!(settles_to_zero(), "{:?} nodes still alive after dropping every trie", debug_live_nodes());
+    assert!(
+        settles_to_zero(),
+        "{:?} nodes still alive after dropping every trie",
+        debug_live_nodes()
+    );
 }

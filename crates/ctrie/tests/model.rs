@@ -72,13 +72,26 @@ fn step(keys: u64) -> impl Strategy<Value = Step> {
 
 fn shapes() -> impl Strategy<Value = Shaped> {
     prop_oneof![
-        Just(Shaped { multiplier: 0x9E37_79B9_7F4A_7C15, mask: u64::MAX }), // spread out
-        Just(Shaped { multiplier: 1 << 50, mask: u64::MAX }),              // deep chains
-        Just(Shaped { multiplier: 1, mask: 3 }),                           // LNodes
-        Just(Shaped { multiplier: 0x9E37_79B9_7F4A_7C15, mask: 0xF0F0 }),  // mixed
+        Just(Shaped {
+            multiplier: 0x9E37_79B9_7F4A_7C15,
+            mask: u64::MAX
+        }), // spread out
+        Just(Shaped {
+            multiplier: 1 << 50,
+            mask: u64::MAX
+        }), // deep chains
+        Just(Shaped {
+            multiplier: 1,
+            mask: 3
+        }), // LNodes
+        Just(Shaped {
+            multiplier: 0x9E37_79B9_7F4A_7C15,
+            mask: 0xF0F0
+        }), // mixed
     ]
 }
 
+type Live = (CTrie<u64, u32, Shaped>, HashMap<u64, u32>);
 type Frozen = (ReadOnlySnapshot<u64, u32, Shaped>, HashMap<u64, u32>);
 
 fn assert_same<V: Eq + std::fmt::Debug>(
@@ -96,7 +109,7 @@ proptest! {
 
     #[test]
     fn tries_and_snapshots_match_their_models(shape in shapes(), steps in prop::collection::vec(step(40), 1..300)) {
-        let mut tries: Vec<(CTrie<u64, u32, Shaped>, HashMap<u64, u32>)> = vec![(CTrie::with_hasher(shape), HashMap::new())];
+        let mut tries: Vec<Live> = vec![(CTrie::with_hasher(shape), HashMap::new())];
         let mut frozen: Vec<Frozen> = Vec::new();
         for step in steps {
             let count = tries.len();

@@ -31,7 +31,10 @@ struct Taken {
 }
 
 fn operations_per_writer() -> u64 {
-    std::env::var("PREFIXKV_CTRIE_STRESS").ok().and_then(|text| text.parse().ok()).unwrap_or(20_000)
+    std::env::var("PREFIXKV_CTRIE_STRESS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(20_000)
 }
 
 /// Interval of instants `t` (exclusive bounds) at which the writer's state equals `seen`, one
@@ -44,8 +47,16 @@ fn matching_intervals(log: &[Logged], seen: &HashMap<u64, u64>, writer: u64) -> 
     let mut intervals = Vec::new();
     for prefix in 0..=log.len() {
         if mismatches == 0 {
-            let low = if prefix == 0 { 0 } else { log[prefix - 1].invoked };
-            let high = if prefix == log.len() { u64::MAX } else { log[prefix].returned };
+            let low = if prefix == 0 {
+                0
+            } else {
+                log[prefix - 1].invoked
+            };
+            let high = if prefix == log.len() {
+                u64::MAX
+            } else {
+                log[prefix].returned
+            };
             intervals.push((low, high));
         }
         if prefix == log.len() {
@@ -75,12 +86,20 @@ fn consistent_at_one_instant(taken: &Taken, logs: &[Vec<Logged>]) -> bool {
         .collect();
     // Candidate instants: just after each interval's lower bound and the snapshot's call. Ticks
     // are distinct integers, so `x + 0.5` stands for "just after x" (scaled by 2 below).
-    let mut candidates: Vec<u64> = per_writer.iter().flatten().map(|(low, _)| low * 2 + 1).collect();
+    let mut candidates: Vec<u64> = per_writer
+        .iter()
+        .flatten()
+        .map(|(low, _)| low * 2 + 1)
+        .collect();
     candidates.push(taken.invoked * 2 + 1);
     candidates.into_iter().any(|t| {
         t > taken.invoked * 2
             && t < taken.returned * 2
-            && per_writer.iter().all(|intervals| intervals.iter().any(|(low, high)| t > low * 2 && t < high.saturating_mul(2)))
+            && per_writer.iter().all(|intervals| {
+                intervals
+                    .iter()
+                    .any(|(low, high)| t > low * 2 && t < high.saturating_mul(2))
+            })
     })
 }
 
@@ -110,7 +129,12 @@ fn snapshots_taken_during_writes_are_atomic() {
                             trie.remove(&key);
                         }
                         let returned = clock.fetch_add(1, Ordering::SeqCst);
-                        log.push(Logged { key, value: insert.then_some(sequence), invoked, returned });
+                        log.push(Logged {
+                            key,
+                            value: insert.then_some(sequence),
+                            invoked,
+                            returned,
+                        });
                     }
                     log
                 })
@@ -128,7 +152,8 @@ fn snapshots_taken_during_writes_are_atomic() {
                         let copy = trie.snapshot();
                         let before: HashMap<u64, u64> = copy.iter().collect();
                         copy.insert(u64::MAX, 0);
-                        let after: HashMap<u64, u64> = copy.iter().filter(|(key, _)| *key != u64::MAX).collect();
+                        let after: HashMap<u64, u64> =
+                            copy.iter().filter(|(key, _)| *key != u64::MAX).collect();
                         assert_eq!(before, after);
                         before
                     } else {
@@ -140,13 +165,20 @@ fn snapshots_taken_during_writes_are_atomic() {
                     // The return tick follows the iteration: that only widens the window, and a
                     // frozen snapshot cannot change while it is iterated.
                     let returned = clock.fetch_add(1, Ordering::SeqCst);
-                    taken.push(Taken { entries, invoked, returned });
+                    taken.push(Taken {
+                        entries,
+                        invoked,
+                        returned,
+                    });
                     writable = !writable;
                 }
                 taken
             })
         };
-        let logs: Vec<Vec<Logged>> = writers.into_iter().map(|writer| writer.join().expect("writer panicked")).collect();
+        let logs: Vec<Vec<Logged>> = writers
+            .into_iter()
+            .map(|writer| writer.join().expect("writer panicked"))
+            .collect();
         done.store(true, Ordering::SeqCst);
         (logs, snapshotter.join().expect("snapshotter panicked"))
     });

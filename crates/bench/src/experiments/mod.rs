@@ -1,1 +1,2 @@
 //! One module per experiment; `main.rs` lists them as subcommands.
+pub mod ctrie;
