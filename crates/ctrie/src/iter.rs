@@ -27,12 +27,13 @@ where
 {
     pub(crate) fn new(core: Arc<Core<K, V, S>>) -> Self {
         debug_assert!(core.read_only, "iteration runs on read-only snapshots only");
-        let guard = pin();
-        let root = core.read_root(false, &guard);
-        let main = core.gcas_read(root, &guard);
-        // SAFETY: from `gcas_read` under `guard`.
-        let main = unsafe { clone_arc(std::ptr::from_ref(main)) };
-        drop(guard);
+        let main = {
+            let guard = pin();
+            let root = core.read_root(false, &guard);
+            let main = core.gcas_read(root, &guard);
+            // SAFETY: from `gcas_read` under `guard`.
+            unsafe { clone_arc(std::ptr::from_ref(main)) }
+        };
         Leaves {
             core,
             stack: vec![(main, 0)],
@@ -77,11 +78,12 @@ where
                 },
                 Kind::Failed(_) => unreachable!("gcas_read never returns a FailedNode"),
             };
-            let guard = pin();
-            let main = self.core.gcas_read(&child, &guard);
-            // SAFETY: from `gcas_read` under `guard`.
-            let main = unsafe { clone_arc(std::ptr::from_ref(main)) };
-            drop(guard);
+            let main = {
+                let guard = pin();
+                let main = self.core.gcas_read(&child, &guard);
+                // SAFETY: from `gcas_read` under `guard`.
+                unsafe { clone_arc(std::ptr::from_ref(main)) }
+            };
             self.stack.push((main, 0));
         }
     }

@@ -112,6 +112,7 @@ mod loom_reclaim {
     }
 
     /// Releases every retired count. Call only when no model thread is running.
+    #[cfg(test)]
     pub(crate) fn reclaim_all() {
         let drained: Vec<Deferred> =
             RETIRED.with(|retired| std::mem::take(&mut *retired.borrow_mut()));
@@ -121,8 +122,10 @@ mod loom_reclaim {
     }
 }
 
+#[cfg(all(loom, test))]
+pub(crate) use loom_reclaim::reclaim_all;
 #[cfg(loom)]
-pub(crate) use loom_reclaim::{pin, reclaim_all, Guard};
+pub(crate) use loom_reclaim::{pin, Guard};
 
 /// Turns a pointer loaded under `guard` into a reference that lives as long as the guard.
 ///
