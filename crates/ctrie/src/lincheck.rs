@@ -219,7 +219,7 @@ mod tests {
     use std::sync::Barrier;
 
     fn stress_iterations() -> usize {
-        std::env::var("PREFIXKV_CTRIE_STRESS")
+        std::env::var("PREFIXKV_CTRIE_LINCHECK_ITERATIONS")
             .ok()
             .and_then(|text| text.parse().ok())
             .unwrap_or(300)
