@@ -22,7 +22,9 @@
 //! **RDCSS** on the root that installs a fresh root INode of a new generation over the same
 //! main node: after it, every old INode belongs to the snapshot and is *renewed* (copied into the
 //! new generation) by the first writer that passes it. Generations are values of a global
-//! counter, never addresses. Hashes are 64 bits, 6 bits per level (64-way CNodes with a `u64`
+//! counter, never addresses. A SeqCst fence sits between GCAS's CAS on `main` and its read of
+//! the root, and between RDCSS's CAS on the root and its read of `main` (loom found the store
+//! buffering that breaks snapshots without them). Hashes are 64 bits, 6 bits per level (64-way CNodes with a `u64`
 //! bitmap; Scala's TrieMap uses 32-bit hashes, 5 bits per level); full-hash collisions go to
 //! LNodes.
 //!
