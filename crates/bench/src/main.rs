@@ -24,6 +24,8 @@ enum Experiment {
     Crash(experiments::crash::Args),
     /// Group commit vs fsync-per-append, io_uring vs pwritev (prefixkv-oplog).
     Oplog(experiments::oplog::Args),
+    /// CTrie vs dashmap/papaya (throughput) and concread/imbl (snapshot cost as the map grows).
+    Ctrie(experiments::ctrie::Args),
     /// WAL-to-database checkpoint: naive backfill against the fast one (prefixkv-pagestore).
     Wal(experiments::wal::Args),
 }
@@ -35,6 +37,7 @@ fn main() -> Result<()> {
         Experiment::Cpr(args) => experiments::cpr::run(common, args)?,
         Experiment::Crash(args) => experiments::crash::run(common, args)?,
         Experiment::Oplog(args) => experiments::oplog::run(common, args)?,
+        Experiment::Ctrie(args) => experiments::ctrie::run(common, args)?,
         Experiment::Wal(args) => experiments::wal::run(common, args)?,
     };
     finish(common, &report)

@@ -4,3 +4,4 @@ pub mod cpr;
 pub mod crash;
 pub mod oplog;
 pub mod wal;
+pub mod ctrie;
