@@ -53,6 +53,9 @@ pub struct Args {
     /// Persian flusher threads (K). Default: the number of cores.
     #[arg(long)]
     pub flushers: Option<usize>,
+    /// The engine's in-memory log budget in MiB. Default: eight times the dataset, at least 64.
+    #[arg(long)]
+    pub log_memory_mib: Option<u64>,
     /// Directory for the stores' checkpoints (a fresh subdirectory per run, removed after).
     /// Default: the system temp directory.
     #[arg(long)]
@@ -127,6 +130,7 @@ struct Plan {
     seconds: f64,
     checkpoint_interval: Duration,
     flushers: usize,
+    log_memory_bytes: u64,
     contenders: Vec<Contender>,
     data_dir: PathBuf,
 }
@@ -150,6 +154,9 @@ struct Cell {
     outside_ops_per_s: f64,
     checkpoints: Vec<CheckpointWindow>,
     peak_rss_bytes: u64,
+    /// Largest in-memory log size seen (engine contenders only), and the configured budget.
+    peak_log_memory_bytes: Option<u64>,
+    log_memory_budget_bytes: Option<u64>,
     /// (seconds since start, ops/s over the preceding 100 ms).
     timeline: Vec<(f64, f64)>,
     verified: Option<bool>,
@@ -200,6 +207,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                 .unwrap_or(if common.quick { 500 } else { 2000 }),
         ),
         flushers: args.flushers.unwrap_or(cores).max(1),
+        log_memory_bytes: args.log_memory_mib.map_or(0, |mib| mib << 20),
         contenders,
         data_dir: args.data_dir.clone().unwrap_or_else(std::env::temp_dir),
     };
@@ -234,6 +242,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         plan.checkpoint_interval.as_millis() as u64,
     );
     report.config("flusher_threads", plan.flushers);
+    report.config(
+        "log_memory_budget_bytes",
+        engine_config(&plan, Path::new(".")).log_memory_bytes,
+    );
     report.config("rounds", rounds);
     report.config(
         "variants",
@@ -356,6 +368,16 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         r.insert(
             "peak_rss_bytes".into(),
             Value::from(runs.iter().map(|c| c.peak_rss_bytes).max().unwrap_or(0)),
+        );
+        let peak_log = runs.iter().filter_map(|c| c.peak_log_memory_bytes).max();
+        r.insert(
+            "peak_log_memory_bytes".into(),
+            peak_log.map_or(Value::Null, Value::from),
+        );
+        let budget = runs.iter().find_map(|c| c.log_memory_budget_bytes);
+        r.insert(
+            "log_memory_budget_bytes".into(),
+            budget.map_or(Value::Null, Value::from),
         );
         let verified = runs
             .iter()
@@ -522,6 +544,7 @@ fn run_map_cell(
             Ok(serial)
         },
         None,
+        None,
     )?;
     Ok(Cell {
         verified: None,
@@ -542,6 +565,7 @@ fn run_engine_cell(
         .tempdir_in(&plan.data_dir)
         .with_context(|| format!("creating a store directory in {}", plan.data_dir.display()))?;
     let config = engine_config(plan, run_dir.path());
+    let budget_bytes = config.log_memory_bytes;
     let store = Store::open(config.clone())?;
 
     // The loader (session index 0) writes every key once; it stays open (suspended) so that its
@@ -594,6 +618,7 @@ fn run_engine_cell(
             Ok(serial)
         },
         driver.as_ref().map(|(s, store)| (*s, store)),
+        Some(&store),
     )?;
     session_indices.extend(ids.into_inner().expect("ids lock"));
 
@@ -635,6 +660,7 @@ fn run_engine_cell(
     Ok(Cell {
         verified: Some(verified),
         verify_detail: detail,
+        log_memory_budget_bytes: Some(budget_bytes),
         ..measured.cell
     })
 }
@@ -644,7 +670,11 @@ fn engine_config(plan: &Plan, dir: &Path) -> StoreConfig {
     config.index_buckets = (plan.keys as usize / 4).next_power_of_two().max(1 << 10);
     // Records are 8-byte keys and values plus a header: budget eight times the dataset, at least
     // 64 MiB, so read-copy-update during checkpoints has room before compaction.
-    config.log_memory_bytes = (plan.keys * 16 * 8).max(64 << 20);
+    config.log_memory_bytes = if plan.log_memory_bytes > 0 {
+        plan.log_memory_bytes
+    } else {
+        (plan.keys * 16 * 8).max(64 << 20)
+    };
     config.flusher_threads = plan.flushers;
     config.keep_checkpoints = 2;
     config
@@ -690,6 +720,7 @@ fn measure(
     threads: usize,
     worker: &(dyn Fn(u32, &AtomicBool, &AtomicU64) -> Result<u64> + Sync),
     driver: Option<(Strategy, &Arc<Store>)>,
+    probe: Option<&Arc<Store>>,
 ) -> Result<Measured> {
     let stop = AtomicBool::new(false);
     let counters: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
@@ -713,12 +744,16 @@ fn measure(
         let mut next_checkpoint = start + plan.checkpoint_interval;
         let mut pending: Option<(prefixkv_engine::CheckpointToken, f64, u64)> = None;
         let mut peak_rss = 0u64;
+        let mut peak_log = 0u64;
         let mut driver_error = None;
         while start.elapsed() < duration {
             std::thread::sleep(SAMPLE_PERIOD); // a sampling period, not a wait for a condition
             let now = start.elapsed().as_secs_f64();
             let rss = current_rss_bytes();
             peak_rss = peak_rss.max(rss);
+            if let Some(store) = probe {
+                peak_log = peak_log.max(store.log_memory_in_use_bytes());
+            }
             samples.push((now, total(), rss));
             if let Some((strategy, store)) = driver {
                 if let Some((token, started_s, rss_before)) = pending.take() {
@@ -797,6 +832,8 @@ fn measure(
                 outside_ops_per_s: outside,
                 checkpoints: windows,
                 peak_rss_bytes: peak_rss,
+                peak_log_memory_bytes: probe.map(|_| peak_log),
+                log_memory_budget_bytes: None,
                 timeline: timeline(&samples),
                 verified: None,
                 verify_detail: String::new(),
