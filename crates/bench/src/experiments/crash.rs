@@ -92,7 +92,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let _ = common;
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let progress = crate::progress::bar(u64::from(args.iterations), "crash");
-    let mut per_strategy: HashMap<String, (u32, u32, u32)> = HashMap::new(); // (runs, passed, fell back)
+    let mut per_strategy: HashMap<String, (u32, u32, u32)> = HashMap::new(); // (runs, passed, recovered at the reported version)
     for iteration in 0..args.iterations {
         let strategy = strategies[iteration as usize % strategies.len()];
         let outcome = one_iteration(args, &data_dir, strategy, iteration, &mut rng)
@@ -100,9 +100,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         let entry = per_strategy.entry(strategy.to_string()).or_default();
         entry.0 += 1;
         match outcome {
-            Ok(fell_back) => {
+            Ok(at_reported) => {
                 entry.1 += 1;
-                entry.2 += u32::from(fell_back);
+                entry.2 += u32::from(at_reported);
             }
             Err(error) => {
                 eprintln!("crash: {error:#}");
@@ -116,12 +116,13 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let mut names: Vec<_> = per_strategy.keys().cloned().collect();
     names.sort();
     for name in names {
-        let (runs, passed, fell_back) = per_strategy[&name];
+        let (runs, passed, at_reported) = per_strategy[&name];
         report.rows.push(row([
             ("variant", Value::from(name)),
             ("kills", Value::from(runs)),
             ("verified_recoveries", Value::from(passed)),
-            ("recovered_previous_version", Value::from(fell_back)),
+            ("recovered_reported_version", Value::from(at_reported)),
+            ("recovered_next_version", Value::from(runs - at_reported)),
             ("verified", Value::from(runs == passed)),
         ]));
     }
