@@ -67,6 +67,14 @@ pub enum EngineError {
         "unknown session {0}: no recovered checkpoint records it; start a new session instead"
     )]
     UnknownSession(SessionId),
+    /// Every session slot is taken.
+    #[error(
+        "too many open sessions (the limit is {limit}); drop idle sessions or end idle connections"
+    )]
+    TooManySessions {
+        /// The limit, [`crate::MAX_OPEN_SESSIONS`].
+        limit: usize,
+    },
     /// A caller passed an argument the engine cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -30,4 +30,4 @@ pub use config::{SessionId, StoreConfig, Strategy};
 pub use error::EngineError;
 pub use session::Session;
 pub use state::Phase;
-pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Store};
+pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Store, MAX_OPEN_SESSIONS};

@@ -2,6 +2,6 @@
 
 pub mod cpr;
 pub mod crash;
+pub mod ctrie;
 pub mod oplog;
 pub mod wal;
-pub mod ctrie;
