@@ -135,6 +135,9 @@ pub struct SurvivingPrefix {
     pub lost: Vec<SequenceRange>,
     /// Batches pending at the failure: they may or may not be in the recovered state.
     pub uncertain: Vec<SequenceRange>,
+    /// Batches a worker refused because they came from the old world-line: they did not run
+    /// anywhere; resubmit them (with new sequence numbers) if still wanted.
+    pub rejected: Vec<SequenceRange>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -161,6 +164,8 @@ pub struct DprSession {
     /// Batches not yet known committed, in sequence order.
     batches: VecDeque<BatchRecord>,
     pending: usize,
+    /// Batches refused with a `Rollback` header since the last handled rollback.
+    rejected: Vec<SequenceRange>,
     /// Everything below this is committed or excluded-and-committed-later; monotonic.
     committed_until: u64,
 }
@@ -178,6 +183,7 @@ impl DprSession {
             dependencies: BTreeMap::new(),
             batches: VecDeque::new(),
             pending: 0,
+            rejected: Vec::new(),
             committed_until: 0,
         }
     }
@@ -257,6 +263,18 @@ impl DprSession {
         if ticket.world_line < self.world_line {
             return Ok(Completion::Ignored);
         }
+        if response.kind == HeaderKind::Rollback && response.world_line > self.world_line {
+            // The worker refused the batch: it never ran, so it is neither lost nor uncertain.
+            if let Some(position) = self
+                .batches
+                .iter()
+                .position(|b| b.sequences == ticket.sequences && matches!(b.status, BatchStatus::Pending))
+            {
+                self.batches.remove(position);
+                self.pending -= 1;
+                self.rejected.push(ticket.sequences);
+            }
+        }
         if response.world_line > self.world_line {
             return Ok(Completion::RollbackRequired {
                 world_line: response.world_line,
@@ -305,7 +323,7 @@ impl DprSession {
                 }
                 BatchStatus::Completed(version) if version <= state.cut_version(batch.worker) => {
                     if !stopped {
-                        until = batch.sequences.end;
+                        until = until.max(batch.sequences.end);
                     }
                 }
                 BatchStatus::Completed(_) => stopped = true,
@@ -371,6 +389,7 @@ impl DprSession {
         self.dependencies.retain(|&worker, version| *version <= state.cut_version(worker));
         self.batches.clear();
         self.pending = 0;
+        prefix.rejected = std::mem::take(&mut self.rejected);
         self.committed_until = self.next_sequence;
         Ok(prefix)
     }
