@@ -126,7 +126,8 @@ pub struct CommitPoint {
 pub struct SurvivingPrefix {
     /// The new world-line the session continues on.
     pub world_line: WorldLine,
-    /// Every operation below this survived, except those listed in `uncertain`.
+    /// Every operation below this survived, except those listed in `uncertain`; the batch
+    /// starting here (if any) was lost or refused.
     pub until_sequence: u64,
     /// Completed batches that survived (including any after `until_sequence`, which ran
     /// concurrently with a lost batch and so do not depend on it).
@@ -303,6 +304,12 @@ impl DprSession {
     }
 
     /// Computes the commit point against the published `state` and forgets batches known committed.
+    ///
+    /// Rules (relaxed DPR): pending batches may be skipped over (a later batch issued while one was
+    /// pending does not depend on it) and are listed as excluded. A completed batch that is not yet
+    /// committed stops the prefix unless the prefix already passed it while it was pending; then
+    /// it stays listed as excluded (every batch issued after it completed depends on it, so none
+    /// of those can be committed before it).
     pub fn commit_point(&mut self, state: &ClusterState) -> Result<CommitPoint, SessionError> {
         if state.world_line > self.world_line {
             return Err(SessionError::RollbackPending {
@@ -311,32 +318,29 @@ impl DprSession {
                 cluster_world_line: state.world_line,
             });
         }
-        let mut excluded = Vec::new();
+        let committed = |batch: &BatchRecord| {
+            state.world_line == self.world_line
+                && matches!(batch.status, BatchStatus::Completed(v) if v <= state.cut_version(batch.worker))
+        };
         let mut until = self.committed_until;
-        let mut stopped = false;
         for batch in &self.batches {
             match batch.status {
-                BatchStatus::Pending => {
-                    if !stopped {
-                        excluded.push(batch.sequences);
-                    }
-                }
-                BatchStatus::Completed(version) if version <= state.cut_version(batch.worker) => {
-                    if !stopped {
-                        until = until.max(batch.sequences.end);
-                    }
-                }
-                BatchStatus::Completed(_) => stopped = true,
+                BatchStatus::Pending => {}
+                _ if committed(batch) => until = until.max(batch.sequences.end),
+                BatchStatus::Completed(_) if batch.sequences.start >= until => break,
+                BatchStatus::Completed(_) => {}
             }
         }
-        // Only pending ranges below the prefix boundary are excluded ones.
-        excluded.retain(|r| r.end <= until);
-        // Forget committed batches at the front; pending ones must stay (they may commit later).
-        if state.world_line == self.world_line {
-            self.batches.retain(|b| {
-                !(matches!(b.status, BatchStatus::Completed(v) if v <= state.cut_version(b.worker))
-                    && b.sequences.end <= until)
-            });
+        let excluded: Vec<SequenceRange> = self
+            .batches
+            .iter()
+            .filter(|b| b.sequences.end <= until && !committed(b))
+            .map(|b| b.sequences)
+            .collect();
+        // Forget committed batches only from the front, so everything forgotten lies below every
+        // batch still tracked (a rollback can then list survivors exactly).
+        while self.batches.front().is_some_and(|b| committed(b) && b.sequences.end <= until) {
+            self.batches.pop_front();
         }
         debug_assert!(until >= self.committed_until);
         self.committed_until = until;
@@ -358,38 +362,32 @@ impl DprSession {
         }
         let mut prefix = SurvivingPrefix {
             world_line: state.world_line,
-            until_sequence: self.committed_until,
+            until_sequence: self.next_sequence,
+            rejected: std::mem::take(&mut self.rejected),
             ..SurvivingPrefix::default()
         };
-        let mut stopped = false;
         for batch in &self.batches {
             match batch.status {
                 BatchStatus::Pending => prefix.uncertain.push(batch.sequences),
                 BatchStatus::Completed(version) if version <= state.cut_version(batch.worker) => {
-                    prefix.survived.push(batch.sequences);
-                    if !stopped {
-                        prefix.until_sequence = batch.sequences.end;
-                    }
+                    prefix.survived.push(batch.sequences)
                 }
-                BatchStatus::Completed(_) => {
-                    prefix.lost.push(batch.sequences);
-                    stopped = true;
-                }
+                BatchStatus::Completed(_) => prefix.lost.push(batch.sequences),
             }
         }
-        if !stopped {
-            // Nothing completed was lost: trailing pending batches do not extend the prefix.
-            prefix.until_sequence = prefix
-                .survived
-                .last()
-                .map_or(self.committed_until, |r| r.end)
-                .max(self.committed_until);
-        }
+        // Forgotten batches were committed and lie below every tracked one, so the prefix ends at
+        // the first batch that did not run in the surviving state.
+        prefix.until_sequence = prefix
+            .lost
+            .iter()
+            .chain(&prefix.rejected)
+            .map(|r| r.start)
+            .min()
+            .unwrap_or(self.next_sequence);
         self.world_line = state.world_line;
         self.dependencies.retain(|&worker, version| *version <= state.cut_version(worker));
         self.batches.clear();
         self.pending = 0;
-        prefix.rejected = std::mem::take(&mut self.rejected);
         self.committed_until = self.next_sequence;
         Ok(prefix)
     }
