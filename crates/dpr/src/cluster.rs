@@ -177,9 +177,17 @@ impl ClusterManager {
             // Another manager handled it first.
             return Ok(CheckOutcome::Healthy);
         }
-        tracing::warn!(?failed, world_line = advanced.world_line, "DPR workers failed; rolling back to the cut");
-        let controls: Vec<(WorkerId, Arc<dyn WorkerControl>)> =
-            self.controls.lock().iter().map(|(w, c)| (*w, Arc::clone(c))).collect();
+        tracing::warn!(
+            ?failed,
+            world_line = advanced.world_line,
+            "DPR workers failed; rolling back to the cut"
+        );
+        let controls: Vec<(WorkerId, Arc<dyn WorkerControl>)> = self
+            .controls
+            .lock()
+            .iter()
+            .map(|(w, c)| (*w, Arc::clone(c)))
+            .collect();
         for (worker, control) in controls {
             control.restore(RestoreCommand {
                 world_line: advanced.world_line,

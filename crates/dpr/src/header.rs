@@ -113,7 +113,9 @@ pub enum HeaderError {
         found: u8,
     },
     /// More dependencies than the configured maximum.
-    #[error("DPR header: dependency count {count} at offset 40 exceeds the configured maximum {max}")]
+    #[error(
+        "DPR header: dependency count {count} at offset 40 exceeds the configured maximum {max}"
+    )]
     TooManyDependencies {
         /// Count found.
         count: u32,
@@ -148,9 +150,10 @@ impl DprHeader {
 
     /// Appends the encoded header to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), HeaderError> {
-        let count = u32::try_from(self.dependencies.len()).map_err(|_| HeaderError::CountOverflow {
-            count: self.dependencies.len(),
-        })?;
+        let count =
+            u32::try_from(self.dependencies.len()).map_err(|_| HeaderError::CountOverflow {
+                count: self.dependencies.len(),
+            })?;
         let start = out.len();
         out.reserve(self.encoded_len_bytes());
         out.extend_from_slice(&MAGIC);
@@ -199,7 +202,8 @@ impl DprHeader {
         if format != FORMAT_VERSION {
             return Err(HeaderError::UnsupportedFormat { found: format });
         }
-        let kind = HeaderKind::from_byte(bytes[6]).ok_or(HeaderError::BadKind { found: bytes[6] })?;
+        let kind =
+            HeaderKind::from_byte(bytes[6]).ok_or(HeaderError::BadKind { found: bytes[6] })?;
         if bytes[7] != 0 {
             return Err(HeaderError::BadFlags { found: bytes[7] });
         }

@@ -219,7 +219,11 @@ impl DprSession {
 
     /// Issues a batch of `operation_count` operations to `worker`: assigns sequence numbers and
     /// returns the header to send with it.
-    pub fn issue_batch(&mut self, worker: WorkerId, operation_count: u64) -> Result<(DprHeader, BatchTicket), SessionError> {
+    pub fn issue_batch(
+        &mut self,
+        worker: WorkerId,
+        operation_count: u64,
+    ) -> Result<(DprHeader, BatchTicket), SessionError> {
         if operation_count == 0 {
             return Err(SessionError::EmptyBatch { session: self.id });
         }
@@ -260,17 +264,19 @@ impl DprSession {
     }
 
     /// Records a worker's response to the batch `ticket`.
-    pub fn complete_batch(&mut self, ticket: BatchTicket, response: &DprHeader) -> Result<Completion, SessionError> {
+    pub fn complete_batch(
+        &mut self,
+        ticket: BatchTicket,
+        response: &DprHeader,
+    ) -> Result<Completion, SessionError> {
         if ticket.world_line < self.world_line {
             return Ok(Completion::Ignored);
         }
         if response.kind == HeaderKind::Rollback && response.world_line > self.world_line {
             // The worker refused the batch: it never ran, so it is neither lost nor uncertain.
-            if let Some(position) = self
-                .batches
-                .iter()
-                .position(|b| b.sequences == ticket.sequences && matches!(b.status, BatchStatus::Pending))
-            {
+            if let Some(position) = self.batches.iter().position(|b| {
+                b.sequences == ticket.sequences && matches!(b.status, BatchStatus::Pending)
+            }) {
                 self.batches.remove(position);
                 self.pending -= 1;
                 self.rejected.push(ticket.sequences);
@@ -339,7 +345,11 @@ impl DprSession {
             .collect();
         // Forget committed batches only from the front, so everything forgotten lies below every
         // batch still tracked (a rollback can then list survivors exactly).
-        while self.batches.front().is_some_and(|b| committed(b) && b.sequences.end <= until) {
+        while self
+            .batches
+            .front()
+            .is_some_and(|b| committed(b) && b.sequences.end <= until)
+        {
             self.batches.pop_front();
         }
         debug_assert!(until >= self.committed_until);
@@ -352,7 +362,10 @@ impl DprSession {
 
     /// Handles a rollback to `state` (a newer world-line and its recovery cut): returns exactly
     /// what survived and moves the session onto the new world-line.
-    pub fn handle_rollback(&mut self, state: &ClusterState) -> Result<SurvivingPrefix, SessionError> {
+    pub fn handle_rollback(
+        &mut self,
+        state: &ClusterState,
+    ) -> Result<SurvivingPrefix, SessionError> {
         if state.world_line <= self.world_line {
             return Err(SessionError::NoRollback {
                 session: self.id,
@@ -385,7 +398,8 @@ impl DprSession {
             .min()
             .unwrap_or(self.next_sequence);
         self.world_line = state.world_line;
-        self.dependencies.retain(|&worker, version| *version <= state.cut_version(worker));
+        self.dependencies
+            .retain(|&worker, version| *version <= state.cut_version(worker));
         self.batches.clear();
         self.pending = 0;
         self.committed_until = self.next_sequence;

@@ -52,7 +52,9 @@ pub enum StateObjectError {
         available: Vec<Version>,
     },
     /// Versions must increase.
-    #[error("state object: commit of version {version} is not above the last committed version {last}")]
+    #[error(
+        "state object: commit of version {version} is not above the last committed version {last}"
+    )]
     VersionNotIncreasing {
         /// Asked for.
         version: Version,

@@ -120,7 +120,11 @@ impl<S: StateObject> DprWorker<S> {
     ) -> Result<Self, WorkerError> {
         finder.store().register_worker(id, now_ms)?;
         let state = finder.cluster_state()?;
-        let local_highest = state_object.persisted_versions()?.last().copied().unwrap_or(0);
+        let local_highest = state_object
+            .persisted_versions()?
+            .last()
+            .copied()
+            .unwrap_or(0);
         let highest = local_highest.max(finder.max_version()?);
         state_object.restore(state.cut_version(id))?;
         let worker = Self {
@@ -135,7 +139,10 @@ impl<S: StateObject> DprWorker<S> {
             persisted: Arc::new((Mutex::new(PersistStatus::default()), Condvar::new())),
         };
         worker.persisted.0.lock().world_line = state.world_line;
-        worker.finder.store().report_recovered(id, state.world_line)?;
+        worker
+            .finder
+            .store()
+            .report_recovered(id, state.world_line)?;
         Ok(worker)
     }
 
@@ -271,18 +278,22 @@ impl<S: StateObject> DprWorker<S> {
             label,
             metadata,
             Box::new(move |result| {
-                let outcome = result
-                    .map_err(|e| e.to_string())
-                    .and_then(|version| {
-                        finder
-                            .report_persisted(world_line, WorkerVersion::new(id, version), &dependencies)
-                            .map_err(|e| e.to_string())
-                            .map(|_| version)
-                    });
+                let outcome = result.map_err(|e| e.to_string()).and_then(|version| {
+                    finder
+                        .report_persisted(
+                            world_line,
+                            WorkerVersion::new(id, version),
+                            &dependencies,
+                        )
+                        .map_err(|e| e.to_string())
+                        .map(|_| version)
+                });
                 let (lock, changed) = &*persisted;
                 let mut status = lock.lock();
                 match outcome {
-                    Ok(version) if status.world_line == world_line => status.latest = status.latest.max(version),
+                    Ok(version) if status.world_line == world_line => {
+                        status.latest = status.latest.max(version)
+                    }
                     Ok(_) => {}
                     Err(error) => {
                         tracing::error!(worker = id, %error, "persisting a DPR version failed");
@@ -314,7 +325,9 @@ impl<S: StateObject> DprWorker<S> {
             status.world_line = state.world_line;
             status.latest = state.cut_version(self.id);
         }
-        self.finder.store().report_recovered(self.id, state.world_line)?;
+        self.finder
+            .store()
+            .report_recovered(self.id, state.world_line)?;
         Ok(())
     }
 

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{sqlite_opener, wait_for};
-use prefixkv_dpr::cluster::{CheckOutcome, ClusterManager, Clock, ManualClock, RestoreCommand, WorkerControl};
+use prefixkv_dpr::cluster::{
+    CheckOutcome, Clock, ClusterManager, ManualClock, RestoreCommand, WorkerControl,
+};
 use prefixkv_dpr::finder::{DprFinder, ExactFinder, HybridFinder};
 use prefixkv_dpr::header::DprHeader;
 use prefixkv_dpr::session::{Completion, SequenceRange};
@@ -24,7 +26,11 @@ const WAIT: Duration = Duration::from_secs(30);
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 enum Message {
-    Batch(DprHeader, Vec<MapOperation>, Sender<BatchOutcome<Option<Vec<u8>>>>),
+    Batch(
+        DprHeader,
+        Vec<MapOperation>,
+        Sender<BatchOutcome<Option<Vec<u8>>>>,
+    ),
     Commit(Sender<Version>),
     Heartbeat(Sender<()>),
     Restore(RestoreCommand),
@@ -38,9 +44,21 @@ struct Environment {
     clock: Arc<ManualClock>,
 }
 
-fn worker_thread(id: WorkerId, directory: PathBuf, environment: Arc<Environment>, inbox: Receiver<Message>) {
+fn worker_thread(
+    id: WorkerId,
+    directory: PathBuf,
+    environment: Arc<Environment>,
+    inbox: Receiver<Message>,
+) {
     let map = VersionedMap::open(directory).unwrap();
-    let mut worker = DprWorker::start(id, map, Arc::clone(&environment.finder), 64, environment.clock.now_ms()).unwrap();
+    let mut worker = DprWorker::start(
+        id,
+        map,
+        Arc::clone(&environment.finder),
+        64,
+        environment.clock.now_ms(),
+    )
+    .unwrap();
     for message in inbox {
         match message {
             Message::Batch(header, operations, reply) => {
@@ -114,7 +132,12 @@ impl WorkerControl for ThreadControl {
     fn restore(&self, command: RestoreCommand) {
         if command.failed {
             // Restart: a fresh worker over the same directory restores itself to the cut.
-            let environment = self.environment.lock().unwrap().clone().expect("environment");
+            let environment = self
+                .environment
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("environment");
             let (sender, inbox) = mpsc::channel();
             let (id, directory) = (self.id, self.directory.clone());
             std::thread::spawn(move || worker_thread(id, directory, environment, inbox));
@@ -141,7 +164,9 @@ fn run(
     operations: Vec<MapOperation>,
     log: &mut Vec<Issued>,
 ) -> Completion {
-    let (header, ticket) = session.issue_batch(control.id, operations.len() as u64).unwrap();
+    let (header, ticket) = session
+        .issue_batch(control.id, operations.len() as u64)
+        .unwrap();
     let outcome = control.ask(|reply| Message::Batch(header, operations.clone(), reply));
     let response = match outcome {
         BatchOutcome::Executed { response, .. } | BatchOutcome::Rejected { response } => response,
@@ -171,20 +196,32 @@ fn apply(map: &mut Map, operations: &[MapOperation]) {
     }
 }
 
-fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) -> Arc<dyn DprFinder>) {
+fn failure_and_rollback(
+    make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) -> Arc<dyn DprFinder>,
+) {
     let (_metadata, open) = sqlite_opener();
     let data = tempfile::tempdir().unwrap();
     let store = open();
     let clock = Arc::new(ManualClock::default());
     clock.set_ms(1_000);
-    let manager = Arc::new(ClusterManager::new(Arc::clone(&store), clock.clone() as Arc<dyn Clock>, 1_000));
+    let manager = Arc::new(ClusterManager::new(
+        Arc::clone(&store),
+        clock.clone() as Arc<dyn Clock>,
+        1_000,
+    ));
     let environment = Arc::new(Environment {
         finder: make_finder(Arc::clone(&store)),
         manager: Arc::clone(&manager),
         clock: Arc::clone(&clock),
     });
     let workers: Vec<Arc<ThreadControl>> = (1..=3)
-        .map(|id| ThreadControl::spawn(id, data.path().join(format!("worker-{id}")), Arc::clone(&environment)))
+        .map(|id| {
+            ThreadControl::spawn(
+                id,
+                data.path().join(format!("worker-{id}")),
+                Arc::clone(&environment),
+            )
+        })
         .collect();
     for control in &workers {
         manager.attach(control.id, control.clone() as Arc<dyn WorkerControl>);
@@ -199,7 +236,10 @@ fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) ->
         let control = &workers[(index % 3) as usize];
         let value = index.to_le_bytes().to_vec();
         let operations = vec![MapOperation::Put(key(control.id, index), value)];
-        assert!(matches!(run(&mut session, control, operations, &mut log), Completion::Executed { .. }));
+        assert!(matches!(
+            run(&mut session, control, operations, &mut log),
+            Completion::Executed { .. }
+        ));
         if index % 4 == 3 {
             control.ask(Message::Commit);
         }
@@ -209,7 +249,10 @@ fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) ->
     }
     let state = environment.finder.refresh().unwrap();
     let phase_1_end = session.next_sequence();
-    assert_eq!(session.commit_point(&state).unwrap().until_sequence, phase_1_end);
+    assert_eq!(
+        session.commit_point(&state).unwrap().until_sequence,
+        phase_1_end
+    );
 
     // Phase 2: more operations, never committed into the published cut.
     for index in 30..45u64 {
@@ -218,7 +261,10 @@ fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) ->
             MapOperation::Put(key(control.id, index), index.to_le_bytes().to_vec()),
             MapOperation::Delete(key(control.id, index + 1)),
         ];
-        assert!(matches!(run(&mut session, control, operations, &mut log), Completion::Executed { .. }));
+        assert!(matches!(
+            run(&mut session, control, operations, &mut log),
+            Completion::Executed { .. }
+        ));
     }
 
     // Worker 2 crashes; the others keep heartbeating past its lease.
@@ -228,7 +274,11 @@ fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) ->
     workers[2].ask(Message::Heartbeat);
     let outcome = manager.check().unwrap();
     let cut = match outcome {
-        CheckOutcome::RollbackStarted { failed, world_line, cut } => {
+        CheckOutcome::RollbackStarted {
+            failed,
+            world_line,
+            cut,
+        } => {
             assert_eq!(failed, vec![2]);
             assert_eq!(world_line, 1);
             cut
@@ -239,7 +289,10 @@ fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) ->
     // Progress is halted until every worker (including the restarted one) reports back.
     let mut finished = false;
     assert!(wait_for(WAIT, || {
-        finished = matches!(manager.check().unwrap(), CheckOutcome::RecoveryFinished { world_line: 1 });
+        finished = matches!(
+            manager.check().unwrap(),
+            CheckOutcome::RecoveryFinished { world_line: 1 }
+        );
         finished
     }));
     assert!(!store.cluster_state().unwrap().recovering);
@@ -249,7 +302,12 @@ fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) ->
     assert_eq!(manager.check().unwrap(), CheckOutcome::Healthy);
 
     // The session's next batch (still on world-line 0) is rejected; it learns its surviving prefix.
-    let stale = run(&mut session, &workers[0], vec![MapOperation::Get(key(1, 0))], &mut log);
+    let stale = run(
+        &mut session,
+        &workers[0],
+        vec![MapOperation::Get(key(1, 0))],
+        &mut log,
+    );
     assert_eq!(stale, Completion::RollbackRequired { world_line: 1 });
     let recovered_state = environment.finder.cluster_state().unwrap();
     let surviving = session.handle_rollback(&recovered_state).unwrap();
@@ -257,14 +315,24 @@ fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) ->
     assert_eq!(surviving.until_sequence, phase_1_end);
     assert!(surviving.uncertain.is_empty());
     assert_eq!(surviving.rejected.len(), 1, "the refused Get did not run");
-    assert!(surviving.survived.is_empty(), "phase 1 was already known committed");
-    let lost: Vec<SequenceRange> = log.iter().filter(|b| b.sequences.start >= phase_1_end).map(|b| b.sequences).collect();
+    assert!(
+        surviving.survived.is_empty(),
+        "phase 1 was already known committed"
+    );
+    let lost: Vec<SequenceRange> = log
+        .iter()
+        .filter(|b| b.sequences.start >= phase_1_end)
+        .map(|b| b.sequences)
+        .collect();
     assert_eq!(surviving.lost, lost);
 
     // Every worker's state is exactly phase 1 replayed (the oracle), in world-line 1.
     for control in &workers {
         let mut expected = Map::new();
-        for batch in log.iter().filter(|b| b.worker == control.id && b.sequences.end <= surviving.until_sequence) {
+        for batch in log
+            .iter()
+            .filter(|b| b.worker == control.id && b.sequences.end <= surviving.until_sequence)
+        {
             apply(&mut expected, &batch.operations);
         }
         let (world_line, contents) = control.ask(Message::Contents);
@@ -275,15 +343,24 @@ fn failure_and_rollback(make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) ->
     // The session continues on the new world-line and commits again.
     for index in 100..109u64 {
         let control = &workers[(index % 3) as usize];
-        let operations = vec![MapOperation::Put(key(control.id, index), index.to_le_bytes().to_vec())];
-        assert!(matches!(run(&mut session, control, operations, &mut log), Completion::Executed { .. }));
+        let operations = vec![MapOperation::Put(
+            key(control.id, index),
+            index.to_le_bytes().to_vec(),
+        )];
+        assert!(matches!(
+            run(&mut session, control, operations, &mut log),
+            Completion::Executed { .. }
+        ));
     }
     for control in &workers {
         control.ask(Message::Commit);
     }
     let state = environment.finder.refresh().unwrap();
     assert_eq!(state.world_line, 1);
-    assert_eq!(session.commit_point(&state).unwrap().until_sequence, session.next_sequence());
+    assert_eq!(
+        session.commit_point(&state).unwrap().until_sequence,
+        session.next_sequence()
+    );
 }
 
 #[test]
@@ -306,17 +383,25 @@ fn hybrid_finder_restart_falls_back_to_approximate() {
     store.register_worker(1, 0).unwrap();
     store.register_worker(2, 0).unwrap();
     let before = HybridFinder::new(Arc::clone(&store)).unwrap();
-    before.report_persisted(0, WorkerVersion::new(1, 1), &[]).unwrap();
-    before.report_persisted(0, WorkerVersion::new(1, 2), &[]).unwrap();
+    before
+        .report_persisted(0, WorkerVersion::new(1, 1), &[])
+        .unwrap();
+    before
+        .report_persisted(0, WorkerVersion::new(1, 2), &[])
+        .unwrap();
     drop(before); // finder crash: the graph is gone
     let after = HybridFinder::new(Arc::clone(&store)).unwrap();
     // Worker 2's version 2 depends on worker 1's version 2, persisted before the restart.
-    after.report_persisted(0, WorkerVersion::new(2, 2), &[WorkerVersion::new(1, 2)]).unwrap();
+    after
+        .report_persisted(0, WorkerVersion::new(2, 2), &[WorkerVersion::new(1, 2)])
+        .unwrap();
     // Exact alone could not pass the opaque 1-2, but Vmin = 2 and both have persisted 2.
     let state = after.refresh().unwrap();
     assert_eq!(state.cut, BTreeMap::from([(1, 2), (2, 2)]));
     // From here the exact part works again on new vertices.
-    after.report_persisted(0, WorkerVersion::new(1, 3), &[]).unwrap();
+    after
+        .report_persisted(0, WorkerVersion::new(1, 3), &[])
+        .unwrap();
     let state = after.refresh().unwrap();
     assert_eq!(state.cut, BTreeMap::from([(1, 3), (2, 2)]));
 }

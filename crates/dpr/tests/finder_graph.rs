@@ -41,15 +41,26 @@ fn random_graph() -> impl Strategy<Value = RandomGraph> {
                     if other == worker || next(3) == 0 {
                         continue;
                     }
-                    let eligible: Vec<Version> = other_list.iter().copied().filter(|&x| x <= version).collect();
+                    let eligible: Vec<Version> = other_list
+                        .iter()
+                        .copied()
+                        .filter(|&x| x <= version)
+                        .collect();
                     if !eligible.is_empty() {
-                        deps.push(WorkerVersion::new(other, eligible[next(eligible.len() as u64) as usize]));
+                        deps.push(WorkerVersion::new(
+                            other,
+                            eligible[next(eligible.len() as u64) as usize],
+                        ));
                     }
                 }
                 dependencies.insert(WorkerVersion::new(worker, version), deps);
             }
         }
-        RandomGraph { versions, persisted_count, dependencies }
+        RandomGraph {
+            versions,
+            persisted_count,
+            dependencies,
+        }
     })
 }
 
@@ -61,11 +72,14 @@ impl RandomGraph {
     fn is_closed(&self, cut: &Cut) -> bool {
         self.versions.keys().all(|&worker| {
             let top = cut.get(&worker).copied().unwrap_or(0);
-            self.persisted(worker).iter().filter(|&&v| v <= top).all(|&v| {
-                self.dependencies[&WorkerVersion::new(worker, v)]
-                    .iter()
-                    .all(|d| d.version <= cut.get(&d.worker).copied().unwrap_or(0))
-            })
+            self.persisted(worker)
+                .iter()
+                .filter(|&&v| v <= top)
+                .all(|&v| {
+                    self.dependencies[&WorkerVersion::new(worker, v)]
+                        .iter()
+                        .all(|d| d.version <= cut.get(&d.worker).copied().unwrap_or(0))
+                })
         })
     }
 
@@ -75,11 +89,20 @@ impl RandomGraph {
         let mut best: Cut = workers.iter().map(|&w| (w, 0)).collect();
         let choices: Vec<Vec<Version>> = workers
             .iter()
-            .map(|&w| std::iter::once(0).chain(self.persisted(w).iter().copied()).collect())
+            .map(|&w| {
+                std::iter::once(0)
+                    .chain(self.persisted(w).iter().copied())
+                    .collect()
+            })
             .collect();
         let mut index = vec![0usize; workers.len()];
         loop {
-            let candidate: Cut = workers.iter().zip(&index).zip(&choices).map(|((&w, &i), c)| (w, c[i])).collect();
+            let candidate: Cut = workers
+                .iter()
+                .zip(&index)
+                .zip(&choices)
+                .map(|((&w, &i), c)| (w, c[i]))
+                .collect();
             if self.is_closed(&candidate) {
                 for (w, v) in candidate {
                     let entry = best.entry(w).or_insert(0);
@@ -196,6 +219,13 @@ fn figure_3_no_cut_without_coordination() {
         }
     }
     let cut = graph.maximal_cut(&Cut::from([(A, 0), (B, 0)]));
-    assert_eq!(cut, Cut::from([(A, 1), (B, 0)]), "uncoordinated commits must not yield a cut past A-1");
-    assert!(graph.vertex_count() > 150, "many tokens were persisted, none usable");
+    assert_eq!(
+        cut,
+        Cut::from([(A, 1), (B, 0)]),
+        "uncoordinated commits must not yield a cut past A-1"
+    );
+    assert!(
+        graph.vertex_count() > 150,
+        "many tokens were persisted, none usable"
+    );
 }

@@ -5,7 +5,11 @@ use prefixkv_dpr::WorkerVersion;
 use proptest::prelude::*;
 
 fn kind() -> impl Strategy<Value = HeaderKind> {
-    prop_oneof![Just(HeaderKind::Request), Just(HeaderKind::Response), Just(HeaderKind::Rollback)]
+    prop_oneof![
+        Just(HeaderKind::Request),
+        Just(HeaderKind::Response),
+        Just(HeaderKind::Rollback)
+    ]
 }
 
 fn header() -> impl Strategy<Value = DprHeader> {
@@ -17,14 +21,19 @@ fn header() -> impl Strategy<Value = DprHeader> {
         any::<u64>(),
         proptest::collection::vec((any::<u64>(), any::<u64>()), 0..40),
     )
-        .prop_map(|(kind, world_line, version, sender, batch_sequence, pairs)| DprHeader {
-            kind,
-            world_line,
-            version,
-            sender,
-            batch_sequence,
-            dependencies: pairs.into_iter().map(|(w, v)| WorkerVersion::new(w, v)).collect(),
-        })
+        .prop_map(
+            |(kind, world_line, version, sender, batch_sequence, pairs)| DprHeader {
+                kind,
+                world_line,
+                version,
+                sender,
+                batch_sequence,
+                dependencies: pairs
+                    .into_iter()
+                    .map(|(w, v)| WorkerVersion::new(w, v))
+                    .collect(),
+            },
+        )
 }
 
 proptest! {
@@ -98,7 +107,13 @@ fn foreign_format_version_and_magic_are_rejected() {
     let mut bytes = header.encode().unwrap();
     assert_eq!(bytes.len(), FIXED_LEN_BYTES);
     bytes[4] = 2;
-    assert_eq!(DprHeader::decode(&bytes, 4), Err(HeaderError::UnsupportedFormat { found: 2 }));
+    assert_eq!(
+        DprHeader::decode(&bytes, 4),
+        Err(HeaderError::UnsupportedFormat { found: 2 })
+    );
     bytes[0] = b'X';
-    assert!(matches!(DprHeader::decode(&bytes, 4), Err(HeaderError::BadMagic { .. })));
+    assert!(matches!(
+        DprHeader::decode(&bytes, 4),
+        Err(HeaderError::BadMagic { .. })
+    ));
 }

@@ -44,9 +44,15 @@ fn versions_and_cut(open: &Opener) {
     store.register_worker(1, 0).unwrap();
     store.register_worker(2, 0).unwrap();
     let deps = [WorkerVersion::new(2, 1)];
-    assert!(store.add_persisted_version(0, WorkerVersion::new(1, 1), Some(&deps)).unwrap());
-    assert!(store.add_persisted_version(0, WorkerVersion::new(1, 2), None).unwrap());
-    assert!(store.add_persisted_version(0, WorkerVersion::new(2, 1), Some(&[])).unwrap());
+    assert!(store
+        .add_persisted_version(0, WorkerVersion::new(1, 1), Some(&deps))
+        .unwrap());
+    assert!(store
+        .add_persisted_version(0, WorkerVersion::new(1, 2), None)
+        .unwrap());
+    assert!(store
+        .add_persisted_version(0, WorkerVersion::new(2, 1), Some(&[]))
+        .unwrap());
     let persisted = store.persisted_versions().unwrap();
     assert_eq!(persisted.len(), 3);
     assert_eq!(persisted[0].dependencies.as_deref(), Some(&deps[..]));
@@ -54,7 +60,9 @@ fn versions_and_cut(open: &Opener) {
     assert_eq!(persisted[2].dependencies.as_deref(), Some(&[][..]));
     assert_eq!(store.max_version().unwrap(), 2);
     // A stale world-line is refused.
-    assert!(!store.add_persisted_version(7, WorkerVersion::new(1, 3), None).unwrap());
+    assert!(!store
+        .add_persisted_version(7, WorkerVersion::new(1, 3), None)
+        .unwrap());
     assert!(!store.publish_cut(7, &cut(&[(1, 1)])).unwrap());
 
     assert!(store.publish_cut(0, &cut(&[(1, 2), (2, 1)])).unwrap());
@@ -63,8 +71,16 @@ fn versions_and_cut(open: &Opener) {
     let state = store.cluster_state().unwrap();
     assert_eq!(state.cut, cut(&[(1, 2), (2, 1)]));
     // Versions below the cut are pruned; the cut's own versions stay.
-    let persisted: Vec<_> = store.persisted_versions().unwrap().iter().map(|p| p.version).collect();
-    assert_eq!(persisted, vec![WorkerVersion::new(1, 2), WorkerVersion::new(2, 1)]);
+    let persisted: Vec<_> = store
+        .persisted_versions()
+        .unwrap()
+        .iter()
+        .map(|p| p.version)
+        .collect();
+    assert_eq!(
+        persisted,
+        vec![WorkerVersion::new(1, 2), WorkerVersion::new(2, 1)]
+    );
 }
 
 fn world_line_and_recovery(open: &Opener) {
@@ -72,8 +88,12 @@ fn world_line_and_recovery(open: &Opener) {
     store.register_worker(1, 0).unwrap();
     store.register_worker(2, 0).unwrap();
     for version in 1..=3 {
-        store.add_persisted_version(0, WorkerVersion::new(1, version), Some(&[])).unwrap();
-        store.add_persisted_version(0, WorkerVersion::new(2, version), Some(&[])).unwrap();
+        store
+            .add_persisted_version(0, WorkerVersion::new(1, version), Some(&[]))
+            .unwrap();
+        store
+            .add_persisted_version(0, WorkerVersion::new(2, version), Some(&[]))
+            .unwrap();
     }
     store.publish_cut(0, &cut(&[(1, 2), (2, 1)])).unwrap();
     let state = store.advance_world_line(0).unwrap();
@@ -83,11 +103,21 @@ fn world_line_and_recovery(open: &Opener) {
     // A second manager racing on the same failure does not advance again.
     assert_eq!(store.advance_world_line(0).unwrap().world_line, 1);
     // Lost versions (above the cut) are gone.
-    let persisted: Vec<_> = store.persisted_versions().unwrap().iter().map(|p| p.version).collect();
-    assert_eq!(persisted, vec![WorkerVersion::new(1, 2), WorkerVersion::new(2, 1)]);
+    let persisted: Vec<_> = store
+        .persisted_versions()
+        .unwrap()
+        .iter()
+        .map(|p| p.version)
+        .collect();
+    assert_eq!(
+        persisted,
+        vec![WorkerVersion::new(1, 2), WorkerVersion::new(2, 1)]
+    );
     // Progress is halted while recovering.
     assert!(!store.publish_cut(1, &cut(&[(1, 5)])).unwrap());
-    assert!(!store.add_persisted_version(0, WorkerVersion::new(1, 9), None).unwrap());
+    assert!(!store
+        .add_persisted_version(0, WorkerVersion::new(1, 9), None)
+        .unwrap());
     store.report_recovered(1, 1).unwrap();
     assert!(!store.finish_recovery(1).unwrap());
     store.report_recovered(2, 1).unwrap();
@@ -115,13 +145,19 @@ fn no_torn_cuts(open: &Opener) {
                     let state = reader.cluster_state().unwrap();
                     let versions: Vec<u64> = state.cut.values().copied().collect();
                     assert_eq!(versions.len(), workers as usize);
-                    assert!(versions.windows(2).all(|w| w[0] == w[1]), "torn cut {versions:?}");
+                    assert!(
+                        versions.windows(2).all(|w| w[0] == w[1]),
+                        "torn cut {versions:?}"
+                    );
                     reads += 1;
                 }
             })
         })
         .collect();
-    let rounds: u64 = std::env::var("DPR_TORN_CUT_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let rounds: u64 = std::env::var("DPR_TORN_CUT_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
     for round in 1..=rounds {
         let all: Cut = (0..workers).map(|w| (w, round)).collect();
         assert!(writer.publish_cut(0, &all).unwrap());
@@ -144,13 +180,25 @@ fn finders_over_backend(open: &Opener) {
     ];
     for (index, finder) in finders.iter().enumerate() {
         let base = 10 * index as u64;
-        finder.report_persisted(0, WorkerVersion::new(1, base + 1), &[]).unwrap();
         finder
-            .report_persisted(0, WorkerVersion::new(2, base + 2), &[WorkerVersion::new(1, base + 1)])
+            .report_persisted(0, WorkerVersion::new(1, base + 1), &[])
             .unwrap();
-        finder.report_persisted(0, WorkerVersion::new(1, base + 2), &[]).unwrap();
+        finder
+            .report_persisted(
+                0,
+                WorkerVersion::new(2, base + 2),
+                &[WorkerVersion::new(1, base + 1)],
+            )
+            .unwrap();
+        finder
+            .report_persisted(0, WorkerVersion::new(1, base + 2), &[])
+            .unwrap();
         let state = finder.refresh().unwrap();
-        assert_eq!(state.cut, cut(&[(1, base + 2), (2, base + 2)]), "finder #{index}");
+        assert_eq!(
+            state.cut,
+            cut(&[(1, base + 2), (2, base + 2)]),
+            "finder #{index}"
+        );
     }
 }
 

@@ -44,8 +44,14 @@ fn put(key: &str, value: u64) -> MapOperation {
 }
 
 /// Sends one batch through `session` to `worker` and completes it.
-fn run_batch(session: &mut DprSession, worker: &mut DprWorker<VersionedMap>, operations: &[MapOperation]) -> u64 {
-    let (header, ticket) = session.issue_batch(worker.id(), operations.len() as u64).unwrap();
+fn run_batch(
+    session: &mut DprSession,
+    worker: &mut DprWorker<VersionedMap>,
+    operations: &[MapOperation],
+) -> u64 {
+    let (header, ticket) = session
+        .issue_batch(worker.id(), operations.len() as u64)
+        .unwrap();
     let bytes = header.encode().unwrap();
     let (decoded, _) = DprHeader::decode(&bytes, 64).unwrap();
     match worker.process_batch(&decoded, operations).unwrap() {
@@ -62,7 +68,10 @@ fn run_batch(session: &mut DprSession, worker: &mut DprWorker<VersionedMap>, ope
 
 fn commit_and_wait(worker: &mut DprWorker<VersionedMap>) {
     let sealed = worker.commit().unwrap();
-    assert!(worker.wait_persisted(sealed, WAIT), "version {sealed} never persisted");
+    assert!(
+        worker.wait_persisted(sealed, WAIT),
+        "version {sealed} never persisted"
+    );
 }
 
 #[test]
@@ -81,7 +90,10 @@ fn fast_forward_and_dependency_sets() {
     let on_b = run_batch(&mut session, b, &[put("b", 1)]);
     assert_eq!(on_b, second);
     assert_eq!(b.version(), second);
-    assert_eq!(b.current_dependencies(), vec![WorkerVersion::new(0, second)]);
+    assert_eq!(
+        b.current_dependencies(),
+        vec![WorkerVersion::new(0, second)]
+    );
 }
 
 #[test]
@@ -106,7 +118,10 @@ fn world_line_checks() {
     ));
     assert_eq!(worker.world_line(), 1);
     // A batch from the old world-line is rejected with the current world-line.
-    let stale = DprHeader { world_line: 0, ..request };
+    let stale = DprHeader {
+        world_line: 0,
+        ..request
+    };
     match worker.process_batch(&stale, &[put("x", 2)]).unwrap() {
         BatchOutcome::Rejected { response } => {
             assert_eq!(response.kind, HeaderKind::Rollback);
@@ -149,7 +164,10 @@ fn relaxed_commit_point_excludes_pending() {
     assert_eq!(point.until_sequence, 4);
     assert_eq!(point.excluded, vec![SequenceRange { start: 0, end: 3 }]);
     // X now runs and commits: it is no longer excluded.
-    let x_response = match rig.workers[0].process_batch(&x_header, &[put("x", 1), put("x", 2), put("x", 3)]).unwrap() {
+    let x_response = match rig.workers[0]
+        .process_batch(&x_header, &[put("x", 1), put("x", 2), put("x", 3)])
+        .unwrap()
+    {
         BatchOutcome::Executed { response, .. } => response,
         other => panic!("{other:?}"),
     };
@@ -171,7 +189,11 @@ fn figure_3_progress_with_coordination() {
     let mut committed_prefixes = Vec::new();
     for operation in 1..=operations {
         let worker = if operation % 2 == 1 { 0 } else { 1 };
-        run_batch(&mut session, &mut rig.workers[worker], &[put("k", operation)]);
+        run_batch(
+            &mut session,
+            &mut rig.workers[worker],
+            &[put("k", operation)],
+        );
         let commits = (worker == 0 && operation % 6 == 1) || (worker == 1 && operation % 6 == 4);
         if commits {
             commit_and_wait(&mut rig.workers[worker]);
@@ -181,5 +203,8 @@ fn figure_3_progress_with_coordination() {
     }
     assert!(committed_prefixes.windows(2).all(|w| w[0] <= w[1]));
     let last = *committed_prefixes.last().unwrap();
-    assert!(last >= operations - 12, "commit point stuck at {last} of {operations}: {committed_prefixes:?}");
+    assert!(
+        last >= operations - 12,
+        "commit point stuck at {last} of {operations}: {committed_prefixes:?}"
+    );
 }

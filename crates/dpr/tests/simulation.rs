@@ -56,7 +56,8 @@ fn simulate(seed: u64) {
         let map = VersionedMap::open(data.path().join(format!("w{id}"))).unwrap();
         DprWorker::start(id, map, Arc::clone(&finder), 64, 0).unwrap()
     };
-    let mut workers: Vec<Option<DprWorker<VersionedMap>>> = (0..WORKERS).map(|id| Some(open_worker(id))).collect();
+    let mut workers: Vec<Option<DprWorker<VersionedMap>>> =
+        (0..WORKERS).map(|id| Some(open_worker(id))).collect();
     let mut sessions: Vec<DprSession> = (0..SESSIONS).map(|id| DprSession::new(id, 0, 3)).collect();
     // Per session: sequence -> worker, for every issued operation.
     let mut placed: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); SESSIONS as usize];
@@ -78,22 +79,36 @@ fn simulate(seed: u64) {
                             MapOperation::Put(key(session as u64, sequence), vec![1])
                         })
                         .collect();
-                    in_flight.push(InFlight { session, worker, header, ticket, operations });
+                    in_flight.push(InFlight {
+                        session,
+                        worker,
+                        header,
+                        ticket,
+                        operations,
+                    });
                 }
             }
             4..=6 if !in_flight.is_empty() => {
                 let batch = in_flight.swap_remove(rng.random_range(0..in_flight.len()));
                 let worker = workers[batch.worker].as_mut().unwrap();
-                let response = match worker.process_batch(&batch.header, &batch.operations).unwrap() {
-                    BatchOutcome::Executed { response, .. } | BatchOutcome::Rejected { response } => response,
+                let response = match worker
+                    .process_batch(&batch.header, &batch.operations)
+                    .unwrap()
+                {
+                    BatchOutcome::Executed { response, .. }
+                    | BatchOutcome::Rejected { response } => response,
                 };
                 assert!(matches!(
-                    sessions[batch.session].complete_batch(batch.ticket, &response).unwrap(),
+                    sessions[batch.session]
+                        .complete_batch(batch.ticket, &response)
+                        .unwrap(),
                     Completion::Executed { .. }
                 ));
             }
             7 => {
-                let worker = workers[rng.random_range(0..WORKERS) as usize].as_mut().unwrap();
+                let worker = workers[rng.random_range(0..WORKERS) as usize]
+                    .as_mut()
+                    .unwrap();
                 let sealed = if rng.random_bool(0.3) {
                     worker.commit_with_catch_up().unwrap()
                 } else {
@@ -105,7 +120,8 @@ fn simulate(seed: u64) {
                 let state = finder.refresh().unwrap();
                 for (index, session) in sessions.iter_mut().enumerate() {
                     let point = session.commit_point(&state).unwrap();
-                    let excluded: BTreeSet<u64> = point.excluded.iter().flat_map(|r| r.start..r.end).collect();
+                    let excluded: BTreeSet<u64> =
+                        point.excluded.iter().flat_map(|r| r.start..r.end).collect();
                     for sequence in 0..point.until_sequence {
                         if !excluded.contains(&sequence) {
                             reported[index].insert(sequence);
@@ -132,7 +148,15 @@ fn simulate(seed: u64) {
 
     let contents: Vec<BTreeSet<Vec<u8>>> = workers
         .iter()
-        .map(|w| w.as_ref().unwrap().state_object().entries().keys().cloned().collect())
+        .map(|w| {
+            w.as_ref()
+                .unwrap()
+                .state_object()
+                .entries()
+                .keys()
+                .cloned()
+                .collect()
+        })
         .collect();
     for (index, session) in sessions.iter_mut().enumerate() {
         let prefix = session.handle_rollback(&state).unwrap();
@@ -140,31 +164,53 @@ fn simulate(seed: u64) {
             let worker = placed[index][&sequence] as usize;
             contents[worker].contains(&key(index as u64, sequence))
         };
-        let uncertain: BTreeSet<u64> = prefix.uncertain.iter().flat_map(|r| r.start..r.end).collect();
+        let uncertain: BTreeSet<u64> = prefix
+            .uncertain
+            .iter()
+            .flat_map(|r| r.start..r.end)
+            .collect();
         for &sequence in &reported[index] {
-            assert!(present(sequence), "seed {seed}: session {index} op {sequence} was reported committed but is gone");
+            assert!(
+                present(sequence),
+                "seed {seed}: session {index} op {sequence} was reported committed but is gone"
+            );
         }
         for range in &prefix.survived {
             for sequence in range.start..range.end {
-                assert!(present(sequence), "seed {seed}: session {index} op {sequence} reported survived but absent");
+                assert!(
+                    present(sequence),
+                    "seed {seed}: session {index} op {sequence} reported survived but absent"
+                );
             }
         }
         for range in &prefix.lost {
             for sequence in range.start..range.end {
-                assert!(!present(sequence), "seed {seed}: session {index} op {sequence} reported lost but present");
+                assert!(
+                    !present(sequence),
+                    "seed {seed}: session {index} op {sequence} reported lost but present"
+                );
             }
         }
         for sequence in 0..prefix.until_sequence {
             if !uncertain.contains(&sequence) {
-                assert!(present(sequence), "seed {seed}: session {index} prefix op {sequence} absent");
+                assert!(
+                    present(sequence),
+                    "seed {seed}: session {index} prefix op {sequence} absent"
+                );
             }
         }
         for &sequence in placed[index].keys() {
             if present(sequence) {
                 let accounted = sequence < prefix.until_sequence
                     || uncertain.contains(&sequence)
-                    || prefix.survived.iter().any(|r| (r.start..r.end).contains(&sequence));
-                assert!(accounted, "seed {seed}: session {index} op {sequence} present but unaccounted for");
+                    || prefix
+                        .survived
+                        .iter()
+                        .any(|r| (r.start..r.end).contains(&sequence));
+                assert!(
+                    accounted,
+                    "seed {seed}: session {index} op {sequence} present but unaccounted for"
+                );
             }
         }
     }
@@ -172,7 +218,10 @@ fn simulate(seed: u64) {
 
 #[test]
 fn random_schedules_keep_the_dpr_guarantee() {
-    let seeds: u64 = std::env::var("DPR_SIMULATION_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(6);
+    let seeds: u64 = std::env::var("DPR_SIMULATION_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
     for seed in 0..seeds {
         simulate(seed);
     }

@@ -18,8 +18,11 @@ fn key(index: u64) -> Vec<u8> {
 
 /// Operations of version `v` in the crash workload: deterministic, so the oracle is a function of v.
 fn operations_of(version: Version) -> Vec<MapOperation> {
-    let mut operations = vec![MapOperation::Put(key(version % 7), version.to_le_bytes().to_vec())];
-    if version % 5 == 0 {
+    let mut operations = vec![MapOperation::Put(
+        key(version % 7),
+        version.to_le_bytes().to_vec(),
+    )];
+    if version.is_multiple_of(5) {
         operations.push(MapOperation::Delete(key((version / 5) % 7)));
     }
     operations
@@ -45,9 +48,16 @@ fn oracle(version: Version) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 fn commit_and_wait(map: &mut VersionedMap, version: Version, metadata: Vec<u8>) {
     let (done, wait) = mpsc::channel();
-    map.commit(version, metadata, Box::new(move |result| done.send(result.map_err(|e| e.to_string())).unwrap()))
-        .unwrap();
-    assert_eq!(wait.recv_timeout(Duration::from_secs(30)).unwrap(), Ok(version));
+    map.commit(
+        version,
+        metadata,
+        Box::new(move |result| done.send(result.map_err(|e| e.to_string())).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(
+        wait.recv_timeout(Duration::from_secs(30)).unwrap(),
+        Ok(version)
+    );
 }
 
 #[test]
@@ -66,7 +76,10 @@ fn commit_restore_prune() {
     assert_eq!(map.persisted_versions().unwrap(), vec![1, 2, 3, 4]);
     map.prune(3).unwrap();
     assert_eq!(map.persisted_versions().unwrap(), vec![3, 4]);
-    assert!(matches!(map.restore(2), Err(StateObjectError::NoSuchVersion { .. })));
+    assert!(matches!(
+        map.restore(2),
+        Err(StateObjectError::NoSuchVersion { .. })
+    ));
     assert!(matches!(
         map.commit(4, vec![], Box::new(|_| {})),
         Err(StateObjectError::VersionNotIncreasing { .. })
@@ -101,7 +114,12 @@ fn crash_child() {
         return;
     };
     let mut map = VersionedMap::open(&directory).unwrap();
-    let mut version = map.persisted_versions().unwrap().last().copied().unwrap_or(0);
+    let mut version = map
+        .persisted_versions()
+        .unwrap()
+        .last()
+        .copied()
+        .unwrap_or(0);
     map.restore(version).unwrap();
     loop {
         version += 1;
@@ -114,7 +132,7 @@ fn crash_child() {
             }),
         )
         .unwrap();
-        if version % 8 == 0 {
+        if version.is_multiple_of(8) {
             map.flush().unwrap();
         }
     }
@@ -122,7 +140,10 @@ fn crash_child() {
 
 #[test]
 fn crash_recovery_matches_oracle() {
-    let rounds: usize = std::env::var("DPR_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let rounds: usize = std::env::var("DPR_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
     let directory = tempfile::tempdir().unwrap();
     let mut rng = rand::rng();
     let mut last_persisted = 0;
@@ -153,14 +174,19 @@ fn crash_recovery_matches_oracle() {
         // Every version reported persisted must be on disk and restore to its oracle state.
         let mut map = VersionedMap::open(directory.path()).unwrap();
         let versions = map.persisted_versions().unwrap();
-        assert!(versions.contains(&last_persisted), "{last_persisted} missing from {versions:?}");
+        assert!(
+            versions.contains(&last_persisted),
+            "{last_persisted} missing from {versions:?}"
+        );
         for &version in versions.iter().rev().take(3) {
             let metadata = map.restore(version).unwrap();
             assert_eq!(metadata, version.to_le_bytes().to_vec());
             assert_eq!(map.entries(), &oracle(version), "version {version}");
         }
-        assert!(!std::fs::read_dir(directory.path())
+        assert!(!std::fs::read_dir(directory.path()).unwrap().any(|e| e
             .unwrap()
-            .any(|e| e.unwrap().path().extension().is_some_and(|x| x == "tmp")));
+            .path()
+            .extension()
+            .is_some_and(|x| x == "tmp")));
     }
 }

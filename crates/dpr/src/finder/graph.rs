@@ -106,7 +106,9 @@ impl PrecedenceGraph {
                 if version <= cut.get(&worker).copied().unwrap_or(0) {
                     break;
                 }
-                if let Some(closure) = self.dependency_set(WorkerVersion::new(worker, version), &cut) {
+                if let Some(closure) =
+                    self.dependency_set(WorkerVersion::new(worker, version), &cut)
+                {
                     for (w, v) in closure {
                         let entry = cut.entry(w).or_insert(0);
                         *entry = (*entry).max(v);
@@ -128,7 +130,10 @@ pub fn approximate_cut(
     base: &Cut,
 ) -> (Cut, Version) {
     let newest = |worker: &WorkerId| -> Version {
-        let from_persisted = persisted.get(worker).and_then(|s| s.last().copied()).unwrap_or(0);
+        let from_persisted = persisted
+            .get(worker)
+            .and_then(|s| s.last().copied())
+            .unwrap_or(0);
         from_persisted.max(base.get(worker).copied().unwrap_or(0))
     };
     let minimum = workers.iter().map(newest).min().unwrap_or(0);

@@ -58,8 +58,15 @@ fn union(a: &Cut, b: &Cut) -> Cut {
     out
 }
 
-fn publish_if_grown(store: &dyn MetadataStore, state: &ClusterState, cut: Cut) -> Result<ClusterState, MetadataError> {
-    debug_assert!(state.cut.iter().all(|(w, v)| cut.get(w).copied().unwrap_or(0) >= *v));
+fn publish_if_grown(
+    store: &dyn MetadataStore,
+    state: &ClusterState,
+    cut: Cut,
+) -> Result<ClusterState, MetadataError> {
+    debug_assert!(state
+        .cut
+        .iter()
+        .all(|(w, v)| cut.get(w).copied().unwrap_or(0) >= *v));
     if cut == state.cut {
         return Ok(state.clone());
     }
@@ -73,7 +80,10 @@ fn publish_if_grown(store: &dyn MetadataStore, state: &ClusterState, cut: Cut) -
     store.cluster_state()
 }
 
-fn graph_from(persisted: &[PersistedVersion], workers: impl IntoIterator<Item = WorkerId>) -> PrecedenceGraph {
+fn graph_from(
+    persisted: &[PersistedVersion],
+    workers: impl IntoIterator<Item = WorkerId>,
+) -> PrecedenceGraph {
     let mut graph = PrecedenceGraph::new();
     for worker in workers {
         graph.add_worker(worker);
@@ -84,7 +94,10 @@ fn graph_from(persisted: &[PersistedVersion], workers: impl IntoIterator<Item = 
     graph
 }
 
-fn approximate_from_store(store: &dyn MetadataStore, state: &ClusterState) -> Result<Cut, MetadataError> {
+fn approximate_from_store(
+    store: &dyn MetadataStore,
+    state: &ClusterState,
+) -> Result<Cut, MetadataError> {
     let workers: BTreeSet<WorkerId> = store.workers()?.iter().map(|w| w.worker).collect();
     let mut persisted: BTreeMap<WorkerId, BTreeSet<Version>> = BTreeMap::new();
     for version in store.persisted_versions()? {
@@ -127,7 +140,10 @@ impl DprFinder for ExactFinder {
         dependencies: &[WorkerVersion],
     ) -> Result<bool, MetadataError> {
         let mut graph = self.graph.lock();
-        if !self.store.add_persisted_version(world_line, version, Some(dependencies))? {
+        if !self
+            .store
+            .add_persisted_version(world_line, version, Some(dependencies))?
+        {
             return Ok(false);
         }
         if graph.0 == world_line {
@@ -228,7 +244,10 @@ impl DprFinder for HybridFinder {
         dependencies: &[WorkerVersion],
     ) -> Result<bool, MetadataError> {
         let mut graph = self.graph.lock();
-        if !self.store.add_persisted_version(world_line, version, None)? {
+        if !self
+            .store
+            .add_persisted_version(world_line, version, None)?
+        {
             return Ok(false);
         }
         if graph.0 == world_line {

@@ -113,7 +113,11 @@ pub trait MetadataStore: Send + Sync {
     /// and deletes every persisted version above the cut (they are lost). Returns the new state.
     fn advance_world_line(&self, expected: WorldLine) -> Result<ClusterState, MetadataError>;
     /// Records that `worker` restored into `world_line`.
-    fn report_recovered(&self, worker: WorkerId, world_line: WorldLine) -> Result<(), MetadataError>;
+    fn report_recovered(
+        &self,
+        worker: WorkerId,
+        world_line: WorldLine,
+    ) -> Result<(), MetadataError>;
     /// If every worker reported `world_line`, ends the recovery (progress resumes). Returns whether
     /// the cluster is now out of recovery.
     fn finish_recovery(&self, world_line: WorldLine) -> Result<bool, MetadataError>;

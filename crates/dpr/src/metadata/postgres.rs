@@ -28,7 +28,8 @@ impl SqlMetadataStore<PostgresBackend> {
             .enable_all()
             .build()
             .map_err(MetadataError::Runtime)?;
-        let (client, connection) = runtime.block_on(tokio_postgres::connect(config, tokio_postgres::NoTls))?;
+        let (client, connection) =
+            runtime.block_on(tokio_postgres::connect(config, tokio_postgres::NoTls))?;
         runtime.spawn(async move {
             if let Err(error) = connection.await {
                 tracing::warn!(%error, "PostgreSQL metadata connection ended");
@@ -40,7 +41,10 @@ impl SqlMetadataStore<PostgresBackend> {
 
 impl PostgresBackend {
     fn parameters(parameters: &[i64]) -> Vec<&(dyn ToSql + Sync)> {
-        parameters.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+        parameters
+            .iter()
+            .map(|p| p as &(dyn ToSql + Sync))
+            .collect()
     }
 }
 
@@ -54,19 +58,27 @@ impl SqlBackend for PostgresBackend {
     }
 
     fn rollback(&mut self) -> Result<(), MetadataError> {
-        Ok(self.runtime.block_on(self.client.batch_execute("ROLLBACK"))?)
+        Ok(self
+            .runtime
+            .block_on(self.client.batch_execute("ROLLBACK"))?)
     }
 
     fn execute(&mut self, sql: &str, parameters: &[i64]) -> Result<u64, MetadataError> {
         let parameters = Self::parameters(parameters);
-        Ok(self.runtime.block_on(self.client.execute(sql, &parameters))?)
+        Ok(self
+            .runtime
+            .block_on(self.client.execute(sql, &parameters))?)
     }
 
     fn query(&mut self, sql: &str, parameters: &[i64]) -> Result<Vec<Vec<i64>>, MetadataError> {
         let parameters = Self::parameters(parameters);
         let rows = self.runtime.block_on(self.client.query(sql, &parameters))?;
         rows.iter()
-            .map(|row| (0..row.len()).map(|i| row.try_get::<_, i64>(i).map_err(MetadataError::from)).collect())
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| row.try_get::<_, i64>(i).map_err(MetadataError::from))
+                    .collect()
+            })
             .collect()
     }
 }

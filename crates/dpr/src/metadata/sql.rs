@@ -55,7 +55,9 @@ impl<B: SqlBackend> SqlMetadataStore<B> {
         {
             let mut backend = store.backend.lock();
             backend.begin()?;
-            let result = SCHEMA.iter().try_for_each(|sql| backend.execute(sql, &[]).map(|_| ()));
+            let result = SCHEMA
+                .iter()
+                .try_for_each(|sql| backend.execute(sql, &[]).map(|_| ()));
             match result {
                 Ok(()) => backend.commit()?,
                 Err(error) => {
@@ -67,10 +69,15 @@ impl<B: SqlBackend> SqlMetadataStore<B> {
         Ok(store)
     }
 
-    fn transaction<T>(&self, body: impl FnOnce(&mut B) -> Result<T, MetadataError>) -> Result<T, MetadataError> {
+    fn transaction<T>(
+        &self,
+        body: impl FnOnce(&mut B) -> Result<T, MetadataError>,
+    ) -> Result<T, MetadataError> {
         let mut backend = self.backend.lock();
         backend.begin()?;
-        let result = backend.execute(LOCK_CLUSTER_ROW, &[]).and_then(|_| body(&mut backend));
+        let result = backend
+            .execute(LOCK_CLUSTER_ROW, &[])
+            .and_then(|_| body(&mut backend));
         match result {
             Ok(value) => {
                 backend.commit()?;
@@ -85,7 +92,10 @@ impl<B: SqlBackend> SqlMetadataStore<B> {
 }
 
 fn read_cluster(backend: &mut impl SqlBackend) -> Result<(WorldLine, bool), MetadataError> {
-    let rows = backend.query("SELECT world_line, recovering FROM dpr_cluster WHERE id = 1", &[])?;
+    let rows = backend.query(
+        "SELECT world_line, recovering FROM dpr_cluster WHERE id = 1",
+        &[],
+    )?;
     let row = rows
         .first()
         .ok_or_else(|| MetadataError::Invalid("dpr_cluster has no row".into()))?;
@@ -95,7 +105,10 @@ fn read_cluster(backend: &mut impl SqlBackend) -> Result<(WorldLine, bool), Meta
 fn read_cut(backend: &mut impl SqlBackend) -> Result<Cut, MetadataError> {
     let mut cut = Cut::new();
     for row in backend.query("SELECT worker_id, version FROM dpr_cut", &[])? {
-        cut.insert(from_column("worker_id", row[0])?, from_column("cut version", row[1])?);
+        cut.insert(
+            from_column("worker_id", row[0])?,
+            from_column("cut version", row[1])?,
+        );
     }
     Ok(cut)
 }
@@ -123,7 +136,10 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
         let worker = to_column("worker id", worker)?;
         self.transaction(|backend| {
             for table in ["dpr_dependencies", "dpr_versions", "dpr_cut", "dpr_workers"] {
-                backend.execute(&format!("DELETE FROM {table} WHERE worker_id = $1"), &[worker])?;
+                backend.execute(
+                    &format!("DELETE FROM {table} WHERE worker_id = $1"),
+                    &[worker],
+                )?;
             }
             Ok(())
         })
@@ -248,7 +264,10 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
     fn publish_cut(&self, world_line: WorldLine, cut: &Cut) -> Result<bool, MetadataError> {
         let mut columns = Vec::new();
         for (&worker, &version) in cut {
-            columns.push((to_column("worker id", worker)?, to_column("cut version", version)?));
+            columns.push((
+                to_column("worker id", worker)?,
+                to_column("cut version", version)?,
+            ));
         }
         self.transaction(|backend| {
             let (current, recovering) = read_cluster(backend)?;
@@ -264,7 +283,10 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
                     "DELETE FROM dpr_dependencies WHERE worker_id = $1 AND version < $2",
                     &[worker, version],
                 )?;
-                backend.execute("DELETE FROM dpr_versions WHERE worker_id = $1 AND version < $2", &[worker, version])?;
+                backend.execute(
+                    "DELETE FROM dpr_versions WHERE worker_id = $1 AND version < $2",
+                    &[worker, version],
+                )?;
             }
             Ok(true)
         })
@@ -303,7 +325,11 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
         })
     }
 
-    fn report_recovered(&self, worker: WorkerId, world_line: WorldLine) -> Result<(), MetadataError> {
+    fn report_recovered(
+        &self,
+        worker: WorkerId,
+        world_line: WorldLine,
+    ) -> Result<(), MetadataError> {
         let worker = to_column("worker id", worker)?;
         let world_line = to_column("world-line", world_line)?;
         self.transaction(|backend| {

@@ -52,7 +52,9 @@ impl SqlMetadataStore<SqliteBackend> {
         }
         // WAL + NORMAL is durable at each checkpoint but may lose the last transactions on power
         // loss; the cut must never move back, so use FULL.
-        connection.pragma_update(None, "synchronous", "FULL").map_err(error)?;
+        connection
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(error)?;
         Self::new(SqliteBackend { path, connection })
     }
 }
@@ -70,18 +72,24 @@ impl SqlBackend for SqliteBackend {
     }
 
     fn commit(&mut self) -> Result<(), MetadataError> {
-        self.connection.execute_batch("COMMIT").map_err(|e| self.error(e))
+        self.connection
+            .execute_batch("COMMIT")
+            .map_err(|e| self.error(e))
     }
 
     fn rollback(&mut self) -> Result<(), MetadataError> {
-        self.connection.execute_batch("ROLLBACK").map_err(|e| self.error(e))
+        self.connection
+            .execute_batch("ROLLBACK")
+            .map_err(|e| self.error(e))
     }
 
     fn execute(&mut self, sql: &str, parameters: &[i64]) -> Result<u64, MetadataError> {
         let changed = self
             .connection
             .prepare_cached(&to_sqlite(sql))
-            .and_then(|mut statement| statement.execute(rusqlite::params_from_iter(parameters.iter())))
+            .and_then(|mut statement| {
+                statement.execute(rusqlite::params_from_iter(parameters.iter()))
+            })
             .map_err(|e| self.error(e))?;
         Ok(changed as u64)
     }
@@ -90,9 +98,12 @@ impl SqlBackend for SqliteBackend {
         let result = (|| {
             let mut statement = self.connection.prepare_cached(&to_sqlite(sql))?;
             let columns = statement.column_count();
-            let rows = statement.query_map(rusqlite::params_from_iter(parameters.iter()), |row| {
-                (0..columns).map(|i| row.get::<_, i64>(i)).collect::<Result<Vec<_>, _>>()
-            })?;
+            let rows =
+                statement.query_map(rusqlite::params_from_iter(parameters.iter()), |row| {
+                    (0..columns)
+                        .map(|i| row.get::<_, i64>(i))
+                        .collect::<Result<Vec<_>, _>>()
+                })?;
             rows.collect::<Result<Vec<_>, _>>()
         })();
         result.map_err(|e| self.error(e))

@@ -79,7 +79,8 @@ fn write_durably(directory: &Path, version: Version, bytes: &[u8]) -> Result<(),
     let final_path = snapshot_path(directory, version);
     let temporary_path = final_path.with_extension("tmp");
     let mut file = fs::File::create(&temporary_path).map_err(|e| io_error(&temporary_path, e))?;
-    file.write_all(bytes).map_err(|e| io_error(&temporary_path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| io_error(&temporary_path, e))?;
     file.sync_all().map_err(|e| io_error(&temporary_path, e))?;
     drop(file);
     fs::rename(&temporary_path, &final_path).map_err(|e| io_error(&final_path, e))?;
@@ -88,7 +89,11 @@ fn write_durably(directory: &Path, version: Version, bytes: &[u8]) -> Result<(),
         .map_err(|e| io_error(directory, e))
 }
 
-fn encode_snapshot(version: Version, metadata: &[u8], entries: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<u8> {
+fn encode_snapshot(
+    version: Version,
+    metadata: &[u8],
+    entries: &BTreeMap<Vec<u8>, Vec<u8>>,
+) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&version.to_le_bytes());
@@ -109,26 +114,45 @@ fn encode_snapshot(version: Version, metadata: &[u8], entries: &BTreeMap<Vec<u8>
 type Snapshot = (Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>);
 
 /// Decodes a snapshot file's bytes. Public within the crate for tests.
-pub(crate) fn decode_snapshot(path: &Path, bytes: &[u8], expected_version: Version) -> Result<Snapshot, StateObjectError> {
+pub(crate) fn decode_snapshot(
+    path: &Path,
+    bytes: &[u8],
+    expected_version: Version,
+) -> Result<Snapshot, StateObjectError> {
     let corrupt = |offset: usize, reason: String| StateObjectError::Corrupt {
         path: path.to_path_buf(),
         offset: offset as u64,
         reason,
     };
     if bytes.len() < 8 + 8 + 4 + 8 + 4 {
-        return Err(corrupt(bytes.len(), format!("file is {} bytes, shorter than an empty snapshot", bytes.len())));
+        return Err(corrupt(
+            bytes.len(),
+            format!(
+                "file is {} bytes, shorter than an empty snapshot",
+                bytes.len()
+            ),
+        ));
     }
     let body_len = bytes.len() - 4;
     let stored = u32::from_le_bytes(bytes[body_len..].try_into().expect("4 bytes"));
     let computed = crc32c::crc32c(&bytes[..body_len]);
     if stored != computed {
-        return Err(corrupt(body_len, format!("CRC32C mismatch: stored {stored:#010x}, computed {computed:#010x}")));
+        return Err(corrupt(
+            body_len,
+            format!("CRC32C mismatch: stored {stored:#010x}, computed {computed:#010x}"),
+        ));
     }
     let body = &bytes[..body_len];
     let mut offset = 0usize;
     let take = |length: usize, offset: &mut usize| -> Result<&[u8], StateObjectError> {
         if body.len() - *offset < length {
-            return Err(corrupt(*offset, format!("field of {length} bytes runs past the end ({} left)", body.len() - *offset)));
+            return Err(corrupt(
+                *offset,
+                format!(
+                    "field of {length} bytes runs past the end ({} left)",
+                    body.len() - *offset
+                ),
+            ));
         }
         let slice = &body[*offset..*offset + length];
         *offset += length;
@@ -139,7 +163,10 @@ pub(crate) fn decode_snapshot(path: &Path, bytes: &[u8], expected_version: Versi
     }
     let version = u64::from_le_bytes(take(8, &mut offset)?.try_into().expect("8"));
     if version != expected_version {
-        return Err(corrupt(8, format!("holds version {version}, its name says {expected_version}")));
+        return Err(corrupt(
+            8,
+            format!("holds version {version}, its name says {expected_version}"),
+        ));
     }
     let metadata_len = u32::from_le_bytes(take(4, &mut offset)?.try_into().expect("4")) as usize;
     let metadata = take(metadata_len, &mut offset)?.to_vec();
@@ -153,7 +180,13 @@ pub(crate) fn decode_snapshot(path: &Path, bytes: &[u8], expected_version: Versi
         entries.insert(key, value);
     }
     if offset != body.len() {
-        return Err(corrupt(offset, format!("{} trailing bytes after the last entry", body.len() - offset)));
+        return Err(corrupt(
+            offset,
+            format!(
+                "{} trailing bytes after the last entry",
+                body.len() - offset
+            ),
+        ));
     }
     Ok((metadata, entries))
 }
@@ -177,8 +210,13 @@ impl VersionedMap {
             .spawn(move || {
                 for job in receiver {
                     match job {
-                        Job::Persist { version, bytes, on_persist } => {
-                            let result = write_durably(&persist_directory, version, &bytes).map(|()| version);
+                        Job::Persist {
+                            version,
+                            bytes,
+                            on_persist,
+                        } => {
+                            let result = write_durably(&persist_directory, version, &bytes)
+                                .map(|()| version);
                             on_persist(result);
                         }
                         Job::Flush(done) => {
@@ -235,8 +273,15 @@ impl StateObject for VersionedMap {
     type Operation = MapOperation;
     type Output = Option<Vec<u8>>;
 
-    fn execute(&mut self, version: Version, operations: &[MapOperation]) -> Result<Vec<Self::Output>, StateObjectError> {
-        debug_assert!(version > self.last_committed, "executing in sealed version {version}");
+    fn execute(
+        &mut self,
+        version: Version,
+        operations: &[MapOperation],
+    ) -> Result<Vec<Self::Output>, StateObjectError> {
+        debug_assert!(
+            version > self.last_committed,
+            "executing in sealed version {version}"
+        );
         Ok(operations
             .iter()
             .map(|operation| match operation {
@@ -247,7 +292,12 @@ impl StateObject for VersionedMap {
             .collect())
     }
 
-    fn commit(&mut self, version: Version, metadata: Vec<u8>, on_persist: PersistCallback) -> Result<(), StateObjectError> {
+    fn commit(
+        &mut self,
+        version: Version,
+        metadata: Vec<u8>,
+        on_persist: PersistCallback,
+    ) -> Result<(), StateObjectError> {
         if version <= self.last_committed {
             return Err(StateObjectError::VersionNotIncreasing {
                 version,
@@ -259,7 +309,11 @@ impl StateObject for VersionedMap {
         self.jobs
             .as_ref()
             .ok_or(StateObjectError::PersisterGone)?
-            .send(Job::Persist { version, bytes, on_persist })
+            .send(Job::Persist {
+                version,
+                bytes,
+                on_persist,
+            })
             .map_err(|_| StateObjectError::PersisterGone)?;
         self.last_committed = version;
         Ok(())
@@ -272,7 +326,10 @@ impl StateObject for VersionedMap {
             (Vec::new(), BTreeMap::new())
         } else {
             if !persisted.contains(&version) {
-                return Err(StateObjectError::NoSuchVersion { version, available: persisted });
+                return Err(StateObjectError::NoSuchVersion {
+                    version,
+                    available: persisted,
+                });
             }
             let path = snapshot_path(&self.directory, version);
             let bytes = fs::read(&path).map_err(|e| io_error(&path, e))?;
@@ -304,7 +361,11 @@ impl StateObject for VersionedMap {
     }
 
     fn prune(&mut self, below: Version) -> Result<(), StateObjectError> {
-        for version in self.persisted_versions()?.into_iter().filter(|&v| v < below) {
+        for version in self
+            .persisted_versions()?
+            .into_iter()
+            .filter(|&v| v < below)
+        {
             let path = snapshot_path(&self.directory, version);
             fs::remove_file(&path).map_err(|e| io_error(&path, e))?;
         }

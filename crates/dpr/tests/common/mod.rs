@@ -74,7 +74,10 @@ impl PostgresServer {
     /// initdb + pg_ctl start on a free loopback port, socket in the temp dir.
     pub fn start() -> Self {
         let bin = postgres_bin_dir();
-        let directory = tempfile::Builder::new().prefix("dpr-pg").tempdir().expect("temp dir");
+        let directory = tempfile::Builder::new()
+            .prefix("dpr-pg")
+            .tempdir()
+            .expect("temp dir");
         if is_root() {
             let status = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
@@ -87,19 +90,44 @@ impl PostgresServer {
         let data_str = data.to_str().expect("utf-8 path");
         let output = run_postgres_tool(
             &bin.join("initdb"),
-            &["-D", data_str, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+            &[
+                "-D",
+                data_str,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
         );
-        assert!(output.status.success(), "initdb failed: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let socket_dir = directory.path().to_str().expect("utf-8 path").to_string();
-        let options = format!("-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off");
+        let options =
+            format!("-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off");
         let log = directory.path().join("postgres.log");
         let output = run_postgres_tool(
             &bin.join("pg_ctl"),
-            &["-D", data_str, "-l", log.to_str().expect("utf-8"), "-w", "-t", "60", "-o", &options, "start"],
+            &[
+                "-D",
+                data_str,
+                "-l",
+                log.to_str().expect("utf-8"),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                &options,
+                "start",
+            ],
         );
         let pid = std::fs::read_to_string(data.join("postmaster.pid"))
             .ok()
@@ -132,13 +160,20 @@ impl PostgresServer {
 
     /// Creates a fresh database and returns its name.
     pub fn create_database(&self) -> String {
-        let name = format!("dpr_case_{}", self.next_database.fetch_add(1, Ordering::SeqCst));
+        let name = format!(
+            "dpr_case_{}",
+            self.next_database.fetch_add(1, Ordering::SeqCst)
+        );
         let output = Command::new(self.bin.join("createdb"))
             .args(["-h", self.directory.path().to_str().expect("utf-8")])
             .args(["-p", &self.port.to_string(), "-U", "postgres", &name])
             .output()
             .expect("createdb");
-        assert!(output.status.success(), "createdb failed: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "createdb failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         name
     }
 }
@@ -148,7 +183,14 @@ impl Drop for PostgresServer {
         let data = self.directory.path().join("data");
         let output = run_postgres_tool(
             &self.bin.join("pg_ctl"),
-            &["-D", data.to_str().unwrap_or_default(), "stop", "-m", "immediate", "-w"],
+            &[
+                "-D",
+                data.to_str().unwrap_or_default(),
+                "stop",
+                "-m",
+                "immediate",
+                "-w",
+            ],
         );
         if !output.status.success() && self.pid > 0 {
             // SAFETY: signalling the postmaster we started, by its recorded PID.
@@ -166,12 +208,15 @@ pub type Opener = Box<dyn Fn() -> Arc<dyn MetadataStore> + Send + Sync>;
 pub fn sqlite_opener() -> (tempfile::TempDir, Opener) {
     let directory = tempfile::tempdir().expect("temp dir");
     let path = directory.path().join("dpr-metadata.sqlite");
-    let opener: Opener = Box::new(move || Arc::new(SqliteMetadataStore::open(&path).expect("open SQLite store")));
+    let opener: Opener =
+        Box::new(move || Arc::new(SqliteMetadataStore::open(&path).expect("open SQLite store")));
     (directory, opener)
 }
 
 /// A fresh PostgreSQL database on `server`; the returned opener connects to it.
 pub fn postgres_opener(server: &PostgresServer) -> Opener {
     let config = server.connection_string(&server.create_database());
-    Box::new(move || Arc::new(PostgresMetadataStore::connect(&config).expect("connect to PostgreSQL")))
+    Box::new(move || {
+        Arc::new(PostgresMetadataStore::connect(&config).expect("connect to PostgreSQL"))
+    })
 }
