@@ -360,8 +360,11 @@ impl DprSession {
         })
     }
 
-    /// Handles a rollback to `state` (a newer world-line and its recovery cut): returns exactly
-    /// what survived and moves the session onto the new world-line.
+    /// Handles a rollback: `state` must be [`DprFinder::rollback_target`](crate::DprFinder::rollback_target)
+    /// of this session's world-line, i.e. the current world-line with the cut the session's
+    /// world-line was rolled back to (not a later cut: later cuts hold versions of later
+    /// world-lines). Returns exactly what survived and moves the session onto the current
+    /// world-line, possibly skipping several.
     pub fn handle_rollback(
         &mut self,
         state: &ClusterState,

@@ -205,6 +205,8 @@ impl<S: StateObject> DprWorker<S> {
             });
         }
         if request.world_line > self.world_line {
+            // Until this worker reports the current world-line, the cluster stays in recovery, so
+            // the published cut is still the cut the current world-line started from.
             let state = self.finder.cluster_state()?;
             if state.world_line < request.world_line {
                 return Err(WorkerError::WorldLineAhead {

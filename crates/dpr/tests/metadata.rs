@@ -124,6 +124,16 @@ fn world_line_and_recovery(open: &Opener) {
     assert!(store.finish_recovery(1).unwrap());
     assert!(!store.cluster_state().unwrap().recovering);
     assert!(store.publish_cut(1, &cut(&[(1, 5)])).unwrap());
+    // A session still on world-line 0 judges its operations against the cut world-line 1 started
+    // from, not against the newer cut.
+    let target = store.rollback_target(0).unwrap();
+    assert_eq!(target.world_line, 1);
+    assert_eq!(target.cut, cut(&[(1, 2), (2, 1)]));
+    assert_eq!(store.rollback_target(1).unwrap().cut, cut(&[(1, 5), (2, 1)]));
+    let skipped = store.advance_world_line(1).unwrap();
+    assert_eq!(skipped.world_line, 2);
+    assert_eq!(store.rollback_target(0).unwrap().cut, cut(&[(1, 2), (2, 1)]));
+    assert_eq!(store.rollback_target(1).unwrap().cut, cut(&[(1, 5), (2, 1)]));
 }
 
 /// Readers on other connections never see half a cut: every published cut has all workers at the

@@ -20,7 +20,7 @@ use std::time::Duration;
 use common::sqlite_opener;
 use prefixkv_dpr::finder::{ApproximateFinder, DprFinder, ExactFinder, HybridFinder};
 use prefixkv_dpr::header::DprHeader;
-use prefixkv_dpr::session::{BatchTicket, Completion};
+use prefixkv_dpr::session::{BatchTicket, Completion, SessionError};
 use prefixkv_dpr::state_object::{MapOperation, VersionedMap};
 use prefixkv_dpr::worker::BatchOutcome;
 use prefixkv_dpr::{DprSession, DprWorker};
@@ -42,6 +42,90 @@ struct InFlight {
     operations: Vec<MapOperation>,
 }
 
+/// Per-session oracle bookkeeping.
+#[derive(Default)]
+struct SessionOracle {
+    /// Sequence -> worker, for every issued operation.
+    placed: BTreeMap<u64, u64>,
+    /// Operations known durable: reported committed, or reported survived by a rollback.
+    durable: BTreeSet<u64>,
+    /// Operations issued before this were judged by an earlier rollback.
+    judged_below: u64,
+}
+
+struct Simulation {
+    seed: u64,
+    finder: Arc<dyn DprFinder>,
+    workers: Vec<Option<DprWorker<VersionedMap>>>,
+    sessions: Vec<DprSession>,
+    oracles: Vec<SessionOracle>,
+}
+
+impl Simulation {
+    fn present(&self, session: usize, sequence: u64) -> bool {
+        let worker = self.oracles[session].placed[&sequence] as usize;
+        self.workers[worker]
+            .as_ref()
+            .unwrap()
+            .state_object()
+            .entries()
+            .contains_key(&key(session as u64, sequence))
+    }
+
+    /// The session learns of a rollback; check what it is told against the workers' state.
+    fn handle_rollback(&mut self, index: usize) {
+        let seed = self.seed;
+        let target = self.finder.rollback_target(self.sessions[index].world_line()).unwrap();
+        let issued_below = self.sessions[index].next_sequence();
+        let prefix = self.sessions[index].handle_rollback(&target).unwrap();
+        let judged_below = self.oracles[index].judged_below;
+        let uncertain: BTreeSet<u64> = prefix.uncertain.iter().flat_map(|r| r.start..r.end).collect();
+        let survived: BTreeSet<u64> = prefix.survived.iter().flat_map(|r| r.start..r.end).collect();
+        for &sequence in &self.oracles[index].durable {
+            assert!(self.present(index, sequence), "seed {seed}: session {index} op {sequence} was durable but is gone");
+        }
+        for &sequence in &survived {
+            assert!(self.present(index, sequence), "seed {seed}: session {index} op {sequence} reported survived but absent");
+        }
+        for range in prefix.lost.iter().chain(&prefix.rejected) {
+            for sequence in range.start..range.end {
+                assert!(!self.present(index, sequence), "seed {seed}: session {index} op {sequence} reported lost/refused but present");
+            }
+        }
+        for sequence in judged_below..prefix.until_sequence {
+            if !uncertain.contains(&sequence) {
+                assert!(self.present(index, sequence), "seed {seed}: session {index} prefix op {sequence} absent");
+            }
+        }
+        for sequence in judged_below..issued_below {
+            if self.present(index, sequence) {
+                let accounted = sequence < prefix.until_sequence || uncertain.contains(&sequence) || survived.contains(&sequence);
+                assert!(accounted, "seed {seed}: session {index} op {sequence} present but unaccounted for");
+            }
+        }
+        let oracle = &mut self.oracles[index];
+        oracle.durable.extend(survived);
+        oracle.durable.extend((judged_below..prefix.until_sequence).filter(|s| !uncertain.contains(s)));
+        oracle.judged_below = issued_below;
+    }
+
+    fn record_commit_points(&mut self) {
+        let state = self.finder.refresh().unwrap();
+        for index in 0..self.sessions.len() {
+            match self.sessions[index].commit_point(&state) {
+                Ok(point) => {
+                    let excluded: BTreeSet<u64> = point.excluded.iter().flat_map(|r| r.start..r.end).collect();
+                    let oracle = &mut self.oracles[index];
+                    let from = oracle.judged_below;
+                    oracle.durable.extend((from..point.until_sequence).filter(|s| !excluded.contains(s)));
+                }
+                Err(SessionError::RollbackPending { .. }) => self.handle_rollback(index),
+                Err(other) => panic!("{other}"),
+            }
+        }
+    }
+}
+
 fn simulate(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let (_metadata, open) = sqlite_opener();
@@ -56,59 +140,46 @@ fn simulate(seed: u64) {
         let map = VersionedMap::open(data.path().join(format!("w{id}"))).unwrap();
         DprWorker::start(id, map, Arc::clone(&finder), 64, 0).unwrap()
     };
-    let mut workers: Vec<Option<DprWorker<VersionedMap>>> =
-        (0..WORKERS).map(|id| Some(open_worker(id))).collect();
-    let mut sessions: Vec<DprSession> = (0..SESSIONS).map(|id| DprSession::new(id, 0, 3)).collect();
-    // Per session: sequence -> worker, for every issued operation.
-    let mut placed: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); SESSIONS as usize];
-    // Per session: operations some commit point reported committed.
-    let mut reported: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); SESSIONS as usize];
+    let mut sim = Simulation {
+        seed,
+        finder: Arc::clone(&finder),
+        workers: (0..WORKERS).map(|id| Some(open_worker(id))).collect(),
+        sessions: (0..SESSIONS).map(|id| DprSession::new(id, 0, 3)).collect(),
+        oracles: (0..SESSIONS).map(|_| SessionOracle::default()).collect(),
+    };
     let mut in_flight: Vec<InFlight> = Vec::new();
+    let mut crashes_left = rng.random_range(1..=3);
 
-    let steps = rng.random_range(60..160);
-    for _ in 0..steps {
-        match rng.random_range(0..10) {
-            0..=3 => {
+    let steps = rng.random_range(80..200);
+    for step in 0..steps {
+        match rng.random_range(0..20) {
+            0..=7 => {
                 let session = rng.random_range(0..SESSIONS) as usize;
                 let worker = rng.random_range(0..WORKERS) as usize;
                 let count = rng.random_range(1..4);
-                if let Ok((header, ticket)) = sessions[session].issue_batch(worker as u64, count) {
+                if let Ok((header, ticket)) = sim.sessions[session].issue_batch(worker as u64, count) {
                     let operations = (ticket.sequences.start..ticket.sequences.end)
                         .map(|sequence| {
-                            placed[session].insert(sequence, worker as u64);
+                            sim.oracles[session].placed.insert(sequence, worker as u64);
                             MapOperation::Put(key(session as u64, sequence), vec![1])
                         })
                         .collect();
-                    in_flight.push(InFlight {
-                        session,
-                        worker,
-                        header,
-                        ticket,
-                        operations,
-                    });
+                    in_flight.push(InFlight { session, worker, header, ticket, operations });
                 }
             }
-            4..=6 if !in_flight.is_empty() => {
+            8..=13 if !in_flight.is_empty() => {
                 let batch = in_flight.swap_remove(rng.random_range(0..in_flight.len()));
-                let worker = workers[batch.worker].as_mut().unwrap();
-                let response = match worker
-                    .process_batch(&batch.header, &batch.operations)
-                    .unwrap()
-                {
-                    BatchOutcome::Executed { response, .. }
-                    | BatchOutcome::Rejected { response } => response,
+                let worker = sim.workers[batch.worker].as_mut().unwrap();
+                let response = match worker.process_batch(&batch.header, &batch.operations).unwrap() {
+                    BatchOutcome::Executed { response, .. } | BatchOutcome::Rejected { response } => response,
                 };
-                assert!(matches!(
-                    sessions[batch.session]
-                        .complete_batch(batch.ticket, &response)
-                        .unwrap(),
-                    Completion::Executed { .. }
-                ));
+                match sim.sessions[batch.session].complete_batch(batch.ticket, &response).unwrap() {
+                    Completion::Executed { .. } | Completion::Ignored => {}
+                    Completion::RollbackRequired { .. } => sim.handle_rollback(batch.session),
+                }
             }
-            7 => {
-                let worker = workers[rng.random_range(0..WORKERS) as usize]
-                    .as_mut()
-                    .unwrap();
+            14..=15 => {
+                let worker = sim.workers[rng.random_range(0..WORKERS) as usize].as_mut().unwrap();
                 let sealed = if rng.random_bool(0.3) {
                     worker.commit_with_catch_up().unwrap()
                 } else {
@@ -116,104 +187,34 @@ fn simulate(seed: u64) {
                 };
                 assert!(worker.wait_persisted(sealed, Duration::from_secs(30)));
             }
-            8 => {
-                let state = finder.refresh().unwrap();
-                for (index, session) in sessions.iter_mut().enumerate() {
-                    let point = session.commit_point(&state).unwrap();
-                    let excluded: BTreeSet<u64> =
-                        point.excluded.iter().flat_map(|r| r.start..r.end).collect();
-                    for sequence in 0..point.until_sequence {
-                        if !excluded.contains(&sequence) {
-                            reported[index].insert(sequence);
-                        }
-                    }
+            16..=17 => sim.record_commit_points(),
+            18 if crashes_left > 0 && step > 20 => {
+                // A worker crashes; the manager's steps, done synchronously: advance the
+                // world-line, restart the failed worker, restore the others, resume.
+                crashes_left -= 1;
+                let crashed = rng.random_range(0..WORKERS) as usize;
+                sim.workers[crashed] = None;
+                let before = store.cluster_state().unwrap();
+                let state = store.advance_world_line(before.world_line).unwrap();
+                assert_eq!(state.cut, before.cut);
+                sim.workers[crashed] = Some(open_worker(crashed as u64));
+                for worker in sim.workers.iter_mut().flatten() {
+                    worker.restore_to(&state).unwrap();
                 }
+                assert!(store.finish_recovery(state.world_line).unwrap());
+                // Requests in flight stay in flight: delivered later, they are refused.
             }
             _ => {}
         }
     }
-
-    // Crash a worker (its unsent batches are lost in the network), roll everyone back.
-    let crashed = rng.random_range(0..WORKERS) as usize;
-    workers[crashed] = None;
-    in_flight.clear();
-    let before = store.cluster_state().unwrap();
-    let state = store.advance_world_line(before.world_line).unwrap();
-    assert_eq!(state.cut, before.cut);
-    workers[crashed] = Some(open_worker(crashed as u64));
-    for worker in workers.iter_mut().flatten() {
-        worker.restore_to(&state).unwrap();
-    }
-    assert!(store.finish_recovery(state.world_line).unwrap());
-
-    let contents: Vec<BTreeSet<Vec<u8>>> = workers
-        .iter()
-        .map(|w| {
-            w.as_ref()
-                .unwrap()
-                .state_object()
-                .entries()
-                .keys()
-                .cloned()
-                .collect()
-        })
-        .collect();
-    for (index, session) in sessions.iter_mut().enumerate() {
-        let prefix = session.handle_rollback(&state).unwrap();
-        let present = |sequence: u64| {
-            let worker = placed[index][&sequence] as usize;
-            contents[worker].contains(&key(index as u64, sequence))
-        };
-        let uncertain: BTreeSet<u64> = prefix
-            .uncertain
-            .iter()
-            .flat_map(|r| r.start..r.end)
-            .collect();
-        for &sequence in &reported[index] {
-            assert!(
-                present(sequence),
-                "seed {seed}: session {index} op {sequence} was reported committed but is gone"
-            );
-        }
-        for range in &prefix.survived {
-            for sequence in range.start..range.end {
-                assert!(
-                    present(sequence),
-                    "seed {seed}: session {index} op {sequence} reported survived but absent"
-                );
-            }
-        }
-        for range in &prefix.lost {
-            for sequence in range.start..range.end {
-                assert!(
-                    !present(sequence),
-                    "seed {seed}: session {index} op {sequence} reported lost but present"
-                );
-            }
-        }
-        for sequence in 0..prefix.until_sequence {
-            if !uncertain.contains(&sequence) {
-                assert!(
-                    present(sequence),
-                    "seed {seed}: session {index} prefix op {sequence} absent"
-                );
-            }
-        }
-        for &sequence in placed[index].keys() {
-            if present(sequence) {
-                let accounted = sequence < prefix.until_sequence
-                    || uncertain.contains(&sequence)
-                    || prefix
-                        .survived
-                        .iter()
-                        .any(|r| (r.start..r.end).contains(&sequence));
-                assert!(
-                    accounted,
-                    "seed {seed}: session {index} op {sequence} present but unaccounted for"
-                );
-            }
+    // Every session eventually learns of every rollback.
+    let world_line = store.cluster_state().unwrap().world_line;
+    for index in 0..SESSIONS as usize {
+        if sim.sessions[index].world_line() < world_line {
+            sim.handle_rollback(index);
         }
     }
+    sim.record_commit_points();
 }
 
 #[test]

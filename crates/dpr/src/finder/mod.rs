@@ -43,6 +43,11 @@ pub trait DprFinder: Send + Sync {
     fn cluster_state(&self) -> Result<ClusterState, MetadataError> {
         self.store().cluster_state()
     }
+    /// See [`MetadataStore::rollback_target`]: what a session on world-line `from` must use in
+    /// [`DprSession::handle_rollback`](crate::DprSession::handle_rollback).
+    fn rollback_target(&self, from: WorldLine) -> Result<ClusterState, MetadataError> {
+        self.store().rollback_target(from)
+    }
     /// `Vmax`: the largest persisted version; lagging workers fast-forward to it.
     fn max_version(&self) -> Result<Version, MetadataError> {
         self.store().max_version()

@@ -10,6 +10,7 @@
 //! dpr_dependencies(worker_id, version, dependency_worker_id, dependency_version,
 //!                  PRIMARY KEY (worker_id, version, dependency_worker_id))
 //! dpr_cut(worker_id PRIMARY KEY, version)
+//! dpr_world_lines(world_line, worker_id, version, PRIMARY KEY (world_line, worker_id))  -- recovery cuts
 //! ```
 //!
 //! Atomicity: every method runs in one transaction that first updates the `dpr_cluster` row,
@@ -112,6 +113,12 @@ pub trait MetadataStore: Send + Sync {
     /// If the world-line is still `expected`: advances it by one, halts progress (`recovering`),
     /// and deletes every persisted version above the cut (they are lost). Returns the new state.
     fn advance_world_line(&self, expected: WorldLine) -> Result<ClusterState, MetadataError>;
+    /// For a session or worker still on world-line `from`: the current world-line together with
+    /// the cut world-line `from + 1` started from (the cut `from` was rolled back to). Versions made
+    /// in `from` survived iff they are at or below that cut; later cuts contain versions of later
+    /// world-lines and must not be used for this. If the cluster is still on `from`, returns the
+    /// current state.
+    fn rollback_target(&self, from: WorldLine) -> Result<ClusterState, MetadataError>;
     /// Records that `worker` restored into `world_line`.
     fn report_recovered(
         &self,

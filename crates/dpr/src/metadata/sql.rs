@@ -27,6 +27,7 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS dpr_versions (worker_id BIGINT NOT NULL, version BIGINT NOT NULL, world_line BIGINT NOT NULL, has_dependencies BIGINT NOT NULL, PRIMARY KEY (worker_id, version))",
     "CREATE TABLE IF NOT EXISTS dpr_dependencies (worker_id BIGINT NOT NULL, version BIGINT NOT NULL, dependency_worker_id BIGINT NOT NULL, dependency_version BIGINT NOT NULL, PRIMARY KEY (worker_id, version, dependency_worker_id))",
     "CREATE TABLE IF NOT EXISTS dpr_cut (worker_id BIGINT PRIMARY KEY, version BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS dpr_world_lines (world_line BIGINT NOT NULL, worker_id BIGINT NOT NULL, version BIGINT NOT NULL, PRIMARY KEY (world_line, worker_id))",
     "INSERT INTO dpr_cluster (id, world_line, recovering) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING",
 ];
 
@@ -300,6 +301,13 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
                     "UPDATE dpr_cluster SET world_line = world_line + 1, recovering = 1 WHERE id = 1",
                     &[],
                 )?;
+                // Remember the cut this world-line starts from: sessions still on an older
+                // world-line judge their operations against it, not against later cuts.
+                backend.execute(
+                    "INSERT INTO dpr_world_lines (world_line, worker_id, version) \
+                     SELECT $1, worker_id, version FROM dpr_cut",
+                    &[to_column("world-line", expected + 1)?],
+                )?;
                 for table in ["dpr_dependencies", "dpr_versions"] {
                     backend.execute(
                         &format!(
@@ -320,6 +328,32 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
             Ok(ClusterState {
                 world_line: current,
                 cut: read_cut(backend)?,
+                recovering,
+            })
+        })
+    }
+
+    fn rollback_target(&self, from: WorldLine) -> Result<ClusterState, MetadataError> {
+        let next = to_column("world-line", from.saturating_add(1))?;
+        self.transaction(|backend| {
+            let (world_line, recovering) = read_cluster(backend)?;
+            if world_line <= from {
+                return Ok(ClusterState {
+                    world_line,
+                    cut: read_cut(backend)?,
+                    recovering,
+                });
+            }
+            let mut cut = Cut::new();
+            for row in backend.query(
+                "SELECT worker_id, version FROM dpr_world_lines WHERE world_line = $1",
+                &[next],
+            )? {
+                cut.insert(from_column("worker_id", row[0])?, from_column("version", row[1])?);
+            }
+            Ok(ClusterState {
+                world_line,
+                cut,
                 recovering,
             })
         })
