@@ -53,8 +53,19 @@ struct SessionOracle {
     judged_below: u64,
 }
 
+/// How often each interesting case occurred (to show the test exercises them).
+#[derive(Default, Debug)]
+struct Tally {
+    lost: u64,
+    rejected: u64,
+    uncertain: u64,
+    survived: u64,
+    skipped_world_lines: u64,
+}
+
 struct Simulation {
     seed: u64,
+    tally: Tally,
     finder: Arc<dyn DprFinder>,
     workers: Vec<Option<DprWorker<VersionedMap>>>,
     sessions: Vec<DprSession>,
@@ -75,9 +86,16 @@ impl Simulation {
     /// The session learns of a rollback; check what it is told against the workers' state.
     fn handle_rollback(&mut self, index: usize) {
         let seed = self.seed;
-        let target = self.finder.rollback_target(self.sessions[index].world_line()).unwrap();
+        let from_world_line = self.sessions[index].world_line();
+        let target = self.finder.rollback_target(from_world_line).unwrap();
         let issued_below = self.sessions[index].next_sequence();
         let prefix = self.sessions[index].handle_rollback(&target).unwrap();
+        let count = |ranges: &[prefixkv_dpr::session::SequenceRange]| ranges.iter().map(|r| r.end - r.start).sum::<u64>();
+        self.tally.lost += count(&prefix.lost);
+        self.tally.rejected += count(&prefix.rejected);
+        self.tally.uncertain += count(&prefix.uncertain);
+        self.tally.survived += prefix.until_sequence.saturating_sub(self.oracles[index].judged_below) + count(&prefix.survived);
+        self.tally.skipped_world_lines += u64::from(target.world_line > from_world_line + 1);
         let judged_below = self.oracles[index].judged_below;
         let uncertain: BTreeSet<u64> = prefix.uncertain.iter().flat_map(|r| r.start..r.end).collect();
         let survived: BTreeSet<u64> = prefix.survived.iter().flat_map(|r| r.start..r.end).collect();
@@ -126,7 +144,7 @@ impl Simulation {
     }
 }
 
-fn simulate(seed: u64) {
+fn simulate(seed: u64) -> Tally {
     let mut rng = StdRng::seed_from_u64(seed);
     let (_metadata, open) = sqlite_opener();
     let data = tempfile::tempdir().unwrap();
@@ -142,6 +160,7 @@ fn simulate(seed: u64) {
     };
     let mut sim = Simulation {
         seed,
+        tally: Tally::default(),
         finder: Arc::clone(&finder),
         workers: (0..WORKERS).map(|id| Some(open_worker(id))).collect(),
         sessions: (0..SESSIONS).map(|id| DprSession::new(id, 0, 3)).collect(),
@@ -215,6 +234,7 @@ fn simulate(seed: u64) {
         }
     }
     sim.record_commit_points();
+    sim.tally
 }
 
 #[test]
@@ -223,7 +243,17 @@ fn random_schedules_keep_the_dpr_guarantee() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(6);
+    let mut total = Tally::default();
     for seed in 0..seeds {
-        simulate(seed);
+        let tally = simulate(seed);
+        total.lost += tally.lost;
+        total.rejected += tally.rejected;
+        total.uncertain += tally.uncertain;
+        total.survived += tally.survived;
+        total.skipped_world_lines += tally.skipped_world_lines;
+    }
+    eprintln!("simulation over {seeds} seeds: {total:?}");
+    if seeds >= 6 {
+        assert!(total.lost > 0 && total.survived > 0 && total.rejected > 0, "{total:?}");
     }
 }
