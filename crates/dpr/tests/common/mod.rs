@@ -61,19 +61,36 @@ fn run_postgres_tool(program: &Path, args: &[&str]) -> std::process::Output {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
 }
 
-/// A private PostgreSQL server in a temporary directory, stopped (immediate mode) on drop.
+/// A private PostgreSQL server in a temporary directory, stopped (immediate mode) on drop; or the
+/// server `scripts/with-postgres` started (`DPR_POSTGRES_HOST`/`DPR_POSTGRES_PORT`), left running.
 pub struct PostgresServer {
     bin: PathBuf,
-    directory: tempfile::TempDir,
+    /// Socket directory.
+    host: String,
+    /// Our own server's directory (None: an external server).
+    directory: Option<tempfile::TempDir>,
     port: u16,
     pid: i32,
     next_database: AtomicU64,
 }
 
 impl PostgresServer {
-    /// initdb + pg_ctl start on a free loopback port, socket in the temp dir.
+    /// initdb + pg_ctl start on a free loopback port, socket in the temp dir (or the server from
+    /// `scripts/with-postgres`).
     pub fn start() -> Self {
         let bin = postgres_bin_dir();
+        if let (Ok(host), Ok(port)) = (std::env::var("DPR_POSTGRES_HOST"), std::env::var("DPR_POSTGRES_PORT")) {
+            let port = port.parse().expect("DPR_POSTGRES_PORT must be a port number");
+            // Databases are named per process so concurrent test binaries do not collide.
+            return Self {
+                bin,
+                host,
+                directory: None,
+                port,
+                pid: 0,
+                next_database: AtomicU64::new(u64::from(std::process::id()) * 1000),
+            };
+        }
         let directory = tempfile::Builder::new()
             .prefix("dpr-pg")
             .tempdir()
@@ -114,6 +131,7 @@ impl PostgresServer {
         let options =
             format!("-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off");
         let log = directory.path().join("postgres.log");
+        let data = data.clone();
         let output = run_postgres_tool(
             &bin.join("pg_ctl"),
             &[
@@ -135,7 +153,8 @@ impl PostgresServer {
             .unwrap_or(0);
         let server = Self {
             bin,
-            directory,
+            host: socket_dir,
+            directory: Some(directory),
             port,
             pid,
             next_database: AtomicU64::new(0),
@@ -153,8 +172,7 @@ impl PostgresServer {
     pub fn connection_string(&self, database: &str) -> String {
         format!(
             "host={} port={} user=postgres dbname={database}",
-            self.directory.path().display(),
-            self.port
+            self.host, self.port
         )
     }
 
@@ -165,7 +183,7 @@ impl PostgresServer {
             self.next_database.fetch_add(1, Ordering::SeqCst)
         );
         let output = Command::new(self.bin.join("createdb"))
-            .args(["-h", self.directory.path().to_str().expect("utf-8")])
+            .args(["-h", &self.host])
             .args(["-p", &self.port.to_string(), "-U", "postgres", &name])
             .output()
             .expect("createdb");
@@ -180,7 +198,10 @@ impl PostgresServer {
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
-        let data = self.directory.path().join("data");
+        let Some(directory) = &self.directory else {
+            return; // external server: scripts/with-postgres stops it
+        };
+        let data = directory.path().join("data");
         let output = run_postgres_tool(
             &self.bin.join("pg_ctl"),
             &[
