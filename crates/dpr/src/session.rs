@@ -46,6 +46,18 @@ pub enum SessionError {
         /// The sequence number in the response.
         sequence: u64,
     },
+    /// The response header names another batch or another worker than the ticket.
+    #[error("session {session}: response from worker {response_worker} for sequence {response_sequence} does not answer the batch starting at {sequence}")]
+    MismatchedResponse {
+        /// Session id.
+        session: u64,
+        /// The ticket's first sequence number.
+        sequence: u64,
+        /// The response's batch sequence.
+        response_sequence: u64,
+        /// The response's sender.
+        response_worker: u64,
+    },
     /// The cluster is on a newer world-line: call [`DprSession::handle_rollback`].
     #[error("session {session} is on world-line {session_world_line}, the cluster on {cluster_world_line}: handle the rollback first")]
     RollbackPending {
@@ -290,6 +302,15 @@ impl DprSession {
         if response.kind != HeaderKind::Response || response.world_line < self.world_line {
             // A rollback header from an old world-line, or a stale response: nothing to learn.
             return Ok(Completion::Ignored);
+        }
+        if response.batch_sequence != ticket.sequences.start || response.sender != ticket.worker {
+            // A response that answers some other batch: refuse to record a version for this one.
+            return Err(SessionError::MismatchedResponse {
+                session: self.id,
+                sequence: ticket.sequences.start,
+                response_sequence: response.batch_sequence,
+                response_worker: response.sender,
+            });
         }
         let record = self
             .batches

@@ -309,7 +309,10 @@ fn failure_and_rollback(
         &mut log,
     );
     assert_eq!(stale, Completion::RollbackRequired { world_line: 1 });
-    let recovered_state = environment.finder.rollback_target(session.world_line()).unwrap();
+    let recovered_state = environment
+        .finder
+        .rollback_target(session.world_line())
+        .unwrap();
     let surviving = session.handle_rollback(&recovered_state).unwrap();
     assert_eq!(surviving.world_line, 1);
     assert_eq!(surviving.until_sequence, phase_1_end);

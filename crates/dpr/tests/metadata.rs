@@ -129,11 +129,20 @@ fn world_line_and_recovery(open: &Opener) {
     let target = store.rollback_target(0).unwrap();
     assert_eq!(target.world_line, 1);
     assert_eq!(target.cut, cut(&[(1, 2), (2, 1)]));
-    assert_eq!(store.rollback_target(1).unwrap().cut, cut(&[(1, 5), (2, 1)]));
+    assert_eq!(
+        store.rollback_target(1).unwrap().cut,
+        cut(&[(1, 5), (2, 1)])
+    );
     let skipped = store.advance_world_line(1).unwrap();
     assert_eq!(skipped.world_line, 2);
-    assert_eq!(store.rollback_target(0).unwrap().cut, cut(&[(1, 2), (2, 1)]));
-    assert_eq!(store.rollback_target(1).unwrap().cut, cut(&[(1, 5), (2, 1)]));
+    assert_eq!(
+        store.rollback_target(0).unwrap().cut,
+        cut(&[(1, 2), (2, 1)])
+    );
+    assert_eq!(
+        store.rollback_target(1).unwrap().cut,
+        cut(&[(1, 5), (2, 1)])
+    );
 }
 
 /// Readers on other connections never see half a cut: every published cut has all workers at the

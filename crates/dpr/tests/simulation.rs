@@ -90,40 +90,72 @@ impl Simulation {
         let target = self.finder.rollback_target(from_world_line).unwrap();
         let issued_below = self.sessions[index].next_sequence();
         let prefix = self.sessions[index].handle_rollback(&target).unwrap();
-        let count = |ranges: &[prefixkv_dpr::session::SequenceRange]| ranges.iter().map(|r| r.end - r.start).sum::<u64>();
+        let count = |ranges: &[prefixkv_dpr::session::SequenceRange]| {
+            ranges.iter().map(|r| r.end - r.start).sum::<u64>()
+        };
         self.tally.lost += count(&prefix.lost);
         self.tally.rejected += count(&prefix.rejected);
         self.tally.uncertain += count(&prefix.uncertain);
-        self.tally.survived += prefix.until_sequence.saturating_sub(self.oracles[index].judged_below) + count(&prefix.survived);
+        self.tally.survived += prefix
+            .until_sequence
+            .saturating_sub(self.oracles[index].judged_below)
+            + count(&prefix.survived);
         self.tally.skipped_world_lines += u64::from(target.world_line > from_world_line + 1);
         let judged_below = self.oracles[index].judged_below;
-        let uncertain: BTreeSet<u64> = prefix.uncertain.iter().flat_map(|r| r.start..r.end).collect();
-        let survived: BTreeSet<u64> = prefix.survived.iter().flat_map(|r| r.start..r.end).collect();
+        let uncertain: BTreeSet<u64> = prefix
+            .uncertain
+            .iter()
+            .flat_map(|r| r.start..r.end)
+            .collect();
+        let survived: BTreeSet<u64> = prefix
+            .survived
+            .iter()
+            .flat_map(|r| r.start..r.end)
+            .collect();
         for &sequence in &self.oracles[index].durable {
-            assert!(self.present(index, sequence), "seed {seed}: session {index} op {sequence} was durable but is gone");
+            assert!(
+                self.present(index, sequence),
+                "seed {seed}: session {index} op {sequence} was durable but is gone"
+            );
         }
         for &sequence in &survived {
-            assert!(self.present(index, sequence), "seed {seed}: session {index} op {sequence} reported survived but absent");
+            assert!(
+                self.present(index, sequence),
+                "seed {seed}: session {index} op {sequence} reported survived but absent"
+            );
         }
         for range in prefix.lost.iter().chain(&prefix.rejected) {
             for sequence in range.start..range.end {
-                assert!(!self.present(index, sequence), "seed {seed}: session {index} op {sequence} reported lost/refused but present");
+                assert!(
+                    !self.present(index, sequence),
+                    "seed {seed}: session {index} op {sequence} reported lost/refused but present"
+                );
             }
         }
         for sequence in judged_below..prefix.until_sequence {
             if !uncertain.contains(&sequence) {
-                assert!(self.present(index, sequence), "seed {seed}: session {index} prefix op {sequence} absent");
+                assert!(
+                    self.present(index, sequence),
+                    "seed {seed}: session {index} prefix op {sequence} absent"
+                );
             }
         }
         for sequence in judged_below..issued_below {
             if self.present(index, sequence) {
-                let accounted = sequence < prefix.until_sequence || uncertain.contains(&sequence) || survived.contains(&sequence);
-                assert!(accounted, "seed {seed}: session {index} op {sequence} present but unaccounted for");
+                let accounted = sequence < prefix.until_sequence
+                    || uncertain.contains(&sequence)
+                    || survived.contains(&sequence);
+                assert!(
+                    accounted,
+                    "seed {seed}: session {index} op {sequence} present but unaccounted for"
+                );
             }
         }
         let oracle = &mut self.oracles[index];
         oracle.durable.extend(survived);
-        oracle.durable.extend((judged_below..prefix.until_sequence).filter(|s| !uncertain.contains(s)));
+        oracle
+            .durable
+            .extend((judged_below..prefix.until_sequence).filter(|s| !uncertain.contains(s)));
         oracle.judged_below = issued_below;
     }
 
@@ -132,10 +164,13 @@ impl Simulation {
         for index in 0..self.sessions.len() {
             match self.sessions[index].commit_point(&state) {
                 Ok(point) => {
-                    let excluded: BTreeSet<u64> = point.excluded.iter().flat_map(|r| r.start..r.end).collect();
+                    let excluded: BTreeSet<u64> =
+                        point.excluded.iter().flat_map(|r| r.start..r.end).collect();
                     let oracle = &mut self.oracles[index];
                     let from = oracle.judged_below;
-                    oracle.durable.extend((from..point.until_sequence).filter(|s| !excluded.contains(s)));
+                    oracle
+                        .durable
+                        .extend((from..point.until_sequence).filter(|s| !excluded.contains(s)));
                 }
                 Err(SessionError::RollbackPending { .. }) => self.handle_rollback(index),
                 Err(other) => panic!("{other}"),
@@ -176,29 +211,46 @@ fn simulate(seed: u64) -> Tally {
                 let session = rng.random_range(0..SESSIONS) as usize;
                 let worker = rng.random_range(0..WORKERS) as usize;
                 let count = rng.random_range(1..4);
-                if let Ok((header, ticket)) = sim.sessions[session].issue_batch(worker as u64, count) {
+                if let Ok((header, ticket)) =
+                    sim.sessions[session].issue_batch(worker as u64, count)
+                {
                     let operations = (ticket.sequences.start..ticket.sequences.end)
                         .map(|sequence| {
                             sim.oracles[session].placed.insert(sequence, worker as u64);
                             MapOperation::Put(key(session as u64, sequence), vec![1])
                         })
                         .collect();
-                    in_flight.push(InFlight { session, worker, header, ticket, operations });
+                    in_flight.push(InFlight {
+                        session,
+                        worker,
+                        header,
+                        ticket,
+                        operations,
+                    });
                 }
             }
             8..=13 if !in_flight.is_empty() => {
                 let batch = in_flight.swap_remove(rng.random_range(0..in_flight.len()));
                 let worker = sim.workers[batch.worker].as_mut().unwrap();
-                let response = match worker.process_batch(&batch.header, &batch.operations).unwrap() {
-                    BatchOutcome::Executed { response, .. } | BatchOutcome::Rejected { response } => response,
+                let response = match worker
+                    .process_batch(&batch.header, &batch.operations)
+                    .unwrap()
+                {
+                    BatchOutcome::Executed { response, .. }
+                    | BatchOutcome::Rejected { response } => response,
                 };
-                match sim.sessions[batch.session].complete_batch(batch.ticket, &response).unwrap() {
+                match sim.sessions[batch.session]
+                    .complete_batch(batch.ticket, &response)
+                    .unwrap()
+                {
                     Completion::Executed { .. } | Completion::Ignored => {}
                     Completion::RollbackRequired { .. } => sim.handle_rollback(batch.session),
                 }
             }
             14..=15 => {
-                let worker = sim.workers[rng.random_range(0..WORKERS) as usize].as_mut().unwrap();
+                let worker = sim.workers[rng.random_range(0..WORKERS) as usize]
+                    .as_mut()
+                    .unwrap();
                 let sealed = if rng.random_bool(0.3) {
                     worker.commit_with_catch_up().unwrap()
                 } else {
@@ -254,6 +306,9 @@ fn random_schedules_keep_the_dpr_guarantee() {
     }
     eprintln!("simulation over {seeds} seeds: {total:?}");
     if seeds >= 6 {
-        assert!(total.lost > 0 && total.survived > 0 && total.rejected > 0, "{total:?}");
+        assert!(
+            total.lost > 0 && total.survived > 0 && total.rejected > 0,
+            "{total:?}"
+        );
     }
 }

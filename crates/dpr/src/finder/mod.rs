@@ -3,7 +3,8 @@
 //! cut is published there atomically and only ever grows within a world-line.
 //!
 //! - [`ExactFinder`]: persists every version's dependency set, so the precedence graph survives a
-//!   finder restart; computes the maximal closed cut. Most precise; the store's write volume grows
+//!   finder restart and workers in other processes can record versions straight into the store;
+//!   computes the maximal closed cut. Most precise; the store's write volume grows
 //!   with the number of dependencies (quadratic in cluster size at worst).
 //! - [`ApproximateFinder`]: persists only version numbers; cut = each worker's newest persisted
 //!   version not above `Vmin` (the minimum over workers of their newest persisted version). Cheap
@@ -11,7 +12,10 @@
 //! - [`HybridFinder`]: the graph lives in memory only (versions are persisted as in the
 //!   approximate finder); the cut is the union of the exact and approximate cuts. After a finder
 //!   restart the lost part of the graph is opaque, the approximate cut carries progress past it,
-//!   and the exact cut takes over again.
+//!   and the exact cut takes over again. Dependencies reach it only through its own
+//!   `report_persisted`, so workers must report to the finder instance (in process, or over a
+//!   transport the application provides); versions written straight into the store commit only
+//!   through the approximate part.
 
 mod graph;
 
@@ -114,21 +118,22 @@ fn approximate_from_store(
     Ok(approximate_cut(&workers, &persisted, &state.cut).0)
 }
 
-/// The exact finder: the whole precedence graph is persisted; see the module docs.
+/// The exact finder: the whole precedence graph is persisted; see the module docs. Every
+/// refresh reads the graph above the cut from the store, so workers in other processes may record
+/// their versions straight into the store ([`MetadataStore::add_persisted_version`]) and several
+/// finder instances may run; the store serialises their cut updates.
 pub struct ExactFinder {
     store: Arc<dyn MetadataStore>,
-    /// The graph and the world-line it belongs to; rebuilt from the store when that changes.
-    graph: Mutex<(WorldLine, PrecedenceGraph)>,
+    /// Serialises this instance's refreshes (the store serialises across instances).
+    refreshing: Mutex<()>,
 }
 
 impl ExactFinder {
-    /// Loads the persisted graph from `store`.
+    /// A finder over `store`.
     pub fn new(store: Arc<dyn MetadataStore>) -> Result<Self, MetadataError> {
-        let state = store.cluster_state()?;
-        let graph = graph_from(&store.persisted_versions()?, state.cut.keys().copied());
         Ok(Self {
             store,
-            graph: Mutex::new((state.world_line, graph)),
+            refreshing: Mutex::new(()),
         })
     }
 }
@@ -144,35 +149,20 @@ impl DprFinder for ExactFinder {
         version: WorkerVersion,
         dependencies: &[WorkerVersion],
     ) -> Result<bool, MetadataError> {
-        let mut graph = self.graph.lock();
-        if !self
-            .store
-            .add_persisted_version(world_line, version, Some(dependencies))?
-        {
-            return Ok(false);
-        }
-        if graph.0 == world_line {
-            graph.1.insert(version, Some(dependencies.to_vec()));
-        }
-        Ok(true)
+        self.store
+            .add_persisted_version(world_line, version, Some(dependencies))
     }
 
     fn refresh(&self) -> Result<ClusterState, MetadataError> {
-        let mut graph = self.graph.lock();
+        let _guard = self.refreshing.lock();
         let state = self.store.cluster_state()?;
-        if graph.0 != state.world_line {
-            *graph = (
-                state.world_line,
-                graph_from(&self.store.persisted_versions()?, state.cut.keys().copied()),
-            );
-        }
         if state.recovering {
             return Ok(state);
         }
-        let cut = graph.1.maximal_cut(&state.cut);
-        let published = publish_if_grown(self.store.as_ref(), &state, cut)?;
-        graph.1.prune(&published.cut);
-        Ok(published)
+        // Versions recorded after `state` was read only make the cut smaller than it could be,
+        // never wrong; publish_cut refuses it if the world-line moved meanwhile.
+        let graph = graph_from(&self.store.persisted_versions()?, state.cut.keys().copied());
+        publish_if_grown(self.store.as_ref(), &state, graph.maximal_cut(&state.cut))
     }
 }
 

@@ -349,7 +349,10 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
                 "SELECT worker_id, version FROM dpr_world_lines WHERE world_line = $1",
                 &[next],
             )? {
-                cut.insert(from_column("worker_id", row[0])?, from_column("version", row[1])?);
+                cut.insert(
+                    from_column("worker_id", row[0])?,
+                    from_column("version", row[1])?,
+                );
             }
             Ok(ClusterState {
                 world_line,

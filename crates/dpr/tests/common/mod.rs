@@ -79,8 +79,13 @@ impl PostgresServer {
     /// `scripts/with-postgres`).
     pub fn start() -> Self {
         let bin = postgres_bin_dir();
-        if let (Ok(host), Ok(port)) = (std::env::var("DPR_POSTGRES_HOST"), std::env::var("DPR_POSTGRES_PORT")) {
-            let port = port.parse().expect("DPR_POSTGRES_PORT must be a port number");
+        if let (Ok(host), Ok(port)) = (
+            std::env::var("DPR_POSTGRES_HOST"),
+            std::env::var("DPR_POSTGRES_PORT"),
+        ) {
+            let port = port
+                .parse()
+                .expect("DPR_POSTGRES_PORT must be a port number");
             // Databases are named per process so concurrent test binaries do not collide.
             return Self {
                 bin,
