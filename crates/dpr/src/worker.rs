@@ -85,13 +85,64 @@ pub enum BatchOutcome<O> {
     },
 }
 
+/// A sealed version waiting to be reported to the finder.
+struct PendingReport {
+    world_line: WorldLine,
+    version: Version,
+    dependencies: Vec<WorkerVersion>,
+    /// Set by the state object's callback.
+    outcome: Option<Result<Version, String>>,
+}
+
 /// Where persistence stands, shared with the state object's persistence callbacks.
+///
+/// Reports reach the finder strictly in commit order, whatever order the state object's callbacks
+/// fire in: the exact finder relies on it (a token stands for all earlier versions, so their
+/// dependency sets must be known first). A version that failed to persist hands its dependencies
+/// to the next one, whose snapshot contains its operations.
 #[derive(Default)]
 struct PersistStatus {
     /// Largest version reported durable in `world_line`.
     latest: Version,
     world_line: WorldLine,
     errors: Vec<String>,
+    /// Sealed versions in commit order, not yet reported.
+    queue: std::collections::VecDeque<PendingReport>,
+}
+
+impl PersistStatus {
+    /// Reports every finished version at the front of the queue, in order. Runs under the lock,
+    /// which is what keeps reports ordered across callback threads.
+    fn drain(&mut self, finder: &dyn DprFinder, worker: WorkerId) {
+        while self.queue.front().is_some_and(|r| r.outcome.is_some()) {
+            let report = self.queue.pop_front().expect("front exists");
+            let outcome = report.outcome.expect("checked above").and_then(|version| {
+                finder
+                    .report_persisted(
+                        report.world_line,
+                        WorkerVersion::new(worker, version),
+                        &report.dependencies,
+                    )
+                    .map_err(|e| e.to_string())
+                    .map(|_| version)
+            });
+            match outcome {
+                Ok(version) if self.world_line == report.world_line => {
+                    self.latest = self.latest.max(version)
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::error!(worker, version = report.version, %error, "persisting a DPR version failed");
+                    self.errors.push(error);
+                    if let Some(next) = self.queue.front_mut() {
+                        if next.world_line == report.world_line {
+                            next.dependencies.extend(report.dependencies);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A worker: one shard's state object plus the DPR protocol state.
@@ -164,6 +215,12 @@ impl<S: StateObject> DprWorker<S> {
     /// The state object (e.g. to inspect it in tests).
     pub fn state_object(&self) -> &S {
         &self.state_object
+    }
+
+    /// The state object, mutably. Executing or committing through it bypasses DPR; meant for
+    /// store-specific maintenance and tests.
+    pub fn state_object_mut(&mut self) -> &mut S {
+        &mut self.state_object
     }
 
     /// The current version's dependency set.
@@ -276,35 +333,38 @@ impl<S: StateObject> DprWorker<S> {
         let finder = Arc::clone(&self.finder);
         let persisted = Arc::clone(&self.persisted);
         let (world_line, id) = (self.world_line, self.id);
-        self.state_object.commit(
+        self.persisted.0.lock().queue.push_back(PendingReport {
+            world_line,
+            version: label,
+            dependencies,
+            outcome: None,
+        });
+        let committed = self.state_object.commit(
             label,
             metadata,
             Box::new(move |result| {
-                let outcome = result.map_err(|e| e.to_string()).and_then(|version| {
-                    finder
-                        .report_persisted(
-                            world_line,
-                            WorkerVersion::new(id, version),
-                            &dependencies,
-                        )
-                        .map_err(|e| e.to_string())
-                        .map(|_| version)
-                });
                 let (lock, changed) = &*persisted;
                 let mut status = lock.lock();
-                match outcome {
-                    Ok(version) if status.world_line == world_line => {
-                        status.latest = status.latest.max(version)
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        tracing::error!(worker = id, %error, "persisting a DPR version failed");
-                        status.errors.push(error);
-                    }
+                if let Some(report) = status.queue.iter_mut().find(|r| {
+                    r.version == label && r.world_line == world_line && r.outcome.is_none()
+                }) {
+                    report.outcome = Some(result.map_err(|e| e.to_string()));
                 }
+                status.drain(finder.as_ref(), id);
                 changed.notify_all();
             }),
-        )?;
+        );
+        if let Err(error) = committed {
+            // Nothing was sealed: drop the queued report; the dependencies stay with the
+            // current version.
+            let mut status = self.persisted.0.lock();
+            if let Some(position) = status.queue.iter().position(|r| {
+                r.version == label && r.world_line == world_line && r.outcome.is_none()
+            }) {
+                status.queue.remove(position);
+            }
+            return Err(error.into());
+        }
         self.dependencies.clear();
         self.version = next;
         self.highest_version_used = self.highest_version_used.max(next);
@@ -326,6 +386,9 @@ impl<S: StateObject> DprWorker<S> {
             let mut status = self.persisted.0.lock();
             status.world_line = state.world_line;
             status.latest = state.cut_version(self.id);
+            // Reports of the abandoned world-line are moot (the store would refuse them), and a
+            // state object may never call back for commits its restore discarded.
+            status.queue.retain(|r| r.world_line >= state.world_line);
         }
         self.finder
             .store()

@@ -208,3 +208,89 @@ fn figure_3_progress_with_coordination() {
         "commit point stuck at {last} of {operations}: {committed_prefixes:?}"
     );
 }
+
+/// A state object whose persistence callbacks fire only when told, in reverse order.
+#[derive(Default)]
+struct HeldCallbacks {
+    held: Vec<(u64, prefixkv_dpr::state_object::PersistCallback)>,
+    persisted: Vec<u64>,
+}
+
+impl prefixkv_dpr::StateObject for HeldCallbacks {
+    type Operation = ();
+    type Output = ();
+    fn execute(
+        &mut self,
+        _: u64,
+        operations: &[()],
+    ) -> Result<Vec<()>, prefixkv_dpr::state_object::StateObjectError> {
+        Ok(vec![(); operations.len()])
+    }
+    fn commit(
+        &mut self,
+        version: u64,
+        _: Vec<u8>,
+        on_persist: prefixkv_dpr::state_object::PersistCallback,
+    ) -> Result<(), prefixkv_dpr::state_object::StateObjectError> {
+        self.held.push((version, on_persist));
+        Ok(())
+    }
+    fn restore(&mut self, _: u64) -> Result<Vec<u8>, prefixkv_dpr::state_object::StateObjectError> {
+        Ok(Vec::new())
+    }
+    fn persisted_versions(&self) -> Result<Vec<u64>, prefixkv_dpr::state_object::StateObjectError> {
+        Ok(self.persisted.clone())
+    }
+    fn prune(&mut self, _: u64) -> Result<(), prefixkv_dpr::state_object::StateObjectError> {
+        Ok(())
+    }
+}
+
+/// Records the order reports reach the finder.
+struct RecordingFinder {
+    inner: ExactFinder,
+    order: std::sync::Mutex<Vec<u64>>,
+}
+
+impl DprFinder for RecordingFinder {
+    fn store(&self) -> &Arc<dyn prefixkv_dpr::MetadataStore> {
+        self.inner.store()
+    }
+    fn report_persisted(
+        &self,
+        world_line: u64,
+        version: WorkerVersion,
+        dependencies: &[WorkerVersion],
+    ) -> Result<bool, prefixkv_dpr::metadata::MetadataError> {
+        self.order.lock().unwrap().push(version.version);
+        self.inner
+            .report_persisted(world_line, version, dependencies)
+    }
+    fn refresh(&self) -> Result<prefixkv_dpr::ClusterState, prefixkv_dpr::metadata::MetadataError> {
+        self.inner.refresh()
+    }
+}
+
+#[test]
+fn reports_reach_the_finder_in_commit_order() {
+    let (_directory, open) = sqlite_opener();
+    let recording = Arc::new(RecordingFinder {
+        inner: ExactFinder::new(open()).unwrap(),
+        order: std::sync::Mutex::new(Vec::new()),
+    });
+    let finder: Arc<dyn DprFinder> = recording.clone();
+    let mut worker = DprWorker::start(0, HeldCallbacks::default(), finder, 8, 0).unwrap();
+    let sealed: Vec<u64> = (0..4).map(|_| worker.commit().unwrap()).collect();
+    assert_eq!(worker.persisted_version(), 0);
+    // The state object calls back newest first; the finder must still hear oldest first.
+    let held = std::mem::take(&mut worker_state(&mut worker).held);
+    for (version, callback) in held.into_iter().rev() {
+        callback(Ok(version));
+    }
+    assert_eq!(*recording.order.lock().unwrap(), sealed);
+    assert_eq!(worker.persisted_version(), *sealed.last().unwrap());
+}
+
+fn worker_state(worker: &mut DprWorker<HeldCallbacks>) -> &mut HeldCallbacks {
+    worker.state_object_mut()
+}
