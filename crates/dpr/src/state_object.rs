@@ -61,6 +61,14 @@ pub enum StateObjectError {
         /// Last committed.
         last: Version,
     },
+    /// A field too large for the snapshot format's 32-bit length.
+    #[error("state object: {what} of {length_bytes} bytes is too large for a snapshot (limit 4 GiB - 1)")]
+    TooLarge {
+        /// Which field.
+        what: &'static str,
+        /// Its length.
+        length_bytes: usize,
+    },
     /// The background persister is gone (it panicked or the object is shutting down).
     #[error("state object persister thread is gone")]
     PersisterGone,

@@ -221,7 +221,23 @@ fn finders_over_backend(open: &Opener) {
     }
 }
 
+/// Several connections creating the schema at once on a fresh database all succeed.
+fn concurrent_first_open(open: Opener) {
+    let open = Arc::new(open);
+    let handles: Vec<_> = (0..4)
+        .map(|worker| {
+            let open = Arc::clone(&open);
+            std::thread::spawn(move || open().register_worker(worker, 0).unwrap())
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    assert_eq!(open().workers().unwrap().len(), 4);
+}
+
 fn run_suite(open: &Opener, fresh: &dyn Fn() -> Opener) {
+    concurrent_first_open(fresh());
     fresh_state(open);
     membership_and_leases(&fresh());
     versions_and_cut(&fresh());

@@ -63,6 +63,16 @@ impl SqlBackend for PostgresBackend {
             .block_on(self.client.batch_execute("ROLLBACK"))?)
     }
 
+    fn lock_schema(&mut self) -> Result<(), MetadataError> {
+        // Two processes creating the tables at once can collide in the catalog even with
+        // IF NOT EXISTS; a transaction-scoped advisory lock (key: "DPR" in ASCII) serialises them.
+        self.runtime.block_on(
+            self.client
+                .batch_execute("SELECT pg_advisory_xact_lock(4476994)"),
+        )?;
+        Ok(())
+    }
+
     fn execute(&mut self, sql: &str, parameters: &[i64]) -> Result<u64, MetadataError> {
         let parameters = Self::parameters(parameters);
         Ok(self

@@ -19,6 +19,11 @@ pub trait SqlBackend: Send {
     fn execute(&mut self, sql: &str, parameters: &[i64]) -> Result<u64, MetadataError>;
     /// Runs a query whose columns are all integers.
     fn query(&mut self, sql: &str, parameters: &[i64]) -> Result<Vec<Vec<i64>>, MetadataError>;
+    /// Inside the schema-creating transaction: serialise schema creation across processes where
+    /// `CREATE TABLE IF NOT EXISTS` alone can race (PostgreSQL). Default: nothing to do.
+    fn lock_schema(&mut self) -> Result<(), MetadataError> {
+        Ok(())
+    }
 }
 
 const SCHEMA: &[&str] = &[
@@ -56,9 +61,11 @@ impl<B: SqlBackend> SqlMetadataStore<B> {
         {
             let mut backend = store.backend.lock();
             backend.begin()?;
-            let result = SCHEMA
-                .iter()
-                .try_for_each(|sql| backend.execute(sql, &[]).map(|_| ()));
+            let result = backend.lock_schema().and_then(|()| {
+                SCHEMA
+                    .iter()
+                    .try_for_each(|sql| backend.execute(sql, &[]).map(|_| ()))
+            });
             match result {
                 Ok(()) => backend.commit()?,
                 Err(error) => {

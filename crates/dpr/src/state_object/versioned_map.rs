@@ -89,26 +89,34 @@ fn write_durably(directory: &Path, version: Version, bytes: &[u8]) -> Result<(),
         .map_err(|e| io_error(directory, e))
 }
 
+/// Encodes a snapshot; fails (rather than truncating a length field) if a metadata blob, key or
+/// value is 4 GiB or larger.
 fn encode_snapshot(
     version: Version,
     metadata: &[u8],
     entries: &BTreeMap<Vec<u8>, Vec<u8>>,
-) -> Vec<u8> {
+) -> Result<Vec<u8>, StateObjectError> {
+    let length = |bytes: &[u8], what: &'static str| {
+        u32::try_from(bytes.len()).map_err(|_| StateObjectError::TooLarge {
+            what,
+            length_bytes: bytes.len(),
+        })
+    };
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&version.to_le_bytes());
-    out.extend_from_slice(&(metadata.len() as u32).to_le_bytes());
+    out.extend_from_slice(&length(metadata, "metadata")?.to_le_bytes());
     out.extend_from_slice(metadata);
     out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     for (key, value) in entries {
-        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(&length(key, "key")?.to_le_bytes());
         out.extend_from_slice(key);
-        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(&length(value, "value")?.to_le_bytes());
         out.extend_from_slice(value);
     }
     let checksum = crc32c::crc32c(&out);
     out.extend_from_slice(&checksum.to_le_bytes());
-    out
+    Ok(out)
 }
 
 type Snapshot = (Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>);
@@ -305,7 +313,7 @@ impl StateObject for VersionedMap {
             });
         }
         // Encoding here fixes the content of `version` before the caller executes anything newer.
-        let bytes = encode_snapshot(version, &metadata, &self.entries);
+        let bytes = encode_snapshot(version, &metadata, &self.entries)?;
         self.jobs
             .as_ref()
             .ok_or(StateObjectError::PersisterGone)?
