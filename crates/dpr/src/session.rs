@@ -20,6 +20,10 @@
 //! or may not have run inside the cut). The session then moves to the new world-line keeping only
 //! the dependencies that survived, and continues numbering after the last issued sequence number.
 
+mod batcher;
+
+pub use batcher::{ReadyBatch, SessionBatcher};
+
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::header::{DprHeader, HeaderKind};
