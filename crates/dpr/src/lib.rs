@@ -9,7 +9,8 @@
 //! - [`worker`]: the server side: version counter with fast-forward, per-version dependency sets,
 //!   world-line checks.
 //! - [`session`]: the client side: sequence numbers, `Vs`, dependencies, the outstanding window,
-//!   commit points and the surviving prefix after a rollback (relaxed DPR, §5.4).
+//!   commit points and the surviving prefix after a rollback (relaxed DPR, §5.4); a per-worker
+//!   batcher.
 //! - [`finder`]: DPR finders (exact, approximate, hybrid) computing the DPR cut.
 //! - [`metadata`]: the durable metadata store (SQLite by default, PostgreSQL optional).
 //! - [`cluster`]: the cluster manager (leases, world-line advance, coordinated restore).
