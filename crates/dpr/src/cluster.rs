@@ -8,7 +8,10 @@
 //!
 //! Protocol of [`ClusterManager::check`]:
 //! 1. While recovering: if every worker has reported the current world-line, clear `recovering`
-//!    (finders publish cuts again).
+//!    (finders publish cuts again). If a worker that has not reported lets its lease expire too
+//!    (a nested failure, e.g. its restart failed), start another rollback as in step 2; the cut is
+//!    unchanged because no cut is published during a recovery. Failed workers get a fresh lease
+//!    when a rollback starts, so a restart has one lease period to report in.
 //! 2. Otherwise, if a lease expired: `advance_world_line` atomically bumps the world-line, sets
 //!    `recovering` and deletes the lost versions above the cut; then every registered worker's
 //!    [`WorkerControl`] receives a [`RestoreCommand`] (the failed worker's control is expected to
@@ -149,33 +152,51 @@ impl ClusterManager {
     pub fn check(&self) -> Result<CheckOutcome, MetadataError> {
         let state = self.store.cluster_state()?;
         let workers = self.store.workers()?;
+        let now_ms = self.clock.now_ms();
+        let expired = |w: &crate::metadata::WorkerRecord| {
+            now_ms.saturating_sub(w.last_heartbeat_ms) > self.lease_ms
+        };
+        let failed: Vec<WorkerId>;
         if state.recovering {
             if self.store.finish_recovery(state.world_line)? {
                 return Ok(CheckOutcome::RecoveryFinished {
                     world_line: state.world_line,
                 });
             }
-            return Ok(CheckOutcome::Recovering {
-                waiting_for: workers
-                    .iter()
-                    .filter(|w| w.recovered_world_line < state.world_line)
-                    .map(|w| w.worker)
-                    .collect(),
-            });
-        }
-        let now_ms = self.clock.now_ms();
-        let failed: Vec<WorkerId> = workers
-            .iter()
-            .filter(|w| now_ms.saturating_sub(w.last_heartbeat_ms) > self.lease_ms)
-            .map(|w| w.worker)
-            .collect();
-        if failed.is_empty() {
-            return Ok(CheckOutcome::Healthy);
+            let waiting_for: Vec<WorkerId> = workers
+                .iter()
+                .filter(|w| w.recovered_world_line < state.world_line)
+                .map(|w| w.worker)
+                .collect();
+            // Nested failure: a worker died before reporting back (e.g. its restart failed).
+            // Without a new rollback the recovery would wait for it forever.
+            failed = workers
+                .iter()
+                .filter(|w| w.recovered_world_line < state.world_line && expired(w))
+                .map(|w| w.worker)
+                .collect();
+            if failed.is_empty() {
+                return Ok(CheckOutcome::Recovering { waiting_for });
+            }
+        } else {
+            failed = workers
+                .iter()
+                .filter(|w| expired(w))
+                .map(|w| w.worker)
+                .collect();
+            if failed.is_empty() {
+                return Ok(CheckOutcome::Healthy);
+            }
         }
         let advanced = self.store.advance_world_line(state.world_line)?;
         if advanced.world_line == state.world_line {
             // Another manager handled it first.
             return Ok(CheckOutcome::Healthy);
+        }
+        // Failed workers get a fresh lease to restart and report in; only if they miss that too is
+        // it a nested failure.
+        for worker in &failed {
+            self.store.heartbeat(*worker, now_ms)?;
         }
         tracing::warn!(
             ?failed,

@@ -101,6 +101,8 @@ struct ThreadControl {
     directory: PathBuf,
     environment: Mutex<Option<Arc<Environment>>>,
     sender: Mutex<Sender<Message>>,
+    /// The next restart "fails": no worker comes up (a nested failure during recovery).
+    fail_next_restart: std::sync::atomic::AtomicBool,
 }
 
 impl ThreadControl {
@@ -114,6 +116,7 @@ impl ThreadControl {
             directory,
             environment: Mutex::new(Some(environment)),
             sender: Mutex::new(sender),
+            fail_next_restart: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -130,7 +133,15 @@ impl ThreadControl {
 
 impl WorkerControl for ThreadControl {
     fn restore(&self, command: RestoreCommand) {
-        if command.failed {
+        if command.failed
+            && self
+                .fail_next_restart
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            // The restarted process dies at once: nothing comes up, no heartbeat, no report.
+            let (sender, _inbox) = mpsc::channel();
+            *self.sender.lock().unwrap() = sender;
+        } else if command.failed {
             // Restart: a fresh worker over the same directory restores itself to the cut.
             let environment = self
                 .environment
@@ -198,6 +209,7 @@ fn apply(map: &mut Map, operations: &[MapOperation]) {
 
 fn failure_and_rollback(
     make_finder: fn(Arc<dyn prefixkv_dpr::MetadataStore>) -> Arc<dyn DprFinder>,
+    nested: bool,
 ) {
     let (_metadata, open) = sqlite_opener();
     let data = tempfile::tempdir().unwrap();
@@ -269,6 +281,9 @@ fn failure_and_rollback(
 
     // Worker 2 crashes; the others keep heartbeating past its lease.
     workers[1].ask(Message::Crash);
+    workers[1]
+        .fail_next_restart
+        .store(nested, std::sync::atomic::Ordering::SeqCst);
     clock.advance_ms(5_000);
     workers[0].ask(Message::Heartbeat);
     workers[2].ask(Message::Heartbeat);
@@ -286,15 +301,50 @@ fn failure_and_rollback(
         other => panic!("expected a rollback, got {other:?}"),
     };
     assert_eq!(cut, state.cut);
-    // Progress is halted until every worker (including the restarted one) reports back.
-    let mut finished = false;
-    assert!(wait_for(WAIT, || {
-        finished = matches!(
+    let final_world_line = if nested {
+        // The restart of worker 2 failed: it never reports. Once its lease runs out again the
+        // manager starts a second rollback instead of waiting forever.
+        assert!(wait_for(WAIT, || {
+            store
+                .workers()
+                .unwrap()
+                .iter()
+                .filter(|w| w.worker != 2)
+                .all(|w| w.recovered_world_line == 1)
+        }));
+        assert!(matches!(
             manager.check().unwrap(),
-            CheckOutcome::RecoveryFinished { world_line: 1 }
-        );
-        finished
-    }));
+            CheckOutcome::Recovering { waiting_for } if waiting_for == vec![2]
+        ));
+        clock.advance_ms(5_000);
+        workers[0].ask(Message::Heartbeat);
+        workers[2].ask(Message::Heartbeat);
+        match manager.check().unwrap() {
+            CheckOutcome::RollbackStarted {
+                failed,
+                world_line,
+                cut,
+            } => {
+                assert_eq!(failed, vec![2]);
+                assert_eq!(world_line, 2);
+                assert_eq!(cut, state.cut, "no cut is published during a recovery");
+            }
+            other => panic!("expected a nested rollback, got {other:?}"),
+        }
+        2
+    } else {
+        1
+    };
+    // Progress is halted until every worker (including the restarted one) reports back.
+    let mut last = CheckOutcome::Healthy;
+    assert!(
+        wait_for(WAIT, || {
+            last = manager.check().unwrap();
+            matches!(last, CheckOutcome::RecoveryFinished { world_line } if world_line == final_world_line)
+        }),
+        "recovery did not finish: {last:?}, workers {:?}",
+        store.workers().unwrap()
+    );
     assert!(!store.cluster_state().unwrap().recovering);
     for control in &workers {
         control.ask(Message::Heartbeat);
@@ -308,13 +358,18 @@ fn failure_and_rollback(
         vec![MapOperation::Get(key(1, 0))],
         &mut log,
     );
-    assert_eq!(stale, Completion::RollbackRequired { world_line: 1 });
+    assert_eq!(
+        stale,
+        Completion::RollbackRequired {
+            world_line: final_world_line
+        }
+    );
     let recovered_state = environment
         .finder
         .rollback_target(session.world_line())
         .unwrap();
     let surviving = session.handle_rollback(&recovered_state).unwrap();
-    assert_eq!(surviving.world_line, 1);
+    assert_eq!(surviving.world_line, final_world_line);
     assert_eq!(surviving.until_sequence, phase_1_end);
     assert!(surviving.uncertain.is_empty());
     assert_eq!(surviving.rejected.len(), 1, "the refused Get did not run");
@@ -339,7 +394,7 @@ fn failure_and_rollback(
             apply(&mut expected, &batch.operations);
         }
         let (world_line, contents) = control.ask(Message::Contents);
-        assert_eq!(world_line, 1);
+        assert_eq!(world_line, final_world_line);
         assert_eq!(contents, expected, "worker {}", control.id);
     }
 
@@ -359,7 +414,7 @@ fn failure_and_rollback(
         control.ask(Message::Commit);
     }
     let state = environment.finder.refresh().unwrap();
-    assert_eq!(state.world_line, 1);
+    assert_eq!(state.world_line, final_world_line);
     assert_eq!(
         session.commit_point(&state).unwrap().until_sequence,
         session.next_sequence()
@@ -368,12 +423,17 @@ fn failure_and_rollback(
 
 #[test]
 fn failure_rollback_with_exact_finder() {
-    failure_and_rollback(|store| Arc::new(ExactFinder::new(store).unwrap()));
+    failure_and_rollback(|store| Arc::new(ExactFinder::new(store).unwrap()), false);
+}
+
+#[test]
+fn nested_failure_during_recovery() {
+    failure_and_rollback(|store| Arc::new(ExactFinder::new(store).unwrap()), true);
 }
 
 #[test]
 fn failure_rollback_with_hybrid_finder() {
-    failure_and_rollback(|store| Arc::new(HybridFinder::new(store).unwrap()));
+    failure_and_rollback(|store| Arc::new(HybridFinder::new(store).unwrap()), false);
 }
 
 /// Hybrid finder restart: the new instance has lost the in-memory graph, so exact commits stall
