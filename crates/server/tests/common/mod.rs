@@ -65,8 +65,9 @@ impl Server {
             if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
                 if stream.write_all(b"PING\r\n").is_ok() {
+                    // +PONG, or -NOAUTH when a password is set: either way the server serves.
                     let mut reply = [0u8; 7];
-                    if stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n" {
+                    if stream.read_exact(&mut reply).is_ok() && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH") {
                         return true;
                     }
                 }
