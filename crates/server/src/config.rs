@@ -67,7 +67,11 @@ impl Durability {
 
 /// Command-line flags. Every flag can also be set in the TOML file under the same name.
 #[derive(Parser, Debug, Default)]
-#[command(name = "prefixkv-server", version, about = "A Redis-compatible server on the prefixkv engine")]
+#[command(
+    name = "prefixkv-server",
+    version,
+    about = "A Redis-compatible server on the prefixkv engine"
+)]
 pub struct Flags {
     /// TOML configuration file (keys named as the flags, e.g. `port = 6380`).
     #[arg(long)]
@@ -175,7 +179,9 @@ pub struct Config {
 /// `kb` = 1024).
 pub fn parse_memory(text: &str) -> anyhow::Result<u64> {
     let lower = text.trim().to_ascii_lowercase();
-    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
     let (digits, unit) = lower.split_at(split);
     let number: u64 = digits
         .parse()
@@ -198,7 +204,9 @@ pub fn parse_memory(text: &str) -> anyhow::Result<u64> {
 fn memory_value(value: &toml::Value, key: &str) -> anyhow::Result<u64> {
     match value {
         toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
-        toml::Value::String(text) => parse_memory(text).with_context(|| format!("config key {key}")),
+        toml::Value::String(text) => {
+            parse_memory(text).with_context(|| format!("config key {key}"))
+        }
         _ => bail!("config key {key}: expected a size such as 100mb"),
     }
 }
@@ -224,7 +232,11 @@ impl Config {
             }
             None => FileConfig::default(),
         };
-        let memory = |flag: &Option<String>, file: &Option<toml::Value>, key: &str, default: u64| -> anyhow::Result<u64> {
+        let memory = |flag: &Option<String>,
+                      file: &Option<toml::Value>,
+                      key: &str,
+                      default: u64|
+         -> anyhow::Result<u64> {
             if let Some(text) = flag {
                 return parse_memory(text).with_context(|| format!("--{key}"));
             }
@@ -249,13 +261,26 @@ impl Config {
         let config = Config {
             port: port.unwrap_or(6379),
             port_explicit: port.is_some(),
-            bind: flags.bind.or(file.bind).unwrap_or_else(|| "127.0.0.1".into()),
-            dir: flags.dir.or(file.dir).unwrap_or_else(|| PathBuf::from("./data")),
-            requirepass: flags.requirepass.or(file.requirepass).filter(|p| !p.is_empty()),
+            bind: flags
+                .bind
+                .or(file.bind)
+                .unwrap_or_else(|| "127.0.0.1".into()),
+            dir: flags
+                .dir
+                .or(file.dir)
+                .unwrap_or_else(|| PathBuf::from("./data")),
+            requirepass: flags
+                .requirepass
+                .or(file.requirepass)
+                .filter(|p| !p.is_empty()),
             maxclients: flags.maxclients.or(file.maxclients).unwrap_or(10_000),
             maxmemory_bytes: memory(&flags.maxmemory, &file.maxmemory, "maxmemory", 0)?,
             durability: Durability::parse(
-                flags.appendfsync.as_deref().or(file.appendfsync.as_deref()).unwrap_or("everysec"),
+                flags
+                    .appendfsync
+                    .as_deref()
+                    .or(file.appendfsync.as_deref())
+                    .unwrap_or("everysec"),
             )?,
             checkpoint_interval_ms: flags
                 .checkpoint_interval
@@ -282,7 +307,12 @@ impl Config {
                 512 << 20,
             )?,
             threads,
-            engine_memory_bytes: memory(&flags.engine_memory, &file.engine_memory, "engine-memory", 1 << 30)?,
+            engine_memory_bytes: memory(
+                &flags.engine_memory,
+                &file.engine_memory,
+                "engine-memory",
+                1 << 30,
+            )?,
         };
         if config.protected_mode && config.requirepass.is_none() && !is_loopback(&config.bind) {
             bail!(
@@ -318,7 +348,10 @@ mod tests {
 
     #[test]
     fn non_loopback_needs_password() {
-        let flags = Flags { bind: Some("0.0.0.0".into()), ..Flags::default() };
+        let flags = Flags {
+            bind: Some("0.0.0.0".into()),
+            ..Flags::default()
+        };
         assert!(Config::resolve(flags).is_err());
         let flags = Flags {
             bind: Some("0.0.0.0".into()),

@@ -43,7 +43,9 @@ pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
     let _ = stream.set_nodelay(true);
     let result = serve_loop(&server, &mut stream, &mut client).await;
     if let Err(error) = result {
-        if error.kind() != std::io::ErrorKind::ConnectionReset && error.kind() != std::io::ErrorKind::BrokenPipe {
+        if error.kind() != std::io::ErrorKind::ConnectionReset
+            && error.kind() != std::io::ErrorKind::BrokenPipe
+        {
             eprintln!("prefixkv-server: client {id}: {error}");
         }
     }
@@ -51,9 +53,17 @@ pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
     server.stats.connected.fetch_sub(1, Ordering::Relaxed);
 }
 
-async fn serve_loop(server: &Arc<Server>, stream: &mut TcpStream, client: &mut Client) -> std::io::Result<()> {
+async fn serve_loop(
+    server: &Arc<Server>,
+    stream: &mut TcpStream,
+    client: &mut Client,
+) -> std::io::Result<()> {
     let limits = Limits {
-        proto_max_bulk_len: server.settings.read().proto_max_bulk_len_bytes.min(usize::MAX as u64) as usize,
+        proto_max_bulk_len: server
+            .settings
+            .read()
+            .proto_max_bulk_len_bytes
+            .min(usize::MAX as u64) as usize,
         ..Limits::default()
     };
     let mut parser = RequestParser::new(limits);
@@ -67,10 +77,16 @@ async fn serve_loop(server: &Arc<Server>, stream: &mut TcpStream, client: &mut C
         if read == 0 {
             return Ok(());
         }
-        server.stats.input_bytes.fetch_add(read as u64, Ordering::Relaxed);
+        server
+            .stats
+            .input_bytes
+            .fetch_add(read as u64, Ordering::Relaxed);
         let (query_limit, output_limit) = {
             let settings = server.settings.read();
-            (settings.client_query_buffer_limit_bytes, settings.client_output_buffer_limit_bytes)
+            (
+                settings.client_query_buffer_limit_bytes,
+                settings.client_output_buffer_limit_bytes,
+            )
         };
         if input.len() as u64 > query_limit {
             eprintln!("prefixkv-server: closing client {}: query buffer over client-query-buffer-limit ({query_limit} bytes)", client.id);
@@ -115,7 +131,10 @@ async fn serve_loop(server: &Arc<Server>, stream: &mut TcpStream, client: &mut C
         }
         if !output.is_empty() {
             stream.write_all(&output).await?;
-            server.stats.output_bytes.fetch_add(output.len() as u64, Ordering::Relaxed);
+            server
+                .stats
+                .output_bytes
+                .fetch_add(output.len() as u64, Ordering::Relaxed);
             output.clear();
         }
         if close {
@@ -126,31 +145,46 @@ async fn serve_loop(server: &Arc<Server>, stream: &mut TcpStream, client: &mut C
 
 /// Waits for the batch's newest oplog record; false if the oplog failed.
 async fn await_ticket(client: &mut Client) -> bool {
-    let Some(ticket) = client.ticket.take() else { return true };
+    let Some(ticket) = client.ticket.take() else {
+        return true;
+    };
     if !matches!(client.durability, Durability::Always | Durability::EverySec) {
         return true;
     }
     match ticket.await {
         Ok(_) => true,
         Err(error) => {
-            eprintln!("prefixkv-server: closing client {} without acknowledging: oplog failed: {error}", client.id);
+            eprintln!(
+                "prefixkv-server: closing client {} without acknowledging: oplog failed: {error}",
+                client.id
+            );
             false
         }
     }
 }
 
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(work).await.expect("blocking persistence task panicked")
+    tokio::task::spawn_blocking(work)
+        .await
+        .expect("blocking persistence task panicked")
 }
 
-async fn run_async(server: &Arc<Server>, client: &mut Client, operation: AsyncOp, output: &mut BytesMut) {
+async fn run_async(
+    server: &Arc<Server>,
+    client: &mut Client,
+    operation: AsyncOp,
+    output: &mut BytesMut,
+) {
     let encoder = prefixkv_resp::Encoder::new(client.protocol);
     match operation {
         AsyncOp::Save => {
             let persistence = server.persistence.clone();
             match blocking(move || persistence.checkpoint_now()).await {
                 Ok(_) => encoder.simple_string(output, b"OK"),
-                Err(error) => encoder.error(output, format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes()),
+                Err(error) => encoder.error(
+                    output,
+                    format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes(),
+                ),
             }
         }
         AsyncOp::WaitAof => {
@@ -161,7 +195,10 @@ async fn run_async(server: &Arc<Server>, client: &mut Client, operation: AsyncOp
                     encoder.integer(output, 1);
                     encoder.integer(output, 0);
                 }
-                Err(error) => encoder.error(output, format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes()),
+                Err(error) => encoder.error(
+                    output,
+                    format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes(),
+                ),
             }
         }
         AsyncOp::Shutdown { save } => {
@@ -183,7 +220,9 @@ async fn run_async(server: &Arc<Server>, client: &mut Client, operation: AsyncOp
 /// Returns once every earlier write of this connection is durable: oplog modes sync the log;
 /// `checkpoint` takes checkpoints until the session's commit point covers the newest write.
 async fn wait_durable(server: &Arc<Server>, client: &mut Client) -> Result<(), String> {
-    let Some((serial, lsn)) = client.newest_pending() else { return Ok(()) };
+    let Some((serial, lsn)) = client.newest_pending() else {
+        return Ok(());
+    };
     if let (Some(lsn), Some(_)) = (lsn, server.keyspace.oplog()) {
         let durable = server.keyspace.oplog().map_or(0, |log| log.durable_lsn());
         if lsn > durable {
@@ -196,7 +235,8 @@ async fn wait_durable(server: &Arc<Server>, client: &mut Client) -> Result<(), S
         return Ok(());
     }
     for _ in 0..3 {
-        let committed = keyspace::with_session(&server.keyspace.store, |session| session.committed_serial());
+        let committed =
+            keyspace::with_session(&server.keyspace.store, |session| session.committed_serial());
         if committed >= serial {
             return Ok(());
         }

@@ -87,7 +87,11 @@ fn class(pattern: &[u8], start: usize, byte: u8, nocase: bool) -> Option<(bool, 
             if low > high {
                 std::mem::swap(&mut low, &mut high);
             }
-            let folded = if nocase { byte.to_ascii_lowercase() } else { byte };
+            let folded = if nocase {
+                byte.to_ascii_lowercase()
+            } else {
+                byte
+            };
             matched |= (low..=high).contains(&byte)
                 || (nocase
                     && (low.to_ascii_lowercase()..=high.to_ascii_lowercase()).contains(&folded));
@@ -117,6 +121,14 @@ mod tests {
         assert!(!matches(b"a\\*b", b"axb", false));
         assert!(matches(b"MAXMEM*", b"maxmemory", true));
         assert!(!matches(b"foo", b"foobar", false));
-        assert!(matches(b"*a*a*a*a*a*a*b", &[b'a'; 40][..].iter().copied().chain([b'b']).collect::<Vec<_>>(), false));
+        assert!(matches(
+            b"*a*a*a*a*a*a*b",
+            &[b'a'; 40][..]
+                .iter()
+                .copied()
+                .chain([b'b'])
+                .collect::<Vec<_>>(),
+            false
+        ));
     }
 }

@@ -82,7 +82,11 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
             );
         }
         if let Some(error) = error {
-            let _ = write!(text, "last_checkpoint_error:{}\r\n", error.replace(['\r', '\n'], " "));
+            let _ = write!(
+                text,
+                "last_checkpoint_error:{}\r\n",
+                error.replace(['\r', '\n'], " ")
+            );
         }
         text.push_str("\r\n");
     }

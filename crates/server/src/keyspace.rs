@@ -47,7 +47,9 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 
 /// Wall-clock Unix time in milliseconds.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// One registry stripe: per database, user key -> absolute expiry in ms (0 = none).
@@ -108,7 +110,10 @@ pub fn engine_error(error: EngineError) -> String {
     match error {
         EngineError::OutOfMemory { .. } => OOM_ERROR.to_string(),
         EngineError::InvalidArgument(text) => format!("ERR {}", text.replace(['\r', '\n'], " ")),
-        other => format!("ERR engine failure: {}", other.to_string().replace(['\r', '\n'], " ")),
+        other => format!(
+            "ERR engine failure: {}",
+            other.to_string().replace(['\r', '\n'], " ")
+        ),
     }
 }
 
@@ -176,7 +181,12 @@ impl Keyspace {
 
     /// Reads a key without locks; an expired value reads as absent (lazy expiry: active expiry
     /// or the next write removes it).
-    pub fn read(&self, session: &mut Session, database: u8, key: &[u8]) -> Result<Option<Stored>, String> {
+    pub fn read(
+        &self,
+        session: &mut Session,
+        database: u8,
+        key: &[u8],
+    ) -> Result<Option<Stored>, String> {
         let mut buffer = Vec::new();
         let found = session
             .read(&engine_key(database, key), &mut buffer)
@@ -184,7 +194,8 @@ impl Keyspace {
         if !found {
             return Ok(None);
         }
-        let stored = value::decode(&buffer).map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
+        let stored =
+            value::decode(&buffer).map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
         if stored.expire_at_ms != 0 && stored.expire_at_ms <= now_ms() {
             return Ok(None);
         }
@@ -197,7 +208,10 @@ impl Keyspace {
         let mut indexes: Vec<usize> = keys.iter().map(|key| stripe_of(database, key)).collect();
         indexes.sort_unstable();
         indexes.dedup();
-        let guards = indexes.iter().map(|&i| (i, self.stripes[i].lock())).collect();
+        let guards = indexes
+            .iter()
+            .map(|&i| (i, self.stripes[i].lock()))
+            .collect();
         Txn::new(self, session, guards)
     }
 
@@ -209,7 +223,9 @@ impl Keyspace {
         for stripe in self.stripes.iter() {
             let stripe = stripe.lock();
             for (key, &expire) in &stripe.databases[database as usize] {
-                if (expire == 0 || expire > now) && (all || crate::glob::matches(pattern, key, false)) {
+                if (expire == 0 || expire > now)
+                    && (all || crate::glob::matches(pattern, key, false))
+                {
                     out.push(key.to_vec());
                 }
             }
@@ -220,7 +236,13 @@ impl Keyspace {
     /// One SCAN step: the keys of stripes from `cursor` on until `count` keys were collected;
     /// returns the next cursor (0 when the iteration is complete). Every key present for the
     /// whole iteration is returned at least once.
-    pub fn scan(&self, database: u8, cursor: u64, count: usize, pattern: Option<&[u8]>) -> (u64, Vec<Vec<u8>>) {
+    pub fn scan(
+        &self,
+        database: u8,
+        cursor: u64,
+        count: usize,
+        pattern: Option<&[u8]>,
+    ) -> (u64, Vec<Vec<u8>>) {
         let now = now_ms();
         let mut out = Vec::new();
         let mut index = cursor as usize;
@@ -252,7 +274,10 @@ impl Keyspace {
         self.stripes
             .iter()
             .map(|stripe| {
-                stripe.lock().databases[database as usize].values().filter(|&&e| e != 0).count() as u64
+                stripe.lock().databases[database as usize]
+                    .values()
+                    .filter(|&&e| e != 0)
+                    .count() as u64
             })
             .sum()
     }
@@ -264,7 +289,11 @@ impl Keyspace {
         for offset in 0..STRIPES {
             let stripe = self.stripes[(start + offset) % STRIPES].lock();
             let map = &stripe.databases[database as usize];
-            let live: Vec<&Box<[u8]>> = map.iter().filter(|(_, &e)| e == 0 || e > now).map(|(k, _)| k).collect();
+            let live: Vec<&Box<[u8]>> = map
+                .iter()
+                .filter(|(_, &e)| e == 0 || e > now)
+                .map(|(k, _)| k)
+                .collect();
             if !live.is_empty() {
                 return Some(live[(seed as usize / STRIPES) % live.len()].to_vec());
             }
@@ -274,7 +303,11 @@ impl Keyspace {
 
     /// Deletes every key of `database` (stripe by stripe: not atomic with respect to
     /// concurrent writers, as documented). Returns the last write mark.
-    pub fn flush_database(&self, session: &mut Session, database: u8) -> Result<Option<WriteMark>, String> {
+    pub fn flush_database(
+        &self,
+        session: &mut Session,
+        database: u8,
+    ) -> Result<Option<WriteMark>, String> {
         let mut last = None;
         for index in 0..STRIPES {
             let guard = self.stripes[index].lock();
@@ -328,7 +361,9 @@ impl Keyspace {
 
     /// Registers a key found while loading a checkpoint (startup only).
     pub fn register_loaded(&self, engine_key: &[u8], encoded: &[u8]) -> Result<(), String> {
-        let (&database, key) = engine_key.split_first().ok_or("empty engine key in checkpoint")?;
+        let (&database, key) = engine_key
+            .split_first()
+            .ok_or("empty engine key in checkpoint")?;
         if database as usize >= DATABASES {
             return Err(format!("engine key with database {database} in checkpoint"));
         }
@@ -342,7 +377,8 @@ impl Keyspace {
     pub fn unregister_loaded(&self, engine_key: &[u8]) {
         if let Some((&database, key)) = engine_key.split_first() {
             if (database as usize) < DATABASES {
-                self.stripes[stripe_of(database, key)].lock().databases[database as usize].remove(key);
+                self.stripes[stripe_of(database, key)].lock().databases[database as usize]
+                    .remove(key);
             }
         }
     }
@@ -430,7 +466,11 @@ pub struct Txn<'a> {
 }
 
 impl<'a> Txn<'a> {
-    fn new(keyspace: &'a Keyspace, session: &'a mut Session, guards: Vec<(usize, MutexGuard<'a, Stripe>)>) -> Txn<'a> {
+    fn new(
+        keyspace: &'a Keyspace,
+        session: &'a mut Session,
+        guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
+    ) -> Txn<'a> {
         Txn {
             keyspace,
             session,
@@ -465,7 +505,8 @@ impl<'a> Txn<'a> {
         if !found {
             return Ok(None);
         }
-        let stored = value::decode(&self.scratch).map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
+        let stored = value::decode(&self.scratch)
+            .map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
         if stored.expire_at_ms != 0 && stored.expire_at_ms <= self.now_ms {
             self.delete(database, key)?;
             self.keyspace.expired_keys.fetch_add(1, Ordering::Relaxed);
@@ -475,11 +516,20 @@ impl<'a> Txn<'a> {
     }
 
     /// Writes a key.
-    pub fn put(&mut self, database: u8, key: &[u8], kind: Kind, expire_at_ms: u64, payload: &[u8]) -> Result<(), String> {
+    pub fn put(
+        &mut self,
+        database: u8,
+        key: &[u8],
+        kind: Kind,
+        expire_at_ms: u64,
+        payload: &[u8],
+    ) -> Result<(), String> {
         let mut encoded = Vec::new();
         value::encode(kind, expire_at_ms, payload, &mut encoded);
         let full_key = engine_key(database, key);
-        self.session.upsert(&full_key, &encoded).map_err(engine_error)?;
+        self.session
+            .upsert(&full_key, &encoded)
+            .map_err(engine_error)?;
         self.stripe(database, key).databases[database as usize].insert(key.into(), expire_at_ms);
         self.log(OP_PUT, &full_key, &encoded)
     }
@@ -501,13 +551,17 @@ impl<'a> Txn<'a> {
             return Ok(());
         }
         if self.record.is_empty() {
-            self.record.extend_from_slice(&self.session.id().0.to_le_bytes());
+            self.record
+                .extend_from_slice(&self.session.id().0.to_le_bytes());
         }
-        self.record.extend_from_slice(&self.last_serial.to_le_bytes());
+        self.record
+            .extend_from_slice(&self.last_serial.to_le_bytes());
         self.record.push(kind);
-        self.record.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.record
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
         self.record.extend_from_slice(key);
-        self.record.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+        self.record
+            .extend_from_slice(&(encoded.len() as u32).to_le_bytes());
         self.record.extend_from_slice(encoded);
         self.operations += 1;
         if self.record.len() >= RECORD_SPLIT_BYTES {
@@ -518,9 +572,12 @@ impl<'a> Txn<'a> {
 
     fn append_record(&mut self) -> Result<(), String> {
         if let (Some(oplog), false) = (&self.keyspace.oplog, self.record.is_empty()) {
-            let ticket = oplog
-                .append(&self.record)
-                .map_err(|e| format!("ERR oplog append failed: {}", e.to_string().replace(['\r', '\n'], " ")))?;
+            let ticket = oplog.append(&self.record).map_err(|e| {
+                format!(
+                    "ERR oplog append failed: {}",
+                    e.to_string().replace(['\r', '\n'], " ")
+                )
+            })?;
             self.last_lsn = Some(ticket.lsn());
             self.ticket = Some(ticket);
             self.record.clear();

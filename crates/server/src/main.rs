@@ -41,7 +41,11 @@ fn run() -> anyhow::Result<()> {
     let listener = net::bind(&config.bind, config.port, config.port_explicit)?;
     let port = listener.local_addr()?.port();
     let keyspace = Arc::new(keyspace);
-    let persistence = Arc::new(persistence::Persistence::new(keyspace.clone(), &config, loaded));
+    let persistence = Arc::new(persistence::Persistence::new(
+        keyspace.clone(),
+        &config,
+        loaded,
+    ));
     persistence.start_periodic(config.checkpoint_interval_ms)?;
     let mut settings = config.clone();
     settings.port = port;
@@ -57,7 +61,10 @@ fn run() -> anyhow::Result<()> {
         port,
     });
     if port != config.port && config.port != 0 {
-        println!("prefixkv-server: port {} is taken; using {port}", config.port);
+        println!(
+            "prefixkv-server: port {} is taken; using {port}",
+            config.port
+        );
     }
     println!(
         "prefixkv-server ready on {}:{port} (dir {}, appendfsync {}, {threads} threads). Connect with: redis-cli -p {port}",

@@ -20,7 +20,11 @@ use crate::state::Server;
 
 /// Binds `bind:port`; when the port is taken and was not given explicitly, tries the next 100.
 pub fn bind(bind: &str, port: u16, explicit: bool) -> anyhow::Result<TcpListener> {
-    let host = if bind == "localhost" { "127.0.0.1" } else { bind };
+    let host = if bind == "localhost" {
+        "127.0.0.1"
+    } else {
+        bind
+    };
     let mut candidate = port;
     loop {
         let address: SocketAddr = format!("{host}:{candidate}")
@@ -34,7 +38,12 @@ pub fn bind(bind: &str, port: u16, explicit: bool) -> anyhow::Result<TcpListener
                 socket.listen(1024)?;
                 return Ok(socket.into());
             }
-            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse && !explicit && port != 0 && candidate < port.saturating_add(100) => {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && !explicit
+                    && port != 0
+                    && candidate < port.saturating_add(100) =>
+            {
                 candidate += 1;
             }
             Err(error) => bail!("cannot listen on {address}: {error}"),
@@ -64,16 +73,24 @@ pub fn run(server: Arc<Server>, listener: TcpListener, threads: usize) -> anyhow
                 continue;
             }
         };
-        server.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+        server
+            .stats
+            .connections_received
+            .fetch_add(1, Ordering::Relaxed);
         let limit = server.settings.read().maxclients;
         if server.stats.connected.load(Ordering::Relaxed) >= limit {
-            server.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            server
+                .stats
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
             use std::io::Write;
             let mut stream = stream;
             let _ = stream.write_all(b"-ERR max number of clients reached\r\n");
             continue;
         }
-        let Ok(peer) = stream.peer_addr() else { continue };
+        let Ok(peer) = stream.peer_addr() else {
+            continue;
+        };
         server.stats.connected.fetch_add(1, Ordering::Relaxed);
         if senders[next % threads].send((stream, peer)).is_err() {
             bail!("request thread {} stopped", next % threads);
@@ -83,7 +100,11 @@ pub fn run(server: Arc<Server>, listener: TcpListener, threads: usize) -> anyhow
     Ok(())
 }
 
-fn worker(server: Arc<Server>, mut receiver: mpsc::UnboundedReceiver<(TcpStream, SocketAddr)>, expiry: bool) {
+fn worker(
+    server: Arc<Server>,
+    mut receiver: mpsc::UnboundedReceiver<(TcpStream, SocketAddr)>,
+    expiry: bool,
+) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .on_thread_park(keyspace::suspend_thread_session)
@@ -112,7 +133,11 @@ fn worker(server: Arc<Server>, mut receiver: mpsc::UnboundedReceiver<(TcpStream,
             }
             match tokio::net::TcpStream::from_std(stream) {
                 Ok(stream) => {
-                    tokio::spawn(crate::connection::serve(server.clone(), stream, peer.to_string()));
+                    tokio::spawn(crate::connection::serve(
+                        server.clone(),
+                        stream,
+                        peer.to_string(),
+                    ));
                 }
                 Err(_) => {
                     server.stats.connected.fetch_sub(1, Ordering::Relaxed);

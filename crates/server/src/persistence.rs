@@ -107,9 +107,13 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
     let recovered = store.recovery_info().cloned();
     if let Some(info) = &recovered {
         let directory = CheckpointDirectory::open(&config.dir.join("checkpoints"))?;
-        let verified = directory
-            .select_for_recovery()?
-            .ok_or_else(|| anyhow!("the engine recovered checkpoint v{} but it is gone from {}", info.version, config.dir.display()))?;
+        let verified = directory.select_for_recovery()?.ok_or_else(|| {
+            anyhow!(
+                "the engine recovered checkpoint v{} but it is gone from {}",
+                info.version,
+                config.dir.display()
+            )
+        })?;
         let content = &verified.manifest().content;
         if content.version != info.version {
             bail!(
@@ -150,9 +154,15 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
             }
         }
         if let Some(detail) = failure.into_inner() {
-            bail!("checkpoint v{version} in {} holds a value the server cannot read: {detail}", verified.manifest().content.strategy);
+            bail!(
+                "checkpoint v{version} in {} holds a value the server cannot read: {detail}",
+                verified.manifest().content.strategy
+            );
         }
-        report.push_str(&format!("checkpoint v{} ({} records)", info.version, info.records));
+        report.push_str(&format!(
+            "checkpoint v{} ({} records)",
+            info.version, info.records
+        ));
         if let Some(why) = &info.fell_back {
             report.push_str(&format!(" [fell back: {why}]"));
         }
@@ -187,7 +197,10 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
         }
         let (mut records, mut operations) = (0u64, 0u64);
         if start < oplog.next_lsn() {
-            let points = recovered.as_ref().map(|info| info.session_commit_points.clone()).unwrap_or_default();
+            let points = recovered
+                .as_ref()
+                .map(|info| info.session_commit_points.clone())
+                .unwrap_or_default();
             let replay = oplog.replay(start).with_context(|| {
                 format!(
                     "replaying {} from LSN {start}: records the recovered checkpoint needs were truncated",
@@ -196,21 +209,36 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
             })?;
             keyspace::with_session(&store, |session| -> anyhow::Result<()> {
                 for item in replay {
-                    let (lsn, payload) = item.with_context(|| format!("reading the oplog in {}", oplog_dir.display()))?;
+                    let (lsn, payload) = item
+                        .with_context(|| format!("reading the oplog in {}", oplog_dir.display()))?;
                     operations += keyspace
-                        .replay_record(session, &payload, |id| points.get(&SessionId(id)).copied().unwrap_or(0))
-                        .map_err(|detail| anyhow!("oplog record LSN {lsn} in {}: {detail}", oplog_dir.display()))?;
+                        .replay_record(session, &payload, |id| {
+                            points.get(&SessionId(id)).copied().unwrap_or(0)
+                        })
+                        .map_err(|detail| {
+                            anyhow!(
+                                "oplog record LSN {lsn} in {}: {detail}",
+                                oplog_dir.display()
+                            )
+                        })?;
                     records += 1;
                 }
                 Ok(())
             })?;
             keyspace::end_thread_session();
         }
-        report.push_str(&format!("; replayed {records} oplog records ({operations} operations) from LSN {start}"));
+        report.push_str(&format!(
+            "; replayed {records} oplog records ({operations} operations) from LSN {start}"
+        ));
         keyspace.set_oplog(Some(oplog));
     }
-    let keys: u64 = (0..keyspace::DATABASES as u8).map(|db| keyspace.dbsize(db)).sum();
-    report.push_str(&format!("; {keys} keys in {} ms", started.elapsed().as_millis()));
+    let keys: u64 = (0..keyspace::DATABASES as u8)
+        .map(|db| keyspace.dbsize(db))
+        .sum();
+    report.push_str(&format!(
+        "; {keys} keys in {} ms",
+        started.elapsed().as_millis()
+    ));
     if !uses_oplog {
         if let Some(oplog) = keyspace.take_oplog() {
             // The mode does not log: fold the replayed records into a checkpoint, then remove
@@ -219,9 +247,15 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
             let token = store.checkpoint(Strategy::Persian)?;
             store.wait_for_commit(token, Duration::from_secs(3600))?;
             oplog.close()?;
-            std::fs::remove_dir_all(&oplog_dir)
-                .with_context(|| format!("removing {} after folding it into a checkpoint", oplog_dir.display()))?;
-            report.push_str(&format!("; folded oplog through LSN {covered} into a checkpoint and removed it"));
+            std::fs::remove_dir_all(&oplog_dir).with_context(|| {
+                format!(
+                    "removing {} after folding it into a checkpoint",
+                    oplog_dir.display()
+                )
+            })?;
+            report.push_str(&format!(
+                "; folded oplog through LSN {covered} into a checkpoint and removed it"
+            ));
         }
     }
     Ok((keyspace, report))
@@ -249,7 +283,8 @@ fn read_covered(oplog_dir: &Path) -> anyhow::Result<Vec<(u64, u64)>> {
     let text = std::str::from_utf8(&text).map_err(|_| corrupt("not UTF-8"))?;
     let crc_at = text.rfind("crc ").ok_or_else(|| corrupt("no crc line"))?;
     let (body, crc_line) = text.split_at(crc_at);
-    let expected = u32::from_str_radix(crc_line[4..].trim(), 16).map_err(|_| corrupt("bad crc line"))?;
+    let expected =
+        u32::from_str_radix(crc_line[4..].trim(), 16).map_err(|_| corrupt("bad crc line"))?;
     if crc32c::crc32c(body.as_bytes()) != expected {
         return Err(corrupt("checksum mismatch"));
     }
@@ -275,10 +310,14 @@ fn write_covered(oplog_dir: &Path, entries: &[(u64, u64)]) -> anyhow::Result<()>
     body.push_str(&format!("crc {crc:08x}\n"));
     let path = covered_path(oplog_dir);
     let temporary = oplog_dir.join("COVERED.tmp");
-    let mut file = std::fs::File::create(&temporary).with_context(|| format!("creating {}", temporary.display()))?;
-    file.write_all(body.as_bytes()).with_context(|| format!("writing {}", temporary.display()))?;
-    file.sync_all().with_context(|| format!("fsync {}", temporary.display()))?;
-    std::fs::rename(&temporary, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    let mut file = std::fs::File::create(&temporary)
+        .with_context(|| format!("creating {}", temporary.display()))?;
+    file.write_all(body.as_bytes())
+        .with_context(|| format!("writing {}", temporary.display()))?;
+    file.sync_all()
+        .with_context(|| format!("fsync {}", temporary.display()))?;
+    std::fs::rename(&temporary, &path)
+        .with_context(|| format!("renaming to {}", path.display()))?;
     std::fs::File::open(oplog_dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("fsync directory {}", oplog_dir.display()))?;
@@ -318,7 +357,8 @@ impl Persistence {
                 *self.last_checkpoint.lock() = Some(summary.clone());
                 *self.last_error.lock() = None;
                 self.checkpoints_done.fetch_add(1, Ordering::Relaxed);
-                self.last_save_unix.store(keyspace::now_ms() / 1000, Ordering::Relaxed);
+                self.last_save_unix
+                    .store(keyspace::now_ms() / 1000, Ordering::Relaxed);
             }
             Err(error) => *self.last_error.lock() = Some(error.clone()),
         }
@@ -327,7 +367,10 @@ impl Persistence {
 
     fn checkpoint_locked(&self) -> Result<CheckpointSummary, String> {
         let store = &self.keyspace.store;
-        let covered_lsn = self.keyspace.oplog().map(|log| log.next_lsn().saturating_sub(1));
+        let covered_lsn = self
+            .keyspace
+            .oplog()
+            .map(|log| log.next_lsn().saturating_sub(1));
         let deadline = Instant::now() + Duration::from_secs(60);
         let token = loop {
             match store.checkpoint(Strategy::Persian) {
@@ -367,20 +410,22 @@ impl Persistence {
             return Ok(());
         }
         let persistence = self.clone();
-        std::thread::Builder::new().name("prefixkv-checkpointer".into()).spawn(move || {
-            let mut seen_writes = 0;
-            while !persistence.shutdown.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(interval_ms));
-                let writes = persistence.keyspace.writes.load(Ordering::Relaxed);
-                if writes == seen_writes {
-                    continue;
+        std::thread::Builder::new()
+            .name("prefixkv-checkpointer".into())
+            .spawn(move || {
+                let mut seen_writes = 0;
+                while !persistence.shutdown.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(interval_ms));
+                    let writes = persistence.keyspace.writes.load(Ordering::Relaxed);
+                    if writes == seen_writes {
+                        continue;
+                    }
+                    seen_writes = writes;
+                    if let Err(error) = persistence.checkpoint_now() {
+                        eprintln!("prefixkv-server: periodic {error}");
+                    }
                 }
-                seen_writes = writes;
-                if let Err(error) = persistence.checkpoint_now() {
-                    eprintln!("prefixkv-server: periodic {error}");
-                }
-            }
-        })?;
+            })?;
         Ok(())
     }
 
@@ -388,7 +433,9 @@ impl Persistence {
     pub fn shutdown(&self, save: bool) -> Result<(), String> {
         self.shutdown.store(true, Ordering::Relaxed);
         if let Some(oplog) = self.keyspace.oplog() {
-            oplog.flush_and_sync().map_err(|e| format!("oplog sync failed: {e}"))?;
+            oplog
+                .flush_and_sync()
+                .map_err(|e| format!("oplog sync failed: {e}"))?;
         }
         if save {
             self.checkpoint_now()?;

@@ -85,8 +85,11 @@ pub fn encode(kind: Kind, expire_at_ms: u64, payload: &[u8], out: &mut Vec<u8>) 
     out.extend_from_slice(payload);
 }
 
+/// A hash's (field, value) pairs in insertion order.
+pub type HashPairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Decodes a hash payload into (field, value) pairs.
-pub fn decode_hash(payload: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Malformed> {
+pub fn decode_hash(payload: &[u8]) -> Result<HashPairs, Malformed> {
     let mut pairs = Vec::new();
     let mut rest = payload;
     while !rest.is_empty() {
@@ -130,11 +133,19 @@ mod tests {
     #[test]
     fn round_trips() {
         let mut out = Vec::new();
-        encode(Kind::Hash, 77, &encode_hash(&[(b"f".to_vec(), b"v".to_vec())]), &mut out);
+        encode(
+            Kind::Hash,
+            77,
+            &encode_hash(&[(b"f".to_vec(), b"v".to_vec())]),
+            &mut out,
+        );
         let stored = decode(&out).unwrap();
         assert_eq!(stored.kind, Kind::Hash);
         assert_eq!(stored.expire_at_ms, 77);
-        assert_eq!(decode_hash(&stored.payload).unwrap(), vec![(b"f".to_vec(), b"v".to_vec())]);
+        assert_eq!(
+            decode_hash(&stored.payload).unwrap(),
+            vec![(b"f".to_vec(), b"v".to_vec())]
+        );
         assert!(decode_hash(&[9, 0, 0, 0, 1]).is_err());
         assert!(decode(&[3; 9]).is_err());
     }

@@ -95,7 +95,8 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
     let mut protocol = ctx.client.protocol;
     let mut index = 1;
     if args.len() > 1 {
-        let version = parse_int(&args[1]).map_err(|_| "ERR Protocol version is not an integer or out of range".to_string())?;
+        let version = parse_int(&args[1])
+            .map_err(|_| "ERR Protocol version is not an integer or out of range".to_string())?;
         protocol = match version {
             2 => Protocol::Resp2,
             3 => Protocol::Resp3,
@@ -112,12 +113,20 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             }
             "setname" if index + 1 < args.len() => {
                 if !valid_name(&args[index + 1]) {
-                    return Err("ERR Client names cannot contain spaces, newlines or special characters.".into());
+                    return Err(
+                        "ERR Client names cannot contain spaces, newlines or special characters."
+                            .into(),
+                    );
                 }
                 setname = Some(String::from_utf8_lossy(&args[index + 1]).into_owned());
                 index += 2;
             }
-            _ => return Err(format!("ERR Syntax error in HELLO option '{}'", String::from_utf8_lossy(&args[index]))),
+            _ => {
+                return Err(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&args[index])
+                ))
+            }
         }
     }
     if !ctx.client.authenticated {
@@ -125,13 +134,20 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
     }
     ctx.client.protocol = protocol;
     if let Some(name) = setname {
-        ctx.client.name = if name.is_empty() { None } else { Some(name.clone()) };
+        ctx.client.name = if name.is_empty() {
+            None
+        } else {
+            Some(name.clone())
+        };
         update_info(ctx, |info| info.name = name);
     }
     let resp = if protocol == Protocol::Resp3 { 3 } else { 2 };
     update_info(ctx, |info| info.resp = resp);
     // The encoder was made for the old protocol; HELLO's reply uses the new one.
-    let mut w = super::Writer { encoder: prefixkv_resp::Encoder::new(protocol), out: ctx.w.out };
+    let mut w = super::Writer {
+        encoder: prefixkv_resp::Encoder::new(protocol),
+        out: ctx.w.out,
+    };
     w.map(7);
     w.bulk(b"server");
     w.bulk(b"redis");
@@ -178,10 +194,17 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
         ("id", 2) => ctx.w.int(ctx.client.id as i64),
         ("setname", 3) => {
             if !valid_name(&args[2]) {
-                return Err("ERR Client names cannot contain spaces, newlines or special characters.".into());
+                return Err(
+                    "ERR Client names cannot contain spaces, newlines or special characters."
+                        .into(),
+                );
             }
             let name = String::from_utf8_lossy(&args[2]).into_owned();
-            ctx.client.name = if name.is_empty() { None } else { Some(name.clone()) };
+            ctx.client.name = if name.is_empty() {
+                None
+            } else {
+                Some(name.clone())
+            };
             update_info(ctx, |info| info.name = name);
             ctx.w.ok();
         }
@@ -192,13 +215,20 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
         ("setinfo", 4) => {
             let attribute = lower(&args[2]);
             if !valid_name(&args[3]) {
-                return Err(format!("ERR {attribute} cannot contain spaces, newlines or special characters."));
+                return Err(format!(
+                    "ERR {attribute} cannot contain spaces, newlines or special characters."
+                ));
             }
             let value = String::from_utf8_lossy(&args[3]).into_owned();
             match attribute.as_str() {
                 "lib-name" => update_info(ctx, |info| info.lib_name = value),
                 "lib-ver" => update_info(ctx, |info| info.lib_ver = value),
-                _ => return Err(format!("ERR Unrecognized option '{}'", String::from_utf8_lossy(&args[2]))),
+                _ => {
+                    return Err(format!(
+                        "ERR Unrecognized option '{}'",
+                        String::from_utf8_lossy(&args[2])
+                    ))
+                }
             }
             ctx.w.ok();
         }
@@ -211,12 +241,19 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             ctx.w.verbatim(text.as_bytes());
         }
         ("info", 2) => {
-            let line = ctx.server.clients.lock().get(&ctx.client.id).map(|info| client_line(ctx.client.id, info));
+            let line = ctx
+                .server
+                .clients
+                .lock()
+                .get(&ctx.client.id)
+                .map(|info| client_line(ctx.client.id, info));
             let mut text = line.unwrap_or_default();
             text.push('\n');
             ctx.w.verbatim(text.as_bytes());
         }
-        ("id" | "setname" | "getname" | "setinfo" | "info", _) => return Err(arity_error(&format!("client|{sub}"))),
+        ("id" | "setname" | "getname" | "setinfo" | "info", _) => {
+            return Err(arity_error(&format!("client|{sub}")))
+        }
         _ => {
             return Err(format!(
                 "ERR unknown subcommand '{}'. Try CLIENT HELP.",

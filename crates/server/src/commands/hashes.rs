@@ -13,7 +13,8 @@ fn pairs_of(stored: Option<Stored>) -> Result<Option<(Pairs, u64)>, String> {
     match stored {
         Some(s) if s.kind != Kind::Hash => Err(WRONGTYPE.into()),
         Some(s) => {
-            let pairs = decode_hash(&s.payload).map_err(|m| format!("ERR stored hash is damaged: {}", m.0))?;
+            let pairs = decode_hash(&s.payload)
+                .map_err(|m| format!("ERR stored hash is damaged: {}", m.0))?;
             Ok(Some((pairs, s.expire_at_ms)))
         }
         None => Ok(None),
@@ -21,7 +22,10 @@ fn pairs_of(stored: Option<Stored>) -> Result<Option<(Pairs, u64)>, String> {
 }
 
 fn read_pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Pairs, String> {
-    let stored = ctx.server.keyspace.read(ctx.session, ctx.client.database, key)?;
+    let stored = ctx
+        .server
+        .keyspace
+        .read(ctx.session, ctx.client.database, key)?;
     Ok(pairs_of(stored)?.map(|(p, _)| p).unwrap_or_default())
 }
 
@@ -30,7 +34,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
     let key = &args[1][..];
     match name {
         "hset" | "hmset" | "hsetnx" => {
-            if name != "hsetnx" && args.len() % 2 != 0 {
+            if name != "hsetnx" && !args.len().is_multiple_of(2) {
                 return Err(super::arity_error(name));
             }
             let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
@@ -61,14 +65,20 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         }
         "hget" => {
             let pairs = read_pairs(ctx, key)?;
-            let value = pairs.iter().find(|(f, _)| f[..] == args[2][..]).map(|(_, v)| &v[..]);
+            let value = pairs
+                .iter()
+                .find(|(f, _)| f[..] == args[2][..])
+                .map(|(_, v)| &v[..]);
             ctx.w.bulk_or_null(value);
         }
         "hmget" => {
             let pairs = read_pairs(ctx, key)?;
             ctx.w.array(args.len() - 2);
             for field in &args[2..] {
-                let value = pairs.iter().find(|(f, _)| f[..] == field[..]).map(|(_, v)| &v[..]);
+                let value = pairs
+                    .iter()
+                    .find(|(f, _)| f[..] == field[..])
+                    .map(|(_, v)| &v[..]);
                 ctx.w.bulk_or_null(value);
             }
         }
@@ -93,11 +103,15 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         }
         "hexists" => {
             let pairs = read_pairs(ctx, key)?;
-            ctx.w.int(pairs.iter().any(|(f, _)| f[..] == args[2][..]) as i64);
+            ctx.w
+                .int(pairs.iter().any(|(f, _)| f[..] == args[2][..]) as i64);
         }
         "hstrlen" => {
             let pairs = read_pairs(ctx, key)?;
-            let length = pairs.iter().find(|(f, _)| f[..] == args[2][..]).map_or(0, |(_, v)| v.len());
+            let length = pairs
+                .iter()
+                .find(|(f, _)| f[..] == args[2][..])
+                .map_or(0, |(_, v)| v.len());
             ctx.w.int(length as i64);
         }
         "hdel" => {
@@ -127,10 +141,13 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             let (mut pairs, expire) = pairs_of(txn.get(db, key)?)?.unwrap_or_default();
             let position = pairs.iter().position(|(f, _)| f[..] == args[2][..]);
             let current = match position {
-                Some(i) => parse_int(&pairs[i].1).map_err(|_| "ERR hash value is not an integer".to_string())?,
+                Some(i) => parse_int(&pairs[i].1)
+                    .map_err(|_| "ERR hash value is not an integer".to_string())?,
                 None => 0,
             };
-            let result = current.checked_add(delta).ok_or_else(|| errors::OVERFLOW.to_string())?;
+            let result = current
+                .checked_add(delta)
+                .ok_or_else(|| errors::OVERFLOW.to_string())?;
             let text = result.to_string().into_bytes();
             match position {
                 Some(i) => pairs[i].1 = text,

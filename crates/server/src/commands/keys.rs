@@ -76,7 +76,10 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         "scan" => scan(ctx, args)?,
         "rename" | "renamenx" => {
             let (source, target) = (&args[1][..], &args[2][..]);
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[source, target]);
+            let mut txn = ctx
+                .server
+                .keyspace
+                .begin(ctx.session, db, &[source, target]);
             let Some(stored) = txn.get(db, source)? else {
                 return Err("ERR no such key".into());
             };
@@ -94,7 +97,13 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
                 ctx.w.int(0);
                 return Ok(());
             }
-            txn.put(db, target, stored.kind, stored.expire_at_ms, &stored.payload)?;
+            txn.put(
+                db,
+                target,
+                stored.kind,
+                stored.expire_at_ms,
+                &stored.payload,
+            )?;
             txn.delete(db, source)?;
             let mark = txn.commit()?;
             ctx.client.note_write(mark);
@@ -132,7 +141,11 @@ fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     if gt && lt {
         return Err("ERR GT and LT options at the same time are not compatible".into());
     }
-    let unit: i64 = if name == "expire" || name == "expireat" { 1000 } else { 1 };
+    let unit: i64 = if name == "expire" || name == "expireat" {
+        1000
+    } else {
+        1
+    };
     let invalid = || format!("ERR invalid expire time in '{name}' command");
     let mut at = amount.checked_mul(unit).ok_or_else(invalid)?;
     if !name.ends_with("at") {
@@ -147,7 +160,10 @@ fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     };
     let current = stored.expire_at_ms;
     // No expiry counts as infinite for GT and LT, as in Redis.
-    let allowed = !(nx && current != 0 || xx && current == 0 || gt && (current == 0 || at <= current as i64) || lt && current != 0 && at >= current as i64);
+    let allowed = !(nx && current != 0
+        || xx && current == 0
+        || gt && (current == 0 || at <= current as i64)
+        || lt && current != 0 && at >= current as i64);
     if !allowed {
         drop(txn);
         ctx.w.int(0);
@@ -192,7 +208,10 @@ fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         index += 2;
     }
     let db = ctx.db();
-    let (next, mut keys) = ctx.server.keyspace.scan(db, cursor, count, pattern.as_deref());
+    let (next, mut keys) = ctx
+        .server
+        .keyspace
+        .scan(db, cursor, count, pattern.as_deref());
     if let Some(kind) = kind {
         let mut kept = Vec::with_capacity(keys.len());
         for key in keys {

@@ -229,12 +229,20 @@ pub fn lower(argument: &[u8]) -> String {
     String::from_utf8_lossy(argument).to_ascii_lowercase()
 }
 
-/// Parses an integer argument as Redis does.
+/// Parses an integer argument as Redis does: optional `-`, no `+`, no leading zeros, no `-0`.
 pub fn parse_int(argument: &[u8]) -> Result<i64, String> {
     std::str::from_utf8(argument)
         .ok()
-        .filter(|s| !s.is_empty() && !s.starts_with('+') && !(s.len() > 1 && s.starts_with('0')) && !s.starts_with("-0"))
-        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|text| {
+            let digits = text.strip_prefix('-').unwrap_or(text);
+            let canonical = if digits.starts_with('0') {
+                *text == "0"
+            } else {
+                !digits.is_empty()
+            };
+            canonical && digits.bytes().all(|b| b.is_ascii_digit())
+        })
+        .and_then(|text| text.parse::<i64>().ok())
         .ok_or_else(|| errors::NOT_INTEGER.to_string())
 }
 
@@ -246,7 +254,9 @@ pub fn parse_float(argument: &[u8]) -> Result<f64, String> {
         "inf" | "+inf" | "infinity" => f64::INFINITY,
         "-inf" | "-infinity" => f64::NEG_INFINITY,
         _ if text.is_empty() || text.trim() != text => return Err(errors::NOT_FLOAT.into()),
-        _ => text.parse::<f64>().map_err(|_| errors::NOT_FLOAT.to_string())?,
+        _ => text
+            .parse::<f64>()
+            .map_err(|_| errors::NOT_FLOAT.to_string())?,
     };
     if value.is_nan() {
         return Err(errors::NOT_FLOAT.into());
@@ -261,12 +271,18 @@ pub fn arity_error(name: &str) -> String {
 
 fn unknown_command(args: &[Bytes]) -> String {
     let name = String::from_utf8_lossy(&args[0]);
-    let mut line = format!("ERR unknown command '{}', with args beginning with: ", truncate(&name, 128));
+    let mut line = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        truncate(&name, 128)
+    );
     for argument in args.iter().skip(1) {
         if line.len() > 1024 {
             break;
         }
-        line.push_str(&format!("'{}' ", truncate(&String::from_utf8_lossy(argument), 128)));
+        line.push_str(&format!(
+            "'{}' ",
+            truncate(&String::from_utf8_lossy(argument), 128)
+        ));
     }
     line.replace(['\r', '\n'], " ")
 }
@@ -276,11 +292,22 @@ fn truncate(text: &str, max: usize) -> String {
 }
 
 /// Runs one command.
-pub fn execute(server: &Server, client: &mut Client, session: &mut Session, args: &[Bytes], out: &mut BytesMut) -> Flow {
+pub fn execute(
+    server: &Server,
+    client: &mut Client,
+    session: &mut Session,
+    args: &[Bytes],
+    out: &mut BytesMut,
+) -> Flow {
     server.stats.commands.fetch_add(1, Ordering::Relaxed);
     let encoder = Encoder::new(client.protocol);
     let name = lower(&args[0]);
-    let mut ctx = Ctx { server, client, session, w: Writer { encoder, out } };
+    let mut ctx = Ctx {
+        server,
+        client,
+        session,
+        w: Writer { encoder, out },
+    };
     let Some(spec) = table::find(&name) else {
         ctx.w.error(&unknown_command(args));
         return Flow::Continue;
@@ -295,7 +322,13 @@ pub fn execute(server: &Server, client: &mut Client, session: &mut Session, args
     }
     if spec.write {
         let limit = server.settings.read().maxmemory_bytes;
-        if limit > 0 && server.keyspace.used_memory_bytes() > limit && !matches!(name.as_str(), "del" | "unlink" | "flushdb" | "flushall" | "getdel") {
+        if limit > 0
+            && server.keyspace.used_memory_bytes() > limit
+            && !matches!(
+                name.as_str(),
+                "del" | "unlink" | "flushdb" | "flushall" | "getdel"
+            )
+        {
             ctx.w.error(OOM_ERROR);
             return Flow::Continue;
         }
@@ -307,14 +340,16 @@ pub fn execute(server: &Server, client: &mut Client, session: &mut Session, args
         "ping" | "echo" | "hello" | "auth" | "select" | "quit" | "reset" | "client" => {
             return connection::run(&mut ctx, &name, args);
         }
-        "set" | "get" | "getset" | "getdel" | "getex" | "setnx" | "setex" | "psetex" | "mset" | "msetnx"
-        | "mget" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "append" | "strlen"
-        | "setrange" | "getrange" => strings::run(&mut ctx, &name, args),
-        "hset" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists" | "hlen" | "hincrby"
-        | "hkeys" | "hvals" | "hsetnx" | "hstrlen" => hashes::run(&mut ctx, &name, args),
-        "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat" | "ttl"
-        | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan" | "rename" | "renamenx"
-        | "randomkey" => keys::run(&mut ctx, &name, args),
+        "set" | "get" | "getset" | "getdel" | "getex" | "setnx" | "setex" | "psetex" | "mset"
+        | "msetnx" | "mget" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "append"
+        | "strlen" | "setrange" | "getrange" => strings::run(&mut ctx, &name, args),
+        "hset" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists" | "hlen"
+        | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" => {
+            hashes::run(&mut ctx, &name, args)
+        }
+        "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
+        | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"
+        | "rename" | "renamenx" | "randomkey" => keys::run(&mut ctx, &name, args),
         _ => return server::run(&mut ctx, &name, args),
     };
     if let Err(line) = result {

@@ -35,10 +35,16 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
             ctx.w.int(size as i64);
         }
         "flushdb" | "flushall" => {
-            if args.len() > 2 || (args.len() == 2 && !matches!(lower(&args[1]).as_str(), "async" | "sync")) {
+            if args.len() > 2
+                || (args.len() == 2 && !matches!(lower(&args[1]).as_str(), "async" | "sync"))
+            {
                 return Err(errors::SYNTAX.into());
             }
-            let databases: Vec<u8> = if name == "flushdb" { vec![ctx.db()] } else { (0..DATABASES as u8).collect() };
+            let databases: Vec<u8> = if name == "flushdb" {
+                vec![ctx.db()]
+            } else {
+                (0..DATABASES as u8).collect()
+            };
             for db in databases {
                 let mark = ctx.server.keyspace.flush_database(ctx.session, db)?;
                 if mark.is_some() {
@@ -81,7 +87,9 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
         }
         "save" => return Ok(Flow::Async(AsyncOp::Save)),
         "bgsave" | "bgrewriteaof" => {
-            if args.len() > 2 || (args.len() == 2 && (name == "bgrewriteaof" || lower(&args[1]) != "schedule")) {
+            if args.len() > 2
+                || (args.len() == 2 && (name == "bgrewriteaof" || lower(&args[1]) != "schedule"))
+            {
                 return Err(errors::SYNTAX.into());
             }
             let persistence = ctx.server.persistence.clone();
@@ -99,7 +107,11 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
             });
         }
         "lastsave" => {
-            let at = ctx.server.persistence.last_save_unix.load(Ordering::Relaxed);
+            let at = ctx
+                .server
+                .persistence
+                .last_save_unix
+                .load(Ordering::Relaxed);
             ctx.w.int(at as i64);
         }
         "waitaof" => {
@@ -113,7 +125,10 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
                 return Err(errors::NOT_INTEGER.into());
             }
             if local > 0 && ctx.server.persistence.durability == Durability::None {
-                return Err("ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.".into());
+                return Err(
+                    "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled."
+                        .into(),
+                );
             }
             if local > 1 {
                 return Err("ERR WAITAOF numlocal can only be 0 or 1 (one local store)".into());
@@ -141,14 +156,18 @@ pub fn start_background(persistence: &Arc<Persistence>) -> bool {
         return false;
     }
     let worker = persistence.clone();
-    let spawned = std::thread::Builder::new().name("prefixkv-bgsave".into()).spawn(move || {
-        if let Err(error) = worker.checkpoint_now() {
-            eprintln!("prefixkv-server: background {error}");
-        }
-        worker.background_running.store(false, Ordering::SeqCst);
-    });
+    let spawned = std::thread::Builder::new()
+        .name("prefixkv-bgsave".into())
+        .spawn(move || {
+            if let Err(error) = worker.checkpoint_now() {
+                eprintln!("prefixkv-server: background {error}");
+            }
+            worker.background_running.store(false, Ordering::SeqCst);
+        });
     if spawned.is_err() {
-        persistence.background_running.store(false, Ordering::SeqCst);
+        persistence
+            .background_running
+            .store(false, Ordering::SeqCst);
         return false;
     }
     true
@@ -160,19 +179,45 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ("port", config.port.to_string()),
         ("bind", config.bind.clone()),
         ("dir", config.dir.display().to_string()),
-        ("requirepass", config.requirepass.clone().unwrap_or_default()),
+        (
+            "requirepass",
+            config.requirepass.clone().unwrap_or_default(),
+        ),
         ("maxclients", config.maxclients.to_string()),
         ("maxmemory", config.maxmemory_bytes.to_string()),
         ("maxmemory-policy", "noeviction".into()),
         ("appendfsync", config.durability.name().into()),
-        ("appendonly", if config.durability.uses_oplog() { "yes" } else { "no" }.into()),
+        (
+            "appendonly",
+            if config.durability.uses_oplog() {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
         ("save", String::new()),
         ("databases", DATABASES.to_string()),
-        ("checkpoint-interval", config.checkpoint_interval_ms.to_string()),
-        ("protected-mode", if config.protected_mode { "yes" } else { "no" }.into()),
-        ("client-query-buffer-limit", config.client_query_buffer_limit_bytes.to_string()),
-        ("client-output-buffer-limit", config.client_output_buffer_limit_bytes.to_string()),
-        ("proto-max-bulk-len", config.proto_max_bulk_len_bytes.to_string()),
+        (
+            "checkpoint-interval",
+            config.checkpoint_interval_ms.to_string(),
+        ),
+        (
+            "protected-mode",
+            if config.protected_mode { "yes" } else { "no" }.into(),
+        ),
+        (
+            "client-query-buffer-limit",
+            config.client_query_buffer_limit_bytes.to_string(),
+        ),
+        (
+            "client-output-buffer-limit",
+            config.client_output_buffer_limit_bytes.to_string(),
+        ),
+        (
+            "proto-max-bulk-len",
+            config.proto_max_bulk_len_bytes.to_string(),
+        ),
         ("threads", config.threads.to_string()),
         ("engine-memory", config.engine_memory_bytes.to_string()),
     ]
@@ -189,7 +234,9 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             let mut found: Vec<(&str, String)> = Vec::new();
             for pattern in &args[2..] {
                 for (name, value) in &all {
-                    if crate::glob::matches(pattern, name.as_bytes(), true) && !found.iter().any(|(n, _)| n == name) {
+                    if crate::glob::matches(pattern, name.as_bytes(), true)
+                        && !found.iter().any(|(n, _)| n == name)
+                    {
                         found.push((name, value.clone()));
                     }
                 }
@@ -201,25 +248,53 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             }
         }
         "set" => {
-            if args.len() < 4 || args.len() % 2 != 0 {
+            if args.len() < 4 || !args.len().is_multiple_of(2) {
                 return Err(arity_error("config|set"));
             }
             let mut updated = ctx.server.settings.read().clone();
             for pair in args[2..].chunks(2) {
                 let name = lower(&pair[0]);
                 let value = String::from_utf8_lossy(&pair[1]).into_owned();
-                let failed = |why: String| format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}");
+                let failed = |why: String| {
+                    format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}")
+                };
                 match name.as_str() {
                     "requirepass" => updated.requirepass = (!value.is_empty()).then_some(value),
-                    "maxclients" => updated.maxclients = value.parse().map_err(|_| failed("argument couldn't be parsed into an integer".into()))?,
-                    "maxmemory" => updated.maxmemory_bytes = parse_memory(&value).map_err(|e| failed(e.to_string()))?,
-                    "client-query-buffer-limit" => updated.client_query_buffer_limit_bytes = parse_memory(&value).map_err(|e| failed(e.to_string()))?,
-                    "client-output-buffer-limit" => updated.client_output_buffer_limit_bytes = parse_memory(&value).map_err(|e| failed(e.to_string()))?,
-                    "proto-max-bulk-len" => updated.proto_max_bulk_len_bytes = parse_memory(&value).map_err(|e| failed(e.to_string()))?,
-                    "protected-mode" => updated.protected_mode = parse_yes_no(&value).map_err(|e| failed(e.to_string()))?,
+                    "maxclients" => {
+                        updated.maxclients = value.parse().map_err(|_| {
+                            failed("argument couldn't be parsed into an integer".into())
+                        })?
+                    }
+                    "maxmemory" => {
+                        updated.maxmemory_bytes =
+                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "client-query-buffer-limit" => {
+                        updated.client_query_buffer_limit_bytes =
+                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "client-output-buffer-limit" => {
+                        updated.client_output_buffer_limit_bytes =
+                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "proto-max-bulk-len" => {
+                        updated.proto_max_bulk_len_bytes =
+                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "protected-mode" => {
+                        updated.protected_mode =
+                            parse_yes_no(&value).map_err(|e| failed(e.to_string()))?
+                    }
                     "maxmemory-policy" if value == "noeviction" => {}
                     "save" | "appendonly" => {}
-                    "port" | "bind" | "dir" | "appendfsync" | "databases" | "checkpoint-interval" | "threads" | "engine-memory" => {
+                    "port"
+                    | "bind"
+                    | "dir"
+                    | "appendfsync"
+                    | "databases"
+                    | "checkpoint-interval"
+                    | "threads"
+                    | "engine-memory" => {
                         return Err(failed("can't set immutable config".into()));
                     }
                     _ => {
@@ -235,7 +310,15 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
         }
         "resetstat" => {
             let stats = &ctx.server.stats;
-            for counter in [&stats.commands, &stats.connections_received, &stats.rejected_connections, &stats.keyspace_hits, &stats.keyspace_misses, &stats.input_bytes, &stats.output_bytes] {
+            for counter in [
+                &stats.commands,
+                &stats.connections_received,
+                &stats.rejected_connections,
+                &stats.keyspace_hits,
+                &stats.keyspace_misses,
+                &stats.input_bytes,
+                &stats.output_bytes,
+            ] {
                 counter.store(0, Ordering::Relaxed);
             }
             ctx.server.keyspace.expired_keys.store(0, Ordering::Relaxed);
@@ -301,7 +384,10 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             let specs: Vec<&table::Spec> = if args.len() == 2 {
                 table::COMMANDS.iter().collect()
             } else {
-                args[2..].iter().filter_map(|a| table::find(&lower(a))).collect()
+                args[2..]
+                    .iter()
+                    .filter_map(|a| table::find(&lower(a)))
+                    .collect()
             };
             ctx.w.map(specs.len());
             for spec in specs {
@@ -316,7 +402,9 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             }
         }
         Some(other) => {
-            return Err(format!("ERR unknown subcommand '{other}'. Try COMMAND HELP."));
+            return Err(format!(
+                "ERR unknown subcommand '{other}'. Try COMMAND HELP."
+            ));
         }
     }
     Ok(())

@@ -22,7 +22,8 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         "setex" | "psetex" => {
             let amount = parse_int(&args[2])?;
             let unit = if name == "setex" { 1000 } else { 1 };
-            let expire = absolute_expiry(amount, unit, false).ok_or_else(|| format!("ERR invalid expire time in '{name}' command"))?;
+            let expire = absolute_expiry(amount, unit, false)
+                .ok_or_else(|| format!("ERR invalid expire time in '{name}' command"))?;
             set_plain(ctx, &args[1], &args[3], Condition::Always, expire)?;
             ctx.w.ok();
         }
@@ -48,7 +49,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         }
         "getex" => getex(ctx, args)?,
         "mset" | "msetnx" => {
-            if args.len() % 2 == 0 {
+            if args.len().is_multiple_of(2) {
                 return Err(super::arity_error(name));
             }
             let db = ctx.db();
@@ -106,7 +107,10 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             let old = txn.get(db, &args[1])?;
             let (current, expire) = match &old {
                 Some(s) if s.kind != Kind::String => return Err(WRONGTYPE.into()),
-                Some(s) => (parse_float(&s.payload).map_err(|_| errors::NOT_FLOAT.to_string())?, s.expire_at_ms),
+                Some(s) => (
+                    parse_float(&s.payload).map_err(|_| errors::NOT_FLOAT.to_string())?,
+                    s.expire_at_ms,
+                ),
                 None => (0.0, 0),
             };
             let result = current + delta;
@@ -183,7 +187,11 @@ fn range(value: &[u8], start: i64, end: i64) -> &[u8] {
     if len == 0 || (start < 0 && end < 0 && start > end) {
         return &[];
     }
-    let mut start = if start < 0 { (len + start).max(0) } else { start };
+    let mut start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
     let mut end = if end < 0 { (len + end).max(0) } else { end };
     end = end.min(len - 1);
     if start > end || start >= len {
@@ -219,8 +227,15 @@ fn string_of(stored: Option<Stored>) -> Result<Option<Vec<u8>>, String> {
 
 /// Reads a string (WRONGTYPE for a hash), counting hits and misses.
 pub(super) fn read_string(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let stored = ctx.server.keyspace.read(ctx.session, ctx.client.database, key)?;
-    let counter = if stored.is_some() { &ctx.server.stats.keyspace_hits } else { &ctx.server.stats.keyspace_misses };
+    let stored = ctx
+        .server
+        .keyspace
+        .read(ctx.session, ctx.client.database, key)?;
+    let counter = if stored.is_some() {
+        &ctx.server.stats.keyspace_hits
+    } else {
+        &ctx.server.stats.keyspace_misses
+    };
     counter.fetch_add(1, Ordering::Relaxed);
     string_of(stored)
 }
@@ -232,7 +247,11 @@ pub(super) fn absolute_expiry(amount: i64, unit_ms: i64, absolute: bool) -> Opti
         return None;
     }
     let ms = amount.checked_mul(unit_ms)?;
-    let at = if absolute { ms } else { ms.checked_add(now_ms() as i64)? };
+    let at = if absolute {
+        ms
+    } else {
+        ms.checked_add(now_ms() as i64)?
+    };
     (at > 0).then_some(at as u64)
 }
 
@@ -243,11 +262,19 @@ enum Condition {
     IfPresent,
 }
 
-fn set_plain(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], condition: Condition, expire: u64) -> Result<bool, String> {
+fn set_plain(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    value: &[u8],
+    condition: Condition,
+    expire: u64,
+) -> Result<bool, String> {
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
     let exists = condition != Condition::Always && txn.get(db, key)?.is_some();
-    if (condition == Condition::IfAbsent && exists) || (condition == Condition::IfPresent && !exists) {
+    if (condition == Condition::IfAbsent && exists)
+        || (condition == Condition::IfPresent && !exists)
+    {
         return Ok(false);
     }
     txn.put(db, key, Kind::String, expire, value)?;
@@ -280,7 +307,11 @@ fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             }
             "ex" | "px" | "exat" | "pxat" if !expiry_given && index + 1 < args.len() => {
                 let amount = parse_int(&args[index + 1])?;
-                let unit = if option == "ex" || option == "exat" { 1000 } else { 1 };
+                let unit = if option == "ex" || option == "exat" {
+                    1000
+                } else {
+                    1
+                };
                 let at = absolute_expiry(amount, unit, option.ends_with("at"))
                     .ok_or_else(|| "ERR invalid expire time in 'set' command".to_string())?;
                 expiry = Expiry::At(at);
@@ -303,7 +334,8 @@ fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         }
     }
     let exists = old.is_some();
-    let skip = (condition == Condition::IfAbsent && exists) || (condition == Condition::IfPresent && !exists);
+    let skip = (condition == Condition::IfAbsent && exists)
+        || (condition == Condition::IfPresent && !exists);
     if !skip {
         let expire = match expiry {
             Expiry::Keep => old.as_ref().map_or(0, |s| s.expire_at_ms),
@@ -333,7 +365,11 @@ fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             "persist" if change.is_none() => change = Some(Expiry::Clear),
             "ex" | "px" | "exat" | "pxat" if change.is_none() && index + 1 < args.len() => {
                 let amount = parse_int(&args[index + 1])?;
-                let unit = if option == "ex" || option == "exat" { 1000 } else { 1 };
+                let unit = if option == "ex" || option == "exat" {
+                    1000
+                } else {
+                    1
+                };
                 let at = absolute_expiry(amount, unit, option.ends_with("at"))
                     .ok_or_else(|| "ERR invalid expire time in 'getex' command".to_string())?;
                 change = Some(Expiry::At(at));
@@ -373,7 +409,9 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CommandResult {
         Some(s) => (parse_int(&s.payload)?, s.expire_at_ms),
         None => (0, 0),
     };
-    let result = current.checked_add(delta).ok_or_else(|| errors::OVERFLOW.to_string())?;
+    let result = current
+        .checked_add(delta)
+        .ok_or_else(|| errors::OVERFLOW.to_string())?;
     txn.put(db, key, Kind::String, expire, result.to_string().as_bytes())?;
     let mark = txn.commit()?;
     ctx.client.note_write(mark);

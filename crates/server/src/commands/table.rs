@@ -21,8 +21,24 @@ pub struct Spec {
     pub summary: &'static str,
 }
 
-const fn c(name: &'static str, arity: i64, write: bool, keys: (i64, i64, i64), group: &'static str, summary: &'static str) -> Spec {
-    Spec { name, arity, write, first_key: keys.0, last_key: keys.1, step: keys.2, group, summary }
+const fn c(
+    name: &'static str,
+    arity: i64,
+    write: bool,
+    keys: (i64, i64, i64),
+    group: &'static str,
+    summary: &'static str,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        write,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        group,
+        summary,
+    }
 }
 
 const NONE: (i64, i64, i64) = (0, 0, 0);

@@ -24,7 +24,11 @@ pub struct Server {
 
 /// A free loopback port (bound and released; the server binds it explicitly).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Server {
@@ -44,7 +48,11 @@ impl Server {
                 .stderr(Stdio::inherit())
                 .spawn()
                 .expect("spawn prefixkv-server");
-            let mut server = Server { child: Some(child), port, dir: dir.to_path_buf() };
+            let mut server = Server {
+                child: Some(child),
+                port,
+                dir: dir.to_path_buf(),
+            };
             if server.wait_ready(Duration::from_secs(60)) {
                 return server;
             }
@@ -67,7 +75,9 @@ impl Server {
                 if stream.write_all(b"PING\r\n").is_ok() {
                     // +PONG, or -NOAUTH when a password is set: either way the server serves.
                     let mut reply = [0u8; 7];
-                    if stream.read_exact(&mut reply).is_ok() && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH") {
+                    if stream.read_exact(&mut reply).is_ok()
+                        && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH")
+                    {
                         return true;
                     }
                 }
@@ -112,8 +122,13 @@ impl Server {
     /// A raw connection.
     pub fn raw(&self) -> Raw {
         let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Raw { stream, buffer: BytesMut::new() }
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Raw {
+            stream,
+            buffer: BytesMut::new(),
+        }
     }
 }
 
