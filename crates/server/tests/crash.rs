@@ -164,12 +164,8 @@ fn crash_mode(mode: &str, check_all_acknowledged: bool) {
         });
         let restarted = Server::start(dir.path(), &flags);
         let prefixes = surviving_prefixes(&restarted, &outcome);
-        for t in 0..writers {
-            let (acked, durable, kept) = (
-                outcome.acknowledged[t],
-                outcome.durable[t] as i64,
-                prefixes[t],
-            );
+        for (t, &kept) in prefixes.iter().enumerate() {
+            let (acked, durable) = (outcome.acknowledged[t], outcome.durable[t] as i64);
             eprintln!("{mode} round {round} writer {t}: acknowledged {} writes, {durable} known durable, {kept} recovered", acked + 1);
             assert!(
                 kept >= durable,
@@ -262,14 +258,14 @@ fn restart_from_each_mode_files_in_another_mode() {
         ];
         let mut server = Server::start(dir.path(), &flags);
         let mut con = server.connect(step % 2 == 0);
-        for earlier in 0..step {
+        for (earlier, earlier_mode) in modes.iter().enumerate().take(step) {
             let value: Option<String> = redis::cmd("GET")
                 .arg(format!("step{earlier}"))
                 .query(&mut con)
                 .unwrap();
             assert_eq!(
                 value.as_deref(),
-                Some(modes[earlier]),
+                Some(*earlier_mode),
                 "after restart in {mode}: step{earlier} lost"
             );
         }
