@@ -347,6 +347,51 @@ mod tests {
     }
 
     #[test]
+    fn toml_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prefixkv.toml");
+        std::fs::write(
+            &path,
+            "port = 7001\nappendfsync = \"always\"\nmaxmemory = \"100mb\"\nprotected-mode = \"yes\"\n\
+             client-query-buffer-limit = 1048576\ncheckpoint-interval = 250\n",
+        )
+        .unwrap();
+        let flags = Flags {
+            config: Some(path.clone()),
+            appendfsync: Some("checkpoint".into()),
+            ..Flags::default()
+        };
+        let config = Config::resolve(flags).unwrap();
+        assert_eq!(config.port, 7001);
+        assert!(config.port_explicit);
+        assert_eq!(
+            config.durability,
+            Durability::Checkpoint,
+            "a flag beats the file"
+        );
+        assert_eq!(config.maxmemory_bytes, 100 << 20);
+        assert_eq!(config.client_query_buffer_limit_bytes, 1 << 20);
+        assert_eq!(config.checkpoint_interval_ms, 250);
+        std::fs::write(&path, "no-such-key = 1\n").unwrap();
+        let error = Config::resolve(Flags {
+            config: Some(path),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(format!("{error:#}").contains("no-such-key"), "{error:#}");
+    }
+
+    #[test]
+    fn defaults() {
+        let config = Config::resolve(Flags::default()).unwrap();
+        assert_eq!((config.port, config.port_explicit), (6379, false));
+        assert_eq!(config.bind, "127.0.0.1");
+        assert_eq!(config.dir, PathBuf::from("./data"));
+        assert_eq!(config.durability, Durability::EverySec);
+        assert_eq!(config.client_query_buffer_limit_bytes, 1 << 30);
+    }
+
+    #[test]
     fn non_loopback_needs_password() {
         let flags = Flags {
             bind: Some("0.0.0.0".into()),

@@ -187,15 +187,30 @@ async fn run_async(
                 ),
             }
         }
-        AsyncOp::WaitAof => {
-            let result = wait_durable(server, client).await;
+        AsyncOp::WaitAof { timeout_ms } => {
+            let result = if timeout_ms == 0 {
+                Some(wait_durable(server, client).await)
+            } else {
+                tokio::time::timeout(
+                    std::time::Duration::from_millis(timeout_ms),
+                    wait_durable(server, client),
+                )
+                .await
+                .ok()
+            };
             match result {
-                Ok(()) => {
+                Some(Ok(())) => {
                     encoder.array_header(output, 2);
                     encoder.integer(output, 1);
                     encoder.integer(output, 0);
                 }
-                Err(error) => encoder.error(
+                None => {
+                    // Timed out: like Redis, report how many acknowledged (none).
+                    encoder.array_header(output, 2);
+                    encoder.integer(output, 0);
+                    encoder.integer(output, 0);
+                }
+                Some(Err(error)) => encoder.error(
                     output,
                     format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes(),
                 ),

@@ -57,8 +57,11 @@ pub enum Flow {
 pub enum AsyncOp {
     /// SAVE: a checkpoint, waited for.
     Save,
-    /// WAITAOF: this connection's writes durable.
-    WaitAof,
+    /// WAITAOF: this connection's writes durable, within `timeout_ms` (0 = no limit).
+    WaitAof {
+        /// Give up after this many ms (then the reply is `[0, 0]`, as Redis on timeout).
+        timeout_ms: u64,
+    },
     /// SHUTDOWN: make durable (checkpoint if `save`), then exit.
     Shutdown {
         /// Take a checkpoint first.

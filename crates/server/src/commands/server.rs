@@ -133,7 +133,9 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
             if local > 1 {
                 return Err("ERR WAITAOF numlocal can only be 0 or 1 (one local store)".into());
             }
-            return Ok(Flow::Async(AsyncOp::WaitAof));
+            return Ok(Flow::Async(AsyncOp::WaitAof {
+                timeout_ms: timeout as u64,
+            }));
         }
         "prefixkv.commitpoint" => {
             let (writes, durable) = ctx.client.commit_point(ctx.server, ctx.session);
