@@ -202,17 +202,27 @@ impl Keyspace {
         Ok(Some(stored))
     }
 
-    /// Starts a write transaction over `keys` of `database` (plus `extra` keys in other
-    /// databases, for MOVE-like commands: none today).
+    /// Starts a write transaction over `keys` of `database`.
     pub fn begin<'a>(&'a self, session: &'a mut Session, database: u8, keys: &[&[u8]]) -> Txn<'a> {
         let mut indexes: Vec<usize> = keys.iter().map(|key| stripe_of(database, key)).collect();
         indexes.sort_unstable();
         indexes.dedup();
         let guards = indexes
             .iter()
-            .map(|&i| (i, self.stripes[i].lock()))
+            .map(|&i| (i, self.lock_stripe(session, i)))
             .collect();
         Txn::new(self, session, guards)
+    }
+
+    /// Locks a stripe. If it is contended, the session is suspended first: the holder may be
+    /// waiting inside the engine for every protected session to refresh (an epoch bump, a
+    /// checkpoint phase), which a thread blocked on this mutex would never do.
+    fn lock_stripe(&self, session: &mut Session, index: usize) -> MutexGuard<'_, Stripe> {
+        if let Some(guard) = self.stripes[index].try_lock() {
+            return guard;
+        }
+        session.suspend();
+        self.stripes[index].lock()
     }
 
     /// Keys of `database` matching `pattern` (expired ones left out).
@@ -310,7 +320,7 @@ impl Keyspace {
     ) -> Result<Option<WriteMark>, String> {
         let mut last = None;
         for index in 0..STRIPES {
-            let guard = self.stripes[index].lock();
+            let guard = self.lock_stripe(session, index);
             if guard.databases[database as usize].is_empty() {
                 continue;
             }
@@ -333,7 +343,7 @@ impl Keyspace {
         let mut removed = 0;
         for _ in 0..stripes.min(STRIPES) {
             let index = (self.expire_cursor.fetch_add(1, Ordering::Relaxed) as usize) % STRIPES;
-            let guard = self.stripes[index].lock();
+            let guard = self.lock_stripe(session, index);
             let expired: Vec<(u8, Box<[u8]>)> = guard
                 .databases
                 .iter()
@@ -409,7 +419,7 @@ impl Keyspace {
             if database as usize >= DATABASES {
                 return Err(format!("database {database} out of range in oplog record"));
             }
-            let mut stripe = self.stripes[stripe_of(database, user_key)].lock();
+            let mut stripe = self.lock_stripe(session, stripe_of(database, user_key));
             match kind {
                 OP_PUT => {
                     let (_, expire) = value::decode_header(encoded).map_err(|m| m.0.to_string())?;

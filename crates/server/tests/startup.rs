@@ -49,6 +49,16 @@ fn default_port_taken_moves_to_the_next_free_port() {
     }
     let port: u16 = lines.last().unwrap()[5..].trim().parse().unwrap();
     assert!(port > 6379 && port <= 6479, "{lines:?}");
-    assert!(lines.iter().any(|l| l.contains("port 6379 is taken; using")), "{lines:?}");
-    assert!(lines.iter().any(|l| l.contains(&format!("redis-cli -p {port}"))), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("port 6379 is taken; using")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("redis-cli -p {port}"))),
+        "{lines:?}"
+    );
 }

@@ -339,6 +339,14 @@ pub fn execute(
     if let Some(info) = server.clients.lock().get_mut(&ctx.client.id) {
         info.last_command.clone_from(&name);
     }
+    if matches!(
+        name.as_str(),
+        "keys" | "scan" | "dbsize" | "randomkey" | "info"
+    ) {
+        // These walk the registry stripes without the engine: never wait on a stripe mutex
+        // while protected (see `Keyspace::lock_stripe`).
+        ctx.session.suspend();
+    }
     let result = match name.as_str() {
         "ping" | "echo" | "hello" | "auth" | "select" | "quit" | "reset" | "client" => {
             return connection::run(&mut ctx, &name, args);
