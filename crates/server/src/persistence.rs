@@ -100,6 +100,7 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
     let started = Instant::now();
     std::fs::create_dir_all(&config.dir)
         .with_context(|| format!("creating data directory {}", config.dir.display()))?;
+    lock_directory(&config.dir)?;
     let store = Store::open(store_config(config))
         .with_context(|| format!("recovering the engine store in {}", config.dir.display()))?;
     let mut keyspace = Keyspace::new(store.clone(), None);
@@ -259,6 +260,34 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
         }
     }
     Ok((keyspace, report))
+}
+
+/// Takes an exclusive `flock` on `dir/server.lock` for the life of the process (the file
+/// descriptor is leaked on purpose), so two servers never share a data directory in any mode.
+/// The kernel releases it when the process dies, so a crash never leaves it locked.
+fn lock_directory(dir: &Path) -> anyhow::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let path = dir.join("server.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let fd = file.into_raw_fd();
+    // SAFETY: `fd` is a valid open descriptor we own and never close.
+    let result = unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
+    if result != 0 {
+        let error = std::io::Error::last_os_error();
+        // SAFETY: closing the descriptor we own, once.
+        unsafe { libc::close(fd) };
+        bail!(
+            "cannot lock {}: {error}; another prefixkv-server is probably using {} (stop it or choose another --dir)",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 fn covered_path(oplog_dir: &Path) -> PathBuf {

@@ -62,3 +62,59 @@ fn default_port_taken_moves_to_the_next_free_port() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn a_second_server_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+        .args([
+            "--port",
+            "0",
+            "--engine-memory",
+            "64mb",
+            "--appendfsync",
+            "checkpoint",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = KillOnDrop(first);
+    // Wait until the first one is serving (it prints PORT after recovery and the lock).
+    let stdout = first.0.stdout.take().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    loop {
+        let line = receiver
+            .recv_timeout(Duration::from_secs(60))
+            .expect("first server starts");
+        if line.starts_with("PORT ") {
+            break;
+        }
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+        .args([
+            "--port",
+            "0",
+            "--engine-memory",
+            "64mb",
+            "--appendfsync",
+            "checkpoint",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let text = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        text.contains("server.lock") && text.contains("another prefixkv-server"),
+        "{text}"
+    );
+}
