@@ -159,7 +159,8 @@ fn crash_mode(mode: &str, check_all_acknowledged: bool) {
             .unwrap();
         let outcome = write_then_kill(&mut server, writers, 300, |server| {
             if mode != "none" {
-                wait_for_checkpoints(server, 1);
+                // A few checkpoints, so writers report commit points after one committed.
+                wait_for_checkpoints(server, 3);
             }
         });
         let restarted = Server::start(dir.path(), &flags);
