@@ -3,6 +3,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
+use crate::config::Durability;
 use crate::keyspace::DATABASES;
 use crate::state::Server;
 
@@ -79,6 +80,19 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
                 log.durable_lsn(),
                 log.oldest_lsn(),
                 log.backend().name()
+            );
+        }
+        for mode in [
+            Durability::None,
+            Durability::Checkpoint,
+            Durability::EverySec,
+            Durability::Always,
+        ] {
+            let _ = write!(
+                text,
+                "durability_mode_{}:{}\r\n",
+                mode.name(),
+                mode.statement()
             );
         }
         if let Some(error) = error {

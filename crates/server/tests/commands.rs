@@ -766,6 +766,12 @@ fn run_server(con: &mut redis::Connection, resp3: bool) {
         persistence.contains("durability:everysec")
             && persistence.contains("durability_guarantee:")
     );
+    for mode in ["none", "checkpoint", "everysec", "always"] {
+        assert!(
+            persistence.contains(&format!("durability_mode_{mode}:")),
+            "{mode} statement missing"
+        );
+    }
     let config: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("max*")
