@@ -402,40 +402,93 @@ impl Keyspace {
         payload: &[u8],
         commit_point: impl Fn(u64) -> u64,
     ) -> Result<u64, String> {
-        let mut rest = payload;
-        let session_id = take_u64(&mut rest)?;
+        let (session_id, operations) = decode_record(payload)?;
         let point = commit_point(session_id);
         let mut applied = 0;
-        while !rest.is_empty() {
-            let serial = take_u64(&mut rest)?;
-            let kind = *rest.first().ok_or("operation kind missing")?;
-            rest = &rest[1..];
-            let key = take_bytes(&mut rest)?;
-            let encoded = take_bytes(&mut rest)?;
-            if serial <= point {
-                continue;
-            }
-            let (&database, user_key) = key.split_first().ok_or("empty key in oplog record")?;
-            if database as usize >= DATABASES {
-                return Err(format!("database {database} out of range in oplog record"));
-            }
+        for operation in operations.iter().filter(|op| op.serial > point) {
+            let (database, user_key) = (operation.key[0], &operation.key[1..]);
             let mut stripe = self.lock_stripe(session, stripe_of(database, user_key));
-            match kind {
-                OP_PUT => {
-                    let (_, expire) = value::decode_header(encoded).map_err(|m| m.0.to_string())?;
-                    session.upsert(key, encoded).map_err(engine_error)?;
+            match operation.expire_at_ms {
+                Some(expire) => {
+                    session
+                        .upsert(operation.key, operation.value)
+                        .map_err(engine_error)?;
                     stripe.databases[database as usize].insert(user_key.into(), expire);
                 }
-                OP_DELETE => {
-                    session.delete(key).map_err(engine_error)?;
+                None => {
+                    session.delete(operation.key).map_err(engine_error)?;
                     stripe.databases[database as usize].remove(user_key);
                 }
-                other => return Err(format!("unknown operation kind {other} in oplog record")),
             }
             applied += 1;
         }
         Ok(applied)
     }
+}
+
+/// One decoded operation of an oplog record.
+#[derive(Debug, PartialEq)]
+pub struct RecordOperation<'a> {
+    /// Engine serial of the operation in its session.
+    pub serial: u64,
+    /// Engine key (`[db] ++ key`, db < 16, checked).
+    pub key: &'a [u8],
+    /// Encoded value for a put (header checked); empty for a delete.
+    pub value: &'a [u8],
+    /// `Some(expiry)` for a put, `None` for a delete.
+    pub expire_at_ms: Option<u64>,
+}
+
+/// Appends one operation to a record payload (starting it with `session_id` when empty).
+pub fn encode_operation(
+    record: &mut Vec<u8>,
+    session_id: u64,
+    serial: u64,
+    put: bool,
+    key: &[u8],
+    value: &[u8],
+) {
+    if record.is_empty() {
+        record.extend_from_slice(&session_id.to_le_bytes());
+    }
+    record.extend_from_slice(&serial.to_le_bytes());
+    record.push(if put { OP_PUT } else { OP_DELETE });
+    record.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    record.extend_from_slice(key);
+    record.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    record.extend_from_slice(value);
+}
+
+/// Decodes and validates a whole record payload before anything is applied, so a damaged
+/// record is rejected without a partial effect. Every length is checked against the bytes
+/// present; nothing is allocated from a length field.
+pub fn decode_record(payload: &[u8]) -> Result<(u64, Vec<RecordOperation<'_>>), String> {
+    let mut rest = payload;
+    let session_id = take_u64(&mut rest)?;
+    let mut operations = Vec::new();
+    while !rest.is_empty() {
+        let serial = take_u64(&mut rest)?;
+        let kind = *rest.first().ok_or("operation kind missing")?;
+        rest = &rest[1..];
+        let key = take_bytes(&mut rest)?;
+        let value = take_bytes(&mut rest)?;
+        let &database = key.first().ok_or("empty key in oplog record")?;
+        if database as usize >= DATABASES {
+            return Err(format!("database {database} out of range in oplog record"));
+        }
+        let expire_at_ms = match kind {
+            OP_PUT => Some(value::decode_header(value).map_err(|m| m.0.to_string())?.1),
+            OP_DELETE => None,
+            other => return Err(format!("unknown operation kind {other} in oplog record")),
+        };
+        operations.push(RecordOperation {
+            serial,
+            key,
+            value,
+            expire_at_ms,
+        });
+    }
+    Ok((session_id, operations))
 }
 
 fn take_u64(rest: &mut &[u8]) -> Result<u64, String> {
@@ -560,19 +613,14 @@ impl<'a> Txn<'a> {
         if self.keyspace.oplog.is_none() {
             return Ok(());
         }
-        if self.record.is_empty() {
-            self.record
-                .extend_from_slice(&self.session.id().0.to_le_bytes());
-        }
-        self.record
-            .extend_from_slice(&self.last_serial.to_le_bytes());
-        self.record.push(kind);
-        self.record
-            .extend_from_slice(&(key.len() as u32).to_le_bytes());
-        self.record.extend_from_slice(key);
-        self.record
-            .extend_from_slice(&(encoded.len() as u32).to_le_bytes());
-        self.record.extend_from_slice(encoded);
+        encode_operation(
+            &mut self.record,
+            self.session.id().0,
+            self.last_serial,
+            kind == OP_PUT,
+            key,
+            encoded,
+        );
         self.operations += 1;
         if self.record.len() >= RECORD_SPLIT_BYTES {
             self.append_record()?;
@@ -621,6 +669,59 @@ impl Drop for Txn<'_> {
             if let Err(error) = self.append_record() {
                 eprintln!("prefixkv-server: {error}");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn records_round_trip(
+            session_id in any::<u64>(),
+            operations in proptest::collection::vec(
+                (any::<u64>(), any::<bool>(), 0u8..16, proptest::collection::vec(any::<u8>(), 0..20),
+                 proptest::collection::vec(any::<u8>(), 0..40), any::<u64>()),
+                1..8,
+            ),
+        ) {
+            let mut record = Vec::new();
+            let mut expected = Vec::new();
+            for (serial, put, database, key, payload, expire) in &operations {
+                let mut full_key = vec![*database];
+                full_key.extend_from_slice(key);
+                let mut encoded = Vec::new();
+                if *put {
+                    value::encode(value::Kind::String, *expire, payload, &mut encoded);
+                }
+                encode_operation(&mut record, session_id, *serial, *put, &full_key, &encoded);
+                expected.push((*serial, full_key, encoded, put.then_some(*expire)));
+            }
+            let (decoded_session, decoded) = decode_record(&record).unwrap();
+            prop_assert_eq!(decoded_session, session_id);
+            prop_assert_eq!(decoded.len(), expected.len());
+            for (operation, (serial, key, encoded, expire)) in decoded.iter().zip(&expected) {
+                prop_assert_eq!(operation.serial, *serial);
+                prop_assert_eq!(operation.key, &key[..]);
+                prop_assert_eq!(operation.value, &encoded[..]);
+                prop_assert_eq!(operation.expire_at_ms, *expire);
+            }
+            // Every strict prefix that cuts an operation is rejected, never misread.
+            for cut in 8..record.len() {
+                if let Ok((_, partial)) = decode_record(&record[..cut]) {
+                    prop_assert!(partial.len() < expected.len());
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_record(&bytes);
+            let _ = value::decode(&bytes);
+            let _ = value::decode_hash(&bytes);
         }
     }
 }
