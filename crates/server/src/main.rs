@@ -3,19 +3,8 @@
 //! Startup: resolve the configuration, recover (checkpoint + oplog replay; the port opens only
 //! when recovery is complete, so no client ever sees a partly loaded keyspace), bind, print
 //! how to connect, serve. See `docs/server.md`.
-#![warn(missing_docs)]
 
-mod commands;
-mod config;
-mod connection;
-mod glob;
-mod info;
-mod keyspace;
-mod net;
-mod persistence;
-mod state;
-mod value;
-
+use prefixkv_server::{config, net, persistence, state};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -23,9 +12,6 @@ use std::time::Instant;
 
 use clap::Parser;
 use parking_lot::{Mutex, RwLock};
-
-/// The Redis version we report (clients gate features on it).
-pub const REDIS_VERSION: &str = "7.2.0";
 
 fn main() {
     if let Err(error) = run() {
