@@ -373,3 +373,59 @@ fn corrupt_oplog_fails_closed_naming_the_file() {
         "{text}"
     );
 }
+
+#[test]
+fn corrupt_checkpoint_fails_closed_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--appendfsync",
+        "checkpoint",
+        "--checkpoint-interval",
+        "1000000",
+        "--engine-memory",
+        "64mb",
+    ];
+    let mut server = Server::start(dir.path(), &flags);
+    let mut con = server.connect(false);
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg("v".repeat(50))
+            .query(&mut con)
+            .unwrap();
+    }
+    let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
+    server.kill();
+    // Damage the largest file of the only checkpoint.
+    let checkpoints = dir.path().join("checkpoints");
+    let version = std::fs::read_dir(&checkpoints)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .expect("a checkpoint directory");
+    let victim = std::fs::read_dir(&version)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&victim, &bytes).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+        .args(["--port", "0", "--appendfsync", "checkpoint", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "a damaged only checkpoint must stop startup"
+    );
+    let text = String::from_utf8_lossy(&output.stderr);
+    let name = victim.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        text.contains(&name)
+            || text.contains(&version.file_name().unwrap().to_string_lossy().to_string()),
+        "{text}"
+    );
+}
