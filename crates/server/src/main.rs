@@ -4,7 +4,7 @@
 //! when recovery is complete, so no client ever sees a partly loaded keyspace), bind, print
 //! how to connect, serve. See `docs/server.md`.
 
-use prefixkv_server::{config, net, persistence, state};
+use prefixkv_server::{config, net, persistence, signals, state};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -22,6 +22,7 @@ fn main() {
 
 fn run() -> anyhow::Result<()> {
     let config = config::Config::resolve(config::Flags::parse())?;
+    signals::install()?;
     let (keyspace, loaded) = persistence::recover(&config)?;
     eprintln!("prefixkv-server: loaded {loaded}");
     let listener = net::bind(&config.bind, config.port, config.port_explicit)?;
@@ -33,6 +34,7 @@ fn run() -> anyhow::Result<()> {
         loaded,
     ));
     persistence.start_periodic(config.checkpoint_interval_ms)?;
+    signals::arm(persistence.clone());
     let mut settings = config.clone();
     settings.port = port;
     let threads = config.threads;

@@ -429,3 +429,29 @@ fn corrupt_checkpoint_fails_closed_naming_the_file() {
         "{text}"
     );
 }
+
+#[test]
+fn sigterm_stops_cleanly_and_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--appendfsync",
+        "checkpoint",
+        "--checkpoint-interval",
+        "1000000",
+        "--engine-memory",
+        "64mb",
+    ];
+    let mut server = Server::start(dir.path(), &flags);
+    let mut raw = server.raw();
+    raw.call(&["SET", "k", "v"]);
+    server.signal(libc::SIGTERM);
+    let status = server
+        .wait_exit(Duration::from_secs(60))
+        .expect("server exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    let restarted = Server::start(dir.path(), &flags);
+    assert_eq!(
+        restarted.raw().call(&["GET", "k"]),
+        prefixkv_resp::Reply::bulk("v")
+    );
+}

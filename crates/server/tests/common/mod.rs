@@ -95,6 +95,14 @@ impl Server {
         }
     }
 
+    /// Sends a signal to the server process.
+    pub fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own child's PID.
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+    }
+
     /// Waits for the process to exit on its own (SHUTDOWN), bounded.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
