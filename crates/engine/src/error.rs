@@ -1,4 +1,9 @@
-//! The engine's error type. Every message says what happened and what to do about it.
+//! The one error type of the engine.
+//!
+//! Every message says what happened, where (file and byte offset when a file is involved) and what
+//! the operator can do about it. Errors never carry a half-loaded state: a function that returns an
+//! error has either changed nothing on disk or left only files that the next `open` recognises and
+//! removes (unfinished `.tmp` checkpoint directories).
 
 use std::path::PathBuf;
 
@@ -62,6 +67,14 @@ pub enum EngineError {
         "unknown session {0}: no recovered checkpoint records it; start a new session instead"
     )]
     UnknownSession(SessionId),
+    /// Every session slot is taken.
+    #[error(
+        "too many open sessions (the limit is {limit}); drop idle sessions or end idle connections"
+    )]
+    TooManySessions {
+        /// The limit, [`crate::MAX_OPEN_SESSIONS`].
+        limit: usize,
+    },
     /// A caller passed an argument the engine cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -94,12 +94,13 @@ pub struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(store: Arc<Store>, shared: Arc<SessionShared>, serial: u64) -> Session {
-        let slot = store
-            .shared
-            .epoch
-            .acquire_slot()
-            .expect("more than 1024 sessions are open at once; drop idle sessions");
+    /// Wraps an acquired epoch `slot` (see [`Store::acquire_session_slot`]) into a session.
+    pub(crate) fn new(
+        store: Arc<Store>,
+        shared: Arc<SessionShared>,
+        serial: u64,
+        slot: usize,
+    ) -> Session {
         let version = shared.points.lock().version;
         Session {
             store,
@@ -758,6 +759,6 @@ impl Drop for Session {
             points.idle_serial = Some(self.serial);
             points.active = false;
         }
-        self.store.shared.epoch.release_slot(self.slot);
+        self.store.release_session_slot(self.slot);
     }
 }

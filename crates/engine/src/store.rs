@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,7 +25,8 @@ use crate::state::{GlobalState, Phase, SystemState};
 use crate::{EngineError, SessionId, StoreConfig, Strategy};
 
 /// Maximum number of sessions (epoch table slots) open at once, plus internal threads.
-pub(crate) const MAX_SESSIONS: usize = 1024;
+/// How many sessions may be open at once (each holds one slot of the epoch table).
+pub const MAX_OPEN_SESSIONS: usize = 1024;
 /// Checkpoint results kept for `wait_for_commit`.
 const KEPT_RESULTS: usize = 64;
 
@@ -80,6 +81,9 @@ pub(crate) struct Shared {
     pub(crate) running_strategy: AtomicU64,
     pub(crate) sessions: Mutex<BTreeMap<u64, Arc<SessionShared>>>,
     pub(crate) next_session_id: AtomicU64,
+    /// Sessions open now; at most [`MAX_OPEN_SESSIONS`] (the epoch table has two more slots, for
+    /// the engine's own threads).
+    pub(crate) open_sessions: AtomicUsize,
     pub(crate) checkpoints: CheckpointDirectory,
     checkpoint_running: AtomicBool,
     results: Mutex<HashMap<u64, Result<CheckpointReport, String>>>,
@@ -243,7 +247,7 @@ impl Store {
             .clamp(1 << 10, 1 << 20)
             .next_power_of_two();
         let shared = Arc::new(Shared {
-            epoch: LightEpoch::new(MAX_SESSIONS + 2),
+            epoch: LightEpoch::new(MAX_OPEN_SESSIONS + 2),
             index: HashIndex::new(config.index_buckets),
             log: HybridLog::new(config.log_page_bytes, config.log_memory_bytes),
             latches: VersionLatches::new(latch_words),
@@ -254,6 +258,7 @@ impl Store {
             running_strategy: AtomicU64::new(0),
             sessions: Mutex::new(BTreeMap::new()),
             next_session_id: AtomicU64::new(1),
+            open_sessions: AtomicUsize::new(0),
             checkpoints,
             checkpoint_running: AtomicBool::new(false),
             results: Mutex::new(HashMap::new()),
@@ -349,13 +354,50 @@ impl Store {
     /// Starts a new session with a fresh id.
     ///
     /// # Panics
-    /// If more than 1024 sessions are open at once.
+    /// If [`MAX_OPEN_SESSIONS`] sessions are already open; use [`Store::try_start_session`] where
+    /// the number of sessions is not under the caller's control (one per client connection).
     pub fn start_session(self: &Arc<Self>) -> Session {
+        self.try_start_session()
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Starts a new session with a fresh id, or fails with [`EngineError::TooManySessions`] when
+    /// [`MAX_OPEN_SESSIONS`] are already open.
+    pub fn try_start_session(self: &Arc<Self>) -> Result<Session, EngineError> {
+        let slot = self.acquire_session_slot()?;
         let id = SessionId(self.shared.next_session_id.fetch_add(1, Ordering::SeqCst));
         let version = self.shared.state.load().version;
         let shared = Arc::new(SessionShared::new(id, version, 0));
         self.shared.sessions.lock().insert(id.0, shared.clone());
-        Session::new(self.clone(), shared, 0)
+        Ok(Session::new(self.clone(), shared, 0, slot))
+    }
+
+    /// Reserves an epoch slot for a session (released by the session's `Drop`).
+    fn acquire_session_slot(&self) -> Result<usize, EngineError> {
+        let too_many = EngineError::TooManySessions {
+            limit: MAX_OPEN_SESSIONS,
+        };
+        if self.shared.open_sessions.fetch_add(1, Ordering::SeqCst) >= MAX_OPEN_SESSIONS {
+            self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
+            return Err(too_many);
+        }
+        match self.shared.epoch.acquire_slot() {
+            Some(slot) => Ok(slot),
+            None => {
+                self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
+                Err(too_many)
+            }
+        }
+    }
+
+    /// Gives back what [`Store::acquire_session_slot`] took.
+    pub(crate) fn release_session_slot(&self, slot: usize) {
+        self.shared.epoch.release_slot(slot);
+        let previous = self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(
+            previous > 0,
+            "released more session slots than were acquired"
+        );
     }
 
     /// Resumes a session recorded by the recovered checkpoint; returns it with its recovered serial.
@@ -367,8 +409,15 @@ impl Store {
             .get(&id.0)
             .cloned()
             .ok_or(EngineError::UnknownSession(id))?;
-        let serial = shared.claim()?;
-        Ok((Session::new(self.clone(), shared, serial), serial))
+        let slot = self.acquire_session_slot()?;
+        let serial = match shared.claim() {
+            Ok(serial) => serial,
+            Err(error) => {
+                self.release_session_slot(slot);
+                return Err(error);
+            }
+        };
+        Ok((Session::new(self.clone(), shared, serial, slot), serial))
     }
 
     /// Starts a checkpoint of the current version on a checkpoint thread and returns at once.

@@ -127,3 +127,24 @@ fn protected_idle_session_holds_the_checkpoint_until_it_suspends() {
     session.upsert(b"k", b"w").unwrap();
     assert_eq!(store.version(), 2);
 }
+
+#[test]
+fn session_limit_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(small_config(dir.path())).unwrap();
+    let mut sessions: Vec<_> = (0..prefixkv_engine::MAX_OPEN_SESSIONS)
+        .map(|_| store.try_start_session().unwrap())
+        .collect();
+    match store.try_start_session() {
+        Err(prefixkv_engine::EngineError::TooManySessions { limit }) => {
+            assert_eq!(limit, prefixkv_engine::MAX_OPEN_SESSIONS)
+        }
+        Err(other) => panic!("expected TooManySessions, got {other}"),
+        Ok(_) => panic!("expected TooManySessions, got a session"),
+    }
+    // A freed slot is usable again, and the sessions still work.
+    sessions.pop();
+    let mut again = store.try_start_session().unwrap();
+    again.upsert(b"k", b"v").unwrap();
+    sessions[0].upsert(b"k2", b"v2").unwrap();
+}

@@ -1,2 +1,7 @@
 //! One module per experiment; `main.rs` lists them as subcommands.
+
+pub mod cpr;
+pub mod crash;
+pub mod ctrie;
 pub mod oplog;
+pub mod wal;
