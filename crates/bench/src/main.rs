@@ -2,7 +2,8 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use prefixkv_bench::Common;
+use prefixkv_bench::report::Report;
+use prefixkv_bench::{experiments, Common};
 
 /// Reproduces the experiments of prefixkv's source documents on our code, side by side with the
 /// baselines, and writes `results/<experiment>.json` plus PNG/SVG plots.
@@ -17,24 +18,48 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Experiment {
+    /// The Persian paper's evaluation: checkpoint strategies under load, against dashmap and papaya.
+    Cpr(experiments::cpr::Args),
+    /// Crash stress: SIGKILL a loaded, checkpointing engine at random points; verify each recovery.
+    Crash(experiments::crash::Args),
     /// Group commit vs fsync-per-append, io_uring vs pwritev (prefixkv-oplog).
-    Oplog(prefixkv_bench::experiments::oplog::Args),
+    Oplog(experiments::oplog::Args),
     /// Checkpoint algorithms for frequently-consistent applications (prefixkv-tickstate).
-    Tick(prefixkv_bench::experiments::tick::Args),
+    Tick(experiments::tick::Args),
+    /// CTrie vs dashmap/papaya (throughput) and concread/imbl (snapshot cost as the map grows).
+    Ctrie(experiments::ctrie::Args),
+    /// WAL-to-database checkpoint: naive backfill against the fast one (prefixkv-pagestore).
+    Wal(experiments::wal::Args),
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let common = &cli.common;
     let report = match &cli.experiment {
-        Experiment::Oplog(args) => prefixkv_bench::experiments::oplog::run(common, args)?,
-        Experiment::Tick(args) => prefixkv_bench::experiments::tick::run(common, args)?,
+        Experiment::Cpr(args) => experiments::cpr::run(common, args)?,
+        Experiment::Crash(args) => experiments::crash::run(common, args)?,
+        Experiment::Oplog(args) => experiments::oplog::run(common, args)?,
+        Experiment::Tick(args) => experiments::tick::run(common, args)?,
+        Experiment::Ctrie(args) => experiments::ctrie::run(common, args)?,
+        Experiment::Wal(args) => experiments::wal::run(common, args)?,
     };
+    finish(common, &report)
+}
+
+/// Writes the report, prints where it went and its summary, and fails if verification failed.
+fn finish(common: &Common, report: &Report) -> Result<()> {
     let path = report.write(&common.out)?;
-    println!("{}", serde_json::to_string_pretty(&report.summary)?);
-    println!("wrote {}", path.display());
+    println!("{}: wrote {}", report.experiment, path.display());
+    for (name, value) in &report.summary {
+        println!("  {name} = {value}");
+    }
+    println!("  verified = {}", report.verified);
     if !report.verified {
-        anyhow::bail!("verification failed (see {})", path.display());
+        anyhow::bail!(
+            "{}: verification failed (see the notes in {})",
+            report.experiment,
+            path.display()
+        );
     }
     Ok(())
 }

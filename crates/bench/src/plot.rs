@@ -52,12 +52,14 @@ pub fn write_line_chart(chart: &LineChart, dir: &Path, name: &str) -> Result<()>
     {
         let root = BitMapBackend::new(&png, (1100, 650)).into_drawing_area();
         draw(chart, &root)?;
-        root.present().map_err(|e| anyhow!("writing {}: {e}", png.display()))?;
+        root.present()
+            .map_err(|e| anyhow!("writing {}: {e}", png.display()))?;
     }
     {
         let root = SVGBackend::new(&svg, (1100, 650)).into_drawing_area();
         draw(chart, &root)?;
-        root.present().map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
+        root.present()
+            .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
     }
     Ok(())
 }
@@ -111,7 +113,11 @@ where
                 .map_err(|e| anyhow!("{e:?}"))?;
             for marker in &chart.markers {
                 let base = marker.series.map_or(RGBColor(128, 128, 128), colour);
-                let style = if marker.end { base.mix(0.25) } else { base.mix(0.6) };
+                let style = if marker.end {
+                    base.mix(0.25)
+                } else {
+                    base.mix(0.6)
+                };
                 ctx.draw_series(std::iter::once(PathElement::new(
                     vec![(marker.x, 0.0), (marker.x, y_max)],
                     style.stroke_width(1),
@@ -120,13 +126,23 @@ where
             }
             for (index, series) in chart.series.iter().enumerate() {
                 let style = colour(index);
-                ctx.draw_series(LineSeries::new(series.points.iter().copied(), style.stroke_width(2)))
-                    .map_err(|e| anyhow!("{e:?}"))?
-                    .label(series.label.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style.stroke_width(2)));
+                ctx.draw_series(LineSeries::new(
+                    series.points.iter().copied(),
+                    style.stroke_width(2),
+                ))
+                .map_err(|e| anyhow!("{e:?}"))?
+                .label(series.label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], style.stroke_width(2))
+                });
                 if series.points.len() < 40 {
-                    ctx.draw_series(series.points.iter().map(|&p| Circle::new(p, 3, style.filled())))
-                        .map_err(|e| anyhow!("{e:?}"))?;
+                    ctx.draw_series(
+                        series
+                            .points
+                            .iter()
+                            .map(|&p| Circle::new(p, 3, style.filled())),
+                    )
+                    .map_err(|e| anyhow!("{e:?}"))?;
                 }
             }
             ctx.configure_series_labels()
@@ -143,7 +159,9 @@ where
             .build_cartesian_2d((x_min..x_max).log_scale(), 0.0..y_max)
             .map_err(|e| anyhow!("{e:?}"))?);
     } else {
-        body!(builder.build_cartesian_2d(x_min..x_max, 0.0..y_max).map_err(|e| anyhow!("{e:?}"))?);
+        body!(builder
+            .build_cartesian_2d(x_min..x_max, 0.0..y_max)
+            .map_err(|e| anyhow!("{e:?}"))?);
     }
     Ok(())
 }
@@ -159,12 +177,24 @@ mod tests {
             title: "t".into(),
             x_label: "x".into(),
             y_label: "y".into(),
-            series: vec![Series { label: "a".into(), points: vec![(1.0, 2.0), (2.0, 3.0)] }],
-            markers: vec![Marker { x: 1.5, series: Some(0), end: false }],
+            series: vec![Series {
+                label: "a".into(),
+                points: vec![(1.0, 2.0), (2.0, 3.0)],
+            }],
+            markers: vec![Marker {
+                x: 1.5,
+                series: Some(0),
+                end: false,
+            }],
             log_x: false,
         };
         write_line_chart(&chart, dir.path(), "chart").unwrap();
-        assert!(std::fs::metadata(dir.path().join("chart.png")).unwrap().len() > 1000);
+        assert!(
+            std::fs::metadata(dir.path().join("chart.png"))
+                .unwrap()
+                .len()
+                > 1000
+        );
         let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap();
         assert!(svg.contains("<svg"));
     }

@@ -35,7 +35,11 @@ impl Host {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "unknown".into());
-        Host { cpus, memory_bytes, kernel }
+        Host {
+            cpus,
+            memory_bytes,
+            kernel,
+        }
     }
 }
 
@@ -92,7 +96,11 @@ impl Report {
     /// Sets a summary entry. Non-finite ratios (a zero denominator) are stored as `null`, so the
     /// JSON stays valid and a reader sees that the ratio could not be formed.
     pub fn summary(&mut self, key: &str, value: f64) {
-        let value = if value.is_finite() { Value::from(value) } else { Value::Null };
+        let value = if value.is_finite() {
+            Value::from(value)
+        } else {
+            Value::Null
+        };
         self.summary.insert(key.to_string(), value);
     }
 
@@ -104,7 +112,8 @@ impl Report {
         let path = out_dir.join(format!("{}.json", self.experiment));
         std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
         let stamped = out_dir.join(format!("{}-{}.json", self.experiment, utc_timestamp()));
-        std::fs::write(&stamped, &text).with_context(|| format!("writing {}", stamped.display()))?;
+        std::fs::write(&stamped, &text)
+            .with_context(|| format!("writing {}", stamped.display()))?;
         Ok(path)
     }
 }
@@ -116,7 +125,10 @@ where
     K: Into<String>,
     V: Into<Value>,
 {
-    fields.into_iter().map(|(k, v)| (k.into(), v.into())).collect()
+    fields
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect()
 }
 
 fn git_commit() -> String {
@@ -175,7 +187,9 @@ mod tests {
         let mut report = Report::new("unit");
         report.summary("ratio", 2.0);
         report.summary("broken", f64::NAN);
-        report.rows.push(row([("variant", Value::from("a")), ("x", Value::from(1))]));
+        report
+            .rows
+            .push(row([("variant", Value::from("a")), ("x", Value::from(1))]));
         report.record_verification(false);
         let path = report.write(dir.path()).unwrap();
         let parsed: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

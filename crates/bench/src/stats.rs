@@ -17,13 +17,25 @@ impl Spread {
     /// Summarises `values`; an empty slice gives all-NaN, which the report stores as null.
     pub fn of(values: &[f64]) -> Spread {
         if values.is_empty() {
-            return Spread { median: f64::NAN, min: f64::NAN, max: f64::NAN };
+            return Spread {
+                median: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+            };
         }
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();
-        let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
-        Spread { median, min: sorted[0], max: sorted[n - 1] }
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        Spread {
+            median,
+            min: sorted[0],
+            max: sorted[n - 1],
+        }
     }
 
     /// Adds `name`, `name_min` and `name_max` to a result row.
@@ -33,7 +45,11 @@ impl Spread {
             (format!("{name}_min"), self.min),
             (format!("{name}_max"), self.max),
         ] {
-            let value = if value.is_finite() { Value::from(value) } else { Value::Null };
+            let value = if value.is_finite() {
+                Value::from(value)
+            } else {
+                Value::Null
+            };
             row.insert(key, value);
         }
     }
@@ -54,8 +70,11 @@ pub fn ratio(numerator: f64, denominator: f64) -> f64 {
 pub fn alternating_schedule(contenders: usize, rounds: usize) -> Vec<(usize, usize)> {
     let mut schedule = Vec::with_capacity(contenders * rounds);
     for round in 0..rounds {
-        let order: Vec<usize> =
-            if round % 2 == 0 { (0..contenders).collect() } else { (0..contenders).rev().collect() };
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..contenders).collect()
+        } else {
+            (0..contenders).rev().collect()
+        };
         schedule.extend(order.into_iter().map(|contender| (round, contender)));
     }
     schedule
@@ -67,7 +86,14 @@ mod tests {
 
     #[test]
     fn spread_of_odd_and_even_counts() {
-        assert_eq!(Spread::of(&[3.0, 1.0, 2.0]), Spread { median: 2.0, min: 1.0, max: 3.0 });
+        assert_eq!(
+            Spread::of(&[3.0, 1.0, 2.0]),
+            Spread {
+                median: 2.0,
+                min: 1.0,
+                max: 3.0
+            }
+        );
         assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).median, 2.5);
         assert!(Spread::of(&[]).median.is_nan());
     }
@@ -75,7 +101,10 @@ mod tests {
     #[test]
     fn schedule_alternates_and_covers_every_pair() {
         let schedule = alternating_schedule(2, 3);
-        assert_eq!(schedule, vec![(0, 0), (0, 1), (1, 1), (1, 0), (2, 0), (2, 1)]);
+        assert_eq!(
+            schedule,
+            vec![(0, 0), (0, 1), (1, 1), (1, 0), (2, 0), (2, 1)]
+        );
     }
 
     #[test]

@@ -31,9 +31,15 @@ impl KeyGenerator {
         assert!(keys >= 1, "a key space needs at least one key");
         let zipf = match distribution {
             KeyDistribution::Uniform => None,
-            KeyDistribution::Zipfian => Some(Zipf::new(keys as f64, 0.99).expect("valid zipf parameters")),
+            KeyDistribution::Zipfian => {
+                Some(Zipf::new(keys as f64, 0.99).expect("valid zipf parameters"))
+            }
         };
-        KeyGenerator { rng: SmallRng::seed_from_u64(seed), keys, zipf }
+        KeyGenerator {
+            rng: SmallRng::seed_from_u64(seed),
+            keys,
+            zipf,
+        }
     }
 
     /// The next key.

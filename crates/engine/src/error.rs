@@ -7,40 +7,81 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong in the engine.
+use crate::SessionId;
+
+/// Errors returned by the store, its sessions and its checkpoint files.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
-    /// A system call on a file or directory failed.
+    /// An I/O operation on `path` failed.
     #[error(
-        "I/O error while trying to {operation} {path}: {source}; check that the path exists, \
-         is writable and that the disk is not full"
+        "I/O error while trying to {operation} {}: {source}; check that the path exists, is writable \
+         and that the disk is not full; existing checkpoints are untouched",
+        path.display()
     )]
     Io {
-        /// What we were doing, as a verb phrase ("create", "fsync", "rename to ...").
+        /// What the engine was doing, as a verb phrase ("create", "fsync").
         operation: String,
         /// The file or directory involved.
         path: PathBuf,
-        /// The operating system's error.
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
-    /// A file failed verification: a checksum, a magic number, a length or a structural rule.
-    #[error("corrupt data in {path} at byte offset {offset}: {detail}")]
+    /// A checkpoint file failed verification.
+    #[error("corrupt checkpoint data in {} at offset {offset}: {detail}", path.display())]
     Corrupt {
-        /// The file (or, for a summary of several files, the directory) that failed.
+        /// The file that failed verification.
         path: PathBuf,
-        /// Byte offset of the first bad byte found, 0 when the problem concerns the whole file.
+        /// Byte offset of the problem within the file.
         offset: u64,
-        /// What is wrong and what to do about it.
+        /// What was wrong, and what to do.
         detail: String,
     },
-    /// The caller passed something the engine cannot accept.
+    /// The in-memory log budget is exhausted and compaction could not free room in time.
+    #[error(
+        "out of log memory: {detail}; raise StoreConfig::log_memory_bytes or store less live data"
+    )]
+    OutOfMemory {
+        /// What could not be allocated and the current budget.
+        detail: String,
+    },
+    /// `Store::checkpoint` was called while another checkpoint is still running.
+    #[error(
+        "a checkpoint is already in progress; wait for it with Store::wait_for_commit and retry"
+    )]
+    CheckpointInProgress,
+    /// A checkpoint started but could not be made durable.
+    #[error("checkpoint v{version} failed: {detail}; the previous checkpoint is still the recovery point")]
+    CheckpointFailed {
+        /// The version that failed.
+        version: u64,
+        /// Why.
+        detail: String,
+    },
+    /// A bounded wait ran out.
+    #[error("timed out waiting; the operation may still complete later")]
+    Timeout,
+    /// `resume_session` named a session that no recovered checkpoint knows.
+    #[error(
+        "unknown session {0}: no recovered checkpoint records it; start a new session instead"
+    )]
+    UnknownSession(SessionId),
+    /// Every session slot is taken.
+    #[error(
+        "too many open sessions (the limit is {limit}); drop idle sessions or end idle connections"
+    )]
+    TooManySessions {
+        /// The limit, [`crate::MAX_OPEN_SESSIONS`].
+        limit: usize,
+    },
+    /// A caller passed an argument the engine cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 }
 
 impl EngineError {
-    /// Builds an [`EngineError::Io`] for `operation` on `path`.
+    /// Builds an [`EngineError::Io`] for `operation` on `path` (same signature as engine-files').
     pub fn io(
         operation: impl Into<String>,
         path: impl Into<PathBuf>,

@@ -1,10 +1,33 @@
-//! prefixkv-engine: a concurrent in-memory key-value store with non-blocking CPR checkpoints and
-//! prefix recovery.
+//! prefixkv-engine: a FASTER-style embedded key-value store (epoch protection, latch-free hash
+//! index, hybrid log) with non-blocking CPR checkpoints and prefix recovery.
 //!
-//! This branch holds the checkpoint file layer ([`checkpoint_files`]), the verification oracle
-//! ([`oracle`]) and the shared error type ([`error`]).
+//! Durability statement: an acknowledged operation is durable once its session's commit point
+//! (`Session::committed_serial`) covers its serial number; after a crash the store recovers, for
+//! every session, exactly the operations up to its commit point in the newest valid checkpoint.
+//!
+//! See `docs/engine.md` for the phases, the five checkpoint strategies and the memory bound.
+
 #![warn(missing_docs)]
 
+mod checkpoint;
 pub mod checkpoint_files;
+mod compaction;
+mod config;
+mod cpr_points;
+mod epoch;
 pub mod error;
+mod index;
+mod latch;
+mod log;
+mod memory;
 pub mod oracle;
+mod session;
+mod state;
+mod store;
+mod sync;
+
+pub use config::{SessionId, StoreConfig, Strategy};
+pub use error::EngineError;
+pub use session::Session;
+pub use state::Phase;
+pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Store, MAX_OPEN_SESSIONS};

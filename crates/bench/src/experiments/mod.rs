@@ -1,3 +1,8 @@
 //! One module per experiment; `main.rs` lists them as subcommands.
+
+pub mod cpr;
+pub mod crash;
+pub mod ctrie;
 pub mod oplog;
 pub mod tick;
+pub mod wal;

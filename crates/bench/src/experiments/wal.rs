@@ -1,0 +1,362 @@
+//! `prefixkv-bench wal`: the Turso checkpoint experiment ("Making checkpointing fast").
+//!
+//! A write-heavy load (random page updates over a database of `--pages` pages, commits of 1–16
+//! pages, a passive checkpoint whenever 1000 frames are not backfilled — the auto-checkpoint
+//! rule, run by this loop so each checkpoint can be timed) is run once per round with each
+//! backfill: `naive` (one synchronous `pread` + `pwrite` per page in frame order, no cache) and
+//! `fast` (io_uring frame-order reads, page-cache reuse, one `pwritev` per run of pages), the
+//! two alternating A B, B A over the rounds on the same seeded load.
+//!
+//! Both variants are measured the same way: a fresh store per run on the same filesystem, the
+//! same page-cache capacity, every checkpoint timed from lock to publish (WAL fsync + copy +
+//! database fsync). The OS page cache cannot be dropped here, so WAL reads of both variants
+//! usually hit it; the fast variant's advantage is what it avoids (syscalls, copies), not disk
+//! seeks. The run verifies the final database file against the model after a reopen.
+
+use crate::plot::{write_line_chart, LineChart, Series};
+use crate::report::{row, Report};
+use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::Common;
+use anyhow::{bail, Context, Result};
+use prefixkv_pagestore::{BackfillStrategy, CheckpointMode, Options, PageStore, SyncPolicy};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// Flags of the `wal` experiment.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Database size in pages (default 16384; 4096 with --quick).
+    #[arg(long)]
+    pub pages: Option<u32>,
+    /// Commits per run (default 30000; 4000 with --quick).
+    #[arg(long)]
+    pub commits: Option<u32>,
+    /// Page size in bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub page_size_bytes: u32,
+    /// Page cache capacity in pages.
+    #[arg(long, default_value_t = 4096)]
+    pub cache_pages: usize,
+    /// Frames not yet backfilled that trigger a passive checkpoint.
+    #[arg(long, default_value_t = 1000)]
+    pub checkpoint_frames: u64,
+    /// WAL sync policy for commits: `full` (fsync per commit) or `normal` (fsync at checkpoint).
+    #[arg(long, default_value = "normal")]
+    pub sync: String,
+    /// Which OS-cache states of the WAL to measure: `warm` (as left by the commits), `cold`
+    /// (evicted with posix_fadvise(DONTNEED) after the pre-copy WAL fsync, for both variants),
+    /// or `both`.
+    #[arg(long, default_value = "both")]
+    pub wal_os_cache: String,
+}
+
+const VARIANTS: [(&str, BackfillStrategy); 2] = [
+    ("naive", BackfillStrategy::Naive),
+    ("fast", BackfillStrategy::Fast),
+];
+
+#[derive(Default)]
+struct RunResult {
+    checkpoint_ms: Vec<f64>,
+    copy_ms: Vec<f64>,
+    wal_sync_ms: Vec<f64>,
+    db_sync_ms: Vec<f64>,
+    cache_hits: u64,
+    wal_reads: u64,
+    pages_written: u64,
+    write_calls: u64,
+    commits_per_s: f64,
+    verified: bool,
+    reader: &'static str,
+}
+
+fn flatten(runs: &[RunResult], field: impl Fn(&RunResult) -> &Vec<f64>) -> Vec<f64> {
+    runs.iter().flat_map(|r| field(r).iter().copied()).collect()
+}
+
+/// Runs the experiment.
+pub fn run(common: &Common, args: &Args) -> Result<Report> {
+    let pages = args
+        .pages
+        .unwrap_or(if common.quick { 4096 } else { 16_384 });
+    let commits = args
+        .commits
+        .unwrap_or(if common.quick { 4000 } else { 30_000 });
+    let sync = match args.sync.as_str() {
+        "full" => SyncPolicy::Full,
+        "normal" => SyncPolicy::Normal,
+        other => bail!("--sync must be `full` or `normal`, not `{other}`"),
+    };
+    let caches: &[(&str, bool)] = match args.wal_os_cache.as_str() {
+        "warm" => &[("warm", false)],
+        "cold" => &[("cold", true)],
+        "both" => &[("warm", false), ("cold", true)],
+        other => bail!("--wal-os-cache must be `warm`, `cold` or `both`, not `{other}`"),
+    };
+    let rounds = common.rounds();
+    let mut report = Report::new("wal");
+    report.config("quick", common.quick);
+    report.config("db_pages", pages);
+    report.config("commits_per_run", commits);
+    report.config("pages_per_commit", "uniform 1..=16, uniform random pages");
+    report.config("page_size_bytes", args.page_size_bytes);
+    report.config("cache_capacity_pages", args.cache_pages as u64);
+    report.config("checkpoint_every_frames", args.checkpoint_frames);
+    report.config(
+        "checkpoint_mode",
+        "passive (auto-checkpoint rule, triggered by the bench loop)",
+    );
+    report.config("sync", args.sync.clone());
+    report.config("wal_os_cache", args.wal_os_cache.clone());
+    report.config("rounds", rounds as u64);
+    report.config("filesystem_dir", std::env::temp_dir().display().to_string());
+
+    let bar = crate::progress::bar((rounds * VARIANTS.len() * caches.len()) as u64, "wal runs");
+    let mut series = Vec::new();
+    // Every (cache state, variant) pair is one contender of the alternating schedule, so machine
+    // drift (other jobs on the shared cores) spreads over all of them alike.
+    let mut all_results: Vec<[Vec<RunResult>; 2]> =
+        caches.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+    for (round, contender) in alternating_schedule(VARIANTS.len() * caches.len(), rounds) {
+        let (cache_index, variant) = (contender / VARIANTS.len(), contender % VARIANTS.len());
+        let (cache_name, cold) = caches[cache_index];
+        {
+            let (name, strategy) = VARIANTS[variant];
+            let result = run_once(
+                args,
+                pages,
+                commits,
+                sync,
+                strategy,
+                cold,
+                0xC0FFEE + round as u64,
+            )
+            .with_context(|| format!("round {round}, variant {name}, WAL {cache_name}"))?;
+            report.record_verification(result.verified);
+            all_results[cache_index][variant].push(result);
+            bar.inc(1);
+        }
+    }
+    for (&(cache_name, cold), results) in caches.iter().zip(&all_results) {
+        let mut p50 = [0.0f64; 2];
+        let mut copy_p50 = [0.0f64; 2];
+        let mut hit_ratio = [0.0f64; 2];
+        for (variant, (name, _)) in VARIANTS.iter().enumerate() {
+            let runs = &results[variant];
+            let all = flatten(runs, |r| &r.checkpoint_ms);
+            let copies = flatten(runs, |r| &r.copy_ms);
+            let wal_syncs = flatten(runs, |r| &r.wal_sync_ms);
+            let db_syncs = flatten(runs, |r| &r.db_sync_ms);
+            let per_round_p50: Vec<f64> = runs
+                .iter()
+                .map(|r| percentile(&r.checkpoint_ms, 50.0))
+                .collect();
+            let throughput: Vec<f64> = runs.iter().map(|r| r.commits_per_s).collect();
+            let hits: u64 = runs.iter().map(|r| r.cache_hits).sum();
+            let reads: u64 = runs.iter().map(|r| r.wal_reads).sum();
+            let written: u64 = runs.iter().map(|r| r.pages_written).sum();
+            let calls: u64 = runs.iter().map(|r| r.write_calls).sum();
+            p50[variant] = percentile(&all, 50.0);
+            copy_p50[variant] = percentile(&copies, 50.0);
+            hit_ratio[variant] = ratio(hits as f64, (hits + reads) as f64);
+            let mut fields = row([
+                ("variant", Value::from(*name)),
+                ("wal_os_cache", Value::from(cache_name)),
+                ("checkpoints", Value::from(all.len() as u64)),
+                ("checkpoint_ms_p50", Value::from(p50[variant])),
+                ("checkpoint_ms_p99", Value::from(percentile(&all, 99.0))),
+                ("checkpoint_ms_min", Value::from(percentile(&all, 0.0))),
+                ("checkpoint_ms_max", Value::from(percentile(&all, 100.0))),
+                ("copy_ms_p50", Value::from(copy_p50[variant])),
+                ("copy_ms_p99", Value::from(percentile(&copies, 99.0))),
+                (
+                    "wal_fsync_ms_p50",
+                    Value::from(percentile(&wal_syncs, 50.0)),
+                ),
+                ("db_fsync_ms_p50", Value::from(percentile(&db_syncs, 50.0))),
+                ("cache_hit_ratio", Value::from(hit_ratio[variant])),
+                (
+                    "pages_per_checkpoint",
+                    Value::from(ratio(written as f64, all.len() as f64)),
+                ),
+                (
+                    "write_calls_per_checkpoint",
+                    Value::from(ratio(calls as f64, all.len() as f64)),
+                ),
+                ("verified", Value::from(runs.iter().all(|r| r.verified))),
+            ]);
+            Spread::of(&per_round_p50).insert_into(&mut fields, "checkpoint_ms_p50_per_round");
+            Spread::of(&throughput).insert_into(&mut fields, "commits_per_s");
+            fields.insert(
+                "backfill_reader".into(),
+                Value::from(runs.first().map_or("none", |r| r.reader)),
+            );
+            report.rows.push(fields);
+            series.push(Series {
+                label: format!("{name} backfill, WAL {cache_name} in OS cache"),
+                points: quantile_points(&all),
+            });
+        }
+        // The warm WAL (nothing evicted) is the headline; the cold one gets a suffix.
+        let suffix = if cold { "_cold_wal" } else { "" };
+        report.summary(&format!("backfill_speedup{suffix}"), ratio(p50[0], p50[1]));
+        report.summary(
+            &format!("copy_speedup{suffix}"),
+            ratio(copy_p50[0], copy_p50[1]),
+        );
+        report.summary(&format!("cache_hit_ratio{suffix}"), hit_ratio[1]);
+        report.summary(&format!("checkpoint_ms_p50_fast{suffix}"), p50[1]);
+        report.summary(&format!("checkpoint_ms_p50_naive{suffix}"), p50[0]);
+    }
+    bar.finish_and_clear();
+    report
+        .summary
+        .insert("verified".into(), Value::from(report.verified));
+    report.notes.push(
+        "The OS page cache cannot be dropped globally here. Both variants are measured identically: fresh \
+         store per run, same seeded load, same page-cache capacity, the populate pass checkpointed with the \
+         same (naive) backfill, checkpoint time from lock to publish including the WAL and database fsyncs. \
+         `warm`: the WAL stays in the OS cache as the commits left it, so naive reads are memory copies. \
+         `cold`: after the pre-copy WAL fsync, the WAL's clean pages are evicted with \
+         posix_fadvise(DONTNEED) for both variants, so naive reads go to the disk (with kernel readahead)."
+            .into(),
+    );
+    report.notes.push(
+        "backfill_speedup = median naive checkpoint time / median fast checkpoint time over every \
+         checkpoint of every round; copy_speedup is the same ratio for the copy phase alone (no fsyncs)."
+            .into(),
+    );
+    let chart = LineChart {
+        title: format!(
+            "Distribution of passive checkpoint durations, {pages} pages, {rounds} rounds: naive vs fast backfill"
+        ),
+        x_label: "checkpoints at or below this duration (%)".into(),
+        y_label: "checkpoint duration (ms)".into(),
+        series,
+        markers: Vec::new(),
+        log_x: false,
+    };
+    write_line_chart(&chart, &common.out, "wal")?;
+    Ok(report)
+}
+
+fn run_once(
+    args: &Args,
+    pages: u32,
+    commits: u32,
+    sync: SyncPolicy,
+    strategy: BackfillStrategy,
+    cold_wal: bool,
+    seed: u64,
+) -> Result<RunResult> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let path = dir.path().join("db");
+    let page_size = args.page_size_bytes as usize;
+    let options = Options {
+        page_size_bytes: args.page_size_bytes,
+        sync,
+        auto_checkpoint_frames: 0,
+        cache_capacity_pages: args.cache_pages,
+        busy_timeout: Duration::from_secs(10),
+        backfill: strategy,
+        evict_wal_from_os_cache_before_backfill: cold_wal,
+    };
+    let (store, _) = PageStore::open(&path, options.clone())?;
+    // Populate every page (commit 0), then checkpoint it out of the WAL; not measured.
+    let mut versions = vec![0u32; pages as usize];
+    let mut image = vec![0u8; page_size];
+    for chunk_start in (1..=pages).step_by(256) {
+        let mut txn = store.begin_write()?;
+        for page in chunk_start..(chunk_start + 256).min(pages + 1) {
+            fill(&mut image, page, 0);
+            txn.write_page(page, &image)?;
+        }
+        txn.commit()?;
+    }
+    // The same backfill for both variants here: the populate pass decides how the kernel lays
+    // out the database file's page cache (long page-sorted `pwritev` runs create large folios,
+    // which make later 4 KiB writes and their writeback costlier), and that must not differ.
+    store.checkpoint_with(CheckpointMode::Truncate, BackfillStrategy::Naive)?;
+
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut result = RunResult::default();
+    let started = Instant::now();
+    for commit in 1..=commits {
+        let count = rng.random_range(1..=16u32);
+        let mut txn = store.begin_write()?;
+        for _ in 0..count {
+            let page = rng.random_range(1..=pages);
+            fill(&mut image, page, commit);
+            txn.write_page(page, &image)?;
+            versions[page as usize - 1] = commit;
+        }
+        txn.commit()?;
+        let state = store.wal_state();
+        if state.max_frame - state.backfilled_frames >= args.checkpoint_frames {
+            let outcome = store.checkpoint_with(CheckpointMode::Passive, strategy)?;
+            result
+                .checkpoint_ms
+                .push(outcome.duration.as_secs_f64() * 1e3);
+            result
+                .copy_ms
+                .push(outcome.copy_duration.as_secs_f64() * 1e3);
+            result
+                .wal_sync_ms
+                .push(outcome.wal_sync_duration.as_secs_f64() * 1e3);
+            result
+                .db_sync_ms
+                .push(outcome.db_sync_duration.as_secs_f64() * 1e3);
+            result.cache_hits += outcome.cache_hits;
+            result.wal_reads += outcome.wal_reads;
+            result.pages_written += outcome.pages_written;
+            result.write_calls += outcome.write_calls;
+        }
+    }
+    result.commits_per_s = commits as f64 / started.elapsed().as_secs_f64();
+    result.reader = store.backfill_reader();
+    store.checkpoint(CheckpointMode::Truncate)?;
+    drop(store);
+
+    // Verify the database file itself after a reopen (the WAL is empty after Truncate).
+    let (store, recovery) = PageStore::open(&path, options)?;
+    let snapshot = store.begin_read()?;
+    let mut verified = recovery.frames_replayed == 0;
+    for page in 1..=pages {
+        fill(&mut image, page, versions[page as usize - 1]);
+        verified &= snapshot.read_page(page)?[..] == image[..];
+    }
+    result.verified = verified;
+    Ok(result)
+}
+
+/// The image of `page` written by `commit`: identifying header, then a cheap pattern.
+fn fill(image: &mut [u8], page: u32, commit: u32) {
+    image[0..4].copy_from_slice(&page.to_le_bytes());
+    image[4..8].copy_from_slice(&commit.to_le_bytes());
+    let byte = (page.wrapping_mul(31) ^ commit.wrapping_mul(17)) as u8;
+    image[8..].fill(byte);
+}
+
+/// (percent of checkpoints, duration) pairs of the sorted durations: the distribution's quantiles.
+fn quantile_points(values: &[f64]) -> Vec<(f64, f64)> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let last = sorted.len().saturating_sub(1).max(1) as f64;
+    sorted
+        .iter()
+        .enumerate()
+        .map(|(i, ms)| (i as f64 * 100.0 / last, *ms))
+        .collect()
+}
+
+fn percentile(values: &[f64], percent: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((percent / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}

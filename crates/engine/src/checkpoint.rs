@@ -1,0 +1,378 @@
+//! The checkpoint driver: runs the CPR state machine for one version on the checkpoint thread and
+//! writes the image of that version with the chosen strategy.
+//!
+//! REST(v) → PREPARE(v) → IN_PROGRESS(v+1) → WAIT_PENDING(v+1) → WAIT_FLUSH(v+1) → REST(v+1).
+//! Each transition is an epoch trigger action: the driver publishes nothing itself after PREPARE;
+//! the action that stores the next phase runs only once every protected session has refreshed
+//! since the previous phase was stored, so a session adopts phases in order and never skips one
+//! while inside an operation. When WAIT_FLUSH begins, every session runs as v+1 and no v operation
+//! is in flight, so the newest record with version <= v of every key is final for v.
+//!
+//! Strategies (see `docs/engine.md`): `persian` and `cpr-copy` scan the index (KeyUnique
+//! segments); `fold-over` and `snapshot` scan the log in address order (LogOrdered segments);
+//! `blocking` pauses every session at a barrier and scans the index while the world waits.
+//! Request threads never do this work: it all runs here and on the scanner threads.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::checkpoint_files::{ManifestContent, ManifestKind, SegmentSummary, SegmentWriter};
+use crate::log::{FLAG_INVALID, FLAG_PRESENT, FLAG_STABLE};
+use crate::state::{Phase, SystemState};
+use crate::store::{CheckpointReport, Shared};
+use crate::{EngineError, SessionId, Strategy};
+
+/// Bumps the epoch with an action that (optionally) stores `next` and waits until it ran. The
+/// caller must not hold epoch protection. Drains the epoch itself so that idle stores progress.
+pub(crate) fn bump_and_wait(shared: &Arc<Shared>, next: Option<SystemState>) {
+    let done = Arc::new((Mutex::new(false), Condvar::new()));
+    {
+        let done = done.clone();
+        let target = shared.clone();
+        shared.epoch.bump(move || {
+            if let Some(state) = next {
+                target.state.store(state);
+            }
+            *done.0.lock() = true;
+            done.1.notify_all();
+        });
+    }
+    let mut finished = done.0.lock();
+    while !*finished {
+        drop(finished);
+        shared.epoch.drain();
+        finished = done.0.lock();
+        if !*finished {
+            done.1.wait_for(&mut finished, Duration::from_millis(1));
+        }
+    }
+}
+
+/// Runs one checkpoint of `version`. Always leaves the store in REST(version + 1).
+pub(crate) fn run(
+    shared: &Arc<Shared>,
+    strategy: Strategy,
+    version: u64,
+    started: Instant,
+) -> Result<CheckpointReport, EngineError> {
+    if version >= u32::MAX as u64 {
+        return Err(EngineError::InvalidArgument(
+            "record versions are 32 bits and this store has used them all".into(),
+        ));
+    }
+    let _maintenance = shared.maintenance.lock();
+    let strategy_index = Strategy::ALL
+        .iter()
+        .position(|candidate| *candidate == strategy)
+        .expect("listed");
+    shared
+        .running_strategy
+        .store(strategy_index as u64, Ordering::Release);
+    let result = if strategy == Strategy::Blocking {
+        shared.state.store(SystemState {
+            phase: Phase::Pause,
+            version,
+        });
+        bump_and_wait(shared, None);
+        write_image(shared, strategy, version, started)
+    } else {
+        shared.state.store(SystemState {
+            phase: Phase::Prepare,
+            version,
+        });
+        let next = |phase| {
+            Some(SystemState {
+                phase,
+                version: version + 1,
+            })
+        };
+        bump_and_wait(shared, next(Phase::InProgress));
+        bump_and_wait(shared, next(Phase::WaitPending));
+        // This engine has no operations pending on I/O: WAIT_PENDING ends once every session saw it.
+        bump_and_wait(shared, next(Phase::WaitFlush));
+        write_image(shared, strategy, version, started)
+    };
+    {
+        let _pause = shared.pause_lock.lock();
+        shared.state.store(SystemState {
+            phase: Phase::Rest,
+            version: version + 1,
+        });
+        shared.pause_changed.notify_all();
+    }
+    // Compaction was excluded while the checkpoint ran.
+    shared.request_compaction();
+    result
+}
+
+fn write_image(
+    shared: &Arc<Shared>,
+    strategy: Strategy,
+    version: u64,
+    started: Instant,
+) -> Result<CheckpointReport, EngineError> {
+    // Every record below `tail` is completely written once this bump's action ran: allocation and
+    // writing happen inside one protected operation.
+    let tail = shared.log.tail_address();
+    bump_and_wait(shared, None);
+    let session_points: BTreeMap<SessionId, u64> = shared
+        .sessions
+        .lock()
+        .values()
+        .map(|session| (session.id, session.point_for(version)))
+        .collect();
+    let pending = shared.checkpoints.begin(version)?;
+    let threads = shared.config.flusher_threads;
+    let (kind, segments): (ManifestKind, Vec<SegmentSummary>) = match strategy {
+        Strategy::Persian => (
+            ManifestKind::KeyUnique,
+            scan_index_parallel(shared, &pending, threads, version, false)?,
+        ),
+        Strategy::CprCopy => (
+            ManifestKind::KeyUnique,
+            scan_index_parallel(shared, &pending, 1, version, true)?,
+        ),
+        Strategy::Blocking => (
+            ManifestKind::KeyUnique,
+            scan_index_parallel(shared, &pending, 1, version, false)?,
+        ),
+        Strategy::FoldOver => {
+            // Fold the log: everything up to the version switch becomes read-only.
+            shared.log.shift_read_only(tail);
+            (
+                ManifestKind::LogOrdered,
+                scan_log_parallel(shared, &pending, 1, version, tail)?,
+            )
+        }
+        Strategy::Snapshot => (
+            ManifestKind::LogOrdered,
+            scan_log_parallel(shared, &pending, threads, version, tail)?,
+        ),
+    };
+    let records = segments.iter().map(|segment| segment.entries).sum();
+    let manifest = ManifestContent {
+        version,
+        strategy: strategy.name().to_string(),
+        kind,
+        session_points: session_points
+            .iter()
+            .map(|(id, point)| (id.0, *point))
+            .collect(),
+        next_session_id: shared.next_session_id.load(Ordering::SeqCst),
+        created_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as u64),
+    };
+    let published = pending.publish(manifest, segments)?;
+    {
+        let sessions = shared.sessions.lock();
+        for (id, point) in &session_points {
+            if let Some(session) = sessions.get(&id.0) {
+                session.committed.fetch_max(*point, Ordering::SeqCst);
+            }
+        }
+    }
+    shared.checkpoints.prune(shared.config.keep_checkpoints)?;
+    Ok(CheckpointReport {
+        version,
+        strategy,
+        duration: started.elapsed(),
+        bytes: published.bytes,
+        records,
+        session_points,
+        dir: published.dir,
+    })
+}
+
+/// K scanners over disjoint bucket ranges; each writes one KeyUnique segment, fsynced in parallel.
+fn scan_index_parallel(
+    shared: &Arc<Shared>,
+    pending: &crate::checkpoint_files::PendingCheckpoint,
+    threads: usize,
+    version: u64,
+    cpr_copy: bool,
+) -> Result<Vec<SegmentSummary>, EngineError> {
+    let buckets = shared.index.bucket_count();
+    let threads = threads.clamp(1, buckets);
+    let per_thread = buckets.div_ceil(threads);
+    let writers = (0..threads)
+        .map(|index| pending.segment_writer(index as u32))
+        .collect::<Result<Vec<_>, _>>()?;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = writers
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut writer)| {
+                let range =
+                    (index * per_thread).min(buckets)..((index + 1) * per_thread).min(buckets);
+                scope.spawn(move || -> Result<SegmentSummary, EngineError> {
+                    scan_index_range(shared, range, version, cpr_copy, &mut writer)?;
+                    writer.finish()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("scanner thread panicked"))
+            .collect()
+    })
+}
+
+/// Emits the newest version <= v, non-tombstone record of every key whose chain starts in `range`.
+fn scan_index_range(
+    shared: &Shared,
+    range: std::ops::Range<usize>,
+    version: u64,
+    cpr_copy: bool,
+    writer: &mut SegmentWriter,
+) -> Result<(), EngineError> {
+    let log = &shared.log;
+    // Compaction is excluded while a checkpoint runs, so begin does not move and no page is freed.
+    let begin = log.begin_address();
+    let mut heads = Vec::new();
+    let mut seen: Vec<Vec<u8>> = Vec::new();
+    let mut key = Vec::new();
+    let mut value = Vec::new();
+    let chunk = 4096;
+    let mut start = range.start;
+    while start < range.end {
+        let end = (start + chunk).min(range.end);
+        heads.clear();
+        shared
+            .index
+            .for_each_entry(start..end, |head| heads.push(head));
+        for &head in &heads {
+            seen.clear();
+            let mut address = head;
+            while address >= begin && address != 0 {
+                let record = log.record(address);
+                let word0 = record.word0();
+                address = record.previous();
+                if word0 & FLAG_INVALID != 0 || word0 & FLAG_STABLE != 0 {
+                    continue;
+                }
+                key.clear();
+                record.copy_key(&mut key);
+                if seen.contains(&key) {
+                    continue;
+                }
+                let emitted_version;
+                let mut found = false;
+                if cpr_copy {
+                    // Capture under the record lock: a v+1 writer swaps in the stable copy and the
+                    // new version atomically with respect to this lock.
+                    let guard = record.lock();
+                    let record_version = record.version();
+                    if record_version <= version {
+                        value.clear();
+                        found = !record.is_tombstone();
+                        if found {
+                            guard.copy_value(&mut value);
+                        }
+                        emitted_version = Some(record_version);
+                    } else {
+                        let stable = record.stable_address();
+                        if record_version == version + 1 && stable >= begin && stable != 0 {
+                            let stable_record = log.record(stable);
+                            found = stable_record.read_value(&mut value);
+                            emitted_version = Some(stable_record.version());
+                        } else {
+                            emitted_version = None;
+                        }
+                    }
+                    drop(guard);
+                } else {
+                    let record_version = record.version();
+                    if record_version <= version {
+                        found = record.read_value(&mut value);
+                        emitted_version = Some(record_version);
+                    } else {
+                        emitted_version = None;
+                    }
+                }
+                if let Some(record_version) = emitted_version {
+                    seen.push(key.clone());
+                    if found {
+                        writer.put(record_version, &key, &value)?;
+                    }
+                }
+            }
+        }
+        start = end;
+    }
+    Ok(())
+}
+
+/// Log records with version <= v in `[begin, tail)`, in address order, split into `threads`
+/// contiguous page ranges (segment i before segment i+1), written in parallel.
+fn scan_log_parallel(
+    shared: &Arc<Shared>,
+    pending: &crate::checkpoint_files::PendingCheckpoint,
+    threads: usize,
+    version: u64,
+    tail: u64,
+) -> Result<Vec<SegmentSummary>, EngineError> {
+    let log = &shared.log;
+    let page_bytes = log.page_bytes() as u64;
+    let begin = log.begin_address();
+    let first_page = begin / page_bytes;
+    let end_page = tail.div_ceil(page_bytes).max(first_page + 1);
+    let pages = end_page - first_page;
+    let threads = (threads as u64).clamp(1, pages);
+    let per_thread = pages.div_ceil(threads);
+    let writers = (0..threads)
+        .map(|index| pending.segment_writer(index as u32))
+        .collect::<Result<Vec<_>, _>>()?;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = writers
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut writer)| {
+                let from = ((first_page + index as u64 * per_thread) * page_bytes).max(begin);
+                let until = ((first_page + (index as u64 + 1) * per_thread) * page_bytes).min(tail);
+                scope.spawn(move || -> Result<SegmentSummary, EngineError> {
+                    let mut failure = None;
+                    let mut key = Vec::new();
+                    let mut value = Vec::new();
+                    if from < until {
+                        log.scan(from, until, |record| {
+                            let word0 = record.word0();
+                            debug_assert!(word0 & FLAG_PRESENT != 0);
+                            if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
+                                || record.version() > version
+                            {
+                                return true;
+                            }
+                            key.clear();
+                            record.copy_key(&mut key);
+                            let result = if record.read_value(&mut value) {
+                                writer.put(record.version(), &key, &value)
+                            } else {
+                                writer.tombstone(record.version(), &key)
+                            };
+                            match result {
+                                Ok(()) => true,
+                                Err(error) => {
+                                    failure = Some(error);
+                                    false
+                                }
+                            }
+                        });
+                    }
+                    if let Some(error) = failure {
+                        return Err(error);
+                    }
+                    writer.finish()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("log scanner thread panicked"))
+            .collect()
+    })
+}

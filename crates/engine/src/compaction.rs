@@ -1,0 +1,171 @@
+//! Log compaction: keeps the in-memory log within `log_memory_bytes` under sustained updates.
+//!
+//! Choice (documented in `docs/engine.md`): when more than half of the page budget is in use, the
+//! compaction thread takes the oldest pages, makes them read-only (epoch bump: no in-place writer is
+//! left there), copies every record that is still the newest of its key to the tail (under the
+//! record's lock, CASing the index entry; the old record is sealed), then moves the begin address
+//! past those pages and frees them in an epoch action, once no session can hold a pointer into them.
+//! Superseded versions, invalid records and cpr-copy stable copies are simply dropped.
+//!
+//! Invariants: compaction never runs during a checkpoint (the `maintenance` lock), so a checkpoint
+//! always sees a fixed begin address; copies use the compaction reserve of the page budget, so they
+//! can always make progress while user writes are held at the writer limit; a key's newest record
+//! is always at or above the begin address, so chain walks may stop there.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::checkpoint::bump_and_wait;
+use crate::index::KeyHash;
+use crate::log::{
+    AllocError, NewRecord, Record, FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE,
+};
+use crate::store::Shared;
+
+/// The compaction thread's loop.
+pub(crate) fn run(shared: &Arc<Shared>) {
+    let Some(slot) = shared.epoch.acquire_slot() else {
+        return;
+    };
+    loop {
+        {
+            let mut requested = shared.compaction_requested.lock();
+            if !*requested && !shared.shutdown.load(Ordering::SeqCst) {
+                shared
+                    .compaction_wakeup
+                    .wait_for(&mut requested, Duration::from_millis(50));
+            }
+            *requested = false;
+        }
+        if shared.shutdown.load(Ordering::SeqCst) {
+            break;
+        }
+        let trigger = shared.log.total_page_limit() / 2;
+        while shared.log.pages_in_use() > trigger && !shared.shutdown.load(Ordering::SeqCst) {
+            if !compact_once(shared, slot) {
+                break;
+            }
+        }
+        shared.notify_memory();
+    }
+    shared.epoch.release_slot(slot);
+}
+
+/// Compacts one chunk of the oldest pages. Returns whether pages were freed.
+fn compact_once(shared: &Arc<Shared>, slot: usize) -> bool {
+    let Some(_maintenance) = shared.maintenance.try_lock() else {
+        return false;
+    };
+    let log = &shared.log;
+    let page_bytes = log.page_bytes() as u64;
+    let begin = log.begin_address();
+    let tail_page_start = log.tail_address() & !(page_bytes - 1);
+    let reserve_pages = (log.total_page_limit() - log.writer_page_limit()).max(1);
+    let chunk_pages = (log.pages_in_use() / 4).clamp(1, reserve_pages / 2 + 1);
+    let until = (begin + chunk_pages * page_bytes).min(tail_page_start);
+    if until <= begin {
+        return false;
+    }
+    // 1. No in-place writer may touch [begin, until) once this bump completes; every record below
+    //    `until` is also completely written by then.
+    log.shift_read_only(until);
+    bump_and_wait(shared, None);
+    // 2. Copy live records forward.
+    shared.epoch.protect(slot);
+    let mut ok = true;
+    let mut visited = 0u32;
+    let mut key = Vec::new();
+    let mut value = Vec::new();
+    log.scan(begin, until, |record| {
+        visited += 1;
+        if visited.is_multiple_of(256) {
+            shared.epoch.protect(slot);
+        }
+        ok = copy_if_live(shared, record, begin, &mut key, &mut value);
+        ok
+    });
+    shared.epoch.suspend(slot);
+    if !ok {
+        return false;
+    }
+    // 3. Retire the pages: nobody starting after the bump can reach them; wait out the rest.
+    log.shift_begin(until);
+    bump_and_wait(shared, None);
+    log.free_pages_below(until);
+    shared.notify_memory();
+    true
+}
+
+/// Copies `record` to the tail if it is still its key's newest record. Returns `false` if the
+/// compaction reserve is exhausted.
+fn copy_if_live(
+    shared: &Shared,
+    record: Record<'_>,
+    begin: u64,
+    key: &mut Vec<u8>,
+    value: &mut Vec<u8>,
+) -> bool {
+    let word0 = record.word0();
+    if word0 & (FLAG_INVALID | FLAG_STABLE | FLAG_SEALED) != 0 {
+        return true;
+    }
+    key.clear();
+    record.copy_key(key);
+    let Some(mut entry) = shared.index.find(KeyHash::of(key)) else {
+        return true;
+    };
+    match shared.find_record(key, entry.address(), begin) {
+        Some(newest) if newest.address == record.address => {}
+        _ => return true,
+    }
+    let guard = record.lock();
+    if record.is_sealed() {
+        return true;
+    }
+    let tombstone = record.is_tombstone();
+    if tombstone
+        && entry.address() == record.address
+        && shared.find_record(key, record.previous(), begin).is_none()
+    {
+        // A deleted key with no older version left: unlink the tombstone instead of copying it.
+        if entry.compare_exchange(record.previous()).is_ok() {
+            record.set_flags(FLAG_SEALED);
+            return true;
+        }
+    }
+    value.clear();
+    if !tombstone {
+        guard.copy_value(value);
+    }
+    let address = match shared.log.write_new(
+        &NewRecord {
+            previous: entry.address(),
+            flags: if tombstone { FLAG_TOMBSTONE } else { 0 },
+            version: record.version(),
+            key,
+            value,
+            capacity_words: record.capacity_words(),
+        },
+        true,
+    ) {
+        Ok(address) => address,
+        Err(AllocError::NeedMemory) => return false,
+    };
+    let copy = shared.log.record(address);
+    loop {
+        match entry.compare_exchange(address) {
+            Ok(()) => {
+                record.set_flags(FLAG_SEALED);
+                return true;
+            }
+            Err(current) if entry.retarget(current) => {
+                copy.set_previous_unpublished(entry.address())
+            }
+            Err(_) => {
+                copy.set_flags(FLAG_INVALID);
+                return true;
+            }
+        }
+    }
+}

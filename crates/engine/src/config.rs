@@ -1,0 +1,156 @@
+//! Configuration and small public value types: session ids, strategies, store configuration.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// A session's identity. Ids are never reused within a store's lifetime and survive restarts
+/// (they are recorded in every checkpoint manifest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionId(pub u64);
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "s{}", self.0)
+    }
+}
+
+/// How a checkpoint captures the image of version v. See `docs/engine.md`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Stop the world at a barrier, write every live record, resume. A baseline.
+    Blocking,
+    /// CPR (SIGMOD 2019): the first v+1 write to a record saves a stable copy of its v value.
+    CprCopy,
+    /// FASTER fold-over: freeze the log up to the version switch and write it in address order.
+    FoldOver,
+    /// FASTER snapshot: write the in-memory log pages in address order, in parallel segments.
+    Snapshot,
+    /// Persian: no stable copy; K scanners emit the newest <= v record of each key in parallel.
+    Persian,
+}
+
+impl Strategy {
+    /// Every strategy, in a fixed order.
+    pub const ALL: [Strategy; 5] = [
+        Strategy::Blocking,
+        Strategy::CprCopy,
+        Strategy::FoldOver,
+        Strategy::Snapshot,
+        Strategy::Persian,
+    ];
+
+    /// The name used on the command line and in manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Blocking => "blocking",
+            Strategy::CprCopy => "cpr-copy",
+            Strategy::FoldOver => "fold-over",
+            Strategy::Snapshot => "snapshot",
+            Strategy::Persian => "persian",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.name() == text)
+            .ok_or_else(|| {
+                format!("unknown strategy {text:?}; expected one of blocking, cpr-copy, fold-over, snapshot, persian")
+            })
+    }
+}
+
+/// Store configuration. Build with [`StoreConfig::new`] and adjust fields.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Data directory; checkpoints live in `dir/checkpoints`.
+    pub dir: PathBuf,
+    /// Number of main hash buckets (power of two). The overflow pool holds as many again.
+    pub index_buckets: usize,
+    /// In-memory log budget in bytes. Writes get back-pressure and then
+    /// `EngineError::OutOfMemory` at this limit.
+    pub log_memory_bytes: u64,
+    /// Log page size in bytes (power of two, at least 4 KiB).
+    pub log_page_bytes: usize,
+    /// Strategy used by callers that do not choose one.
+    pub default_strategy: Strategy,
+    /// Persian's K: scanner/flusher threads per checkpoint (and snapshot's segment count).
+    pub flusher_threads: usize,
+    /// Number of published checkpoints kept on disk.
+    pub keep_checkpoints: usize,
+}
+
+impl StoreConfig {
+    /// Defaults with the given data directory.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        StoreConfig {
+            dir: dir.into(),
+            ..StoreConfig::default()
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), crate::EngineError> {
+        let invalid = |message: String| Err(crate::EngineError::InvalidArgument(message));
+        if !self.index_buckets.is_power_of_two() || self.index_buckets < 2 {
+            return invalid(format!(
+                "index_buckets must be a power of two >= 2, got {}",
+                self.index_buckets
+            ));
+        }
+        if self.index_buckets > 1 << 32 {
+            return invalid(format!(
+                "index_buckets must be <= 2^32, got {}",
+                self.index_buckets
+            ));
+        }
+        if !self.log_page_bytes.is_power_of_two()
+            || !(4096..=1 << 30).contains(&self.log_page_bytes)
+        {
+            return invalid(format!(
+                "log_page_bytes must be a power of two in [4 KiB, 1 GiB], got {}",
+                self.log_page_bytes
+            ));
+        }
+        if self.log_memory_bytes < 8 * self.log_page_bytes as u64 {
+            return invalid(format!(
+                "log_memory_bytes ({}) must hold at least 8 pages of log_page_bytes ({})",
+                self.log_memory_bytes, self.log_page_bytes
+            ));
+        }
+        if self.flusher_threads == 0 || self.flusher_threads > 256 {
+            return invalid(format!(
+                "flusher_threads must be in 1..=256, got {}",
+                self.flusher_threads
+            ));
+        }
+        if self.keep_checkpoints == 0 {
+            return invalid("keep_checkpoints must be >= 1".to_string());
+        }
+        Ok(())
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            dir: PathBuf::from("prefixkv-data"),
+            index_buckets: 1 << 20,
+            log_memory_bytes: 1 << 30,
+            log_page_bytes: 1 << 20,
+            default_strategy: Strategy::Persian,
+            flusher_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            keep_checkpoints: 2,
+        }
+    }
+}

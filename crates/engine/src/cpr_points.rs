@@ -1,0 +1,83 @@
+//! Per-session CPR bookkeeping shared between a session and the checkpoint driver.
+//!
+//! Invariant: `version` only grows; `last_point` is the session's CPR point for `version - 1` and is
+//! written exactly once per version, either by the session when it adopts the new version (its last
+//! serial executed in the old one) or by the driver on behalf of a session that was idle
+//! (`idle_serial`), both under the same mutex, so the two can never record different points.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+
+use parking_lot::Mutex;
+
+use crate::{EngineError, SessionId};
+
+/// CPR bookkeeping of one session, shared with the checkpoint driver.
+pub(crate) struct SessionShared {
+    pub(crate) id: SessionId,
+    pub(crate) points: Mutex<SessionPoints>,
+    /// Serial covered by the newest durable checkpoint.
+    pub(crate) committed: AtomicU64,
+}
+
+pub(crate) struct SessionPoints {
+    /// The version the session runs as (possibly adopted on its behalf while it was idle).
+    pub(crate) version: u64,
+    /// CPR point for version `version - 1`.
+    pub(crate) last_point: u64,
+    /// `Some(last completed serial)` while the session holds no epoch protection.
+    pub(crate) idle_serial: Option<u64>,
+    /// A `Session` object exists for this id.
+    pub(crate) active: bool,
+}
+
+impl SessionShared {
+    pub(crate) fn new(id: SessionId, version: u64, serial: u64) -> Self {
+        SessionShared {
+            id,
+            points: Mutex::new(SessionPoints {
+                version,
+                last_point: serial,
+                idle_serial: Some(serial),
+                active: true,
+            }),
+            committed: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn recovered(id: SessionId, version: u64, point: u64) -> Self {
+        let shared = SessionShared::new(id, version, point);
+        shared.points.lock().active = false;
+        shared.committed.store(point, Ordering::SeqCst);
+        shared
+    }
+
+    /// Marks a recovered session active again; returns its serial.
+    pub(crate) fn claim(&self) -> Result<u64, EngineError> {
+        let mut points = self.points.lock();
+        if points.active {
+            return Err(EngineError::InvalidArgument(format!(
+                "session {} is already active; drop the other Session first",
+                self.id
+            )));
+        }
+        points.active = true;
+        Ok(points.idle_serial.expect("inactive sessions are idle"))
+    }
+
+    /// The session's CPR point for checkpoint `checkpoint_version`, called by the driver in
+    /// WAIT_FLUSH. A session that never adopted v+1 is idle (every protected session adopted it
+    /// before WAIT_PENDING), so its point is its last completed serial, adopted on its behalf.
+    pub(crate) fn point_for(&self, checkpoint_version: u64) -> u64 {
+        let mut points = self.points.lock();
+        if points.version <= checkpoint_version {
+            let idle = points
+                .idle_serial
+                .expect("a session that did not adopt v+1 by WAIT_FLUSH must be idle");
+            points.version = checkpoint_version + 1;
+            points.last_point = idle;
+        }
+        debug_assert_eq!(points.version, checkpoint_version + 1);
+        points.last_point
+    }
+}

@@ -1,0 +1,764 @@
+//! Sessions: the only way to operate on the store. A session owns one epoch slot, numbers its
+//! operations (every read, upsert, rmw and delete takes the next serial, starting at 1) and adopts
+//! the global CPR state only when it refreshes (every `REFRESH_INTERVAL` operations, or at once when
+//! the state word changed, or on a CPR shift).
+//!
+//! The v/v+1 rules (ALGORITHMS.md section E) are applied per operation, on the newest record `r`
+//! (version `rv`) of the key, with `v` the session's version:
+//! - acting as v (REST, PREPARE): `rv > v` means another thread already runs v+1: CPR shift
+//!   (refresh, adopt v+1 recording the CPR point = serial before this op, retry). PREPARE writes
+//!   first take the key's *old* latch; failure is a CPR shift.
+//! - acting as v+1 (IN_PROGRESS, WAIT_PENDING, WAIT_FLUSH) on `rv < v`: IN_PROGRESS takes the *new*
+//!   latch (failure: retry later), WAIT_PENDING retries while an *old* latch is held; then
+//!   read-copy-update to a v+1 record (`cpr-copy` instead saves a stable copy and updates in place).
+//!   A v+1 thread never changes a version <= v record's value in place.
+//! - otherwise: in place if `r` is in the mutable region and the value fits, else read-copy-update.
+//!
+//! In-place writes and read-copy-updates both hold `r`'s record lock; a read-copy-update seals `r`
+//! once the new record is published, and in-place writers that find `r` sealed retry, so no write
+//! is lost between the two paths.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cpr_points::SessionShared;
+use crate::index::{EntrySlot, KeyHash};
+use crate::latch::{old_held, try_lock_new, try_lock_old, unlock_new, unlock_old};
+use crate::log::{
+    padded_capacity_words, words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard,
+    FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE, MAX_VALUE_WORDS,
+};
+use crate::state::{GlobalState, Phase};
+use crate::store::Store;
+use crate::{EngineError, SessionId, Strategy};
+
+/// Operations between unconditional epoch refreshes.
+const REFRESH_INTERVAL: u32 = 256;
+/// How long a write waits for compaction to free log memory before failing.
+const BACKPRESSURE_LIMIT: Duration = Duration::from_secs(30);
+
+/// Outcome of one attempt at an operation.
+enum Step<T> {
+    Done(T),
+    /// Retry at once (lost a race).
+    Again,
+    /// CPR shift: refresh (adopting v+1) and retry.
+    Shift,
+    /// A conflicting thread of the other version holds the key: refresh and retry.
+    RetryLater,
+    /// The log budget is exhausted: wait for compaction and retry.
+    NeedMemory,
+}
+
+/// Held version latches, released when the attempt ends.
+struct LatchHold<'a> {
+    word: &'a AtomicU64,
+    old: bool,
+    new: bool,
+}
+
+impl Drop for LatchHold<'_> {
+    fn drop(&mut self) {
+        if self.old {
+            unlock_old(self.word);
+        }
+        if self.new {
+            unlock_new(self.word);
+        }
+    }
+}
+
+/// What a write does to the key.
+#[derive(Clone, Copy)]
+enum Write<'v> {
+    Put(&'v [u8]),
+    Delete,
+}
+
+/// A client session. `Send`, not `Sync`; dropping it releases its epoch slot.
+pub struct Session {
+    store: Arc<Store>,
+    shared: Arc<SessionShared>,
+    slot: usize,
+    serial: u64,
+    phase: Phase,
+    version: u64,
+    state_word: u64,
+    protected: bool,
+    ops_since_refresh: u32,
+    old_value: Vec<u8>,
+    new_value: Vec<u8>,
+    /// `Send` but not `Sync`: a session is one thread's sequence of operations.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+}
+
+impl Session {
+    /// Wraps an acquired epoch `slot` (see [`Store::acquire_session_slot`]) into a session.
+    pub(crate) fn new(
+        store: Arc<Store>,
+        shared: Arc<SessionShared>,
+        serial: u64,
+        slot: usize,
+    ) -> Session {
+        let version = shared.points.lock().version;
+        Session {
+            store,
+            shared,
+            slot,
+            serial,
+            phase: Phase::Rest,
+            version,
+            state_word: u64::MAX,
+            protected: false,
+            ops_since_refresh: 0,
+            old_value: Vec::new(),
+            new_value: Vec::new(),
+            _not_sync: std::marker::PhantomData,
+        }
+    }
+
+    /// This session's id (survives restarts).
+    pub fn id(&self) -> SessionId {
+        self.shared.id
+    }
+
+    /// Serial number of this session's last operation.
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// Serial covered by the newest durable checkpoint.
+    pub fn committed_serial(&self) -> u64 {
+        self.shared.committed.load(Ordering::SeqCst)
+    }
+
+    /// Refreshes the epoch and adopts the global CPR state now.
+    pub fn refresh(&mut self) {
+        self.store.shared.epoch.protect(self.slot);
+        self.protected = true;
+        self.adopt(false);
+    }
+
+    /// Goes idle: releases epoch protection so checkpoints and compaction never wait for this
+    /// session. The next operation resumes it.
+    pub fn suspend(&mut self) {
+        if self.protected {
+            self.shared.points.lock().idle_serial = Some(self.serial);
+            self.store.shared.epoch.suspend(self.slot);
+            self.protected = false;
+        }
+    }
+
+    /// Adopts the global state. `in_op`: called in the middle of operation `serial`, which has not
+    /// taken effect and will run in the adopted version.
+    fn adopt(&mut self, in_op: bool) {
+        loop {
+            let state = self.store.shared.state.load();
+            if state.phase == Phase::Pause && self.version <= state.version {
+                self.pause(in_op);
+                continue;
+            }
+            let acting = state.version;
+            let mut points = self.shared.points.lock();
+            points.idle_serial = None;
+            if acting > self.version {
+                let point = if in_op { self.serial - 1 } else { self.serial };
+                if points.version < acting {
+                    points.version = acting;
+                    points.last_point = point;
+                }
+                self.version = acting;
+            }
+            drop(points);
+            self.phase = state.phase;
+            self.state_word = GlobalState::word_of(state);
+            self.ops_since_refresh = 0;
+            return;
+        }
+    }
+
+    /// The `blocking` barrier: record the CPR point, adopt v+1, leave the epoch and wait.
+    fn pause(&mut self, in_op: bool) {
+        let shared = self.store.shared.clone();
+        let state = shared.state.load();
+        let point = if in_op { self.serial - 1 } else { self.serial };
+        {
+            let mut points = self.shared.points.lock();
+            if points.version <= state.version {
+                points.version = state.version + 1;
+                points.last_point = point;
+            }
+            points.idle_serial = Some(point);
+        }
+        self.version = state.version + 1;
+        shared.epoch.suspend(self.slot);
+        {
+            let mut guard = shared.pause_lock.lock();
+            while shared.state.load().phase == Phase::Pause {
+                shared
+                    .pause_changed
+                    .wait_for(&mut guard, Duration::from_millis(100));
+            }
+        }
+        shared.epoch.protect(self.slot);
+    }
+
+    #[inline]
+    fn begin_op(&mut self) {
+        if !self.protected {
+            self.store.shared.epoch.protect(self.slot);
+            self.protected = true;
+            self.adopt(false);
+        } else {
+            self.ops_since_refresh += 1;
+            if self.ops_since_refresh >= REFRESH_INTERVAL
+                || self.store.shared.state.load_relaxed_word() != self.state_word
+            {
+                self.store.shared.epoch.protect(self.slot);
+                self.adopt(false);
+            }
+        }
+        self.serial += 1;
+    }
+
+    fn refresh_in_op(&mut self) {
+        self.store.shared.epoch.protect(self.slot);
+        self.adopt(true);
+    }
+
+    /// Leaves the epoch until compaction frees memory (bounded), then re-enters.
+    fn wait_for_memory(&mut self, deadline: &mut Option<Instant>) -> Result<(), EngineError> {
+        let shared = self.store.shared.clone();
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + BACKPRESSURE_LIMIT);
+        if Instant::now() >= deadline {
+            return Err(EngineError::OutOfMemory {
+                detail: format!(
+                    "the log is at its budget of {} bytes and compaction freed nothing for {} s",
+                    shared.config.log_memory_bytes,
+                    BACKPRESSURE_LIMIT.as_secs()
+                ),
+            });
+        }
+        let generation = *shared.memory_lock.lock();
+        self.shared.points.lock().idle_serial = Some(self.serial - 1);
+        shared.epoch.suspend(self.slot);
+        shared.request_compaction();
+        {
+            let mut current = shared.memory_lock.lock();
+            if *current == generation {
+                shared
+                    .memory_changed
+                    .wait_for(&mut current, Duration::from_millis(20));
+            }
+        }
+        self.refresh_in_op();
+        Ok(())
+    }
+
+    fn run<T>(
+        &mut self,
+        mut attempt: impl FnMut(&mut Session) -> Result<Step<T>, EngineError>,
+    ) -> Result<T, EngineError> {
+        let mut deadline = None;
+        loop {
+            match attempt(self)? {
+                Step::Done(value) => return Ok(value),
+                Step::Again => {}
+                Step::Shift => self.refresh_in_op(),
+                Step::RetryLater => {
+                    self.refresh_in_op();
+                    std::thread::yield_now();
+                }
+                Step::NeedMemory => self.wait_for_memory(&mut deadline)?,
+            }
+        }
+    }
+
+    fn check_sizes(&self, key: &[u8], value_len: usize) -> Result<(), EngineError> {
+        let log = &self.store.shared.log;
+        let size = HybridLog::record_size(key.len(), words_for(value_len));
+        if key.len() > u32::MAX as usize
+            || words_for(value_len) > MAX_VALUE_WORDS
+            || size > log.max_record_bytes()
+        {
+            return Err(EngineError::InvalidArgument(format!(
+                "record of key {} bytes and value {value_len} bytes does not fit a log page of {} bytes \
+                 (values are limited to {} bytes); raise StoreConfig::log_page_bytes",
+                key.len(),
+                log.page_bytes(),
+                MAX_VALUE_WORDS * 8
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads `key` into `value_out`. Returns whether it was found.
+    pub fn read(&mut self, key: &[u8], value_out: &mut Vec<u8>) -> Result<bool, EngineError> {
+        self.begin_op();
+        let hash = KeyHash::of(key);
+        self.run(|session| session.try_read(hash, key, value_out))
+    }
+
+    /// Inserts or replaces `key`.
+    pub fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
+        self.check_sizes(key, value.len())?;
+        self.begin_op();
+        let hash = KeyHash::of(key);
+        self.run(|session| {
+            session
+                .try_write(hash, key, Write::Put(value))
+                .map(|step| map_step(step, |_| ()))
+        })
+    }
+
+    /// Deletes `key`. Returns whether it existed.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, EngineError> {
+        self.begin_op();
+        let hash = KeyHash::of(key);
+        self.run(|session| session.try_write(hash, key, Write::Delete))
+    }
+
+    /// Read-modify-write: `update(current, new_value)` writes the new value of `key` into
+    /// `new_value` (given empty). Runs exactly once, atomically with respect to other writers.
+    pub fn rmw(
+        &mut self,
+        key: &[u8],
+        update: impl FnOnce(Option<&[u8]>, &mut Vec<u8>),
+    ) -> Result<(), EngineError> {
+        self.check_sizes(key, 0)?;
+        self.begin_op();
+        let hash = KeyHash::of(key);
+        let mut update = Some(update);
+        self.run(|session| session.try_rmw(hash, key, &mut update))
+    }
+
+    fn try_read(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Step<bool>, EngineError> {
+        let shared = &self.store.shared;
+        let Some(entry) = shared.index.find(hash) else {
+            out.clear();
+            return Ok(Step::Done(false));
+        };
+        let begin = shared.log.begin_address();
+        let Some(record) = shared.find_record(key, entry.address(), begin) else {
+            out.clear();
+            return Ok(Step::Done(false));
+        };
+        // In REST no session runs ahead (v+1 exists only after every session saw PREPARE).
+        if matches!(self.phase, Phase::Prepare | Phase::Pause) && record.version() > self.version {
+            // A v session must not observe v+1 state.
+            return Ok(Step::Shift);
+        }
+        Ok(Step::Done(record.read_value(out)))
+    }
+
+    /// Applies the latch rules of the session's phase. `None`: proceed.
+    fn take_latches<'a>(
+        &self,
+        hold: &mut LatchHold<'a>,
+        record_version: Option<u64>,
+    ) -> Option<Step<()>> {
+        match self.phase {
+            Phase::Prepare if !hold.old => {
+                if !try_lock_old(hold.word) {
+                    return Some(Step::Shift);
+                }
+                hold.old = true;
+            }
+            Phase::InProgress
+                if record_version.is_some_and(|rv| rv < self.version) && !hold.new =>
+            {
+                if !try_lock_new(hold.word) {
+                    return Some(Step::RetryLater);
+                }
+                hold.new = true;
+            }
+            Phase::WaitPending
+                if record_version.is_some_and(|rv| rv < self.version) && old_held(hold.word) =>
+            {
+                return Some(Step::RetryLater);
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn try_write(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        write: Write<'_>,
+    ) -> Result<Step<bool>, EngineError> {
+        let shared = &self.store.shared;
+        let mut hold = LatchHold {
+            word: shared.latches.word(hash.0),
+            old: false,
+            new: false,
+        };
+        if let Some(step) = self.take_latches(&mut hold, None) {
+            return Ok(map_step(step, |_| false));
+        }
+        let begin = shared.log.begin_address();
+        let mut entry = shared
+            .index
+            .find_or_create(hash, begin)
+            .map_err(|_| shared.index_full_error())?;
+        let Some(record) = shared.find_record(key, entry.address(), begin) else {
+            return Ok(match write {
+                Write::Delete => Step::Done(false),
+                Write::Put(value) => map_step(
+                    self.insert(
+                        &shared.log,
+                        &mut entry,
+                        key,
+                        value,
+                        0,
+                        padded_capacity_words(key.len(), value.len()),
+                    ),
+                    |_| false,
+                ),
+            });
+        };
+        let record_version = record.version();
+        if record_version > self.version {
+            return Ok(Step::Shift);
+        }
+        let existed = !record.is_tombstone();
+        if let (Write::Delete, false) = (write, existed) {
+            return Ok(Step::Done(false));
+        }
+        if let Some(step) = self.take_latches(&mut hold, Some(record_version)) {
+            return Ok(map_step(step, |_| false));
+        }
+        let copy_to_new_version = self.phase.is_new_version() && record_version < self.version;
+        let mutable = record.address >= shared.log.read_only_address();
+        if copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy {
+            return Ok(self.cpr_copy_write(&shared.log, record, &mut entry, key, write));
+        }
+        let mut guard = record.lock();
+        if let Some(step) = self.recheck_locked(&guard) {
+            return Ok(map_step(step, |_| false));
+        }
+        // Decided under the lock: a concurrent writer may have deleted or revived the key.
+        let existed = !guard.record.is_tombstone();
+        if !copy_to_new_version && mutable {
+            match write {
+                Write::Put(value) if guard.fits(value.len()) => {
+                    guard.write_value(value);
+                    guard.set_tombstone(false);
+                    guard.set_version(self.version);
+                    return Ok(Step::Done(existed));
+                }
+                Write::Delete => {
+                    guard.set_tombstone(true);
+                    guard.set_version(self.version);
+                    return Ok(Step::Done(existed));
+                }
+                Write::Put(_) => {}
+            }
+        }
+        let (value, flags) = match write {
+            Write::Put(value) => (value, 0),
+            Write::Delete => (&[][..], FLAG_TOMBSTONE),
+        };
+        Ok(map_step(
+            self.rcu_locked(&shared.log, guard, &mut entry, key, value, flags, false),
+            |_| existed,
+        ))
+    }
+
+    /// Under the record lock: the record may have been superseded or moved to v+1 meanwhile.
+    fn recheck_locked(&self, guard: &RecordGuard<'_>) -> Option<Step<()>> {
+        if guard.record.is_sealed() {
+            return Some(Step::Again);
+        }
+        let version = guard.record.version();
+        if version > self.version {
+            return Some(if self.phase.is_new_version() {
+                Step::Again
+            } else {
+                Step::Shift
+            });
+        }
+        None
+    }
+
+    fn insert(
+        &self,
+        log: &HybridLog,
+        entry: &mut EntrySlot<'_>,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        capacity_words: usize,
+    ) -> Step<()> {
+        let address = match log.write_new(
+            &NewRecord {
+                previous: entry.address(),
+                flags,
+                version: self.version,
+                key,
+                value,
+                capacity_words,
+            },
+            false,
+        ) {
+            Ok(address) => address,
+            Err(AllocError::NeedMemory) => return Step::NeedMemory,
+        };
+        match entry.compare_exchange(address) {
+            Ok(()) => Step::Done(()),
+            Err(_) => {
+                log.record(address).set_flags(FLAG_INVALID);
+                Step::Again
+            }
+        }
+    }
+
+    /// Publishes a new version of the locked record's key and seals the old record.
+    #[allow(clippy::too_many_arguments)]
+    fn rcu_locked(
+        &self,
+        log: &HybridLog,
+        guard: RecordGuard<'_>,
+        entry: &mut EntrySlot<'_>,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        use_reserve: bool,
+    ) -> Step<()> {
+        let address = match log.write_new(
+            &NewRecord {
+                previous: entry.address(),
+                flags,
+                version: self.version,
+                key,
+                value,
+                capacity_words: padded_capacity_words(key.len(), value.len()),
+            },
+            use_reserve,
+        ) {
+            Ok(address) => address,
+            Err(AllocError::NeedMemory) => return Step::NeedMemory,
+        };
+        let new_record = log.record(address);
+        loop {
+            match entry.compare_exchange(address) {
+                Ok(()) => {
+                    guard.record.set_flags(FLAG_SEALED);
+                    return Step::Done(());
+                }
+                // Only the head moved (another key of this chain): we hold the key's newest record,
+                // so no newer version of our key can have appeared. Re-link and retry.
+                Err(current) if entry.retarget(current) => {
+                    new_record.set_previous_unpublished(entry.address())
+                }
+                Err(_) => {
+                    new_record.set_flags(FLAG_INVALID);
+                    return Step::Again;
+                }
+            }
+        }
+    }
+
+    /// cpr-copy's first v+1 write to a version <= v record: save a stable copy of the v value
+    /// (a record outside every chain, pointed to by the live record), mark the record v+1, then
+    /// write in place.
+    fn cpr_copy_write(
+        &self,
+        log: &HybridLog,
+        record: Record<'_>,
+        entry: &mut EntrySlot<'_>,
+        key: &[u8],
+        write: Write<'_>,
+    ) -> Step<bool> {
+        let mut guard = record.lock();
+        if let Some(step) = self.recheck_locked(&guard) {
+            return map_step(step, |_| false);
+        }
+        let existed = !guard.record.is_tombstone();
+        if guard.record.version() == self.version {
+            // Another v+1 writer saved the stable copy between our checks: treat as same-version.
+            drop(guard);
+            return Step::Again;
+        }
+        let Some(stable) = self.save_stable_copy(log, &guard, key) else {
+            return Step::NeedMemory;
+        };
+        guard.set_stable_address(stable);
+        guard.set_version(self.version);
+        match write {
+            Write::Put(value) if guard.fits(value.len()) => {
+                guard.write_value(value);
+                guard.set_tombstone(false);
+                Step::Done(existed)
+            }
+            Write::Put(value) => map_step(
+                self.rcu_locked(log, guard, entry, key, value, 0, false),
+                |_| existed,
+            ),
+            Write::Delete => {
+                guard.set_tombstone(true);
+                Step::Done(existed)
+            }
+        }
+    }
+
+    fn save_stable_copy(
+        &self,
+        log: &HybridLog,
+        guard: &RecordGuard<'_>,
+        key: &[u8],
+    ) -> Option<u64> {
+        let tombstone = guard.record.is_tombstone();
+        let mut value = Vec::new();
+        if !tombstone {
+            guard.copy_value(&mut value);
+        }
+        let result = log.write_new(
+            &NewRecord {
+                previous: 0,
+                flags: FLAG_STABLE | if tombstone { FLAG_TOMBSTONE } else { 0 },
+                version: guard.record.version(),
+                key,
+                value: &value,
+                capacity_words: words_for(value.len()),
+            },
+            false,
+        );
+        result.ok()
+    }
+
+    fn try_rmw<F: FnOnce(Option<&[u8]>, &mut Vec<u8>)>(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        update: &mut Option<F>,
+    ) -> Result<Step<()>, EngineError> {
+        let mut old_value = std::mem::take(&mut self.old_value);
+        let mut new_value = std::mem::take(&mut self.new_value);
+        let result = self.try_rmw_with(hash, key, update, &mut old_value, &mut new_value);
+        self.old_value = old_value;
+        self.new_value = new_value;
+        result
+    }
+
+    fn try_rmw_with<F: FnOnce(Option<&[u8]>, &mut Vec<u8>)>(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        update: &mut Option<F>,
+        old_value: &mut Vec<u8>,
+        new_value: &mut Vec<u8>,
+    ) -> Result<Step<()>, EngineError> {
+        let shared = &self.store.shared;
+        let log = &shared.log;
+        let mut hold = LatchHold {
+            word: shared.latches.word(hash.0),
+            old: false,
+            new: false,
+        };
+        if let Some(step) = self.take_latches(&mut hold, None) {
+            return Ok(step);
+        }
+        let begin = log.begin_address();
+        let mut entry = shared
+            .index
+            .find_or_create(hash, begin)
+            .map_err(|_| shared.index_full_error())?;
+        let Some(record) = shared.find_record(key, entry.address(), begin) else {
+            // Insert a tombstone placeholder first, so the update runs exactly once under the
+            // placeholder's record lock on the next attempt.
+            return Ok(
+                match self.insert(
+                    log,
+                    &mut entry,
+                    key,
+                    &[],
+                    FLAG_TOMBSTONE,
+                    padded_capacity_words(key.len(), 8),
+                ) {
+                    Step::Done(()) => Step::Again,
+                    other => other,
+                },
+            );
+        };
+        let record_version = record.version();
+        if record_version > self.version {
+            return Ok(Step::Shift);
+        }
+        if let Some(step) = self.take_latches(&mut hold, Some(record_version)) {
+            return Ok(step);
+        }
+        let copy_to_new_version = self.phase.is_new_version() && record_version < self.version;
+        let mutable = record.address >= log.read_only_address();
+        let mut guard = record.lock();
+        if let Some(step) = self.recheck_locked(&guard) {
+            return Ok(step);
+        }
+        let cpr_copy =
+            copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy;
+        if cpr_copy {
+            if guard.record.version() == self.version {
+                return Ok(Step::Again);
+            }
+            let Some(stable) = self.save_stable_copy(log, &guard, key) else {
+                return Ok(Step::NeedMemory);
+            };
+            guard.set_stable_address(stable);
+            guard.set_version(self.version);
+        }
+        // From here the update runs: no retry may call it again.
+        old_value.clear();
+        new_value.clear();
+        let existed = !guard.record.is_tombstone();
+        if existed {
+            guard.copy_value(old_value);
+        }
+        let update = update.take().expect("the update runs once");
+        update(existed.then_some(&old_value[..]), new_value);
+        let result = if let Err(error) = self.check_sizes(key, new_value.len()) {
+            Err(error)
+        } else if (cpr_copy || (!copy_to_new_version && mutable)) && guard.fits(new_value.len()) {
+            guard.write_value(new_value);
+            guard.set_tombstone(false);
+            guard.set_version(self.version);
+            Ok(Step::Done(()))
+        } else {
+            match self.rcu_locked(log, guard, &mut entry, key, new_value, 0, true) {
+                Step::Done(()) => Ok(Step::Done(())),
+                Step::NeedMemory => Err(EngineError::OutOfMemory {
+                    detail: "read-modify-write could not allocate its new record even from the compaction reserve".into(),
+                }),
+                _ => unreachable!("rcu_locked of a held record cannot lose its chain"),
+            }
+        };
+        result
+    }
+}
+
+fn map_step<A, B>(step: Step<A>, map: impl FnOnce(A) -> B) -> Step<B> {
+    match step {
+        Step::Done(value) => Step::Done(map(value)),
+        Step::Again => Step::Again,
+        Step::Shift => Step::Shift,
+        Step::RetryLater => Step::RetryLater,
+        Step::NeedMemory => Step::NeedMemory,
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        {
+            let mut points = self.shared.points.lock();
+            points.idle_serial = Some(self.serial);
+            points.active = false;
+        }
+        self.store.release_session_slot(self.slot);
+    }
+}

@@ -1,0 +1,521 @@
+//! The store: shared state, opening with recovery, session registry, checkpoint requests.
+//!
+//! Durability statement: an acknowledged operation is visible to every later operation, and it is
+//! durable once its session's commit point (`Session::committed_serial`, or the CPR point in the
+//! `CheckpointReport` of a published checkpoint) covers its serial number; a crash loses exactly the
+//! operations after each session's commit point in the newest checkpoint that verifies.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::checkpoint_files::{CheckpointDirectory, EntryRef, ManifestKind};
+use crate::cpr_points::SessionShared;
+use crate::epoch::LightEpoch;
+use crate::index::{HashIndex, KeyHash};
+use crate::latch::VersionLatches;
+use crate::log::{HybridLog, NewRecord, Record, FLAG_INVALID};
+use crate::session::Session;
+use crate::state::{GlobalState, Phase, SystemState};
+use crate::{EngineError, SessionId, StoreConfig, Strategy};
+
+/// Maximum number of sessions (epoch table slots) open at once, plus internal threads.
+/// How many sessions may be open at once (each holds one slot of the epoch table).
+pub const MAX_OPEN_SESSIONS: usize = 1024;
+/// Checkpoint results kept for `wait_for_commit`.
+const KEPT_RESULTS: usize = 64;
+
+/// Returned by [`Store::checkpoint`]; pass to [`Store::wait_for_commit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointToken {
+    /// The version this checkpoint makes durable.
+    pub version: u64,
+}
+
+/// What a published checkpoint contains.
+#[derive(Clone, Debug)]
+pub struct CheckpointReport {
+    /// Checkpoint version.
+    pub version: u64,
+    /// Strategy used.
+    pub strategy: Strategy,
+    /// From the request to the durable manifest.
+    pub duration: Duration,
+    /// Segment bytes written.
+    pub bytes: u64,
+    /// Entries written.
+    pub records: u64,
+    /// CPR point (last serial included) per session.
+    pub session_points: BTreeMap<SessionId, u64>,
+    /// The published checkpoint directory.
+    pub dir: PathBuf,
+}
+
+/// What `Store::open` recovered.
+#[derive(Clone, Debug)]
+pub struct RecoveryInfo {
+    /// Recovered checkpoint version.
+    pub version: u64,
+    /// Commit point per session.
+    pub session_commit_points: BTreeMap<SessionId, u64>,
+    /// Entries loaded.
+    pub records: u64,
+    /// Why a newer checkpoint was skipped, if one was.
+    pub fell_back: Option<String>,
+}
+
+/// State shared by the store, its sessions and its background threads.
+pub(crate) struct Shared {
+    pub(crate) config: StoreConfig,
+    pub(crate) epoch: LightEpoch,
+    pub(crate) index: HashIndex,
+    pub(crate) log: HybridLog,
+    pub(crate) latches: VersionLatches,
+    pub(crate) state: GlobalState,
+    /// Strategy of the checkpoint in flight (index into `Strategy::ALL`).
+    pub(crate) running_strategy: AtomicU64,
+    pub(crate) sessions: Mutex<BTreeMap<u64, Arc<SessionShared>>>,
+    pub(crate) next_session_id: AtomicU64,
+    /// Sessions open now; at most [`MAX_OPEN_SESSIONS`] (the epoch table has two more slots, for
+    /// the engine's own threads).
+    pub(crate) open_sessions: AtomicUsize,
+    pub(crate) checkpoints: CheckpointDirectory,
+    checkpoint_running: AtomicBool,
+    results: Mutex<HashMap<u64, Result<CheckpointReport, String>>>,
+    results_changed: Condvar,
+    /// `blocking` strategy barrier.
+    pub(crate) pause_lock: Mutex<()>,
+    pub(crate) pause_changed: Condvar,
+    /// Back-pressure: writers wait here for compaction to free pages.
+    pub(crate) memory_lock: Mutex<u64>,
+    pub(crate) memory_changed: Condvar,
+    /// Compaction and checkpoints exclude each other.
+    pub(crate) maintenance: Mutex<()>,
+    pub(crate) compaction_requested: Mutex<bool>,
+    pub(crate) compaction_wakeup: Condvar,
+    pub(crate) shutdown: AtomicBool,
+}
+
+/// The store. Share it as `Arc<Store>`.
+pub struct Store {
+    pub(crate) shared: Arc<Shared>,
+    recovery: Option<RecoveryInfo>,
+    compactor: Mutex<Option<JoinHandle<()>>>,
+    checkpoint_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Shared {
+    pub(crate) fn strategy_in_flight(&self) -> Strategy {
+        Strategy::ALL[self.running_strategy.load(Ordering::Acquire) as usize]
+    }
+
+    /// The newest record with `key` in the chain starting at `head` (skipping invalid records).
+    /// Caller holds epoch protection (or is the only thread).
+    #[inline(always)]
+    pub(crate) fn find_record(&self, key: &[u8], head: u64, begin: u64) -> Option<Record<'_>> {
+        let mut address = head;
+        while address >= begin && address != 0 {
+            let record = self.log.record(address);
+            let word0 = record.word0();
+            if word0 & FLAG_INVALID == 0 && record.key_equals(key) {
+                return Some(record);
+            }
+            address = word0 & crate::log::ADDRESS_MASK;
+        }
+        None
+    }
+
+    pub(crate) fn index_full_error(&self) -> EngineError {
+        EngineError::OutOfMemory {
+            detail: format!(
+                "the hash index overflow pool ({} buckets) is exhausted; raise StoreConfig::index_buckets",
+                self.index.bucket_count()
+            ),
+        }
+    }
+
+    /// Applies one recovered entry (single-threaded per key; no sessions exist yet).
+    fn apply_recovered(
+        &self,
+        entry: EntryRef<'_>,
+        unique: bool,
+        path_hint: &str,
+    ) -> Result<(), EngineError> {
+        let hash = KeyHash::of(entry.key);
+        let begin = self.log.begin_address();
+        let out_of_memory = || EngineError::OutOfMemory {
+            detail: format!(
+                "checkpoint {path_hint} does not fit the log budget of {} bytes",
+                self.config.log_memory_bytes
+            ),
+        };
+        loop {
+            let mut slot = self
+                .index
+                .find_or_create(hash, begin)
+                .map_err(|_| self.index_full_error())?;
+            let head = slot.address();
+            if let Some(existing) = self.find_record(entry.key, head, begin) {
+                if unique {
+                    return Err(EngineError::Corrupt {
+                        path: path_hint.into(),
+                        offset: 0,
+                        detail: format!(
+                            "key {:?} appears twice in a key-unique checkpoint; the checkpoint is damaged",
+                            String::from_utf8_lossy(entry.key)
+                        ),
+                    });
+                }
+                let mut guard = existing.lock();
+                if entry.tombstone {
+                    guard.set_tombstone(true);
+                    guard.set_version(entry.record_version);
+                    return Ok(());
+                }
+                if guard.fits(entry.value.len()) {
+                    guard.write_value(entry.value);
+                    guard.set_tombstone(false);
+                    guard.set_version(entry.record_version);
+                    return Ok(());
+                }
+                drop(guard);
+            } else if entry.tombstone {
+                return Ok(());
+            }
+            let address = self
+                .log
+                .write_new(
+                    &NewRecord {
+                        previous: head,
+                        flags: 0,
+                        version: entry.record_version,
+                        key: entry.key,
+                        value: entry.value,
+                        capacity_words: crate::log::padded_capacity_words(
+                            entry.key.len(),
+                            entry.value.len(),
+                        ),
+                    },
+                    true,
+                )
+                .map_err(|_| out_of_memory())?;
+            if slot.compare_exchange(address).is_ok() {
+                return Ok(());
+            }
+            self.log.record(address).set_flags(FLAG_INVALID);
+        }
+    }
+
+    fn finish_checkpoint(&self, version: u64, result: Result<CheckpointReport, String>) {
+        let mut results = self.results.lock();
+        if results.len() >= KEPT_RESULTS {
+            if let Some(oldest) = results.keys().min().copied() {
+                results.remove(&oldest);
+            }
+        }
+        results.insert(version, result);
+        self.checkpoint_running.store(false, Ordering::SeqCst);
+        self.results_changed.notify_all();
+    }
+
+    /// Wakes writers waiting for memory.
+    pub(crate) fn notify_memory(&self) {
+        let mut generation = self.memory_lock.lock();
+        *generation += 1;
+        self.memory_changed.notify_all();
+    }
+
+    pub(crate) fn request_compaction(&self) {
+        *self.compaction_requested.lock() = true;
+        self.compaction_wakeup.notify_all();
+    }
+}
+
+impl Store {
+    /// Opens the store in `config.dir`, recovering the newest checkpoint that verifies.
+    pub fn open(config: StoreConfig) -> Result<Arc<Store>, EngineError> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.dir)
+            .map_err(|error| EngineError::io("create data directory", &config.dir, error))?;
+        let checkpoints = CheckpointDirectory::open(&config.dir.join("checkpoints"))?;
+        let latch_words = (config.index_buckets / 4)
+            .clamp(1 << 10, 1 << 20)
+            .next_power_of_two();
+        let shared = Arc::new(Shared {
+            epoch: LightEpoch::new(MAX_OPEN_SESSIONS + 2),
+            index: HashIndex::new(config.index_buckets),
+            log: HybridLog::new(config.log_page_bytes, config.log_memory_bytes),
+            latches: VersionLatches::new(latch_words),
+            state: GlobalState::new(SystemState {
+                phase: Phase::Rest,
+                version: 1,
+            }),
+            running_strategy: AtomicU64::new(0),
+            sessions: Mutex::new(BTreeMap::new()),
+            next_session_id: AtomicU64::new(1),
+            open_sessions: AtomicUsize::new(0),
+            checkpoints,
+            checkpoint_running: AtomicBool::new(false),
+            results: Mutex::new(HashMap::new()),
+            results_changed: Condvar::new(),
+            pause_lock: Mutex::new(()),
+            pause_changed: Condvar::new(),
+            memory_lock: Mutex::new(0),
+            memory_changed: Condvar::new(),
+            maintenance: Mutex::new(()),
+            compaction_requested: Mutex::new(false),
+            compaction_wakeup: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            config,
+        });
+        let recovery = Self::recover(&shared)?;
+        let compactor = {
+            let background = shared.clone();
+            std::thread::Builder::new()
+                .name("prefixkv-compactor".into())
+                .spawn(move || crate::compaction::run(&background))
+                .map_err(|error| {
+                    EngineError::io("spawn compaction thread for", shared_dir(&shared), error)
+                })?
+        };
+        Ok(Arc::new(Store {
+            shared,
+            recovery,
+            compactor: Mutex::new(Some(compactor)),
+            checkpoint_thread: Mutex::new(None),
+        }))
+    }
+
+    fn recover(shared: &Arc<Shared>) -> Result<Option<RecoveryInfo>, EngineError> {
+        let Some(verified) = shared.checkpoints.select_for_recovery()? else {
+            return Ok(None);
+        };
+        let content = verified.manifest().content.clone();
+        let version = content.version;
+        let hint = format!("v{version}");
+        let records = match content.kind {
+            ManifestKind::KeyUnique => {
+                verified.load_parallel(shared.config.flusher_threads, &|entry| {
+                    if entry.tombstone {
+                        return Ok(());
+                    }
+                    shared.apply_recovered(entry, true, &hint)
+                })?
+            }
+            ManifestKind::LogOrdered => verified.load_in_order(&mut |entry| {
+                if entry.record_version > version {
+                    return Ok(());
+                }
+                shared.apply_recovered(entry, false, &hint)
+            })?,
+        };
+        shared.state.store(SystemState {
+            phase: Phase::Rest,
+            version: version + 1,
+        });
+        let mut max_id = 0;
+        let mut points = BTreeMap::new();
+        {
+            let mut sessions = shared.sessions.lock();
+            for (id, point) in &content.session_points {
+                max_id = max_id.max(*id);
+                points.insert(SessionId(*id), *point);
+                sessions.insert(
+                    *id,
+                    Arc::new(SessionShared::recovered(
+                        SessionId(*id),
+                        version + 1,
+                        *point,
+                    )),
+                );
+            }
+        }
+        shared
+            .next_session_id
+            .store(content.next_session_id.max(max_id + 1), Ordering::SeqCst);
+        Ok(Some(RecoveryInfo {
+            version,
+            session_commit_points: points,
+            records,
+            fell_back: verified.fell_back().map(str::to_string),
+        }))
+    }
+
+    /// What `open` recovered; `None` for a fresh store.
+    pub fn recovery_info(&self) -> Option<&RecoveryInfo> {
+        self.recovery.as_ref()
+    }
+
+    /// Starts a new session with a fresh id.
+    ///
+    /// # Panics
+    /// If [`MAX_OPEN_SESSIONS`] sessions are already open; use [`Store::try_start_session`] where
+    /// the number of sessions is not under the caller's control (one per client connection).
+    pub fn start_session(self: &Arc<Self>) -> Session {
+        self.try_start_session()
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Starts a new session with a fresh id, or fails with [`EngineError::TooManySessions`] when
+    /// [`MAX_OPEN_SESSIONS`] are already open.
+    pub fn try_start_session(self: &Arc<Self>) -> Result<Session, EngineError> {
+        let slot = self.acquire_session_slot()?;
+        let id = SessionId(self.shared.next_session_id.fetch_add(1, Ordering::SeqCst));
+        let version = self.shared.state.load().version;
+        let shared = Arc::new(SessionShared::new(id, version, 0));
+        self.shared.sessions.lock().insert(id.0, shared.clone());
+        Ok(Session::new(self.clone(), shared, 0, slot))
+    }
+
+    /// Reserves an epoch slot for a session (released by the session's `Drop`).
+    fn acquire_session_slot(&self) -> Result<usize, EngineError> {
+        let too_many = EngineError::TooManySessions {
+            limit: MAX_OPEN_SESSIONS,
+        };
+        if self.shared.open_sessions.fetch_add(1, Ordering::SeqCst) >= MAX_OPEN_SESSIONS {
+            self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
+            return Err(too_many);
+        }
+        match self.shared.epoch.acquire_slot() {
+            Some(slot) => Ok(slot),
+            None => {
+                self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
+                Err(too_many)
+            }
+        }
+    }
+
+    /// Gives back what [`Store::acquire_session_slot`] took.
+    pub(crate) fn release_session_slot(&self, slot: usize) {
+        self.shared.epoch.release_slot(slot);
+        let previous = self.shared.open_sessions.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(
+            previous > 0,
+            "released more session slots than were acquired"
+        );
+    }
+
+    /// Resumes a session recorded by the recovered checkpoint; returns it with its recovered serial.
+    pub fn resume_session(self: &Arc<Self>, id: SessionId) -> Result<(Session, u64), EngineError> {
+        let shared = self
+            .shared
+            .sessions
+            .lock()
+            .get(&id.0)
+            .cloned()
+            .ok_or(EngineError::UnknownSession(id))?;
+        let slot = self.acquire_session_slot()?;
+        let serial = match shared.claim() {
+            Ok(serial) => serial,
+            Err(error) => {
+                self.release_session_slot(slot);
+                return Err(error);
+            }
+        };
+        Ok((Session::new(self.clone(), shared, serial, slot), serial))
+    }
+
+    /// Starts a checkpoint of the current version on a checkpoint thread and returns at once.
+    pub fn checkpoint(&self, strategy: Strategy) -> Result<CheckpointToken, EngineError> {
+        if self.shared.checkpoint_running.swap(true, Ordering::SeqCst) {
+            return Err(EngineError::CheckpointInProgress);
+        }
+        let version = self.shared.state.load().version;
+        let shared = self.shared.clone();
+        let mut slot = self.checkpoint_thread.lock();
+        if let Some(previous) = slot.take() {
+            // It already reported its result; joining only reaps the thread.
+            let _ = previous.join();
+        }
+        let spawned = std::thread::Builder::new()
+            .name(format!("prefixkv-checkpoint-v{version}"))
+            .spawn(move || {
+                let started = Instant::now();
+                let result = crate::checkpoint::run(&shared, strategy, version, started)
+                    .map_err(|error| error.to_string());
+                shared.finish_checkpoint(version, result);
+            });
+        match spawned {
+            Ok(handle) => {
+                *slot = Some(handle);
+                Ok(CheckpointToken { version })
+            }
+            Err(error) => {
+                self.shared
+                    .checkpoint_running
+                    .store(false, Ordering::SeqCst);
+                Err(EngineError::io(
+                    "spawn checkpoint thread for",
+                    shared_dir(&self.shared),
+                    error,
+                ))
+            }
+        }
+    }
+
+    /// Waits until checkpoint `token` is durable (or failed), at most `timeout`.
+    pub fn wait_for_commit(
+        &self,
+        token: CheckpointToken,
+        timeout: Duration,
+    ) -> Result<CheckpointReport, EngineError> {
+        let deadline = Instant::now() + timeout;
+        let mut results = self.shared.results.lock();
+        loop {
+            if let Some(result) = results.get(&token.version) {
+                return result
+                    .clone()
+                    .map_err(|detail| EngineError::CheckpointFailed {
+                        version: token.version,
+                        detail,
+                    });
+            }
+            if self
+                .shared
+                .results_changed
+                .wait_until(&mut results, deadline)
+                .timed_out()
+            {
+                return Err(EngineError::Timeout);
+            }
+        }
+    }
+
+    /// The version operations currently run as (the next checkpoint makes this version durable).
+    pub fn version(&self) -> u64 {
+        self.shared.state.load().version
+    }
+
+    /// Bytes of log pages currently allocated.
+    pub fn log_memory_in_use_bytes(&self) -> u64 {
+        self.shared.log.memory_in_use_bytes()
+    }
+}
+
+fn shared_dir(shared: &Shared) -> PathBuf {
+    shared.config.dir.clone()
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(handle) = self.checkpoint_thread.lock().take() {
+            let _ = handle.join();
+        }
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.request_compaction();
+        if let Some(handle) = self.compactor.lock().take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Store>();
+}

@@ -1,0 +1,150 @@
+//! Basic operations, checkpoint and recovery with every strategy.
+
+use std::time::Duration;
+
+use prefixkv_engine::{Store, StoreConfig, Strategy};
+
+fn small_config(dir: &std::path::Path) -> StoreConfig {
+    let mut config = StoreConfig::new(dir);
+    config.index_buckets = 1 << 10;
+    config.log_memory_bytes = 8 << 20;
+    config.log_page_bytes = 64 << 10;
+    config.flusher_threads = 3;
+    config
+}
+
+#[test]
+fn read_upsert_rmw_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(small_config(dir.path())).unwrap();
+    let mut session = store.start_session();
+    let mut out = Vec::new();
+    assert!(!session.read(b"a", &mut out).unwrap());
+    session.upsert(b"a", b"1").unwrap();
+    assert!(session.read(b"a", &mut out).unwrap());
+    assert_eq!(out, b"1");
+    session
+        .upsert(b"a", b"a much longer value that does not fit in place")
+        .unwrap();
+    assert!(session.read(b"a", &mut out).unwrap());
+    assert_eq!(out, b"a much longer value that does not fit in place");
+    session
+        .rmw(b"counter", |old, new| {
+            assert!(old.is_none());
+            new.extend_from_slice(&1u64.to_le_bytes());
+        })
+        .unwrap();
+    for _ in 0..10 {
+        session
+            .rmw(b"counter", |old, new| {
+                let value = u64::from_le_bytes(old.unwrap().try_into().unwrap());
+                new.extend_from_slice(&(value + 1).to_le_bytes());
+            })
+            .unwrap();
+    }
+    assert!(session.read(b"counter", &mut out).unwrap());
+    assert_eq!(out, 11u64.to_le_bytes());
+    assert!(session.delete(b"a").unwrap());
+    assert!(!session.delete(b"a").unwrap());
+    assert!(!session.read(b"a", &mut out).unwrap());
+    session.upsert(b"a", b"back").unwrap();
+    assert!(session.read(b"a", &mut out).unwrap());
+    assert_eq!(out, b"back");
+    assert_eq!(session.serial(), 22);
+}
+
+#[test]
+fn checkpoint_and_recover_every_strategy() {
+    for strategy in Strategy::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let id;
+        {
+            let store = Store::open(small_config(dir.path())).unwrap();
+            let mut session = store.start_session();
+            id = session.id();
+            for index in 0..1000u64 {
+                session
+                    .upsert(&index.to_be_bytes(), &(index * 2).to_le_bytes())
+                    .unwrap();
+            }
+            for index in 0..100u64 {
+                session.delete(&index.to_be_bytes()).unwrap();
+            }
+            session.suspend();
+            let token = store.checkpoint(strategy).unwrap();
+            let report = store
+                .wait_for_commit(token, Duration::from_secs(60))
+                .unwrap();
+            assert_eq!(report.version, 1);
+            assert_eq!(report.session_points[&id], 1100, "{strategy}");
+            assert_eq!(session.committed_serial(), 1100);
+            // After the checkpoint: not durable.
+            session.upsert(&5000u64.to_be_bytes(), b"late").unwrap();
+        }
+        let store = Store::open(small_config(dir.path())).unwrap();
+        let info = store.recovery_info().unwrap();
+        assert_eq!(info.version, 1);
+        assert_eq!(info.session_commit_points[&id], 1100);
+        assert_eq!(store.version(), 2);
+        let (mut session, serial) = store.resume_session(id).unwrap();
+        assert_eq!(serial, 1100);
+        let mut out = Vec::new();
+        for index in 0..1000u64 {
+            let found = session.read(&index.to_be_bytes(), &mut out).unwrap();
+            assert_eq!(found, index >= 100, "{strategy} key {index}");
+            if found {
+                assert_eq!(out, (index * 2).to_le_bytes());
+            }
+        }
+        assert!(!session.read(&5000u64.to_be_bytes(), &mut out).unwrap());
+        assert_eq!(session.serial(), 2101);
+    }
+}
+
+#[test]
+fn protected_idle_session_holds_the_checkpoint_until_it_suspends() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(small_config(dir.path())).unwrap();
+    let mut session = store.start_session();
+    session.upsert(b"k", b"v").unwrap(); // now protected, and not operating
+    let token = store.checkpoint(Strategy::Persian).unwrap();
+    // The first checkpoint cannot pass PREPARE while the session neither refreshes nor suspends.
+    assert!(matches!(
+        store.checkpoint(Strategy::Blocking),
+        Err(prefixkv_engine::EngineError::CheckpointInProgress)
+    ));
+    assert!(matches!(
+        store.wait_for_commit(token, Duration::from_millis(50)),
+        Err(prefixkv_engine::EngineError::Timeout)
+    ));
+    session.suspend();
+    let report = store
+        .wait_for_commit(token, Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(report.session_points[&session.id()], 1);
+    assert_eq!(session.committed_serial(), 1);
+    // The next operation resumes the session in the new version.
+    session.upsert(b"k", b"w").unwrap();
+    assert_eq!(store.version(), 2);
+}
+
+#[test]
+fn session_limit_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(small_config(dir.path())).unwrap();
+    let mut sessions: Vec<_> = (0..prefixkv_engine::MAX_OPEN_SESSIONS)
+        .map(|_| store.try_start_session().unwrap())
+        .collect();
+    match store.try_start_session() {
+        Err(prefixkv_engine::EngineError::TooManySessions { limit }) => {
+            assert_eq!(limit, prefixkv_engine::MAX_OPEN_SESSIONS)
+        }
+        Err(other) => panic!("expected TooManySessions, got {other}"),
+        Ok(_) => panic!("expected TooManySessions, got a session"),
+    }
+    // A freed slot is usable again, and the sessions still work.
+    sessions.pop();
+    let mut again = store.try_start_session().unwrap();
+    again.upsert(b"k", b"v").unwrap();
+    sessions[0].upsert(b"k2", b"v2").unwrap();
+}

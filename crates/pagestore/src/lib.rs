@@ -1,0 +1,29 @@
+//! `prefixkv-pagestore`: a database file of fixed-size pages plus a SQLite-shaped write-ahead
+//! log, with concurrent snapshot readers (five read marks), one writer, and a fast checkpoint
+//! after Turso's ("Making checkpointing fast"): frame-ordered pipelined reads, page-cache reuse
+//! validated by `(frame, epoch)` tags, page-sorted batches written with one `pwritev` per run.
+//!
+//! Files: `<db>` (page `n` at byte `(n-1)·page_size`) and `<db>-wal` (see [`format`] for the byte
+//! layout). Recovery on [`PageStore::open`] rebuilds the frame index from the WAL and stops at
+//! the first frame whose salts or checksum chain break; frames after the last commit are
+//! ignored. The fsync ordering and why it is safe are in [`checkpoint`]'s module comment and in
+//! `docs/pagestore.md`.
+#![warn(missing_docs)]
+
+mod backfill;
+pub mod cache;
+pub mod checkpoint;
+mod error;
+pub mod fail_point;
+pub mod format;
+pub mod marks;
+mod store;
+mod wal;
+
+pub use checkpoint::{CheckpointMode, CheckpointOutcome};
+pub use error::{Error, Result};
+pub use store::{
+    BackfillStrategy, CommitInfo, Options, PageStore, ReadTransaction, SyncPolicy, WalState,
+    WriteTransaction, MAX_PAGE_NUMBER,
+};
+pub use wal::RecoveryReport;

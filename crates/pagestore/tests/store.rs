@@ -1,0 +1,358 @@
+//! Single-threaded behaviour: commits, reads, checkpoint modes, recovery, corruption.
+
+mod common;
+
+use common::*;
+use prefixkv_pagestore::{BackfillStrategy, CheckpointMode, Error, Options, PageStore, SyncPolicy};
+use std::time::Duration;
+
+const PAGE: u32 = 1024;
+
+fn options(backfill: BackfillStrategy) -> Options {
+    Options {
+        page_size_bytes: PAGE,
+        sync: SyncPolicy::Normal,
+        auto_checkpoint_frames: 0,
+        cache_capacity_pages: 64,
+        busy_timeout: Duration::from_millis(200),
+        backfill,
+        evict_wal_from_os_cache_before_backfill: backfill == BackfillStrategy::FastThreadPool,
+    }
+}
+
+fn strategies() -> [BackfillStrategy; 3] {
+    [
+        BackfillStrategy::Naive,
+        BackfillStrategy::Fast,
+        BackfillStrategy::FastThreadPool,
+    ]
+}
+
+#[test]
+fn commits_checkpoints_and_reopen_agree_with_the_model() {
+    for strategy in strategies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let seed = 7;
+        let mut model = Model::new(seed, 40);
+        let modes = [
+            CheckpointMode::Passive,
+            CheckpointMode::Full,
+            CheckpointMode::Restart,
+            CheckpointMode::Truncate,
+        ];
+        {
+            let (store, report) = PageStore::open(&path, options(strategy)).unwrap();
+            assert_eq!(report.frames_replayed, 0);
+            for commit in 1..=60u32 {
+                run_commit(&store, seed, commit, 40).unwrap();
+                if commit % 7 == 0 {
+                    let outcome = store.checkpoint(modes[(commit / 7) as usize % 4]).unwrap();
+                    assert_eq!(outcome.backfilled_frames, outcome.max_frame);
+                }
+                let versions = read_versions(&store, 40).unwrap();
+                assert_eq!(
+                    prefix_of(&mut model, &versions).unwrap(),
+                    commit,
+                    "{strategy:?}"
+                );
+            }
+        }
+        let (store, _report) = PageStore::open(&path, options(strategy)).unwrap();
+        let versions = read_versions(&store, 40).unwrap();
+        assert_eq!(prefix_of(&mut model, &versions).unwrap(), 60);
+        store.checkpoint(CheckpointMode::Truncate).unwrap();
+        assert_eq!(
+            std::fs::metadata(dir.path().join("db-wal")).unwrap().len(),
+            0
+        );
+        let versions = read_versions(&store, 40).unwrap();
+        assert_eq!(prefix_of(&mut model, &versions).unwrap(), 60);
+    }
+}
+
+#[test]
+fn fast_backfill_reuses_cached_pages_and_writes_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let mut txn = store.begin_write().unwrap();
+    for page in 1..=32 {
+        txn.write_page(page, &page_image(page, 1, PAGE as usize))
+            .unwrap();
+    }
+    txn.commit().unwrap();
+    let outcome = store.checkpoint(CheckpointMode::Passive).unwrap();
+    assert_eq!(outcome.pages_written, 32);
+    assert_eq!(
+        outcome.cache_hits, 32,
+        "every page was committed through the cache"
+    );
+    assert_eq!(
+        outcome.write_calls, 1,
+        "32 consecutive pages are one pwritev"
+    );
+    // The naive path never looks at the cache.
+    run_commit(&store, 3, 2, 32).unwrap();
+    let outcome = store
+        .checkpoint_with(CheckpointMode::Passive, BackfillStrategy::Naive)
+        .unwrap();
+    assert_eq!(outcome.cache_hits, 0);
+    assert_eq!(outcome.wal_reads, outcome.pages_written);
+}
+
+#[test]
+fn stale_cache_entries_after_a_restart_are_not_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    run_commit(&store, 1, 1, 8).unwrap();
+    store.checkpoint(CheckpointMode::Restart).unwrap();
+    // Frame ids restart at 1; the epoch bump keeps old (frame 1, epoch 0) entries from matching.
+    let mut txn = store.begin_write().unwrap();
+    txn.write_page(5, &page_image(5, 2, PAGE as usize)).unwrap();
+    txn.commit().unwrap();
+    let outcome = store.checkpoint(CheckpointMode::Full).unwrap();
+    assert_eq!(outcome.pages_written, 1);
+    let snapshot = store.begin_read().unwrap();
+    assert_eq!(check_image(&snapshot.read_page(5).unwrap(), 5).unwrap(), 2);
+    assert_eq!(check_image(&snapshot.read_page(1).unwrap(), 1).unwrap(), 1);
+}
+
+#[test]
+fn old_readers_cap_passive_and_make_full_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    run_commit(&store, 1, 1, 8).unwrap();
+    let old = store.begin_read().unwrap();
+    let old_mark = old.mark();
+    run_commit(&store, 1, 2, 8).unwrap();
+    let outcome = store.checkpoint(CheckpointMode::Passive).unwrap();
+    assert_eq!(
+        outcome.backfilled_frames, old_mark,
+        "passive stops at the old reader's mark"
+    );
+    assert!(matches!(
+        store.checkpoint(CheckpointMode::Full),
+        Err(Error::Busy(_))
+    ));
+    // The old snapshot still reads its own versions.
+    for page in 1..=8 {
+        assert_eq!(check_image(&old.read_page(page).unwrap(), page).unwrap(), 1);
+    }
+    drop(old);
+    let outcome = store.checkpoint(CheckpointMode::Full).unwrap();
+    assert_eq!(outcome.backfilled_frames, outcome.max_frame);
+    // A WAL reader blocks a restart but not the backfill that precedes it.
+    let reader = store.begin_read().unwrap();
+    run_commit(&store, 1, 3, 8).unwrap();
+    let _newer = store.begin_read().unwrap();
+    assert!(matches!(
+        store.checkpoint(CheckpointMode::Restart),
+        Err(Error::Busy(_))
+    ));
+    drop(reader);
+}
+
+#[test]
+fn corrupt_frame_stops_recovery_at_the_last_good_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let seed = 11;
+    let mut model = Model::new(seed, 16);
+    let mut commit_end_frames = Vec::new();
+    {
+        let (store, _) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
+        for commit in 1..=10 {
+            run_commit(&store, seed, commit, 16).unwrap();
+            commit_end_frames.push(store.wal_state().max_frame);
+        }
+    }
+    // Flip one byte inside the page image of the first frame of commit 6.
+    let frame = commit_end_frames[4] + 1;
+    let offset = prefixkv_pagestore::format::frame_offset(frame, PAGE) + 100;
+    let mut wal = std::fs::read(dir.path().join("db-wal")).unwrap();
+    wal[offset as usize] ^= 0x40;
+    std::fs::write(dir.path().join("db-wal"), &wal).unwrap();
+    let (store, report) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
+    let reason = report
+        .stopped_because
+        .clone()
+        .expect("recovery must say why it stopped");
+    assert!(
+        reason.contains(&format!("frame {frame}")) && reason.contains("checksum"),
+        "{reason}"
+    );
+    assert_eq!(report.frames_replayed, commit_end_frames[4]);
+    assert!(report.bytes_ignored > 0);
+    let versions = read_versions(&store, 16).unwrap();
+    assert_eq!(prefix_of(&mut model, &versions).unwrap(), 5);
+}
+
+#[test]
+fn uncommitted_tail_is_dropped_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let frames_after_commit_2;
+    {
+        let (store, _) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
+        run_commit(&store, 5, 1, 8).unwrap();
+        run_commit(&store, 5, 2, 8).unwrap();
+        frames_after_commit_2 = store.wal_state().max_frame;
+    }
+    // Cut the WAL in the middle of commit 2's last frame: commit 2 is lost, commit 1 stays.
+    let wal_path = dir.path().join("db-wal");
+    let length = std::fs::metadata(&wal_path).unwrap().len();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&wal_path)
+        .unwrap();
+    file.set_len(length - 10).unwrap();
+    let (store, report) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
+    assert!(report.frames_replayed < frames_after_commit_2);
+    assert!(report.stopped_because.unwrap().contains("truncated"));
+    let mut model = Model::new(5, 8);
+    assert_eq!(
+        prefix_of(&mut model, &read_versions(&store, 8).unwrap()).unwrap(),
+        1
+    );
+}
+
+#[test]
+fn page_size_mismatch_is_a_clear_error_and_keeps_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let (store, _) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
+        run_commit(&store, 1, 1, 4).unwrap();
+    }
+    let before = std::fs::read(dir.path().join("db-wal")).unwrap();
+    let wrong = Options {
+        page_size_bytes: 4096,
+        ..options(BackfillStrategy::Fast)
+    };
+    let error = PageStore::open(&path, wrong).unwrap_err().to_string();
+    assert!(
+        error.contains("1024-byte pages") && error.contains("db-wal"),
+        "{error}"
+    );
+    assert_eq!(std::fs::read(dir.path().join("db-wal")).unwrap(), before);
+}
+
+#[test]
+fn bad_arguments_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let mut txn = store.begin_write().unwrap();
+    assert!(matches!(
+        txn.write_page(0, &[0; PAGE as usize]),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        txn.write_page(1, &[0; 10]),
+        Err(Error::Invalid(_))
+    ));
+    drop(txn);
+    assert!(matches!(
+        store.begin_read().unwrap().read_page(1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        PageStore::open(
+            dir.path().join("other"),
+            Options {
+                page_size_bytes: 1000,
+                ..Options::default()
+            }
+        ),
+        Err(Error::Invalid(_))
+    ));
+}
+
+#[test]
+fn rollback_discards_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    run_commit(&store, 1, 1, 4).unwrap();
+    let mut txn = store.begin_write().unwrap();
+    txn.write_page(2, &page_image(2, 99, PAGE as usize))
+        .unwrap();
+    assert_eq!(check_image(&txn.read_page(2).unwrap(), 2).unwrap(), 99);
+    drop(txn);
+    assert_eq!(
+        check_image(&store.begin_read().unwrap().read_page(2).unwrap(), 2).unwrap(),
+        1
+    );
+    let outcome = store.checkpoint(CheckpointMode::Full).unwrap();
+    assert_eq!(outcome.pages_written, 4);
+}
+
+#[test]
+fn an_old_reader_never_sees_a_page_copied_past_its_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) =
+        PageStore::open(dir.path().join("db"), options(BackfillStrategy::Fast)).unwrap();
+    let image = |page, commit| page_image(page, commit, PAGE as usize);
+    let commit_page = |page: u32, commit: u32| {
+        let mut txn = store.begin_write().unwrap();
+        txn.write_page(page, &image(page, commit)).unwrap();
+        txn.commit().unwrap();
+    };
+    let mut txn = store.begin_write().unwrap();
+    for page in 1..=4 {
+        txn.write_page(page, &image(page, 1)).unwrap();
+    }
+    txn.commit().unwrap();
+    store.checkpoint(CheckpointMode::Truncate).unwrap();
+    // New generation: page 2 has no frame at or below the reader's mark, so the reader takes it
+    // from the database file, which the checkpoint must therefore not advance past the mark.
+    commit_page(1, 2);
+    let reader = store.begin_read().unwrap();
+    assert_eq!(reader.mark(), 1);
+    commit_page(2, 3);
+    let outcome = store.checkpoint(CheckpointMode::Passive).unwrap();
+    assert_eq!(outcome.backfilled_frames, 1);
+    assert_eq!(
+        check_image(&reader.read_page(2).unwrap(), 2).unwrap(),
+        1,
+        "future page visible"
+    );
+    assert_eq!(check_image(&reader.read_page(1).unwrap(), 1).unwrap(), 2);
+    drop(reader);
+    store.checkpoint(CheckpointMode::Passive).unwrap();
+    assert_eq!(
+        check_image(&store.begin_read().unwrap().read_page(2).unwrap(), 2).unwrap(),
+        3
+    );
+}
+
+#[test]
+fn fast_backfill_reads_misses_through_io_uring_and_the_pool() {
+    for strategy in [BackfillStrategy::Fast, BackfillStrategy::FastThreadPool] {
+        let dir = tempfile::tempdir().unwrap();
+        let uncached = Options {
+            cache_capacity_pages: 0,
+            ..options(strategy)
+        };
+        let (store, _) = PageStore::open(dir.path().join("db"), uncached).unwrap();
+        // More pages than one batch, so reads of the next batch overlap the current batch's writes.
+        let seed = 21;
+        let mut model = Model::new(seed, 700);
+        for commit in 1..=3 {
+            run_commit(&store, seed, commit, 700).unwrap();
+        }
+        let outcome = store.checkpoint(CheckpointMode::Truncate).unwrap();
+        eprintln!(
+            "{strategy:?}: fast backfill reader = {}",
+            store.backfill_reader()
+        );
+        assert_eq!(outcome.cache_hits, 0);
+        assert_eq!(outcome.wal_reads, 700);
+        assert_eq!(outcome.pages_written, 700);
+        let versions = read_versions(&store, 700).unwrap();
+        assert_eq!(prefix_of(&mut model, &versions).unwrap(), 3, "{strategy:?}");
+    }
+}

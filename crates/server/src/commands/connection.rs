@@ -1,0 +1,265 @@
+//! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT.
+
+use bytes::Bytes;
+use prefixkv_resp::Protocol;
+
+use super::{arity_error, errors, lower, parse_int, Ctx, Flow};
+use crate::keyspace::DATABASES;
+use crate::state::ClientInfo;
+
+pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
+    let result = match name {
+        "ping" => match args.len() {
+            1 => {
+                ctx.w.simple("PONG");
+                Ok(())
+            }
+            2 => {
+                ctx.w.bulk(&args[1]);
+                Ok(())
+            }
+            _ => Err(arity_error("ping")),
+        },
+        "echo" => {
+            ctx.w.bulk(&args[1]);
+            Ok(())
+        }
+        "hello" => hello(ctx, args),
+        "auth" => auth(ctx, args),
+        "select" => select(ctx, args),
+        "quit" => {
+            ctx.w.ok();
+            return Flow::Close;
+        }
+        "reset" => {
+            ctx.client.database = 0;
+            ctx.client.protocol = Protocol::Resp2;
+            ctx.client.name = None;
+            ctx.client.authenticated = ctx.server.settings.read().requirepass.is_none();
+            update_info(ctx, |info| {
+                info.database = 0;
+                info.name.clear();
+                info.resp = 2;
+            });
+            ctx.w.simple("RESET");
+            Ok(())
+        }
+        "client" => client(ctx, args),
+        _ => unreachable!("dispatch sends only connection commands here"),
+    };
+    if let Err(line) = result {
+        ctx.w.error(&line);
+    }
+    Flow::Continue
+}
+
+fn update_info(ctx: &Ctx<'_>, change: impl FnOnce(&mut ClientInfo)) {
+    if let Some(info) = ctx.server.clients.lock().get_mut(&ctx.client.id) {
+        change(info);
+    }
+}
+
+fn check_password(ctx: &mut Ctx<'_>, user: &[u8], password: &[u8]) -> Result<(), String> {
+    let required = ctx.server.settings.read().requirepass.clone();
+    let good = match &required {
+        Some(expected) => user == b"default" && password == expected.as_bytes(),
+        None => user == b"default",
+    };
+    if good {
+        ctx.client.authenticated = true;
+        Ok(())
+    } else {
+        Err(errors::WRONGPASS.into())
+    }
+}
+
+fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    let (user, password) = match args.len() {
+        2 => (&b"default"[..], &args[1][..]),
+        3 => (&args[1][..], &args[2][..]),
+        _ => return Err(errors::SYNTAX.into()),
+    };
+    if args.len() == 2 && ctx.server.settings.read().requirepass.is_none() {
+        return Err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into());
+    }
+    check_password(ctx, user, password)?;
+    ctx.w.ok();
+    Ok(())
+}
+
+fn valid_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    let mut protocol = ctx.client.protocol;
+    let mut index = 1;
+    if args.len() > 1 {
+        let version = parse_int(&args[1])
+            .map_err(|_| "ERR Protocol version is not an integer or out of range".to_string())?;
+        protocol = match version {
+            2 => Protocol::Resp2,
+            3 => Protocol::Resp3,
+            _ => return Err("NOPROTO unsupported protocol version".into()),
+        };
+        index = 2;
+    }
+    let mut setname = None;
+    while index < args.len() {
+        match lower(&args[index]).as_str() {
+            "auth" if index + 2 < args.len() => {
+                check_password(ctx, &args[index + 1], &args[index + 2])?;
+                index += 3;
+            }
+            "setname" if index + 1 < args.len() => {
+                if !valid_name(&args[index + 1]) {
+                    return Err(
+                        "ERR Client names cannot contain spaces, newlines or special characters."
+                            .into(),
+                    );
+                }
+                setname = Some(String::from_utf8_lossy(&args[index + 1]).into_owned());
+                index += 2;
+            }
+            _ => {
+                return Err(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&args[index])
+                ))
+            }
+        }
+    }
+    if !ctx.client.authenticated {
+        return Err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into());
+    }
+    ctx.client.protocol = protocol;
+    if let Some(name) = setname {
+        ctx.client.name = if name.is_empty() {
+            None
+        } else {
+            Some(name.clone())
+        };
+        update_info(ctx, |info| info.name = name);
+    }
+    let resp = if protocol == Protocol::Resp3 { 3 } else { 2 };
+    update_info(ctx, |info| info.resp = resp);
+    // The encoder was made for the old protocol; HELLO's reply uses the new one.
+    let mut w = super::Writer {
+        encoder: prefixkv_resp::Encoder::new(protocol),
+        out: ctx.w.out,
+    };
+    w.map(7);
+    w.bulk(b"server");
+    w.bulk(b"redis");
+    w.bulk(b"version");
+    w.bulk(crate::REDIS_VERSION.as_bytes());
+    w.bulk(b"proto");
+    w.int(resp as i64);
+    w.bulk(b"id");
+    w.int(ctx.client.id as i64);
+    w.bulk(b"mode");
+    w.bulk(b"standalone");
+    w.bulk(b"role");
+    w.bulk(b"master");
+    w.bulk(b"modules");
+    w.array(0);
+    Ok(())
+}
+
+fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    let index = parse_int(&args[1])?;
+    if !(0..DATABASES as i64).contains(&index) {
+        return Err("ERR DB index is out of range".into());
+    }
+    ctx.client.database = index as u8;
+    update_info(ctx, |info| info.database = index as u8);
+    ctx.w.ok();
+    Ok(())
+}
+
+/// One CLIENT LIST line (without the newline).
+pub(super) fn client_line(id: u64, info: &ClientInfo) -> String {
+    let age = info.created.elapsed().as_secs();
+    format!(
+        "id={id} addr={} laddr=? fd=-1 name={} age={age} idle=0 flags=N db={} sub=0 psub=0 ssub=0 multi=-1 \
+         qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default \
+         redir=-1 resp={} lib-name={} lib-ver={}",
+        info.addr, info.name, info.database, info.last_command, info.resp, info.lib_name, info.lib_ver
+    )
+}
+
+fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    let sub = lower(&args[1]);
+    match (sub.as_str(), args.len()) {
+        ("id", 2) => ctx.w.int(ctx.client.id as i64),
+        ("setname", 3) => {
+            if !valid_name(&args[2]) {
+                return Err(
+                    "ERR Client names cannot contain spaces, newlines or special characters."
+                        .into(),
+                );
+            }
+            let name = String::from_utf8_lossy(&args[2]).into_owned();
+            ctx.client.name = if name.is_empty() {
+                None
+            } else {
+                Some(name.clone())
+            };
+            update_info(ctx, |info| info.name = name);
+            ctx.w.ok();
+        }
+        ("getname", 2) => {
+            let name = ctx.client.name.clone();
+            ctx.w.bulk_or_null(name.as_deref().map(str::as_bytes));
+        }
+        ("setinfo", 4) => {
+            let attribute = lower(&args[2]);
+            if !valid_name(&args[3]) {
+                return Err(format!(
+                    "ERR {attribute} cannot contain spaces, newlines or special characters."
+                ));
+            }
+            let value = String::from_utf8_lossy(&args[3]).into_owned();
+            match attribute.as_str() {
+                "lib-name" => update_info(ctx, |info| info.lib_name = value),
+                "lib-ver" => update_info(ctx, |info| info.lib_ver = value),
+                _ => {
+                    return Err(format!(
+                        "ERR Unrecognized option '{}'",
+                        String::from_utf8_lossy(&args[2])
+                    ))
+                }
+            }
+            ctx.w.ok();
+        }
+        ("list", _) => {
+            let mut text = String::new();
+            for (id, info) in ctx.server.clients.lock().iter() {
+                text.push_str(&client_line(*id, info));
+                text.push('\n');
+            }
+            ctx.w.verbatim(text.as_bytes());
+        }
+        ("info", 2) => {
+            let line = ctx
+                .server
+                .clients
+                .lock()
+                .get(&ctx.client.id)
+                .map(|info| client_line(ctx.client.id, info));
+            let mut text = line.unwrap_or_default();
+            text.push('\n');
+            ctx.w.verbatim(text.as_bytes());
+        }
+        ("id" | "setname" | "getname" | "setinfo" | "info", _) => {
+            return Err(arity_error(&format!("client|{sub}")))
+        }
+        _ => {
+            return Err(format!(
+                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                String::from_utf8_lossy(&args[1])
+            ))
+        }
+    }
+    Ok(())
+}

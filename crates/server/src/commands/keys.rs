@@ -1,0 +1,233 @@
+//! Generic key commands.
+
+use bytes::Bytes;
+
+use super::{errors, lower, parse_int, CommandResult, Ctx};
+use crate::keyspace::now_ms;
+
+pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    match name {
+        "del" | "unlink" => {
+            let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
+            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
+            let mut removed = 0;
+            for key in &keys {
+                if txn.get(db, key)?.is_some() && txn.delete(db, key)? {
+                    removed += 1;
+                }
+            }
+            let mark = txn.commit()?;
+            ctx.client.note_write(mark);
+            ctx.w.int(removed);
+        }
+        "exists" => {
+            let mut count = 0;
+            for key in &args[1..] {
+                if ctx.server.keyspace.read(ctx.session, db, key)?.is_some() {
+                    count += 1;
+                }
+            }
+            ctx.w.int(count);
+        }
+        "type" => {
+            let stored = ctx.server.keyspace.read(ctx.session, db, &args[1])?;
+            ctx.w.simple(stored.map_or("none", |s| s.kind.name()));
+        }
+        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(ctx, name, args)?,
+        "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
+            let stored = ctx.server.keyspace.read(ctx.session, db, &args[1])?;
+            let reply = match stored {
+                None => -2,
+                Some(s) if s.expire_at_ms == 0 => -1,
+                Some(s) => {
+                    let at = s.expire_at_ms as i64;
+                    let remaining = (at - now_ms() as i64).max(0);
+                    match name {
+                        "ttl" => (remaining + 500) / 1000,
+                        "pttl" => remaining,
+                        "expiretime" => at / 1000,
+                        _ => at,
+                    }
+                }
+            };
+            ctx.w.int(reply);
+        }
+        "persist" => {
+            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+            let changed = match txn.get(db, &args[1])? {
+                Some(s) if s.expire_at_ms != 0 => {
+                    txn.put(db, &args[1], s.kind, 0, &s.payload)?;
+                    true
+                }
+                _ => false,
+            };
+            let mark = txn.commit()?;
+            ctx.client.note_write(mark);
+            ctx.w.int(changed as i64);
+        }
+        "keys" => {
+            let keys = ctx.server.keyspace.keys_matching(db, &args[1]);
+            ctx.w.array(keys.len());
+            for key in keys {
+                ctx.w.bulk(&key);
+            }
+        }
+        "scan" => scan(ctx, args)?,
+        "rename" | "renamenx" => {
+            let (source, target) = (&args[1][..], &args[2][..]);
+            let mut txn = ctx
+                .server
+                .keyspace
+                .begin(ctx.session, db, &[source, target]);
+            let Some(stored) = txn.get(db, source)? else {
+                return Err("ERR no such key".into());
+            };
+            if source == target {
+                drop(txn);
+                if name == "rename" {
+                    ctx.w.ok();
+                } else {
+                    ctx.w.int(0);
+                }
+                return Ok(());
+            }
+            if name == "renamenx" && txn.get(db, target)?.is_some() {
+                drop(txn);
+                ctx.w.int(0);
+                return Ok(());
+            }
+            txn.put(
+                db,
+                target,
+                stored.kind,
+                stored.expire_at_ms,
+                &stored.payload,
+            )?;
+            txn.delete(db, source)?;
+            let mark = txn.commit()?;
+            ctx.client.note_write(mark);
+            if name == "rename" {
+                ctx.w.ok();
+            } else {
+                ctx.w.int(1);
+            }
+        }
+        "randomkey" => {
+            let seed = now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.client.id;
+            let key = ctx.server.keyspace.random_key(db, seed);
+            ctx.w.bulk_or_null(key.as_deref());
+        }
+        _ => unreachable!("dispatch sends only key commands here"),
+    }
+    Ok(())
+}
+
+fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    let amount = parse_int(&args[2])?;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for option in &args[3..] {
+        match lower(option).as_str() {
+            "nx" => nx = true,
+            "xx" => xx = true,
+            "gt" => gt = true,
+            "lt" => lt = true,
+            other => return Err(format!("ERR Unsupported option {other}")),
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err("ERR NX and XX, GT or LT options at the same time are not compatible".into());
+    }
+    if gt && lt {
+        return Err("ERR GT and LT options at the same time are not compatible".into());
+    }
+    let unit: i64 = if name == "expire" || name == "expireat" {
+        1000
+    } else {
+        1
+    };
+    let invalid = || format!("ERR invalid expire time in '{name}' command");
+    let mut at = amount.checked_mul(unit).ok_or_else(invalid)?;
+    if !name.ends_with("at") {
+        at = at.checked_add(now_ms() as i64).ok_or_else(invalid)?;
+    }
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let Some(stored) = txn.get(db, &args[1])? else {
+        drop(txn);
+        ctx.w.int(0);
+        return Ok(());
+    };
+    let current = stored.expire_at_ms;
+    // No expiry counts as infinite for GT and LT, as in Redis.
+    let allowed = !(nx && current != 0
+        || xx && current == 0
+        || gt && (current == 0 || at <= current as i64)
+        || lt && current != 0 && at >= current as i64);
+    if !allowed {
+        drop(txn);
+        ctx.w.int(0);
+        return Ok(());
+    }
+    if at <= now_ms() as i64 {
+        txn.delete(db, &args[1])?;
+    } else {
+        txn.put(db, &args[1], stored.kind, at as u64, &stored.payload)?;
+    }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(1);
+    Ok(())
+}
+
+fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let cursor: u64 = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "ERR invalid cursor".to_string())?;
+    let mut pattern = None;
+    let mut count = 10usize;
+    let mut kind = None;
+    let mut index = 2;
+    while index < args.len() {
+        if index + 1 >= args.len() {
+            return Err(errors::SYNTAX.into());
+        }
+        match lower(&args[index]).as_str() {
+            "match" => pattern = Some(args[index + 1].clone()),
+            "count" => {
+                let n = parse_int(&args[index + 1])?;
+                if n < 1 {
+                    return Err(errors::SYNTAX.into());
+                }
+                count = n as usize;
+            }
+            "type" => kind = Some(lower(&args[index + 1])),
+            _ => return Err(errors::SYNTAX.into()),
+        }
+        index += 2;
+    }
+    let db = ctx.db();
+    let (next, mut keys) = ctx
+        .server
+        .keyspace
+        .scan(db, cursor, count, pattern.as_deref());
+    if let Some(kind) = kind {
+        let mut kept = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some(stored) = ctx.server.keyspace.read(ctx.session, db, &key)? {
+                if stored.kind.name() == kind {
+                    kept.push(key);
+                }
+            }
+        }
+        keys = kept;
+    }
+    ctx.w.array(2);
+    ctx.w.bulk(next.to_string().as_bytes());
+    ctx.w.array(keys.len());
+    for key in keys {
+        ctx.w.bulk(&key);
+    }
+    Ok(())
+}

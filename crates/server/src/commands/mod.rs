@@ -1,0 +1,370 @@
+//! Command execution. `execute` runs one command synchronously on this thread's engine
+//! session and encodes its reply; commands that must wait (SAVE, WAITAOF, SHUTDOWN) return an
+//! [`AsyncOp`] that the connection loop awaits, in order.
+//!
+//! Errors are whole Redis error lines (`ERR ...`, `WRONGTYPE ...`), returned as `Err(String)`.
+
+mod connection;
+mod hashes;
+mod keys;
+mod server;
+mod strings;
+pub mod table;
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use prefixkv_engine::Session;
+use prefixkv_oplog::AppendTicket;
+use prefixkv_resp::{Encoder, Protocol};
+
+use crate::config::Durability;
+use crate::keyspace::{WriteMark, OOM_ERROR};
+use crate::state::Server;
+
+/// Result of a command body: `Err` is a whole error line.
+pub type CommandResult = Result<(), String>;
+
+/// Standard error lines.
+pub mod errors {
+    /// Bad option combination.
+    pub const SYNTAX: &str = "ERR syntax error";
+    /// Not an integer.
+    pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+    /// Not a float.
+    pub const NOT_FLOAT: &str = "ERR value is not a valid float";
+    /// Overflow.
+    pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
+    /// NOAUTH.
+    pub const NOAUTH: &str = "NOAUTH Authentication required.";
+    /// Bad password.
+    pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+}
+
+/// What the connection loop does after a command.
+pub enum Flow {
+    /// Next command.
+    Continue,
+    /// Send the replies so far, then close (QUIT).
+    Close,
+    /// Await something, then continue.
+    Async(AsyncOp),
+}
+
+/// Commands that wait.
+pub enum AsyncOp {
+    /// SAVE: a checkpoint, waited for.
+    Save,
+    /// WAITAOF: this connection's writes durable, within `timeout_ms` (0 = no limit).
+    WaitAof {
+        /// Give up after this many ms (then the reply is `[0, 0]`, as Redis on timeout).
+        timeout_ms: u64,
+    },
+    /// SHUTDOWN: make durable (checkpoint if `save`), then exit.
+    Shutdown {
+        /// Take a checkpoint first.
+        save: bool,
+    },
+}
+
+/// Per-connection state.
+pub struct Client {
+    /// CLIENT ID.
+    pub id: u64,
+    /// Selected database.
+    pub database: u8,
+    /// RESP version in use.
+    pub protocol: Protocol,
+    /// Passed AUTH (or no password is set).
+    pub authenticated: bool,
+    /// CLIENT SETNAME.
+    pub name: Option<String>,
+    /// Write commands acknowledged on this connection.
+    pub writes: u64,
+    /// How many of them are known durable.
+    pub durable_writes: u64,
+    /// (serial, lsn) of writes not yet known durable, oldest first.
+    pending: VecDeque<(u64, Option<u64>)>,
+    /// The newest oplog ticket of the current batch (awaited before replying in logging modes).
+    pub ticket: Option<AppendTicket>,
+    /// Connection start.
+    pub created: Instant,
+    /// Durability mode (copied at connect).
+    pub durability: Durability,
+}
+
+impl Client {
+    /// A new connection's state.
+    pub fn new(id: u64, authenticated: bool, durability: Durability) -> Client {
+        Client {
+            id,
+            database: 0,
+            protocol: Protocol::Resp2,
+            authenticated,
+            name: None,
+            writes: 0,
+            durable_writes: 0,
+            pending: VecDeque::new(),
+            ticket: None,
+            created: Instant::now(),
+            durability,
+        }
+    }
+
+    /// Records an acknowledged write.
+    pub fn note_write(&mut self, mark: Option<WriteMark>) {
+        let Some(mark) = mark else { return };
+        self.writes += 1;
+        if self.durability != Durability::None {
+            self.pending.push_back((mark.serial, mark.lsn));
+        }
+        if let Some(ticket) = mark.ticket {
+            self.ticket = Some(ticket);
+        }
+    }
+
+    /// Moves writes that became durable out of `pending`; returns (writes, durable writes).
+    pub fn commit_point(&mut self, server: &Server, session: &Session) -> (u64, u64) {
+        let committed_serial = session.committed_serial();
+        let durable_lsn = server.keyspace.oplog().map(|log| log.durable_lsn());
+        while let Some(&(serial, lsn)) = self.pending.front() {
+            let by_log = matches!((lsn, durable_lsn), (Some(l), Some(d)) if l <= d);
+            if serial <= committed_serial || by_log {
+                self.pending.pop_front();
+                self.durable_writes += 1;
+            } else {
+                break;
+            }
+        }
+        (self.writes, self.durable_writes)
+    }
+
+    /// Highest LSN and serial among pending writes.
+    pub fn newest_pending(&self) -> Option<(u64, Option<u64>)> {
+        self.pending.back().copied()
+    }
+}
+
+/// Reply encoding into the batch buffer.
+pub struct Writer<'a> {
+    encoder: Encoder,
+    /// The output buffer.
+    pub out: &'a mut BytesMut,
+}
+
+impl Writer<'_> {
+    /// `+OK`.
+    pub fn ok(&mut self) {
+        self.encoder.simple_string(self.out, b"OK");
+    }
+    /// A simple string.
+    pub fn simple(&mut self, text: &str) {
+        self.encoder.simple_string(self.out, text.as_bytes());
+    }
+    /// An error line.
+    pub fn error(&mut self, line: &str) {
+        self.encoder.error(self.out, line.as_bytes());
+    }
+    /// An integer.
+    pub fn int(&mut self, value: i64) {
+        self.encoder.integer(self.out, value);
+    }
+    /// A bulk string.
+    pub fn bulk(&mut self, bytes: &[u8]) {
+        self.encoder.bulk_string(self.out, bytes);
+    }
+    /// A null bulk (`$-1` / `_`).
+    pub fn null(&mut self) {
+        self.encoder.null_bulk_string(self.out);
+    }
+    /// A null array (`*-1` / `_`).
+    pub fn null_array(&mut self) {
+        self.encoder.null_array(self.out);
+    }
+    /// Array header.
+    pub fn array(&mut self, len: usize) {
+        self.encoder.array_header(self.out, len);
+    }
+    /// Map header (RESP2: array of 2*pairs).
+    pub fn map(&mut self, pairs: usize) {
+        self.encoder.map_header(self.out, pairs);
+    }
+    /// Set header (RESP2: array).
+    pub fn set(&mut self, len: usize) {
+        self.encoder.set_header(self.out, len);
+    }
+    /// A verbatim text (RESP2: bulk string).
+    pub fn verbatim(&mut self, text: &[u8]) {
+        self.encoder.verbatim_string(self.out, *b"txt", text);
+    }
+    /// Optional bulk.
+    pub fn bulk_or_null(&mut self, bytes: Option<&[u8]>) {
+        match bytes {
+            Some(b) => self.bulk(b),
+            None => self.null(),
+        }
+    }
+}
+
+/// Everything a command body needs.
+pub struct Ctx<'a> {
+    /// Shared state.
+    pub server: &'a Server,
+    /// This connection.
+    pub client: &'a mut Client,
+    /// This thread's engine session.
+    pub session: &'a mut Session,
+    /// Reply output.
+    pub w: Writer<'a>,
+}
+
+impl Ctx<'_> {
+    /// Selected database.
+    pub fn db(&self) -> u8 {
+        self.client.database
+    }
+}
+
+/// Lower-cases an argument as a string (lossy for non-UTF-8, which never names a command).
+pub fn lower(argument: &[u8]) -> String {
+    String::from_utf8_lossy(argument).to_ascii_lowercase()
+}
+
+/// Parses an integer argument as Redis does: optional `-`, no `+`, no leading zeros, no `-0`.
+pub fn parse_int(argument: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(argument)
+        .ok()
+        .filter(|text| {
+            let digits = text.strip_prefix('-').unwrap_or(text);
+            let canonical = if digits.starts_with('0') {
+                *text == "0"
+            } else {
+                !digits.is_empty()
+            };
+            canonical && digits.bytes().all(|b| b.is_ascii_digit())
+        })
+        .and_then(|text| text.parse::<i64>().ok())
+        .ok_or_else(|| errors::NOT_INTEGER.to_string())
+}
+
+/// Parses a float argument (no NaN).
+pub fn parse_float(argument: &[u8]) -> Result<f64, String> {
+    let text = std::str::from_utf8(argument).map_err(|_| errors::NOT_FLOAT.to_string())?;
+    let lowered = text.to_ascii_lowercase();
+    let value = match lowered.as_str() {
+        "inf" | "+inf" | "infinity" => f64::INFINITY,
+        "-inf" | "-infinity" => f64::NEG_INFINITY,
+        _ if text.is_empty() || text.trim() != text => return Err(errors::NOT_FLOAT.into()),
+        _ => text
+            .parse::<f64>()
+            .map_err(|_| errors::NOT_FLOAT.to_string())?,
+    };
+    if value.is_nan() {
+        return Err(errors::NOT_FLOAT.into());
+    }
+    Ok(value)
+}
+
+/// `ERR wrong number of arguments for '<name>' command`.
+pub fn arity_error(name: &str) -> String {
+    format!("ERR wrong number of arguments for '{name}' command")
+}
+
+fn unknown_command(args: &[Bytes]) -> String {
+    let name = String::from_utf8_lossy(&args[0]);
+    let mut line = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        truncate(&name, 128)
+    );
+    for argument in args.iter().skip(1) {
+        if line.len() > 1024 {
+            break;
+        }
+        line.push_str(&format!(
+            "'{}' ",
+            truncate(&String::from_utf8_lossy(argument), 128)
+        ));
+    }
+    line.replace(['\r', '\n'], " ")
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+/// Runs one command.
+pub fn execute(
+    server: &Server,
+    client: &mut Client,
+    session: &mut Session,
+    args: &[Bytes],
+    out: &mut BytesMut,
+) -> Flow {
+    server.stats.commands.fetch_add(1, Ordering::Relaxed);
+    let encoder = Encoder::new(client.protocol);
+    let name = lower(&args[0]);
+    let mut ctx = Ctx {
+        server,
+        client,
+        session,
+        w: Writer { encoder, out },
+    };
+    let Some(spec) = table::find(&name) else {
+        ctx.w.error(&unknown_command(args));
+        return Flow::Continue;
+    };
+    if !ctx.client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit" | "reset") {
+        ctx.w.error(errors::NOAUTH);
+        return Flow::Continue;
+    }
+    if !table::arity_ok(spec, args.len()) {
+        ctx.w.error(&arity_error(spec.name));
+        return Flow::Continue;
+    }
+    if spec.write {
+        let limit = server.settings.read().maxmemory_bytes;
+        if limit > 0
+            && server.keyspace.used_memory_bytes() > limit
+            && !matches!(
+                name.as_str(),
+                "del" | "unlink" | "flushdb" | "flushall" | "getdel"
+            )
+        {
+            ctx.w.error(OOM_ERROR);
+            return Flow::Continue;
+        }
+    }
+    if let Some(info) = server.clients.lock().get_mut(&ctx.client.id) {
+        info.last_command.clone_from(&name);
+    }
+    if matches!(
+        name.as_str(),
+        "keys" | "scan" | "dbsize" | "randomkey" | "info"
+    ) {
+        // These walk the registry stripes without the engine: never wait on a stripe mutex
+        // while protected (see `Keyspace::lock_stripe`).
+        ctx.session.suspend();
+    }
+    let result = match name.as_str() {
+        "ping" | "echo" | "hello" | "auth" | "select" | "quit" | "reset" | "client" => {
+            return connection::run(&mut ctx, &name, args);
+        }
+        "set" | "get" | "getset" | "getdel" | "getex" | "setnx" | "setex" | "psetex" | "mset"
+        | "msetnx" | "mget" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "append"
+        | "strlen" | "setrange" | "getrange" => strings::run(&mut ctx, &name, args),
+        "hset" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists" | "hlen"
+        | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" => {
+            hashes::run(&mut ctx, &name, args)
+        }
+        "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
+        | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"
+        | "rename" | "renamenx" | "randomkey" => keys::run(&mut ctx, &name, args),
+        _ => return server::run(&mut ctx, &name, args),
+    };
+    if let Err(line) = result {
+        ctx.w.error(&line);
+    }
+    Flow::Continue
+}

@@ -1,0 +1,413 @@
+//! Server and persistence commands: INFO, CONFIG, COMMAND, DBSIZE, FLUSHDB, FLUSHALL,
+//! FUNCTION, TIME, SHUTDOWN, SAVE, BGSAVE, LASTSAVE, BGREWRITEAOF, WAITAOF,
+//! PREFIXKV.COMMITPOINT.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{arity_error, errors, lower, parse_int, table, AsyncOp, Ctx, Flow};
+use crate::config::{parse_memory, parse_yes_no, Config, Durability};
+use crate::keyspace::DATABASES;
+use crate::persistence::Persistence;
+
+pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
+    match run_inner(ctx, name, args) {
+        Ok(flow) => flow,
+        Err(line) => {
+            ctx.w.error(&line);
+            Flow::Continue
+        }
+    }
+}
+
+fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, String> {
+    match name {
+        "info" => {
+            let text = crate::info::render(ctx.server, args.get(1).map(|a| lower(a)).as_deref());
+            ctx.w.verbatim(text.as_bytes());
+        }
+        "config" => config(ctx, args)?,
+        "command" => command(ctx, args)?,
+        "dbsize" => {
+            let size = ctx.server.keyspace.dbsize(ctx.db());
+            ctx.w.int(size as i64);
+        }
+        "flushdb" | "flushall" => {
+            if args.len() > 2
+                || (args.len() == 2 && !matches!(lower(&args[1]).as_str(), "async" | "sync"))
+            {
+                return Err(errors::SYNTAX.into());
+            }
+            let databases: Vec<u8> = if name == "flushdb" {
+                vec![ctx.db()]
+            } else {
+                (0..DATABASES as u8).collect()
+            };
+            for db in databases {
+                let mark = ctx.server.keyspace.flush_database(ctx.session, db)?;
+                if mark.is_some() {
+                    ctx.client.note_write(mark);
+                }
+            }
+            ctx.w.ok();
+        }
+        "function" => match (lower(&args[1]).as_str(), args.len()) {
+            ("flush", 2) => ctx.w.ok(),
+            ("flush", 3) if matches!(lower(&args[2]).as_str(), "async" | "sync") => ctx.w.ok(),
+            ("flush", _) => return Err(errors::SYNTAX.into()),
+            _ => {
+                return Err(format!(
+                    "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
+                    String::from_utf8_lossy(&args[1])
+                ))
+            }
+        },
+        "time" => {
+            let micros = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros());
+            ctx.w.array(2);
+            ctx.w.bulk((micros / 1_000_000).to_string().as_bytes());
+            ctx.w.bulk((micros % 1_000_000).to_string().as_bytes());
+        }
+        "shutdown" => {
+            let mut save = ctx.server.persistence.durability == Durability::Checkpoint;
+            for option in &args[1..] {
+                match lower(option).as_str() {
+                    "save" => save = true,
+                    "nosave" => save = false,
+                    "now" | "force" => {}
+                    "abort" => return Err("ERR No shutdown in progress.".into()),
+                    _ => return Err(errors::SYNTAX.into()),
+                }
+            }
+            return Ok(Flow::Async(AsyncOp::Shutdown { save }));
+        }
+        "save" => return Ok(Flow::Async(AsyncOp::Save)),
+        "bgsave" | "bgrewriteaof" => {
+            if args.len() > 2
+                || (args.len() == 2 && (name == "bgrewriteaof" || lower(&args[1]) != "schedule"))
+            {
+                return Err(errors::SYNTAX.into());
+            }
+            let persistence = ctx.server.persistence.clone();
+            if !start_background(&persistence) {
+                return Err(if name == "bgsave" {
+                    "ERR Background save already in progress".into()
+                } else {
+                    "ERR Background append only file rewriting already in progress".into()
+                });
+            }
+            ctx.w.simple(if name == "bgsave" {
+                "Background saving started"
+            } else {
+                "Background append only file rewriting started"
+            });
+        }
+        "lastsave" => {
+            let at = ctx
+                .server
+                .persistence
+                .last_save_unix
+                .load(Ordering::Relaxed);
+            ctx.w.int(at as i64);
+        }
+        "waitaof" => {
+            let local = parse_int(&args[1])?;
+            let replicas = parse_int(&args[2])?;
+            let timeout = parse_int(&args[3])?;
+            if timeout < 0 {
+                return Err("ERR timeout is negative".into());
+            }
+            if local < 0 || replicas < 0 {
+                return Err(errors::NOT_INTEGER.into());
+            }
+            if local > 0 && ctx.server.persistence.durability == Durability::None {
+                return Err(
+                    "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled."
+                        .into(),
+                );
+            }
+            if local > 1 {
+                return Err("ERR WAITAOF numlocal can only be 0 or 1 (one local store)".into());
+            }
+            return Ok(Flow::Async(AsyncOp::WaitAof {
+                timeout_ms: timeout as u64,
+            }));
+        }
+        "prefixkv.commitpoint" => {
+            let (writes, durable) = ctx.client.commit_point(ctx.server, ctx.session);
+            ctx.w.array(2);
+            ctx.w.int(writes as i64);
+            ctx.w.int(durable as i64);
+        }
+        _ => {
+            return Err(format!("ERR unknown command '{name}'"));
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+/// Starts a background checkpoint thread unless one runs; whether it started.
+pub fn start_background(persistence: &Arc<Persistence>) -> bool {
+    if persistence.checkpoint_running()
+        || persistence.background_running.swap(true, Ordering::SeqCst)
+    {
+        return false;
+    }
+    let worker = persistence.clone();
+    let spawned = std::thread::Builder::new()
+        .name("prefixkv-bgsave".into())
+        .spawn(move || {
+            if let Err(error) = worker.checkpoint_now() {
+                eprintln!("prefixkv-server: background {error}");
+            }
+            worker.background_running.store(false, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        persistence
+            .background_running
+            .store(false, Ordering::SeqCst);
+        return false;
+    }
+    true
+}
+
+/// CONFIG GET's view: (name, value) for every parameter.
+fn parameters(config: &Config) -> Vec<(&'static str, String)> {
+    vec![
+        ("port", config.port.to_string()),
+        ("bind", config.bind.clone()),
+        ("dir", config.dir.display().to_string()),
+        (
+            "requirepass",
+            config.requirepass.clone().unwrap_or_default(),
+        ),
+        ("maxclients", config.maxclients.to_string()),
+        ("maxmemory", config.maxmemory_bytes.to_string()),
+        ("maxmemory-policy", "noeviction".into()),
+        ("appendfsync", config.durability.name().into()),
+        (
+            "appendonly",
+            if config.durability.uses_oplog() {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
+        ("save", String::new()),
+        ("databases", DATABASES.to_string()),
+        (
+            "checkpoint-interval",
+            config.checkpoint_interval_ms.to_string(),
+        ),
+        (
+            "protected-mode",
+            if config.protected_mode { "yes" } else { "no" }.into(),
+        ),
+        (
+            "client-query-buffer-limit",
+            config.client_query_buffer_limit_bytes.to_string(),
+        ),
+        (
+            "client-output-buffer-limit",
+            config.client_output_buffer_limit_bytes.to_string(),
+        ),
+        (
+            "proto-max-bulk-len",
+            config.proto_max_bulk_len_bytes.to_string(),
+        ),
+        ("threads", config.threads.to_string()),
+        ("engine-memory", config.engine_memory_bytes.to_string()),
+    ]
+}
+
+fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    let sub = lower(&args[1]);
+    match sub.as_str() {
+        "get" => {
+            if args.len() < 3 {
+                return Err(arity_error("config|get"));
+            }
+            let all = parameters(&ctx.server.settings.read());
+            let mut found: Vec<(&str, String)> = Vec::new();
+            for pattern in &args[2..] {
+                for (name, value) in &all {
+                    if crate::glob::matches(pattern, name.as_bytes(), true)
+                        && !found.iter().any(|(n, _)| n == name)
+                    {
+                        found.push((name, value.clone()));
+                    }
+                }
+            }
+            ctx.w.map(found.len());
+            for (name, value) in found {
+                ctx.w.bulk(name.as_bytes());
+                ctx.w.bulk(value.as_bytes());
+            }
+        }
+        "set" => {
+            if args.len() < 4 || !args.len().is_multiple_of(2) {
+                return Err(arity_error("config|set"));
+            }
+            let mut updated = ctx.server.settings.read().clone();
+            for pair in args[2..].chunks(2) {
+                let name = lower(&pair[0]);
+                let value = String::from_utf8_lossy(&pair[1]).into_owned();
+                let failed = |why: String| {
+                    format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}")
+                };
+                match name.as_str() {
+                    "requirepass" => updated.requirepass = (!value.is_empty()).then_some(value),
+                    "maxclients" => {
+                        updated.maxclients = value.parse().map_err(|_| {
+                            failed("argument couldn't be parsed into an integer".into())
+                        })?
+                    }
+                    "maxmemory" => {
+                        updated.maxmemory_bytes =
+                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "client-query-buffer-limit" => {
+                        updated.client_query_buffer_limit_bytes =
+                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "client-output-buffer-limit" => {
+                        updated.client_output_buffer_limit_bytes =
+                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "proto-max-bulk-len" => {
+                        updated.proto_max_bulk_len_bytes =
+                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "protected-mode" => {
+                        updated.protected_mode =
+                            parse_yes_no(&value).map_err(|e| failed(e.to_string()))?
+                    }
+                    "maxmemory-policy" if value == "noeviction" => {}
+                    "save" | "appendonly" => {}
+                    "port"
+                    | "bind"
+                    | "dir"
+                    | "appendfsync"
+                    | "databases"
+                    | "checkpoint-interval"
+                    | "threads"
+                    | "engine-memory" => {
+                        return Err(failed("can't set immutable config".into()));
+                    }
+                    _ => {
+                        return Err(format!(
+                            "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+                            String::from_utf8_lossy(&pair[0])
+                        ))
+                    }
+                }
+            }
+            *ctx.server.settings.write() = updated;
+            ctx.w.ok();
+        }
+        "resetstat" => {
+            let stats = &ctx.server.stats;
+            for counter in [
+                &stats.commands,
+                &stats.connections_received,
+                &stats.rejected_connections,
+                &stats.keyspace_hits,
+                &stats.keyspace_misses,
+                &stats.input_bytes,
+                &stats.output_bytes,
+            ] {
+                counter.store(0, Ordering::Relaxed);
+            }
+            ctx.server.keyspace.expired_keys.store(0, Ordering::Relaxed);
+            ctx.w.ok();
+        }
+        _ => {
+            return Err(format!(
+                "ERR unknown subcommand '{}'. Try CONFIG HELP.",
+                String::from_utf8_lossy(&args[1])
+            ))
+        }
+    }
+    Ok(())
+}
+
+fn command_info(ctx: &mut Ctx<'_>, spec: &table::Spec) {
+    ctx.w.array(10);
+    ctx.w.bulk(spec.name.as_bytes());
+    ctx.w.int(spec.arity);
+    let flag = if spec.write { "write" } else { "readonly" };
+    ctx.w.set(1);
+    ctx.w.simple(flag);
+    ctx.w.int(spec.first_key);
+    ctx.w.int(spec.last_key);
+    ctx.w.int(spec.step);
+    ctx.w.set(0);
+    ctx.w.set(0);
+    ctx.w.array(0);
+    ctx.w.array(0);
+}
+
+fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    let sub = args.get(1).map(|a| lower(a));
+    match sub.as_deref() {
+        None => {
+            ctx.w.array(table::COMMANDS.len());
+            for spec in table::COMMANDS {
+                command_info(ctx, spec);
+            }
+        }
+        Some("count") => ctx.w.int(table::COMMANDS.len() as i64),
+        Some("list") => {
+            ctx.w.array(table::COMMANDS.len());
+            for spec in table::COMMANDS {
+                ctx.w.bulk(spec.name.as_bytes());
+            }
+        }
+        Some("info") => {
+            let specs: Vec<Option<&table::Spec>> = if args.len() == 2 {
+                table::COMMANDS.iter().map(Some).collect()
+            } else {
+                args[2..].iter().map(|a| table::find(&lower(a))).collect()
+            };
+            ctx.w.array(specs.len());
+            for spec in specs {
+                match spec {
+                    Some(spec) => command_info(ctx, spec),
+                    None => ctx.w.null_array(),
+                }
+            }
+        }
+        Some("docs") => {
+            let specs: Vec<&table::Spec> = if args.len() == 2 {
+                table::COMMANDS.iter().collect()
+            } else {
+                args[2..]
+                    .iter()
+                    .filter_map(|a| table::find(&lower(a)))
+                    .collect()
+            };
+            ctx.w.map(specs.len());
+            for spec in specs {
+                ctx.w.bulk(spec.name.as_bytes());
+                ctx.w.map(3);
+                ctx.w.bulk(b"summary");
+                ctx.w.bulk(spec.summary.as_bytes());
+                ctx.w.bulk(b"since");
+                ctx.w.bulk(b"1.0.0");
+                ctx.w.bulk(b"group");
+                ctx.w.bulk(spec.group.as_bytes());
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "ERR unknown subcommand '{other}'. Try COMMAND HELP."
+            ));
+        }
+    }
+    Ok(())
+}

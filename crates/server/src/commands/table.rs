@@ -1,0 +1,141 @@
+//! The command table: names, arity and flags as `COMMAND INFO` reports them, used for
+//! dispatch checks (arity, write refusal under maxmemory, NOAUTH exemptions).
+
+/// One command's static description.
+pub struct Spec {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Redis arity: positive = exact argument count (name included), negative = at least.
+    pub arity: i64,
+    /// Writes data (refused under maxmemory).
+    pub write: bool,
+    /// First key position (0 = none).
+    pub first_key: i64,
+    /// Last key position (-1 = last argument).
+    pub last_key: i64,
+    /// Step between keys.
+    pub step: i64,
+    /// Command group for COMMAND DOCS.
+    pub group: &'static str,
+    /// One-line summary for COMMAND DOCS.
+    pub summary: &'static str,
+}
+
+const fn c(
+    name: &'static str,
+    arity: i64,
+    write: bool,
+    keys: (i64, i64, i64),
+    group: &'static str,
+    summary: &'static str,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        write,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        group,
+        summary,
+    }
+}
+
+const NONE: (i64, i64, i64) = (0, 0, 0);
+const ONE: (i64, i64, i64) = (1, 1, 1);
+const ALL: (i64, i64, i64) = (1, -1, 1);
+const PAIRS: (i64, i64, i64) = (1, -1, 2);
+const TWO: (i64, i64, i64) = (1, 2, 1);
+
+/// Every supported command.
+pub static COMMANDS: &[Spec] = &[
+    c("ping", -1, false, NONE, "connection", "Returns the server's liveliness response."),
+    c("echo", 2, false, NONE, "connection", "Returns the given string."),
+    c("hello", -1, false, NONE, "connection", "Handshakes with the server."),
+    c("auth", -2, false, NONE, "connection", "Authenticates the connection."),
+    c("select", 2, false, NONE, "connection", "Changes the selected database."),
+    c("quit", -1, false, NONE, "connection", "Closes the connection."),
+    c("reset", 1, false, NONE, "connection", "Resets the connection."),
+    c("client", -2, false, NONE, "connection", "A container for client connection commands."),
+    c("set", -3, true, ONE, "string", "Sets the string value of a key."),
+    c("get", 2, false, ONE, "string", "Returns the string value of a key."),
+    c("getset", 3, true, ONE, "string", "Returns the previous string value of a key after setting it to a new value."),
+    c("getdel", 2, true, ONE, "string", "Returns the string value of a key after deleting the key."),
+    c("getex", -2, true, ONE, "string", "Returns the string value of a key after setting its expiration time."),
+    c("setnx", 3, true, ONE, "string", "Set the string value of a key only when the key doesn't exist."),
+    c("setex", 4, true, ONE, "string", "Sets the string value and expiration time of a key."),
+    c("psetex", 4, true, ONE, "string", "Sets both string value and expiration time in milliseconds of a key."),
+    c("mset", -3, true, PAIRS, "string", "Atomically creates or modifies the string values of one or more keys."),
+    c("msetnx", -3, true, PAIRS, "string", "Atomically modifies the string values of one or more keys only when all keys don't exist."),
+    c("mget", -2, false, ALL, "string", "Atomically returns the string values of one or more keys."),
+    c("incr", 2, true, ONE, "string", "Increments the integer value of a key by one."),
+    c("decr", 2, true, ONE, "string", "Decrements the integer value of a key by one."),
+    c("incrby", 3, true, ONE, "string", "Increments the integer value of a key by a number."),
+    c("decrby", 3, true, ONE, "string", "Decrements a number from the integer value of a key."),
+    c("incrbyfloat", 3, true, ONE, "string", "Increment the floating point value of a key by a number."),
+    c("append", 3, true, ONE, "string", "Appends a string to the value of a key."),
+    c("strlen", 2, false, ONE, "string", "Returns the length of a string value."),
+    c("setrange", 4, true, ONE, "string", "Overwrites a part of a string value with another by an offset."),
+    c("getrange", 4, false, ONE, "string", "Returns a substring of the string stored at a key."),
+    c("del", -2, true, ALL, "generic", "Deletes one or more keys."),
+    c("unlink", -2, true, ALL, "generic", "Asynchronously deletes one or more keys."),
+    c("exists", -2, false, ALL, "generic", "Determines whether one or more keys exist."),
+    c("type", 2, false, ONE, "generic", "Determines the type of value stored at a key."),
+    c("expire", -3, true, ONE, "generic", "Sets the expiration time of a key in seconds."),
+    c("pexpire", -3, true, ONE, "generic", "Sets the expiration time of a key in milliseconds."),
+    c("expireat", -3, true, ONE, "generic", "Sets the expiration time of a key to a Unix timestamp."),
+    c("pexpireat", -3, true, ONE, "generic", "Sets the expiration time of a key to a Unix milliseconds timestamp."),
+    c("ttl", 2, false, ONE, "generic", "Returns the expiration time in seconds of a key."),
+    c("pttl", 2, false, ONE, "generic", "Returns the expiration time in milliseconds of a key."),
+    c("expiretime", 2, false, ONE, "generic", "Returns the expiration time of a key as a Unix timestamp."),
+    c("pexpiretime", 2, false, ONE, "generic", "Returns the expiration time of a key as a Unix milliseconds timestamp."),
+    c("persist", 2, true, ONE, "generic", "Removes the expiration time of a key."),
+    c("keys", 2, false, NONE, "generic", "Returns all key names that match a pattern."),
+    c("scan", -2, false, NONE, "generic", "Iterates over the key names in the database."),
+    c("rename", 3, true, TWO, "generic", "Renames a key and overwrites the destination."),
+    c("renamenx", 3, true, TWO, "generic", "Renames a key only when the target key name doesn't exist."),
+    c("randomkey", 1, false, NONE, "generic", "Returns a random key name from the database."),
+    c("hset", -4, true, ONE, "hash", "Creates or modifies the value of a field in a hash."),
+    c("hmset", -4, true, ONE, "hash", "Sets the values of multiple fields."),
+    c("hget", 3, false, ONE, "hash", "Returns the value of a field in a hash."),
+    c("hmget", -3, false, ONE, "hash", "Returns the values of all fields in a hash."),
+    c("hgetall", 2, false, ONE, "hash", "Returns all fields and values in a hash."),
+    c("hdel", -3, true, ONE, "hash", "Deletes one or more fields and their values from a hash."),
+    c("hexists", 3, false, ONE, "hash", "Determines whether a field exists in a hash."),
+    c("hlen", 2, false, ONE, "hash", "Returns the number of fields in a hash."),
+    c("hincrby", 4, true, ONE, "hash", "Increments the integer value of a field in a hash by a number."),
+    c("hkeys", 2, false, ONE, "hash", "Returns all fields in a hash."),
+    c("hvals", 2, false, ONE, "hash", "Returns all values in a hash."),
+    c("hsetnx", 4, true, ONE, "hash", "Sets the value of a field in a hash only when the field doesn't exist."),
+    c("hstrlen", 3, false, ONE, "hash", "Returns the length of the value of a field."),
+    c("info", -1, false, NONE, "server", "Returns information and statistics about the server."),
+    c("config", -2, false, NONE, "server", "A container for server configuration commands."),
+    c("command", -1, false, NONE, "server", "Returns detailed information about all commands."),
+    c("dbsize", 1, false, NONE, "server", "Returns the number of keys in the database."),
+    c("flushdb", -1, true, NONE, "server", "Remove all keys from the current database."),
+    c("flushall", -1, true, NONE, "server", "Removes all keys from all databases."),
+    c("function", -2, false, NONE, "scripting", "A container for function commands."),
+    c("time", 1, false, NONE, "server", "Returns the server time."),
+    c("shutdown", -1, false, NONE, "server", "Synchronously saves the database(s) to disk and shuts down the server."),
+    c("save", 1, false, NONE, "server", "Synchronously saves the database(s) to disk."),
+    c("bgsave", -1, false, NONE, "server", "Asynchronously saves the database(s) to disk."),
+    c("lastsave", 1, false, NONE, "server", "Returns the Unix timestamp of the last successful save to disk."),
+    c("bgrewriteaof", 1, false, NONE, "server", "Asynchronously rewrites the append-only file to disk."),
+    c("waitaof", 4, false, NONE, "generic", "Blocks until all of the preceding write commands sent by the connection are written to the append-only file."),
+    c("prefixkv.commitpoint", 1, false, NONE, "server", "Returns this connection's write count and how many of those writes are durable."),
+];
+
+/// Looks a command up by its lower-case name.
+pub fn find(name: &str) -> Option<&'static Spec> {
+    COMMANDS.iter().find(|spec| spec.name == name)
+}
+
+/// Whether `argument_count` (name included) satisfies `arity`.
+pub fn arity_ok(spec: &Spec, argument_count: usize) -> bool {
+    let count = argument_count as i64;
+    if spec.arity >= 0 {
+        count == spec.arity
+    } else {
+        count >= -spec.arity
+    }
+}

@@ -1,0 +1,408 @@
+//! Configuration: command-line flags, an optional TOML file (`--config`), and the runtime
+//! values `CONFIG GET`/`CONFIG SET` read and change.
+//!
+//! Precedence: built-in default < TOML file < flag. Names follow Redis where Redis has the
+//! setting (`port`, `bind`, `dir`, `requirepass`, `maxclients`, `maxmemory`, `appendfsync`,
+//! `protected-mode`, `client-query-buffer-limit`, `proto-max-bulk-len`), and the TOML keys are
+//! exactly those names.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use serde::Deserialize;
+
+/// What is durable when, one setting for the whole server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Nothing on disk (SAVE still writes a checkpoint on request).
+    None,
+    /// Periodic Persian checkpoints only.
+    Checkpoint,
+    /// Oplog synced about once a second plus periodic checkpoints.
+    EverySec,
+    /// Oplog group commit; a write is acknowledged after its batch is synced.
+    Always,
+}
+
+impl Durability {
+    /// Parses a mode name (`no` is accepted for `none`, as Redis's `appendonly no`).
+    pub fn parse(text: &str) -> anyhow::Result<Durability> {
+        Ok(match text.to_ascii_lowercase().as_str() {
+            "none" | "no" => Durability::None,
+            "checkpoint" => Durability::Checkpoint,
+            "everysec" => Durability::EverySec,
+            "always" => Durability::Always,
+            other => bail!(
+                "unknown appendfsync mode '{other}': use none, checkpoint, everysec or always"
+            ),
+        })
+    }
+
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::None => "none",
+            Durability::Checkpoint => "checkpoint",
+            Durability::EverySec => "everysec",
+            Durability::Always => "always",
+        }
+    }
+
+    /// Whether writes go to the oplog.
+    pub fn uses_oplog(self) -> bool {
+        matches!(self, Durability::EverySec | Durability::Always)
+    }
+
+    /// The one-sentence loss bound shown in `INFO persistence` and the docs.
+    pub fn statement(self) -> &'static str {
+        match self {
+            Durability::None => "none: nothing is written to disk; a crash or restart loses every write since the last explicit SAVE.",
+            Durability::Checkpoint => "checkpoint: a crash loses at most the writes after the last durable checkpoint (taken every checkpoint-interval), and every connection recovers a prefix of its writes.",
+            Durability::EverySec => "everysec: the oplog is fsynced at least once a second besides periodic checkpoints; a process crash loses no acknowledged write and a power loss at most about one second of them.",
+            Durability::Always => "always: a write is acknowledged only after the oplog batch holding it is fsynced (group commit), so a crash loses no acknowledged write.",
+        }
+    }
+}
+
+/// Command-line flags. Every flag can also be set in the TOML file under the same name.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "prefixkv-server",
+    version,
+    about = "A Redis-compatible server on the prefixkv engine"
+)]
+pub struct Flags {
+    /// TOML configuration file (keys named as the flags, e.g. `port = 6380`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// TCP port [default: 6379; if taken, the next free port]. 0 picks any free port.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Data directory [default: ./data].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Password clients must give with AUTH or HELLO AUTH [default: none].
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    /// Most simultaneous clients [default: 10000].
+    #[arg(long)]
+    pub maxclients: Option<u64>,
+    /// Refuse writes when used memory is above this many bytes; accepts 100mb, 2gb [default: 0 = no limit].
+    #[arg(long)]
+    pub maxmemory: Option<String>,
+    /// Durability: none, checkpoint, everysec, always [default: everysec].
+    #[arg(long)]
+    pub appendfsync: Option<String>,
+    /// Milliseconds between periodic checkpoints [default: 1000].
+    #[arg(long = "checkpoint-interval")]
+    pub checkpoint_interval: Option<u64>,
+    /// `yes` refuses a non-loopback bind without requirepass [default: yes].
+    #[arg(long = "protected-mode")]
+    pub protected_mode: Option<String>,
+    /// Largest buffered query of one client; accepts 1gb [default: 1gb].
+    #[arg(long = "client-query-buffer-limit")]
+    pub client_query_buffer_limit: Option<String>,
+    /// Largest pending reply of one client before it is disconnected; accepts 1gb [default: 1gb].
+    #[arg(long = "client-output-buffer-limit")]
+    pub client_output_buffer_limit: Option<String>,
+    /// Largest bulk string of a request; accepts 512mb [default: 512mb].
+    #[arg(long = "proto-max-bulk-len")]
+    pub proto_max_bulk_len: Option<String>,
+    /// Request-handling threads, each with its own runtime [default: number of cores].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Engine in-memory log budget; accepts 1gb [default: 1gb].
+    #[arg(long = "engine-memory")]
+    pub engine_memory: Option<String>,
+}
+
+/// The TOML file: the same names as the flags.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileConfig {
+    port: Option<u16>,
+    bind: Option<String>,
+    dir: Option<PathBuf>,
+    requirepass: Option<String>,
+    maxclients: Option<u64>,
+    maxmemory: Option<toml::Value>,
+    appendfsync: Option<String>,
+    checkpoint_interval: Option<u64>,
+    protected_mode: Option<toml::Value>,
+    client_query_buffer_limit: Option<toml::Value>,
+    client_output_buffer_limit: Option<toml::Value>,
+    proto_max_bulk_len: Option<toml::Value>,
+    threads: Option<usize>,
+    engine_memory: Option<toml::Value>,
+}
+
+/// The resolved configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Port asked for (0 = any).
+    pub port: u16,
+    /// Whether the port was chosen explicitly (then a taken port is an error).
+    pub port_explicit: bool,
+    /// Listen address.
+    pub bind: String,
+    /// Data directory.
+    pub dir: PathBuf,
+    /// Password, if any.
+    pub requirepass: Option<String>,
+    /// Client limit.
+    pub maxclients: u64,
+    /// Memory limit in bytes (0 = none).
+    pub maxmemory_bytes: u64,
+    /// Durability mode.
+    pub durability: Durability,
+    /// Checkpoint period.
+    pub checkpoint_interval_ms: u64,
+    /// Protected mode.
+    pub protected_mode: bool,
+    /// Per-client query buffer cap.
+    pub client_query_buffer_limit_bytes: u64,
+    /// Per-client output cap.
+    pub client_output_buffer_limit_bytes: u64,
+    /// Largest request bulk string.
+    pub proto_max_bulk_len_bytes: u64,
+    /// Request threads.
+    pub threads: usize,
+    /// Engine log memory budget.
+    pub engine_memory_bytes: u64,
+}
+
+/// Parses `100`, `100b`, `64kb`, `64k`, `100mb`, `2gb` (Redis's memory units: `k` = 1000,
+/// `kb` = 1024).
+pub fn parse_memory(text: &str) -> anyhow::Result<u64> {
+    let lower = text.trim().to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .with_context(|| format!("'{text}' is not a memory size (examples: 100mb, 2gb)"))?;
+    let multiplier: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => bail!("'{text}' has an unknown unit (use b, k, kb, m, mb, g, gb)"),
+    };
+    number
+        .checked_mul(multiplier)
+        .with_context(|| format!("'{text}' is too large"))
+}
+
+fn memory_value(value: &toml::Value, key: &str) -> anyhow::Result<u64> {
+    match value {
+        toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
+        toml::Value::String(text) => {
+            parse_memory(text).with_context(|| format!("config key {key}"))
+        }
+        _ => bail!("config key {key}: expected a size such as 100mb"),
+    }
+}
+
+/// Parses `yes`/`no`.
+pub fn parse_yes_no(text: &str) -> anyhow::Result<bool> {
+    match text.to_ascii_lowercase().as_str() {
+        "yes" | "true" => Ok(true),
+        "no" | "false" => Ok(false),
+        _ => bail!("expected yes or no, got '{text}'"),
+    }
+}
+
+impl Config {
+    /// Merges defaults, the TOML file named by `--config`, and the flags.
+    pub fn resolve(flags: Flags) -> anyhow::Result<Config> {
+        let file = match &flags.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?;
+                toml::from_str::<FileConfig>(&text)
+                    .with_context(|| format!("parsing config file {}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let memory = |flag: &Option<String>,
+                      file: &Option<toml::Value>,
+                      key: &str,
+                      default: u64|
+         -> anyhow::Result<u64> {
+            if let Some(text) = flag {
+                return parse_memory(text).with_context(|| format!("--{key}"));
+            }
+            match file {
+                Some(value) => memory_value(value, key),
+                None => Ok(default),
+            }
+        };
+        let port = flags.port.or(file.port);
+        let protected_mode = match (&flags.protected_mode, &file.protected_mode) {
+            (Some(text), _) => parse_yes_no(text)?,
+            (None, Some(toml::Value::Boolean(b))) => *b,
+            (None, Some(toml::Value::String(text))) => parse_yes_no(text)?,
+            (None, Some(_)) => bail!("config key protected-mode: expected yes or no"),
+            (None, None) => true,
+        };
+        let threads = flags
+            .threads
+            .or(file.threads)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1);
+        let config = Config {
+            port: port.unwrap_or(6379),
+            port_explicit: port.is_some(),
+            bind: flags
+                .bind
+                .or(file.bind)
+                .unwrap_or_else(|| "127.0.0.1".into()),
+            dir: flags
+                .dir
+                .or(file.dir)
+                .unwrap_or_else(|| PathBuf::from("./data")),
+            requirepass: flags
+                .requirepass
+                .or(file.requirepass)
+                .filter(|p| !p.is_empty()),
+            maxclients: flags.maxclients.or(file.maxclients).unwrap_or(10_000),
+            maxmemory_bytes: memory(&flags.maxmemory, &file.maxmemory, "maxmemory", 0)?,
+            durability: Durability::parse(
+                flags
+                    .appendfsync
+                    .as_deref()
+                    .or(file.appendfsync.as_deref())
+                    .unwrap_or("everysec"),
+            )?,
+            checkpoint_interval_ms: flags
+                .checkpoint_interval
+                .or(file.checkpoint_interval)
+                .unwrap_or(1000)
+                .max(10),
+            protected_mode,
+            client_query_buffer_limit_bytes: memory(
+                &flags.client_query_buffer_limit,
+                &file.client_query_buffer_limit,
+                "client-query-buffer-limit",
+                1 << 30,
+            )?,
+            client_output_buffer_limit_bytes: memory(
+                &flags.client_output_buffer_limit,
+                &file.client_output_buffer_limit,
+                "client-output-buffer-limit",
+                1 << 30,
+            )?,
+            proto_max_bulk_len_bytes: memory(
+                &flags.proto_max_bulk_len,
+                &file.proto_max_bulk_len,
+                "proto-max-bulk-len",
+                512 << 20,
+            )?,
+            threads,
+            engine_memory_bytes: memory(
+                &flags.engine_memory,
+                &file.engine_memory,
+                "engine-memory",
+                1 << 30,
+            )?,
+        };
+        if config.protected_mode && config.requirepass.is_none() && !is_loopback(&config.bind) {
+            bail!(
+                "refusing to listen on non-loopback address {} without a password: set requirepass, \
+                 or protected-mode no if the network is trusted",
+                config.bind
+            );
+        }
+        Ok(config)
+    }
+}
+
+/// Whether a bind address is loopback only.
+pub fn is_loopback(bind: &str) -> bool {
+    match bind.parse::<std::net::IpAddr>() {
+        Ok(address) => address.is_loopback(),
+        Err(_) => bind == "localhost",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_units() {
+        assert_eq!(parse_memory("100").unwrap(), 100);
+        assert_eq!(parse_memory("1kb").unwrap(), 1024);
+        assert_eq!(parse_memory("2GB").unwrap(), 2 << 30);
+        assert!(parse_memory("1tb").is_err());
+        assert!(parse_memory("x").is_err());
+    }
+
+    #[test]
+    fn toml_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prefixkv.toml");
+        std::fs::write(
+            &path,
+            "port = 7001\nappendfsync = \"always\"\nmaxmemory = \"100mb\"\nprotected-mode = \"yes\"\n\
+             client-query-buffer-limit = 1048576\ncheckpoint-interval = 250\n",
+        )
+        .unwrap();
+        let flags = Flags {
+            config: Some(path.clone()),
+            appendfsync: Some("checkpoint".into()),
+            ..Flags::default()
+        };
+        let config = Config::resolve(flags).unwrap();
+        assert_eq!(config.port, 7001);
+        assert!(config.port_explicit);
+        assert_eq!(
+            config.durability,
+            Durability::Checkpoint,
+            "a flag beats the file"
+        );
+        assert_eq!(config.maxmemory_bytes, 100 << 20);
+        assert_eq!(config.client_query_buffer_limit_bytes, 1 << 20);
+        assert_eq!(config.checkpoint_interval_ms, 250);
+        std::fs::write(&path, "no-such-key = 1\n").unwrap();
+        let error = Config::resolve(Flags {
+            config: Some(path),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(format!("{error:#}").contains("no-such-key"), "{error:#}");
+    }
+
+    #[test]
+    fn defaults() {
+        let config = Config::resolve(Flags::default()).unwrap();
+        assert_eq!((config.port, config.port_explicit), (6379, false));
+        assert_eq!(config.bind, "127.0.0.1");
+        assert_eq!(config.dir, PathBuf::from("./data"));
+        assert_eq!(config.durability, Durability::EverySec);
+        assert_eq!(config.client_query_buffer_limit_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn non_loopback_needs_password() {
+        let flags = Flags {
+            bind: Some("0.0.0.0".into()),
+            ..Flags::default()
+        };
+        assert!(Config::resolve(flags).is_err());
+        let flags = Flags {
+            bind: Some("0.0.0.0".into()),
+            protected_mode: Some("no".into()),
+            ..Flags::default()
+        };
+        assert!(Config::resolve(flags).is_ok());
+    }
+}

@@ -1,0 +1,262 @@
+//! One client connection: read, parse every complete request, execute in order, write all
+//! replies of the read with one write.
+//!
+//! Under `always` and `everysec`, replies of a batch are written only after the batch's newest
+//! oplog record completed (synced under `always`, written to the file under `everysec`); LSNs
+//! complete in order, so awaiting the newest covers the batch. If the oplog failed, the
+//! connection is closed without sending those replies: nothing unlogged is acknowledged.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use prefixkv_resp::{Limits, RequestParser};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::commands::{self, AsyncOp, Client, Flow};
+use crate::config::Durability;
+use crate::keyspace;
+use crate::state::{ClientInfo, Server};
+
+const READ_CHUNK_BYTES: usize = 16 << 10;
+
+/// Serves one connection to its end.
+pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
+    let id = server.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let settings = server.settings.read().clone();
+    let authenticated = settings.requirepass.is_none();
+    let mut client = Client::new(id, authenticated, settings.durability);
+    server.clients.lock().insert(
+        id,
+        ClientInfo {
+            addr,
+            name: String::new(),
+            database: 0,
+            created: client.created,
+            lib_name: String::new(),
+            lib_ver: String::new(),
+            last_command: "NULL".into(),
+            resp: 2,
+        },
+    );
+    let _ = stream.set_nodelay(true);
+    let result = serve_loop(&server, &mut stream, &mut client).await;
+    if let Err(error) = result {
+        if error.kind() != std::io::ErrorKind::ConnectionReset
+            && error.kind() != std::io::ErrorKind::BrokenPipe
+        {
+            eprintln!("prefixkv-server: client {id}: {error}");
+        }
+    }
+    server.clients.lock().remove(&id);
+    server.stats.connected.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn serve_loop(
+    server: &Arc<Server>,
+    stream: &mut TcpStream,
+    client: &mut Client,
+) -> std::io::Result<()> {
+    let limits = Limits {
+        proto_max_bulk_len: server
+            .settings
+            .read()
+            .proto_max_bulk_len_bytes
+            .min(usize::MAX as u64) as usize,
+        ..Limits::default()
+    };
+    let mut parser = RequestParser::new(limits);
+    let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut output = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        if input.capacity() - input.len() < READ_CHUNK_BYTES / 4 {
+            input.reserve(READ_CHUNK_BYTES);
+        }
+        let read = stream.read_buf(&mut input).await?;
+        if read == 0 {
+            return Ok(());
+        }
+        server
+            .stats
+            .input_bytes
+            .fetch_add(read as u64, Ordering::Relaxed);
+        let (query_limit, output_limit) = {
+            let settings = server.settings.read();
+            (
+                settings.client_query_buffer_limit_bytes,
+                settings.client_output_buffer_limit_bytes,
+            )
+        };
+        if input.len() as u64 > query_limit {
+            eprintln!("prefixkv-server: closing client {}: query buffer over client-query-buffer-limit ({query_limit} bytes)", client.id);
+            return Ok(());
+        }
+        let mut close = false;
+        loop {
+            let command = match parser.parse(&mut input) {
+                Ok(Some(command)) => command,
+                Ok(None) => break,
+                Err(error) => {
+                    output.extend_from_slice(b"-");
+                    output.extend_from_slice(error.to_string().as_bytes());
+                    output.extend_from_slice(b"\r\n");
+                    close = true;
+                    break;
+                }
+            };
+            let flow = keyspace::with_session(&server.keyspace.store, |session| {
+                commands::execute(server, client, session, &command.args, &mut output)
+            });
+            match flow {
+                Flow::Continue => {}
+                Flow::Close => {
+                    close = true;
+                    break;
+                }
+                Flow::Async(operation) => {
+                    if !await_ticket(client).await {
+                        return Ok(());
+                    }
+                    run_async(server, client, operation, &mut output).await;
+                }
+            }
+            if output.len() as u64 > output_limit {
+                eprintln!("prefixkv-server: closing client {}: reply over client-output-buffer-limit ({output_limit} bytes)", client.id);
+                return Ok(());
+            }
+        }
+        if !await_ticket(client).await {
+            return Ok(());
+        }
+        if !output.is_empty() {
+            stream.write_all(&output).await?;
+            server
+                .stats
+                .output_bytes
+                .fetch_add(output.len() as u64, Ordering::Relaxed);
+            output.clear();
+        }
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+/// Waits for the batch's newest oplog record; false if the oplog failed.
+async fn await_ticket(client: &mut Client) -> bool {
+    let Some(ticket) = client.ticket.take() else {
+        return true;
+    };
+    if !matches!(client.durability, Durability::Always | Durability::EverySec) {
+        return true;
+    }
+    match ticket.await {
+        Ok(_) => true,
+        Err(error) => {
+            eprintln!(
+                "prefixkv-server: closing client {} without acknowledging: oplog failed: {error}",
+                client.id
+            );
+            false
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work)
+        .await
+        .expect("blocking persistence task panicked")
+}
+
+async fn run_async(
+    server: &Arc<Server>,
+    client: &mut Client,
+    operation: AsyncOp,
+    output: &mut BytesMut,
+) {
+    let encoder = prefixkv_resp::Encoder::new(client.protocol);
+    match operation {
+        AsyncOp::Save => {
+            let persistence = server.persistence.clone();
+            match blocking(move || persistence.checkpoint_now()).await {
+                Ok(_) => encoder.simple_string(output, b"OK"),
+                Err(error) => encoder.error(
+                    output,
+                    format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes(),
+                ),
+            }
+        }
+        AsyncOp::WaitAof { timeout_ms } => {
+            let result = if timeout_ms == 0 {
+                Some(wait_durable(server, client).await)
+            } else {
+                tokio::time::timeout(
+                    std::time::Duration::from_millis(timeout_ms),
+                    wait_durable(server, client),
+                )
+                .await
+                .ok()
+            };
+            match result {
+                Some(Ok(())) => {
+                    encoder.array_header(output, 2);
+                    encoder.integer(output, 1);
+                    encoder.integer(output, 0);
+                }
+                None => {
+                    // Timed out: like Redis, report how many acknowledged (none).
+                    encoder.array_header(output, 2);
+                    encoder.integer(output, 0);
+                    encoder.integer(output, 0);
+                }
+                Some(Err(error)) => encoder.error(
+                    output,
+                    format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes(),
+                ),
+            }
+        }
+        AsyncOp::Shutdown { save } => {
+            let persistence = server.persistence.clone();
+            match blocking(move || persistence.shutdown(save)).await {
+                Ok(()) => {
+                    eprintln!("prefixkv-server: SHUTDOWN (save: {save}); exiting");
+                    std::process::exit(0);
+                }
+                Err(error) => {
+                    eprintln!("prefixkv-server: SHUTDOWN failed: {error}");
+                    encoder.error(output, b"ERR Errors trying to SHUTDOWN. Check logs.");
+                }
+            }
+        }
+    }
+}
+
+/// Returns once every earlier write of this connection is durable: oplog modes sync the log;
+/// `checkpoint` takes checkpoints until the session's commit point covers the newest write.
+async fn wait_durable(server: &Arc<Server>, client: &mut Client) -> Result<(), String> {
+    let Some((serial, lsn)) = client.newest_pending() else {
+        return Ok(());
+    };
+    if let (Some(lsn), Some(_)) = (lsn, server.keyspace.oplog()) {
+        let durable = server.keyspace.oplog().map_or(0, |log| log.durable_lsn());
+        if lsn > durable {
+            let keyspace = server.keyspace.clone();
+            blocking(move || keyspace.oplog().map(|log| log.flush_and_sync()))
+                .await
+                .transpose()
+                .map_err(|error| format!("oplog sync failed: {error}"))?;
+        }
+        return Ok(());
+    }
+    for _ in 0..3 {
+        let committed =
+            keyspace::with_session(&server.keyspace.store, |session| session.committed_serial());
+        if committed >= serial {
+            return Ok(());
+        }
+        let persistence = server.persistence.clone();
+        blocking(move || persistence.checkpoint_now()).await?;
+    }
+    Err("this connection's writes are not covered by a checkpoint after 3 attempts".into())
+}

@@ -1,0 +1,135 @@
+//! INFO text.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use crate::config::Durability;
+use crate::keyspace::DATABASES;
+use crate::state::Server;
+
+/// Renders the INFO sections named by `section` (default/all/everything or one name).
+pub fn render(server: &Server, section: Option<&str>) -> String {
+    let wanted = section.unwrap_or("default");
+    let all = matches!(wanted, "default" | "all" | "everything");
+    let mut text = String::new();
+    let settings = server.settings.read().clone();
+    let persistence = &server.persistence;
+    if all || wanted == "server" {
+        let uptime = server.started.elapsed().as_secs();
+        let _ = write!(
+            text,
+            "# Server\r\nredis_version:{}\r\nprefixkv_version:{}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\n\
+             multiplexing_api:epoll\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\
+             io_threads_active:{}\r\n\r\n",
+            crate::REDIS_VERSION,
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::process::id(),
+            server.port,
+            uptime / 86400,
+            settings.threads,
+        );
+    }
+    if all || wanted == "clients" {
+        let _ = write!(
+            text,
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n\r\n",
+            server.stats.connected.load(Ordering::Relaxed),
+            settings.maxclients
+        );
+    }
+    if all || wanted == "memory" {
+        let used = server.keyspace.used_memory_bytes();
+        let _ = write!(
+            text,
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nmaxmemory:{}\r\nmaxmemory_policy:noeviction\r\n\
+             engine_log_memory_budget:{}\r\n\r\n",
+            used as f64 / (1024.0 * 1024.0),
+            settings.maxmemory_bytes,
+            settings.engine_memory_bytes,
+        );
+    }
+    if all || wanted == "persistence" {
+        let last = persistence.last_checkpoint.lock().clone();
+        let error = persistence.last_error.lock().clone();
+        let _ = write!(
+            text,
+            "# Persistence\r\nloading:0\r\ndurability:{}\r\ndurability_guarantee:{}\r\nloaded:{}\r\n\
+             rdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\n\
+             checkpoints_completed:{}\r\nlast_checkpoint_version:{}\r\nlast_checkpoint_ms:{}\r\nlast_checkpoint_bytes:{}\r\n\
+             last_checkpoint_records:{}\r\nlast_checkpoint_covered_lsn:{}\r\naof_enabled:{}\r\n",
+            settings.durability.name(),
+            settings.durability.statement(),
+            persistence.loaded.lock().replace(['\r', '\n'], " "),
+            persistence.checkpoint_running() as u8,
+            persistence.last_save_unix.load(Ordering::Relaxed),
+            if error.is_some() { "err" } else { "ok" },
+            persistence.checkpoints_done.load(Ordering::Relaxed),
+            last.as_ref().map_or(0, |c| c.version),
+            last.as_ref().map_or(0, |c| c.duration_ms),
+            last.as_ref().map_or(0, |c| c.bytes),
+            last.as_ref().map_or(0, |c| c.records),
+            last.as_ref().and_then(|c| c.covered_lsn).unwrap_or(0),
+            settings.durability.uses_oplog() as u8,
+        );
+        if let Some(log) = server.keyspace.oplog() {
+            let _ = write!(
+                text,
+                "oplog_next_lsn:{}\r\noplog_durable_lsn:{}\r\noplog_oldest_lsn:{}\r\noplog_backend:{}\r\n",
+                log.next_lsn(),
+                log.durable_lsn(),
+                log.oldest_lsn(),
+                log.backend().name()
+            );
+        }
+        for mode in [
+            Durability::None,
+            Durability::Checkpoint,
+            Durability::EverySec,
+            Durability::Always,
+        ] {
+            let _ = write!(
+                text,
+                "durability_mode_{}:{}\r\n",
+                mode.name(),
+                mode.statement()
+            );
+        }
+        if let Some(error) = error {
+            let _ = write!(
+                text,
+                "last_checkpoint_error:{}\r\n",
+                error.replace(['\r', '\n'], " ")
+            );
+        }
+        text.push_str("\r\n");
+    }
+    if all || wanted == "stats" {
+        let stats = &server.stats;
+        let _ = write!(
+            text,
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
+             expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\n\r\n",
+            stats.connections_received.load(Ordering::Relaxed),
+            stats.commands.load(Ordering::Relaxed),
+            stats.rejected_connections.load(Ordering::Relaxed),
+            server.keyspace.expired_keys.load(Ordering::Relaxed),
+            stats.keyspace_hits.load(Ordering::Relaxed),
+            stats.keyspace_misses.load(Ordering::Relaxed),
+            stats.input_bytes.load(Ordering::Relaxed),
+            stats.output_bytes.load(Ordering::Relaxed),
+        );
+    }
+    if all || wanted == "keyspace" {
+        text.push_str("# Keyspace\r\n");
+        for db in 0..DATABASES as u8 {
+            let keys = server.keyspace.dbsize(db);
+            if keys > 0 {
+                let expires = server.keyspace.expires_count(db);
+                let _ = write!(text, "db{db}:keys={keys},expires={expires},avg_ttl=0\r\n");
+            }
+        }
+        text.push_str("\r\n");
+    }
+    text
+}

@@ -1,0 +1,18 @@
+//! prefixkv-server as a library: the modules behind the `prefixkv-server` binary, public so
+//! that fuzz targets and tools can reach the decoders. See `docs/server.md`.
+#![warn(missing_docs)]
+
+pub mod commands;
+pub mod config;
+pub mod connection;
+pub mod glob;
+pub mod info;
+pub mod keyspace;
+pub mod net;
+pub mod persistence;
+pub mod signals;
+pub mod state;
+pub mod value;
+
+/// The Redis version we report (clients gate features on it).
+pub const REDIS_VERSION: &str = "7.2.0";

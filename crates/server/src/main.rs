@@ -1,0 +1,67 @@
+//! prefixkv-server: a Redis-compatible server on the prefixkv engine.
+//!
+//! Startup: resolve the configuration, recover (checkpoint + oplog replay; the port opens only
+//! when recovery is complete, so no client ever sees a partly loaded keyspace), bind, print
+//! how to connect, serve. See `docs/server.md`.
+
+use prefixkv_server::{config, net, persistence, signals, state};
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use parking_lot::{Mutex, RwLock};
+
+fn main() {
+    if let Err(error) = run() {
+        eprintln!("prefixkv-server: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let config = config::Config::resolve(config::Flags::parse())?;
+    signals::install()?;
+    let (keyspace, loaded) = persistence::recover(&config)?;
+    eprintln!("prefixkv-server: loaded {loaded}");
+    let listener = net::bind(&config.bind, config.port, config.port_explicit)?;
+    let port = listener.local_addr()?.port();
+    let keyspace = Arc::new(keyspace);
+    let persistence = Arc::new(persistence::Persistence::new(
+        keyspace.clone(),
+        &config,
+        loaded,
+    ));
+    persistence.start_periodic(config.checkpoint_interval_ms)?;
+    signals::arm(persistence.clone());
+    let mut settings = config.clone();
+    settings.port = port;
+    let threads = config.threads;
+    let server = Arc::new(state::Server {
+        settings: RwLock::new(settings),
+        keyspace,
+        persistence,
+        clients: Mutex::new(BTreeMap::new()),
+        next_client_id: AtomicU64::new(1),
+        stats: state::Stats::default(),
+        started: Instant::now(),
+        port,
+    });
+    if port != config.port && config.port != 0 {
+        println!(
+            "prefixkv-server: port {} is taken; using {port}",
+            config.port
+        );
+    }
+    println!(
+        "prefixkv-server ready on {}:{port} (dir {}, appendfsync {}, {threads} threads). Connect with: redis-cli -p {port}",
+        config.bind,
+        config.dir.display(),
+        config.durability.name()
+    );
+    println!("PORT {port}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    net::run(server, listener, threads)
+}

@@ -1,0 +1,152 @@
+//! Stored value encoding: what the server writes as an engine value.
+//!
+//! Layout (all integers little-endian):
+//!
+//! | Offset | Size | Field |
+//! |---|---|---|
+//! | 0 | 1 | type tag: 1 = string, 2 = hash |
+//! | 1 | 8 | absolute expiry, Unix milliseconds (0 = no expiry) |
+//! | 9 | n | payload: the string bytes, or the hash fields |
+//!
+//! A hash payload is a sequence of `[field length u32][field][value length u32][value]`, fields
+//! unique, in insertion order. Decoding checks every length against the bytes present, so a
+//! damaged value is an error, never an out-of-bounds read or an allocation sized by a length.
+
+/// Bytes before the payload.
+pub const HEADER_BYTES: usize = 9;
+
+/// The Redis type of a stored value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A string.
+    String,
+    /// A hash of field -> value.
+    Hash,
+}
+
+impl Kind {
+    /// The name `TYPE` and `SCAN ... TYPE` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::Hash => "hash",
+        }
+    }
+}
+
+/// A decoded stored value (owning its bytes).
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// The type tag.
+    pub kind: Kind,
+    /// Absolute expiry in Unix ms, 0 = none.
+    pub expire_at_ms: u64,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// Why a stored value could not be decoded.
+#[derive(Debug)]
+pub struct Malformed(pub &'static str);
+
+/// Reads the header of an encoded value.
+pub fn decode_header(bytes: &[u8]) -> Result<(Kind, u64), Malformed> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(Malformed("value shorter than its header"));
+    }
+    let kind = match bytes[0] {
+        1 => Kind::String,
+        2 => Kind::Hash,
+        _ => return Err(Malformed("unknown type tag")),
+    };
+    let expire = u64::from_le_bytes(bytes[1..9].try_into().expect("8 bytes"));
+    Ok((kind, expire))
+}
+
+/// Decodes an encoded value.
+pub fn decode(bytes: &[u8]) -> Result<Stored, Malformed> {
+    let (kind, expire_at_ms) = decode_header(bytes)?;
+    Ok(Stored {
+        kind,
+        expire_at_ms,
+        payload: bytes[HEADER_BYTES..].to_vec(),
+    })
+}
+
+/// Encodes a value into `out` (cleared first).
+pub fn encode(kind: Kind, expire_at_ms: u64, payload: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(HEADER_BYTES + payload.len());
+    out.push(match kind {
+        Kind::String => 1,
+        Kind::Hash => 2,
+    });
+    out.extend_from_slice(&expire_at_ms.to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// A hash's (field, value) pairs in insertion order.
+pub type HashPairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Decodes a hash payload into (field, value) pairs.
+pub fn decode_hash(payload: &[u8]) -> Result<HashPairs, Malformed> {
+    let mut pairs = Vec::new();
+    let mut rest = payload;
+    while !rest.is_empty() {
+        let field = take_chunk(&mut rest)?;
+        let value = take_chunk(&mut rest)?;
+        pairs.push((field.to_vec(), value.to_vec()));
+    }
+    Ok(pairs)
+}
+
+fn take_chunk<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], Malformed> {
+    if rest.len() < 4 {
+        return Err(Malformed("hash entry length cut short"));
+    }
+    let length = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+    if rest.len() - 4 < length {
+        return Err(Malformed("hash entry longer than the value"));
+    }
+    let chunk = &rest[4..4 + length];
+    *rest = &rest[4 + length..];
+    Ok(chunk)
+}
+
+/// Encodes hash pairs as a payload.
+pub fn encode_hash(pairs: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let total: usize = pairs.iter().map(|(f, v)| 8 + f.len() + v.len()).sum();
+    let mut out = Vec::with_capacity(total);
+    for (field, value) in pairs {
+        out.extend_from_slice(&(field.len() as u32).to_le_bytes());
+        out.extend_from_slice(field);
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let mut out = Vec::new();
+        encode(
+            Kind::Hash,
+            77,
+            &encode_hash(&[(b"f".to_vec(), b"v".to_vec())]),
+            &mut out,
+        );
+        let stored = decode(&out).unwrap();
+        assert_eq!(stored.kind, Kind::Hash);
+        assert_eq!(stored.expire_at_ms, 77);
+        assert_eq!(
+            decode_hash(&stored.payload).unwrap(),
+            vec![(b"f".to_vec(), b"v".to_vec())]
+        );
+        assert!(decode_hash(&[9, 0, 0, 0, 1]).is_err());
+        assert!(decode(&[3; 9]).is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! Test harness: starts the real `prefixkv-server` binary on a free port with a data directory
+//! in a tempdir, waits (bounded) until it accepts connections, and kills it by PID on drop.
+//! Also a raw RESP client for exact error lines.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use prefixkv_resp::{parse_reply, Limits, Reply};
+
+/// A running server.
+pub struct Server {
+    child: Option<Child>,
+    /// Its port.
+    pub port: u16,
+    /// Its data directory.
+    pub dir: PathBuf,
+}
+
+/// A free loopback port (bound and released; the server binds it explicitly).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    /// Starts a server on `dir` with extra flags.
+    pub fn start(dir: &Path, extra: &[&str]) -> Server {
+        for _attempt in 0..5 {
+            let port = free_port();
+            let child = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+                .arg("--port")
+                .arg(port.to_string())
+                .arg("--dir")
+                .arg(dir)
+                .arg("--threads")
+                .arg("2")
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn prefixkv-server");
+            let mut server = Server {
+                child: Some(child),
+                port,
+                dir: dir.to_path_buf(),
+            };
+            if server.wait_ready(Duration::from_secs(60)) {
+                return server;
+            }
+            // The port may have been taken between probe and bind: retry on another.
+            server.kill();
+        }
+        panic!("prefixkv-server did not start");
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_status)) = child.try_wait() {
+                    return false;
+                }
+            }
+            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                if stream.write_all(b"PING\r\n").is_ok() {
+                    // +PONG, or -NOAUTH when a password is set: either way the server serves.
+                    let mut reply = [0u8; 7];
+                    if stream.read_exact(&mut reply).is_ok()
+                        && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH")
+                    {
+                        return true;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own child's PID.
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+    }
+
+    /// Waits for the process to exit on its own (SHUTDOWN), bounded.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// A redis-rs connection (RESP2 or RESP3).
+    pub fn connect(&self, resp3: bool) -> redis::Connection {
+        let url = if resp3 {
+            format!("redis://127.0.0.1:{}/?protocol=resp3", self.port)
+        } else {
+            format!("redis://127.0.0.1:{}/", self.port)
+        };
+        redis::Client::open(url).unwrap().get_connection().unwrap()
+    }
+
+    /// A raw connection.
+    pub fn raw(&self) -> Raw {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Raw {
+            stream,
+            buffer: BytesMut::new(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A raw RESP client.
+pub struct Raw {
+    /// The socket.
+    pub stream: TcpStream,
+    buffer: BytesMut,
+}
+
+impl Raw {
+    /// Sends a command as a multibulk request.
+    pub fn send(&mut self, args: &[&[u8]]) {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            out.extend_from_slice(arg);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.stream.write_all(&out).unwrap();
+    }
+
+    /// Reads one reply (None at EOF).
+    pub fn read(&mut self) -> Option<Reply> {
+        loop {
+            if let Some(reply) = parse_reply(&mut self.buffer, Limits::default()).unwrap() {
+                return Some(reply);
+            }
+            let mut chunk = [0u8; 65536];
+            let n = self.stream.read(&mut chunk).ok()?;
+            if n == 0 {
+                return None;
+            }
+            self.buffer.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends a command and reads its reply.
+    pub fn call(&mut self, args: &[&str]) -> Reply {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.send(&args);
+        self.read().expect("reply")
+    }
+
+    /// The error line of a command that must fail.
+    pub fn error(&mut self, args: &[&str]) -> String {
+        match self.call(args) {
+            Reply::Error(text) => String::from_utf8_lossy(&text).into_owned(),
+            other => panic!("{args:?}: expected an error, got {other:?}"),
+        }
+    }
+}
