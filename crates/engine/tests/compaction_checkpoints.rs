@@ -169,17 +169,20 @@ fn chain_of(key: &[u8], buckets: u64) -> (u64, u64) {
     (hash & (buckets - 1), ((hash >> 48) & 0x3FFF).max(1))
 }
 
-/// Root cause of the bench failure: when two writers publish records of *different* keys of one
+/// A cause of exactly the bench's symptom (a loaded key missing from a checkpoint): when two writers publish records of *different* keys of one
 /// chain at once, the loser used to re-link its record (allocated earlier, so at a lower address)
 /// to the winner's (higher) address. Chain walks stop at the first address below the log's begin,
 /// so once compaction moved the begin past the loser's record but not past the winner's, the
 /// winner's key (and everything behind it) became unreachable: compaction then skipped it as dead
 /// and every later checkpoint lacked it. At 1M keys only a few dozen keys share a chain, so the
-/// bench hit it rarely; here 512 keys share 8 chains (found by hashing candidates), two writers
-/// update random keys with read-copy-update (Persian checkpoints run back to back, and compaction
+/// bench hit it rarely; here 256 keys share 2 chains (found by hashing candidates), two writers
+/// update random keys with read-copy-update (fold-over and Persian checkpoints alternate back to
+/// back, fold-over making the whole log read-only each time, and compaction
 /// keeps making the oldest pages read-only), and 4 KiB pages with a 128 KiB budget make compaction
 /// move the begin between two such records often. Every checkpoint must hold every key, and every
-/// key must stay readable. `PREFIXKV_CHAIN_OPERATIONS` (default 300,000) upserts per writer.
+/// key must stay readable; and in the test profile `find_record`'s debug assertion catches an
+/// upward link as soon as any walk crosses it, which is what makes this fail reliably before the
+/// fix (losing a key also needs a page boundary between the two records). `PREFIXKV_CHAIN_OPERATIONS` (default 300,000) upserts per writer.
 #[test]
 fn keys_sharing_a_chain_survive_concurrent_writes_and_compaction() {
     const BUCKETS: u64 = 2;
