@@ -10,7 +10,9 @@
 //! Invariants: compaction never runs during a checkpoint (the `maintenance` lock), so a checkpoint
 //! always sees a fixed begin address; copies use the compaction reserve of the page budget, so they
 //! can always make progress while user writes are held at the writer limit; a key's newest record
-//! is always at or above the begin address, so chain walks may stop there.
+//! is always at or above the begin address, so chain walks may stop there — which also needs every
+//! chain to point down the log (each record's previous address below its own; see
+//! `HybridLog::relink_or_rewrite`), or a walk that stops below the begin would skip live records.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -138,32 +140,42 @@ fn copy_if_live(
     if !tombstone {
         guard.copy_value(value);
     }
-    let address = match shared.log.write_new(
-        &NewRecord {
-            previous: entry.address(),
-            flags: if tombstone { FLAG_TOMBSTONE } else { 0 },
-            version: record.version(),
-            key,
-            value,
-            capacity_words: record.capacity_words(),
-        },
-        true,
-    ) {
+    let write = |previous: u64| {
+        shared.log.write_new(
+            &NewRecord {
+                previous,
+                flags: if tombstone { FLAG_TOMBSTONE } else { 0 },
+                version: record.version(),
+                key,
+                value,
+                capacity_words: record.capacity_words(),
+            },
+            true,
+        )
+    };
+    let mut address = match write(entry.address()) {
         Ok(address) => address,
         Err(AllocError::NeedMemory) => return false,
     };
-    let copy = shared.log.record(address);
     loop {
+        debug_assert!(entry.address() < address, "chains point down the log");
         match entry.compare_exchange(address) {
             Ok(()) => {
                 record.set_flags(FLAG_SEALED);
                 return true;
             }
+            // Another key of this chain moved the head; relink below the copy or copy again.
             Err(current) if entry.retarget(current) => {
-                copy.set_previous_unpublished(entry.address())
+                match shared
+                    .log
+                    .relink_or_rewrite(address, entry.address(), write)
+                {
+                    Ok(relinked) => address = relinked,
+                    Err(AllocError::NeedMemory) => return false,
+                }
             }
             Err(_) => {
-                copy.set_flags(FLAG_INVALID);
+                shared.log.record(address).set_flags(FLAG_INVALID);
                 return true;
             }
         }

@@ -558,6 +558,35 @@ impl HybridLog {
         Ok(address)
     }
 
+    /// Prepares an unpublished record at `address`, whose publishing CAS failed because the chain
+    /// head moved to `head`, for the next CAS: returns the address to publish.
+    ///
+    /// Chains must point *down* the log (every record's previous address is below its own), because
+    /// chain walks stop at the first address below `begin_address`: after compaction moved the
+    /// begin past a record, anything it links to must be below the begin too. A record allocated
+    /// before the new head was (possible when the head moved between our allocation and our CAS)
+    /// must therefore not be re-linked to it: relinking would create an upward link, and once
+    /// compaction moved the begin past our record but not past the head it points to, every record
+    /// behind that link would become unreachable — silently lost from reads, compaction and every
+    /// checkpoint. Such a record is invalidated and written again at the tail with `write`
+    /// (allocation is monotonic, so the rewrite lies above `head`).
+    pub(crate) fn relink_or_rewrite(
+        &self,
+        address: u64,
+        head: u64,
+        write: impl FnOnce(u64) -> Result<u64, AllocError>,
+    ) -> Result<u64, AllocError> {
+        let record = self.record(address);
+        if head < address {
+            record.set_previous_unpublished(head);
+            return Ok(address);
+        }
+        record.set_flags(FLAG_INVALID);
+        let rewritten = write(head)?;
+        debug_assert!(head < rewritten, "allocation is monotonic");
+        Ok(rewritten)
+    }
+
     /// Iterates records in `[from, until)` in address order, page by page. Callers guarantee every
     /// record below `until` is completely written (see the module invariants).
     pub(crate) fn scan(&self, from: u64, until: u64, mut visit: impl FnMut(Record<'_>) -> bool) {

@@ -532,34 +532,41 @@ impl Session {
         flags: u64,
         use_reserve: bool,
     ) -> Step<()> {
-        let address = match log.write_new(
-            &NewRecord {
-                previous: entry.address(),
-                flags,
-                version: self.version,
-                key,
-                value,
-                capacity_words: padded_capacity_words(key.len(), value.len()),
-            },
-            use_reserve,
-        ) {
+        let write = |previous: u64| {
+            log.write_new(
+                &NewRecord {
+                    previous,
+                    flags,
+                    version: self.version,
+                    key,
+                    value,
+                    capacity_words: padded_capacity_words(key.len(), value.len()),
+                },
+                use_reserve,
+            )
+        };
+        let mut address = match write(entry.address()) {
             Ok(address) => address,
             Err(AllocError::NeedMemory) => return Step::NeedMemory,
         };
-        let new_record = log.record(address);
         loop {
+            debug_assert!(entry.address() < address, "chains point down the log");
             match entry.compare_exchange(address) {
                 Ok(()) => {
                     guard.record.set_flags(FLAG_SEALED);
                     return Step::Done(());
                 }
                 // Only the head moved (another key of this chain): we hold the key's newest record,
-                // so no newer version of our key can have appeared. Re-link and retry.
+                // so no newer version of our key can have appeared. Re-link and retry — but only
+                // below our record: see `HybridLog::relink_or_rewrite`.
                 Err(current) if entry.retarget(current) => {
-                    new_record.set_previous_unpublished(entry.address())
+                    match log.relink_or_rewrite(address, entry.address(), write) {
+                        Ok(relinked) => address = relinked,
+                        Err(AllocError::NeedMemory) => return Step::NeedMemory,
+                    }
                 }
                 Err(_) => {
-                    new_record.set_flags(FLAG_INVALID);
+                    log.record(address).set_flags(FLAG_INVALID);
                     return Step::Again;
                 }
             }

@@ -125,7 +125,14 @@ impl Shared {
             if word0 & FLAG_INVALID == 0 && record.key_equals(key) {
                 return Some(record);
             }
-            address = word0 & crate::log::ADDRESS_MASK;
+            let previous = word0 & crate::log::ADDRESS_MASK;
+            // Walks stop below `begin`, which is only sound if chains point down the log.
+            debug_assert!(
+                previous < address,
+                "record {address} links up the log to {previous}: a chain walk that stops below the \
+                 begin address would lose what lies behind it"
+            );
+            address = previous;
         }
         None
     }
