@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{encode_value, env_count, op_at, small_config, verify_image, Op};
+use common::{encode_value, env_count, op_at, read_image, small_config, verify_image, Op};
 use prefixkv_engine::{SessionId, Store, Strategy};
 
 const KEYS: u64 = 2000;
@@ -146,14 +146,7 @@ fn recovery_after_sigkill_is_prefix_consistent() {
             .iter()
             .map(|(id, point)| (indices[id], *point))
             .collect();
-        let mut reader = store.start_session();
-        let mut image = BTreeMap::new();
-        let mut out = Vec::new();
-        for key in 0..KEYS {
-            if reader.read(&key.to_be_bytes(), &mut out).unwrap() {
-                image.insert(key, out.clone());
-            }
-        }
+        let image = read_image(&store, KEYS);
         if let Err(problem) = verify_image(KEYS, &sessions, &image) {
             panic!(
                 "iteration {iteration}: recovered v{}: {problem}; points {sessions:?}",

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{encode_value, env_count, op_at, small_config, verify_image, Op};
+use common::{encode_value, env_count, op_at, read_image, small_config, verify_image, Op};
 use prefixkv_engine::{SessionId, Store, Strategy};
 
 const KEYS: u64 = 2000;
@@ -118,14 +118,7 @@ fn checkpoints_under_load_recover_prefix_consistent_images() {
                 .iter()
                 .map(|(id, point)| (indices[id], *point))
                 .collect();
-            let mut reader = recovered.start_session();
-            let mut image = BTreeMap::new();
-            let mut out = Vec::new();
-            for key in 0..KEYS {
-                if reader.read(&key.to_be_bytes(), &mut out).unwrap() {
-                    image.insert(key, out.clone());
-                }
-            }
+            let image = read_image(&recovered, KEYS);
             if let Err(problem) = verify_image(KEYS, &sessions, &image) {
                 panic!(
                     "round {round} strategy {strategy} v{}: {problem}; points {sessions:?}",

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use prefixkv_engine::StoreConfig;
+use prefixkv_engine::{Store, StoreConfig};
 
 pub fn small_config(dir: &Path) -> StoreConfig {
     let mut config = StoreConfig::new(dir);
@@ -125,4 +125,18 @@ pub fn verify_image(
         }
     }
     Ok(())
+}
+
+/// Reads keys `0..keys` (8-byte big-endian) through a fresh session: the image `verify_image` checks.
+#[allow(dead_code)] // not every test binary that includes this module reads images
+pub fn read_image(store: &std::sync::Arc<Store>, keys: u64) -> BTreeMap<u64, Vec<u8>> {
+    let mut reader = store.start_session();
+    let mut image = BTreeMap::new();
+    let mut out = Vec::new();
+    for key in 0..keys {
+        if reader.read(&key.to_be_bytes(), &mut out).unwrap() {
+            image.insert(key, out.clone());
+        }
+    }
+    image
 }
