@@ -3,7 +3,7 @@
 //! busy timeout makes concurrent writers wait for the lock instead of failing.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::sql::{SqlBackend, SqlMetadataStore};
 use super::MetadataError;
@@ -31,13 +31,33 @@ impl SqliteBackend {
 
 impl SqlMetadataStore<SqliteBackend> {
     /// Opens (creating if needed) the database at `path` in WAL mode with the default busy timeout.
+    ///
+    /// Several processes may open a fresh database at once. SQLite does not call the busy handler
+    /// in every lock conflict of that first open (switching to WAL and creating the schema can
+    /// meet a lock held by a connection that is itself waiting, and SQLite then fails at once
+    /// rather than risk a deadlock), so the whole open is retried on `SQLITE_BUSY` until the busy
+    /// timeout has passed.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, MetadataError> {
         let path = path.as_ref().to_path_buf();
+        let deadline = Instant::now() + Duration::from_millis(DEFAULT_BUSY_TIMEOUT_MS);
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            match Self::open_once(&path) {
+                Err(error) if is_busy(&error) && Instant::now() < deadline => {
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn open_once(path: &Path) -> Result<Self, MetadataError> {
         let error = |source| MetadataError::Sqlite {
             path: path.display().to_string(),
             source,
         };
-        let connection = rusqlite::Connection::open(&path).map_err(error)?;
+        let connection = rusqlite::Connection::open(path).map_err(error)?;
         connection
             .busy_timeout(Duration::from_millis(DEFAULT_BUSY_TIMEOUT_MS))
             .map_err(error)?;
@@ -55,8 +75,25 @@ impl SqlMetadataStore<SqliteBackend> {
         connection
             .pragma_update(None, "synchronous", "FULL")
             .map_err(error)?;
-        Self::new(SqliteBackend { path, connection })
+        Self::new(SqliteBackend {
+            path: path.to_path_buf(),
+            connection,
+        })
     }
+}
+
+/// Whether `error` is SQLite's "database is busy/locked", which a later attempt may not meet.
+fn is_busy(error: &MetadataError) -> bool {
+    matches!(
+        error,
+        MetadataError::Sqlite {
+            source: rusqlite::Error::SqliteFailure(failure, _),
+            ..
+        } if matches!(
+            failure.code,
+            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+        )
+    )
 }
 
 /// `$n` → `?n`: SQLite's positional form of the same placeholder.
