@@ -199,25 +199,37 @@ fn scan_index_parallel(
     let buckets = shared.index.bucket_count();
     let threads = threads.clamp(1, buckets);
     let per_thread = buckets.div_ceil(threads);
+    write_segments_in_parallel(pending, threads, |index, writer| {
+        let range = (index * per_thread).min(buckets)..((index + 1) * per_thread).min(buckets);
+        scan_index_range(shared, range, version, cpr_copy, writer)
+    })
+}
+
+/// Runs `fill(index, writer)` for segments `0..threads`, each on its own scoped thread with its own
+/// segment writer, then finishes (fsyncs) every segment. Fails with the first error any thread met.
+fn write_segments_in_parallel(
+    pending: &crate::checkpoint_files::PendingCheckpoint,
+    threads: usize,
+    fill: impl Fn(usize, &mut SegmentWriter) -> Result<(), EngineError> + Sync,
+) -> Result<Vec<SegmentSummary>, EngineError> {
     let writers = (0..threads)
         .map(|index| pending.segment_writer(index as u32))
         .collect::<Result<Vec<_>, _>>()?;
+    let fill = &fill;
     std::thread::scope(|scope| {
         let handles: Vec<_> = writers
             .into_iter()
             .enumerate()
             .map(|(index, mut writer)| {
-                let range =
-                    (index * per_thread).min(buckets)..((index + 1) * per_thread).min(buckets);
                 scope.spawn(move || -> Result<SegmentSummary, EngineError> {
-                    scan_index_range(shared, range, version, cpr_copy, &mut writer)?;
+                    fill(index, &mut writer)?;
                     writer.finish()
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|handle| handle.join().expect("scanner thread panicked"))
+            .map(|handle| handle.join().expect("checkpoint segment thread panicked"))
             .collect()
     })
 }
@@ -324,55 +336,39 @@ fn scan_log_parallel(
     let pages = end_page - first_page;
     let threads = (threads as u64).clamp(1, pages);
     let per_thread = pages.div_ceil(threads);
-    let writers = (0..threads)
-        .map(|index| pending.segment_writer(index as u32))
-        .collect::<Result<Vec<_>, _>>()?;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = writers
-            .into_iter()
-            .enumerate()
-            .map(|(index, mut writer)| {
-                let from = ((first_page + index as u64 * per_thread) * page_bytes).max(begin);
-                let until = ((first_page + (index as u64 + 1) * per_thread) * page_bytes).min(tail);
-                scope.spawn(move || -> Result<SegmentSummary, EngineError> {
-                    let mut failure = None;
-                    let mut key = Vec::new();
-                    let mut value = Vec::new();
-                    if from < until {
-                        log.scan(from, until, |record| {
-                            let word0 = record.word0();
-                            debug_assert!(word0 & FLAG_PRESENT != 0);
-                            if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
-                                || record.version() > version
-                            {
-                                return true;
-                            }
-                            key.clear();
-                            record.copy_key(&mut key);
-                            let result = if record.read_value(&mut value) {
-                                writer.put(record.version(), &key, &value)
-                            } else {
-                                writer.tombstone(record.version(), &key)
-                            };
-                            match result {
-                                Ok(()) => true,
-                                Err(error) => {
-                                    failure = Some(error);
-                                    false
-                                }
-                            }
-                        });
+    write_segments_in_parallel(pending, threads as usize, |index, writer| {
+        let index = index as u64;
+        let from = ((first_page + index * per_thread) * page_bytes).max(begin);
+        let until = ((first_page + (index + 1) * per_thread) * page_bytes).min(tail);
+        let mut failure = None;
+        let mut key = Vec::new();
+        let mut value = Vec::new();
+        if from < until {
+            log.scan(from, until, |record| {
+                let word0 = record.word0();
+                debug_assert!(word0 & FLAG_PRESENT != 0);
+                if word0 & (FLAG_INVALID | FLAG_STABLE) != 0 || record.version() > version {
+                    return true;
+                }
+                key.clear();
+                record.copy_key(&mut key);
+                let result = if record.read_value(&mut value) {
+                    writer.put(record.version(), &key, &value)
+                } else {
+                    writer.tombstone(record.version(), &key)
+                };
+                match result {
+                    Ok(()) => true,
+                    Err(error) => {
+                        failure = Some(error);
+                        false
                     }
-                    if let Some(error) = failure {
-                        return Err(error);
-                    }
-                    writer.finish()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| handle.join().expect("log scanner thread panicked"))
-            .collect()
+                }
+            });
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
     })
 }
