@@ -411,43 +411,47 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let total = |c: &Cell| Some(c.throughput_ops_per_s);
     let during = |c: &Cell| c.during_ops_per_s;
     let outside = |c: &Cell| Some(c.outside_ops_per_s);
-    report.summary(
-        "persian_over_cpr_copy",
-        ratio(median_of("persian", &total), median_of("cpr-copy", &total)),
-    );
-    report.summary(
-        "persian_over_none",
-        ratio(median_of("persian", &total), median_of("none", &total)),
-    );
-    report.summary(
-        "persian_during_over_outside",
-        ratio(
-            median_of("persian", &during),
-            median_of("persian", &outside),
+    type Metric<'a> = &'a dyn Fn(&Cell) -> Option<f64>;
+    // (summary field, numerator variant and metric, denominator variant and metric)
+    let ratios: [(&str, &str, Metric, &str, Metric); 7] = [
+        (
+            "persian_over_cpr_copy",
+            "persian",
+            &total,
+            "cpr-copy",
+            &total,
         ),
-    );
-    report.summary(
-        "blocking_during_over_outside",
-        ratio(
-            median_of("blocking", &during),
-            median_of("blocking", &outside),
+        ("persian_over_none", "persian", &total, "none", &total),
+        (
+            "persian_during_over_outside",
+            "persian",
+            &during,
+            "persian",
+            &outside,
         ),
-    );
-    report.summary(
-        "cpr_copy_during_over_outside",
-        ratio(
-            median_of("cpr-copy", &during),
-            median_of("cpr-copy", &outside),
+        (
+            "blocking_during_over_outside",
+            "blocking",
+            &during,
+            "blocking",
+            &outside,
         ),
-    );
-    report.summary(
-        "engine_over_dashmap",
-        ratio(median_of("none", &total), median_of("dashmap", &total)),
-    );
-    report.summary(
-        "engine_over_papaya",
-        ratio(median_of("none", &total), median_of("papaya", &total)),
-    );
+        (
+            "cpr_copy_during_over_outside",
+            "cpr-copy",
+            &during,
+            "cpr-copy",
+            &outside,
+        ),
+        ("engine_over_dashmap", "none", &total, "dashmap", &total),
+        ("engine_over_papaya", "none", &total, "papaya", &total),
+    ];
+    for (field, top, top_metric, bottom, bottom_metric) in ratios {
+        report.summary(
+            field,
+            ratio(median_of(top, top_metric), median_of(bottom, bottom_metric)),
+        );
+    }
     let dataset_bytes = (plan.keys * 16) as f64;
     let growth = |c: &Cell| {
         let g: Vec<f64> = c
