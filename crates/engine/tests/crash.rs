@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{encode_value, env_count, op_at, read_image, small_config, verify_image, Op};
+use common::{encode_value, env_count, op_at, small_config, verify_recovered, Op};
 use prefixkv_engine::{SessionId, Store, Strategy};
 
 const KEYS: u64 = 2000;
@@ -141,15 +141,10 @@ fn recovery_after_sigkill_is_prefix_consistent() {
             "recovered v{} but v{kill_after} was published",
             info.version
         );
-        let sessions: Vec<(u32, u64)> = info
-            .session_commit_points
-            .iter()
-            .map(|(id, point)| (indices[id], *point))
-            .collect();
-        let image = read_image(&store, KEYS);
-        if let Err(problem) = verify_image(KEYS, &sessions, &image) {
+        if let Err(problem) = verify_recovered(&store, KEYS, &indices, &info.session_commit_points)
+        {
             panic!(
-                "iteration {iteration}: recovered v{}: {problem}; points {sessions:?}",
+                "iteration {iteration}: recovered v{}: {problem}",
                 info.version
             );
         }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{encode_value, env_count, op_at, read_image, small_config, verify_image, Op};
+use common::{encode_value, env_count, op_at, small_config, verify_recovered, Op};
 use prefixkv_engine::{SessionId, Store, Strategy};
 
 const KEYS: u64 = 2000;
@@ -113,15 +113,11 @@ fn checkpoints_under_load_recover_prefix_consistent_images() {
             let info = recovered.recovery_info().unwrap().clone();
             assert_eq!(info.version, report.version);
             assert_eq!(info.session_commit_points, report.session_points);
-            let sessions: Vec<(u32, u64)> = report
-                .session_points
-                .iter()
-                .map(|(id, point)| (indices[id], *point))
-                .collect();
-            let image = read_image(&recovered, KEYS);
-            if let Err(problem) = verify_image(KEYS, &sessions, &image) {
+            if let Err(problem) =
+                verify_recovered(&recovered, KEYS, &indices, &report.session_points)
+            {
                 panic!(
-                    "round {round} strategy {strategy} v{}: {problem}; points {sessions:?}",
+                    "round {round} strategy {strategy} v{}: {problem}",
                     report.version
                 );
             }

@@ -140,3 +140,20 @@ pub fn read_image(store: &std::sync::Arc<Store>, keys: u64) -> BTreeMap<u64, Vec
     }
     image
 }
+
+/// Verifies a recovered store against the CPR points it reports: `indices` maps each recovered
+/// session id to the index its writes encode, and `points` is the recovered commit point of each.
+#[allow(dead_code)] // not every test binary that includes this module verifies recoveries
+pub fn verify_recovered(
+    store: &std::sync::Arc<Store>,
+    keys: u64,
+    indices: &BTreeMap<prefixkv_engine::SessionId, u32>,
+    points: &BTreeMap<prefixkv_engine::SessionId, u64>,
+) -> Result<(), String> {
+    let sessions: Vec<(u32, u64)> = points
+        .iter()
+        .map(|(id, point)| (indices[id], *point))
+        .collect();
+    verify_image(keys, &sessions, &read_image(store, keys))
+        .map_err(|problem| format!("{problem}; points {sessions:?}"))
+}
