@@ -89,6 +89,12 @@ pub struct StoreConfig {
     pub flusher_threads: usize,
     /// Number of published checkpoints kept on disk.
     pub keep_checkpoints: usize,
+    /// Pacing: the bytes per second one checkpoint may write, all its segment writers together,
+    /// so a large checkpoint does not take the disk and page-cache writeback from request
+    /// threads. `None` (the default): as fast as the disk allows. Slower checkpoints mean older
+    /// commit points, never blocked sessions (except with the `blocking` strategy, which stops
+    /// the world for the whole write).
+    pub checkpoint_write_bytes_per_s: Option<u64>,
 }
 
 impl StoreConfig {
@@ -134,6 +140,15 @@ impl StoreConfig {
                 self.flusher_threads
             ));
         }
+        if let Some(rate) = self.checkpoint_write_bytes_per_s {
+            let minimum = crate::checkpoint_files::pacer::MIN_WRITE_BYTES_PER_S;
+            if rate < minimum {
+                return invalid(format!(
+                    "checkpoint_write_bytes_per_s must be at least {minimum} (64 KiB/s), got \
+                     {rate}; use None for no limit"
+                ));
+            }
+        }
         if self.keep_checkpoints == 0 {
             return invalid("keep_checkpoints must be >= 1".to_string());
         }
@@ -151,6 +166,7 @@ impl Default for StoreConfig {
             default_strategy: Strategy::Persian,
             flusher_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             keep_checkpoints: 2,
+            checkpoint_write_bytes_per_s: None,
         }
     }
 }

@@ -249,7 +249,8 @@ impl Store {
         config.validate()?;
         std::fs::create_dir_all(&config.dir)
             .map_err(|error| EngineError::io("create data directory", &config.dir, error))?;
-        let checkpoints = CheckpointDirectory::open(&config.dir.join("checkpoints"))?;
+        let mut checkpoints = CheckpointDirectory::open(&config.dir.join("checkpoints"))?;
+        checkpoints.set_write_rate(config.checkpoint_write_bytes_per_s);
         let latch_words = (config.index_buckets / 4)
             .clamp(1 << 10, 1 << 20)
             .next_power_of_two();

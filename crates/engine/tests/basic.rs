@@ -148,3 +148,56 @@ fn session_limit_is_an_error_not_a_panic() {
     again.upsert(b"k", b"v").unwrap();
     sessions[0].upsert(b"k2", b"v2").unwrap();
 }
+
+#[test]
+fn paced_checkpoints_complete_and_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(dir.path());
+    config.checkpoint_write_bytes_per_s = Some(1 << 20);
+    let values = 2_000u64;
+    let value = [7u8; 512];
+    {
+        let store = Store::open(config.clone()).unwrap();
+        let mut session = store.start_session();
+        for index in 0..values {
+            session.upsert(&index.to_be_bytes(), &value).unwrap();
+        }
+        session.suspend();
+        let started = std::time::Instant::now();
+        let token = store.checkpoint(Strategy::Persian).unwrap();
+        let report = store
+            .wait_for_commit(token, Duration::from_secs(60))
+            .unwrap();
+        // The pacer sleeps after each write until the bytes so far fit the rate, so the
+        // checkpoint cannot publish before its entry bytes alone (a lower bound on what it wrote)
+        // took at 1 MiB/s. A lower bound only, which sleeping guarantees on any machine.
+        let entry_bytes = values * value.len() as u64;
+        assert!(report.bytes >= entry_bytes, "{report:?}");
+        let floor = Duration::from_secs_f64(entry_bytes as f64 / f64::from(1u32 << 20));
+        assert!(
+            started.elapsed() >= floor,
+            "{} bytes in {:?}, floor {floor:?}",
+            report.bytes,
+            started.elapsed()
+        );
+    }
+    let store = Store::open(config).unwrap();
+    let mut session = store.start_session();
+    let mut out = Vec::new();
+    for index in 0..values {
+        assert!(session.read(&index.to_be_bytes(), &mut out).unwrap());
+        assert_eq!(out, value);
+    }
+}
+
+#[test]
+fn a_write_rate_below_the_minimum_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(dir.path());
+    config.checkpoint_write_bytes_per_s = Some(1000);
+    let error = Store::open(config).err().expect("a tiny rate is refused");
+    assert!(
+        error.to_string().contains("checkpoint_write_bytes_per_s"),
+        "{error}"
+    );
+}

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::manifest::{encode_manifest, Manifest, ManifestContent};
+use super::pacer::WritePacer;
 use super::recovery::{self, VerifiedCheckpoint};
 use super::segment::{segment_file_name, DecodeLimits, SegmentSummary, SegmentWriter};
 use super::MANIFEST_FILE_NAME;
@@ -73,6 +74,8 @@ pub struct CheckpointDirectory {
     limits: DecodeLimits,
     published: Arc<Mutex<BTreeSet<u64>>>,
     removed_stale: Vec<PathBuf>,
+    /// Each checkpoint's writes together stay under this rate; `None`: as fast as the disk goes.
+    write_bytes_per_s: Option<u64>,
 }
 
 impl CheckpointDirectory {
@@ -102,6 +105,7 @@ impl CheckpointDirectory {
             limits,
             published: Arc::new(Mutex::new(BTreeSet::new())),
             removed_stale: Vec::new(),
+            write_bytes_per_s: None,
         };
         let mut published = BTreeSet::new();
         for (name, kind) in directory.list()? {
@@ -149,6 +153,12 @@ impl CheckpointDirectory {
             .copied()
     }
 
+    /// Limits the write rate of every later checkpoint (all its segments together) to
+    /// `bytes_per_s`; `None` removes the limit.
+    pub fn set_write_rate(&mut self, bytes_per_s: Option<u64>) {
+        self.write_bytes_per_s = bytes_per_s;
+    }
+
     /// Starts writing checkpoint `version` in a fresh `.tmp` directory.
     pub fn begin(&self, version: u64) -> Result<PendingCheckpoint, EngineError> {
         if version == 0 {
@@ -191,6 +201,9 @@ impl CheckpointDirectory {
             tmp_path,
             final_path,
             limits: self.limits,
+            pacer: self
+                .write_bytes_per_s
+                .map(|rate| Arc::new(WritePacer::new(rate))),
             published_set: Arc::clone(&self.published),
             published: false,
         })
@@ -289,6 +302,8 @@ pub struct PendingCheckpoint {
     tmp_path: PathBuf,
     final_path: PathBuf,
     limits: DecodeLimits,
+    /// Shared by all segment writers of this checkpoint.
+    pacer: Option<Arc<WritePacer>>,
     published_set: Arc<Mutex<BTreeSet<u64>>>,
     published: bool,
 }
@@ -319,7 +334,13 @@ impl PendingCheckpoint {
 
     /// Creates the writer of segment `index`; each index can be created once.
     pub fn segment_writer(&self, index: u32) -> Result<SegmentWriter, EngineError> {
-        SegmentWriter::create(&self.tmp_path, index, self.version, self.limits)
+        SegmentWriter::create(
+            &self.tmp_path,
+            index,
+            self.version,
+            self.limits,
+            self.pacer.clone(),
+        )
     }
 
     /// Writes the MANIFEST and publishes the checkpoint (see the module docs for the ordering).

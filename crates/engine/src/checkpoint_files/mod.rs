@@ -74,6 +74,7 @@
 
 mod directory;
 pub mod manifest;
+pub mod pacer;
 mod recovery;
 pub mod segment;
 

@@ -17,9 +17,11 @@
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::pacer::WritePacer;
 use crate::error::EngineError;
 
 /// First 8 bytes of every segment file.
@@ -186,6 +188,8 @@ pub struct SegmentWriter {
     limits: DecodeLimits,
     /// Set after a failed write: the file content is then unknown, so the writer refuses more.
     failed: bool,
+    /// The checkpoint's shared rate limit, if any.
+    pacer: Option<Arc<WritePacer>>,
 }
 
 impl SegmentWriter {
@@ -196,6 +200,7 @@ impl SegmentWriter {
         index: u32,
         checkpoint_version: u64,
         limits: DecodeLimits,
+        pacer: Option<Arc<WritePacer>>,
     ) -> Result<SegmentWriter, EngineError> {
         let path = directory.join(segment_file_name(index));
         let file = File::options()
@@ -213,6 +218,7 @@ impl SegmentWriter {
             body_bytes: 0,
             limits,
             failed: false,
+            pacer,
         };
         let header = encode_header(SegmentHeader {
             checkpoint_version,
@@ -314,7 +320,11 @@ impl SegmentWriter {
         self.file.write_all(bytes).map_err(|source| {
             self.failed = true;
             EngineError::io("write segment file", &self.path, source)
-        })
+        })?;
+        if let Some(pacer) = &self.pacer {
+            pacer.pace(bytes.len() as u64);
+        }
+        Ok(())
     }
 
     /// Writes the footer, flushes and fdatasyncs the file; returns its summary for the MANIFEST.
