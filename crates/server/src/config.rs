@@ -118,6 +118,10 @@ pub struct Flags {
     /// Engine in-memory log budget; accepts 1gb [default: 1gb].
     #[arg(long = "engine-memory")]
     pub engine_memory: Option<String>,
+    /// Checkpoint pacing: bytes per second one checkpoint may write; accepts 100mb, at least
+    /// 64kb [default: 0 = as fast as the disk allows].
+    #[arg(long = "checkpoint-rate")]
+    pub checkpoint_rate: Option<String>,
 }
 
 /// The TOML file: the same names as the flags.
@@ -138,6 +142,7 @@ struct FileConfig {
     proto_max_bulk_len: Option<toml::Value>,
     threads: Option<usize>,
     engine_memory: Option<toml::Value>,
+    checkpoint_rate: Option<toml::Value>,
 }
 
 /// The resolved configuration.
@@ -173,6 +178,8 @@ pub struct Config {
     pub threads: usize,
     /// Engine log memory budget.
     pub engine_memory_bytes: u64,
+    /// Checkpoint write rate in bytes per second (0 = unlimited).
+    pub checkpoint_rate_bytes_per_s: u64,
 }
 
 /// Parses `100`, `100b`, `64kb`, `64k`, `100mb`, `2gb` (Redis's memory units: `k` = 1000,
@@ -313,7 +320,22 @@ impl Config {
                 "engine-memory",
                 1 << 30,
             )?,
+            checkpoint_rate_bytes_per_s: memory(
+                &flags.checkpoint_rate,
+                &file.checkpoint_rate,
+                "checkpoint-rate",
+                0,
+            )?,
         };
+        let minimum_rate = prefixkv_engine::checkpoint_files::pacer::MIN_WRITE_BYTES_PER_S;
+        if config.checkpoint_rate_bytes_per_s != 0
+            && config.checkpoint_rate_bytes_per_s < minimum_rate
+        {
+            bail!(
+                "checkpoint-rate {} is below the minimum of 64kb per second; use 0 for no limit",
+                config.checkpoint_rate_bytes_per_s
+            );
+        }
         if config.protected_mode && config.requirepass.is_none() && !is_loopback(&config.bind) {
             bail!(
                 "refusing to listen on non-loopback address {} without a password: set requirepass, \
@@ -353,7 +375,8 @@ mod tests {
         std::fs::write(
             &path,
             "port = 7001\nappendfsync = \"always\"\nmaxmemory = \"100mb\"\nprotected-mode = \"yes\"\n\
-             client-query-buffer-limit = 1048576\ncheckpoint-interval = 250\n",
+             client-query-buffer-limit = 1048576\ncheckpoint-interval = 250\n\
+             checkpoint-rate = \"50mb\"\n",
         )
         .unwrap();
         let flags = Flags {
@@ -372,6 +395,16 @@ mod tests {
         assert_eq!(config.maxmemory_bytes, 100 << 20);
         assert_eq!(config.client_query_buffer_limit_bytes, 1 << 20);
         assert_eq!(config.checkpoint_interval_ms, 250);
+        assert_eq!(config.checkpoint_rate_bytes_per_s, 50 << 20);
+        let error = Config::resolve(Flags {
+            checkpoint_rate: Some("1kb".into()),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(
+            format!("{error:#}").contains("checkpoint-rate"),
+            "{error:#}"
+        );
         std::fs::write(&path, "no-such-key = 1\n").unwrap();
         let error = Config::resolve(Flags {
             config: Some(path),

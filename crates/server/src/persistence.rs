@@ -79,6 +79,8 @@ fn store_config(config: &Config) -> StoreConfig {
         log_memory_bytes: config.engine_memory_bytes,
         log_page_bytes: 4 << 20,
         default_strategy: Strategy::Persian,
+        checkpoint_write_bytes_per_s: (config.checkpoint_rate_bytes_per_s != 0)
+            .then_some(config.checkpoint_rate_bytes_per_s),
         ..StoreConfig::new(config.dir.clone())
     }
 }

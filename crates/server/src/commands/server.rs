@@ -205,6 +205,10 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
             config.checkpoint_interval_ms.to_string(),
         ),
         (
+            "checkpoint-rate",
+            config.checkpoint_rate_bytes_per_s.to_string(),
+        ),
+        (
             "protected-mode",
             if config.protected_mode { "yes" } else { "no" }.into(),
         ),
@@ -295,6 +299,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                     | "appendfsync"
                     | "databases"
                     | "checkpoint-interval"
+                    | "checkpoint-rate"
                     | "threads"
                     | "engine-memory" => {
                         return Err(failed("can't set immutable config".into()));
