@@ -46,6 +46,20 @@ pub enum EngineError {
         /// What could not be allocated and the current budget.
         detail: String,
     },
+    /// A key and value together are too large for one log record.
+    #[error(
+        "a record of a {key_bytes}-byte key and a {value_bytes}-byte value does not fit: with this \
+         key the largest value is {max_value_bytes} bytes; store the value in smaller pieces or \
+         raise StoreConfig::log_page_bytes"
+    )]
+    RecordTooLarge {
+        /// The key's length.
+        key_bytes: usize,
+        /// The value's length.
+        value_bytes: usize,
+        /// The largest value that fits with this key.
+        max_value_bytes: usize,
+    },
     /// `Store::checkpoint` was called while another checkpoint is still running.
     #[error(
         "a checkpoint is already in progress; wait for it with Store::wait_for_commit and retry"

@@ -6,8 +6,8 @@
 //! word 0  previous address (bits 0..48) | PRESENT 60 | STABLE 59 | SEALED 61 | INVALID 62 | TOMBSTONE 63
 //! word 1  version (bits 0..32)          | key length in bytes (bits 32..64)
 //! word 2  seqlock (bits 0..32, bit 0 = writer holds it) | value length in bytes (bits 32..64)
-//! word 3  stable-copy address (bits 0..48, cpr-copy only) | value capacity in words (bits 48..64)
-//! word 4… key bytes padded to 8, then `capacity` value words
+//! word 3  stable-copy address (bits 0..48, cpr-copy only) | record size in 64-byte lines (bits 48..64)
+//! word 4… key bytes padded to 8, then the value words: capacity = size/8 - 4 - key words
 //! ```
 //! Invariants:
 //! - Address 0 is null; page 0 is never used, so every record address is > 0.
@@ -34,8 +34,10 @@ pub(crate) const FLAG_INVALID: u64 = 1 << 62;
 pub(crate) const FLAG_TOMBSTONE: u64 = 1 << 63;
 /// Header size in 8-byte words.
 pub(crate) const HEADER_WORDS: usize = 4;
-/// Largest value capacity in words (16 bits in the header).
-pub(crate) const MAX_VALUE_WORDS: usize = (1 << 16) - 1;
+/// Largest record size in 64-byte lines (16 bits in the header).
+const MAX_RECORD_LINES: usize = (1 << 16) - 1;
+/// Largest record in bytes, header and key included (a little under 4 MiB).
+pub(crate) const MAX_RECORD_BYTES: usize = MAX_RECORD_LINES * 64;
 
 /// Words needed for `bytes` bytes.
 #[inline]
@@ -67,11 +69,11 @@ pub(crate) fn record_footprint(key_len: usize, capacity_words: usize) -> usize {
 }
 
 /// The value capacity (in words) a record of this key gets when it must hold `value_len` bytes:
-/// all of the cache-line padding, within the header's 16-bit limit.
+/// all of the cache-line padding.
 #[inline]
 pub(crate) fn padded_capacity_words(key_len: usize, value_len: usize) -> usize {
     let footprint = record_footprint(key_len, words_for(value_len));
-    (footprint / 8 - HEADER_WORDS - words_for(key_len)).min(MAX_VALUE_WORDS)
+    footprint / 8 - HEADER_WORDS - words_for(key_len)
 }
 
 fn page_layout(page_bytes: usize) -> std::alloc::Layout {
@@ -135,7 +137,10 @@ impl<'a> Record<'a> {
     }
     #[inline]
     pub(crate) fn capacity_words(&self) -> usize {
-        (self.words[3].load(Ordering::Relaxed) >> 48) as usize
+        // The size never changes after publication, so a relaxed load sees the value written
+        // before the record became reachable.
+        let lines = (self.words[3].load(Ordering::Relaxed) >> 48) as usize;
+        lines * 8 - HEADER_WORDS - self.key_words()
     }
     #[inline]
     pub(crate) fn stable_address(&self) -> u64 {
@@ -421,7 +426,7 @@ impl HybridLog {
 
     /// Largest record (header + key + value) that fits a page.
     pub(crate) fn max_record_bytes(&self) -> usize {
-        self.page_bytes()
+        self.page_bytes().min(MAX_RECORD_BYTES)
     }
 
     fn ensure_page(&self, page: u64, compaction: bool) -> Result<(), AllocError> {
@@ -545,7 +550,12 @@ impl HybridLog {
             words[HEADER_WORDS + key_words + index]
                 .store(pack_word(record.value, index), Ordering::Relaxed);
         }
-        words[3].store((record.capacity_words as u64) << 48, Ordering::Relaxed);
+        assert!(
+            size <= MAX_RECORD_BYTES,
+            "record of {size} bytes exceeds the header's limit; callers check sizes first"
+        );
+        debug_assert!(size.is_multiple_of(64));
+        words[3].store(((size / 64) as u64) << 48, Ordering::Relaxed);
         words[2].store((record.value.len() as u64) << 32, Ordering::Relaxed);
         words[1].store(
             ((record.key.len() as u64) << 32) | (record.version & 0xFFFF_FFFF),

@@ -27,7 +27,7 @@ use crate::index::{EntrySlot, KeyHash};
 use crate::latch::{old_held, try_lock_new, try_lock_old, unlock_new, unlock_old};
 use crate::log::{
     padded_capacity_words, words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard,
-    FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE, MAX_VALUE_WORDS,
+    FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE,
 };
 use crate::state::{GlobalState, Phase};
 use crate::store::Store;
@@ -276,20 +276,18 @@ impl Session {
     }
 
     fn check_sizes(&self, key: &[u8], value_len: usize) -> Result<(), EngineError> {
-        let log = &self.store.shared.log;
-        let size = HybridLog::record_size(key.len(), words_for(value_len));
-        if key.len() > u32::MAX as usize
-            || words_for(value_len) > MAX_VALUE_WORDS
-            || size > log.max_record_bytes()
-        {
-            return Err(EngineError::InvalidArgument(format!(
-                "record of key {} bytes and value {value_len} bytes does not fit a log page of {} bytes \
-                 (values are limited to {} bytes); raise StoreConfig::log_page_bytes",
-                key.len(),
-                log.page_bytes(),
-                MAX_VALUE_WORDS * 8
-            )));
+        let max_value_bytes = self.store.max_value_bytes(key.len());
+        if max_value_bytes.is_none_or(|max_value_bytes| value_len > max_value_bytes) {
+            return Err(EngineError::RecordTooLarge {
+                key_bytes: key.len(),
+                value_bytes: value_len,
+                max_value_bytes: max_value_bytes.unwrap_or(0),
+            });
         }
+        debug_assert!(
+            HybridLog::record_size(key.len(), words_for(value_len))
+                <= self.store.shared.log.max_record_bytes()
+        );
         Ok(())
     }
 

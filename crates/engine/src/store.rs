@@ -494,6 +494,20 @@ impl Store {
         }
     }
 
+    /// The largest value, in bytes, that fits one record with a key of `key_bytes` bytes (a
+    /// record must fit a log page and the header's size field: a little under 4 MiB), or `None`
+    /// when the key alone is too large.
+    pub fn max_value_bytes(&self, key_bytes: usize) -> Option<usize> {
+        if key_bytes > u32::MAX as usize {
+            return None;
+        }
+        // Records are whole 64-byte lines.
+        let record_words = self.shared.log.max_record_bytes() / 64 * 8;
+        let value_words =
+            record_words.checked_sub(crate::log::HEADER_WORDS + key_bytes.div_ceil(8))?;
+        Some(value_words * 8)
+    }
+
     /// The version operations currently run as (the next checkpoint makes this version durable).
     pub fn version(&self) -> u64 {
         self.shared.state.load().version

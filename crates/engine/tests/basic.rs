@@ -201,3 +201,29 @@ fn a_write_rate_below_the_minimum_is_refused() {
         "{error}"
     );
 }
+
+#[test]
+fn the_largest_value_fits_and_one_byte_more_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(small_config(dir.path())).unwrap();
+    let mut session = store.start_session();
+    let key = b"big";
+    let max_value_bytes = store.max_value_bytes(key.len()).unwrap();
+    assert!(max_value_bytes > 0);
+    let value = vec![5u8; max_value_bytes];
+    session.upsert(key, &value).unwrap();
+    let mut out = Vec::new();
+    assert!(session.read(key, &mut out).unwrap());
+    assert_eq!(out, value);
+    let error = session
+        .upsert(key, &vec![5u8; max_value_bytes + 1])
+        .unwrap_err();
+    assert!(
+        matches!(error, prefixkv_engine::EngineError::RecordTooLarge { max_value_bytes: m, .. } if m == max_value_bytes),
+        "{error}"
+    );
+    // The failed write changed nothing.
+    assert!(session.read(key, &mut out).unwrap());
+    assert_eq!(out, value);
+    assert!(store.max_value_bytes(usize::MAX).is_none());
+}

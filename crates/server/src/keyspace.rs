@@ -109,6 +109,14 @@ pub fn end_thread_session() {
 pub fn engine_error(error: EngineError) -> String {
     match error {
         EngineError::OutOfMemory { .. } => OOM_ERROR.to_string(),
+        EngineError::RecordTooLarge {
+            value_bytes,
+            max_value_bytes,
+            ..
+        } => format!(
+            "ERR value too large: {value_bytes} bytes stored for this key, at most \
+             {max_value_bytes} fit; split the value across several keys"
+        ),
         EngineError::InvalidArgument(text) => format!("ERR {}", text.replace(['\r', '\n'], " ")),
         other => format!(
             "ERR engine failure: {}",

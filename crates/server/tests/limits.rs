@@ -213,3 +213,28 @@ fn maxmemory_refuses_writes_with_oom() {
         Reply::SimpleString("OK".into())
     );
 }
+
+#[test]
+fn values_up_to_about_4_mib_work_and_larger_ones_get_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let mut connection = server.connect(false);
+    let big = vec![b'x'; 3 << 20];
+    redis::cmd("SET")
+        .arg("big")
+        .arg(&big)
+        .query::<()>(&mut connection)
+        .unwrap();
+    let read: Vec<u8> = redis::cmd("GET").arg("big").query(&mut connection).unwrap();
+    assert_eq!(read.len(), big.len());
+    assert!(read == big);
+    let error = redis::cmd("SET")
+        .arg("big")
+        .arg(vec![b'y'; 5 << 20])
+        .query::<()>(&mut connection)
+        .unwrap_err();
+    assert!(error.to_string().contains("value too large"), "{error}");
+    // The refused write left the old value in place.
+    let read: Vec<u8> = redis::cmd("GET").arg("big").query(&mut connection).unwrap();
+    assert!(read == big);
+}
