@@ -169,10 +169,16 @@ fn write_image(
     };
     let published = pending.publish(manifest, segments)?;
     {
-        let sessions = shared.sessions.lock();
+        let mut sessions = shared.sessions.lock();
         for (id, point) in &session_points {
             if let Some(session) = sessions.get(&id.0) {
                 session.committed.fetch_max(*point, Ordering::SeqCst);
+                // Bounded manifests: a session dropped after its last operation, all of which this
+                // published checkpoint holds, has nothing left to report; the next manifest leaves
+                // it out. (Under the registry lock, so `resume_session` cannot claim it meanwhile.)
+                if session.finished_by(*point) {
+                    sessions.remove(&id.0);
+                }
             }
         }
     }

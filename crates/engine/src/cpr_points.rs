@@ -29,6 +29,9 @@ pub(crate) struct SessionPoints {
     pub(crate) idle_serial: Option<u64>,
     /// A `Session` object exists for this id.
     pub(crate) active: bool,
+    /// The last `Session` object for this id was dropped in this process (not merely suspended):
+    /// once a checkpoint covers its final serial, the store forgets the id.
+    pub(crate) ended: bool,
 }
 
 impl SessionShared {
@@ -40,6 +43,7 @@ impl SessionShared {
                 last_point: serial,
                 idle_serial: Some(serial),
                 active: true,
+                ended: false,
             }),
             committed: AtomicU64::new(0),
         }
@@ -62,7 +66,19 @@ impl SessionShared {
             )));
         }
         points.active = true;
+        points.ended = false;
         Ok(points.idle_serial.expect("inactive sessions are idle"))
+    }
+
+    /// Whether the store may forget this session once checkpoint points `recorded_point` for it:
+    /// it ended, and that point covers its final serial, so nothing of it is left to commit.
+    pub(crate) fn finished_by(&self, recorded_point: u64) -> bool {
+        let points = self.points.lock();
+        points.ended
+            && !points.active
+            && points
+                .idle_serial
+                .is_some_and(|final_serial| final_serial <= recorded_point)
     }
 
     /// The session's CPR point for checkpoint `checkpoint_version`, called by the driver in

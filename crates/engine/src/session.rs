@@ -763,6 +763,7 @@ impl Drop for Session {
             let mut points = self.shared.points.lock();
             points.idle_serial = Some(self.serial);
             points.active = false;
+            points.ended = true;
         }
         self.store.release_session_slot(self.slot);
     }

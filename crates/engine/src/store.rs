@@ -409,23 +409,44 @@ impl Store {
     }
 
     /// Resumes a session recorded by the recovered checkpoint; returns it with its recovered serial.
+    /// A session dropped in this process can be resumed too, until a checkpoint holds all of its
+    /// operations (then the store forgets it); to keep an id for later, `suspend` the session
+    /// instead of dropping it.
     pub fn resume_session(self: &Arc<Self>, id: SessionId) -> Result<(Session, u64), EngineError> {
-        let shared = self
-            .shared
-            .sessions
-            .lock()
-            .get(&id.0)
-            .cloned()
-            .ok_or(EngineError::UnknownSession(id))?;
         let slot = self.acquire_session_slot()?;
-        let serial = match shared.claim() {
-            Ok(serial) => serial,
-            Err(error) => {
-                self.release_session_slot(slot);
-                return Err(error);
+        // Claim under the registry lock: a finishing checkpoint forgets ended sessions under the
+        // same lock, so a session is never claimed after it was forgotten.
+        let claimed = {
+            let sessions = self.shared.sessions.lock();
+            match sessions.get(&id.0) {
+                None => Err(EngineError::UnknownSession(id)),
+                Some(shared) => shared.claim().map(|serial| (shared.clone(), serial)),
             }
         };
-        Ok((Session::new(self.clone(), shared, serial, slot), serial))
+        match claimed {
+            Ok((shared, serial)) => Ok((Session::new(self.clone(), shared, serial, slot), serial)),
+            Err(error) => {
+                self.release_session_slot(slot);
+                Err(error)
+            }
+        }
+    }
+
+    /// Forgets an inactive session (one recovered from a checkpoint and never resumed, or one
+    /// dropped), so later manifests leave it out; a later `resume_session(id)` then fails with
+    /// [`EngineError::UnknownSession`]. Sessions dropped in this process are forgotten on their
+    /// own once a checkpoint holds all their operations; recovered ones are kept until resumed
+    /// and dropped, or until this call. Errors if the session is active or unknown.
+    pub fn forget_session(&self, id: SessionId) -> Result<(), EngineError> {
+        let mut sessions = self.shared.sessions.lock();
+        let shared = sessions.get(&id.0).ok_or(EngineError::UnknownSession(id))?;
+        if shared.points.lock().active {
+            return Err(EngineError::InvalidArgument(format!(
+                "session {id} is active; drop its Session before forgetting it"
+            )));
+        }
+        sessions.remove(&id.0);
+        Ok(())
     }
 
     /// Starts a checkpoint of the current version on a checkpoint thread and returns at once.

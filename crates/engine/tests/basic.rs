@@ -227,3 +227,58 @@ fn the_largest_value_fits_and_one_byte_more_is_a_clear_error() {
     assert_eq!(out, value);
     assert!(store.max_value_bytes(usize::MAX).is_none());
 }
+
+#[test]
+fn ended_sessions_leave_the_manifests_once_a_checkpoint_holds_their_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(small_config(dir.path())).unwrap();
+    let checkpoint = |store: &std::sync::Arc<Store>| {
+        let token = store.checkpoint(Strategy::Persian).unwrap();
+        store
+            .wait_for_commit(token, Duration::from_secs(60))
+            .unwrap()
+    };
+    let mut kept = store.start_session();
+    let kept_id = kept.id();
+    kept.upsert(b"kept", b"1").unwrap();
+    kept.suspend();
+    let ended_id = {
+        let mut ended = store.start_session();
+        ended.upsert(b"ended", b"1").unwrap();
+        ended.upsert(b"ended", b"2").unwrap();
+        ended.id()
+    };
+    // The first checkpoint after the drop records the ended session's final point...
+    let first = checkpoint(&store);
+    assert_eq!(first.session_points.get(&ended_id), Some(&2));
+    assert_eq!(first.session_points.get(&kept_id), Some(&1));
+    // ...and then the store forgets it; the suspended session stays.
+    assert!(matches!(
+        store.resume_session(ended_id),
+        Err(prefixkv_engine::EngineError::UnknownSession(_))
+    ));
+    let second = checkpoint(&store);
+    assert!(!second.session_points.contains_key(&ended_id));
+    assert_eq!(second.session_points.get(&kept_id), Some(&1));
+    drop(kept);
+    drop(store);
+
+    // After a restart the suspended-then-dropped session is recovered from the manifest; an
+    // application that will never resume it forgets it explicitly.
+    let store = Store::open(small_config(dir.path())).unwrap();
+    assert!(store
+        .recovery_info()
+        .unwrap()
+        .session_commit_points
+        .contains_key(&kept_id));
+    store.forget_session(kept_id).unwrap();
+    let third = checkpoint(&store);
+    assert!(third.session_points.is_empty(), "{third:?}");
+    let mut session = store.start_session();
+    let mut out = Vec::new();
+    assert!(session.read(b"ended", &mut out).unwrap());
+    assert_eq!(out, b"2");
+    // An active session cannot be forgotten.
+    let id = session.id();
+    assert!(store.forget_session(id).is_err());
+}

@@ -109,6 +109,13 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
     let mut report = String::new();
     let recovered = store.recovery_info().cloned();
     if let Some(info) = &recovered {
+        // The server never resumes engine sessions across a restart (each request thread starts
+        // a new one), so the recovered ones would otherwise ride along in every later manifest.
+        for id in info.session_commit_points.keys() {
+            store
+                .forget_session(*id)
+                .with_context(|| format!("forgetting recovered engine session {id}"))?;
+        }
         let directory = CheckpointDirectory::open(&config.dir.join("checkpoints"))?;
         let verified = directory.select_for_recovery()?.ok_or_else(|| {
             anyhow!(
