@@ -5,8 +5,10 @@
 //! exactly `(f, current epoch)` and it is clean. The epoch is bumped whenever the log restarts
 //! (the only event that reuses frame ids), so a stale entry can never match a reused frame id.
 //!
-//! Invariants: at most `capacity_pages` entries; dirty entries (a write transaction's pending
-//! pages) are never evicted and never carry a tag; entries are immutable `Arc<[u8]>` images, so
+//! Invariants: at most `capacity_pages` entries, unless dirty entries alone exceed it; dirty
+//! entries (a write transaction's pending pages) are never evicted, never carry a tag, and are
+//! never in the FIFO queue (so eviction never walks past them: a transaction that dirties more
+//! pages than the cache holds costs O(1) per page, not a rescan of its dirty pages); entries are immutable `Arc<[u8]>` images, so
 //! a reader that got one keeps a whole, untorn page whatever happens to the cache afterwards.
 
 use parking_lot::Mutex;
@@ -33,7 +35,8 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Inner {
     entries: HashMap<u32, Entry>,
-    /// Insertion order for FIFO eviction; stale (page, generation) pairs are skipped lazily.
+    /// Insertion order of clean entries for FIFO eviction; stale (page, generation) pairs (the
+    /// page was replaced or removed since) are skipped lazily.
     order: VecDeque<(u32, u64)>,
     next_generation: u64,
 }
@@ -130,28 +133,29 @@ impl PageCache {
                 generation,
             },
         );
-        inner.order.push_back((page_number, generation));
+        if !dirty {
+            inner.order.push_back((page_number, generation));
+        }
         self.evict(&mut inner);
     }
 
     fn evict(&self, inner: &mut Inner) {
-        // Bounded: each pass over `order` either removes an entry, drops a stale pair, or
-        // re-queues a dirty entry; dirty entries are at most one transaction's pages.
-        let mut requeued = 0usize;
-        while inner.entries.len() > self.capacity_pages && requeued <= inner.order.len() {
+        // Amortised O(1): every pair popped here was pushed once by `insert`. Only clean entries
+        // are queued, so when dirty entries alone fill the cache the queue simply runs dry.
+        while inner.entries.len() > self.capacity_pages {
             let Some((page, generation)) = inner.order.pop_front() else {
                 break;
             };
-            match inner.entries.get(&page) {
-                Some(entry) if entry.generation == generation => {
-                    if entry.dirty {
-                        inner.order.push_back((page, generation));
-                        requeued += 1;
-                    } else {
-                        inner.entries.remove(&page);
-                    }
-                }
-                _ => {}
+            if inner
+                .entries
+                .get(&page)
+                .is_some_and(|entry| entry.generation == generation)
+            {
+                debug_assert!(
+                    !inner.entries[&page].dirty,
+                    "dirty entries are never queued"
+                );
+                inner.entries.remove(&page);
             }
         }
         // Stale pairs accumulate when pages are re-inserted; compact when they dominate.
@@ -242,5 +246,39 @@ mod tests {
                 }
             )
             .is_some());
+    }
+
+    #[test]
+    fn a_transaction_larger_than_the_cache_keeps_all_its_dirty_pages() {
+        let cache = PageCache::new(4);
+        for p in 0..10u32 {
+            cache.insert_clean(
+                p,
+                page(p as u8),
+                FrameTag {
+                    frame_id: u64::from(p) + 1,
+                    epoch: 0,
+                },
+            );
+        }
+        for p in 100..1100u32 {
+            cache.mark_dirty(p, page(1));
+        }
+        // Every clean page made way; every dirty page stayed.
+        assert_eq!(cache.len(), 1000);
+        for p in 100..1100u32 {
+            let tag = FrameTag {
+                frame_id: u64::from(p),
+                epoch: 0,
+            };
+            cache.commit_dirty(p, page(2), tag);
+        }
+        // Committed pages are clean and evictable again: back to the capacity.
+        assert_eq!(cache.len(), 4);
+        let last = FrameTag {
+            frame_id: 1099,
+            epoch: 0,
+        };
+        assert!(cache.get_clean(1099, last).is_some());
     }
 }
