@@ -329,27 +329,56 @@ fn shutdown_save_exits_and_keeps_everything() {
     );
 }
 
-#[test]
-fn corrupt_oplog_fails_closed_naming_the_file() {
-    let dir = tempfile::tempdir().unwrap();
+/// Starts a server in `mode` on `dir`, writes `keys` keys of `value_bytes` bytes (then SAVE if
+/// asked), and kills it with SIGKILL.
+fn write_keys_then_kill(
+    dir: &std::path::Path,
+    mode: &str,
+    keys: usize,
+    value_bytes: usize,
+    save: bool,
+) {
     let flags = [
         "--appendfsync",
-        "always",
+        mode,
         "--checkpoint-interval",
         "1000000",
         "--engine-memory",
         "64mb",
     ];
-    let mut server = Server::start(dir.path(), &flags);
+    let mut server = Server::start(dir, &flags);
     let mut con = server.connect(false);
-    for i in 0..20 {
+    for i in 0..keys {
         let _: () = redis::cmd("SET")
             .arg(format!("k{i}"))
-            .arg("v".repeat(100))
+            .arg("v".repeat(value_bytes))
             .query(&mut con)
             .unwrap();
     }
+    if save {
+        let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
+    }
     server.kill();
+}
+
+/// Starts the server in `mode` on `dir`, expects it to refuse, and returns what it printed.
+fn startup_failure(dir: &std::path::Path, mode: &str) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+        .args(["--port", "0", "--appendfsync", mode, "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "startup over damaged files must fail closed"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn corrupt_oplog_fails_closed_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write_keys_then_kill(dir.path(), "always", 20, 100, false);
     // Flip a byte in the middle of the first segment (not a torn tail: valid frames follow).
     let oplog = dir.path().join("oplog");
     let segment = std::fs::read_dir(&oplog)
@@ -361,13 +390,7 @@ fn corrupt_oplog_fails_closed_naming_the_file() {
     let middle = 32 + 200;
     bytes[middle] ^= 0xff;
     std::fs::write(&segment, &bytes).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
-        .args(["--port", "0", "--appendfsync", "always", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let text = String::from_utf8_lossy(&output.stderr);
+    let text = startup_failure(dir.path(), "always");
     assert!(
         text.contains(&segment.file_name().unwrap().to_string_lossy().to_string()),
         "{text}"
@@ -377,25 +400,7 @@ fn corrupt_oplog_fails_closed_naming_the_file() {
 #[test]
 fn corrupt_checkpoint_fails_closed_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let flags = [
-        "--appendfsync",
-        "checkpoint",
-        "--checkpoint-interval",
-        "1000000",
-        "--engine-memory",
-        "64mb",
-    ];
-    let mut server = Server::start(dir.path(), &flags);
-    let mut con = server.connect(false);
-    for i in 0..50 {
-        let _: () = redis::cmd("SET")
-            .arg(format!("k{i}"))
-            .arg("v".repeat(50))
-            .query(&mut con)
-            .unwrap();
-    }
-    let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
-    server.kill();
+    write_keys_then_kill(dir.path(), "checkpoint", 50, 50, true);
     // Damage the largest file of the only checkpoint.
     let checkpoints = dir.path().join("checkpoints");
     let version = std::fs::read_dir(&checkpoints)
@@ -412,16 +417,7 @@ fn corrupt_checkpoint_fails_closed_naming_the_file() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x5a;
     std::fs::write(&victim, &bytes).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
-        .args(["--port", "0", "--appendfsync", "checkpoint", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        !output.status.success(),
-        "a damaged only checkpoint must stop startup"
-    );
-    let text = String::from_utf8_lossy(&output.stderr);
+    let text = startup_failure(dir.path(), "checkpoint");
     let name = victim.file_name().unwrap().to_string_lossy().to_string();
     assert!(
         text.contains(&name)
