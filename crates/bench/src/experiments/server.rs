@@ -49,10 +49,10 @@ pub struct Args {
     /// redis-benchmark key space (`-r`).
     #[arg(long, default_value_t = 1_000_000)]
     pub keyspace: u64,
-    /// Requests per test at `-P 1` (default: 10,000 with --quick, 100,000 otherwise).
+    /// Requests per test at `-P 1` (default: 20,000 with --quick, 100,000 otherwise).
     #[arg(long)]
     pub requests_p1: Option<u64>,
-    /// Requests per test at deeper pipelines (default: 50,000 with --quick, 1,000,000 otherwise).
+    /// Requests per test at deeper pipelines (default: 100,000 with --quick, 1,000,000 otherwise).
     #[arg(long)]
     pub requests_pipelined: Option<u64>,
     /// Dataset of the snapshot phase, in bytes of keys plus values (default 2 GB; --quick 100 MB).
@@ -104,13 +104,15 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         .collect::<Result<Vec<_>>>()?;
     let snapshot_durability = Durability::parse(&args.snapshot_durability)?;
     let quick = common.quick;
-    let requests_p1 = args.requests_p1.unwrap_or(if quick { 10_000 } else { 100_000 });
-    let requests_pipelined = args
-        .requests_pipelined
-        .unwrap_or(if quick { 50_000 } else { 1_000_000 });
-    let dataset_bytes = args
-        .dataset_bytes
-        .unwrap_or(if quick { 100_000_000 } else { 2_000_000_000 });
+    let requests_p1 = args
+        .requests_p1
+        .unwrap_or(if quick { 20_000 } else { 100_000 });
+    let requests_pipelined =
+        args.requests_pipelined
+            .unwrap_or(if quick { 100_000 } else { 1_000_000 });
+    let dataset_bytes =
+        args.dataset_bytes
+            .unwrap_or(if quick { 100_000_000 } else { 2_000_000_000 });
     if args.value_bytes < 64 {
         bail!("--value-bytes must be at least 64");
     }
@@ -129,7 +131,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let mut report = Report::new("server");
     report.config("quick", quick);
     report.config("rounds", common.rounds() as u64);
-    report.config("prefixkv_server", binaries.prefixkv_server.display().to_string());
+    report.config(
+        "prefixkv_server",
+        binaries.prefixkv_server.display().to_string(),
+    );
     report.config("redis_server_version", redis_version(&binaries));
     report.config("durabilities", args.durabilities.clone());
     report.config(
@@ -165,8 +170,12 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     }
 
     let temp = match &args.dir {
-        Some(parent) => tempfile::Builder::new().prefix("prefixkv-server-bench").tempdir_in(parent),
-        None => tempfile::Builder::new().prefix("prefixkv-server-bench").tempdir(),
+        Some(parent) => tempfile::Builder::new()
+            .prefix("prefixkv-server-bench")
+            .tempdir_in(parent),
+        None => tempfile::Builder::new()
+            .prefix("prefixkv-server-bench")
+            .tempdir(),
     }
     .context("creating the temporary data directory")?;
 
@@ -174,10 +183,22 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         let load = |pipeline: usize| benchmark::Load {
             clients: args.clients,
             keyspace: args.keyspace,
-            requests: if pipeline <= 1 { requests_p1 } else { requests_pipelined },
+            requests: if pipeline <= 1 {
+                requests_p1
+            } else {
+                requests_pipelined
+            },
             pipeline,
         };
-        run_benchmarks(&binaries, common, &durabilities, &args.pipelines, &load, temp.path(), &mut report)?;
+        run_benchmarks(
+            &binaries,
+            common,
+            &durabilities,
+            &args.pipelines,
+            &load,
+            temp.path(),
+            &mut report,
+        )?;
     }
     if args.phases.iter().any(|p| p == "snapshot") {
         run_snapshots(&binaries, &plan, temp.path(), &common.out, &mut report)?;
@@ -221,17 +242,30 @@ fn run_benchmarks(
                 dir: temp.join(format!("benchmark-{}-{}", kind.name(), durability.name())),
                 prefixkv_extra: Vec::new(),
             };
-            servers.push(ServerProcess::start(binaries, &launch, Duration::from_secs(60))?);
+            servers.push(ServerProcess::start(
+                binaries,
+                &launch,
+                Duration::from_secs(60),
+            )?);
         }
         for &(_round, contender) in &schedule {
             let server = &servers[contender];
             for &pipeline in pipelines {
-                bar.set_message(format!("{} {} -P {pipeline}", server.kind.name(), durability.name()));
+                bar.set_message(format!(
+                    "{} {} -P {pipeline}",
+                    server.kind.name(),
+                    durability.name()
+                ));
                 let lines = benchmark::run(&binaries.redis_benchmark, server.port, load(pipeline))
                     .with_context(|| format!("{} at {}", server.kind.name(), durability.name()))?;
                 for line in lines {
                     cells
-                        .entry((server.kind.name().to_string(), durability.name().to_string(), pipeline, line.test))
+                        .entry((
+                            server.kind.name().to_string(),
+                            durability.name().to_string(),
+                            pipeline,
+                            line.test,
+                        ))
                         .or_default()
                         .push((line.requests_per_s, line.p99_latency_ms));
                 }
@@ -243,7 +277,12 @@ fn run_benchmarks(
     bar.finish_and_clear();
 
     let median = |server: &str, durability: &str, pipeline: usize, test: &str| -> f64 {
-        let key = (server.to_string(), durability.to_string(), pipeline, test.to_string());
+        let key = (
+            server.to_string(),
+            durability.to_string(),
+            pipeline,
+            test.to_string(),
+        );
         cells.get(&key).map_or(f64::NAN, |values| {
             Spread::of(&values.iter().map(|v| v.0).collect::<Vec<_>>()).median
         })
@@ -281,8 +320,14 @@ fn run_benchmarks(
     for durability in durabilities {
         let name = durability.name();
         for pipeline in pipelines {
-            report.summary(&format!("set_p{pipeline}_over_redis_{name}"), over(name, *pipeline, "SET"));
-            report.summary(&format!("get_p{pipeline}_over_redis_{name}"), over(name, *pipeline, "GET"));
+            report.summary(
+                &format!("set_p{pipeline}_over_redis_{name}"),
+                over(name, *pipeline, "SET"),
+            );
+            report.summary(
+                &format!("get_p{pipeline}_over_redis_{name}"),
+                over(name, *pipeline, "GET"),
+            );
         }
     }
     Ok(())
@@ -326,15 +371,33 @@ fn run_snapshots(
             ("durability", Value::from(plan.durability.name())),
             ("dataset_bytes", Value::from(plan.dataset_bytes())),
             ("load_s", Value::from(outcome.load_seconds)),
-            ("throughput_outside_bgsave_ops_per_s", Value::from(outcome.outside_ops_per_s)),
-            ("throughput_during_bgsave_ops_per_s", Value::from(outcome.during_ops_per_s)),
-            ("during_bgsave_over_outside", finite(ratio(outcome.during_ops_per_s, outcome.outside_ops_per_s))),
+            (
+                "throughput_outside_bgsave_ops_per_s",
+                Value::from(outcome.outside_ops_per_s),
+            ),
+            (
+                "throughput_during_bgsave_ops_per_s",
+                Value::from(outcome.during_ops_per_s),
+            ),
+            (
+                "during_bgsave_over_outside",
+                finite(ratio(outcome.during_ops_per_s, outcome.outside_ops_per_s)),
+            ),
             ("p99_outside_bgsave_us", Value::from(outcome.outside_p99_us)),
             ("p99_during_bgsave_us", Value::from(outcome.during_p99_us)),
             ("bgsave_s", Value::from(outcome.bgsave_seconds.clone())),
-            ("baseline_pss_bytes", Value::from(outcome.baseline_pss_bytes)),
-            ("bgsave_memory_growth_bytes", Value::from(outcome.growth_pss_bytes)),
-            ("bgsave_memory_growth_ratio", finite(outcome.growth_pss_bytes as f64 / dataset)),
+            (
+                "baseline_pss_bytes",
+                Value::from(outcome.baseline_pss_bytes),
+            ),
+            (
+                "bgsave_memory_growth_bytes",
+                Value::from(outcome.growth_pss_bytes),
+            ),
+            (
+                "bgsave_memory_growth_ratio",
+                finite(outcome.growth_pss_bytes as f64 / dataset),
+            ),
             (
                 "bgsave_rss_with_children_growth_bytes",
                 Value::from(outcome.growth_rss_with_children_bytes),
@@ -346,14 +409,26 @@ fn run_snapshots(
     }
     let find = |kind: Kind| outcomes.iter().find(|o| o.kind == kind);
     if let (Some(ours), Some(redis)) = (find(Kind::Prefixkv), find(Kind::Redis)) {
-        report.summary("during_bgsave_over_outside", ratio(ours.during_ops_per_s, ours.outside_ops_per_s));
+        report.summary(
+            "during_bgsave_over_outside",
+            ratio(ours.during_ops_per_s, ours.outside_ops_per_s),
+        );
         report.summary(
             "redis_during_bgsave_over_outside",
             ratio(redis.during_ops_per_s, redis.outside_ops_per_s),
         );
-        report.summary("bgsave_memory_growth_ratio", ours.growth_pss_bytes as f64 / dataset);
-        report.summary("redis_bgsave_memory_growth_ratio", redis.growth_pss_bytes as f64 / dataset);
-        report.summary("p99_during_bgsave_over_outside", ratio(ours.during_p99_us, ours.outside_p99_us));
+        report.summary(
+            "bgsave_memory_growth_ratio",
+            ours.growth_pss_bytes as f64 / dataset,
+        );
+        report.summary(
+            "redis_bgsave_memory_growth_ratio",
+            redis.growth_pss_bytes as f64 / dataset,
+        );
+        report.summary(
+            "p99_during_bgsave_over_outside",
+            ratio(ours.during_p99_us, ours.outside_p99_us),
+        );
         report.summary(
             "redis_p99_during_bgsave_over_outside",
             ratio(redis.during_p99_us, redis.outside_p99_us),
@@ -370,8 +445,16 @@ fn run_snapshots(
     let mut markers = Vec::new();
     for (index, outcome) in outcomes.iter().enumerate() {
         for (start, end) in &outcome.windows {
-            markers.push(Marker { x: *start, series: Some(index), end: false });
-            markers.push(Marker { x: *end, series: Some(index), end: true });
+            markers.push(Marker {
+                x: *start,
+                series: Some(index),
+                end: false,
+            });
+            markers.push(Marker {
+                x: *end,
+                series: Some(index),
+                end: true,
+            });
         }
     }
     let chart = LineChart {

@@ -57,7 +57,10 @@ pub fn run(redis_benchmark: &Path, port: u16, load: Load) -> Result<Vec<Line>> {
     let lines = parse_csv(&stdout)?;
     for wanted in ["SET", "GET"] {
         if !lines.iter().any(|line| line.test == wanted) {
-            bail!("redis-benchmark printed no {wanted} line: {}", stdout.trim());
+            bail!(
+                "redis-benchmark printed no {wanted} line: {}",
+                stdout.trim()
+            );
         }
     }
     Ok(lines)

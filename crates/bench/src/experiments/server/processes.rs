@@ -107,7 +107,8 @@ impl Binaries {
             Some(path) => bail!("--server-binary {} does not exist", path.display()),
             None => locate_prefixkv_server()?,
         };
-        let install = "install Debian's redis-server and redis-tools (`./scripts/test` does, as root)";
+        let install =
+            "install Debian's redis-server and redis-tools (`./scripts/test` does, as root)";
         let redis_server = find_in_path("redis-server")
             .ok_or_else(|| anyhow!("redis-server is not on PATH: {install}"))?;
         let redis_benchmark = find_in_path("redis-benchmark")
@@ -124,7 +125,10 @@ impl Binaries {
 /// current directory's workspace.
 fn locate_prefixkv_server() -> Result<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+    {
         candidates.push(dir.join("prefixkv-server"));
     }
     candidates.push(PathBuf::from("target/release/prefixkv-server"));
@@ -186,7 +190,11 @@ pub struct Launch {
 
 impl ServerProcess {
     /// Starts the server and waits (bounded by `ready_timeout`) until it answers PING.
-    pub fn start(binaries: &Binaries, launch: &Launch, ready_timeout: Duration) -> Result<ServerProcess> {
+    pub fn start(
+        binaries: &Binaries,
+        launch: &Launch,
+        ready_timeout: Duration,
+    ) -> Result<ServerProcess> {
         std::fs::create_dir_all(&launch.dir)
             .with_context(|| format!("creating {}", launch.dir.display()))?;
         let mut last_error = None;
@@ -312,7 +320,10 @@ pub fn child_pids(pid: u32) -> Vec<u32> {
     };
     for task in tasks.flatten() {
         if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            pids.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            pids.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
     }
     pids.sort_unstable();

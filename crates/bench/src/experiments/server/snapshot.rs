@@ -111,7 +111,9 @@ fn fill_value(index: u64, version: u64, value: &mut Vec<u8>, value_bytes: usize)
     value.clear();
     value.extend_from_slice(format!("{index:012}:{version:016}:").as_bytes());
     debug_assert_eq!(value.len(), HEADER_BYTES);
-    let seed = index.wrapping_mul(31).wrapping_add(version.wrapping_mul(17));
+    let seed = index
+        .wrapping_mul(31)
+        .wrapping_add(version.wrapping_mul(17));
     value.extend((HEADER_BYTES..value_bytes).map(|i| b'a' + ((seed + i as u64) % 26) as u8));
 }
 
@@ -161,7 +163,11 @@ pub fn run(binaries: &Binaries, kind: Kind, plan: &Plan, dir: &Path) -> Result<O
         other => bail!("DBSIZE: unexpected reply {other:?}"),
     };
     if size != plan.keys {
-        bail!("{}: DBSIZE is {size} after loading {} keys", kind.name(), plan.keys);
+        bail!(
+            "{}: DBSIZE is {size} after loading {} keys",
+            kind.name(),
+            plan.keys
+        );
     }
 
     let mut outcome = measure(kind, pid, server.port, plan, &mut control)?;
@@ -232,7 +238,10 @@ fn measure(kind: Kind, pid: u32, port: u16, plan: &Plan, control: &mut Client) -
     let mut batches = Vec::new();
     let mut writer_error = None;
     for handle in writers {
-        match handle.join().map_err(|_| anyhow!("a writer thread panicked"))? {
+        match handle
+            .join()
+            .map_err(|_| anyhow!("a writer thread panicked"))?
+        {
             Ok(mut own) => batches.append(&mut own),
             Err(error) => writer_error = Some(error),
         }
@@ -250,7 +259,10 @@ fn measure(kind: Kind, pid: u32, port: u16, plan: &Plan, control: &mut Client) -
         .iter()
         .map(|s| (to_seconds(s.start), to_seconds(s.end)))
         .collect();
-    let measured = (to_seconds(saves.measure_start), to_seconds(saves.measure_end));
+    let measured = (
+        to_seconds(saves.measure_start),
+        to_seconds(saves.measure_end),
+    );
     let during_ops: u64 = saves.iter().map(|s| s.end_ops - s.start_ops).sum();
     let during_seconds: f64 = windows.iter().map(|(a, b)| b - a).sum();
     let outside_ops = saves.measure_end_ops - saves.measure_start_ops - during_ops;
@@ -270,10 +282,18 @@ fn measure(kind: Kind, pid: u32, port: u16, plan: &Plan, control: &mut Client) -
             outside.record(latency_us)?;
         }
     }
-    let growth_pss_bytes = saves.iter().map(|s| s.peak.pss_bytes.saturating_sub(s.before.pss_bytes)).max().unwrap_or(0);
+    let growth_pss_bytes = saves
+        .iter()
+        .map(|s| s.peak.pss_bytes.saturating_sub(s.before.pss_bytes))
+        .max()
+        .unwrap_or(0);
     let growth_rss_with_children_bytes = saves
         .iter()
-        .map(|s| s.peak.rss_with_children_bytes.saturating_sub(s.before.rss_with_children_bytes))
+        .map(|s| {
+            s.peak
+                .rss_with_children_bytes
+                .saturating_sub(s.before.rss_with_children_bytes)
+        })
         .max()
         .unwrap_or(0);
     Ok(Outcome {
@@ -403,7 +423,9 @@ fn control_saves(
             let memory = tree_memory(pid);
             peak.pss_bytes = peak.pss_bytes.max(memory.pss_bytes);
             peak.rss_bytes = peak.rss_bytes.max(memory.rss_bytes);
-            peak.rss_with_children_bytes = peak.rss_with_children_bytes.max(memory.rss_with_children_bytes);
+            peak.rss_with_children_bytes = peak
+                .rss_with_children_bytes
+                .max(memory.rss_with_children_bytes);
             if control.info_field("persistence", "rdb_bgsave_in_progress")? == "0" {
                 break;
             }
@@ -439,7 +461,12 @@ fn control_saves(
 }
 
 /// SAVE, read a sample, SIGKILL, restart on the same directory, compare.
-fn verify(binaries: &Binaries, launch: &Launch, server: &mut ServerProcess, plan: &Plan) -> Result<(bool, String)> {
+fn verify(
+    binaries: &Binaries,
+    launch: &Launch,
+    server: &mut ServerProcess,
+    plan: &Plan,
+) -> Result<(bool, String)> {
     const SAMPLE: u64 = 2000;
     let mut client = Client::connect(server.port)?;
     let saved = reply_text(&client.call(&["SAVE"])?);
@@ -452,7 +479,12 @@ fn verify(binaries: &Binaries, launch: &Launch, server: &mut ServerProcess, plan
     for (index, value) in sample.iter().zip(&before) {
         match value {
             Some(value) if value_is_valid(*index, value, plan.value_bytes) => {}
-            _ => return Ok((false, format!("key {index} holds a malformed value before restart"))),
+            _ => {
+                return Ok((
+                    false,
+                    format!("key {index} holds a malformed value before restart"),
+                ))
+            }
         }
     }
     server.kill();
@@ -466,7 +498,10 @@ fn verify(binaries: &Binaries, launch: &Launch, server: &mut ServerProcess, plan
         other => bail!("DBSIZE after restart: unexpected reply {other:?}"),
     };
     if size != plan.keys {
-        return Ok((false, format!("{size} keys after restart, expected {}", plan.keys)));
+        return Ok((
+            false,
+            format!("{size} keys after restart, expected {}", plan.keys),
+        ));
     }
     let after = read_values(&mut client, &sample)?;
     if let Some(position) = before.iter().zip(&after).position(|(a, b)| a != b) {
