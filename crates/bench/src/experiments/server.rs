@@ -70,7 +70,7 @@ pub struct Args {
     /// BGSAVEs per server (default 1 with --quick, 3 otherwise).
     #[arg(long)]
     pub bgsaves: Option<usize>,
-    /// Measured seconds before the first BGSAVE and after each (default 1 with --quick, 3 otherwise).
+    /// Measured seconds before the first BGSAVE and after each (default 1 with --quick, 5 otherwise).
     #[arg(long)]
     pub gap_seconds: Option<f64>,
     /// Durability of both servers in the snapshot phase.
@@ -122,7 +122,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         writers: args.writers.max(1),
         pipeline: args.write_pipeline.max(1),
         warmup: Duration::from_secs(1),
-        gap: Duration::from_secs_f64(args.gap_seconds.unwrap_or(if quick { 1.0 } else { 3.0 })),
+        gap: Duration::from_secs_f64(args.gap_seconds.unwrap_or(if quick { 1.0 } else { 5.0 })),
         bgsaves: args.bgsaves.unwrap_or(if quick { 1 } else { 3 }).max(1),
         bgsave_timeout: Duration::from_secs(600),
         durability: snapshot_durability,
