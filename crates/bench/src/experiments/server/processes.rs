@@ -3,9 +3,9 @@
 //!
 //! Invariants: a [`ServerProcess`] owns its child; dropping it SIGKILLs that PID and reaps it, on
 //! every exit path of the experiment (errors, panics unwinding through the run). Nothing is ever
-//! killed by name. Redis's BGSAVE children are its own: they exit when their parent dies (Redis
-//! sets no parent-death signal, but a save child writing to a removed directory finishes or
-//! fails on its own), and [`ServerProcess::drop`] also kills any child of the server it finds.
+//! killed by name. A BGSAVE child Redis forked would not die with its parent, so
+//! [`ServerProcess::kill`] first lists the server's children (`/proc/<pid>/task/*/children`) and
+//! SIGKILLs them by PID too.
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{Read, Write};
