@@ -30,6 +30,8 @@ enum Experiment {
     Ctrie(experiments::ctrie::Args),
     /// WAL-to-database checkpoint: naive backfill against the fast one (prefixkv-pagestore).
     Wal(experiments::wal::Args),
+    /// prefixkv-server against redis-server: redis-benchmark at matched durability, BGSAVE under load.
+    Server(experiments::server::Args),
 }
 
 fn main() -> Result<()> {
@@ -42,6 +44,7 @@ fn main() -> Result<()> {
         Experiment::Tick(args) => experiments::tick::run(common, args)?,
         Experiment::Ctrie(args) => experiments::ctrie::run(common, args)?,
         Experiment::Wal(args) => experiments::wal::run(common, args)?,
+        Experiment::Server(args) => experiments::server::run(common, args)?,
     };
     finish(common, &report)
 }

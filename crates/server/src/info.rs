@@ -61,7 +61,10 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
             settings.durability.name(),
             settings.durability.statement(),
             persistence.loaded.lock().replace(['\r', '\n'], " "),
-            persistence.checkpoint_running() as u8,
+            // As Redis: 1 from the BGSAVE reply until the save ends, so a client polling
+            // right after BGSAVE never sees 0 before the background thread has begun.
+            (persistence.checkpoint_running()
+                || persistence.background_running.load(Ordering::SeqCst)) as u8,
             persistence.last_save_unix.load(Ordering::Relaxed),
             if error.is_some() { "err" } else { "ok" },
             persistence.checkpoints_done.load(Ordering::Relaxed),

@@ -1,0 +1,475 @@
+//! `prefixkv-bench server`: `prefixkv-server` against `redis-server` on the same machine, at
+//! matched durability, in two phases.
+//!
+//! 1. **redis-benchmark.** For each durability (`none` = Redis `appendonly no`; `everysec`,
+//!    `always` = Redis `appendonly yes` with that `appendfsync`; Redis always with `save ""`), both
+//!    servers start on free loopback ports with fresh data directories; then
+//!    `redis-benchmark -t set,get -c 50 -r 1000000 -n N -P p --csv` runs at each pipeline depth,
+//!    alternating the servers over `--rounds` rounds (A B, B A, ...). Rows hold the median
+//!    requests/s with min and max.
+//! 2. **Snapshot under load** ([`snapshot`]). On each server: load a dataset, write from several
+//!    pipelined connections, trigger BGSAVE, and compare throughput and p99 during the saves with
+//!    outside them, and the memory growth over the dataset size. Then SAVE, SIGKILL, restart and
+//!    verify the data (this is what `verified` means).
+//!
+//! The benchmark client runs on the same 2-core machine as the server, so it takes one core: all
+//! figures are client-bound to a degree, and only the ratios are meant to be quoted.
+//!
+//! Cleanup: every server is a [`processes::ServerProcess`], SIGKILLed by PID on drop, and data
+//! lives in a `tempfile` directory removed on drop, on every exit path.
+
+mod benchmark;
+mod client;
+mod processes;
+mod snapshot;
+
+use crate::plot::{write_line_chart, LineChart, Marker, Series};
+use crate::report::{row, Report};
+use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::Common;
+use anyhow::{bail, Context, Result};
+use processes::{Binaries, Durability, Kind, Launch, ServerProcess};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Flags of the server experiment.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Durability settings to compare in the redis-benchmark phase.
+    #[arg(long, value_delimiter = ',', default_value = "none,everysec,always")]
+    pub durabilities: Vec<String>,
+    /// redis-benchmark pipeline depths (`-P`).
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub pipelines: Vec<usize>,
+    /// redis-benchmark clients (`-c`).
+    #[arg(long, default_value_t = 50)]
+    pub clients: usize,
+    /// redis-benchmark key space (`-r`).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keyspace: u64,
+    /// Requests per test at `-P 1` (default: 20,000 with --quick, 100,000 otherwise).
+    #[arg(long)]
+    pub requests_p1: Option<u64>,
+    /// Requests per test at deeper pipelines (default: 100,000 with --quick, 1,000,000 otherwise).
+    #[arg(long)]
+    pub requests_pipelined: Option<u64>,
+    /// Dataset of the snapshot phase, in bytes of keys plus values (default 2 GB; --quick 100 MB).
+    #[arg(long)]
+    pub dataset_bytes: Option<u64>,
+    /// Bytes per value in the snapshot phase.
+    #[arg(long, default_value_t = 1000)]
+    pub value_bytes: usize,
+    /// Writer connections in the snapshot phase.
+    #[arg(long, default_value_t = 8)]
+    pub writers: usize,
+    /// SETs per pipelined batch of a writer.
+    #[arg(long, default_value_t = 8)]
+    pub write_pipeline: usize,
+    /// BGSAVEs per server (default 1 with --quick, 3 otherwise).
+    #[arg(long)]
+    pub bgsaves: Option<usize>,
+    /// Measured seconds before the first BGSAVE and after each (default 1 with --quick, 5 otherwise).
+    #[arg(long)]
+    pub gap_seconds: Option<f64>,
+    /// Durability of both servers in the snapshot phase.
+    #[arg(long, default_value = "none")]
+    pub snapshot_durability: String,
+    /// Phases to run.
+    #[arg(long, value_delimiter = ',', default_value = "benchmark,snapshot")]
+    pub phases: Vec<String>,
+    /// The prefixkv-server binary (default: next to this binary, else target/release/).
+    #[arg(long)]
+    pub server_binary: Option<PathBuf>,
+    /// Parent of the temporary data directories (default: the system temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+const SERVERS: [Kind; 2] = [Kind::Prefixkv, Kind::Redis];
+
+/// Runs both phases and builds the report.
+pub fn run(common: &Common, args: &Args) -> Result<Report> {
+    let binaries = Binaries::locate(args.server_binary.as_deref())?;
+    for phase in &args.phases {
+        if phase != "benchmark" && phase != "snapshot" {
+            bail!("unknown phase {phase:?}: expected benchmark and/or snapshot");
+        }
+    }
+    let durabilities = args
+        .durabilities
+        .iter()
+        .map(|d| Durability::parse(d))
+        .collect::<Result<Vec<_>>>()?;
+    let snapshot_durability = Durability::parse(&args.snapshot_durability)?;
+    let quick = common.quick;
+    let requests_p1 = args
+        .requests_p1
+        .unwrap_or(if quick { 20_000 } else { 100_000 });
+    let requests_pipelined =
+        args.requests_pipelined
+            .unwrap_or(if quick { 100_000 } else { 1_000_000 });
+    let dataset_bytes =
+        args.dataset_bytes
+            .unwrap_or(if quick { 100_000_000 } else { 2_000_000_000 });
+    if args.value_bytes < 64 {
+        bail!("--value-bytes must be at least 64");
+    }
+    let plan = snapshot::Plan {
+        keys: (dataset_bytes / (args.value_bytes as u64 + 16)).max(1000),
+        value_bytes: args.value_bytes,
+        writers: args.writers.max(1),
+        pipeline: args.write_pipeline.max(1),
+        warmup: Duration::from_secs(1),
+        gap: Duration::from_secs_f64(args.gap_seconds.unwrap_or(if quick { 1.0 } else { 5.0 })),
+        bgsaves: args.bgsaves.unwrap_or(if quick { 1 } else { 3 }).max(1),
+        bgsave_timeout: Duration::from_secs(600),
+        durability: snapshot_durability,
+    };
+
+    let mut report = Report::new("server");
+    report.config("quick", quick);
+    report.config("rounds", common.rounds() as u64);
+    report.config(
+        "prefixkv_server",
+        binaries.prefixkv_server.display().to_string(),
+    );
+    report.config("redis_server_version", redis_version(&binaries));
+    report.config("durabilities", args.durabilities.clone());
+    report.config(
+        "durability_matching",
+        "prefixkv --appendfsync none|everysec|always; redis --appendonly no --save \"\" | \
+         --appendonly yes --appendfsync everysec --save \"\" | --appendonly yes --appendfsync always --save \"\"",
+    );
+    report.config(
+        "redis_benchmark",
+        format!(
+            "redis-benchmark -t set,get -c {} -r {} -n {requests_p1} (-P 1) / -n {requests_pipelined} (deeper) -P <p> --csv",
+            args.clients, args.keyspace
+        ),
+    );
+    report.config("pipelines", args.pipelines.clone());
+    report.config("snapshot_durability", snapshot_durability.name());
+    report.config("dataset_bytes", plan.dataset_bytes());
+    report.config("snapshot_keys", plan.keys);
+    report.config("value_bytes", plan.value_bytes as u64);
+    report.config("writers", plan.writers as u64);
+    report.config("write_pipeline", plan.pipeline as u64);
+    report.config("bgsaves", plan.bgsaves as u64);
+    report.notes.push(
+        "client and servers share the 2-core machine: the load generator takes about one core, \
+         so absolute figures are client-bound; quote the ratios"
+            .into(),
+    );
+    if !quick && args.dataset_bytes.is_some_and(|b| b < 2_000_000_000) {
+        report.notes.push(format!(
+            "snapshot dataset scaled down from 2 GB to {} bytes",
+            plan.dataset_bytes()
+        ));
+    }
+
+    let temp = match &args.dir {
+        Some(parent) => tempfile::Builder::new()
+            .prefix("prefixkv-server-bench")
+            .tempdir_in(parent),
+        None => tempfile::Builder::new()
+            .prefix("prefixkv-server-bench")
+            .tempdir(),
+    }
+    .context("creating the temporary data directory")?;
+
+    if args.phases.iter().any(|p| p == "benchmark") {
+        let load = |pipeline: usize| benchmark::Load {
+            clients: args.clients,
+            keyspace: args.keyspace,
+            requests: if pipeline <= 1 {
+                requests_p1
+            } else {
+                requests_pipelined
+            },
+            pipeline,
+        };
+        run_benchmarks(
+            &binaries,
+            common,
+            &durabilities,
+            &args.pipelines,
+            &load,
+            temp.path(),
+            &mut report,
+        )?;
+    }
+    if args.phases.iter().any(|p| p == "snapshot") {
+        run_snapshots(&binaries, &plan, temp.path(), &common.out, &mut report)?;
+    }
+    Ok(report)
+}
+
+fn redis_version(binaries: &Binaries) -> String {
+    std::process::Command::new(&binaries.redis_server)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// (server, durability, pipeline, test) → requests/s and p99 ms of every round.
+type Cells = BTreeMap<(String, String, usize, String), Vec<(f64, Option<f64>)>>;
+
+fn run_benchmarks(
+    binaries: &Binaries,
+    common: &Common,
+    durabilities: &[Durability],
+    pipelines: &[usize],
+    load: &dyn Fn(usize) -> benchmark::Load,
+    temp: &std::path::Path,
+    report: &mut Report,
+) -> Result<()> {
+    let schedule = alternating_schedule(SERVERS.len(), common.rounds());
+    let bar = crate::progress::bar(
+        (durabilities.len() * schedule.len() * pipelines.len()) as u64,
+        "server: redis-benchmark",
+    );
+    let mut cells: Cells = BTreeMap::new();
+    for &durability in durabilities {
+        // Both servers run for the whole durability setting; each round hits both in turn.
+        let mut servers = Vec::new();
+        for kind in SERVERS {
+            let launch = Launch {
+                kind,
+                durability,
+                dir: temp.join(format!("benchmark-{}-{}", kind.name(), durability.name())),
+                prefixkv_extra: Vec::new(),
+            };
+            servers.push(ServerProcess::start(
+                binaries,
+                &launch,
+                Duration::from_secs(60),
+            )?);
+        }
+        for &(_round, contender) in &schedule {
+            let server = &servers[contender];
+            for &pipeline in pipelines {
+                bar.set_message(format!(
+                    "{} {} -P {pipeline}",
+                    server.kind.name(),
+                    durability.name()
+                ));
+                let lines = benchmark::run(&binaries.redis_benchmark, server.port, load(pipeline))
+                    .with_context(|| format!("{} at {}", server.kind.name(), durability.name()))?;
+                for line in lines {
+                    cells
+                        .entry((
+                            server.kind.name().to_string(),
+                            durability.name().to_string(),
+                            pipeline,
+                            line.test,
+                        ))
+                        .or_default()
+                        .push((line.requests_per_s, line.p99_latency_ms));
+                }
+                bar.inc(1);
+            }
+        }
+        drop(servers);
+    }
+    bar.finish_and_clear();
+
+    let median = |server: &str, durability: &str, pipeline: usize, test: &str| -> f64 {
+        let key = (
+            server.to_string(),
+            durability.to_string(),
+            pipeline,
+            test.to_string(),
+        );
+        cells.get(&key).map_or(f64::NAN, |values| {
+            Spread::of(&values.iter().map(|v| v.0).collect::<Vec<_>>()).median
+        })
+    };
+    for ((server, durability, pipeline, test), values) in &cells {
+        let mut cell = row([
+            ("phase", Value::from("redis-benchmark")),
+            ("variant", Value::from(server.as_str())),
+            ("durability", Value::from(durability.as_str())),
+            ("pipeline", Value::from(*pipeline as u64)),
+            ("test", Value::from(test.as_str())),
+            ("rounds", Value::from(values.len() as u64)),
+        ]);
+        Spread::of(&values.iter().map(|v| v.0).collect::<Vec<_>>())
+            .insert_into(&mut cell, "throughput_ops_per_s");
+        let p99: Vec<f64> = values.iter().filter_map(|v| v.1).collect();
+        Spread::of(&p99).insert_into(&mut cell, "p99_latency_ms");
+        if server == Kind::Prefixkv.name() {
+            cell.insert(
+                "over_redis".into(),
+                finite(ratio(
+                    median(server, durability, *pipeline, test),
+                    median(Kind::Redis.name(), durability, *pipeline, test),
+                )),
+            );
+        }
+        report.rows.push(cell);
+    }
+    let over = |durability: &str, pipeline: usize, test: &str| {
+        ratio(
+            median(Kind::Prefixkv.name(), durability, pipeline, test),
+            median(Kind::Redis.name(), durability, pipeline, test),
+        )
+    };
+    for durability in durabilities {
+        let name = durability.name();
+        for pipeline in pipelines {
+            report.summary(
+                &format!("set_p{pipeline}_over_redis_{name}"),
+                over(name, *pipeline, "SET"),
+            );
+            report.summary(
+                &format!("get_p{pipeline}_over_redis_{name}"),
+                over(name, *pipeline, "GET"),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn finite(value: f64) -> Value {
+    if value.is_finite() {
+        Value::from(value)
+    } else {
+        Value::Null
+    }
+}
+
+fn run_snapshots(
+    binaries: &Binaries,
+    plan: &snapshot::Plan,
+    temp: &std::path::Path,
+    out: &std::path::Path,
+    report: &mut Report,
+) -> Result<()> {
+    let bar = crate::progress::bar(SERVERS.len() as u64, "server: BGSAVE under load");
+    let mut outcomes = Vec::new();
+    for kind in SERVERS {
+        bar.set_message(kind.name());
+        let dir = temp.join(format!("snapshot-{}", kind.name()));
+        let outcome = snapshot::run(binaries, kind, plan, &dir)
+            .with_context(|| format!("snapshot phase on {}", kind.name()))?;
+        // The dataset of one server is gone before the next loads its own.
+        let _ = std::fs::remove_dir_all(&dir);
+        bar.inc(1);
+        outcomes.push(outcome);
+    }
+    bar.finish_and_clear();
+
+    let dataset = plan.dataset_bytes() as f64;
+    for outcome in &outcomes {
+        report.record_verification(outcome.verified);
+        let cell = row([
+            ("phase", Value::from("bgsave-under-load")),
+            ("variant", Value::from(outcome.kind.name())),
+            ("durability", Value::from(plan.durability.name())),
+            ("dataset_bytes", Value::from(plan.dataset_bytes())),
+            ("load_s", Value::from(outcome.load_seconds)),
+            (
+                "throughput_outside_bgsave_ops_per_s",
+                Value::from(outcome.outside_ops_per_s),
+            ),
+            (
+                "throughput_during_bgsave_ops_per_s",
+                Value::from(outcome.during_ops_per_s),
+            ),
+            (
+                "during_bgsave_over_outside",
+                finite(ratio(outcome.during_ops_per_s, outcome.outside_ops_per_s)),
+            ),
+            ("p99_outside_bgsave_us", Value::from(outcome.outside_p99_us)),
+            ("p99_during_bgsave_us", Value::from(outcome.during_p99_us)),
+            ("bgsave_s", Value::from(outcome.bgsave_seconds.clone())),
+            (
+                "baseline_pss_bytes",
+                Value::from(outcome.baseline_pss_bytes),
+            ),
+            (
+                "bgsave_memory_growth_bytes",
+                Value::from(outcome.growth_pss_bytes),
+            ),
+            (
+                "bgsave_memory_growth_ratio",
+                finite(outcome.growth_pss_bytes as f64 / dataset),
+            ),
+            (
+                "bgsave_rss_with_children_growth_bytes",
+                Value::from(outcome.growth_rss_with_children_bytes),
+            ),
+            ("verified", Value::from(outcome.verified)),
+            ("verify_note", Value::from(outcome.verify_note.as_str())),
+        ]);
+        report.rows.push(cell);
+    }
+    let find = |kind: Kind| outcomes.iter().find(|o| o.kind == kind);
+    if let (Some(ours), Some(redis)) = (find(Kind::Prefixkv), find(Kind::Redis)) {
+        report.summary(
+            "during_bgsave_over_outside",
+            ratio(ours.during_ops_per_s, ours.outside_ops_per_s),
+        );
+        report.summary(
+            "redis_during_bgsave_over_outside",
+            ratio(redis.during_ops_per_s, redis.outside_ops_per_s),
+        );
+        report.summary(
+            "bgsave_memory_growth_ratio",
+            ours.growth_pss_bytes as f64 / dataset,
+        );
+        report.summary(
+            "redis_bgsave_memory_growth_ratio",
+            redis.growth_pss_bytes as f64 / dataset,
+        );
+        report.summary(
+            "p99_during_bgsave_over_outside",
+            ratio(ours.during_p99_us, ours.outside_p99_us),
+        );
+        report.summary(
+            "redis_p99_during_bgsave_over_outside",
+            ratio(redis.during_p99_us, redis.outside_p99_us),
+        );
+    }
+
+    let series: Vec<Series> = outcomes
+        .iter()
+        .map(|o| Series {
+            label: format!("{} ({} durability)", o.kind.name(), plan.durability.name()),
+            points: o.timeline.clone(),
+        })
+        .collect();
+    let mut markers = Vec::new();
+    for (index, outcome) in outcomes.iter().enumerate() {
+        for (start, end) in &outcome.windows {
+            markers.push(Marker {
+                x: *start,
+                series: Some(index),
+                end: false,
+            });
+            markers.push(Marker {
+                x: *end,
+                series: Some(index),
+                end: true,
+            });
+        }
+    }
+    let chart = LineChart {
+        title: format!(
+            "SET throughput while BGSAVE runs ({:.0} MB dataset, {} writers x {} pipelined)",
+            dataset / 1e6,
+            plan.writers,
+            plan.pipeline
+        ),
+        x_label: "seconds since writers started".into(),
+        y_label: "SETs per second (100 ms buckets)".into(),
+        series,
+        markers,
+        log_x: false,
+    };
+    write_line_chart(&chart, out, "server")?;
+    Ok(())
+}

@@ -1,0 +1,556 @@
+//! The snapshot-under-load phase on one server: load a dataset, run pipelined writes from several
+//! connections, trigger BGSAVE a few times, and measure throughput and latency during each save
+//! and outside it, and the memory the save costs; then verify that the saved data recovers.
+//!
+//! Measurement:
+//! - Throughput: writers add every acknowledged request to one counter. The control thread reads
+//!   it at each BGSAVE's start (the `BGSAVE` reply) and end (`INFO persistence` shows
+//!   `rdb_bgsave_in_progress:0`, polled every 20 ms), so "during" is exact to the polling step;
+//!   "outside" is the rest of the measured span (after a warm-up). A sampler records the counter
+//!   every 100 ms for the timeline plot.
+//! - Latency: each writer times every pipelined batch (the round trip a pipelining client sees)
+//!   and files it as during or outside by the batch's start time.
+//! - Memory: the proportional set size (`Pss`, `/proc/<pid>/smaps_rollup`) of the server plus its
+//!   children, sampled at every poll. Redis's save child shares pages with its parent
+//!   copy-on-write; Pss counts a shared page once, so the growth is what the machine spends
+//!   (summing the two RSS figures would count the whole dataset twice). The growth of one save
+//!   is its peak minus the value just before it; the reported growth is the largest.
+//!
+//! Verification: after the writers stop, a synchronous SAVE, a sample of keys is read back and
+//! checked (every value must be a well-formed value of its key); the server is SIGKILLed,
+//! restarted on the same directory, and must hold every key with the sampled values unchanged.
+
+use super::client::{reply_text, Client};
+use super::processes::{tree_memory, Binaries, Durability, Kind, Launch, ServerProcess};
+use crate::workload::{KeyDistribution, KeyGenerator};
+use anyhow::{anyhow, bail, Context, Result};
+use hdrhistogram::Histogram;
+use prefixkv_resp::Reply;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Sizes and durations of the phase.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Keys in the dataset.
+    pub keys: u64,
+    /// Bytes per value.
+    pub value_bytes: usize,
+    /// Writer connections (one thread each).
+    pub writers: usize,
+    /// Requests per pipelined batch.
+    pub pipeline: usize,
+    /// Writes before measuring starts.
+    pub warmup: Duration,
+    /// Measured time before the first BGSAVE and after each one.
+    pub gap: Duration,
+    /// BGSAVEs to trigger.
+    pub bgsaves: usize,
+    /// A BGSAVE still running after this fails the run.
+    pub bgsave_timeout: Duration,
+    /// Durability of both servers in this phase.
+    pub durability: Durability,
+}
+
+impl Plan {
+    /// Bytes of keys and values in the dataset.
+    pub fn dataset_bytes(&self) -> u64 {
+        self.keys * (KEY_BYTES as u64 + self.value_bytes as u64)
+    }
+}
+
+/// Everything measured on one server.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Which server.
+    pub kind: Kind,
+    /// Seconds the loader took.
+    pub load_seconds: f64,
+    /// Writes per second outside the saves.
+    pub outside_ops_per_s: f64,
+    /// Writes per second during the saves.
+    pub during_ops_per_s: f64,
+    /// p99 batch latency outside the saves, µs.
+    pub outside_p99_us: f64,
+    /// p99 batch latency during the saves, µs.
+    pub during_p99_us: f64,
+    /// Each save's duration, seconds.
+    pub bgsave_seconds: Vec<f64>,
+    /// Pss just before the first save.
+    pub baseline_pss_bytes: u64,
+    /// Largest Pss growth of one save over its starting value.
+    pub growth_pss_bytes: u64,
+    /// Largest growth of RSS (server plus children, double-counting shared pages), for reference.
+    pub growth_rss_with_children_bytes: u64,
+    /// Throughput over time: (seconds since writers started, writes/s over the last 100 ms).
+    pub timeline: Vec<(f64, f64)>,
+    /// Saves as (start, end) seconds since writers started.
+    pub windows: Vec<(f64, f64)>,
+    /// Recovery check passed.
+    pub verified: bool,
+    /// What the recovery check found.
+    pub verify_note: String,
+}
+
+const KEY_BYTES: usize = 16;
+const HEADER_BYTES: usize = 30;
+
+fn key(index: u64) -> [u8; KEY_BYTES] {
+    let mut key = [0u8; KEY_BYTES];
+    let text = format!("key:{index:012}");
+    key.copy_from_slice(text.as_bytes());
+    key
+}
+
+/// The value of `key` at `version`: a header naming both, then filler derived from them, so a
+/// value read back can be checked without remembering it.
+fn fill_value(index: u64, version: u64, value: &mut Vec<u8>, value_bytes: usize) {
+    debug_assert!(value_bytes >= HEADER_BYTES);
+    value.clear();
+    value.extend_from_slice(format!("{index:012}:{version:016}:").as_bytes());
+    debug_assert_eq!(value.len(), HEADER_BYTES);
+    let seed = index
+        .wrapping_mul(31)
+        .wrapping_add(version.wrapping_mul(17));
+    value.extend((HEADER_BYTES..value_bytes).map(|i| b'a' + ((seed + i as u64) % 26) as u8));
+}
+
+/// Whether `value` is a well-formed value of key `index`.
+fn value_is_valid(index: u64, value: &[u8], value_bytes: usize) -> bool {
+    if value.len() != value_bytes || value.len() < HEADER_BYTES {
+        return false;
+    }
+    let header = String::from_utf8_lossy(&value[..HEADER_BYTES]);
+    let mut parts = header.split(':');
+    let (Some(key_part), Some(version_part)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    if key_part.parse::<u64>().ok() != Some(index) {
+        return false;
+    }
+    let Ok(version) = version_part.parse::<u64>() else {
+        return false;
+    };
+    let mut expected = Vec::with_capacity(value_bytes);
+    fill_value(index, version, &mut expected, value_bytes);
+    expected == value
+}
+
+/// Runs the phase on one server, in `dir` (fresh), and stops the server.
+pub fn run(binaries: &Binaries, kind: Kind, plan: &Plan, dir: &Path) -> Result<Outcome> {
+    let dataset = plan.dataset_bytes();
+    // Our engine keeps the whole log in memory: give it room for the dataset, the record headers
+    // and the copies a checkpoint's read-only phase makes (pages are allocated lazily, so an
+    // unused budget costs nothing).
+    let engine_memory_bytes = (dataset * 3).max(1 << 30);
+    let launch = Launch {
+        kind,
+        durability: plan.durability,
+        dir: dir.to_path_buf(),
+        prefixkv_extra: vec!["--engine-memory".into(), engine_memory_bytes.to_string()],
+    };
+    let mut server = ServerProcess::start(binaries, &launch, Duration::from_secs(120))?;
+    let pid = server.pid().ok_or_else(|| anyhow!("server has no PID"))?;
+
+    let load_started = Instant::now();
+    load(server.port, plan)?;
+    let load_seconds = load_started.elapsed().as_secs_f64();
+    let mut control = Client::connect(server.port)?;
+    let size = match control.call(&["DBSIZE"])? {
+        Reply::Integer(n) => n as u64,
+        other => bail!("DBSIZE: unexpected reply {other:?}"),
+    };
+    if size != plan.keys {
+        bail!(
+            "{}: DBSIZE is {size} after loading {} keys",
+            kind.name(),
+            plan.keys
+        );
+    }
+
+    let mut outcome = measure(kind, pid, server.port, plan, &mut control)?;
+    outcome.load_seconds = load_seconds;
+    let (verified, note) = verify(binaries, &launch, &mut server, plan)?;
+    outcome.verified = verified;
+    outcome.verify_note = note;
+    server.kill();
+    Ok(outcome)
+}
+
+/// Loads every key with version 0 over two pipelined connections.
+fn load(port: u16, plan: &Plan) -> Result<()> {
+    const LOADERS: u64 = 2;
+    const BATCH: u64 = 512;
+    let handles: Vec<_> = (0..LOADERS)
+        .map(|loader| {
+            let plan = plan.clone();
+            std::thread::spawn(move || -> Result<()> {
+                let mut client = Client::connect(port)?;
+                let mut value = Vec::with_capacity(plan.value_bytes);
+                let mut index = loader;
+                while index < plan.keys {
+                    let mut queued = 0;
+                    while queued < BATCH && index < plan.keys {
+                        fill_value(index, 0, &mut value, plan.value_bytes);
+                        client.queue(&[b"SET", &key(index), &value]);
+                        queued += 1;
+                        index += LOADERS;
+                    }
+                    client.flush()?;
+                    client.read_ok(queued as usize)?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle
+            .join()
+            .map_err(|_| anyhow!("a loader thread panicked"))??;
+    }
+    Ok(())
+}
+
+/// One writer's batch latencies: (start, nanoseconds since the writers started; round trip, ns).
+type Batches = Vec<(u64, u64)>;
+
+fn measure(kind: Kind, pid: u32, port: u16, plan: &Plan, control: &mut Client) -> Result<Outcome> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let writers: Vec<_> = (0..plan.writers)
+        .map(|writer| {
+            let (stop, acknowledged, plan) = (stop.clone(), acknowledged.clone(), plan.clone());
+            std::thread::spawn(move || -> Result<Batches> {
+                write_loop(port, writer, &plan, started, &stop, &acknowledged)
+            })
+        })
+        .collect();
+    let sampler = {
+        let (stop, acknowledged) = (stop.clone(), acknowledged.clone());
+        std::thread::spawn(move || sample_loop(started, &stop, &acknowledged))
+    };
+
+    let result = control_saves(pid, plan, control, started, &acknowledged);
+    stop.store(true, Ordering::SeqCst);
+    let mut batches = Vec::new();
+    let mut writer_error = None;
+    for handle in writers {
+        match handle
+            .join()
+            .map_err(|_| anyhow!("a writer thread panicked"))?
+        {
+            Ok(mut own) => batches.append(&mut own),
+            Err(error) => writer_error = Some(error),
+        }
+    }
+    let timeline = sampler
+        .join()
+        .map_err(|_| anyhow!("the sampler thread panicked"))?;
+    let saves = result?;
+    if let Some(error) = writer_error {
+        return Err(error.context(format!("{} writer", kind.name())));
+    }
+
+    let to_seconds = |at: Instant| at.duration_since(started).as_secs_f64();
+    let windows: Vec<(f64, f64)> = saves
+        .iter()
+        .map(|s| (to_seconds(s.start), to_seconds(s.end)))
+        .collect();
+    let measured = (
+        to_seconds(saves.measure_start),
+        to_seconds(saves.measure_end),
+    );
+    let during_ops: u64 = saves.iter().map(|s| s.end_ops - s.start_ops).sum();
+    let during_seconds: f64 = windows.iter().map(|(a, b)| b - a).sum();
+    let outside_ops = saves.measure_end_ops - saves.measure_start_ops - during_ops;
+    let outside_seconds = measured.1 - measured.0 - during_seconds;
+
+    let mut during = Histogram::<u64>::new(3)?;
+    let mut outside = Histogram::<u64>::new(3)?;
+    for (start_ns, latency_ns) in batches {
+        let at = start_ns as f64 / 1e9;
+        if at < measured.0 || at > measured.1 {
+            continue;
+        }
+        let latency_us = (latency_ns / 1000).max(1);
+        if windows.iter().any(|(a, b)| at >= *a && at <= *b) {
+            during.record(latency_us)?;
+        } else {
+            outside.record(latency_us)?;
+        }
+    }
+    let growth_pss_bytes = saves
+        .iter()
+        .map(|s| s.peak.pss_bytes.saturating_sub(s.before.pss_bytes))
+        .max()
+        .unwrap_or(0);
+    let growth_rss_with_children_bytes = saves
+        .iter()
+        .map(|s| {
+            s.peak
+                .rss_with_children_bytes
+                .saturating_sub(s.before.rss_with_children_bytes)
+        })
+        .max()
+        .unwrap_or(0);
+    Ok(Outcome {
+        kind,
+        load_seconds: 0.0,
+        outside_ops_per_s: outside_ops as f64 / outside_seconds.max(1e-9),
+        during_ops_per_s: during_ops as f64 / during_seconds.max(1e-9),
+        outside_p99_us: outside.value_at_quantile(0.99) as f64,
+        during_p99_us: during.value_at_quantile(0.99) as f64,
+        bgsave_seconds: windows.iter().map(|(a, b)| b - a).collect(),
+        baseline_pss_bytes: saves.saves.first().map_or(0, |s| s.before.pss_bytes),
+        growth_pss_bytes,
+        growth_rss_with_children_bytes,
+        timeline,
+        windows,
+        verified: false,
+        verify_note: String::new(),
+    })
+}
+
+fn write_loop(
+    port: u16,
+    writer: usize,
+    plan: &Plan,
+    started: Instant,
+    stop: &AtomicBool,
+    acknowledged: &AtomicU64,
+) -> Result<Batches> {
+    let mut client = Client::connect(port)?;
+    let mut keys = KeyGenerator::new(KeyDistribution::Uniform, plan.keys, 0x5eed + writer as u64);
+    let mut value = Vec::with_capacity(plan.value_bytes);
+    let mut batches = Vec::new();
+    // Versions are unique per (writer, write), so every stored value names the write it came from.
+    let mut version = (writer as u64 + 1) << 40;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..plan.pipeline {
+            let index = keys.next_key();
+            version += 1;
+            fill_value(index, version, &mut value, plan.value_bytes);
+            client.queue(&[b"SET", &key(index), &value]);
+        }
+        let batch_started = Instant::now();
+        client.flush()?;
+        client.read_ok(plan.pipeline)?;
+        let latency = batch_started.elapsed();
+        acknowledged.fetch_add(plan.pipeline as u64, Ordering::Relaxed);
+        batches.push((
+            batch_started.duration_since(started).as_nanos() as u64,
+            latency.as_nanos() as u64,
+        ));
+    }
+    Ok(batches)
+}
+
+/// Every 100 ms: (seconds since start, writes/s over the last interval).
+fn sample_loop(started: Instant, stop: &AtomicBool, acknowledged: &AtomicU64) -> Vec<(f64, f64)> {
+    let interval = Duration::from_millis(100);
+    let mut timeline = Vec::new();
+    let mut previous = (Instant::now(), acknowledged.load(Ordering::Relaxed));
+    let mut next = previous.0 + interval;
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now < next {
+            // A fixed-rate sampler: wait for the next tick.
+            std::thread::sleep(next - now);
+            continue;
+        }
+        next += interval;
+        let count = acknowledged.load(Ordering::Relaxed);
+        let seconds = now.duration_since(previous.0).as_secs_f64();
+        timeline.push((
+            now.duration_since(started).as_secs_f64(),
+            (count - previous.1) as f64 / seconds.max(1e-9),
+        ));
+        previous = (now, count);
+    }
+    timeline
+}
+
+/// One BGSAVE as observed by the control thread.
+struct Save {
+    start: Instant,
+    end: Instant,
+    start_ops: u64,
+    end_ops: u64,
+    before: super::processes::TreeMemory,
+    peak: super::processes::TreeMemory,
+}
+
+struct Saves {
+    saves: Vec<Save>,
+    measure_start: Instant,
+    measure_end: Instant,
+    measure_start_ops: u64,
+    measure_end_ops: u64,
+}
+
+impl Saves {
+    fn iter(&self) -> std::slice::Iter<'_, Save> {
+        self.saves.iter()
+    }
+}
+
+fn control_saves(
+    pid: u32,
+    plan: &Plan,
+    control: &mut Client,
+    started: Instant,
+    acknowledged: &AtomicU64,
+) -> Result<Saves> {
+    std::thread::sleep(plan.warmup.saturating_sub(started.elapsed()));
+    let measure_start = Instant::now();
+    let measure_start_ops = acknowledged.load(Ordering::Relaxed);
+    let mut saves = Vec::new();
+    for _ in 0..plan.bgsaves {
+        std::thread::sleep(plan.gap);
+        let before = tree_memory(pid);
+        let start_ops = acknowledged.load(Ordering::Relaxed);
+        let start = Instant::now();
+        let reply = control.call(&["BGSAVE"])?;
+        let text = reply_text(&reply);
+        if !text.starts_with("Background saving started") {
+            bail!("BGSAVE answered {text:?}");
+        }
+        let mut peak = before;
+        loop {
+            let memory = tree_memory(pid);
+            peak.pss_bytes = peak.pss_bytes.max(memory.pss_bytes);
+            peak.rss_bytes = peak.rss_bytes.max(memory.rss_bytes);
+            peak.rss_with_children_bytes = peak
+                .rss_with_children_bytes
+                .max(memory.rss_with_children_bytes);
+            if control.info_field("persistence", "rdb_bgsave_in_progress")? == "0" {
+                break;
+            }
+            if start.elapsed() > plan.bgsave_timeout {
+                bail!("BGSAVE still running after {:?}", plan.bgsave_timeout);
+            }
+            // Polling the server's own progress flag: 20 ms steps bound the error of "during".
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let end = Instant::now();
+        let end_ops = acknowledged.load(Ordering::Relaxed);
+        let status = control.info_field("persistence", "rdb_last_bgsave_status")?;
+        if status != "ok" {
+            bail!("BGSAVE finished with rdb_last_bgsave_status:{status}");
+        }
+        saves.push(Save {
+            start,
+            end,
+            start_ops,
+            end_ops,
+            before,
+            peak,
+        });
+    }
+    std::thread::sleep(plan.gap);
+    Ok(Saves {
+        saves,
+        measure_start,
+        measure_end: Instant::now(),
+        measure_start_ops,
+        measure_end_ops: acknowledged.load(Ordering::Relaxed),
+    })
+}
+
+/// SAVE, read a sample, SIGKILL, restart on the same directory, compare.
+fn verify(
+    binaries: &Binaries,
+    launch: &Launch,
+    server: &mut ServerProcess,
+    plan: &Plan,
+) -> Result<(bool, String)> {
+    const SAMPLE: u64 = 2000;
+    let mut client = Client::connect(server.port)?;
+    let saved = reply_text(&client.call(&["SAVE"])?);
+    if saved != "OK" {
+        return Ok((false, format!("SAVE answered {saved:?}")));
+    }
+    let step = (plan.keys / SAMPLE).max(1);
+    let sample: Vec<u64> = (0..plan.keys).step_by(step as usize).collect();
+    let before = read_values(&mut client, &sample)?;
+    for (index, value) in sample.iter().zip(&before) {
+        match value {
+            Some(value) if value_is_valid(*index, value, plan.value_bytes) => {}
+            _ => {
+                return Ok((
+                    false,
+                    format!("key {index} holds a malformed value before restart"),
+                ))
+            }
+        }
+    }
+    server.kill();
+    let restart_started = Instant::now();
+    *server = ServerProcess::start(binaries, launch, Duration::from_secs(600))
+        .context("restarting on the saved files")?;
+    let restart_seconds = restart_started.elapsed().as_secs_f64();
+    let mut client = Client::connect(server.port)?;
+    let size = match client.call(&["DBSIZE"])? {
+        Reply::Integer(n) => n as u64,
+        other => bail!("DBSIZE after restart: unexpected reply {other:?}"),
+    };
+    if size != plan.keys {
+        return Ok((
+            false,
+            format!("{size} keys after restart, expected {}", plan.keys),
+        ));
+    }
+    let after = read_values(&mut client, &sample)?;
+    if let Some(position) = before.iter().zip(&after).position(|(a, b)| a != b) {
+        return Ok((
+            false,
+            format!("key {} changed across the restart", sample[position]),
+        ));
+    }
+    Ok((
+        true,
+        format!(
+            "restart after SIGKILL: {size} keys, {} sampled values equal (restart {restart_seconds:.1} s)",
+            sample.len()
+        ),
+    ))
+}
+
+fn read_values(client: &mut Client, sample: &[u64]) -> Result<Vec<Option<Vec<u8>>>> {
+    let mut values = Vec::with_capacity(sample.len());
+    for chunk in sample.chunks(256) {
+        for index in chunk {
+            client.queue(&[b"GET", &key(*index)]);
+        }
+        client.flush()?;
+        for _ in chunk {
+            values.push(match client.read()? {
+                Reply::BulkString(bytes) => Some(bytes.to_vec()),
+                Reply::NullBulkString | Reply::Null => None,
+                other => bail!("GET: unexpected reply {other:?}"),
+            });
+        }
+    }
+    Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_check_themselves() {
+        let mut value = Vec::new();
+        fill_value(42, 7, &mut value, 100);
+        assert_eq!(value.len(), 100);
+        assert!(value_is_valid(42, &value, 100));
+        assert!(!value_is_valid(43, &value, 100));
+        value[70] ^= 1;
+        assert!(!value_is_valid(42, &value, 100));
+        assert!(!value_is_valid(42, b"short", 100));
+        assert_eq!(&key(5), b"key:000000000005");
+    }
+}

@@ -1,0 +1,146 @@
+"""redis-py against a running prefixkv-server: `python3 redis_py_check.py <port>`.
+
+Run by crates/server/tests/redis_py.rs. Exercises strings, MSET/MGET, INCR, DEL, EXPIRE/TTL,
+pipelines, hashes and HELLO with redis-py's default protocol (RESP3 since redis-py 8) and with
+protocol=2 and protocol=3 explicitly, checking every result. Prints `ok <checks>` and exits 0, or
+raises (non-zero exit) naming the failed check.
+"""
+
+import sys
+
+import redis
+
+checks = 0
+
+
+def expect(what, got, want):
+    global checks
+    checks += 1
+    if got != want:
+        raise AssertionError(f"{what}: got {got!r}, want {want!r}")
+
+
+def exercise(label, client, want_protocol):
+    prefix = f"{label}:"
+    client.flushdb()
+    expect(f"{label} PING", client.ping(), True)
+
+    # Strings.
+    expect(f"{label} SET", client.set(prefix + "s", "hello"), True)
+    expect(f"{label} GET", client.get(prefix + "s"), "hello")
+    expect(f"{label} GET missing", client.get(prefix + "missing"), None)
+    expect(f"{label} SET NX on existing", client.set(prefix + "s", "x", nx=True), None)
+    expect(f"{label} SET GET", client.set(prefix + "s", "world", get=True), "hello")
+    expect(f"{label} APPEND", client.append(prefix + "s", "!"), 6)
+    expect(f"{label} STRLEN", client.strlen(prefix + "s"), 6)
+    expect(f"{label} GETRANGE", client.getrange(prefix + "s", 0, 2), "wor")
+    expect(f"{label} binary value", client.set(prefix + "bin", b"\x00\xff\r\n"), True)
+
+    # MSET / MGET.
+    expect(f"{label} MSET", client.mset({prefix + "a": "1", prefix + "b": "2"}), True)
+    expect(
+        f"{label} MGET",
+        client.mget([prefix + "a", prefix + "b", prefix + "nope"]),
+        ["1", "2", None],
+    )
+    expect(f"{label} MSETNX", client.msetnx({prefix + "a": "9", prefix + "c": "3"}), False)
+
+    # INCR family.
+    expect(f"{label} INCR", client.incr(prefix + "n"), 1)
+    expect(f"{label} INCRBY", client.incrby(prefix + "n", 41), 42)
+    expect(f"{label} DECR", client.decr(prefix + "n"), 41)
+    expect(f"{label} INCRBYFLOAT", client.incrbyfloat(prefix + "f", 1.5), 1.5)
+    try:
+        client.incr(prefix + "s")
+        raise AssertionError(f"{label} INCR on a string did not fail")
+    except redis.ResponseError as error:
+        expect(f"{label} INCR error", str(error), "value is not an integer or out of range")
+
+    # DEL / EXISTS / TYPE.
+    expect(f"{label} EXISTS", client.exists(prefix + "a", prefix + "b", prefix + "nope"), 2)
+    expect(f"{label} TYPE", client.type(prefix + "a"), "string")
+    expect(f"{label} DEL", client.delete(prefix + "a", prefix + "b", prefix + "nope"), 2)
+    expect(f"{label} EXISTS after DEL", client.exists(prefix + "a"), 0)
+
+    # EXPIRE / TTL.
+    expect(f"{label} TTL without expiry", client.ttl(prefix + "s"), -1)
+    expect(f"{label} TTL missing", client.ttl(prefix + "missing"), -2)
+    expect(f"{label} EXPIRE", client.expire(prefix + "s", 100), True)
+    ttl = client.ttl(prefix + "s")
+    expect(f"{label} TTL in range", 0 < ttl <= 100, True)
+    pttl = client.pttl(prefix + "s")
+    expect(f"{label} PTTL in range", 0 < pttl <= 100_000, True)
+    expect(f"{label} PERSIST", client.persist(prefix + "s"), True)
+    expect(f"{label} TTL after PERSIST", client.ttl(prefix + "s"), -1)
+    expect(f"{label} SET EX", client.set(prefix + "e", "v", ex=50), True)
+    expect(f"{label} TTL of SET EX", 0 < client.ttl(prefix + "e") <= 50, True)
+    expect(f"{label} PEXPIRE past deletes", client.pexpire(prefix + "e", -1), True)
+    expect(f"{label} GET after past expiry", client.get(prefix + "e"), None)
+
+    # Hashes.
+    expect(f"{label} HSET", client.hset(prefix + "h", mapping={"f1": "v1", "f2": "v2"}), 2)
+    expect(f"{label} HGET", client.hget(prefix + "h", "f1"), "v1")
+    expect(f"{label} HGETALL", client.hgetall(prefix + "h"), {"f1": "v1", "f2": "v2"})
+    expect(f"{label} HINCRBY", client.hincrby(prefix + "h", "n", 5), 5)
+    expect(f"{label} HLEN", client.hlen(prefix + "h"), 3)
+    expect(f"{label} HDEL", client.hdel(prefix + "h", "f1", "zz"), 1)
+
+    # Pipelines (without MULTI/EXEC: the server has no transactions).
+    pipe = client.pipeline(transaction=False)
+    for i in range(100):
+        pipe.set(f"{prefix}p{i}", i)
+    for i in range(100):
+        pipe.incr(f"{prefix}p{i}")
+    pipe.get(prefix + "p99")
+    results = pipe.execute()
+    expect(f"{label} pipeline length", len(results), 201)
+    expect(f"{label} pipeline SETs", all(r is True for r in results[:100]), True)
+    expect(f"{label} pipeline INCRs", results[100:200], list(range(1, 101)))
+    expect(f"{label} pipeline GET", results[200], "100")
+    pipe = client.pipeline(transaction=False)
+    pipe.set(prefix + "x", "1").incr(prefix + "s").get(prefix + "x")
+    mixed = pipe.execute(raise_on_error=False)
+    expect(f"{label} pipeline error in the middle", isinstance(mixed[1], redis.ResponseError), True)
+    expect(f"{label} pipeline after error", mixed[2], "1")
+
+    # Keys.
+    keys = sorted(client.scan_iter(match=prefix + "p*", count=10))
+    expect(f"{label} SCAN", len(keys), 100)
+    expect(f"{label} DBSIZE", client.dbsize() >= 100, True)
+
+    # HELLO and connection state.
+    hello = client.execute_command("HELLO", want_protocol)
+    if isinstance(hello, list):
+        # RESP2 has no maps: HELLO answers a flat array of alternating names and values.
+        hello = dict(zip(hello[::2], hello[1::2]))
+    expect(f"{label} HELLO proto", hello["proto"], want_protocol)
+    expect(f"{label} HELLO server", hello["server"], "redis")
+    expect(f"{label} CLIENT SETNAME", client.client_setname("py-" + label), True)
+    expect(f"{label} CLIENT GETNAME", client.client_getname(), "py-" + label)
+    expect(f"{label} INFO", "redis_version" in client.info("server"), True)
+    expect(f"{label} ECHO", client.echo("hi"), "hi")
+
+
+def main():
+    port = int(sys.argv[1])
+    # single_connection_client keeps CLIENT SETNAME and HELLO on the connection they checked.
+    default = redis.Redis(port=port, decode_responses=True, single_connection_client=True)
+    hello = default.execute_command("HELLO")
+    # redis-py 8 defaults to RESP3; older versions to RESP2. Whatever it chose must work.
+    default_protocol = hello["proto"]
+    exercise("default", default, default_protocol)
+    exercise(
+        "resp2",
+        redis.Redis(port=port, decode_responses=True, protocol=2, single_connection_client=True),
+        2,
+    )
+    exercise(
+        "resp3",
+        redis.Redis(port=port, decode_responses=True, protocol=3, single_connection_client=True),
+        3,
+    )
+    print(f"ok {checks} checks (redis-py {redis.__version__}, default protocol {default_protocol})")
+
+
+if __name__ == "__main__":
+    main()
