@@ -17,6 +17,12 @@
 //!   of its session, so replay skips operations the checkpoint already holds (serial <= the
 //!   session's commit point).
 //!
+//! - MULTI/EXEC isolation: every write transaction holds a read guard of the exec gate (taken
+//!   before any stripe, so the order is always gate → stripes); EXEC holds the gate exclusively
+//!   while it runs its queued commands, whose own transactions then skip the gate
+//!   ([`Keyspace::exclusive`]). So no other client's write interleaves with an EXEC. Reads take
+//!   no locks, so a concurrent read may see part of an EXEC, as it may see part of an MSET.
+//!
 //! Oplog record payload: `[session id u64]` then operations
 //! `[serial u64][kind u8: 1 put, 2 delete][key length u32][engine key][value length u32][value]`.
 
@@ -26,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard};
 use parking_lot::{Mutex, MutexGuard};
 use prefixkv_engine::{EngineError, Session, Store};
 use prefixkv_oplog::{AppendTicket, Oplog};
@@ -62,6 +69,9 @@ pub struct Keyspace {
     /// The engine store.
     pub store: Arc<Store>,
     stripes: Box<[Mutex<Stripe>]>,
+    /// Shared by write transactions, exclusive for an EXEC (see the module invariants). Sharded:
+    /// a read guard touches only this thread's shard, so writers do not share a cache line.
+    exec_gate: ShardedLock<()>,
     oplog: Option<Oplog>,
     expire_cursor: AtomicU64,
     /// Keys removed by active or lazy expiry.
@@ -72,6 +82,8 @@ pub struct Keyspace {
 
 thread_local! {
     static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
+    /// This thread holds the exec gate exclusively (it is running an EXEC).
+    static RUNNING_EXEC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f` with this thread's engine session (started on first use). Never call across an
@@ -160,6 +172,7 @@ impl Keyspace {
         Keyspace {
             store,
             stripes,
+            exec_gate: ShardedLock::new(()),
             oplog,
             expire_cursor: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
@@ -215,11 +228,57 @@ impl Keyspace {
         let mut indexes: Vec<usize> = keys.iter().map(|key| stripe_of(database, key)).collect();
         indexes.sort_unstable();
         indexes.dedup();
+        let gate = self.enter_gate(session);
         let guards = indexes
             .iter()
             .map(|&i| (i, self.lock_stripe(session, i)))
             .collect();
-        Txn::new(self, session, guards)
+        Txn::new(self, session, gate, guards)
+    }
+
+    /// A shared hold on the exec gate for one write transaction, or `None` on the thread that
+    /// runs an EXEC (it holds the gate exclusively already). Suspends the session before
+    /// blocking, for the same reason as [`Self::lock_stripe`].
+    fn enter_gate(&self, session: &mut Session) -> Option<ShardedLockReadGuard<'_, ()>> {
+        if RUNNING_EXEC.with(|running| running.get()) {
+            return None;
+        }
+        if let Ok(guard) = self.exec_gate.try_read() {
+            return Some(guard);
+        }
+        session.suspend();
+        Some(
+            self.exec_gate
+                .read()
+                .expect("the exec gate is never poisoned"),
+        )
+    }
+
+    /// Runs `body` (an EXEC's queued commands) while no other write can run. Must not nest.
+    pub fn exclusive<R>(&self, session: &mut Session, body: impl FnOnce(&mut Session) -> R) -> R {
+        assert!(
+            !RUNNING_EXEC.with(|running| running.get()),
+            "EXEC does not nest"
+        );
+        let _gate = match self.exec_gate.try_write() {
+            Ok(guard) => guard,
+            Err(_) => {
+                session.suspend();
+                self.exec_gate
+                    .write()
+                    .expect("the exec gate is never poisoned")
+            }
+        };
+        /// Clears the flag however `body` ends (a panic unwinds through here).
+        struct Running;
+        impl Drop for Running {
+            fn drop(&mut self) {
+                RUNNING_EXEC.with(|running| running.set(false));
+            }
+        }
+        RUNNING_EXEC.with(|running| running.set(true));
+        let _running = Running;
+        body(session)
     }
 
     /// Locks a stripe. If it is contended, the session is suspended first: the holder may be
@@ -328,12 +387,13 @@ impl Keyspace {
     ) -> Result<Option<WriteMark>, String> {
         let mut last = None;
         for index in 0..STRIPES {
+            let gate = self.enter_gate(session);
             let guard = self.lock_stripe(session, index);
             if guard.databases[database as usize].is_empty() {
                 continue;
             }
             let keys: Vec<Box<[u8]>> = guard.databases[database as usize].keys().cloned().collect();
-            let mut txn = Txn::new(self, session, vec![(index, guard)]);
+            let mut txn = Txn::new(self, session, gate, vec![(index, guard)]);
             for key in keys {
                 txn.delete(database, &key)?;
             }
@@ -351,6 +411,7 @@ impl Keyspace {
         let mut removed = 0;
         for _ in 0..stripes.min(STRIPES) {
             let index = (self.expire_cursor.fetch_add(1, Ordering::Relaxed) as usize) % STRIPES;
+            let gate = self.enter_gate(session);
             let guard = self.lock_stripe(session, index);
             let expired: Vec<(u8, Box<[u8]>)> = guard
                 .databases
@@ -365,7 +426,7 @@ impl Keyspace {
             if expired.is_empty() {
                 continue;
             }
-            let mut txn = Txn::new(self, session, vec![(index, guard)]);
+            let mut txn = Txn::new(self, session, gate, vec![(index, guard)]);
             for (database, key) in expired {
                 if txn.delete(database, &key)? {
                     removed += 1;
@@ -525,7 +586,10 @@ fn take_bytes<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], String> {
 pub struct Txn<'a> {
     keyspace: &'a Keyspace,
     session: &'a mut Session,
+    /// Fields drop in declaration order: the stripes are released before the gate, the reverse
+    /// of the order they were taken in.
     guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
+    _gate: Option<ShardedLockReadGuard<'a, ()>>,
     record: Vec<u8>,
     operations: usize,
     scratch: Vec<u8>,
@@ -540,12 +604,14 @@ impl<'a> Txn<'a> {
     fn new(
         keyspace: &'a Keyspace,
         session: &'a mut Session,
+        gate: Option<ShardedLockReadGuard<'a, ()>>,
         guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
     ) -> Txn<'a> {
         Txn {
             keyspace,
             session,
             guards,
+            _gate: gate,
             record: Vec::new(),
             operations: 0,
             scratch: Vec::new(),

@@ -32,6 +32,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
             return Flow::Close;
         }
         "reset" => {
+            ctx.client.transaction = None;
             ctx.client.database = 0;
             ctx.client.protocol = Protocol::Resp2;
             ctx.client.name = None;

@@ -10,6 +10,7 @@ mod keys;
 mod server;
 mod strings;
 pub mod table;
+mod transaction;
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -93,6 +94,18 @@ pub struct Client {
     pub created: Instant,
     /// Durability mode (copied at connect).
     pub durability: Durability,
+    /// Commands queued since MULTI, if a transaction is open.
+    pub transaction: Option<Transaction>,
+}
+
+/// An open MULTI: the commands queued for EXEC.
+#[derive(Default)]
+pub struct Transaction {
+    queued: Vec<Vec<Bytes>>,
+    /// Argument bytes queued so far, bounded by `client-query-buffer-limit`.
+    queued_bytes: u64,
+    /// A command was refused while queuing: EXEC answers EXECABORT.
+    failed: bool,
 }
 
 impl Client {
@@ -110,6 +123,7 @@ impl Client {
             ticket: None,
             created: Instant::now(),
             durability,
+            transaction: None,
         }
     }
 
@@ -294,6 +308,13 @@ fn truncate(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
 
+/// A refused command inside MULTI makes the whole transaction fail at EXEC, as in Redis.
+fn refuse_in_transaction(client: &mut Client) {
+    if let Some(transaction) = client.transaction.as_mut() {
+        transaction.failed = true;
+    }
+}
+
 /// Runs one command.
 pub fn execute(
     server: &Server,
@@ -312,16 +333,22 @@ pub fn execute(
         w: Writer { encoder, out },
     };
     let Some(spec) = table::find(&name) else {
+        refuse_in_transaction(ctx.client);
         ctx.w.error(&unknown_command(args));
         return Flow::Continue;
     };
     if !ctx.client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit" | "reset") {
+        refuse_in_transaction(ctx.client);
         ctx.w.error(errors::NOAUTH);
         return Flow::Continue;
     }
     if !table::arity_ok(spec, args.len()) {
+        refuse_in_transaction(ctx.client);
         ctx.w.error(&arity_error(spec.name));
         return Flow::Continue;
+    }
+    if let Some(flow) = transaction::handle(&mut ctx, &name, args) {
+        return flow;
     }
     if spec.write {
         let limit = server.settings.read().maxmemory_bytes;

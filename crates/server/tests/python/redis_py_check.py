@@ -85,7 +85,15 @@ def exercise(label, client, want_protocol):
     expect(f"{label} HLEN", client.hlen(prefix + "h"), 3)
     expect(f"{label} HDEL", client.hdel(prefix + "h", "f1", "zz"), 1)
 
-    # Pipelines (without MULTI/EXEC: the server has no transactions).
+    # Pipelines: the default one wraps the batch in MULTI/EXEC; a plain one does not.
+    pipe = client.pipeline()
+    pipe.set(prefix + "t1", "a").incr(prefix + "t2").incr(prefix + "t2").get(prefix + "t1")
+    expect(f"{label} MULTI/EXEC pipeline", pipe.execute(), [True, 1, 2, "a"])
+    pipe = client.pipeline()
+    pipe.set(prefix + "t3", "x").incr(prefix + "t3").set(prefix + "t4", "y")
+    failed = pipe.execute(raise_on_error=False)
+    expect(f"{label} MULTI/EXEC error element", isinstance(failed[1], redis.ResponseError), True)
+    expect(f"{label} MULTI/EXEC after error", client.get(prefix + "t4"), "y")
     pipe = client.pipeline(transaction=False)
     for i in range(100):
         pipe.set(f"{prefix}p{i}", i)
