@@ -48,6 +48,7 @@ mod recover;
 mod region;
 mod state;
 mod sync;
+pub mod wal_store;
 mod writer;
 
 #[cfg(all(test, loom))]
@@ -57,4 +58,4 @@ pub use algo::{Algorithm, AlgorithmKind};
 pub use error::{Result, TickError};
 pub use recover::{log_dir, recover, RecoveryReport};
 pub use state::{Config, PointOfConsistency, Stats, TickState};
-pub use writer::ImageBase;
+pub use writer::{ImageBase, ImageStore};
