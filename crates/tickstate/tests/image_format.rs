@@ -48,3 +48,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn huge_page_arrays_work_and_report_the_advice() {
+    use prefixkv_tickstate::algo::InterleavedPingPong;
+    use prefixkv_tickstate::{huge_pages_status, Algorithm};
+    // 3 MiB of IPP records: spans more than one 2 MiB page whatever the alignment.
+    let words = 100_000;
+    let algorithm = InterleavedPingPong::new(words, true).unwrap();
+    for index in (0..words).step_by(997) {
+        algorithm.write(index, index as u64 * 3);
+    }
+    for index in (0..words).step_by(997) {
+        assert_eq!(algorithm.read(index), index as u64 * 3);
+    }
+    let status = huge_pages_status();
+    // Either the kernel took the advice or it refused and the refusal was counted.
+    assert!(
+        status.advised_bytes >= (words * 32) as u64 || status.refusals > 0,
+        "{status:?}"
+    );
+}
