@@ -174,12 +174,19 @@ impl<T: ZeroValid> Region<T> {
             } else {
                 reserved
             };
-            // Fault every page in now (after the huge-page advice), so that the first
-            // checkpoints do not pay page faults and the memory is really reserved.
-            for offset in (0..mapped_bytes).step_by(SMALL_PAGE_BYTES) {
-                // SAFETY: inside the fresh private mapping, which nobody else can see yet;
-                // writing zero keeps it all-zero.
-                unsafe { raw.cast::<u8>().add(offset).write_volatile(0) };
+            // Fault every page in now (after the huge-page advice, so the kernel can use huge
+            // pages), so that the first checkpoints do not pay page faults and the memory is
+            // really reserved. MADV_POPULATE_WRITE (Linux 5.14) does it in one call; older
+            // kernels refuse it and get one write per page.
+            // SAFETY: the range is inside the mapping just created.
+            let populated =
+                unsafe { libc::madvise(raw, mapped_bytes, libc::MADV_POPULATE_WRITE) } == 0;
+            if !populated {
+                for offset in (0..mapped_bytes).step_by(SMALL_PAGE_BYTES) {
+                    // SAFETY: inside the fresh private mapping, which nobody else can see yet;
+                    // writing zero keeps it all-zero.
+                    unsafe { raw.cast::<u8>().add(offset).write_volatile(0) };
+                }
             }
             debug_assert_eq!(raw as usize % std::mem::align_of::<T>(), 0);
             let pointer = std::ptr::NonNull::new(raw.cast::<T>()).expect("mmap returned null");

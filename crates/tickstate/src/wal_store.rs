@@ -36,7 +36,9 @@
 //! 24 + PAGE_BYTES bytes, and reads each changed page's previous version (page cache, WAL or
 //! database file) to fill the clean words around the dirty ones; the backfill writes each page
 //! with frames once, however many checkpoints rewrote it since the previous backfill. The write
-//! transaction buffers its pages in memory until the commit (up to |AS| for a full image).
+//! transaction buffers its pages in memory until the commit (up to |AS| for a full image), and
+//! the page store's cache keeps the newest image's pages (up to |AS|; see
+//! `page_store_options` for why it must hold a whole commit).
 //! Algorithms that track no changes (all but Ping-Pong) report every page changed, so every
 //! checkpoint writes the full image as frames.
 
@@ -159,12 +161,18 @@ pub fn decode_header(bytes: &[u8]) -> Result<Footer, String> {
     })
 }
 
-fn page_store_options() -> PageStoreOptions {
+fn page_store_options(layout: Layout) -> PageStoreOptions {
     PageStoreOptions {
         page_size_bytes: PAGE_BYTES as u32,
         sync: SyncPolicy::Full,
         // The writer decides when to backfill (see `WalImageWriter::backfill_after_frames`).
         auto_checkpoint_frames: 0,
+        // Room for every page of the image: one commit may dirty all of them (the first image
+        // after open), and the page cache never evicts dirty pages, so a smaller cache would
+        // rescan its dirty entries on every insert (quadratic in the pages of a commit). The
+        // cache then keeps the newest image's pages, which serve the base reads of the next
+        // checkpoint and the backfill (Turso's cache reuse): up to |AS| of memory.
+        cache_capacity_pages: 1 + layout.table_pages + layout.data_pages + 16,
         ..PageStoreOptions::default()
     }
 }
@@ -190,8 +198,8 @@ pub(crate) fn open_and_read(
         return Ok((ImageCheck::Missing, None));
     }
     let layout = Layout::new(words)?;
-    let (store, _report) =
-        PageStore::open(&path, page_store_options()).map_err(|e| store_error(&path, "open", e))?;
+    let (store, _report) = PageStore::open(&path, page_store_options(layout))
+        .map_err(|e| store_error(&path, "open", e))?;
     let check = read_image_from(&store, &path, words, layout)?;
     Ok((check, Some(store)))
 }
@@ -325,7 +333,7 @@ impl WalImageWriter {
             Some(store) => store,
             None => {
                 let created = !path.exists();
-                let store = PageStore::open(&path, page_store_options())
+                let store = PageStore::open(&path, page_store_options(layout))
                     .map_err(|e| store_error(&path, "open", e))?
                     .0;
                 if created {
