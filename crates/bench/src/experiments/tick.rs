@@ -446,6 +446,7 @@ fn e2e_apply(zipf: &Zipf<f64>, words: usize) -> impl FnMut(&mut [u64], u64, &[u8
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_end_to_end<A: Algorithm>(
     words: usize,
     huge_pages: bool,

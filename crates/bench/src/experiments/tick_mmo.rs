@@ -199,38 +199,6 @@ fn bounce(coordinate: i64) -> (i64, bool) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_world_is_deterministic_and_eventful() {
-        let world = World::new(10_000, 2_000, 0.8, 7).unwrap();
-        let mut zones = HashMap::new();
-        let mut first = vec![0u64; world.entities * ENTITY_WORDS];
-        let mut second = first.clone();
-        for tick in 1..=50 {
-            world.step(first.as_mut_slice(), tick, &mut zones);
-            world.step(second.as_mut_slice(), tick, &mut zones);
-        }
-        assert!(first == second);
-        let kills: u64 = (0..world.entities)
-            .map(|e| first[e * ENTITY_WORDS + 5])
-            .sum();
-        let spawned = (0..world.entities)
-            .filter(|e| first[e * ENTITY_WORDS + 4] > 0)
-            .count();
-        assert!(
-            kills > 0 && spawned > 100,
-            "kills {kills}, spawned {spawned}"
-        );
-        for e in 0..world.entities {
-            let (x, y) = (first[e * ENTITY_WORDS], first[e * ENTITY_WORDS + 1]);
-            assert!(x < MAP_UNITS as u64 && y < MAP_UNITS as u64);
-        }
-    }
-}
-
 /// A checkpointing algorithm driven directly (overhead sweep: no writer thread, no files).
 struct AlgorithmCells<'a, A>(&'a A);
 
@@ -399,4 +367,36 @@ pub(super) fn run_end_to_end<A: Algorithm>(
             && recovered_tick == ticks as u64
             && recovered == reference,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_world_is_deterministic_and_eventful() {
+        let world = World::new(10_000, 2_000, 0.8, 7).unwrap();
+        let mut zones = HashMap::new();
+        let mut first = vec![0u64; world.entities * ENTITY_WORDS];
+        let mut second = first.clone();
+        for tick in 1..=50 {
+            world.step(first.as_mut_slice(), tick, &mut zones);
+            world.step(second.as_mut_slice(), tick, &mut zones);
+        }
+        assert!(first == second);
+        let kills: u64 = (0..world.entities)
+            .map(|e| first[e * ENTITY_WORDS + 5])
+            .sum();
+        let spawned = (0..world.entities)
+            .filter(|e| first[e * ENTITY_WORDS + 4] > 0)
+            .count();
+        assert!(
+            kills > 0 && spawned > 100,
+            "kills {kills}, spawned {spawned}"
+        );
+        for e in 0..world.entities {
+            let (x, y) = (first[e * ENTITY_WORDS], first[e * ENTITY_WORDS + 1]);
+            assert!(x < MAP_UNITS as u64 && y < MAP_UNITS as u64);
+        }
+    }
 }
