@@ -20,11 +20,14 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
+/// Trace steps per seed: a quarter of `TICKSTATE_TRACE_STEPS` (default 20 000), since every
+/// image here is a committed, fsynced page-store transaction.
 fn steps() -> usize {
     std::env::var("TICKSTATE_TRACE_STEPS")
         .ok()
-        .and_then(|s| s.parse().ok())
+        .and_then(|s| s.parse::<usize>().ok())
         .unwrap_or(20_000)
+        / 4
 }
 
 fn wal_config(words: usize, backfill_after_frames: u64, logging: bool) -> Config {
