@@ -48,6 +48,7 @@ mod recover;
 mod region;
 mod state;
 mod sync;
+pub mod wal_store;
 mod writer;
 
 #[cfg(all(test, loom))]
@@ -56,5 +57,6 @@ mod loom_tests;
 pub use algo::{Algorithm, AlgorithmKind};
 pub use error::{Result, TickError};
 pub use recover::{log_dir, recover, RecoveryReport};
+pub use region::{huge_pages_status, HugePagesStatus};
 pub use state::{Config, PointOfConsistency, Stats, TickState};
-pub use writer::ImageBase;
+pub use writer::{ImageBase, ImageStore};

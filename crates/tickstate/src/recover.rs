@@ -41,8 +41,10 @@ pub fn log_dir(dir: &Path) -> std::path::PathBuf {
 pub struct RecoveryReport {
     /// Tick of the image loaded, if any.
     pub image_tick: Option<u64>,
-    /// Image slot (0 or 1) loaded.
+    /// Image slot (0 or 1) loaded, when the image came from the double-backup files.
     pub image_slot: Option<usize>,
+    /// Whether the image came from the WAL-backed store (`image.pkvpages`).
+    pub image_from_wal_store: bool,
     /// Why image files were skipped (torn or damaged), one line each.
     pub skipped_images: Vec<String>,
     /// Ticks replayed from the log.
@@ -61,7 +63,13 @@ pub struct RecoveryReport {
 pub(crate) struct Recovered {
     pub(crate) cells: Vec<u64>,
     pub(crate) tick: u64,
+    /// The double-backup slot holding the newest image and its marker LSN, if the image loaded
+    /// came from the double-backup files.
     pub(crate) newest_image: Option<(usize, u64)>,
+    /// Marker LSN of the image loaded (either store; 0 if none).
+    pub(crate) newest_marker_lsn: u64,
+    /// The WAL-backed store, if it exists (opened and recovered while reading it).
+    pub(crate) wal_store: Option<prefixkv_pagestore::PageStore>,
     pub(crate) log: Option<Oplog>,
     pub(crate) report: RecoveryReport,
 }
@@ -105,32 +113,54 @@ pub(crate) fn recover_inner(
             }
         }
     }
+    // The WAL-backed store competes with the double-backup files: a directory may have been
+    // written with either (or both, if the configuration changed); the newest tick wins.
+    let (wal_check, wal_store) = crate::wal_store::open_and_read(dir, words)?;
+    let mut from_wal_store = false;
+    match wal_check {
+        ImageCheck::Missing => {}
+        ImageCheck::Invalid(reason) => report.skipped_images.push(reason),
+        ImageCheck::Valid { footer, cells } => {
+            if best
+                .as_ref()
+                .is_none_or(|(_, best, _)| footer.tick > best.tick)
+            {
+                best = Some((usize::MAX, footer, cells));
+                from_wal_store = true;
+            }
+        }
+    }
     report.image_load_time = started.elapsed();
-    let (mut cells, mut tick, from_lsn, newest_image) = match best {
+    let (mut cells, mut tick, from_lsn, newest_image, newest_marker_lsn) = match best {
         Some((slot, footer, cells)) => {
             report.image_tick = Some(footer.tick);
-            report.image_slot = Some(slot);
+            report.image_from_wal_store = from_wal_store;
+            let double_backup_slot = (!from_wal_store).then_some(slot);
+            report.image_slot = double_backup_slot;
             (
                 cells,
                 footer.tick,
                 footer.marker_lsn + 1,
-                Some((slot, footer.marker_lsn)),
+                double_backup_slot.map(|slot| (slot, footer.marker_lsn)),
+                footer.marker_lsn,
             )
         }
-        None => (vec![0; words], 0, 1, None),
+        None => (vec![0; words], 0, 1, None, 0),
     };
     let Some(log_config) = log_config else {
         return Ok(Recovered {
             cells,
             tick,
             newest_image,
+            newest_marker_lsn,
+            wal_store,
             log: None,
             report,
         });
     };
     let replay_started = Instant::now();
     let (log, _open_report) = Oplog::open(log_dir(dir), log_config)?;
-    if newest_image.is_some() && log.oldest_lsn() > from_lsn && log.next_lsn() > log.oldest_lsn() {
+    if newest_marker_lsn > 0 && log.oldest_lsn() > from_lsn && log.next_lsn() > log.oldest_lsn() {
         return Err(TickError::BadLogRecord {
             lsn: log.oldest_lsn(),
             reason: format!("the log starts after LSN {from_lsn}, which the newest image needs; records are missing"),
@@ -185,6 +215,8 @@ pub(crate) fn recover_inner(
         cells,
         tick,
         newest_image,
+        newest_marker_lsn,
+        wal_store,
         log: Some(log),
         report,
     })

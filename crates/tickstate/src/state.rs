@@ -10,7 +10,7 @@
 use crate::algo::Algorithm;
 use crate::error::{Result, TickError};
 use crate::recover::{encode_record, recover_inner, RecoveryReport, RECORD_ACTION, RECORD_POINT};
-use crate::writer::{run_writer, ImageBase, ImageFiles, Shared};
+use crate::writer::{run_writer, ImageBase, ImageFiles, ImageStore, ImageWriter, Shared};
 use prefixkv_oplog::{AppendTicket, Config as OplogConfig, Oplog};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -29,8 +29,11 @@ pub struct Config {
     /// The logical log's configuration; `None` turns logical logging off (then `log_action` is an
     /// error, and recovery returns the newest image's state).
     pub log: Option<OplogConfig>,
-    /// How Ping-Pong's writer builds full images (Copy from the previous file, or Merge in memory).
+    /// How Ping-Pong's writer builds full images in the double-backup store (Copy from the
+    /// previous file, or Merge in memory).
     pub image_base: ImageBase,
+    /// Where images go: double-backup files, or the WAL-backed page store.
+    pub image_store: ImageStore,
 }
 
 impl Config {
@@ -42,6 +45,7 @@ impl Config {
             huge_pages: false,
             log: Some(OplogConfig::default()),
             image_base: ImageBase::CopyFromFile,
+            image_store: ImageStore::DoubleBackup,
         }
     }
 }
@@ -69,8 +73,13 @@ pub struct Stats {
     pub images_completed: u64,
     /// Image bytes written (cells and footers).
     pub image_bytes_written: u64,
-    /// Bytes of previous images read as a base (Ping-Pong *Copy*).
+    /// Bytes of previous images read as a base (Ping-Pong *Copy*; with the WAL store, the
+    /// previous versions of changed pages).
     pub base_bytes_read: u64,
+    /// WAL store: bytes of WAL frames written (headers included).
+    pub wal_frame_bytes_written: u64,
+    /// WAL store: bytes the store's checkpoints copied into the database file.
+    pub backfill_bytes_written: u64,
     /// Total mutator time in `prepare`.
     pub prepare_time: Duration,
 }
@@ -105,7 +114,27 @@ impl<A: Algorithm> TickState<A> {
         let mut algorithm = A::new(config.words, config.huge_pages)?;
         algorithm.load(&recovered.cells);
         drop(recovered.cells);
-        let files = ImageFiles::open(dir, config.words, recovered.newest_image, config.image_base)?;
+        let files = match config.image_store {
+            ImageStore::DoubleBackup => {
+                drop(recovered.wal_store);
+                ImageWriter::DoubleBackup(ImageFiles::open(
+                    dir,
+                    config.words,
+                    recovered.newest_image,
+                    recovered.newest_marker_lsn,
+                    config.image_base,
+                )?)
+            }
+            ImageStore::PageStoreWal {
+                backfill_after_frames,
+            } => ImageWriter::Wal(Box::new(crate::wal_store::WalImageWriter::open(
+                dir,
+                config.words,
+                recovered.wal_store,
+                recovered.newest_marker_lsn,
+                backfill_after_frames,
+            )?)),
+        };
         let completed = recovered.report.image_tick;
         let shared = Arc::new(Shared::new(algorithm, completed));
         let log = recovered.log.map(Arc::new);
@@ -271,6 +300,8 @@ impl<A: Algorithm> TickState<A> {
             images_completed: self.shared.images_completed.load(Ordering::Relaxed),
             image_bytes_written: self.shared.image_bytes_written.load(Ordering::Relaxed),
             base_bytes_read: self.shared.base_bytes_read.load(Ordering::Relaxed),
+            wal_frame_bytes_written: self.shared.wal_frame_bytes_written.load(Ordering::Relaxed),
+            backfill_bytes_written: self.shared.backfill_bytes_written.load(Ordering::Relaxed),
             ..self.stats
         }
     }

@@ -45,6 +45,8 @@ pub(crate) struct Shared<A> {
     pub(crate) images_completed: AtomicU64,
     pub(crate) image_bytes_written: AtomicU64,
     pub(crate) base_bytes_read: AtomicU64,
+    pub(crate) wal_frame_bytes_written: AtomicU64,
+    pub(crate) backfill_bytes_written: AtomicU64,
 }
 
 impl<A> Shared<A> {
@@ -62,6 +64,8 @@ impl<A> Shared<A> {
             images_completed: AtomicU64::new(0),
             image_bytes_written: AtomicU64::new(0),
             base_bytes_read: AtomicU64::new(0),
+            wal_frame_bytes_written: AtomicU64::new(0),
+            backfill_bytes_written: AtomicU64::new(0),
         }
     }
 }
@@ -100,6 +104,7 @@ impl ImageFiles {
         dir: &Path,
         words: usize,
         newest: Option<(usize, u64)>,
+        newest_marker_lsn: u64,
         base: ImageBase,
     ) -> io::Result<ImageFiles> {
         let length = words as u64 * 8 + FOOTER_BYTES as u64;
@@ -134,7 +139,7 @@ impl ImageFiles {
             words,
             files,
             newest: newest.map(|(slot, _)| slot),
-            newest_marker_lsn: newest.map_or(0, |(_, lsn)| lsn),
+            newest_marker_lsn,
             chunk: vec![0; CHUNK_WORDS.min(words.max(1))],
             // Every algorithm's first capture after open writes every word, so zeros are fine.
             merged: (base == ImageBase::MergeInMemory).then(|| vec![0; words]),
@@ -233,10 +238,51 @@ impl ImageFiles {
     }
 }
 
+/// Where the writer puts images (see [`ImageStore`]).
+pub(crate) enum ImageWriter {
+    /// Two image files written alternately.
+    DoubleBackup(ImageFiles),
+    /// Changed pages as `prefixkv-pagestore` WAL frames, backfilled by its checkpoint.
+    Wal(Box<crate::wal_store::WalImageWriter>),
+}
+
+impl ImageWriter {
+    fn write_image<A: Algorithm>(
+        &mut self,
+        shared: &Shared<A>,
+        tick: u64,
+        marker_lsn: u64,
+        log: Option<&Oplog>,
+    ) -> io::Result<()> {
+        match self {
+            ImageWriter::DoubleBackup(files) => files.write_image(shared, tick, marker_lsn, log),
+            ImageWriter::Wal(store) => store.write_image(shared, tick, marker_lsn, log),
+        }
+    }
+}
+
+/// Which image store the writer uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ImageStore {
+    /// Two image files (`image-0.tsimg`, `image-1.tsimg`) written alternately, each a full image
+    /// with a footer; Ping-Pong's clean words come from [`ImageBase`].
+    #[default]
+    DoubleBackup,
+    /// One `prefixkv-pagestore` database (`image.pkvpages` + WAL): each checkpoint writes the
+    /// changed pages as WAL frames of one commit; the store's checkpoint backfills them into
+    /// the database file once `backfill_after_frames` frames are pending (0: the image's page
+    /// count). Only Ping-Pong knows which pages changed; the other algorithms write every page.
+    /// See the `wal_store` module.
+    PageStoreWal {
+        /// Backfill when this many WAL frames are not yet in the database file (0: one image).
+        backfill_after_frames: u64,
+    },
+}
+
 /// The writer thread's loop: one image per job, until shutdown with no job pending.
 pub(crate) fn run_writer<A: Algorithm>(
     shared: Arc<Shared<A>>,
-    mut files: ImageFiles,
+    mut files: ImageWriter,
     log: Option<Arc<Oplog>>,
 ) {
     let mut done = shared.done_seq.load(Ordering::Relaxed);

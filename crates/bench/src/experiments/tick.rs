@@ -28,12 +28,22 @@ use crate::stats::{alternating_schedule, ratio, Spread};
 use crate::Common;
 use anyhow::{bail, Context, Result};
 use prefixkv_tickstate::algo::*;
-use prefixkv_tickstate::{recover, Algorithm, AlgorithmKind, Config, ImageBase, TickState};
+use prefixkv_tickstate::{huge_pages_status, Algorithm, AlgorithmKind, ImageBase, ImageStore};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Zipf};
 use serde_json::Value;
 use std::time::{Duration, Instant};
+
+#[path = "tick_e2e.rs"]
+mod e2e;
+#[path = "tick_mmo.rs"]
+mod mmo;
+
+use e2e::{
+    e2e_contenders, end_to_end_row, insert_percentiles, percentile, run_end_to_end, thread_cpu_ns,
+    tick_series, EndToEnd,
+};
 
 /// Flags of the tick experiment.
 #[derive(clap::Args, Debug)]
@@ -65,6 +75,23 @@ pub struct Args {
     /// Algorithms to run (default: all): NS, COU, BACOU, NZZ, BAZZ, NPP, IPP.
     #[arg(long, value_delimiter = ',')]
     pub algorithms: Vec<String>,
+    /// Image store of the end-to-end runs: `double-backup` (two image files) or `wal`
+    /// (changed pages as pagestore WAL frames, backfilled by its checkpoint). IPP also runs
+    /// with the other store, for `merge_over_copy_write_bytes`.
+    #[arg(long, default_value = "double-backup")]
+    pub image_store: String,
+    /// WAL store: backfill once this many frames are pending (0: one image's worth of pages).
+    #[arg(long, default_value_t = 0)]
+    pub wal_backfill_frames: u64,
+    /// MMO world size in MiB (default: the state size, or 16 with --quick).
+    #[arg(long)]
+    pub mmo_mb: Option<usize>,
+    /// MMO entities acting per tick.
+    #[arg(long, default_value_t = 4096)]
+    pub mmo_active: usize,
+    /// Skip the MMO scenario.
+    #[arg(long)]
+    pub no_mmo: bool,
 }
 
 /// Ticks run before measuring, so that every array has been through a checkpoint.
@@ -99,6 +126,22 @@ struct OverheadCell {
     prepare_ns: Vec<f64>,
     memory_bytes: usize,
     verified: bool,
+}
+
+impl OverheadCell {
+    /// Overhead per checkpoint against the no-checkpoint baseline's tick times: median
+    /// `prepare` + (median update time − the baseline's median), the difference floored at
+    /// zero (at tens of updates per tick its sign is timer noise). Medians, so that a tick
+    /// preempted by another process of the shared machine does not move the result.
+    fn overhead_ns(&self, baseline_ns: &[f64]) -> f64 {
+        let updates_ns: Vec<f64> = self
+            .tick_ns
+            .iter()
+            .zip(&self.prepare_ns)
+            .map(|(tick, prepare)| tick - prepare)
+            .collect();
+        median(&self.prepare_ns) + (median(&updates_ns) - median(baseline_ns)).max(0.0)
+    }
 }
 
 /// Baseline: the same updates into a plain vector; returns per-tick ns and the final state.
@@ -167,89 +210,36 @@ fn run_overhead<A: Algorithm>(
     Ok(cell)
 }
 
-/// What one end-to-end run measured.
-struct EndToEnd {
-    tick_ns: Vec<f64>,
-    tick_cpu_ns: Vec<f64>,
-    checkpoints: u64,
-    deferred: u64,
-    image_bytes: u64,
-    base_bytes_read: u64,
-    recovery_ms: f64,
-    verified: bool,
-}
-
-fn e2e_apply(zipf: &Zipf<f64>, words: usize) -> impl FnMut(&mut [u64], u64, &[u8]) + '_ {
-    move |state, _tick, action| {
-        let seed = u64::from_le_bytes(action[0..8].try_into().expect("8-byte seed"));
-        let updates = u64::from_le_bytes(action[8..16].try_into().expect("8-byte count")) as usize;
-        for (index, value) in tick_updates(zipf, words, updates, seed) {
-            state[index as usize] = value;
-        }
-    }
-}
-
-fn run_end_to_end<A: Algorithm>(
-    words: usize,
+fn mmo_overhead<A: Algorithm>(
+    world: &mmo::World,
     huge_pages: bool,
-    zipf: &Zipf<f64>,
-    updates_per_tick: usize,
+    total_ticks: usize,
+    expected: &[u64],
+) -> Result<OverheadCell> {
+    mmo::run_overhead::<A>(world, huge_pages, total_ticks, expected)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mmo_end_to_end<A: Algorithm>(
+    world: &mmo::World,
+    skew: f64,
+    huge_pages: bool,
     ticks: usize,
     tick: Duration,
     image_base: ImageBase,
+    image_store: ImageStore,
+    reference: &[u64],
 ) -> Result<EndToEnd> {
-    let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let mut config = Config::new(words);
-    config.huge_pages = huge_pages;
-    config.image_base = image_base;
-    let (mut state, _) = TickState::<A>::open(dir.path(), config, e2e_apply(zipf, words))?;
-    let mut times = Vec::with_capacity(ticks);
-    let mut cpu_times = Vec::with_capacity(ticks);
-    let mut next_deadline = Instant::now() + tick;
-    for number in 0..ticks {
-        let seed = 0xE2E0_0000 + number as u64;
-        let updates = tick_updates(zipf, words, updates_per_tick, seed);
-        let mut action = seed.to_le_bytes().to_vec();
-        action.extend_from_slice(&(updates_per_tick as u64).to_le_bytes());
-        let started = Instant::now();
-        let cpu_started = thread_cpu_ns();
-        state.log_action(&action)?;
-        for (index, value) in updates {
-            state.write(index as usize, value);
-        }
-        let next_tick = state.tick() + 1;
-        state.point_of_consistency(next_tick)?;
-        times.push(started.elapsed().as_nanos() as f64);
-        cpu_times.push(thread_cpu_ns() - cpu_started);
-        // Pacing the game loop (the benchmark's stand-in for a frame budget), not a wait for a
-        // condition.
-        let now = Instant::now();
-        if next_deadline > now {
-            std::thread::sleep(next_deadline - now);
-        }
-        next_deadline += tick;
-    }
-    state.wait_durable()?;
-    if !state.wait_writer_idle(Duration::from_secs(120))? {
-        bail!("the image writer did not finish within 120 s");
-    }
-    let final_state: Vec<u64> = (0..words).map(|i| state.read(i)).collect();
-    let final_tick = state.tick();
-    let stats = state.stats();
-    state.close()?;
-    let started = Instant::now();
-    let (recovered, recovered_tick, _report) = recover(dir.path(), words, e2e_apply(zipf, words))?;
-    let recovery_ms = started.elapsed().as_secs_f64() * 1e3;
-    Ok(EndToEnd {
-        tick_ns: times,
-        tick_cpu_ns: cpu_times,
-        checkpoints: stats.checkpoints_started,
-        deferred: stats.checkpoints_deferred,
-        image_bytes: stats.image_bytes_written,
-        base_bytes_read: stats.base_bytes_read,
-        recovery_ms,
-        verified: recovered_tick == final_tick && recovered == final_state,
-    })
+    mmo::run_end_to_end::<A>(
+        world,
+        skew,
+        huge_pages,
+        ticks,
+        tick,
+        image_base,
+        image_store,
+        reference,
+    )
 }
 
 macro_rules! dispatch {
@@ -264,27 +254,6 @@ macro_rules! dispatch {
             AlgorithmKind::InterleavedPingPong => $function::<InterleavedPingPong>($($argument),*),
         }
     };
-}
-
-/// CPU time of the calling thread in ns: the mutator's own work, without the time other processes
-/// of the shared machine (or the writer thread) held the core.
-fn thread_cpu_ns() -> f64 {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec; CLOCK_THREAD_CPUTIME_ID is always available on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
-    time.tv_sec as f64 * 1e9 + time.tv_nsec as f64
-}
-
-fn percentile(values: &[f64], fraction: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -302,14 +271,26 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let rates: Vec<u64> = if !args.rates.is_empty() {
         args.rates.clone()
     } else if quick {
-        vec![1_000, 30_000, 300_000, 2_500_000]
+        vec![1_000, 2_500_000, 20_000_000]
     } else {
+        // Past 2.5 M/s (the paper's range) up to 100 M/s: rates no single mutator can sustain
+        // in a 33 ms tick here, swept to find where NS's constant copy beats IPP's per-update
+        // cost (the overhead sweep does not pace ticks, so it can).
         vec![
-            1_000, 4_000, 16_000, 40_000, 160_000, 640_000, 1_200_000, 2_500_000,
+            1_000,
+            4_000,
+            16_000,
+            40_000,
+            160_000,
+            640_000,
+            2_500_000,
+            10_000_000,
+            40_000_000,
+            100_000_000,
         ]
     };
-    let ticks = args.ticks.unwrap_or(if quick { 6 } else { 30 });
-    let e2e_ticks = args.e2e_ticks.unwrap_or(if quick { 25 } else { 150 });
+    let ticks = args.ticks.unwrap_or(if quick { 5 } else { 30 });
+    let e2e_ticks = args.e2e_ticks.unwrap_or(if quick { 20 } else { 150 });
     let algorithms: Vec<AlgorithmKind> = if args.algorithms.is_empty() {
         AlgorithmKind::ALL.to_vec()
     } else {
@@ -324,6 +305,14 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         bail!("--skew must be positive");
     }
     let zipf = Zipf::new(words as f64, args.skew).context("Zipf parameters")?;
+    let wal_store = ImageStore::PageStoreWal {
+        backfill_after_frames: args.wal_backfill_frames,
+    };
+    let main_store = match args.image_store.as_str() {
+        "double-backup" => ImageStore::DoubleBackup,
+        "wal" => wal_store,
+        other => bail!("--image-store {other}: use double-backup or wal"),
+    };
     let rounds = common.rounds();
     let mut report = Report::new("tick");
     report.config("state_mb", state_mb as u64);
@@ -337,11 +326,13 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("e2e_ticks", e2e_ticks as u64);
     report.config("e2e_rate_updates_per_s", args.e2e_rate);
     report.config("huge_pages", args.huge_pages);
+    report.config("image_store", args.image_store.as_str());
+    report.config("wal_backfill_frames", args.wal_backfill_frames);
     report.config("rounds", rounds as u64);
     report.notes.push(
         "Overhead sweep: ticks run back to back (no 33 ms of wall time simulated); overhead per checkpoint = median prepare time + (median update time per tick minus the no-checkpoint baseline's) (the update-cost part floored at zero, since at tens of updates per tick its sign is timer noise), with the writer's capture run untimed between ticks and logging off, as the paper measured.".into(),
     );
-    report.notes.push("Cells are 64-bit words. The overhead sweep does not write files (Copy vs Merge does not change mutator work); the end-to-end run adds IPP-Merge: the writer keeps the previous image in memory and overlays dirty words in place, instead of reading the previous image file (Copy). Both write full images, so merge_over_copy_write_bytes is 1 by construction; the difference is the base read (base_bytes_read) and |AS| of writer memory. The pagestore WAL-frame variant of Merge is not built.".into());
+    report.notes.push("Cells are 64-bit words. The overhead sweep does not write files (Copy vs Merge does not change mutator work); the end-to-end run adds IPP-Merge: the writer keeps the previous image in memory and overlays dirty words in place, instead of reading the previous image file (Copy). It writes full images like Copy; the difference is the base read (base_bytes_read) and |AS| of writer memory. IPP-WAL (or IPP-Copy when --image-store wal) is the WAL-backed store: only changed pages go to the pagestore WAL as frames of one commit per image, and the pagestore checkpoint backfills them into the image file; merge_over_copy_write_bytes = IPP-WAL's bytes written per checkpoint (WAL frames + backfill writes, counted as written) / IPP Copy's (full image + footers).".into());
 
     // overhead[algorithm][rate] = per-round overhead ns; plus tick times.
     let mut overhead: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); rates.len()]; algorithms.len()];
@@ -349,6 +340,8 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let mut prepare_times: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); rates.len()]; algorithms.len()];
     let mut memory = vec![0usize; algorithms.len()];
+    // Median baseline tick time per rate and round (what the updates alone cost).
+    let mut baseline_tick_ns: Vec<Vec<f64>> = vec![Vec::new(); rates.len()];
     let sweep_started = Instant::now();
     for (rate_number, &rate) in rates.iter().enumerate() {
         let updates_per_tick = ((rate as f64) * args.tick_ms as f64 / 1000.0)
@@ -379,19 +372,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                 );
             }
             report.record_verification(cell.verified);
-            // The update-cost difference is floored at zero: at tens of updates per tick it is
-            // below timer resolution and its sign is noise.
-            // Medians over the cell's ticks, so that a tick preempted by another process of the
-            // shared machine does not move the result.
-            let updates_ns: Vec<f64> = cell
-                .tick_ns
-                .iter()
-                .zip(&cell.prepare_ns)
-                .map(|(tick, prepare)| tick - prepare)
-                .collect();
-            let updates_difference = median(&updates_ns) - median(baseline_ns);
-            overhead[contender][rate_number]
-                .push(median(&cell.prepare_ns) + updates_difference.max(0.0));
+            overhead[contender][rate_number].push(cell.overhead_ns(baseline_ns));
+            if contender == 0 {
+                baseline_tick_ns[rate_number].push(median(baseline_ns));
+            }
             tick_times[contender][rate_number].extend_from_slice(&cell.tick_ns);
             prepare_times[contender][rate_number].push(median(&cell.prepare_ns));
             memory[contender] = cell.memory_bytes;
@@ -446,37 +430,16 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let e2e_updates = ((args.e2e_rate as f64) * args.tick_ms as f64 / 1000.0)
         .round()
         .max(1.0) as usize;
+    let contenders = e2e_contenders(&algorithms, main_store, wal_store);
     let mut e2e_series = Vec::new();
     let mut e2e_spike = vec![f64::NAN; algorithms.len()];
     let mut e2e_cpu_spike = vec![f64::NAN; algorithms.len()];
-    let mut e2e_contenders: Vec<(usize, AlgorithmKind, ImageBase, String)> = algorithms
-        .iter()
-        .enumerate()
-        .map(|(contender, kind)| {
-            (
-                contender,
-                *kind,
-                ImageBase::CopyFromFile,
-                kind.short_name().to_string(),
-            )
-        })
-        .collect();
-    if let Some(ipp) = algorithms
-        .iter()
-        .position(|k| *k == AlgorithmKind::InterleavedPingPong)
-    {
-        e2e_contenders.push((
-            ipp,
-            AlgorithmKind::InterleavedPingPong,
-            ImageBase::MergeInMemory,
-            "IPP-Merge".into(),
-        ));
-    }
-    // Image bytes written per checkpoint: IPP (Copy) and IPP-Merge.
+    // Image bytes written per checkpoint: IPP with double-backup Copy, and IPP with the WAL store.
     let mut ipp_bytes_per_checkpoint = [f64::NAN; 2];
-    for (contender, kind, image_base, label) in e2e_contenders {
+    let mut anon_huge_bytes_max = 0u64;
+    for contender in &contenders {
         let run = dispatch!(
-            kind,
+            contender.kind,
             run_end_to_end(
                 words,
                 args.huge_pages,
@@ -484,64 +447,161 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                 e2e_updates,
                 e2e_ticks,
                 Duration::from_millis(args.tick_ms),
-                image_base
+                contender.image_base,
+                contender.image_store
             )
         )?;
-        let merge = image_base == ImageBase::MergeInMemory;
-        if kind == AlgorithmKind::InterleavedPingPong {
-            ipp_bytes_per_checkpoint[merge as usize] =
-                ratio(run.image_bytes as f64, run.checkpoints as f64);
+        anon_huge_bytes_max = anon_huge_bytes_max.max(run.anon_huge_bytes);
+        if let Some(slot) = contender.ipp_bytes_slot {
+            ipp_bytes_per_checkpoint[slot] = ratio(run.image_bytes as f64, run.checkpoints as f64);
         }
         report.record_verification(run.verified);
-        let p50 = percentile(&run.tick_ns, 0.5);
-        let max = percentile(&run.tick_ns, 1.0);
-        let cpu_p50 = percentile(&run.tick_cpu_ns, 0.5);
-        let cpu_max = percentile(&run.tick_cpu_ns, 1.0);
-        if !merge {
-            e2e_spike[contender] = ratio(max, p50);
-            e2e_cpu_spike[contender] = ratio(cpu_max, cpu_p50);
+        if contender.primary {
+            e2e_spike[contender.index] = run.tick_max_over_p50();
+            e2e_cpu_spike[contender.index] = run.tick_cpu_max_over_p50();
         }
-        let mut line = row([
-            ("part", Value::from("end_to_end")),
-            ("algorithm", Value::from(label.as_str())),
-            ("updates_per_s", Value::from(args.e2e_rate)),
-        ]);
-        line.insert("tick_p50_ms".into(), Value::from(p50 / 1e6));
-        line.insert(
-            "tick_p99_ms".into(),
-            Value::from(percentile(&run.tick_ns, 0.99) / 1e6),
-        );
-        line.insert("tick_max_ms".into(), Value::from(max / 1e6));
-        line.insert("tick_max_over_p50".into(), Value::from(ratio(max, p50)));
-        line.insert("tick_cpu_p50_ms".into(), Value::from(cpu_p50 / 1e6));
-        line.insert("tick_cpu_max_ms".into(), Value::from(cpu_max / 1e6));
-        line.insert(
-            "tick_cpu_max_over_p50".into(),
-            Value::from(ratio(cpu_max, cpu_p50)),
-        );
-        line.insert("checkpoints".into(), Value::from(run.checkpoints));
-        line.insert("checkpoints_deferred".into(), Value::from(run.deferred));
-        line.insert("image_bytes_written".into(), Value::from(run.image_bytes));
-        line.insert("base_bytes_read".into(), Value::from(run.base_bytes_read));
-        // Merge keeps the previous image in the writer: |AS| more.
-        let memory_bytes = memory[contender] as u64 + if merge { words as u64 * 8 } else { 0 };
-        line.insert("memory_bytes".into(), Value::from(memory_bytes));
-        line.insert("recovery_ms".into(), Value::from(run.recovery_ms));
-        line.insert("verified".into(), Value::from(run.verified));
-        report.rows.push(line);
-        e2e_series.push(Series {
-            label: label.clone(),
-            points: run
-                .tick_ns
-                .iter()
-                .enumerate()
-                .map(|(number, ns)| (number as f64, ns / 1e6))
-                .collect(),
-        });
+        let extra_memory = contender.extra_memory_bytes(words);
+        report.rows.push(end_to_end_row(
+            "end_to_end",
+            &contender.label,
+            args.e2e_rate as f64,
+            &run,
+            memory[contender.index] as u64 + extra_memory,
+        ));
+        e2e_series.push(tick_series(&contender.label, &run));
         eprintln!(
             "tick: end-to-end {} done (verified: {})",
-            label, run.verified
+            contender.label, run.verified
         );
+    }
+
+    // The MMO world: overhead (writer off, ticks back to back) and end to end.
+    let mut mmo_overhead_median = vec![f64::NAN; algorithms.len()];
+    let mut mmo_spike = vec![f64::NAN; algorithms.len()];
+    let mut mmo_updates_per_s = f64::NAN;
+    if !args.no_mmo {
+        // Quick: a 16 MiB world (262 K entities), to keep the run near a minute.
+        let mmo_mb = args.mmo_mb.unwrap_or(if quick && args.state_mb.is_none() {
+            16
+        } else {
+            state_mb
+        });
+        let entities = mmo_mb * (1 << 20) / 8 / mmo::ENTITY_WORDS;
+        let world = mmo::World::new(entities, args.mmo_active, args.skew, 0x6A4E_5EED)?;
+        report.config("mmo_mb", mmo_mb as u64);
+        report.config("mmo_entities", entities as u64);
+        report.config("mmo_active_per_tick", args.mmo_active as u64);
+        let total_ticks = WARMUP_TICKS + ticks;
+        let mut overheads: Vec<Vec<f64>> = vec![Vec::new(); algorithms.len()];
+        let mut mmo_ticks: Vec<Vec<f64>> = vec![Vec::new(); algorithms.len()];
+        let mut mmo_memory = vec![0usize; algorithms.len()];
+        let mut baseline: Option<(usize, Vec<f64>, Vec<u64>)> = None;
+        for (round, contender) in alternating_schedule(algorithms.len(), rounds) {
+            if baseline.as_ref().is_none_or(|(r, _, _)| *r != round) {
+                let (times, state, writes_per_tick) = mmo::run_baseline(&world, total_ticks);
+                mmo_updates_per_s = writes_per_tick * 1000.0 / args.tick_ms as f64;
+                baseline = Some((round, times, state));
+            }
+            let (_, baseline_ns, expected) = baseline.as_ref().expect("set above");
+            let kind = algorithms[contender];
+            let cell = dispatch!(
+                kind,
+                mmo_overhead(&world, args.huge_pages, total_ticks, expected)
+            )?;
+            if !cell.verified {
+                eprintln!(
+                    "tick: MMO {} round {round}: image or final state mismatch",
+                    kind.short_name()
+                );
+            }
+            report.record_verification(cell.verified);
+            overheads[contender].push(cell.overhead_ns(baseline_ns));
+            mmo_ticks[contender].extend_from_slice(&cell.tick_ns);
+            mmo_memory[contender] = cell.memory_bytes;
+        }
+        for (contender, kind) in algorithms.iter().enumerate() {
+            mmo_overhead_median[contender] = Spread::of(&overheads[contender]).median;
+            let mut line = row([
+                ("part", Value::from("mmo_overhead")),
+                ("algorithm", Value::from(kind.short_name())),
+                ("updates_per_s", Value::from(mmo_updates_per_s)),
+            ]);
+            Spread::of(
+                &overheads[contender]
+                    .iter()
+                    .map(|ns| ns / 1e6)
+                    .collect::<Vec<_>>(),
+            )
+            .insert_into(&mut line, "overhead_ms_per_checkpoint");
+            insert_percentiles(&mut line, &mmo_ticks[contender]);
+            line.insert(
+                "memory_bytes".into(),
+                Value::from(mmo_memory[contender] as u64),
+            );
+            report.rows.push(line);
+        }
+        eprintln!(
+            "tick: MMO overhead done ({:.0} updates/s)",
+            mmo_updates_per_s
+        );
+        let e2e_ticks_total = e2e_ticks;
+        let (_, reference, _) = mmo::run_baseline(&world, e2e_ticks_total);
+        let mut mmo_series = Vec::new();
+        for contender in &contenders {
+            let run = dispatch!(
+                contender.kind,
+                mmo_end_to_end(
+                    &world,
+                    args.skew,
+                    args.huge_pages,
+                    e2e_ticks_total,
+                    Duration::from_millis(args.tick_ms),
+                    contender.image_base,
+                    contender.image_store,
+                    &reference
+                )
+            )?;
+            report.record_verification(run.verified);
+            if contender.primary {
+                mmo_spike[contender.index] = run.tick_max_over_p50();
+            }
+            report.rows.push(end_to_end_row(
+                "mmo_end_to_end",
+                &contender.label,
+                mmo_updates_per_s,
+                &run,
+                mmo_memory[contender.index] as u64
+                    + contender.extra_memory_bytes(entities * mmo::ENTITY_WORDS),
+            ));
+            mmo_series.push(tick_series(&contender.label, &run));
+            eprintln!(
+                "tick: MMO end-to-end {} done (verified: {})",
+                contender.label, run.verified
+            );
+        }
+        let chart = LineChart {
+            title: format!("MMO: mutator time per tick ({entities} entities, {} acting per tick, writer and log on)", args.mmo_active),
+            x_label: "tick".into(),
+            y_label: "mutator time per tick (ms)".into(),
+            series: mmo_series,
+            markers: Vec::new(),
+            log_x: false,
+        };
+        write_line_chart(&chart, &common.out, "tick_mmo_over_time")?;
+    }
+    let status = huge_pages_status();
+    report.config("huge_pages_advised_bytes", status.advised_bytes);
+    report.config("huge_pages_refusals", status.refusals);
+    report.config(
+        "huge_pages_kernel_mode",
+        status.kernel_mode.clone().unwrap_or_default(),
+    );
+    report.config("anon_huge_bytes_max_seen", anon_huge_bytes_max);
+    if args.huge_pages {
+        report.notes.push(format!(
+            "--huge-pages: madvise(MADV_HUGEPAGE) accepted for {} bytes, refused {} times (refusals are logged and the run continues with 4 KiB pages); kernel THP mode {:?}; at most {} bytes of the process were backed by huge pages when sampled at the end of each end-to-end run.",
+            status.advised_bytes, status.refusals, status.kernel_mode, anon_huge_bytes_max
+        ));
     }
 
     // Summary.
@@ -582,6 +642,26 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             }
         }
         report.summary("ns_ipp_crossover_updates_per_s", crossover);
+        // Where the crossover would be if IPP's overhead kept growing linearly with the
+        // updates from the highest swept rate (its cost is per update) while NS's copy stays
+        // constant: rate × NS overhead / IPP overhead, at the highest rate.
+        let top = rates.len() - 1;
+        report.summary(
+            "ns_ipp_crossover_extrapolated_updates_per_s",
+            rates[top] as f64 * ratio(overhead_median(ns, top), overhead_median(ipp, top)),
+        );
+        report.summary(
+            "ns_overhead_ms_highest_rate",
+            overhead_median(ns, top) / 1e6,
+        );
+        report.summary(
+            "ipp_overhead_ms_highest_rate",
+            overhead_median(ipp, top) / 1e6,
+        );
+        report.summary(
+            "ipp_overhead_ns_per_update_highest_rate",
+            overhead_median(ipp, top) / (rates[top] as f64 * args.tick_ms as f64 / 1000.0),
+        );
         report.summary("ipp_tick_max_over_p50", e2e_spike[ipp]);
         report.summary("ns_tick_max_over_p50", e2e_spike[ns]);
         report.summary("ipp_tick_cpu_max_over_p50", e2e_cpu_spike[ipp]);
@@ -600,6 +680,37 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         "merge_over_copy_write_bytes",
         ratio(ipp_bytes_per_checkpoint[1], ipp_bytes_per_checkpoint[0]),
     );
+    // The most updates per second one mutator applies here with no checkpointing at all (the
+    // baseline at the highest swept rate): rates above it cannot run in real time.
+    let top = rates.len() - 1;
+    let top_updates_per_tick = rates[top] as f64 * args.tick_ms as f64 / 1000.0;
+    report.summary(
+        "baseline_max_updates_per_s",
+        top_updates_per_tick / (Spread::of(&baseline_tick_ns[top]).median / 1e9),
+    );
+    if !args.no_mmo {
+        report.summary("mmo_updates_per_s", mmo_updates_per_s);
+        if let (Some(ns), Some(ipp)) = (
+            position(AlgorithmKind::NaiveSnapshot),
+            position(AlgorithmKind::InterleavedPingPong),
+        ) {
+            report.summary(
+                "mmo_ipp_over_ns_overhead",
+                ratio(mmo_overhead_median[ns], mmo_overhead_median[ipp]),
+            );
+            report.summary("mmo_ipp_tick_max_over_p50", mmo_spike[ipp]);
+            report.summary("mmo_ns_tick_max_over_p50", mmo_spike[ns]);
+        }
+        if let Some(best) = (0..algorithms.len())
+            .min_by(|a, b| mmo_overhead_median[*a].total_cmp(&mmo_overhead_median[*b]))
+        {
+            report.notes.push(format!(
+                "MMO: lowest overhead per checkpoint: {} ({:.4} ms).",
+                algorithms[best].short_name(),
+                mmo_overhead_median[best] / 1e6
+            ));
+        }
+    }
     report.notes.push("bazz_over_nzz and ipp_over_npp are ratios of the overheads per checkpoint summed over the swept rates (below 1: the packed / interleaved layout is cheaper).".into());
     report.notes.push("ns_ipp_crossover_updates_per_s is null when NS never has lower overhead than IPP in the sweep; *_tick_max_over_p50 come from the end-to-end run (writer and logging on), in wall time; *_tick_cpu_max_over_p50 use the mutator thread's CPU time, which excludes preemption by other processes on a shared machine.".into());
 

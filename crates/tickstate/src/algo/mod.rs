@@ -116,8 +116,19 @@ pub trait Algorithm: Send + Sync + Sized + 'static {
 
     /// Writer: fill `out` with the checkpoint's cells `start..start + out.len()`. When
     /// `needs_base()`, `out` holds the previous image's cells on entry and only changed cells
-    /// are overwritten. Chunks must be captured in order, each once, after one `prepare`.
+    /// are overwritten. Chunks must be captured in order, each once, after one `prepare` (except
+    /// chunks [`Algorithm::changed_since_base`] reports unchanged, which may be skipped).
     fn capture(&self, start: usize, out: &mut [u64]);
+
+    /// Writer: whether any of cells `start..start + length` may differ from the previous image in
+    /// the current checkpoint (a conservative `true` is always allowed). Only meaningful when
+    /// [`Algorithm::needs_base`]; then a chunk reported unchanged may be skipped (not captured),
+    /// which the WAL-backed image store uses to write only dirty pages. The default, for
+    /// algorithms that track no changes, is `true`.
+    fn changed_since_base(&self, start: usize, length: usize) -> bool {
+        let _ = (start, length);
+        true
+    }
 
     /// Bytes of memory the algorithm's arrays reserve.
     fn memory_bytes(&self) -> usize;

@@ -122,6 +122,16 @@ impl Algorithm for NaivePingPong {
         self.phase.base_needed.load(Relaxed) == 1
     }
 
+    fn changed_since_base(&self, start: usize, length: usize) -> bool {
+        // The writer owns D[captured] until the next prepare, so reading it here is race-free;
+        // a clean flag means the word was not written in the period.
+        let captured = 1 - self.phase.current.load(Relaxed) as usize;
+        !self.needs_base()
+            || self.dirty[captured].cells()[start..start + length]
+                .iter()
+                .any(|flag| flag.load(Relaxed) != 0)
+    }
+
     fn capture(&self, start: usize, out: &mut [u64]) {
         let captured = 1 - self.phase.current.load(Relaxed) as usize;
         let copies = &self.copies[captured].cells()[start..start + out.len()];
@@ -221,6 +231,15 @@ impl Algorithm for InterleavedPingPong {
 
     fn needs_base(&self) -> bool {
         self.phase.base_needed.load(Relaxed) == 1
+    }
+
+    fn changed_since_base(&self, start: usize, length: usize) -> bool {
+        // As for NPP: the writer owns the `dirty[captured]` flags until the next prepare.
+        let captured = 1 - self.phase.current.load(Relaxed) as usize;
+        !self.needs_base()
+            || self.cells.cells()[start..start + length]
+                .iter()
+                .any(|cell| cell.dirty[captured].load(Relaxed) != 0)
     }
 
     fn capture(&self, start: usize, out: &mut [u64]) {
