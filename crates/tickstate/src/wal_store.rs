@@ -167,11 +167,10 @@ fn page_store_options(layout: Layout) -> PageStoreOptions {
         sync: SyncPolicy::Full,
         // The writer decides when to backfill (see `WalImageWriter::backfill_after_frames`).
         auto_checkpoint_frames: 0,
-        // Room for every page of the image: one commit may dirty all of them (the first image
-        // after open), and the page cache never evicts dirty pages, so a smaller cache would
-        // rescan its dirty entries on every insert (quadratic in the pages of a commit). The
-        // cache then keeps the newest image's pages, which serve the base reads of the next
-        // checkpoint and the backfill (Turso's cache reuse): up to |AS| of memory.
+        // Room for every page of the image: the cache keeps the newest image's pages, which
+        // serve the base reads of the next checkpoint and the backfill (Turso's cache reuse):
+        // up to |AS| of memory. (A commit's dirty pages are held until it commits whatever the
+        // capacity; eviction skips them in O(1).)
         cache_capacity_pages: 1 + layout.table_pages + layout.data_pages + 16,
         ..PageStoreOptions::default()
     }
