@@ -37,8 +37,9 @@ use prefixkv_resp::{Limits, Reply, ReplyParser};
 use crate::redis::encode_command;
 use crate::wire::{encode_request, FrameLimits, FrameReader, ResponseFrame};
 
-/// How often waits poll the metadata store.
-const POLL_INTERVAL: Duration = Duration::from_millis(2);
+/// How often waits poll the metadata store (each poll is a durable SQLite transaction, see
+/// libDPR's metadata store, so polling faster costs every process on the machine).
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// The shard a key belongs to among `shards` shards.
 pub fn shard_for_key(key: &[u8], shards: usize) -> usize {

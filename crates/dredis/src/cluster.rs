@@ -48,7 +48,7 @@ pub struct LocalClusterConfig {
     pub tick_ms: u64,
     /// Lease length: a shard not heard from for this long has failed.
     pub lease_ms: u64,
-    /// How often the finder and manager run.
+    /// How often the finder and manager run (each run is a few durable SQLite transactions).
     pub check_interval_ms: u64,
     /// Bound on one BGSAVE.
     pub save_timeout_ms: u64,
@@ -68,7 +68,7 @@ impl LocalClusterConfig {
             commit_interval_ms: 100,
             tick_ms: 10,
             lease_ms: 300,
-            check_interval_ms: 10,
+            check_interval_ms: 25,
             save_timeout_ms: 30_000,
             start_timeout_ms: 10_000,
         }
@@ -134,6 +134,7 @@ impl LocalCluster {
                 limits: FrameLimits::default(),
                 commit_interval_ms: config.commit_interval_ms,
                 tick_ms: config.tick_ms,
+                heartbeat_interval_ms: (config.lease_ms / 5).max(1),
                 redis: RedisStateConfig {
                     server: RedisServerConfig {
                         executable: config.redis_server.clone(),

@@ -156,6 +156,7 @@ fn main() -> anyhow::Result<()> {
                     limits: FrameLimits::default(),
                     commit_interval_ms,
                     tick_ms: 10,
+                    heartbeat_interval_ms: 60,
                     redis: RedisStateConfig {
                         server: RedisServerConfig {
                             executable: redis_server,

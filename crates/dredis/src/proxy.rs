@@ -34,7 +34,7 @@ use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use prefixkv_dpr::cluster::{RestoreCommand, SystemClock, WorkerControl, Clock};
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::worker::BatchOutcome;
-use prefixkv_dpr::{DprHeader, DprWorker, HeaderKind, WorkerId, WorldLine};
+use prefixkv_dpr::{DprHeader, DprWorker, HeaderKind, Version, WorkerId, WorldLine};
 use prefixkv_resp::{Limits, RequestParser};
 
 use crate::redis::{RedisConnection, RedisProcess};
@@ -76,8 +76,12 @@ pub struct ProxyConfig {
     pub limits: FrameLimits,
     /// How often a version is committed (BGSAVE).
     pub commit_interval_ms: u64,
-    /// How often the maintenance thread runs (heartbeat, health, restore checks).
+    /// How often the maintenance thread runs (commit slots; a restore command wakes it early).
     pub tick_ms: u64,
+    /// How often the lease is renewed (while Redis answers PING) and the metadata store is
+    /// checked for a new world-line. Every metadata access is a durable SQLite transaction, so
+    /// keep this well below the lease but not needlessly small (the lease over 5 is plenty).
+    pub heartbeat_interval_ms: u64,
     /// The Redis and where versions are kept.
     pub redis: RedisStateConfig,
 }
@@ -128,6 +132,17 @@ impl Pool {
         connection.send_raw(payload)?;
         let mut replies = Vec::with_capacity(64 * count);
         connection.read_raw_replies(count, &mut replies)?;
+        if connection.buffered_bytes() > 0 {
+            // One batch at a time per connection and Redis sends nothing unasked: extra bytes
+            // mean the connection is out of step, so it is dropped, not reused.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "redis sent {} bytes beyond the {count} replies expected",
+                    connection.buffered_bytes()
+                ),
+            ));
+        }
         self.put(generation, connection);
         Ok(replies)
     }
@@ -232,10 +247,23 @@ impl DprCore {
         self.pool.reset();
     }
 
-    fn commit(&self) {
+    /// Seals the current version and moves to `version` (if not there yet), under the
+    /// exclusive latch.
+    fn commit_to(&self, version: Version) {
         let _exclusive = self.latch.write();
         let mut worker = self.worker.lock();
-        if let Err(error) = worker.commit() {
+        if worker.version() >= version {
+            return;
+        }
+        let request = DprHeader {
+            kind: HeaderKind::Request,
+            world_line: worker.world_line(),
+            version,
+            sender: u64::MAX,
+            batch_sequence: 0,
+            dependencies: Vec::new(),
+        };
+        if let Err(error) = worker.process_batch(&request, &[]) {
             tracing::warn!(worker = self.id, %error, "commit failed");
         }
     }
@@ -342,12 +370,13 @@ impl Wakeup {
         self.signal.notify_all();
     }
 
-    fn wait(&self, timeout: Duration) {
+    /// Waits up to `timeout`; returns whether a wake-up arrived.
+    fn wait(&self, timeout: Duration) -> bool {
         let mut pending = self.pending.lock();
         if !*pending {
             self.signal.wait_for(&mut pending, timeout);
         }
-        *pending = false;
+        std::mem::replace(&mut *pending, false)
     }
 }
 
@@ -509,6 +538,7 @@ impl Proxy {
             process,
         });
         let wakeup = Arc::new(Wakeup::default());
+        let config_heartbeat_ms = config.heartbeat_interval_ms;
         let mut running = serve(
             config.listen,
             config.limits,
@@ -530,6 +560,18 @@ impl Proxy {
                 })?
         };
         running.threads.push(maintenance);
+        let heartbeat = {
+            let (core, stop) = (Arc::clone(&core), Arc::clone(&running.stop));
+            let tick = Duration::from_millis(config_heartbeat_ms.max(1));
+            std::thread::Builder::new()
+                .name("dredis-heartbeat".into())
+                .spawn(move || heartbeat(core, tick, stop))
+                .map_err(|source| ProxyError::Socket {
+                    address: running.local_address,
+                    source,
+                })?
+        };
+        running.threads.push(heartbeat);
         Ok(Self {
             core,
             running,
@@ -581,26 +623,21 @@ impl Drop for Proxy {
     }
 }
 
-fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wakeup: Arc<Wakeup>) {
-    let tick = Duration::from_millis(config.tick_ms.max(1));
-    let commit_interval = Duration::from_millis(config.commit_interval_ms.max(1));
-    let mut next_commit = Instant::now() + commit_interval;
+/// Renews the lease while Redis answers PING. A thread of its own, so a slow commit or restore
+/// never makes a healthy shard look dead.
+fn heartbeat(core: Arc<DprCore>, tick: Duration, stop: Arc<AtomicBool>) {
     let mut health: Option<RedisConnection> = None;
     let mut was_healthy = true;
     while !stop.load(Ordering::SeqCst) {
-        core.restore_if_behind();
-        let healthy = {
-            if health.is_none() {
-                health = RedisConnection::connect(core.pool.address, Duration::from_secs(1)).ok();
-            }
-            let ok = health.as_mut().is_some_and(|c| {
-                matches!(c.command(&[b"PING"]), Ok(prefixkv_resp::Reply::SimpleString(s)) if &s[..] == b"PONG")
-            });
-            if !ok {
-                health = None;
-            }
-            ok
-        };
+        if health.is_none() {
+            health = RedisConnection::connect(core.pool.address, Duration::from_secs(1)).ok();
+        }
+        let healthy = health.as_mut().is_some_and(|c| {
+            matches!(c.command(&[b"PING"]), Ok(prefixkv_resp::Reply::SimpleString(s)) if &s[..] == b"PONG")
+        });
+        if !healthy {
+            health = None;
+        }
         if healthy != was_healthy {
             tracing::warn!(worker = core.id, healthy, "redis health changed");
             was_healthy = healthy;
@@ -613,13 +650,41 @@ fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wake
             {
                 tracing::warn!(worker = core.id, %error, "heartbeat failed");
             }
-            if Instant::now() >= next_commit {
-                core.commit();
+        }
+        std::thread::sleep(tick);
+    }
+}
+
+/// Restores when the world-line moved, and commits once per commit interval.
+///
+/// Commits are aligned to wall-clock slots: at slot `k = now_ms / commit_interval_ms` the worker
+/// is fast-forwarded to version `k` (through the same Lamport rule a session's `Vs` triggers,
+/// which seals the current version). Every shard therefore uses the same version numbers at the
+/// same time, so a session carrying another shard's version rarely forces an extra seal, and when
+/// it does, that seal *is* this slot's commit (the version is already `k`).
+fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wakeup: Arc<Wakeup>) {
+    let tick = Duration::from_millis(config.tick_ms.max(1));
+    let interval_ms = config.commit_interval_ms.max(1);
+    let saves = core.worker.lock().state_object().saves();
+    let save_timeout = Duration::from_millis(config.redis.save_timeout_ms);
+    let check_interval = Duration::from_millis(config.heartbeat_interval_ms.max(1));
+    let mut next_check = Instant::now();
+    let mut woken = false;
+    while !stop.load(Ordering::SeqCst) {
+        if woken || Instant::now() >= next_check {
+            core.restore_if_behind();
+            next_check = Instant::now() + check_interval;
+        }
+        let slot = SystemClock.now_ms() / interval_ms;
+        if core.worker.lock().version() < slot {
+            // Wait for the previous BGSAVE before taking the latch, so batches keep running
+            // meanwhile.
+            if saves.wait_idle(save_timeout) {
+                core.commit_to(slot);
                 core.prune();
-                next_commit = Instant::now() + commit_interval;
             }
         }
-        wakeup.wait(tick);
+        woken = wakeup.wait(tick);
     }
 }
 

@@ -87,10 +87,12 @@ impl RedisConnection {
     }
 
     /// Reads exactly `count` replies and appends their raw bytes to `out` (for forwarding).
+    /// Bytes after them (replies to commands pipelined later) stay buffered.
     pub fn read_raw_replies(&mut self, count: usize, out: &mut Vec<u8>) -> io::Result<()> {
+        let start = out.len();
         let mut seen = 0;
-        // Bytes already buffered belong to the replies we are about to read (a connection is
-        // used by one batch at a time and Redis sends nothing unasked).
+        // `out` mirrors every byte the parser sees; whatever is left unparsed at the end is
+        // trimmed off again.
         out.extend_from_slice(&self.buffer);
         loop {
             while seen < count {
@@ -100,17 +102,19 @@ impl RedisConnection {
                 }
             }
             if seen == count {
-                if !self.buffer.is_empty() {
-                    return Err(invalid(format!(
-                        "redis sent {} bytes beyond the {count} replies expected",
-                        self.buffer.len()
-                    )));
-                }
+                let replies_end = out.len() - self.buffer.len();
+                debug_assert!(replies_end >= start);
+                out.truncate(replies_end);
                 return Ok(());
             }
             let chunk = self.fill()?;
             out.extend_from_slice(&chunk);
         }
+    }
+
+    /// Bytes received but not yet consumed as replies.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffer.len()
     }
 
     /// Sends one command and reads its reply.

@@ -72,6 +72,30 @@ struct Shared {
     finished: Condvar,
 }
 
+/// Waits for a state object's outstanding BGSAVE (see [`RedisStateObject::saves`]).
+pub struct SaveTracker {
+    shared: Arc<Shared>,
+}
+
+impl SaveTracker {
+    /// Waits up to `timeout` until no BGSAVE is outstanding; returns whether none is.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut outstanding = self.shared.outstanding.lock();
+        while outstanding.is_some() {
+            if self
+                .shared
+                .finished
+                .wait_until(&mut outstanding, deadline)
+                .timed_out()
+            {
+                return outstanding.is_none();
+            }
+        }
+        true
+    }
+}
+
 /// An unmodified redis-server as a DPR state object. See the module docs.
 pub struct RedisStateObject {
     shared: Arc<Shared>,
@@ -128,6 +152,13 @@ impl RedisStateObject {
     /// Redis's address.
     pub fn redis_address(&self) -> std::net::SocketAddr {
         self.process.lock().address()
+    }
+
+    /// A handle to wait for the outstanding BGSAVE without holding the worker.
+    pub fn saves(&self) -> SaveTracker {
+        SaveTracker {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// The process handle (to read its pid without holding the worker).

@@ -12,7 +12,7 @@
 //! Every contender batches the same way (`--batch` commands per shard, `--window` batches in
 //! flight per client thread). Operation latency is push → reply (it includes batching).
 //! Commit latency (D-Redis only) is reply → the published cut covering the operation, observed
-//! by polling the metadata store every 5 ms.
+//! by polling the metadata store every 20 ms (each poll is a durable SQLite transaction).
 //!
 //! Recovery: with clients writing unique keys to D-Redis, one redis-server is SIGKILLed;
 //! `recovery_ms` is the time from the kill until every client completed a batch on the new
@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long, default_value_t = 100)]
     pub commit_interval_ms: u64,
     /// Lease after which a silent shard is failed.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 300)]
     pub lease_ms: u64,
     /// The redis-server executable.
     #[arg(long, default_value = "redis-server")]
@@ -269,7 +269,7 @@ fn client_run(
             pushed_at.pop_front();
             first_tag += 1;
         }
-        if measure_commits && now.duration_since(last_commit_poll) >= Duration::from_millis(5) {
+        if measure_commits && now.duration_since(last_commit_poll) >= Duration::from_millis(20) {
             last_commit_poll = now;
             if let Driver::Dpr(session) = &mut driver {
                 let point = session.commit_point()?;
