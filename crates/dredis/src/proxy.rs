@@ -167,6 +167,28 @@ fn count_commands(payload: &[u8]) -> Result<usize, String> {
     Ok(count)
 }
 
+/// Exclusive-latch holds longer than this are logged: every batch of the shard waits for them.
+const SLOW_LATCH: Duration = Duration::from_millis(20);
+
+fn slow_latch(worker: WorkerId, what: &str, waited: Instant, held: Instant) {
+    let wait_ms = held.duration_since(waited).as_millis() as u64;
+    let hold_ms = held.elapsed().as_millis() as u64;
+    if held.elapsed() > SLOW_LATCH || held.duration_since(waited) > SLOW_LATCH {
+        tracing::warn!(worker, what, wait_ms, hold_ms, "slow exclusive latch");
+    }
+}
+
+/// Runs a closure when dropped.
+struct Defer<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
 /// What serves batches: DPR, or pass-through.
 trait BatchHandler: Send + Sync + 'static {
     fn handle(&self, frame: RequestFrame) -> ResponseFrame;
@@ -175,6 +197,8 @@ trait BatchHandler: Send + Sync + 'static {
 /// The DPR side of a proxy.
 struct DprCore {
     id: WorkerId,
+    /// Whether Redis answered the last PING (set by the heartbeat thread).
+    healthy: AtomicBool,
     latch: RwLock<()>,
     worker: Mutex<DprWorker<RedisStateObject>>,
     finder: Arc<dyn DprFinder>,
@@ -250,7 +274,10 @@ impl DprCore {
     /// Seals the current version and moves to `version` (if not there yet), under the
     /// exclusive latch.
     fn commit_to(&self, version: Version) {
+        let waited = Instant::now();
         let _exclusive = self.latch.write();
+        let held = Instant::now();
+        let _log = Defer(Some(move || slow_latch(self.id, "commit", waited, held)));
         let mut worker = self.worker.lock();
         if worker.version() >= version {
             return;
@@ -295,8 +322,11 @@ impl BatchHandler for DprCore {
         let (admission, _shared) = if Self::needs_exclusive(&worker, &frame.header) {
             drop(worker);
             drop(shared);
+            let waited = Instant::now();
             let exclusive = self.latch.write();
+            let held = Instant::now();
             let admission = self.admit(&mut self.worker.lock(), &frame.header);
+            slow_latch(self.id, "fast-forward or restore", waited, held);
             (admission, RwLockWriteGuard::downgrade(exclusive))
         } else {
             let admission = self.admit(&mut worker, &frame.header);
@@ -531,6 +561,7 @@ impl Proxy {
         .map_err(worker_error)?;
         let core = Arc::new(DprCore {
             id: config.worker_id,
+            healthy: AtomicBool::new(true),
             latch: RwLock::new(()),
             worker: Mutex::new(worker),
             finder,
@@ -638,6 +669,7 @@ fn heartbeat(core: Arc<DprCore>, tick: Duration, stop: Arc<AtomicBool>) {
         if !healthy {
             health = None;
         }
+        core.healthy.store(healthy, Ordering::SeqCst);
         if healthy != was_healthy {
             tracing::warn!(worker = core.id, healthy, "redis health changed");
             was_healthy = healthy;
@@ -676,7 +708,8 @@ fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wake
             next_check = Instant::now() + check_interval;
         }
         let slot = SystemClock.now_ms() / interval_ms;
-        if core.worker.lock().version() < slot {
+        // A dead Redis cannot commit; the cluster manager will have everyone restore.
+        if core.healthy.load(Ordering::SeqCst) && core.worker.lock().version() < slot {
             // Wait for the previous BGSAVE before taking the latch, so batches keep running
             // meanwhile.
             if saves.wait_idle(save_timeout) {

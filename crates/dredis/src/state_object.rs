@@ -419,14 +419,17 @@ impl Drop for RedisStateObject {
 
 fn persister(shared: Arc<Shared>, inbox: Receiver<SaveJob>) {
     for job in inbox {
-        let result = persist(&shared, &job);
+        let child = wait_for_child(&shared, &job);
         {
+            // Redis can fork the next BGSAVE now; it writes another file name, so finalising
+            // this version's files below can overlap it.
             let mut outstanding = shared.outstanding.lock();
             if *outstanding == Some((job.generation, job.version)) {
                 *outstanding = None;
             }
             shared.finished.notify_all();
         }
+        let result = child.and_then(|()| finalise(&shared, &job));
         if let Err(error) = &result {
             tracing::warn!(version = job.version, %error, "D-Redis version did not persist");
         }
@@ -434,7 +437,8 @@ fn persister(shared: Arc<Shared>, inbox: Receiver<SaveJob>) {
     }
 }
 
-fn persist(shared: &Shared, job: &SaveJob) -> Result<Version, StateObjectError> {
+/// Waits (bounded) until Redis's BGSAVE child for `job` has exited successfully.
+fn wait_for_child(shared: &Shared, job: &SaveJob) -> Result<(), StateObjectError> {
     let config = &shared.config;
     let directory = &config.server.directory;
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], config.server.port));
@@ -501,6 +505,14 @@ fn persist(shared: &Shared, job: &SaveJob) -> Result<Version, StateObjectError> 
             )),
         ));
     }
+    Ok(())
+}
+
+/// Moves the finished RDB into `versions/` and writes its manifest (see the module docs).
+fn finalise(shared: &Shared, job: &SaveJob) -> Result<Version, StateObjectError> {
+    let config = &shared.config;
+    let directory = &config.server.directory;
+    let abandoned = || shared.generation.load(Ordering::SeqCst) != job.generation;
     let _files = shared.files.lock();
     if abandoned() {
         return Err(redis_io(

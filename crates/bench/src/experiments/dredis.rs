@@ -73,6 +73,10 @@ pub struct Args {
     /// Lease after which a silent shard is failed.
     #[arg(long, default_value_t = 300)]
     pub lease_ms: u64,
+    /// How often D-Redis clients read the published cut for commit latency (each read is a
+    /// durable SQLite transaction in libDPR's metadata store).
+    #[arg(long, default_value_t = 20)]
+    pub commit_poll_ms: u64,
     /// The redis-server executable.
     #[arg(long, default_value = "redis-server")]
     pub redis_server: std::path::PathBuf,
@@ -228,6 +232,7 @@ fn client_run(
     seed: u64,
     run: Duration,
     measure_commits: bool,
+    commit_poll: Duration,
 ) -> Result<RunResult> {
     let mut generator = KeyGenerator::new(distribution, keys, seed);
     let mut latency_us = histogram();
@@ -269,7 +274,7 @@ fn client_run(
             pushed_at.pop_front();
             first_tag += 1;
         }
-        if measure_commits && now.duration_since(last_commit_poll) >= Duration::from_millis(20) {
+        if measure_commits && now.duration_since(last_commit_poll) >= commit_poll {
             last_commit_poll = now;
             if let Driver::Dpr(session) = &mut driver {
                 let point = session.commit_point()?;
@@ -515,6 +520,14 @@ fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<Stri
 
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
+    // D-Redis logs slow latch holds and recoveries; RUST_LOG=warn (the default here) shows them.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
     let shard_counts = args
         .shards
         .clone()
@@ -542,6 +555,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("window", args.window);
     report.config("commit_interval_ms", args.commit_interval_ms);
     report.config("lease_ms", args.lease_ms);
+    report.config("commit_poll_ms", args.commit_poll_ms);
     report.config("mix", "ycsb-a r50bu50, 8-byte keys and values");
     report.config(
         "durability",
@@ -569,8 +583,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                     let driver = deployment.driver(name, args, (round * 100 + client) as u64)?;
                     let seed = (round * 1000 + client) as u64 + 1;
                     let measure = name == "dredis";
+                    let commit_poll = Duration::from_millis(args.commit_poll_ms);
                     handles.push(std::thread::spawn(move || {
-                        client_run(driver, distribution, keys, seed, run, measure)
+                        client_run(driver, distribution, keys, seed, run, measure, commit_poll)
                     }));
                 }
                 let mut operations = 0;
