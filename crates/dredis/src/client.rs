@@ -11,7 +11,8 @@
 //! - numbers operations through libDPR's [`DprSession`] (sequence numbers follow issue order),
 //!   and reports each completed operation with its sequence number, the caller's tag and the
 //!   decoded reply;
-//! - learns what is committed from the published cut ([`DprRedisSession::commit_point`],
+//! - learns what is committed from the published cut, as read by the client's one watcher
+//!   thread every `cut_poll_ms` (sessions never block on the metadata store for it) ([`DprRedisSession::commit_point`],
 //!   [`DprRedisSession::wait_for_commit`], callbacks registered with
 //!   [`DprRedisSession::on_commit`]);
 //! - on a failure (a `Rollback` header, an error frame or a broken connection), waits (bounded)
@@ -26,6 +27,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::{Condvar, Mutex};
+
 use bytes::BytesMut;
 use prefixkv_dpr::metadata::{MetadataError, MetadataStore, SqliteMetadataStore};
 use prefixkv_dpr::session::{
@@ -37,9 +40,8 @@ use prefixkv_resp::{Limits, Reply, ReplyParser};
 use crate::redis::encode_command;
 use crate::wire::{encode_request, FrameLimits, FrameReader, ResponseFrame};
 
-/// How often waits poll the metadata store (each poll is a durable SQLite transaction, see
-/// libDPR's metadata store, so polling faster costs every process on the machine).
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Longest wait for the cut watcher's next read before re-checking a deadline.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The shard a key belongs to among `shards` shards.
 pub fn shard_for_key(key: &[u8], shards: usize) -> usize {
@@ -62,6 +64,8 @@ pub struct ClientConfig {
     pub io_timeout_ms: u64,
     /// How long to wait for the cluster to start a new world-line after a shard failed.
     pub recovery_timeout_ms: u64,
+    /// How often the client's watcher thread reads the published cut.
+    pub cut_poll_ms: u64,
 }
 
 impl ClientConfig {
@@ -74,6 +78,7 @@ impl ClientConfig {
             max_batch_commands: 64,
             io_timeout_ms: 30_000,
             recovery_timeout_ms: 30_000,
+            cut_poll_ms: 10,
         }
     }
 }
@@ -164,10 +169,43 @@ pub struct CompletedOperation {
     pub reply: Reply,
 }
 
-/// The client: configuration plus the metadata store connection.
+/// The latest cluster state, read by one background thread for all of a client's sessions, so
+/// sessions never wait on the metadata store to learn the cut (every read of libDPR's store is a
+/// durable transaction).
+struct CutWatcher {
+    state: Mutex<Result<ClusterState, String>>,
+    changed: Condvar,
+}
+
+impl CutWatcher {
+    fn latest(&self) -> Result<ClusterState, ClientError> {
+        self.state.lock().clone().map_err(ClientError::Protocol)
+    }
+
+    /// Waits up to `timeout` for the next state read.
+    fn wait_next(&self, timeout: Duration) {
+        let mut state = self.state.lock();
+        self.changed.wait_for(&mut state, timeout);
+    }
+}
+
+/// Runs until the client and all its sessions are gone (only this thread holds the watcher).
+fn watch(store: Arc<dyn MetadataStore>, watcher: Arc<CutWatcher>, interval: Duration) {
+    while Arc::strong_count(&watcher) > 1 {
+        let state = store
+            .cluster_state()
+            .map_err(|e| format!("reading the DPR cut: {e}"));
+        *watcher.state.lock() = state;
+        watcher.changed.notify_all();
+        std::thread::sleep(interval);
+    }
+}
+
+/// The client: configuration, the metadata store connection and the cut watcher thread.
 pub struct DprRedisClient {
     config: ClientConfig,
     store: Arc<dyn MetadataStore>,
+    watcher: Arc<CutWatcher>,
 }
 
 impl DprRedisClient {
@@ -175,12 +213,33 @@ impl DprRedisClient {
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
         let store: Arc<dyn MetadataStore> =
             Arc::new(SqliteMetadataStore::open(&config.metadata_path)?);
-        Ok(Self { config, store })
+        let watcher = Arc::new(CutWatcher {
+            state: Mutex::new(Ok(store.cluster_state()?)),
+            changed: Condvar::new(),
+        });
+        {
+            let (store, watcher) = (Arc::clone(&store), Arc::clone(&watcher));
+            let interval = Duration::from_millis(config.cut_poll_ms.max(1));
+            std::thread::Builder::new()
+                .name("dredis-cut-watch".into())
+                .spawn(move || watch(store, watcher, interval))
+                .map_err(|e| ClientError::Protocol(format!("cut watcher thread: {e}")))?;
+        }
+        Ok(Self {
+            config,
+            store,
+            watcher,
+        })
     }
 
     /// The published cluster state.
     pub fn cluster_state(&self) -> Result<ClusterState, ClientError> {
         Ok(self.store.cluster_state()?)
+    }
+
+    /// The cluster state as last read by the watcher (at most `cut_poll_ms` old).
+    pub fn latest_cluster_state(&self) -> Result<ClusterState, ClientError> {
+        self.watcher.latest()
     }
 
     /// A new session; `id` must be unique among the cluster's sessions.
@@ -189,6 +248,7 @@ impl DprRedisClient {
         Ok(DprRedisSession {
             config: self.config.clone(),
             store: Arc::clone(&self.store),
+            watcher: Arc::clone(&self.watcher),
             dpr: DprSession::new(id, state.world_line, self.config.window_batches),
             links: self.config.shards.iter().map(|_| None).collect(),
             buffered: self.config.shards.iter().map(|_| Vec::new()).collect(),
@@ -221,6 +281,7 @@ pub type CommitCallback = Box<dyn FnMut(&CommitPoint) + Send>;
 pub struct DprRedisSession {
     config: ClientConfig,
     store: Arc<dyn MetadataStore>,
+    watcher: Arc<CutWatcher>,
     dpr: DprSession,
     links: Vec<Option<Link>>,
     buffered: Vec<Vec<(u64, Vec<u8>)>>,
@@ -417,10 +478,10 @@ impl DprRedisSession {
         let started = Instant::now();
         let deadline = started + Duration::from_millis(self.config.recovery_timeout_ms);
         loop {
-            match self.store.cluster_state() {
+            match self.watcher.latest() {
                 Ok(state) if state.world_line > self.dpr.world_line() => break,
                 Ok(_) => {}
-                Err(error) => return error.into(),
+                Err(error) => return error,
             }
             if Instant::now() >= deadline {
                 return ClientError::ShardFailed {
@@ -429,7 +490,7 @@ impl DprRedisSession {
                     waited_ms: started.elapsed().as_millis() as u64,
                 };
             }
-            std::thread::sleep(POLL_INTERVAL);
+            self.watcher.wait_next(POLL_INTERVAL);
         }
         match self.roll_back() {
             Ok(report) => ClientError::Rollback(Box::new(report)),
@@ -496,7 +557,7 @@ impl DprRedisSession {
     /// Reads the published cut and returns the commit point (running callbacks if it
     /// advanced). A rollback observed here is returned as [`ClientError::Rollback`].
     pub fn commit_point(&mut self) -> Result<CommitPoint, ClientError> {
-        let state = self.store.cluster_state()?;
+        let state = self.watcher.latest()?;
         if state.world_line > self.dpr.world_line() {
             // Outstanding batches cannot complete on this world-line any more.
             return Err(match self.roll_back() {
@@ -539,7 +600,7 @@ impl DprRedisSession {
                     waited_ms: started.elapsed().as_millis() as u64,
                 });
             }
-            std::thread::sleep(POLL_INTERVAL);
+            self.watcher.wait_next(POLL_INTERVAL);
         }
     }
 

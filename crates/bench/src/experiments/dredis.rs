@@ -12,7 +12,8 @@
 //! Every contender batches the same way (`--batch` commands per shard, `--window` batches in
 //! flight per client thread). Operation latency is push → reply (it includes batching).
 //! Commit latency (D-Redis only) is reply → the published cut covering the operation, observed
-//! by polling the metadata store every 20 ms (each poll is a durable SQLite transaction).
+//! from the commit point computed every `--commit-poll-ms` against the cut the client's watcher
+//! thread reads every 10 ms (so it is over-estimated by up to about 15 ms).
 //!
 //! Recovery: with clients writing unique keys to D-Redis, one redis-server is SIGKILLed;
 //! `recovery_ms` is the time from the kill until every client completed a batch on the new
@@ -73,9 +74,9 @@ pub struct Args {
     /// Lease after which a silent shard is failed.
     #[arg(long, default_value_t = 300)]
     pub lease_ms: u64,
-    /// How often D-Redis clients read the published cut for commit latency (each read is a
-    /// durable SQLite transaction in libDPR's metadata store).
-    #[arg(long, default_value_t = 20)]
+    /// How often D-Redis clients compute their commit point (from the cut their watcher thread
+    /// reads every 10 ms) for commit latency.
+    #[arg(long, default_value_t = 5)]
     pub commit_poll_ms: u64,
     /// The redis-server executable.
     #[arg(long, default_value = "redis-server")]
