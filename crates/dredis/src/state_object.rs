@@ -272,7 +272,9 @@ impl StateObject for RedisStateObject {
                 last: self.last_committed,
             });
         }
+        let started = Instant::now();
         self.wait_no_outstanding_save()?;
+        let waited = started.elapsed();
         let name = rdb_name(version);
         let saves_before = self.with_control(|c| {
             match c.command(&[b"CONFIG", b"SET", b"dbfilename", name.as_bytes()])? {
@@ -291,6 +293,14 @@ impl StateObject for RedisStateObject {
                 other => Err(std::io::Error::other(format!("BGSAVE replied {other:?}"))),
             }
         })?;
+        if started.elapsed() > Duration::from_millis(20) {
+            tracing::warn!(
+                version,
+                wait_ms = waited.as_millis() as u64,
+                total_ms = started.elapsed().as_millis() as u64,
+                "slow BGSAVE start"
+            );
+        }
         let generation = self.shared.generation.load(Ordering::SeqCst);
         *self.shared.outstanding.lock() = Some((generation, version));
         self.last_committed = version;
@@ -417,24 +427,48 @@ impl Drop for RedisStateObject {
     }
 }
 
+/// Watches each BGSAVE child in commit order and hands finished saves to a finaliser thread, so
+/// the next BGSAVE can start as soon as Redis's child exits, while the previous version's files
+/// are still being made durable and reported. Callbacks run on the finaliser, in commit order.
 fn persister(shared: Arc<Shared>, inbox: Receiver<SaveJob>) {
+    let (finished, finisher_inbox) = mpsc::channel::<(SaveJob, Result<(), StateObjectError>)>();
+    let finaliser = {
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("dredis-finalise".into())
+            .spawn(move || {
+                for (job, child) in finisher_inbox {
+                    let result = child.and_then(|()| finalise(&shared, &job));
+                    if let Err(error) = &result {
+                        tracing::warn!(version = job.version, %error, "D-Redis version did not persist");
+                    }
+                    (job.on_persist)(result);
+                }
+            })
+    };
+    let Ok(finaliser) = finaliser else {
+        for job in inbox {
+            (job.on_persist)(Err(StateObjectError::PersisterGone));
+        }
+        return;
+    };
     for job in inbox {
         let child = wait_for_child(&shared, &job);
         {
             // Redis can fork the next BGSAVE now; it writes another file name, so finalising
-            // this version's files below can overlap it.
+            // this version's files can overlap it.
             let mut outstanding = shared.outstanding.lock();
             if *outstanding == Some((job.generation, job.version)) {
                 *outstanding = None;
             }
             shared.finished.notify_all();
         }
-        let result = child.and_then(|()| finalise(&shared, &job));
-        if let Err(error) = &result {
-            tracing::warn!(version = job.version, %error, "D-Redis version did not persist");
+        if finished.send((job, child)).is_err() {
+            break;
         }
-        (job.on_persist)(result);
     }
+    drop(finished);
+    let _ = finaliser.join();
 }
 
 /// Waits (bounded) until Redis's BGSAVE child for `job` has exited successfully.
