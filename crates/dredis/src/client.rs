@@ -589,7 +589,8 @@ impl DprRedisSession {
         let started = Instant::now();
         loop {
             let point = self.commit_point()?;
-            if point.until_sequence >= sequence && point.excluded.iter().all(|r| r.start >= sequence)
+            if point.until_sequence >= sequence
+                && point.excluded.iter().all(|r| r.start >= sequence)
             {
                 return Ok(point);
             }

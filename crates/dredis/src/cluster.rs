@@ -111,12 +111,15 @@ impl LocalCluster {
     /// Starts everything; returns once every proxy serves.
     pub fn start(config: LocalClusterConfig) -> Result<Self, ClusterError> {
         if config.shards == 0 {
-            return Err(ClusterError::Config("a cluster needs at least one shard".into()));
+            return Err(ClusterError::Config(
+                "a cluster needs at least one shard".into(),
+            ));
         }
         std::fs::create_dir_all(&config.directory)
             .map_err(|e| ClusterError::Config(format!("{}: {e}", config.directory.display())))?;
-        let store: Arc<dyn MetadataStore> =
-            Arc::new(SqliteMetadataStore::open(config.directory.join("metadata.sqlite"))?);
+        let store: Arc<dyn MetadataStore> = Arc::new(SqliteMetadataStore::open(
+            config.directory.join("metadata.sqlite"),
+        )?);
         let finder: Arc<dyn DprFinder> = Arc::new(ExactFinder::new(Arc::clone(&store))?);
         let mut proxies = Vec::with_capacity(config.shards);
         for shard in 0..config.shards {
@@ -250,7 +253,11 @@ fn manage(
             Ok(CheckOutcome::RollbackStarted {
                 failed, world_line, ..
             }) => {
-                tracing::warn!(?failed, world_line, "shards failed: rolling back to the DPR cut")
+                tracing::warn!(
+                    ?failed,
+                    world_line,
+                    "shards failed: rolling back to the DPR cut"
+                )
             }
             Ok(CheckOutcome::RecoveryFinished { world_line }) => {
                 tracing::info!(world_line, "recovery finished")

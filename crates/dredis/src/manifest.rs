@@ -120,11 +120,7 @@ impl Manifest {
         }
         let format = u16::from_le_bytes([bytes[4], bytes[5]]);
         if format != FORMAT_VERSION {
-            return Err(corrupt(
-                path,
-                4,
-                format!("unknown format version {format}"),
-            ));
+            return Err(corrupt(path, 4, format!("unknown format version {format}")));
         }
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
         let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
@@ -156,7 +152,11 @@ impl Manifest {
         let file = File::open(path).map_err(io_error(path))?;
         let length = file.metadata().map_err(io_error(path))?.len();
         if length > (FIXED_BYTES + MAX_METADATA_BYTES + 4) as u64 {
-            return Err(corrupt(path, 0, format!("manifest of {length} bytes is too large")));
+            return Err(corrupt(
+                path,
+                0,
+                format!("manifest of {length} bytes is too large"),
+            ));
         }
         let mut bytes = Vec::with_capacity(length as usize);
         file.take(length)
@@ -220,7 +220,9 @@ pub fn list_versions(directory: &Path) -> Result<Vec<Version>, StateObjectError>
         };
         match Manifest::read(&entry.path()) {
             Ok(manifest) if manifest.version == version => versions.push(version),
-            Ok(manifest) => tracing::warn!(path = %entry.path().display(), inner = manifest.version, "manifest names another version; ignored"),
+            Ok(manifest) => {
+                tracing::warn!(path = %entry.path().display(), inner = manifest.version, "manifest names another version; ignored")
+            }
             Err(error) => tracing::warn!(%error, "ignoring an unreadable manifest"),
         }
     }

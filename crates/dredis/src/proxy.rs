@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
-use prefixkv_dpr::cluster::{RestoreCommand, SystemClock, WorkerControl, Clock};
+use prefixkv_dpr::cluster::{Clock, RestoreCommand, SystemClock, WorkerControl};
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::worker::BatchOutcome;
 use prefixkv_dpr::{DprHeader, DprWorker, HeaderKind, Version, WorkerId, WorldLine};
@@ -225,10 +225,9 @@ impl DprCore {
                 header: response,
                 replies: Vec::new(),
             }),
-            Err(error) => Admission::Reply(ResponseFrame::Error(format!(
-                "worker {}: {error}",
-                self.id
-            ))),
+            Err(error) => {
+                Admission::Reply(ResponseFrame::Error(format!("worker {}: {error}", self.id)))
+            }
         }
     }
 
@@ -462,12 +461,10 @@ fn serve(
         address: listen,
         source,
     })?;
-    let local_address = listener
-        .local_addr()
-        .map_err(|source| ProxyError::Socket {
-            address: listen,
-            source,
-        })?;
+    let local_address = listener.local_addr().map_err(|source| ProxyError::Socket {
+        address: listen,
+        source,
+    })?;
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
     let acceptor = {
@@ -547,8 +544,8 @@ impl Proxy {
             worker: config.worker_id,
             source,
         };
-        let state_object = RedisStateObject::open(config.redis.clone())
-            .map_err(|e| worker_error(e.into()))?;
+        let state_object =
+            RedisStateObject::open(config.redis.clone()).map_err(|e| worker_error(e.into()))?;
         let redis_address = state_object.redis_address();
         let process = state_object.process();
         let worker = DprWorker::start(
@@ -675,11 +672,7 @@ fn heartbeat(core: Arc<DprCore>, tick: Duration, stop: Arc<AtomicBool>) {
             was_healthy = healthy;
         }
         if healthy {
-            if let Err(error) = core
-                .finder
-                .store()
-                .heartbeat(core.id, SystemClock.now_ms())
-            {
+            if let Err(error) = core.finder.store().heartbeat(core.id, SystemClock.now_ms()) {
                 tracing::warn!(worker = core.id, %error, "heartbeat failed");
             }
         }

@@ -52,7 +52,9 @@ pub enum WireError {
         max_bytes: usize,
     },
     /// The body is too short for its fixed fields.
-    #[error("frame at stream offset {stream_offset}: body of {body_bytes} bytes is too short ({what})")]
+    #[error(
+        "frame at stream offset {stream_offset}: body of {body_bytes} bytes is too short ({what})"
+    )]
     Truncated {
         /// Where the frame started.
         stream_offset: u64,
@@ -237,11 +239,13 @@ pub fn decode_response_body(
     };
     match status {
         0 => {
-            let (header, header_bytes) = DprHeader::decode(rest, limits.max_dependencies)
-                .map_err(|source| WireError::Header {
-                    stream_offset,
-                    header_offset: 1,
-                    source,
+            let (header, header_bytes) =
+                DprHeader::decode(rest, limits.max_dependencies).map_err(|source| {
+                    WireError::Header {
+                        stream_offset,
+                        header_offset: 1,
+                        source,
+                    }
                 })?;
             Ok(ResponseFrame::Header {
                 header,

@@ -30,7 +30,11 @@ fn a_session_writes_across_shards_while_they_commit() {
     let mut session = client.session(1).unwrap();
     for i in 0..3000u64 {
         session
-            .push(&[b"SET", format!("k{i}").as_bytes(), format!("{i}").as_bytes()])
+            .push(&[
+                b"SET",
+                format!("k{i}").as_bytes(),
+                format!("{i}").as_bytes(),
+            ])
             .unwrap();
     }
     session.drain().unwrap();
@@ -55,7 +59,11 @@ fn a_session_writes_across_shards_while_they_commit() {
         session.push(&[b"GET", format!("k{i}").as_bytes()]).unwrap();
     }
     session.drain().unwrap();
-    let replies: Vec<Reply> = session.take_completed().into_iter().map(|c| c.reply).collect();
+    let replies: Vec<Reply> = session
+        .take_completed()
+        .into_iter()
+        .map(|c| c.reply)
+        .collect();
     assert_eq!(
         replies,
         vec![Reply::bulk("0"), Reply::bulk("1234"), Reply::bulk("2999")]

@@ -194,10 +194,11 @@ impl Driver {
 
     fn take_completed(&mut self, out: &mut Vec<Completion>) -> Result<()> {
         match self {
-            Driver::Direct(s) => out.extend(s.completed.drain(..).map(|tag| Completion {
-                tag,
-                sequence: tag,
-            })),
+            Driver::Direct(s) => out.extend(
+                s.completed
+                    .drain(..)
+                    .map(|tag| Completion { tag, sequence: tag }),
+            ),
             Driver::Dpr(s) => {
                 for c in s.take_completed() {
                     if matches!(c.reply, Reply::Error(_)) {
@@ -362,7 +363,11 @@ impl Deployment {
     fn driver(&self, contender: &str, args: &Args, session: u64) -> Result<Driver> {
         Ok(match contender {
             "direct" => Driver::Direct(DirectSession::connect(
-                &self.plain.iter().map(RedisProcess::address).collect::<Vec<_>>(),
+                &self
+                    .plain
+                    .iter()
+                    .map(RedisProcess::address)
+                    .collect::<Vec<_>>(),
                 args.batch,
                 args.window,
             )?),
@@ -529,10 +534,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let shard_counts = args
-        .shards
-        .clone()
-        .unwrap_or(if common.quick { vec![2] } else { vec![2, 4] });
+    let shard_counts =
+        args.shards
+            .clone()
+            .unwrap_or(if common.quick { vec![2] } else { vec![2, 4] });
     let keys = args
         .keys
         .unwrap_or(if common.quick { 10_000 } else { 100_000 });
@@ -544,10 +549,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let mut report = Report::new("dredis");
     report.config("quick", common.quick);
     report.config("shards", shard_counts.clone());
-    report.config(
-        "distributions",
-        serde_json::to_value(&args.distributions)?,
-    );
+    report.config("distributions", serde_json::to_value(&args.distributions)?);
     report.config("keys", keys);
     report.config("run_ms", run.as_millis() as u64);
     report.config("rounds", rounds);
@@ -576,7 +578,8 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         deployment.load(keys, args)?;
         for &distribution in &args.distributions {
             let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); CONTENDERS.len()];
-            let mut latency: Vec<Histogram<u64>> = (0..CONTENDERS.len()).map(|_| histogram()).collect();
+            let mut latency: Vec<Histogram<u64>> =
+                (0..CONTENDERS.len()).map(|_| histogram()).collect();
             for (round, contender) in alternating_schedule(CONTENDERS.len(), rounds) {
                 let name = CONTENDERS[contender];
                 let mut handles = Vec::new();
@@ -611,10 +614,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                 let mut r = row([
                     ("variant", serde_json::Value::from(*name)),
                     ("shards", shards.into()),
-                    (
-                        "distribution",
-                        serde_json::to_value(distribution)?,
-                    ),
+                    ("distribution", serde_json::to_value(distribution)?),
                     (
                         "p50_latency_us",
                         latency[contender].value_at_quantile(0.5).into(),
@@ -652,7 +652,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     );
     report.summary("recovery_ms", recovery_ms);
     if commit_latency_us.is_empty() {
-        report.notes.push("no D-Redis operation was observed committed".into());
+        report
+            .notes
+            .push("no D-Redis operation was observed committed".into());
         report.record_verification(false);
     }
     report

@@ -88,7 +88,10 @@ fn apply(record: &mut SessionRecord, error: ClientError, committed: &mut (u64, V
                 };
                 if matches!(operation.fate, Fate::Lost | Fate::Rejected) {
                     let sequence = operation.sequence.expect("sent operations have sequences");
-                    let excluded = committed.1.iter().any(|&(s, e)| s <= sequence && sequence < e);
+                    let excluded = committed
+                        .1
+                        .iter()
+                        .any(|&(s, e)| s <= sequence && sequence < e);
                     assert!(
                         sequence >= committed.0 || excluded,
                         "session {}: operation {sequence} was reported committed (until {}) but was {:?}",
@@ -130,11 +133,8 @@ pub fn spawn_session(
                 if !stopping {
                     for _ in 0..32 {
                         let tag = next_tag_expected;
-                        let pushed = session.push(&[
-                            b"SET",
-                            &key(id, tag),
-                            format!("v{tag}").as_bytes(),
-                        ]);
+                        let pushed =
+                            session.push(&[b"SET", &key(id, tag), format!("v{tag}").as_bytes()]);
                         // A push gets its tag even if sending the batch fails.
                         next_tag_expected += 1;
                         record.expected.insert(tag, Expected::Pushed);
@@ -145,7 +145,7 @@ pub fn spawn_session(
                     session.drain()?;
                 }
                 round += 1;
-                if round % 4 == 0 || stopping {
+                if round.is_multiple_of(4) || stopping {
                     let point = session.commit_point()?;
                     committed = (
                         point.until_sequence,
@@ -202,8 +202,7 @@ pub fn read_session_keys(redis: &[SocketAddr], id: u64) -> BTreeMap<Vec<u8>, Vec
             let Reply::BulkString(key) = key else {
                 panic!("key is not a bulk string")
             };
-            let Reply::BulkString(value) = connection.command(&[b"GET", &key]).expect("GET")
-            else {
+            let Reply::BulkString(value) = connection.command(&[b"GET", &key]).expect("GET") else {
                 panic!("GET of an existing key did not return a value")
             };
             found.insert(key.to_vec(), value.to_vec());
