@@ -38,7 +38,7 @@ use prefixkv_dpr::{DprHeader, DprWorker, HeaderKind, Version, WorkerId, WorldLin
 use prefixkv_resp::{Limits, RequestParser};
 
 use crate::redis::{RedisConnection, RedisProcess};
-use crate::state_object::{RedisStateConfig, RedisStateObject};
+use crate::state_object::{RedisStateConfig, RedisStateObject, SaveTracker};
 use crate::wire::{encode_response, FrameLimits, FrameReader, RequestFrame, ResponseFrame};
 
 /// Timeout of one Redis read or write on a pooled connection.
@@ -197,6 +197,10 @@ trait BatchHandler: Send + Sync + 'static {
 /// The DPR side of a proxy.
 struct DprCore {
     id: WorkerId,
+    /// Waits for the state object's outstanding BGSAVE without holding the worker.
+    saves: SaveTracker,
+    /// Bound on that wait.
+    save_timeout: Duration,
     /// Whether Redis answered the last PING (set by the heartbeat thread).
     healthy: AtomicBool,
     latch: RwLock<()>,
@@ -321,6 +325,10 @@ impl BatchHandler for DprCore {
         let (admission, _shared) = if Self::needs_exclusive(&worker, &frame.header) {
             drop(worker);
             drop(shared);
+            // A seal must wait for Redis's previous BGSAVE child to exit; wait for that before
+            // taking the latch, so the other batches keep running meanwhile. (If another commit
+            // starts in between, the seal waits inside the latch: correct, only slower.)
+            self.saves.wait_idle(self.save_timeout);
             let waited = Instant::now();
             let exclusive = self.latch.write();
             let held = Instant::now();
@@ -556,8 +564,11 @@ impl Proxy {
             SystemClock.now_ms(),
         )
         .map_err(worker_error)?;
+        let saves = worker.state_object().saves();
         let core = Arc::new(DprCore {
             id: config.worker_id,
+            saves,
+            save_timeout: Duration::from_millis(config.redis.save_timeout_ms),
             healthy: AtomicBool::new(true),
             latch: RwLock::new(()),
             worker: Mutex::new(worker),
@@ -690,8 +701,7 @@ fn heartbeat(core: Arc<DprCore>, tick: Duration, stop: Arc<AtomicBool>) {
 fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wakeup: Arc<Wakeup>) {
     let tick = Duration::from_millis(config.tick_ms.max(1));
     let interval_ms = config.commit_interval_ms.max(1);
-    let saves = core.worker.lock().state_object().saves();
-    let save_timeout = Duration::from_millis(config.redis.save_timeout_ms);
+    let (saves, save_timeout) = (&core.saves, core.save_timeout);
     let check_interval = Duration::from_millis(config.heartbeat_interval_ms.max(1));
     let mut next_check = Instant::now();
     let mut woken = false;
