@@ -42,8 +42,7 @@ fn cluster_command_serves_and_shuts_down_on_ctrl_c() {
         }
     }
     assert_eq!(proxies.len(), 2);
-    let client =
-        DprRedisClient::new(ClientConfig::new(proxies, metadata.unwrap().into())).unwrap();
+    let client = DprRedisClient::new(ClientConfig::new(proxies, metadata.unwrap().into())).unwrap();
     let mut session = client.session(1).unwrap();
     for i in 0..100u64 {
         session
@@ -62,7 +61,10 @@ fn cluster_command_serves_and_shuts_down_on_ctrl_c() {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        assert!(Instant::now() < deadline, "cluster did not exit after SIGINT");
+        assert!(
+            Instant::now() < deadline,
+            "cluster did not exit after SIGINT"
+        );
         std::thread::sleep(Duration::from_millis(10));
     };
     assert!(status.success(), "{status}");
