@@ -46,7 +46,9 @@ pub struct LocalClusterConfig {
     pub commit_interval_ms: u64,
     /// Proxy maintenance tick (heartbeat, health check).
     pub tick_ms: u64,
-    /// Lease length: a shard not heard from for this long has failed.
+    /// Lease length: a shard not heard from for this long has failed. Heartbeats are durable
+    /// SQLite transactions; on a busy disk an fsync can stall for hundreds of milliseconds, so
+    /// a short lease turns I/O stalls into (correctly handled, but needless) rollbacks.
     pub lease_ms: u64,
     /// How often the finder and manager run (each run is a few durable SQLite transactions).
     pub check_interval_ms: u64,
@@ -67,7 +69,7 @@ impl LocalClusterConfig {
             first_redis_port: 0,
             commit_interval_ms: 100,
             tick_ms: 10,
-            lease_ms: 300,
+            lease_ms: 1000,
             check_interval_ms: 25,
             save_timeout_ms: 30_000,
             start_timeout_ms: 10_000,

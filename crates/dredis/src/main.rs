@@ -43,7 +43,7 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         commit_interval_ms: u64,
         /// Lease: a shard silent this long has failed.
-        #[arg(long, default_value_t = 300)]
+        #[arg(long, default_value_t = 1000)]
         lease_ms: u64,
     },
     /// Run one proxy (and its redis-server) as DPR worker `--worker-id`. Needs a cluster
