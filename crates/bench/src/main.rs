@@ -28,6 +28,8 @@ enum Experiment {
     Tick(experiments::tick::Args),
     /// CTrie vs dashmap/papaya (throughput) and concread/imbl (snapshot cost as the map grows).
     Ctrie(experiments::ctrie::Args),
+    /// D-Redis (DPR over redis-server) vs a pass-through proxy vs Redis direct; commit latency, recovery.
+    Dredis(experiments::dredis::Args),
     /// WAL-to-database checkpoint: naive backfill against the fast one (prefixkv-pagestore).
     Wal(experiments::wal::Args),
     /// prefixkv-server against redis-server: redis-benchmark at matched durability, BGSAVE under load.
@@ -45,6 +47,7 @@ fn main() -> Result<()> {
         Experiment::Ctrie(args) => experiments::ctrie::run(common, args)?,
         Experiment::Wal(args) => experiments::wal::run(common, args)?,
         Experiment::Server(args) => experiments::server::run(common, args)?,
+        Experiment::Dredis(args) => experiments::dredis::run(common, args)?,
     };
     finish(common, &report)
 }

@@ -1,0 +1,263 @@
+//! Shared helpers for the real-process D-Redis tests: a cluster in a temporary directory, session
+//! threads writing unique keys with an oracle of every operation's fate, and the final check of
+//! each Redis's contents against that oracle.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use prefixkv_dredis::client::{ClientError, Fate};
+use prefixkv_dredis::redis::RedisConnection;
+use prefixkv_dredis::{DprRedisClient, LocalCluster, LocalClusterConfig};
+use prefixkv_resp::Reply;
+
+/// Bound on every wait in these tests.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Waits until `condition` holds, panicking with `what` after [`WAIT`].
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A cluster of `shards` in a fresh temporary directory (kept alive by the returned guard).
+pub fn start_cluster(shards: usize) -> (tempfile::TempDir, LocalCluster) {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let mut config = LocalClusterConfig::new(shards, directory.path().join("cluster"));
+    config.commit_interval_ms = 40;
+    // Long enough that fsync stalls on a shared test machine do not fail healthy shards.
+    config.lease_ms = 1000;
+    let cluster = LocalCluster::start(config).expect("start the cluster");
+    (directory, cluster)
+}
+
+/// What the oracle knows of one operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expected {
+    /// Pushed, no outcome yet.
+    Pushed,
+    /// Must be in the final state.
+    Present,
+    /// Must not be.
+    Absent,
+    /// May or may not be.
+    Either,
+}
+
+/// A session's writes and what it learned about them.
+pub struct SessionRecord {
+    /// Session id.
+    pub id: u64,
+    /// Per tag (key `s<id>:<tag>`, value `v<tag>`).
+    pub expected: BTreeMap<u64, Expected>,
+    /// Rollbacks seen.
+    pub rollbacks: u64,
+}
+
+/// Counters a running session publishes.
+#[derive(Default)]
+pub struct Progress {
+    /// Largest commit point seen.
+    pub committed_until: AtomicU64,
+    /// Rollbacks seen.
+    pub rollbacks: AtomicU64,
+    /// Commit points seen after the latest rollback.
+    pub committed_since_rollback: AtomicU64,
+}
+
+fn key(session: u64, tag: u64) -> Vec<u8> {
+    format!("s{session}:{tag}").into_bytes()
+}
+
+fn apply(record: &mut SessionRecord, error: ClientError, committed: &mut (u64, Vec<(u64, u64)>)) {
+    match error {
+        ClientError::Rollback(report) => {
+            record.rollbacks += 1;
+            for operation in &report.operations {
+                let expected = match operation.fate {
+                    Fate::Survived => Expected::Present,
+                    Fate::Lost | Fate::Rejected | Fate::NotSent => Expected::Absent,
+                    Fate::Uncertain => Expected::Either,
+                };
+                if matches!(operation.fate, Fate::Lost | Fate::Rejected) {
+                    let sequence = operation.sequence.expect("sent operations have sequences");
+                    let excluded = committed
+                        .1
+                        .iter()
+                        .any(|&(s, e)| s <= sequence && sequence < e);
+                    assert!(
+                        sequence >= committed.0 || excluded,
+                        "session {}: operation {sequence} was reported committed (until {}) but was {:?}",
+                        record.id,
+                        committed.0,
+                        operation.fate
+                    );
+                }
+                record.expected.insert(operation.tag, expected);
+            }
+            committed.0 = report.prefix.until_sequence.min(committed.0);
+            committed.1.clear();
+        }
+        other => panic!("session {}: unexpected error {other}", record.id),
+    }
+}
+
+/// Runs a session writing unique keys until `stop`, then drains it. Returns its record.
+pub fn spawn_session(
+    client: Arc<DprRedisClient>,
+    id: u64,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+) -> JoinHandle<SessionRecord> {
+    std::thread::spawn(move || {
+        let mut session = client.session(id).expect("session");
+        let mut record = SessionRecord {
+            id,
+            expected: BTreeMap::new(),
+            rollbacks: 0,
+        };
+        // (committed until, excluded ranges) as last reported.
+        let mut committed = (0u64, Vec::new());
+        let mut next_tag_expected = 0u64;
+        let mut round = 0u64;
+        loop {
+            let stopping = stop.load(Ordering::SeqCst);
+            let step: Result<(), ClientError> = (|| {
+                if !stopping {
+                    for _ in 0..32 {
+                        let tag = next_tag_expected;
+                        let pushed =
+                            session.push(&[b"SET", &key(id, tag), format!("v{tag}").as_bytes()]);
+                        // A push gets its tag even if sending the batch fails.
+                        next_tag_expected += 1;
+                        record.expected.insert(tag, Expected::Pushed);
+                        pushed?;
+                    }
+                    session.flush()?;
+                } else {
+                    session.drain()?;
+                }
+                round += 1;
+                if round.is_multiple_of(4) || stopping {
+                    let point = session.commit_point()?;
+                    committed = (
+                        point.until_sequence,
+                        point.excluded.iter().map(|r| (r.start, r.end)).collect(),
+                    );
+                    progress
+                        .committed_until
+                        .fetch_max(point.until_sequence, Ordering::SeqCst);
+                    progress
+                        .committed_since_rollback
+                        .fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            })();
+            for completed in session.take_completed() {
+                assert_eq!(completed.reply, Reply::SimpleString("OK".into()));
+                let entry = record.expected.get_mut(&completed.tag).expect("known tag");
+                if *entry == Expected::Pushed {
+                    *entry = Expected::Present;
+                }
+            }
+            if let Err(error) = step {
+                apply(&mut record, error, &mut committed);
+                progress.rollbacks.fetch_add(1, Ordering::SeqCst);
+                progress.committed_since_rollback.store(0, Ordering::SeqCst);
+                continue;
+            }
+            if stopping {
+                break;
+            }
+        }
+        assert!(
+            record.expected.values().all(|e| *e != Expected::Pushed),
+            "session {id}: operations without an outcome after draining"
+        );
+        record
+    })
+}
+
+/// Reads every key of session `id` from every Redis.
+pub fn read_session_keys(redis: &[SocketAddr], id: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut found = BTreeMap::new();
+    let pattern = format!("s{id}:*");
+    for address in redis {
+        let mut connection =
+            RedisConnection::connect(*address, Duration::from_secs(10)).expect("connect to redis");
+        let Reply::Array(keys) = connection
+            .command(&[b"KEYS", pattern.as_bytes()])
+            .expect("KEYS")
+        else {
+            panic!("KEYS did not return an array")
+        };
+        for key in keys {
+            let Reply::BulkString(key) = key else {
+                panic!("key is not a bulk string")
+            };
+            let Reply::BulkString(value) = connection.command(&[b"GET", &key]).expect("GET") else {
+                panic!("GET of an existing key did not return a value")
+            };
+            found.insert(key.to_vec(), value.to_vec());
+        }
+    }
+    found
+}
+
+/// Checks the state of every Redis against the session's oracle.
+pub fn verify_session(redis: &[SocketAddr], record: &SessionRecord) -> (usize, usize, usize) {
+    let found = read_session_keys(redis, record.id);
+    let (mut present, mut absent, mut either) = (0, 0, 0);
+    for (&tag, &expected) in &record.expected {
+        let value = found.get(&key(record.id, tag));
+        match expected {
+            Expected::Present => {
+                present += 1;
+                assert_eq!(
+                    value.map(Vec::as_slice),
+                    Some(format!("v{tag}").as_bytes()),
+                    "session {}: operation {tag} should have survived",
+                    record.id
+                );
+            }
+            Expected::Absent => {
+                absent += 1;
+                assert!(
+                    value.is_none(),
+                    "session {}: operation {tag} should be gone",
+                    record.id
+                );
+            }
+            Expected::Either => either += 1,
+            Expected::Pushed => unreachable!("checked when the session ended"),
+        }
+    }
+    for key in found.keys() {
+        let text = String::from_utf8_lossy(key);
+        let tag: u64 = text
+            .split_once(':')
+            .and_then(|(_, t)| t.parse().ok())
+            .expect("well-formed key");
+        assert!(
+            record.expected.contains_key(&tag),
+            "session {}: key {text} was never written",
+            record.id
+        );
+    }
+    (present, absent, either)
+}
+
+/// SIGKILLs a process.
+pub fn kill(pid: u32) {
+    // SAFETY: sending a signal to a child process id we own.
+    let result = unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    assert_eq!(result, 0, "kill {pid}");
+}
