@@ -53,6 +53,14 @@ impl SqlBackend for PostgresBackend {
         Ok(self.runtime.block_on(self.client.batch_execute("BEGIN"))?)
     }
 
+    fn begin_read(&mut self) -> Result<(), MetadataError> {
+        // One snapshot for every query of the transaction; READ ONLY documents the intent.
+        Ok(self.runtime.block_on(
+            self.client
+                .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
+        )?)
+    }
+
     fn commit(&mut self) -> Result<(), MetadataError> {
         Ok(self.runtime.block_on(self.client.batch_execute("COMMIT"))?)
     }

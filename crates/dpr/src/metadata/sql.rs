@@ -11,6 +11,9 @@ use crate::{ClusterState, Cut, Version, WorkerId, WorkerVersion, WorldLine};
 pub trait SqlBackend: Send {
     /// Starts a transaction that takes the database's write lock as early as the backend allows.
     fn begin(&mut self) -> Result<(), MetadataError>;
+    /// Starts a read-only transaction that sees one consistent snapshot (never half of another
+    /// transaction's writes) without taking the write lock or writing anything.
+    fn begin_read(&mut self) -> Result<(), MetadataError>;
     /// Commits the open transaction.
     fn commit(&mut self) -> Result<(), MetadataError>;
     /// Rolls back the open transaction.
@@ -75,6 +78,26 @@ impl<B: SqlBackend> SqlMetadataStore<B> {
             }
         }
         Ok(store)
+    }
+
+    /// Runs `body` (queries only) on one snapshot, without the write lock: reads of the cut,
+    /// the workers and the versions neither wait for writers nor write (and fsync) anything.
+    fn read_transaction<T>(
+        &self,
+        body: impl FnOnce(&mut B) -> Result<T, MetadataError>,
+    ) -> Result<T, MetadataError> {
+        let mut backend = self.backend.lock();
+        backend.begin_read()?;
+        match body(&mut backend) {
+            Ok(value) => {
+                backend.commit()?;
+                Ok(value)
+            }
+            Err(error) => {
+                let _ = backend.rollback();
+                Err(error)
+            }
+        }
     }
 
     fn transaction<T>(
@@ -166,7 +189,7 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
     }
 
     fn workers(&self) -> Result<Vec<WorkerRecord>, MetadataError> {
-        self.transaction(|backend| {
+        self.read_transaction(|backend| {
             backend
                 .query(
                     "SELECT worker_id, last_heartbeat_ms, recovered_world_line FROM dpr_workers ORDER BY worker_id",
@@ -222,7 +245,7 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
     }
 
     fn persisted_versions(&self) -> Result<Vec<PersistedVersion>, MetadataError> {
-        self.transaction(|backend| {
+        self.read_transaction(|backend| {
             let mut versions = Vec::new();
             for row in backend.query(
                 "SELECT worker_id, version, has_dependencies FROM dpr_versions ORDER BY worker_id, version",
@@ -259,7 +282,7 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
     }
 
     fn cluster_state(&self) -> Result<ClusterState, MetadataError> {
-        self.transaction(|backend| {
+        self.read_transaction(|backend| {
             let (world_line, recovering) = read_cluster(backend)?;
             Ok(ClusterState {
                 world_line,
@@ -408,7 +431,7 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
     }
 
     fn max_version(&self) -> Result<Version, MetadataError> {
-        self.transaction(|backend| {
+        self.read_transaction(|backend| {
             let rows = backend.query(
                 "SELECT COALESCE((SELECT MAX(version) FROM dpr_versions), 0), COALESCE((SELECT MAX(version) FROM dpr_cut), 0)",
                 &[],

@@ -108,6 +108,13 @@ impl SqlBackend for SqliteBackend {
             .map_err(|e| self.error(e))
     }
 
+    fn begin_read(&mut self) -> Result<(), MetadataError> {
+        // Deferred: in WAL mode the first SELECT pins a snapshot; no lock is taken for writing.
+        self.connection
+            .execute_batch("BEGIN DEFERRED")
+            .map_err(|e| self.error(e))
+    }
+
     fn commit(&mut self) -> Result<(), MetadataError> {
         self.connection
             .execute_batch("COMMIT")
