@@ -365,7 +365,9 @@ impl Writer {
                     file.sync_data()?;
                 }
                 let path = self.dir.join(segment_name(index));
-                let file = OpenOptions::new().create(true).truncate(true).append(true).open(&path)?;
+                let file = OpenOptions::new().create(true).append(true).open(&path)?;
+                // A file of this name can only be a leftover of a truncated log: start it empty.
+                file.set_len(0)?;
                 sync_dir(&self.dir)?;
                 self.current = Some(file);
                 self.segments.push(Segment { first_index: index, last_index: index, path, bytes: 0 });
