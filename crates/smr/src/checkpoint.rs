@@ -214,12 +214,30 @@ impl Drop for CheckpointWriter {
 /// Reads and verifies a whole checkpoint, calling `on_pair` for every pair. Nothing is returned
 /// until the end record has verified, but `on_pair` sees pairs as they are read: callers load into
 /// a fresh map and drop it on error.
-pub fn read(path: &Path, mut on_pair: impl FnMut(Vec<u8>, Vec<u8>)) -> Result<CheckpointHeader, CheckpointError> {
+pub fn read(path: &Path, on_pair: impl FnMut(Vec<u8>, Vec<u8>)) -> Result<CheckpointHeader, CheckpointError> {
     let io_error = |source| CheckpointError::Io { path: path.to_path_buf(), source };
-    let corrupt = |offset: u64, what: String| CheckpointError::Corrupt { path: path.to_path_buf(), offset, what };
     let file = File::open(path).map_err(io_error)?;
     let file_bytes = file.metadata().map_err(io_error)?.len();
-    let mut input = BufReader::with_capacity(4 << 20, file);
+    decode(BufReader::with_capacity(4 << 20, file), file_bytes, path, on_pair)
+}
+
+/// [`read`] on bytes in memory (`name` appears in errors); for tests and the fuzz target.
+pub fn decode_bytes(
+    bytes: &[u8],
+    name: &Path,
+    on_pair: impl FnMut(Vec<u8>, Vec<u8>),
+) -> Result<CheckpointHeader, CheckpointError> {
+    decode(bytes, bytes.len() as u64, name, on_pair)
+}
+
+fn decode(
+    mut input: impl Read,
+    file_bytes: u64,
+    path: &Path,
+    mut on_pair: impl FnMut(Vec<u8>, Vec<u8>),
+) -> Result<CheckpointHeader, CheckpointError> {
+    let io_error = |source| CheckpointError::Io { path: path.to_path_buf(), source };
+    let corrupt = |offset: u64, what: String| CheckpointError::Corrupt { path: path.to_path_buf(), offset, what };
     let mut offset = 0u64;
     let mut read_exact = |buffer: &mut [u8], offset: &mut u64| -> Result<(), CheckpointError> {
         input.read_exact(buffer).map_err(|e| {
@@ -241,7 +259,7 @@ pub fn read(path: &Path, mut on_pair: impl FnMut(Vec<u8>, Vec<u8>)) -> Result<Ch
     read_exact(&mut word, &mut offset)?;
     let header_len = u32::from_le_bytes(word[0..4].try_into().unwrap());
     let header_crc = u32::from_le_bytes(word[4..8].try_into().unwrap());
-    if header_len > MAX_HEADER_BYTES || u64::from(header_len) > file_bytes {
+    if header_len > MAX_HEADER_BYTES || u64::from(header_len) > file_bytes.saturating_sub(offset) {
         return Err(corrupt(8, format!("header length {header_len} out of bounds")));
     }
     let mut header_bytes = vec![0u8; header_len as usize];
@@ -275,7 +293,7 @@ pub fn read(path: &Path, mut on_pair: impl FnMut(Vec<u8>, Vec<u8>)) -> Result<Ch
             }
             return Ok(header);
         }
-        if chunk_len > MAX_CHUNK_BYTES || u64::from(chunk_len) > file_bytes - offset {
+        if chunk_len > MAX_CHUNK_BYTES || u64::from(chunk_len) > file_bytes.saturating_sub(offset) {
             return Err(corrupt(chunk_offset, format!("chunk length {chunk_len} out of bounds")));
         }
         read_exact(&mut word[..4], &mut offset)?;

@@ -8,9 +8,10 @@
 //! - `vote`: `crc u32 | JSON`, replaced atomically (write temp, fsync, rename, fsync directory)
 //!   before `save_vote` returns.
 //! - `purged`: the last purged log id, same format and same atomic replacement.
-//! - `committed`: the last committed log id, same format but *not* fsynced: it is a hint that
-//!   lets a restarted replica re-apply its own log at once; if it is lost, the replica waits for
-//!   the leader to tell it the commit index, which is always safe.
+//! - `committed`: `crc u32 | len u32 | JSON` of the last committed log id, overwritten in place
+//!   and *not* fsynced: it is a hint that lets a restarted replica re-apply its own log at once;
+//!   if it is torn or stale, the replica re-applies less and waits for the leader to tell it the
+//!   commit index, which is always safe.
 //!
 //! # Invariants
 //! - One thread (the writer) touches the files; every mutating call is a message to it, processed
@@ -105,6 +106,19 @@ struct Writer {
     /// Where each unpurged entry's record starts: index → (segment position in `segments`'s
     /// `first_index` terms, byte offset).
     offsets: BTreeMap<u64, (u64, u64)>,
+    committed_file: Option<File>,
+}
+
+/// Reads the `committed` hint; anything unreadable is no hint.
+fn read_committed_hint(dir: &Path) -> Option<LogId> {
+    let bytes = fs::read(dir.join("committed")).ok()?;
+    let crc = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?);
+    let len = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?) as usize;
+    let json = bytes.get(8..8usize.checked_add(len)?)?;
+    if crc32c::crc32c(json) != crc {
+        return None;
+    }
+    serde_json::from_slice::<Option<LogId>>(json).ok().flatten()
 }
 
 fn write_small_file<T: Serialize>(dir: &Path, name: &str, value: &T, durable: bool) -> io::Result<()> {
@@ -171,36 +185,43 @@ fn encode_record(entry: &Entry, out: &mut Vec<u8>) -> io::Result<()> {
 fn scan_segment(path: &Path) -> io::Result<(Vec<(u64, Entry)>, u64, Option<String>)> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
+    Ok(decode_segment(&bytes, path))
+}
+
+/// Decodes a segment's bytes (`path` appears in problems): the entries with their record
+/// offsets, the length of the valid prefix, and what is wrong after it, if anything. Never
+/// panics and never allocates more than the input holds; for recovery, tests and the fuzz target.
+pub fn decode_segment(bytes: &[u8], path: &Path) -> (Vec<(u64, Entry)>, u64, Option<String>) {
     let mut entries = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
         let bad = |what: &str| Some(format!("{} at byte offset {at}: {what}", path.display()));
         if bytes.len() - at < 8 {
-            return Ok((entries, at as u64, bad("record header cut short")));
+            return (entries, at as u64, bad("record header cut short"));
         }
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
         let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap());
         if len > MAX_RECORD_BYTES || (len as usize) > bytes.len() - at - 8 {
-            return Ok((entries, at as u64, bad("record length out of bounds (torn write?)")));
+            return (entries, at as u64, bad("record length out of bounds (torn write?)"));
         }
         let payload = &bytes[at + 8..at + 8 + len as usize];
         if crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), payload) != crc {
-            return Ok((entries, at as u64, bad("record CRC mismatch")));
+            return (entries, at as u64, bad("record CRC mismatch"));
         }
         let entry: Entry = match postcard::from_bytes(payload) {
             Ok(entry) => entry,
-            Err(e) => return Ok((entries, at as u64, bad(&format!("record does not decode: {e}")))),
+            Err(e) => return (entries, at as u64, bad(&format!("record does not decode: {e}"))),
         };
         if let Some((_, previous)) = entries.last() {
             let previous: &Entry = previous;
             if entry.log_id.index != previous.log_id.index + 1 {
-                return Ok((entries, at as u64, bad("log index is not consecutive")));
+                return (entries, at as u64, bad("log index is not consecutive"));
             }
         }
         entries.push((at as u64, entry));
         at += 8 + len as usize;
     }
-    Ok((entries, at as u64, None))
+    (entries, at as u64, None)
 }
 
 impl LogStore {
@@ -209,7 +230,7 @@ impl LogStore {
         fs::create_dir_all(dir)?;
         let vote: Option<Vote<NodeId>> = read_small_file(dir, "vote", false)?;
         let last_purged: Option<LogId> = read_small_file(dir, "purged", false)?;
-        let committed: Option<LogId> = read_small_file(dir, "committed", true)?;
+        let committed = read_committed_hint(dir);
         let mut segment_paths = Vec::new();
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
@@ -273,7 +294,13 @@ impl LogStore {
             Some(segment) => Some(OpenOptions::new().append(true).open(&segment.path)?),
             None => None,
         };
-        let writer = Writer { dir: dir.to_path_buf(), segments, current, offsets };
+        // The hint is written after the sync of its batch, but openraft may record a commit
+        // index before the entries reach this replica's disk. Keep it only if the log holds that
+        // very entry (or it is the purge point); otherwise wait for the leader.
+        let committed = committed.filter(|hint| {
+            Some(*hint) == cache.last_purged || cache.entries.get(&hint.index).is_some_and(|entry| entry.log_id == *hint)
+        });
+        let writer = Writer { dir: dir.to_path_buf(), segments, current, offsets, committed_file: None };
         let cache = Arc::new(Mutex::new(cache));
         let (ops, receiver) = mpsc::channel();
         let writer = std::thread::Builder::new()
@@ -302,6 +329,7 @@ impl Writer {
             let mut flushed = Vec::new();
             let mut votes = Vec::new();
             let mut result: io::Result<()> = Ok(());
+            let mut last_committed = None;
             for op in batch {
                 if result.is_err() {
                     // After an I/O error nothing later may be reported durable.
@@ -323,16 +351,18 @@ impl Writer {
                         let written = write_small_file(&self.dir, "vote", &vote, true);
                         votes.push((reply, written));
                     }
-                    Op::Committed(committed) => {
-                        if let Err(error) = write_small_file(&self.dir, "committed", &committed, false) {
-                            tracing::warn!("cannot write the committed hint: {error}");
-                        }
-                    }
+                    Op::Committed(committed) => last_committed = Some(committed),
                 }
             }
             if result.is_ok() {
                 if let Some(file) = &self.current {
                     result = file.sync_data();
+                }
+            }
+            if let Some(committed) = last_committed {
+                // After the sync: the hint never points past entries that are durable here.
+                if let Err(error) = self.write_committed_hint(&committed) {
+                    tracing::warn!("cannot write the committed hint: {error}");
                 }
             }
             for callback in flushed {
@@ -349,6 +379,20 @@ impl Writer {
                 tracing::error!("Raft log I/O failed in {}: {error}", self.dir.display());
             }
         }
+    }
+
+    fn write_committed_hint(&mut self, committed: &Option<LogId>) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        if self.committed_file.is_none() {
+            let file = OpenOptions::new().create(true).truncate(false).write(true).open(self.dir.join("committed"))?;
+            self.committed_file = Some(file);
+        }
+        let json = serde_json::to_vec(committed).map_err(io::Error::other)?;
+        let mut bytes = Vec::with_capacity(8 + json.len());
+        bytes.extend_from_slice(&crc32c::crc32c(&json).to_le_bytes());
+        bytes.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&json);
+        self.committed_file.as_ref().expect("opened above").write_all_at(&bytes, 0)
     }
 
     fn append(&mut self, entries: &[Entry]) -> io::Result<()> {

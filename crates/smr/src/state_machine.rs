@@ -414,15 +414,36 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
         let counter = TEMPORARY_COUNTER.fetch_add(1, Ordering::Relaxed);
         let path = self.dir.join(format!("incoming-{}-{counter}.tmp", std::process::id()));
-        let file = tokio::fs::File::create(&path).await.map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         self.receiving = Some(path);
         Ok(Box::new(file))
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<tokio::fs::File>) -> Result<(), StorageError> {
-        let received = self.receiving.take().ok_or_else(|| io_err("install_snapshot without begin_receiving_snapshot"))?;
-        snapshot.sync_all().await.map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        // openraft hands back a handle that is usually the file we created, but may be any
+        // file (its test suite passes the sender's); copy whatever it holds into a file of ours.
+        let write_error = |e: std::io::Error| -> StorageError { StorageIOError::write_snapshot(None, &e).into() };
+        let mut snapshot = snapshot;
+        let counter = TEMPORARY_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let received = self.dir.join(format!("installing-{}-{counter}.tmp", std::process::id()));
+        {
+            use tokio::io::AsyncSeekExt;
+            snapshot.seek(std::io::SeekFrom::Start(0)).await.map_err(write_error)?;
+            let mut copy = tokio::fs::File::create(&received).await.map_err(write_error)?;
+            tokio::io::copy(&mut *snapshot, &mut copy).await.map_err(write_error)?;
+            copy.sync_all().await.map_err(write_error)?;
+        }
         drop(snapshot);
+        if let Some(incoming) = self.receiving.take() {
+            let _ = tokio::fs::remove_file(incoming).await;
+        }
         let dir = self.dir.clone();
         let expected = meta.clone();
         let shared = self.shared.clone();
