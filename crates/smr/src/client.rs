@@ -36,7 +36,10 @@ fn request_limits() -> Limits {
 
 /// Serves clients on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, id: NodeId, raft: Arc<Raft>, shared: Arc<Shared>) {
+    // Dropping (aborting) `serve` closes every connection, as for the Raft listener.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
@@ -45,7 +48,7 @@ pub async fn serve(listener: TcpListener, id: NodeId, raft: Arc<Raft>, shared: A
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(stream, id, raft.clone(), shared.clone()));
+        connections.spawn(serve_connection(stream, id, raft.clone(), shared.clone()));
     }
 }
 

@@ -107,6 +107,7 @@ struct Writer {
     /// `first_index` terms, byte offset).
     offsets: BTreeMap<u64, (u64, u64)>,
     committed_file: Option<File>,
+    segment_bytes: u64,
 }
 
 /// Reads the `committed` hint; anything unreadable is no hint.
@@ -227,6 +228,11 @@ pub fn decode_segment(bytes: &[u8], path: &Path) -> (Vec<(u64, Entry)>, u64, Opt
 impl LogStore {
     /// Opens (or creates) the log in `dir`, recovering its files, and starts the writer thread.
     pub fn open(dir: &Path) -> anyhow::Result<LogStore> {
+        Self::open_with_segment_bytes(dir, SEGMENT_BYTES)
+    }
+
+    /// [`LogStore::open`], closing segments at `segment_bytes` instead of [`SEGMENT_BYTES`].
+    pub fn open_with_segment_bytes(dir: &Path, segment_bytes: u64) -> anyhow::Result<LogStore> {
         fs::create_dir_all(dir)?;
         let vote: Option<Vote<NodeId>> = read_small_file(dir, "vote", false)?;
         let last_purged: Option<LogId> = read_small_file(dir, "purged", false)?;
@@ -300,7 +306,7 @@ impl LogStore {
         let committed = committed.filter(|hint| {
             Some(*hint) == cache.last_purged || cache.entries.get(&hint.index).is_some_and(|entry| entry.log_id == *hint)
         });
-        let writer = Writer { dir: dir.to_path_buf(), segments, current, offsets, committed_file: None };
+        let writer = Writer { dir: dir.to_path_buf(), segments, current, offsets, committed_file: None, segment_bytes };
         let cache = Arc::new(Mutex::new(cache));
         let (ops, receiver) = mpsc::channel();
         let writer = std::thread::Builder::new()
@@ -401,7 +407,7 @@ impl Writer {
             let index = entry.log_id.index;
             let needs_new = match self.segments.last() {
                 None => true,
-                Some(segment) => self.current.is_none() || segment.bytes + buffer.len() as u64 >= SEGMENT_BYTES,
+                Some(segment) => self.current.is_none() || segment.bytes + buffer.len() as u64 >= self.segment_bytes,
             };
             if needs_new {
                 self.flush_buffer(&mut buffer)?;

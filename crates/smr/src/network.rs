@@ -87,7 +87,11 @@ pub async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) ->
 
 /// Serves Raft RPCs arriving on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, raft: Arc<Raft>) {
+    // Connection tasks live in this set, so that dropping (aborting) `serve` closes every
+    // connection too: a stopped replica must not keep answering on old connections.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let (mut stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
@@ -97,7 +101,7 @@ pub async fn serve(listener: TcpListener, raft: Arc<Raft>) {
         };
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             loop {
                 let request: RaftRequest = match read_frame(&mut stream).await {
                     Ok(Some(request)) => request,

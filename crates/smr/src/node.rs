@@ -42,6 +42,8 @@ pub struct NodeConfig {
     pub heartbeat_ms: u64,
     /// Lower bound of the randomised election timeout.
     pub election_timeout_min_ms: u64,
+    /// Raft log segment size.
+    pub log_segment_bytes: u64,
 }
 
 impl NodeConfig {
@@ -56,6 +58,7 @@ impl NodeConfig {
             allow_missing_checkpoint: false,
             heartbeat_ms: 100,
             election_timeout_min_ms: 500,
+            log_segment_bytes: crate::log_store::SEGMENT_BYTES,
         }
     }
 }
@@ -88,7 +91,7 @@ impl Node {
         client_listener: TcpListener,
     ) -> anyhow::Result<Node> {
         let client_address = client_listener.local_addr()?;
-        let log_store = LogStore::open(&config.dir.join("log"))?;
+        let log_store = LogStore::open_with_segment_bytes(&config.dir.join("log"), config.log_segment_bytes)?;
         let (snapshot_requests, mut snapshot_requested) = tokio::sync::mpsc::unbounded_channel();
         let state_machine = StateMachine::open(
             &config.dir.join("checkpoints"),
