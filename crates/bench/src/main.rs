@@ -30,6 +30,8 @@ enum Experiment {
     Ctrie(experiments::ctrie::Args),
     /// WAL-to-database checkpoint: naive backfill against the fast one (prefixkv-pagestore).
     Wal(experiments::wal::Args),
+    /// SMaRtTrie: Raft replicas with blocking (BTreeMap) vs concurrent (CTrie) checkpoints.
+    Smr(experiments::smr::Args),
 }
 
 fn main() -> Result<()> {
@@ -42,6 +44,7 @@ fn main() -> Result<()> {
         Experiment::Tick(args) => experiments::tick::run(common, args)?,
         Experiment::Ctrie(args) => experiments::ctrie::run(common, args)?,
         Experiment::Wal(args) => experiments::wal::run(common, args)?,
+        Experiment::Smr(args) => experiments::smr::run(common, args)?,
     };
     finish(common, &report)
 }

@@ -184,6 +184,18 @@ impl Node {
         Ok(())
     }
 
+    /// Asks openraft for a snapshot now (our checkpoint of the current state) and waits until
+    /// it covers at least `index`.
+    pub async fn checkpoint_now(&self, index: u64, timeout: Duration) -> anyhow::Result<()> {
+        self.raft.trigger().snapshot().await?;
+        self.raft
+            .wait(Some(timeout))
+            .metrics(|m| m.snapshot.is_some_and(|s| s.index >= index), "snapshot")
+            .await
+            .with_context(|| format!("no snapshot covering index {index} within {timeout:?}"))?;
+        Ok(())
+    }
+
     /// Stops the replica: openraft, listeners, background tasks. Waits for a checkpoint writer
     /// that is still running, so that the directory can be reopened at once.
     pub async fn shutdown(self) -> anyhow::Result<()> {

@@ -80,6 +80,8 @@ pub struct Shared {
     writing: AtomicBool,
     /// The last applied index (for metrics without going through openraft).
     applied_index: AtomicU64,
+    /// Δ: checkpoint every this many applied commands (0: only when openraft asks).
+    checkpoint_every_commands: AtomicU64,
 }
 
 impl Shared {
@@ -91,6 +93,11 @@ impl Shared {
     /// The last applied log index.
     pub fn applied_index(&self) -> u64 {
         self.applied_index.load(Ordering::Acquire)
+    }
+
+    /// Changes Δ from the next applied command on (0 turns our own checkpoints off).
+    pub fn set_checkpoint_every(&self, commands: u64) {
+        self.checkpoint_every_commands.store(commands, Ordering::Relaxed);
     }
 
     /// True while a background checkpoint writer runs.
@@ -116,7 +123,8 @@ enum Pending {
 pub struct StateMachineConfig {
     /// The state model.
     pub model: StateModel,
-    /// Checkpoint every this many applied commands (0: only when openraft asks).
+    /// Initial Δ: checkpoint every this many applied commands (0: only when openraft asks);
+    /// [`Shared::set_checkpoint_every`] changes it at run time.
     pub checkpoint_every_commands: u64,
     /// Start with an empty state even though checkpoint files exist and none verifies.
     pub allow_missing_checkpoint: bool,
@@ -195,6 +203,7 @@ impl StateMachine {
             purge_upto,
             writing: AtomicBool::new(false),
             applied_index: AtomicU64::new(last_applied.map_or(0, |id| id.index)),
+            checkpoint_every_commands: AtomicU64::new(config.checkpoint_every_commands),
         });
         Ok(StateMachine {
             shared,
@@ -276,7 +285,7 @@ impl StateMachine {
     }
 
     fn at_command_boundary(&mut self) {
-        let every = self.config.checkpoint_every_commands;
+        let every = self.shared.checkpoint_every_commands.load(Ordering::Relaxed);
         if every == 0 {
             return;
         }

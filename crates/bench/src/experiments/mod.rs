@@ -4,5 +4,6 @@ pub mod cpr;
 pub mod crash;
 pub mod ctrie;
 pub mod oplog;
+pub mod smr;
 pub mod tick;
 pub mod wal;
