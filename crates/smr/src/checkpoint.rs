@@ -103,7 +103,11 @@ pub fn list(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 pub fn remove_temporaries(dir: &Path) -> io::Result<()> {
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
-        if entry.file_name().to_str().is_some_and(|n| n.ends_with(".tmp")) {
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.ends_with(".tmp"))
+        {
             fs::remove_file(entry.path())?;
         }
     }
@@ -131,10 +135,17 @@ impl CheckpointWriter {
     pub fn create(dir: &Path, header: &CheckpointHeader) -> io::Result<Self> {
         let index = header.meta.last_log_id.map_or(0, |id| id.index);
         let temporary = dir.join(format!("{}.{}.tmp", file_name(index), std::process::id()));
-        let file = OpenOptions::new().write(true).create(true).truncate(true).open(&temporary)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temporary)?;
         let mut out = BufWriter::with_capacity(4 << 20, file);
         let header_bytes = serde_json::to_vec(header).map_err(io::Error::other)?;
-        assert!(header_bytes.len() <= MAX_HEADER_BYTES as usize, "checkpoint header too large");
+        assert!(
+            header_bytes.len() <= MAX_HEADER_BYTES as usize,
+            "checkpoint header too large"
+        );
         out.write_all(MAGIC)?;
         out.write_all(&(header_bytes.len() as u32).to_le_bytes())?;
         out.write_all(&crc32c::crc32c(&header_bytes).to_le_bytes())?;
@@ -153,8 +164,10 @@ impl CheckpointWriter {
     /// Appends one pair.
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
         debug_assert!(key.len() <= MAX_KEY_BYTES && value.len() <= MAX_VALUE_BYTES);
-        self.chunk.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        self.chunk.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.chunk
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.chunk
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
         self.chunk.extend_from_slice(key);
         self.chunk.extend_from_slice(value);
         self.pairs += 1;
@@ -169,8 +182,10 @@ impl CheckpointWriter {
             return Ok(());
         }
         debug_assert!(self.chunk.len() <= MAX_CHUNK_BYTES as usize);
-        self.out.write_all(&(self.chunk.len() as u32).to_le_bytes())?;
-        self.out.write_all(&crc32c::crc32c(&self.chunk).to_le_bytes())?;
+        self.out
+            .write_all(&(self.chunk.len() as u32).to_le_bytes())?;
+        self.out
+            .write_all(&crc32c::crc32c(&self.chunk).to_le_bytes())?;
         self.out.write_all(&self.chunk)?;
         self.bytes += 8 + self.chunk.len() as u64;
         self.chunk.clear();
@@ -214,11 +229,22 @@ impl Drop for CheckpointWriter {
 /// Reads and verifies a whole checkpoint, calling `on_pair` for every pair. Nothing is returned
 /// until the end record has verified, but `on_pair` sees pairs as they are read: callers load into
 /// a fresh map and drop it on error.
-pub fn read(path: &Path, on_pair: impl FnMut(Vec<u8>, Vec<u8>)) -> Result<CheckpointHeader, CheckpointError> {
-    let io_error = |source| CheckpointError::Io { path: path.to_path_buf(), source };
+pub fn read(
+    path: &Path,
+    on_pair: impl FnMut(Vec<u8>, Vec<u8>),
+) -> Result<CheckpointHeader, CheckpointError> {
+    let io_error = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let file = File::open(path).map_err(io_error)?;
     let file_bytes = file.metadata().map_err(io_error)?.len();
-    decode(BufReader::with_capacity(4 << 20, file), file_bytes, path, on_pair)
+    decode(
+        BufReader::with_capacity(4 << 20, file),
+        file_bytes,
+        path,
+        on_pair,
+    )
 }
 
 /// [`read`] on bytes in memory (`name` appears in errors); for tests and the fuzz target.
@@ -236,8 +262,15 @@ fn decode(
     path: &Path,
     mut on_pair: impl FnMut(Vec<u8>, Vec<u8>),
 ) -> Result<CheckpointHeader, CheckpointError> {
-    let io_error = |source| CheckpointError::Io { path: path.to_path_buf(), source };
-    let corrupt = |offset: u64, what: String| CheckpointError::Corrupt { path: path.to_path_buf(), offset, what };
+    let io_error = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let corrupt = |offset: u64, what: String| CheckpointError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        what,
+    };
     let mut offset = 0u64;
     let mut read_exact = |buffer: &mut [u8], offset: &mut u64| -> Result<(), CheckpointError> {
         input.read_exact(buffer).map_err(|e| {
@@ -253,22 +286,28 @@ fn decode(
     let mut magic = [0u8; 8];
     read_exact(&mut magic, &mut offset)?;
     if &magic != MAGIC {
-        return Err(corrupt(0, "bad magic (not a prefixkv-smr checkpoint)".into()));
+        return Err(corrupt(
+            0,
+            "bad magic (not a prefixkv-smr checkpoint)".into(),
+        ));
     }
     let mut word = [0u8; 8];
     read_exact(&mut word, &mut offset)?;
     let header_len = u32::from_le_bytes(word[0..4].try_into().unwrap());
     let header_crc = u32::from_le_bytes(word[4..8].try_into().unwrap());
     if header_len > MAX_HEADER_BYTES || u64::from(header_len) > file_bytes.saturating_sub(offset) {
-        return Err(corrupt(8, format!("header length {header_len} out of bounds")));
+        return Err(corrupt(
+            8,
+            format!("header length {header_len} out of bounds"),
+        ));
     }
     let mut header_bytes = vec![0u8; header_len as usize];
     read_exact(&mut header_bytes, &mut offset)?;
     if crc32c::crc32c(&header_bytes) != header_crc {
         return Err(corrupt(16, "header CRC mismatch".into()));
     }
-    let header: CheckpointHeader =
-        serde_json::from_slice(&header_bytes).map_err(|e| corrupt(16, format!("header does not parse: {e}")))?;
+    let header: CheckpointHeader = serde_json::from_slice(&header_bytes)
+        .map_err(|e| corrupt(16, format!("header does not parse: {e}")))?;
     let mut pairs = 0u64;
     let mut chunk = Vec::new();
     loop {
@@ -286,15 +325,24 @@ fn decode(
                 return Err(corrupt(chunk_offset, "end record CRC mismatch".into()));
             }
             if count != pairs {
-                return Err(corrupt(chunk_offset, format!("end record says {count} pairs, read {pairs}")));
+                return Err(corrupt(
+                    chunk_offset,
+                    format!("end record says {count} pairs, read {pairs}"),
+                ));
             }
             if offset != file_bytes {
-                return Err(corrupt(offset, format!("{} bytes after the end record", file_bytes - offset)));
+                return Err(corrupt(
+                    offset,
+                    format!("{} bytes after the end record", file_bytes - offset),
+                ));
             }
             return Ok(header);
         }
         if chunk_len > MAX_CHUNK_BYTES || u64::from(chunk_len) > file_bytes.saturating_sub(offset) {
-            return Err(corrupt(chunk_offset, format!("chunk length {chunk_len} out of bounds")));
+            return Err(corrupt(
+                chunk_offset,
+                format!("chunk length {chunk_len} out of bounds"),
+            ));
         }
         read_exact(&mut word[..4], &mut offset)?;
         let chunk_crc = u32::from_le_bytes(word[0..4].try_into().unwrap());
@@ -318,7 +366,10 @@ fn decode(
             if chunk.len() - start < key_len + value_len {
                 return Err(bad("pair crosses the chunk end"));
             }
-            on_pair(chunk[start..start + key_len].to_vec(), chunk[start + key_len..start + key_len + value_len].to_vec());
+            on_pair(
+                chunk[start..start + key_len].to_vec(),
+                chunk[start + key_len..start + key_len + value_len].to_vec(),
+            );
             pairs += 1;
             at = start + key_len + value_len;
         }

@@ -31,7 +31,11 @@ use crate::state_machine::Shared;
 use crate::types::{Command, CommandResponse, NodeId, Raft, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 fn request_limits() -> Limits {
-    Limits { proto_max_bulk_len: MAX_VALUE_BYTES + 1024, max_multibulk_len: 16, ..Limits::default() }
+    Limits {
+        proto_max_bulk_len: MAX_VALUE_BYTES + 1024,
+        max_multibulk_len: 16,
+        ..Limits::default()
+    }
 }
 
 /// Serves clients on `listener` until the task is dropped.
@@ -96,22 +100,48 @@ async fn write(raft: &Raft, command: Command) -> Result<CommandResponse, String>
     command.validate().map_err(|e| format!("ERR {e}"))?;
     match raft.client_write(command).await {
         Ok(response) => Ok(response.data),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => Err(not_leader(forward.leader_id)),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+            Err(not_leader(forward.leader_id))
+        }
         Err(error) => Err(format!("ERR {error}")),
     }
 }
 
-async fn handle(args: &[&[u8]], id: NodeId, raft: &Raft, shared: &Shared, encoder: &Encoder, out: &mut BytesMut) {
+async fn handle(
+    args: &[&[u8]],
+    id: NodeId,
+    raft: &Raft,
+    shared: &Shared,
+    encoder: &Encoder,
+    out: &mut BytesMut,
+) {
     let name = args[0].to_ascii_uppercase();
     match (&name[..], args.len()) {
         (b"PING", 1) => encoder.simple_string(out, b"PONG"),
-        (b"SET", 3) => match write(raft, Command::Set { key: args[1].to_vec(), value: args[2].to_vec() }).await {
+        (b"SET", 3) => match write(
+            raft,
+            Command::Set {
+                key: args[1].to_vec(),
+                value: args[2].to_vec(),
+            },
+        )
+        .await
+        {
             Ok(_) => encoder.simple_string(out, b"OK"),
             Err(error) => encoder.error(out, error.as_bytes()),
         },
-        (b"DEL", 2) => match write(raft, Command::Del { key: args[1].to_vec() }).await {
+        (b"DEL", 2) => match write(
+            raft,
+            Command::Del {
+                key: args[1].to_vec(),
+            },
+        )
+        .await
+        {
             Ok(CommandResponse::Removed(existed)) => encoder.integer(out, i64::from(existed)),
-            Ok(other) => encoder.error(out, format!("ERR unexpected response {other:?}").as_bytes()),
+            Ok(other) => {
+                encoder.error(out, format!("ERR unexpected response {other:?}").as_bytes())
+            }
             Err(error) => encoder.error(out, error.as_bytes()),
         },
         (b"GET", 2) => {
@@ -153,8 +183,11 @@ async fn handle(args: &[&[u8]], id: NodeId, raft: &Raft, shared: &Shared, encode
         }
         _ => encoder.error(
             out,
-            format!("ERR unknown command or wrong number of arguments for '{}'", String::from_utf8_lossy(args[0]))
-                .as_bytes(),
+            format!(
+                "ERR unknown command or wrong number of arguments for '{}'",
+                String::from_utf8_lossy(args[0])
+            )
+            .as_bytes(),
         ),
     }
 }
@@ -171,7 +204,11 @@ impl Connection {
     pub async fn connect(address: SocketAddr) -> std::io::Result<Connection> {
         let stream = TcpStream::connect(address).await?;
         stream.set_nodelay(true)?;
-        Ok(Connection { stream, input: BytesMut::with_capacity(4096), parser: ReplyParser::new(Limits::default()) })
+        Ok(Connection {
+            stream,
+            input: BytesMut::with_capacity(4096),
+            parser: ReplyParser::new(Limits::default()),
+        })
     }
 
     /// Sends one command and reads its reply.
@@ -184,11 +221,18 @@ impl Connection {
         }
         self.stream.write_all(&request).await?;
         loop {
-            if let Some(reply) = self.parser.parse(&mut self.input).map_err(std::io::Error::other)? {
+            if let Some(reply) = self
+                .parser
+                .parse(&mut self.input)
+                .map_err(std::io::Error::other)?
+            {
                 return Ok(reply);
             }
             if self.stream.read_buf(&mut self.input).await? == 0 {
-                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "replica closed the connection"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "replica closed the connection",
+                ));
             }
         }
     }
@@ -207,9 +251,17 @@ pub struct ClusterClient {
 pub fn parse_address_map(text: &str) -> anyhow::Result<BTreeMap<NodeId, SocketAddr>> {
     let mut map = BTreeMap::new();
     for part in text.split(',').filter(|p| !p.is_empty()) {
-        let (id, address) = part.split_once('=').with_context(|| format!("{part:?} is not ID=HOST:PORT"))?;
-        let id: NodeId = id.trim().parse().with_context(|| format!("bad replica id in {part:?}"))?;
-        let address: SocketAddr = address.trim().parse().with_context(|| format!("bad address in {part:?}"))?;
+        let (id, address) = part
+            .split_once('=')
+            .with_context(|| format!("{part:?} is not ID=HOST:PORT"))?;
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .with_context(|| format!("bad replica id in {part:?}"))?;
+        let address: SocketAddr = address
+            .trim()
+            .parse()
+            .with_context(|| format!("bad address in {part:?}"))?;
         if map.insert(id, address).is_some() {
             anyhow::bail!("replica {id} is listed twice");
         }
@@ -221,7 +273,12 @@ pub fn parse_address_map(text: &str) -> anyhow::Result<BTreeMap<NodeId, SocketAd
 impl ClusterClient {
     /// A client of the replicas whose client addresses are `addresses`.
     pub fn new(addresses: BTreeMap<NodeId, SocketAddr>) -> Self {
-        ClusterClient { addresses, leader: None, connection: None, retry_for: Duration::from_secs(30) }
+        ClusterClient {
+            addresses,
+            leader: None,
+            connection: None,
+            retry_for: Duration::from_secs(30),
+        }
     }
 
     /// The replica this client last found to be the leader.
@@ -246,7 +303,8 @@ impl ClusterClient {
                         .ok()
                         .and_then(|t| t.split_whitespace().nth(1))
                         .and_then(|id| id.parse::<NodeId>().ok());
-                    self.leader = hint.filter(|id| self.addresses.contains_key(id) && *id != target);
+                    self.leader =
+                        hint.filter(|id| self.addresses.contains_key(id) && *id != target);
                     if self.leader.is_none() {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -270,15 +328,23 @@ impl ClusterClient {
 
     async fn call_on(&mut self, target: NodeId, args: &[&[u8]]) -> std::io::Result<Reply> {
         if self.connection.as_ref().is_none_or(|(id, _)| *id != target) {
-            let connection = tokio::time::timeout(Duration::from_secs(2), Connection::connect(self.addresses[&target]))
-                .await
-                .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+            let connection = tokio::time::timeout(
+                Duration::from_secs(2),
+                Connection::connect(self.addresses[&target]),
+            )
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
+            })??;
             self.connection = Some((target, connection));
         }
         let (_, connection) = self.connection.as_mut().expect("connected above");
         match tokio::time::timeout(Duration::from_secs(10), connection.call(args)).await {
             Ok(result) => result,
-            Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "reply timed out")),
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "reply timed out",
+            )),
         }
     }
 }

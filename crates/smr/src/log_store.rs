@@ -122,7 +122,12 @@ fn read_committed_hint(dir: &Path) -> Option<LogId> {
     serde_json::from_slice::<Option<LogId>>(json).ok().flatten()
 }
 
-fn write_small_file<T: Serialize>(dir: &Path, name: &str, value: &T, durable: bool) -> io::Result<()> {
+fn write_small_file<T: Serialize>(
+    dir: &Path,
+    name: &str,
+    value: &T,
+    durable: bool,
+) -> io::Result<()> {
     let json = serde_json::to_vec(value).map_err(io::Error::other)?;
     let mut bytes = crc32c::crc32c(&json).to_le_bytes().to_vec();
     bytes.extend_from_slice(&json);
@@ -142,14 +147,19 @@ fn write_small_file<T: Serialize>(dir: &Path, name: &str, value: &T, durable: bo
 
 /// Reads a file written by `write_small_file`; `Ok(None)` if it is absent. A bad checksum is an
 /// error for durable files and `None` for hints.
-fn read_small_file<T: DeserializeOwned>(dir: &Path, name: &str, hint: bool) -> io::Result<Option<T>> {
+fn read_small_file<T: DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+    hint: bool,
+) -> io::Result<Option<T>> {
     let path = dir.join(name);
     let bytes = match fs::read(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let valid = bytes.len() >= 4 && crc32c::crc32c(&bytes[4..]) == u32::from_le_bytes(bytes[..4].try_into().unwrap());
+    let valid = bytes.len() >= 4
+        && crc32c::crc32c(&bytes[4..]) == u32::from_le_bytes(bytes[..4].try_into().unwrap());
     if !valid {
         if hint {
             return Ok(None);
@@ -170,9 +180,16 @@ fn segment_name(first_index: u64) -> String {
 
 fn encode_record(entry: &Entry, out: &mut Vec<u8>) -> io::Result<()> {
     let payload = postcard::to_allocvec(entry).map_err(io::Error::other)?;
-    let len = u32::try_from(payload.len()).ok().filter(|len| *len <= MAX_RECORD_BYTES).ok_or_else(|| {
-        io::Error::other(format!("log entry {} of {} bytes exceeds the record limit", entry.log_id, payload.len()))
-    })?;
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|len| *len <= MAX_RECORD_BYTES)
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "log entry {} of {} bytes exceeds the record limit",
+                entry.log_id,
+                payload.len()
+            ))
+        })?;
     let mut crc = crc32c::crc32c(&len.to_le_bytes());
     crc = crc32c::crc32c_append(crc, &payload);
     out.extend_from_slice(&len.to_le_bytes());
@@ -203,7 +220,11 @@ pub fn decode_segment(bytes: &[u8], path: &Path) -> (Vec<(u64, Entry)>, u64, Opt
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
         let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap());
         if len > MAX_RECORD_BYTES || (len as usize) > bytes.len() - at - 8 {
-            return (entries, at as u64, bad("record length out of bounds (torn write?)"));
+            return (
+                entries,
+                at as u64,
+                bad("record length out of bounds (torn write?)"),
+            );
         }
         let payload = &bytes[at + 8..at + 8 + len as usize];
         if crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), payload) != crc {
@@ -211,7 +232,13 @@ pub fn decode_segment(bytes: &[u8], path: &Path) -> (Vec<(u64, Entry)>, u64, Opt
         }
         let entry: Entry = match postcard::from_bytes(payload) {
             Ok(entry) => entry,
-            Err(e) => return (entries, at as u64, bad(&format!("record does not decode: {e}"))),
+            Err(e) => {
+                return (
+                    entries,
+                    at as u64,
+                    bad(&format!("record does not decode: {e}")),
+                )
+            }
         };
         if let Some((_, previous)) = entries.last() {
             let previous: &Entry = previous;
@@ -242,14 +269,20 @@ impl LogStore {
             let entry = entry?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if let Some(digits) = name.strip_prefix("seg-").and_then(|n| n.strip_suffix(".log")) {
+            if let Some(digits) = name
+                .strip_prefix("seg-")
+                .and_then(|n| n.strip_suffix(".log"))
+            {
                 if let Ok(first) = digits.parse::<u64>() {
                     segment_paths.push((first, entry.path()));
                 }
             }
         }
         segment_paths.sort();
-        let mut cache = Cache { entries: BTreeMap::new(), last_purged };
+        let mut cache = Cache {
+            entries: BTreeMap::new(),
+            last_purged,
+        };
         let mut segments = Vec::new();
         let mut offsets = BTreeMap::new();
         let count = segment_paths.len();
@@ -294,7 +327,12 @@ impl LogStore {
                 offsets.insert(index, (first_index, offset));
                 cache.entries.insert(index, entry);
             }
-            segments.push(Segment { first_index, last_index, path, bytes: valid_bytes });
+            segments.push(Segment {
+                first_index,
+                last_index,
+                path,
+                bytes: valid_bytes,
+            });
         }
         let current = match segments.last() {
             Some(segment) => Some(OpenOptions::new().append(true).open(&segment.path)?),
@@ -304,21 +342,39 @@ impl LogStore {
         // index before the entries reach this replica's disk. Keep it only if the log holds that
         // very entry (or it is the purge point); otherwise wait for the leader.
         let committed = committed.filter(|hint| {
-            Some(*hint) == cache.last_purged || cache.entries.get(&hint.index).is_some_and(|entry| entry.log_id == *hint)
+            Some(*hint) == cache.last_purged
+                || cache
+                    .entries
+                    .get(&hint.index)
+                    .is_some_and(|entry| entry.log_id == *hint)
         });
-        let writer = Writer { dir: dir.to_path_buf(), segments, current, offsets, committed_file: None, segment_bytes };
+        let writer = Writer {
+            dir: dir.to_path_buf(),
+            segments,
+            current,
+            offsets,
+            committed_file: None,
+            segment_bytes,
+        };
         let cache = Arc::new(Mutex::new(cache));
         let (ops, receiver) = mpsc::channel();
         let writer = std::thread::Builder::new()
             .name("raft-log-writer".into())
             .spawn(move || writer.run(receiver))?;
-        Ok(LogStore { cache, ops, vote, committed, writer: Some(writer) })
+        Ok(LogStore {
+            cache,
+            ops,
+            vote,
+            committed,
+            writer: Some(writer),
+        })
     }
 
     fn send(&self, op: Op) -> Result<(), StorageError> {
-        self.ops
-            .send(op)
-            .map_err(|_| StorageIOError::write_logs(&io::Error::other("the log writer thread has stopped")).into())
+        self.ops.send(op).map_err(|_| {
+            StorageIOError::write_logs(&io::Error::other("the log writer thread has stopped"))
+                .into()
+        })
     }
 }
 
@@ -341,7 +397,9 @@ impl Writer {
                     // After an I/O error nothing later may be reported durable.
                     match op {
                         Op::Append(_, callback) => flushed.push(callback),
-                        Op::Vote(_, reply) => votes.push((reply, Err(io::Error::other("log writer failed earlier")))),
+                        Op::Vote(_, reply) => {
+                            votes.push((reply, Err(io::Error::other("log writer failed earlier"))))
+                        }
                         _ => {}
                     }
                     continue;
@@ -390,7 +448,11 @@ impl Writer {
     fn write_committed_hint(&mut self, committed: &Option<LogId>) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
         if self.committed_file.is_none() {
-            let file = OpenOptions::new().create(true).truncate(false).write(true).open(self.dir.join("committed"))?;
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(self.dir.join("committed"))?;
             self.committed_file = Some(file);
         }
         let json = serde_json::to_vec(committed).map_err(io::Error::other)?;
@@ -398,7 +460,10 @@ impl Writer {
         bytes.extend_from_slice(&crc32c::crc32c(&json).to_le_bytes());
         bytes.extend_from_slice(&(json.len() as u32).to_le_bytes());
         bytes.extend_from_slice(&json);
-        self.committed_file.as_ref().expect("opened above").write_all_at(&bytes, 0)
+        self.committed_file
+            .as_ref()
+            .expect("opened above")
+            .write_all_at(&bytes, 0)
     }
 
     fn append(&mut self, entries: &[Entry]) -> io::Result<()> {
@@ -407,7 +472,10 @@ impl Writer {
             let index = entry.log_id.index;
             let needs_new = match self.segments.last() {
                 None => true,
-                Some(segment) => self.current.is_none() || segment.bytes + buffer.len() as u64 >= self.segment_bytes,
+                Some(segment) => {
+                    self.current.is_none()
+                        || segment.bytes + buffer.len() as u64 >= self.segment_bytes
+                }
             };
             if needs_new {
                 self.flush_buffer(&mut buffer)?;
@@ -420,11 +488,22 @@ impl Writer {
                 file.set_len(0)?;
                 sync_dir(&self.dir)?;
                 self.current = Some(file);
-                self.segments.push(Segment { first_index: index, last_index: index, path, bytes: 0 });
+                self.segments.push(Segment {
+                    first_index: index,
+                    last_index: index,
+                    path,
+                    bytes: 0,
+                });
             }
             let segment = self.segments.last_mut().expect("a segment is open");
-            debug_assert!(segment.bytes == 0 || index == segment.last_index + 1, "log hole at {index}");
-            self.offsets.insert(index, (segment.first_index, segment.bytes + buffer.len() as u64));
+            debug_assert!(
+                segment.bytes == 0 || index == segment.last_index + 1,
+                "log hole at {index}"
+            );
+            self.offsets.insert(
+                index,
+                (segment.first_index, segment.bytes + buffer.len() as u64),
+            );
             encode_record(entry, &mut buffer)?;
             segment.last_index = index;
         }
@@ -446,13 +525,20 @@ impl Writer {
         let Some(&(segment_first, offset)) = self.offsets.get(&since) else {
             return Ok(());
         };
-        while self.segments.last().is_some_and(|s| s.first_index > segment_first) {
+        while self
+            .segments
+            .last()
+            .is_some_and(|s| s.first_index > segment_first)
+        {
             let segment = self.segments.pop().expect("checked");
             self.current = None;
             fs::remove_file(&segment.path)?;
         }
         sync_dir(&self.dir)?;
-        let segment = self.segments.last_mut().expect("the entry's segment exists");
+        let segment = self
+            .segments
+            .last_mut()
+            .expect("the entry's segment exists");
         debug_assert_eq!(segment.first_index, segment_first);
         if offset == 0 {
             let segment = self.segments.pop().expect("checked");
@@ -476,7 +562,11 @@ impl Writer {
     fn purge(&mut self, upto: LogId) -> io::Result<()> {
         write_small_file(&self.dir, "purged", &upto, true)?;
         let mut removed = false;
-        while self.segments.first().is_some_and(|s| s.last_index <= upto.index) {
+        while self
+            .segments
+            .first()
+            .is_some_and(|s| s.last_index <= upto.index)
+        {
             let segment = self.segments.remove(0);
             if self.segments.is_empty() {
                 self.current = None;
@@ -498,7 +588,11 @@ impl RaftLogReader<TypeConfig> for LogReader {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let cache = self.cache.lock().expect("poisoned");
-        Ok(cache.entries.range(range).map(|(_, entry)| entry.clone()).collect())
+        Ok(cache
+            .entries
+            .range(range)
+            .map(|(_, entry)| entry.clone())
+            .collect())
     }
 }
 
@@ -507,7 +601,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        LogReader { cache: self.cache.clone() }.try_get_log_entries(range).await
+        LogReader {
+            cache: self.cache.clone(),
+        }
+        .try_get_log_entries(range)
+        .await
     }
 }
 
@@ -516,18 +614,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let cache = self.cache.lock().expect("poisoned");
-        let last_log_id = cache.entries.last_key_value().map(|(_, entry)| entry.log_id).or(cache.last_purged);
-        Ok(LogState { last_purged_log_id: cache.last_purged, last_log_id })
+        let last_log_id = cache
+            .entries
+            .last_key_value()
+            .map(|(_, entry)| entry.log_id)
+            .or(cache.last_purged);
+        Ok(LogState {
+            last_purged_log_id: cache.last_purged,
+            last_log_id,
+        })
     }
 
     async fn get_log_reader(&mut self) -> LogReader {
-        LogReader { cache: self.cache.clone() }
+        LogReader {
+            cache: self.cache.clone(),
+        }
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         let (reply, done) = tokio::sync::oneshot::channel();
         self.send(Op::Vote(*vote, reply))?;
-        let written = done.await.map_err(|_| StorageIOError::write_vote(&io::Error::other("log writer stopped")))?;
+        let written = done
+            .await
+            .map_err(|_| StorageIOError::write_vote(&io::Error::other("log writer stopped")))?;
         written.map_err(|e| StorageIOError::write_vote(&e))?;
         self.vote = Some(*vote);
         Ok(())
@@ -546,7 +655,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
@@ -562,7 +675,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.cache.lock().expect("poisoned").entries.split_off(&log_id.index);
+        self.cache
+            .lock()
+            .expect("poisoned")
+            .entries
+            .split_off(&log_id.index);
         self.send(Op::Truncate(log_id.index))
     }
 

@@ -20,7 +20,10 @@ use prefixkv_smr::client::{parse_address_map, ClusterClient};
 use prefixkv_smr::{Node, NodeConfig, StateModel};
 
 #[derive(Parser, Debug)]
-#[command(name = "prefixkv-smr", about = "A replicated key-value store on Raft with CTrie checkpoints")]
+#[command(
+    name = "prefixkv-smr",
+    about = "A replicated key-value store on Raft with CTrie checkpoints"
+)]
 struct Cli {
     #[command(subcommand)]
     mode: Mode,
@@ -96,22 +99,29 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         match cli.mode {
             Mode::Replica(args) => run_replica(args).await,
             Mode::Cli { cluster, command } => run_cli(&cluster, &command).await,
-            Mode::Bench { cluster, clients, seconds, keys, value_bytes } => {
-                run_bench(&cluster, clients, seconds, keys, value_bytes).await
-            }
+            Mode::Bench {
+                cluster,
+                clients,
+                seconds,
+                keys,
+                value_bytes,
+            } => run_bench(&cluster, clients, seconds, keys, value_bytes).await,
         }
     })
 }
 
 async fn run_replica(args: ReplicaArgs) -> anyhow::Result<()> {
     let peers = parse_address_map(&args.peers).context("--peers")?;
-    let client_address: SocketAddr =
-        format!("{}:{}", args.client_host, args.client_port).parse().context("--client-host/--client-port")?;
+    let client_address: SocketAddr = format!("{}:{}", args.client_host, args.client_port)
+        .parse()
+        .context("--client-host/--client-port")?;
     let mut config = NodeConfig::new(args.id, peers, args.dir);
     config.model = args.model;
     config.checkpoint_every_commands = args.checkpoint_every;
@@ -149,7 +159,13 @@ async fn run_cli(cluster: &str, command: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_bench(cluster: &str, clients: usize, seconds: u64, keys: u64, value_bytes: usize) -> anyhow::Result<()> {
+async fn run_bench(
+    cluster: &str,
+    clients: usize,
+    seconds: u64,
+    keys: u64,
+    value_bytes: usize,
+) -> anyhow::Result<()> {
     let addresses = parse_address_map(cluster).context("--cluster")?;
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
@@ -56,7 +56,12 @@ pub async fn write_frame<T: Serialize>(stream: &mut TcpStream, message: &T) -> i
     let len = u32::try_from(payload.len())
         .ok()
         .filter(|len| *len <= MAX_FRAME_BYTES)
-        .ok_or_else(|| io::Error::other(format!("frame of {} bytes exceeds the limit", payload.len())))?;
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "frame of {} bytes exceeds the limit",
+                payload.len()
+            ))
+        })?;
     let mut buffer = Vec::with_capacity(4 + payload.len());
     buffer.extend_from_slice(&len.to_le_bytes());
     buffer.extend_from_slice(&payload);
@@ -64,7 +69,9 @@ pub async fn write_frame<T: Serialize>(stream: &mut TcpStream, message: &T) -> i
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of stream.
-pub async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::Result<Option<T>> {
+pub async fn read_frame<T: for<'de> Deserialize<'de>>(
+    stream: &mut TcpStream,
+) -> io::Result<Option<T>> {
     let mut len = [0u8; 4];
     match stream.read_exact(&mut len).await {
         Ok(_) => {}
@@ -114,7 +121,9 @@ pub async fn serve(listener: TcpListener, raft: Arc<Raft>) {
                 let reply = match request {
                     RaftRequest::Append(rpc) => RaftReply::Append(raft.append_entries(rpc).await),
                     RaftRequest::Vote(rpc) => RaftReply::Vote(raft.vote(rpc).await),
-                    RaftRequest::Snapshot(rpc) => RaftReply::Snapshot(raft.install_snapshot(rpc).await),
+                    RaftRequest::Snapshot(rpc) => {
+                        RaftReply::Snapshot(raft.install_snapshot(rpc).await)
+                    }
                 };
                 if write_frame(&mut stream, &reply).await.is_err() {
                     return;
@@ -132,7 +141,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient { target, address: node.addr.clone(), stream: None }
+        PeerClient {
+            target,
+            address: node.addr.clone(),
+            stream: None,
+        }
     }
 }
 
@@ -148,23 +161,28 @@ impl PeerClient {
         let deadline = option.hard_ttl();
         let exchange = async {
             if self.stream.is_none() {
-                let address: SocketAddr = self
-                    .address
-                    .parse()
-                    .map_err(|e| io::Error::other(format!("peer {} address {:?}: {e}", self.target, self.address)))?;
+                let address: SocketAddr = self.address.parse().map_err(|e| {
+                    io::Error::other(format!(
+                        "peer {} address {:?}: {e}",
+                        self.target, self.address
+                    ))
+                })?;
                 let stream = TcpStream::connect(address).await?;
                 stream.set_nodelay(true)?;
                 self.stream = Some(stream);
             }
             let stream = self.stream.as_mut().expect("connected above");
             write_frame(stream, &request).await?;
-            read_frame(stream)
-                .await?
-                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection"))
+            read_frame(stream).await?.ok_or_else(|| {
+                io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection")
+            })
         };
         let result = match tokio::time::timeout(deadline, exchange).await {
             Ok(result) => result,
-            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, format!("RPC timed out after {deadline:?}"))),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("RPC timed out after {deadline:?}"),
+            )),
         };
         if result.is_err() {
             self.stream = None;
@@ -182,7 +200,9 @@ fn unreachable<E: std::error::Error>(error: io::Error) -> RPCError<NodeId, Basic
 }
 
 fn mismatched<E: std::error::Error>() -> RPCError<NodeId, BasicNode, E> {
-    RPCError::Network(NetworkError::new(&io::Error::other("peer answered a different RPC kind")))
+    RPCError::Network(NetworkError::new(&io::Error::other(
+        "peer answered a different RPC kind",
+    )))
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
@@ -191,8 +211,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self.call(RaftRequest::Append(rpc), &option).await.map_err(unreachable)? {
-            RaftReply::Append(result) => result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e))),
+        match self
+            .call(RaftRequest::Append(rpc), &option)
+            .await
+            .map_err(unreachable)?
+        {
+            RaftReply::Append(result) => result.map_err(|e| {
+                RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e))
+            }),
             _ => Err(mismatched()),
         }
     }
@@ -201,12 +227,18 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
-    {
-        match self.call(RaftRequest::Snapshot(rpc), &option).await.map_err(unreachable)? {
-            RaftReply::Snapshot(result) => {
-                result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e)))
-            }
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self
+            .call(RaftRequest::Snapshot(rpc), &option)
+            .await
+            .map_err(unreachable)?
+        {
+            RaftReply::Snapshot(result) => result.map_err(|e| {
+                RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e))
+            }),
             _ => Err(mismatched()),
         }
     }
@@ -216,8 +248,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self.call(RaftRequest::Vote(rpc), &option).await.map_err(unreachable)? {
-            RaftReply::Vote(result) => result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e))),
+        match self
+            .call(RaftRequest::Vote(rpc), &option)
+            .await
+            .map_err(unreachable)?
+        {
+            RaftReply::Vote(result) => result.map_err(|e| {
+                RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e))
+            }),
             _ => Err(mismatched()),
         }
     }

@@ -77,10 +77,16 @@ pub struct Node {
 impl Node {
     /// Starts a replica, binding its Raft address from `config.peers` and `client_address`.
     pub async fn start(config: NodeConfig, client_address: SocketAddr) -> anyhow::Result<Node> {
-        let raft_address = *config.peers.get(&config.id).context("--peers must include this replica's own id")?;
-        let raft_listener = TcpListener::bind(raft_address).await.with_context(|| format!("bind {raft_address}"))?;
-        let client_listener =
-            TcpListener::bind(client_address).await.with_context(|| format!("bind {client_address}"))?;
+        let raft_address = *config
+            .peers
+            .get(&config.id)
+            .context("--peers must include this replica's own id")?;
+        let raft_listener = TcpListener::bind(raft_address)
+            .await
+            .with_context(|| format!("bind {raft_address}"))?;
+        let client_listener = TcpListener::bind(client_address)
+            .await
+            .with_context(|| format!("bind {client_address}"))?;
         Self::start_with_listeners(config, raft_listener, client_listener).await
     }
 
@@ -91,7 +97,8 @@ impl Node {
         client_listener: TcpListener,
     ) -> anyhow::Result<Node> {
         let client_address = client_listener.local_addr()?;
-        let log_store = LogStore::open_with_segment_bytes(&config.dir.join("log"), config.log_segment_bytes)?;
+        let log_store =
+            LogStore::open_with_segment_bytes(&config.dir.join("log"), config.log_segment_bytes)?;
         let (snapshot_requests, mut snapshot_requested) = tokio::sync::mpsc::unbounded_channel();
         let state_machine = StateMachine::open(
             &config.dir.join("checkpoints"),
@@ -120,10 +127,19 @@ impl Node {
             ..Default::default()
         };
         let raft_config = Arc::new(raft_config.validate().context("raft config")?);
-        let raft = Arc::new(Raft::new(config.id, raft_config, Network, log_store, state_machine).await?);
+        let raft =
+            Arc::new(Raft::new(config.id, raft_config, Network, log_store, state_machine).await?);
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(crate::network::serve(raft_listener, raft.clone())));
-        tasks.push(tokio::spawn(crate::client::serve(client_listener, config.id, raft.clone(), shared.clone())));
+        tasks.push(tokio::spawn(crate::network::serve(
+            raft_listener,
+            raft.clone(),
+        )));
+        tasks.push(tokio::spawn(crate::client::serve(
+            client_listener,
+            config.id,
+            raft.clone(),
+            shared.clone(),
+        )));
         {
             let raft = raft.clone();
             tasks.push(tokio::spawn(async move {
@@ -153,14 +169,22 @@ impl Node {
         }
         // Every replica initializes with the same membership; openraft accepts that, and it
         // means any majority can form the first leader.
-        let members: BTreeMap<NodeId, BasicNode> =
-            config.peers.iter().map(|(id, address)| (*id, BasicNode::new(address.to_string()))).collect();
+        let members: BTreeMap<NodeId, BasicNode> = config
+            .peers
+            .iter()
+            .map(|(id, address)| (*id, BasicNode::new(address.to_string())))
+            .collect();
         if !raft.is_initialized().await? {
             if let Err(error) = raft.initialize(members).await {
                 tracing::info!("initialize: {error}");
             }
         }
-        Ok(Node { raft, shared, client_address, tasks })
+        Ok(Node {
+            raft,
+            shared,
+            client_address,
+            tasks,
+        })
     }
 
     /// Waits until some replica is leader in this replica's view; returns its id.
@@ -178,7 +202,10 @@ impl Node {
     pub async fn wait_applied(&self, index: u64, timeout: Duration) -> anyhow::Result<()> {
         self.raft
             .wait(Some(timeout))
-            .metrics(|m| m.last_applied.is_some_and(|l| l.index >= index), "applied")
+            .metrics(
+                |m| m.last_applied.is_some_and(|l| l.index >= index),
+                "applied",
+            )
             .await
             .with_context(|| format!("replica did not apply index {index} in {timeout:?}"))?;
         Ok(())
@@ -206,12 +233,21 @@ impl Node {
         while self.shared.checkpoint_in_progress() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        self.raft.shutdown().await.map_err(|e| anyhow::anyhow!("raft shutdown: {e}"))?;
+        self.raft
+            .shutdown()
+            .await
+            .map_err(|e| anyhow::anyhow!("raft shutdown: {e}"))?;
         Ok(())
     }
 
     /// Ids of all voters.
     pub fn voters(&self) -> BTreeSet<NodeId> {
-        self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect()
     }
 }

@@ -37,7 +37,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::checkpoint::{self, CheckpointHeader, CheckpointWriter};
 use crate::store::{KvStore, StateModel};
-use crate::types::{Command, CommandResponse, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::types::{
+    Command, CommandResponse, Entry, LogId, SnapshotMeta, StorageError, StoredMembership,
+    TypeConfig,
+};
 
 /// One checkpoint's timing, for the bench's start/end markers.
 #[derive(Clone, Debug)]
@@ -97,7 +100,8 @@ impl Shared {
 
     /// Changes Δ from the next applied command on (0 turns our own checkpoints off).
     pub fn set_checkpoint_every(&self, commands: u64) {
-        self.checkpoint_every_commands.store(commands, Ordering::Relaxed);
+        self.checkpoint_every_commands
+            .store(commands, Ordering::Relaxed);
     }
 
     /// True while a background checkpoint writer runs.
@@ -107,7 +111,11 @@ impl Shared {
 
     /// Metadata of the newest durable checkpoint.
     pub fn current_checkpoint(&self) -> Option<SnapshotMeta> {
-        self.current.lock().expect("poisoned").as_ref().map(|(meta, _)| meta.clone())
+        self.current
+            .lock()
+            .expect("poisoned")
+            .as_ref()
+            .map(|(meta, _)| meta.clone())
     }
 }
 
@@ -228,18 +236,31 @@ impl StateMachine {
             Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, std::process::id()),
             None => "empty".to_string(),
         };
-        SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id }
+        SnapshotMeta {
+            last_log_id: self.last_applied,
+            last_membership: self.membership.clone(),
+            snapshot_id,
+        }
     }
 
     /// Takes a checkpoint of the state as of `self.last_applied` (see the module docs).
     fn start_checkpoint(&mut self) -> Pending {
         let meta = self.meta_now();
-        let header = CheckpointHeader { meta: meta.clone(), model: self.config.model.name().to_string() };
+        let header = CheckpointHeader {
+            meta: meta.clone(),
+            model: self.config.model.name().to_string(),
+        };
         let index = meta.last_log_id.map_or(0, |id| id.index);
         let started = Instant::now();
         let event_slot = {
             let mut events = self.shared.events.lock().expect("poisoned");
-            events.push(CheckpointEvent { index, started, finished: None, file_bytes: 0, pairs: 0 });
+            events.push(CheckpointEvent {
+                index,
+                started,
+                finished: None,
+                file_bytes: 0,
+                pairs: 0,
+            });
             events.len() - 1
         };
         let shared = self.shared.clone();
@@ -248,7 +269,8 @@ impl StateMachine {
             None => {
                 // Blocking model: write it here, holding the apply task (and the map's read lock).
                 let result = tokio::task::block_in_place(|| write_blocking(&shared, &dir, &header));
-                let (path, size, pairs) = result.unwrap_or_else(|e| panic!("checkpoint {index} failed: {e}"));
+                let (path, size, pairs) =
+                    result.unwrap_or_else(|e| panic!("checkpoint {index} failed: {e}"));
                 finish_checkpoint(&shared, &dir, event_slot, &meta, &path, size, pairs);
                 Pending::Ready(meta, path)
             }
@@ -269,7 +291,15 @@ impl StateMachine {
                             Ok((path, size, pairs))
                         })();
                         let result = result.map(|(path, size, pairs)| {
-                            finish_checkpoint(&shared, &dir, event_slot, &thread_meta, &path, size, pairs);
+                            finish_checkpoint(
+                                &shared,
+                                &dir,
+                                event_slot,
+                                &thread_meta,
+                                &path,
+                                size,
+                                pairs,
+                            );
                             path
                         });
                         if let Err(error) = &result {
@@ -285,7 +315,10 @@ impl StateMachine {
     }
 
     fn at_command_boundary(&mut self) {
-        let every = self.shared.checkpoint_every_commands.load(Ordering::Relaxed);
+        let every = self
+            .shared
+            .checkpoint_every_commands
+            .load(Ordering::Relaxed);
         if every == 0 {
             return;
         }
@@ -318,25 +351,37 @@ impl StateMachine {
                         self.shared.store.set(key, value.into());
                         CommandResponse::Done
                     }
-                    Command::Del { key } => CommandResponse::Removed(self.shared.store.remove(&key)),
+                    Command::Del { key } => {
+                        CommandResponse::Removed(self.shared.store.remove(&key))
+                    }
                     Command::SetMany { pairs } => {
                         self.shared.store.set_many(pairs);
                         CommandResponse::Done
                     }
                 };
-                self.shared.applied_index.store(entry.log_id.index, Ordering::Release);
+                self.shared
+                    .applied_index
+                    .store(entry.log_id.index, Ordering::Release);
                 self.at_command_boundary();
                 return response;
             }
         };
-        self.shared.applied_index.store(entry.log_id.index, Ordering::Release);
+        self.shared
+            .applied_index
+            .store(entry.log_id.index, Ordering::Release);
         response
     }
 }
 
-fn write_blocking(shared: &Shared, dir: &Path, header: &CheckpointHeader) -> std::io::Result<(PathBuf, u64, u64)> {
+fn write_blocking(
+    shared: &Shared,
+    dir: &Path,
+    header: &CheckpointHeader,
+) -> std::io::Result<(PathBuf, u64, u64)> {
     let mut writer = CheckpointWriter::create(dir, header)?;
-    shared.store.for_each(|key, value| writer.push(key, value))?;
+    shared
+        .store
+        .for_each(|key, value| writer.push(key, value))?;
     let pairs = writer.pairs();
     let (path, size) = writer.finish()?;
     Ok((path, size, pairs))
@@ -361,7 +406,10 @@ fn finish_checkpoint(
     }
     {
         let mut current = shared.current.lock().expect("poisoned");
-        if current.as_ref().is_none_or(|(old, _)| old.last_log_id <= meta.last_log_id) {
+        if current
+            .as_ref()
+            .is_none_or(|(old, _)| old.last_log_id <= meta.last_log_id)
+        {
             *current = Some((meta.clone(), path.to_path_buf()));
         }
     }
@@ -371,7 +419,10 @@ fn finish_checkpoint(
             shared.purge_upto.send_replace(Some(oldest_kept));
         }
         Ok(None) => {}
-        Err(error) => tracing::warn!("cannot delete old checkpoints in {}: {error}", dir.display()),
+        Err(error) => tracing::warn!(
+            "cannot delete old checkpoints in {}: {error}",
+            dir.display()
+        ),
     }
 }
 
@@ -380,9 +431,17 @@ pub struct CheckpointBuilder {
     pending: Option<Pending>,
 }
 
-async fn open_snapshot(meta: SnapshotMeta, path: &Path) -> Result<Snapshot<TypeConfig>, StorageError> {
-    let file = tokio::fs::File::open(path).await.map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-    Ok(Snapshot { meta, snapshot: Box::new(file) })
+async fn open_snapshot(
+    meta: SnapshotMeta,
+    path: &Path,
+) -> Result<Snapshot<TypeConfig>, StorageError> {
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+    Ok(Snapshot {
+        meta,
+        snapshot: Box::new(file),
+    })
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for CheckpointBuilder {
@@ -390,7 +449,10 @@ impl RaftSnapshotBuilder<TypeConfig> for CheckpointBuilder {
         match self.pending.take().expect("a builder builds once") {
             Pending::Ready(meta, path) => open_snapshot(meta, &path).await,
             Pending::Writing(meta, done) => {
-                let path = done.await.map_err(io_err)?.map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+                let path = done
+                    .await
+                    .map_err(io_err)?
+                    .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
                 open_snapshot(meta, &path).await
             }
         }
@@ -409,7 +471,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        Ok(entries.into_iter().map(|entry| self.apply_one(entry)).collect())
+        Ok(entries
+            .into_iter()
+            .map(|entry| self.apply_one(entry))
+            .collect())
     }
 
     async fn get_snapshot_builder(&mut self) -> CheckpointBuilder {
@@ -417,12 +482,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             Some(pending) => pending,
             None => self.start_checkpoint(),
         };
-        CheckpointBuilder { pending: Some(pending) }
+        CheckpointBuilder {
+            pending: Some(pending),
+        }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
         let counter = TEMPORARY_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = self.dir.join(format!("incoming-{}-{counter}.tmp", std::process::id()));
+        let path = self
+            .dir
+            .join(format!("incoming-{}-{counter}.tmp", std::process::id()));
         let file = tokio::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -435,18 +504,32 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(Box::new(file))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<tokio::fs::File>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<tokio::fs::File>,
+    ) -> Result<(), StorageError> {
         // openraft hands back a handle that is usually the file we created, but may be any
         // file (its test suite passes the sender's); copy whatever it holds into a file of ours.
-        let write_error = |e: std::io::Error| -> StorageError { StorageIOError::write_snapshot(None, &e).into() };
+        let write_error =
+            |e: std::io::Error| -> StorageError { StorageIOError::write_snapshot(None, &e).into() };
         let mut snapshot = snapshot;
         let counter = TEMPORARY_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let received = self.dir.join(format!("installing-{}-{counter}.tmp", std::process::id()));
+        let received = self
+            .dir
+            .join(format!("installing-{}-{counter}.tmp", std::process::id()));
         {
             use tokio::io::AsyncSeekExt;
-            snapshot.seek(std::io::SeekFrom::Start(0)).await.map_err(write_error)?;
-            let mut copy = tokio::fs::File::create(&received).await.map_err(write_error)?;
-            tokio::io::copy(&mut *snapshot, &mut copy).await.map_err(write_error)?;
+            snapshot
+                .seek(std::io::SeekFrom::Start(0))
+                .await
+                .map_err(write_error)?;
+            let mut copy = tokio::fs::File::create(&received)
+                .await
+                .map_err(write_error)?;
+            tokio::io::copy(&mut *snapshot, &mut copy)
+                .await
+                .map_err(write_error)?;
             copy.sync_all().await.map_err(write_error)?;
         }
         drop(snapshot);
@@ -465,11 +548,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     header.meta.last_log_id, expected.last_log_id
                 ));
             }
-            let path = dir.join(checkpoint::file_name(expected.last_log_id.map_or(0, |id| id.index)));
+            let path = dir.join(checkpoint::file_name(
+                expected.last_log_id.map_or(0, |id| id.index),
+            ));
             std::fs::rename(&received, &path).map_err(|e| e.to_string())?;
             checkpoint::sync_dir(&dir).map_err(|e| e.to_string())?;
             shared.store.clear();
-            checkpoint::read(&path, |key, value| shared.store.set(key, value.into())).map_err(|e| e.to_string())?;
+            checkpoint::read(&path, |key, value| shared.store.set(key, value.into()))
+                .map_err(|e| e.to_string())?;
             checkpoint::retain_newest(&dir, 1).map_err(|e| e.to_string())?;
             Ok(path)
         })
@@ -480,7 +566,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = meta.last_membership.clone();
         self.applied_since_checkpoint = 0;
         self.pending = None;
-        self.shared.applied_index.store(meta.last_log_id.map_or(0, |id| id.index), Ordering::Release);
+        self.shared
+            .applied_index
+            .store(meta.last_log_id.map_or(0, |id| id.index), Ordering::Release);
         *self.shared.current.lock().expect("poisoned") = Some((meta.clone(), installed));
         Ok(())
     }

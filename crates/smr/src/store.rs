@@ -16,7 +16,9 @@ use std::sync::{Arc, RwLock};
 use prefixkv_ctrie::{CTrie, ReadOnlySnapshot};
 
 /// Which data structure holds the state, and so how checkpoints interfere with applying.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 pub enum StateModel {
     /// `BTreeMap`; checkpoints stop applying until they are durable.
     Blocking,
@@ -114,7 +116,11 @@ impl KvStore {
 
     pub(crate) fn remove(&self, key: &[u8]) -> bool {
         match &self.inner {
-            Inner::Blocking(map) => map.write().expect("state lock poisoned").remove(key).is_some(),
+            Inner::Blocking(map) => map
+                .write()
+                .expect("state lock poisoned")
+                .remove(key)
+                .is_some(),
             Inner::Concurrent(trie) => trie.remove(key).is_some(),
         }
     }
@@ -149,7 +155,10 @@ impl KvStore {
 
     /// Calls `visit` for every pair of a consistent view of the state. For the blocking model it
     /// holds the read lock throughout, which is what makes that model block writers.
-    pub(crate) fn for_each<E>(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
+    pub(crate) fn for_each<E>(
+        &self,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         match &self.inner {
             Inner::Blocking(map) => {
                 let map = map.read().expect("state lock poisoned");
@@ -157,7 +166,9 @@ impl KvStore {
             }
             Inner::Concurrent(trie) => {
                 let frozen = trie.read_only_snapshot();
-                frozen.iter().try_for_each(|(key, value)| visit(&key, &value))
+                frozen
+                    .iter()
+                    .try_for_each(|(key, value)| visit(&key, &value))
             }
         }
     }

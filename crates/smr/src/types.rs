@@ -6,7 +6,6 @@
 //! ([`MAX_KEY_BYTES`], [`MAX_VALUE_BYTES`]) so that no frame, log record or checkpoint entry can
 //! grow without limit.
 
-
 use serde::{Deserialize, Serialize};
 
 /// Identifier of a replica (`--id`).
@@ -47,7 +46,10 @@ impl Command {
     pub fn validate(&self) -> Result<(), String> {
         let check = |key: &[u8], value: Option<&[u8]>| -> Result<(), String> {
             if key.len() > MAX_KEY_BYTES {
-                return Err(format!("key of {} bytes exceeds the {MAX_KEY_BYTES}-byte limit", key.len()));
+                return Err(format!(
+                    "key of {} bytes exceeds the {MAX_KEY_BYTES}-byte limit",
+                    key.len()
+                ));
             }
             if let Some(value) = value {
                 if value.len() > MAX_VALUE_BYTES {
@@ -64,9 +66,14 @@ impl Command {
             Command::Del { key } => check(key, None),
             Command::SetMany { pairs } => {
                 if pairs.len() > MAX_BATCH_PAIRS {
-                    return Err(format!("batch of {} pairs exceeds the {MAX_BATCH_PAIRS}-pair limit", pairs.len()));
+                    return Err(format!(
+                        "batch of {} pairs exceeds the {MAX_BATCH_PAIRS}-pair limit",
+                        pairs.len()
+                    ));
                 }
-                pairs.iter().try_for_each(|(key, value)| check(key, Some(value)))
+                pairs
+                    .iter()
+                    .try_for_each(|(key, value)| check(key, Some(value)))
             }
         }
     }
@@ -106,4 +113,3 @@ pub type StorageError = openraft::StorageError<NodeId>;
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 /// The membership as of some log id.
 pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNode>;
-

@@ -19,12 +19,20 @@ fn log_id(index: u64) -> LogId {
 
 fn header(index: u64) -> CheckpointHeader {
     CheckpointHeader {
-        meta: SnapshotMeta { last_log_id: Some(log_id(index)), last_membership: Default::default(), snapshot_id: format!("s{index}") },
+        meta: SnapshotMeta {
+            last_log_id: Some(log_id(index)),
+            last_membership: Default::default(),
+            snapshot_id: format!("s{index}"),
+        },
         model: "test".into(),
     }
 }
 
-fn write_checkpoint(dir: &Path, index: u64, pairs: &BTreeMap<Vec<u8>, Vec<u8>>) -> std::path::PathBuf {
+fn write_checkpoint(
+    dir: &Path,
+    index: u64,
+    pairs: &BTreeMap<Vec<u8>, Vec<u8>>,
+) -> std::path::PathBuf {
     let mut writer = CheckpointWriter::create(dir, &header(index)).unwrap();
     for (key, value) in pairs {
         writer.push(key, value).unwrap();
@@ -33,7 +41,14 @@ fn write_checkpoint(dir: &Path, index: u64, pairs: &BTreeMap<Vec<u8>, Vec<u8>>) 
 }
 
 fn sample_pairs(count: usize, value_bytes: usize) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    (0..count).map(|i| (format!("key-{i}").into_bytes(), vec![(i % 251) as u8; value_bytes])).collect()
+    (0..count)
+        .map(|i| {
+            (
+                format!("key-{i}").into_bytes(),
+                vec![(i % 251) as u8; value_bytes],
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -55,16 +70,27 @@ fn checkpoint_round_trips_and_detects_every_byte_flip_and_truncation() {
         let mut corrupted = bytes.clone();
         corrupted[offset] ^= 0x5a;
         let result = checkpoint::decode_bytes(&corrupted, Path::new("flip"), |_, _| {});
-        assert!(result.is_err(), "flip at {offset} of {} went unnoticed", bytes.len());
+        assert!(
+            result.is_err(),
+            "flip at {offset} of {} went unnoticed",
+            bytes.len()
+        );
     }
     for length in 0..bytes.len() {
         let result = checkpoint::decode_bytes(&bytes[..length], Path::new("cut"), |_, _| {});
         assert!(result.is_err(), "truncation to {length} went unnoticed");
     }
-    let message = checkpoint::decode_bytes(&bytes[..bytes.len() / 2], Path::new("some/file.ckp"), |_, _| {})
-        .unwrap_err()
-        .to_string();
-    assert!(message.contains("some/file.ckp") && message.contains("offset"), "{message}");
+    let message = checkpoint::decode_bytes(
+        &bytes[..bytes.len() / 2],
+        Path::new("some/file.ckp"),
+        |_, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        message.contains("some/file.ckp") && message.contains("offset"),
+        "{message}"
+    );
 }
 
 proptest! {
@@ -101,9 +127,18 @@ fn set_entry(index: u64, key: u64, value: u64) -> Entry {
     }
 }
 
-fn open(dir: &Path, model: StateModel, every: u64, allow_missing: bool) -> anyhow::Result<StateMachine> {
+fn open(
+    dir: &Path,
+    model: StateModel,
+    every: u64,
+    allow_missing: bool,
+) -> anyhow::Result<StateMachine> {
     let (requests, _) = tokio::sync::mpsc::unbounded_channel();
-    let config = StateMachineConfig { model, checkpoint_every_commands: every, allow_missing_checkpoint: allow_missing };
+    let config = StateMachineConfig {
+        model,
+        checkpoint_every_commands: every,
+        allow_missing_checkpoint: allow_missing,
+    };
     StateMachine::open(dir, config, requests)
 }
 
@@ -111,9 +146,14 @@ fn open(dir: &Path, model: StateModel, every: u64, allow_missing: bool) -> anyho
 fn oracle_digest(commands: &[(u64, u64)], upto: usize) -> (u64, u64) {
     let mut map = BTreeMap::new();
     for (key, value) in &commands[..upto] {
-        map.insert(format!("k{key}").into_bytes(), format!("v{value}").into_bytes());
+        map.insert(
+            format!("k{key}").into_bytes(),
+            format!("v{value}").into_bytes(),
+        );
     }
-    let sum = map.iter().fold(0u64, |sum, (k, v)| sum.wrapping_add(pair_hash(k, v)));
+    let sum = map
+        .iter()
+        .fold(0u64, |sum, (k, v)| sum.wrapping_add(pair_hash(k, v)));
     (map.len() as u64, sum)
 }
 
@@ -123,11 +163,23 @@ async fn recovery_falls_back_to_previous_checkpoint(model: StateModel) {
     {
         let mut state_machine = open(dir.path(), model, 100, false).unwrap();
         for (position, (key, value)) in commands.iter().enumerate() {
-            state_machine.apply(vec![set_entry(position as u64 + 1, *key, *value)]).await.unwrap();
+            state_machine
+                .apply(vec![set_entry(position as u64 + 1, *key, *value)])
+                .await
+                .unwrap();
             // Let each checkpoint reach openraft (and so become durable) as the node would.
             if (position + 1) % 100 == 0 {
-                let snapshot = state_machine.get_snapshot_builder().await.build_snapshot().await.unwrap();
-                assert_eq!(snapshot.meta.last_log_id, Some(log_id(position as u64 + 1)), "checkpoint at the exact index");
+                let snapshot = state_machine
+                    .get_snapshot_builder()
+                    .await
+                    .build_snapshot()
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    snapshot.meta.last_log_id,
+                    Some(log_id(position as u64 + 1)),
+                    "checkpoint at the exact index"
+                );
             }
         }
         let shared = state_machine.shared();
@@ -135,7 +187,11 @@ async fn recovery_falls_back_to_previous_checkpoint(model: StateModel) {
         assert_eq!((digest.keys, digest.sum), oracle_digest(&commands, 350));
     }
     // Two checkpoints are kept: 200 and 300.
-    let kept: Vec<u64> = checkpoint::list(dir.path()).unwrap().into_iter().map(|(index, _)| index).collect();
+    let kept: Vec<u64> = checkpoint::list(dir.path())
+        .unwrap()
+        .into_iter()
+        .map(|(index, _)| index)
+        .collect();
     assert_eq!(kept, vec![300, 200]);
 
     // Intact: recovery loads 300.
@@ -159,18 +215,38 @@ async fn recovery_falls_back_to_previous_checkpoint(model: StateModel) {
         assert_eq!(applied, Some(log_id(200)));
         let digest = state_machine.shared().store.digest();
         assert_eq!((digest.keys, digest.sum), oracle_digest(&commands, 200));
-        let current = state_machine.get_current_snapshot().await.unwrap().expect("a snapshot");
+        let current = state_machine
+            .get_current_snapshot()
+            .await
+            .unwrap()
+            .expect("a snapshot");
         assert_eq!(current.meta.last_log_id, Some(log_id(200)));
     }
     assert!(!newest.exists());
-    assert!(dir.path().join(format!("{}.corrupt", checkpoint::file_name(300))).exists(), "kept for inspection");
+    assert!(
+        dir.path()
+            .join(format!("{}.corrupt", checkpoint::file_name(300)))
+            .exists(),
+        "kept for inspection"
+    );
 
     // Corrupt the last one too: refuse to start empty, with a clear message, unless allowed.
     let previous = dir.path().join(checkpoint::file_name(200));
     let length = std::fs::metadata(&previous).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&previous).unwrap().set_len(length - 5).unwrap();
-    let error = open(dir.path(), model, 100, false).err().expect("must refuse").to_string();
-    assert!(error.contains("none verifies") && error.contains("--allow-missing-checkpoint"), "{error}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&previous)
+        .unwrap()
+        .set_len(length - 5)
+        .unwrap();
+    let error = open(dir.path(), model, 100, false)
+        .err()
+        .expect("must refuse")
+        .to_string();
+    assert!(
+        error.contains("none verifies") && error.contains("--allow-missing-checkpoint"),
+        "{error}"
+    );
     assert!(previous.exists(), "refusing must not touch the files");
     let mut state_machine = open(dir.path(), model, 100, true).unwrap();
     assert_eq!(state_machine.applied_state().await.unwrap().0, None);
@@ -195,7 +271,10 @@ async fn concurrent_checkpoint_is_exact_while_applying_continues() {
     let commands: Vec<(u64, u64)> = (0..9000u64).map(|i| (i % 3001, i)).collect();
     let mut builder = None;
     for (position, (key, value)) in commands.iter().enumerate() {
-        state_machine.apply(vec![set_entry(position as u64 + 1, *key, *value)]).await.unwrap();
+        state_machine
+            .apply(vec![set_entry(position as u64 + 1, *key, *value)])
+            .await
+            .unwrap();
         if position + 1 == 5000 {
             // Taken now (the snapshot was taken at 5000); finish writing it only later.
             builder = Some(state_machine.get_snapshot_builder().await);
@@ -208,6 +287,8 @@ async fn concurrent_checkpoint_is_exact_while_applying_continues() {
         pairs.insert(k, v);
     })
     .unwrap();
-    let sum = pairs.iter().fold(0u64, |sum, (k, v)| sum.wrapping_add(pair_hash(k, v)));
+    let sum = pairs
+        .iter()
+        .fold(0u64, |sum, (k, v)| sum.wrapping_add(pair_hash(k, v)));
     assert_eq!((pairs.len() as u64, sum), oracle_digest(&commands, 5000));
 }

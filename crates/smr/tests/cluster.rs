@@ -35,16 +35,35 @@ impl Cluster {
         let mut clients = BTreeMap::new();
         for id in 1..=size {
             // Reserve ports; the nodes bind them again (tokio sets SO_REUSEADDR).
-            let raft = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-            let client = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+            let raft = TcpListener::bind("127.0.0.1:0")
+                .await
+                .unwrap()
+                .local_addr()
+                .unwrap();
+            let client = TcpListener::bind("127.0.0.1:0")
+                .await
+                .unwrap()
+                .local_addr()
+                .unwrap();
             peers.insert(id, raft);
             clients.insert(id, client);
         }
-        Cluster { peers, clients, root: root.to_path_buf(), model, checkpoint_every, segment_bytes: 32 << 20 }
+        Cluster {
+            peers,
+            clients,
+            root: root.to_path_buf(),
+            model,
+            checkpoint_every,
+            segment_bytes: 32 << 20,
+        }
     }
 
     fn config(&self, id: NodeId) -> NodeConfig {
-        let mut config = NodeConfig::new(id, self.peers.clone(), self.root.join(format!("replica-{id}")));
+        let mut config = NodeConfig::new(
+            id,
+            self.peers.clone(),
+            self.root.join(format!("replica-{id}")),
+        );
         config.model = self.model;
         config.checkpoint_every_commands = self.checkpoint_every;
         config.heartbeat_ms = 50;
@@ -63,7 +82,10 @@ impl Cluster {
 }
 
 async fn set(client: &mut ClusterClient, key: &str, value: &str) {
-    let reply = client.call(&[b"SET", key.as_bytes(), value.as_bytes()]).await.unwrap();
+    let reply = client
+        .call(&[b"SET", key.as_bytes(), value.as_bytes()])
+        .await
+        .unwrap();
     assert_eq!(reply, Reply::SimpleString("OK".into()), "SET {key}");
 }
 
@@ -104,11 +126,18 @@ async fn single_replica_recovers_after_torn_log_tail() {
     node.wait_for_leader(WAIT).await.unwrap();
     let mut client = cluster.client();
     for i in 0..100 {
-        assert_eq!(get(&mut client, &format!("k{i}")).await, Some(format!("v{i}").into_bytes()), "k{i}");
+        assert_eq!(
+            get(&mut client, &format!("k{i}")).await,
+            Some(format!("v{i}").into_bytes()),
+            "k{i}"
+        );
     }
     set(&mut client, "after", "restart").await;
     assert_eq!(get(&mut client, "after").await, Some(b"restart".to_vec()));
-    assert!(node.shared.current_checkpoint().is_some(), "checkpoints every 40 commands ran");
+    assert!(
+        node.shared.current_checkpoint().is_some(),
+        "checkpoints every 40 commands ran"
+    );
     node.shutdown().await.unwrap();
 }
 
@@ -121,7 +150,12 @@ async fn corrupt_older_log_segment_refuses_to_start_with_a_clear_error() {
     node.wait_for_leader(WAIT).await.unwrap();
     let mut client = cluster.client();
     for i in 0..100 {
-        set(&mut client, &format!("k{i}"), "a value long enough to fill small segments quickly").await;
+        set(
+            &mut client,
+            &format!("k{i}"),
+            "a value long enough to fill small segments quickly",
+        )
+        .await;
     }
     node.shutdown().await.unwrap();
     drop(client);
@@ -137,9 +171,21 @@ async fn corrupt_older_log_segment_refuses_to_start_with_a_clear_error() {
     let mut bytes = std::fs::read(older).unwrap();
     bytes[20] ^= 0xff;
     std::fs::write(older, &bytes).unwrap();
-    let error = cluster.start(1).await.err().expect("must refuse").to_string();
-    assert!(error.contains("newer segments follow") && error.contains(&older.display().to_string()), "{error}");
-    assert_eq!(std::fs::read(older).unwrap(), bytes, "refusing must not modify the file");
+    let error = cluster
+        .start(1)
+        .await
+        .err()
+        .expect("must refuse")
+        .to_string();
+    assert!(
+        error.contains("newer segments follow") && error.contains(&older.display().to_string()),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read(older).unwrap(),
+        bytes,
+        "refusing must not modify the file"
+    );
 }
 
 async fn lagging_follower_catches_up_by_snapshot(model: StateModel) {
@@ -170,11 +216,18 @@ async fn lagging_follower_catches_up_by_snapshot(model: StateModel) {
     let restarted = cluster.start(lagging).await.unwrap();
     restarted.wait_applied(leader_applied, WAIT).await.unwrap();
     assert!(
-        restarted.shared.current_checkpoint().and_then(|m| m.last_log_id).is_some_and(|l| l.index > 10),
+        restarted
+            .shared
+            .current_checkpoint()
+            .and_then(|m| m.last_log_id)
+            .is_some_and(|l| l.index > 10),
         "installed a snapshot"
     );
     let leader_node = &nodes[&client.leader().unwrap()];
-    assert_eq!(restarted.shared.store.digest(), leader_node.shared.store.digest());
+    assert_eq!(
+        restarted.shared.store.digest(),
+        leader_node.shared.store.digest()
+    );
     nodes.insert(lagging, restarted);
     for (_, node) in nodes {
         node.shutdown().await.unwrap();

@@ -32,12 +32,24 @@ impl Drop for Replica {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn spawn_replica(id: NodeId, peers: &str, dir: &Path, client_port: u16) -> Replica {
     let mut child = Command::new(env!("CARGO_BIN_EXE_prefixkv-smr"))
-        .args(["replica", "--id", &id.to_string(), "--peers", peers, "--client-port", &client_port.to_string()])
+        .args([
+            "replica",
+            "--id",
+            &id.to_string(),
+            "--peers",
+            peers,
+            "--client-port",
+            &client_port.to_string(),
+        ])
         .arg("--dir")
         .arg(dir)
         .args(["--checkpoint-every", "150", "--model", "concurrent"])
@@ -49,19 +61,32 @@ fn spawn_replica(id: NodeId, peers: &str, dir: &Path, client_port: u16) -> Repli
     let stdout = child.stdout.take().unwrap();
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
-    assert!(line.starts_with("READY"), "replica {id} did not start: {line:?}");
+    assert!(
+        line.starts_with("READY"),
+        "replica {id} did not start: {line:?}"
+    );
     Replica { child }
 }
 
 fn status_field(reply: &Reply, field: &str) -> Option<String> {
-    let Reply::BulkString(text) = reply else { return None };
+    let Reply::BulkString(text) = reply else {
+        return None;
+    };
     let text = String::from_utf8_lossy(text).into_owned();
-    text.lines().find_map(|line| line.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+    text.lines().find_map(|line| {
+        line.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_string())
+    })
 }
 
 async fn status_of(address: SocketAddr) -> Option<Reply> {
-    let mut connection = prefixkv_smr::client::Connection::connect(address).await.ok()?;
-    tokio::time::timeout(Duration::from_secs(2), connection.call(&[b"SMR.STATUS"])).await.ok()?.ok()
+    let mut connection = prefixkv_smr::client::Connection::connect(address)
+        .await
+        .ok()?;
+    tokio::time::timeout(Duration::from_secs(2), connection.call(&[b"SMR.STATUS"]))
+        .await
+        .ok()?
+        .ok()
 }
 
 async fn wait_for<F, Fut>(what: &str, mut condition: F)
@@ -71,24 +96,38 @@ where
 {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while !condition().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
-    let rounds: usize = std::env::var("SMR_KILL_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let rounds: usize = std::env::var("SMR_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let root = tempfile::tempdir().unwrap();
     let ids: Vec<NodeId> = vec![1, 2, 3];
     let raft_ports: BTreeMap<NodeId, u16> = ids.iter().map(|id| (*id, free_port())).collect();
     let client_ports: BTreeMap<NodeId, u16> = ids.iter().map(|id| (*id, free_port())).collect();
-    let peers = raft_ports.iter().map(|(id, port)| format!("{id}=127.0.0.1:{port}")).collect::<Vec<_>>().join(",");
-    let clients: BTreeMap<NodeId, SocketAddr> =
-        client_ports.iter().map(|(id, port)| (*id, format!("127.0.0.1:{port}").parse().unwrap())).collect();
+    let peers = raft_ports
+        .iter()
+        .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let clients: BTreeMap<NodeId, SocketAddr> = client_ports
+        .iter()
+        .map(|(id, port)| (*id, format!("127.0.0.1:{port}").parse().unwrap()))
+        .collect();
     let dir = |id: NodeId| root.path().join(format!("replica-{id}"));
-    let mut replicas: BTreeMap<NodeId, Replica> =
-        ids.iter().map(|id| (*id, spawn_replica(*id, &peers, &dir(*id), client_ports[id]))).collect();
+    let mut replicas: BTreeMap<NodeId, Replica> = ids
+        .iter()
+        .map(|id| (*id, spawn_replica(*id, &peers, &dir(*id), client_ports[id])))
+        .collect();
 
     // Writers: unique keys, every acknowledged one recorded.
     let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::new(Mutex::new(Vec::new()));
@@ -96,7 +135,12 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
     for writer in 0..4 {
-        let (acked, ack_count, stop, clients) = (acked.clone(), ack_count.clone(), stop.clone(), clients.clone());
+        let (acked, ack_count, stop, clients) = (
+            acked.clone(),
+            ack_count.clone(),
+            stop.clone(),
+            clients.clone(),
+        );
         writers.push(tokio::spawn(async move {
             let mut client = ClusterClient::new(clients);
             client.retry_for = Duration::from_secs(30);
@@ -107,7 +151,10 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
                 sequence += 1;
                 // An error (for example the leader died mid-request) means "unknown outcome":
                 // not acknowledged, so not checked.
-                if let Ok(Reply::SimpleString(_)) = client.call(&[b"SET", key.as_bytes(), value.as_bytes()]).await {
+                if let Ok(Reply::SimpleString(_)) = client
+                    .call(&[b"SET", key.as_bytes(), value.as_bytes()])
+                    .await
+                {
                     acked.lock().unwrap().push((key, value));
                     ack_count.fetch_add(1, Ordering::Relaxed);
                 }
@@ -145,7 +192,10 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
         .await;
 
         // Restart the killed replica: newest checkpoint + its log, then catch up.
-        replicas.insert(leader, spawn_replica(leader, &peers, &dir(leader), client_ports[&leader]));
+        replicas.insert(
+            leader,
+            spawn_replica(leader, &peers, &dir(leader), client_ports[&leader]),
+        );
         eprintln!("round {round}: killed leader {leader} after {acked_at_kill} acks");
     }
 
@@ -160,13 +210,20 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
     let mut client = ClusterClient::new(clients.clone());
     for (key, value) in &acked {
         let reply = client.call(&[b"GET", key.as_bytes()]).await.unwrap();
-        assert_eq!(reply, Reply::BulkString(value.clone().into()), "acknowledged {key} lost");
+        assert_eq!(
+            reply,
+            Reply::BulkString(value.clone().into()),
+            "acknowledged {key} lost"
+        );
     }
 
     // All replicas converge to the same state, the restarted ones included.
     let leader_address = clients[&client.leader().unwrap()];
     let leader_applied: u64 =
-        status_field(&status_of(leader_address).await.unwrap(), "applied_index").unwrap().parse().unwrap();
+        status_field(&status_of(leader_address).await.unwrap(), "applied_index")
+            .unwrap()
+            .parse()
+            .unwrap();
     let mut digests = Vec::new();
     for address in clients.values() {
         let address = *address;
@@ -178,12 +235,25 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
                 .is_some_and(|applied| applied >= leader_applied)
         })
         .await;
-        let mut connection = prefixkv_smr::client::Connection::connect(address).await.unwrap();
+        let mut connection = prefixkv_smr::client::Connection::connect(address)
+            .await
+            .unwrap();
         digests.push(connection.call(&[b"SMR.DIGEST"]).await.unwrap());
     }
-    assert!(digests.windows(2).all(|w| w[0] == w[1]), "replicas diverge: {digests:?}");
-    let checkpoints: u64 =
-        status_field(&status_of(leader_address).await.unwrap(), "checkpoints_completed").unwrap().parse().unwrap();
-    assert!(checkpoints >= 1, "checkpoints ran on the leader during the test");
+    assert!(
+        digests.windows(2).all(|w| w[0] == w[1]),
+        "replicas diverge: {digests:?}"
+    );
+    let checkpoints: u64 = status_field(
+        &status_of(leader_address).await.unwrap(),
+        "checkpoints_completed",
+    )
+    .unwrap()
+    .parse()
+    .unwrap();
+    assert!(
+        checkpoints >= 1,
+        "checkpoints ran on the leader during the test"
+    );
     drop(replicas);
 }

@@ -16,18 +16,29 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
         let dir = tempfile::tempdir().expect("temp dir");
         let log = LogStore::open(&dir.path().join("log")).expect("open log");
         let (requests, _) = tokio::sync::mpsc::unbounded_channel();
-        let config = StateMachineConfig { model: self.model, checkpoint_every_commands: 3, allow_missing_checkpoint: false };
-        let state_machine = StateMachine::open(&dir.path().join("checkpoints"), config, requests).expect("open state machine");
+        let config = StateMachineConfig {
+            model: self.model,
+            checkpoint_every_commands: 3,
+            allow_missing_checkpoint: false,
+        };
+        let state_machine = StateMachine::open(&dir.path().join("checkpoints"), config, requests)
+            .expect("open state machine");
         Ok((dir, log, state_machine))
     }
 }
 
 #[test]
 fn openraft_suite_concurrent_model() {
-    Suite::test_all(Builder { model: StateModel::Concurrent }).expect("suite");
+    Suite::test_all(Builder {
+        model: StateModel::Concurrent,
+    })
+    .expect("suite");
 }
 
 #[test]
 fn openraft_suite_blocking_model() {
-    Suite::test_all(Builder { model: StateModel::Blocking }).expect("suite");
+    Suite::test_all(Builder {
+        model: StateModel::Blocking,
+    })
+    .expect("suite");
 }

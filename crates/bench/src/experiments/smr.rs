@@ -35,7 +35,7 @@ use crate::Common;
 /// Flags of `prefixkv-bench smr`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Keys loaded before the benchmark [default: 2,000,000; --quick: 200,000].
+    /// Keys loaded before the benchmark [default: 2,000,000; --quick: 100,000].
     #[arg(long)]
     pub keys: Option<u64>,
     /// Value size in bytes [default: 200; --quick: 100].
@@ -91,7 +91,9 @@ impl RunResult {
         (0..self.buckets.len())
             .map(|i| {
                 let (from, to) = (i as f64 * BUCKET_SECONDS, (i + 1) as f64 * BUCKET_SECONDS);
-                self.checkpoints.iter().any(|(start, end)| *start < to && *end > from)
+                self.checkpoints
+                    .iter()
+                    .any(|(start, end)| *start < to && *end > from)
             })
             .collect()
     }
@@ -110,8 +112,20 @@ impl RunResult {
 
     fn split(&self) -> (Vec<f64>, Vec<f64>) {
         let mask = self.during_mask();
-        let during = self.buckets.iter().zip(&mask).filter(|(_, d)| **d).map(|(v, _)| *v).collect();
-        let outside = self.buckets.iter().zip(&mask).filter(|(_, d)| !**d).map(|(v, _)| *v).collect();
+        let during = self
+            .buckets
+            .iter()
+            .zip(&mask)
+            .filter(|(_, d)| **d)
+            .map(|(v, _)| *v)
+            .collect();
+        let outside = self
+            .buckets
+            .iter()
+            .zip(&mask)
+            .filter(|(_, d)| !**d)
+            .map(|(v, _)| *v)
+            .collect();
         (during, outside)
     }
 }
@@ -119,11 +133,19 @@ impl RunResult {
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let setup = Setup {
-        keys: args.keys.unwrap_or(if common.quick { 200_000 } else { 2_000_000 }),
-        value_bytes: args.value_bytes.unwrap_or(if common.quick { 100 } else { 200 }),
+        keys: args
+            .keys
+            .unwrap_or(if common.quick { 100_000 } else { 2_000_000 }),
+        value_bytes: args
+            .value_bytes
+            .unwrap_or(if common.quick { 100 } else { 200 }),
         clients: args.clients.max(1),
-        seconds: args.seconds.unwrap_or(if common.quick { 3.0 } else { 30.0 }),
-        warmup_seconds: args.warmup_seconds.unwrap_or(if common.quick { 1.0 } else { 5.0 }),
+        seconds: args
+            .seconds
+            .unwrap_or(if common.quick { 3.0 } else { 30.0 }),
+        warmup_seconds: args
+            .warmup_seconds
+            .unwrap_or(if common.quick { 1.0 } else { 5.0 }),
     };
     let rounds = common.rounds();
     let mut report = Report::new("smr");
@@ -132,11 +154,17 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("clients", setup.clients as u64);
     report.config("keys", setup.keys);
     report.config("value_bytes", setup.value_bytes as u64);
-    report.config("state_bytes_estimate", setup.keys * (setup.value_bytes as u64 + 16));
+    report.config(
+        "state_bytes_estimate",
+        setup.keys * (setup.value_bytes as u64 + 16),
+    );
     report.config("benchmark_seconds", setup.seconds);
     report.config("warmup_seconds", setup.warmup_seconds);
     report.config("rounds", rounds as u64);
-    report.config("workload", "update-only SET on uniformly random loaded keys, closed loop");
+    report.config(
+        "workload",
+        "update-only SET on uniformly random loaded keys, closed loop",
+    );
     report.config(
         "durability",
         "Raft log fdatasync per batch on every replica (group commit); checkpoints fsynced + renamed",
@@ -148,10 +176,15 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     ));
     if !common.quick {
-        report.notes.push("state scaled from the paper's several GB to keys x value_bytes (see config)".into());
+        report.notes.push(
+            "state scaled from the paper's several GB to keys x value_bytes (see config)".into(),
+        );
     }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()?;
     let root = match &args.data_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)?;
@@ -165,7 +198,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let mut delta = args.checkpoint_every;
     for (run_number, (round, contender)) in schedule.into_iter().enumerate() {
         let model = MODELS[contender];
-        let dir = root.path().join(format!("run-{run_number}-{}", model.name()));
+        let dir = root
+            .path()
+            .join(format!("run-{run_number}-{}", model.name()));
         let result = runtime
             .block_on(run_once(model, &setup, &dir, delta, args.checkpoints))
             .with_context(|| format!("round {round}, model {}", model.name()))?;
@@ -179,7 +214,8 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
 
     let mut per_model: BTreeMap<&str, BTreeMap<&str, f64>> = BTreeMap::new();
     for (model, runs) in MODELS.iter().zip(&results) {
-        let spread = |f: &dyn Fn(&RunResult) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
+        let spread =
+            |f: &dyn Fn(&RunResult) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
         let mean = spread(&|r| RunResult::mean(&r.buckets));
         let sd = spread(&|r| RunResult::sd(&r.buckets));
         let during = spread(&|r| RunResult::mean(&r.split().0));
@@ -189,13 +225,21 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             ratio(RunResult::mean(&d), RunResult::mean(&o))
         });
         let checkpoints = spread(&|r| r.checkpoints.len() as f64);
-        let checkpoint_ms =
-            spread(&|r| RunResult::mean(&r.checkpoints.iter().map(|(s, e)| (e - s) * 1000.0).collect::<Vec<_>>()));
+        let checkpoint_ms = spread(&|r| {
+            RunResult::mean(
+                &r.checkpoints
+                    .iter()
+                    .map(|(s, e)| (e - s) * 1000.0)
+                    .collect::<Vec<_>>(),
+            )
+        });
         let verified = runs.iter().all(|r| r.verified);
         for run in runs {
             report.record_verification(run.verified);
             if !run.verified {
-                report.notes.push(format!("{}: {}", model.name(), run.verification));
+                report
+                    .notes
+                    .push(format!("{}: {}", model.name(), run.verification));
             }
         }
         let mut model_row = row([("variant", Value::from(model.name()))]);
@@ -206,13 +250,25 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         during_over_outside.insert_into(&mut model_row, "during_over_outside");
         checkpoints.insert_into(&mut model_row, "checkpoints");
         checkpoint_ms.insert_into(&mut model_row, "checkpoint_duration_ms");
-        model_row.insert("checkpoints_skipped".into(), Value::from(runs.iter().map(|r| r.skipped).sum::<u64>()));
+        model_row.insert(
+            "checkpoints_skipped".into(),
+            Value::from(runs.iter().map(|r| r.skipped).sum::<u64>()),
+        );
         model_row.insert("verified".into(), Value::from(verified));
         if let Some(first) = runs.first() {
-            model_row.insert("timeline_round0_ops_per_s".into(), Value::from(first.buckets.clone()));
+            model_row.insert(
+                "timeline_round0_ops_per_s".into(),
+                Value::from(first.buckets.clone()),
+            );
             model_row.insert(
                 "timeline_round0_checkpoints_s".into(),
-                Value::from(first.checkpoints.iter().map(|(s, e)| vec![*s, *e]).collect::<Vec<_>>()),
+                Value::from(
+                    first
+                        .checkpoints
+                        .iter()
+                        .map(|(s, e)| vec![*s, *e])
+                        .collect::<Vec<_>>(),
+                ),
             );
         }
         report.rows.push(model_row);
@@ -226,10 +282,22 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         );
     }
     let (concurrent, blocking) = (&per_model["concurrent"], &per_model["blocking"]);
-    report.summary("concurrent_during_over_outside", concurrent["during_over_outside"]);
-    report.summary("blocking_during_over_outside", blocking["during_over_outside"]);
-    report.summary("concurrent_over_blocking_mean", ratio(concurrent["mean"], blocking["mean"]));
-    report.summary("concurrent_sd_over_blocking_sd", ratio(concurrent["sd"], blocking["sd"]));
+    report.summary(
+        "concurrent_during_over_outside",
+        concurrent["during_over_outside"],
+    );
+    report.summary(
+        "blocking_during_over_outside",
+        blocking["during_over_outside"],
+    );
+    report.summary(
+        "concurrent_over_blocking_mean",
+        ratio(concurrent["mean"], blocking["mean"]),
+    );
+    report.summary(
+        "concurrent_sd_over_blocking_sd",
+        ratio(concurrent["sd"], blocking["sd"]),
+    );
 
     plot(common, &results)?;
     Ok(report)
@@ -237,7 +305,8 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
 
 fn plot(common: &Common, results: &[Vec<RunResult>]) -> Result<()> {
     let mut chart = LineChart {
-        title: "prefixkv-smr: leader throughput per 100 ms (round 0), checkpoint start/end markers".into(),
+        title: "prefixkv-smr: leader throughput per 100 ms (round 0), checkpoint start/end markers"
+            .into(),
         x_label: "time in benchmark phase (s)".into(),
         y_label: "throughput (ops/s)".into(),
         series: Vec::new(),
@@ -248,11 +317,24 @@ fn plot(common: &Common, results: &[Vec<RunResult>]) -> Result<()> {
         let Some(first) = runs.first() else { continue };
         chart.series.push(Series {
             label: model.name().to_string(),
-            points: first.buckets.iter().enumerate().map(|(i, v)| ((i as f64 + 0.5) * BUCKET_SECONDS, *v)).collect(),
+            points: first
+                .buckets
+                .iter()
+                .enumerate()
+                .map(|(i, v)| ((i as f64 + 0.5) * BUCKET_SECONDS, *v))
+                .collect(),
         });
         for (start, end) in &first.checkpoints {
-            chart.markers.push(Marker { x: *start, series: Some(index), end: false });
-            chart.markers.push(Marker { x: *end, series: Some(index), end: true });
+            chart.markers.push(Marker {
+                x: *start,
+                series: Some(index),
+                end: false,
+            });
+            chart.markers.push(Marker {
+                x: *end,
+                series: Some(index),
+                end: true,
+            });
         }
     }
     write_line_chart(&chart, &common.out, "smr")
@@ -272,10 +354,14 @@ async fn run_once(
         raft_listeners.insert(id, TcpListener::bind("127.0.0.1:0").await?);
         client_listeners.insert(id, TcpListener::bind("127.0.0.1:0").await?);
     }
-    let peers: BTreeMap<NodeId, SocketAddr> =
-        raft_listeners.iter().map(|(id, l)| (*id, l.local_addr().unwrap())).collect();
-    let client_addresses: BTreeMap<NodeId, SocketAddr> =
-        client_listeners.iter().map(|(id, l)| (*id, l.local_addr().unwrap())).collect();
+    let peers: BTreeMap<NodeId, SocketAddr> = raft_listeners
+        .iter()
+        .map(|(id, l)| (*id, l.local_addr().unwrap()))
+        .collect();
+    let client_addresses: BTreeMap<NodeId, SocketAddr> = client_listeners
+        .iter()
+        .map(|(id, l)| (*id, l.local_addr().unwrap()))
+        .collect();
     let config = |id: NodeId| {
         let mut config = NodeConfig::new(id, peers.clone(), dir.join(format!("replica-{id}")));
         config.model = model;
@@ -294,7 +380,9 @@ async fn run_once(
         .await?;
         nodes.insert(id, node);
     }
+    let phase = Instant::now();
     let leader_id = nodes[&1].wait_for_leader(WAIT).await?;
+    tracing_phase("leader elected", phase);
 
     // Load: bulk entries straight into the leader's Raft (replicated and fsynced like any other).
     let batch = 1000u64;
@@ -307,8 +395,12 @@ async fn run_once(
         loading.push(tokio::spawn(async move {
             let mut start = loader * batch;
             while start < keys {
-                let pairs = (start..(start + batch).min(keys)).map(|k| (key_bytes(k), value.clone())).collect();
-                raft.client_write(Command::SetMany { pairs }).await.map_err(|e| anyhow!("load: {e}"))?;
+                let pairs = (start..(start + batch).min(keys))
+                    .map(|k| (key_bytes(k), value.clone()))
+                    .collect();
+                raft.client_write(Command::SetMany { pairs })
+                    .await
+                    .map_err(|e| anyhow!("load: {e}"))?;
                 start += loaders * batch;
             }
             anyhow::Ok(())
@@ -317,6 +409,7 @@ async fn run_once(
     for loader in loading {
         loader.await??;
     }
+    tracing_phase("loaded", phase);
     let loaded_index = nodes[&leader_id].shared.applied_index();
     // One checkpoint on every replica after the load, so the log behind it can be purged and
     // every run starts from the same shape of state.
@@ -325,12 +418,14 @@ async fn run_once(
         node.checkpoint_now(loaded_index, WAIT).await?;
     }
 
+    tracing_phase("checkpointed after load", phase);
     // Clients (closed loop, RESP).
     let acknowledged = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();
     for client_number in 0..setup.clients {
-        let (acknowledged, stop, addresses) = (acknowledged.clone(), stop.clone(), client_addresses.clone());
+        let (acknowledged, stop, addresses) =
+            (acknowledged.clone(), stop.clone(), client_addresses.clone());
         let (keys, value) = (setup.keys, value.clone());
         clients.push(tokio::spawn(async move {
             let mut client = ClusterClient::new(addresses);
@@ -354,8 +449,11 @@ async fn run_once(
     // Warm-up; its throughput picks Δ when not given.
     let warmup_start_count = acknowledged.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs_f64(setup.warmup_seconds)).await;
-    let warmup_rate = (acknowledged.load(Ordering::Relaxed) - warmup_start_count) as f64 / setup.warmup_seconds;
-    let delta = delta.unwrap_or_else(|| ((warmup_rate * setup.seconds / checkpoints_wanted.max(1) as f64) as u64).max(100));
+    let warmup_rate =
+        (acknowledged.load(Ordering::Relaxed) - warmup_start_count) as f64 / setup.warmup_seconds;
+    let delta = delta.unwrap_or_else(|| {
+        ((warmup_rate * setup.seconds / checkpoints_wanted.max(1) as f64) as u64).max(100)
+    });
     for node in nodes.values() {
         node.shared.set_checkpoint_every(delta);
     }
@@ -391,8 +489,14 @@ async fn run_once(
         events[events_before..]
             .iter()
             .filter_map(|event| {
-                let started = event.started.checked_duration_since(start).map_or(0.0, |d| d.as_secs_f64());
-                let finished = event.finished.map(|f| f.checked_duration_since(start).map_or(0.0, |d| d.as_secs_f64()));
+                let started = event
+                    .started
+                    .checked_duration_since(start)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                let finished = event.finished.map(|f| {
+                    f.checked_duration_since(start)
+                        .map_or(0.0, |d| d.as_secs_f64())
+                });
                 (started < elapsed).then(|| (started, finished.unwrap_or(elapsed).min(elapsed)))
             })
             .collect()
@@ -400,11 +504,22 @@ async fn run_once(
     let skipped = leader_shared.stats.skipped.load(Ordering::Relaxed) - skipped_before;
 
     // Verification: restart a follower from its checkpoint + log; it must equal the leader.
-    let (verified, verification) = verify(&mut nodes, leader_id, &config, &client_addresses).await?;
+    tracing_phase("benchmark done", phase);
+    let (verified, verification) =
+        verify(&mut nodes, leader_id, &config, &client_addresses).await?;
+    tracing_phase("verified", phase);
     for (_, node) in nodes {
         node.shutdown().await?;
     }
-    Ok(RunResult { buckets, checkpoints, skipped, delta, verified, verification })
+    tracing_phase("shut down", phase);
+    Ok(RunResult {
+        buckets,
+        checkpoints,
+        skipped,
+        delta,
+        verified,
+        verification,
+    })
 }
 
 async fn verify(
@@ -413,11 +528,18 @@ async fn verify(
     config: &dyn Fn(NodeId) -> NodeConfig,
     client_addresses: &BTreeMap<NodeId, SocketAddr>,
 ) -> Result<(bool, String)> {
-    let follower = *nodes.keys().find(|id| **id != leader_id).expect("3 replicas");
+    let follower = *nodes
+        .keys()
+        .find(|id| **id != leader_id)
+        .expect("3 replicas");
     let leader_applied = nodes[&leader_id].shared.applied_index();
     nodes.remove(&follower).unwrap().shutdown().await?;
     let restarted = Node::start(config(follower), client_addresses[&follower]).await?;
-    let recovered_at = restarted.shared.current_checkpoint().and_then(|m| m.last_log_id).map_or(0, |l| l.index);
+    let recovered_at = restarted
+        .shared
+        .current_checkpoint()
+        .and_then(|m| m.last_log_id)
+        .map_or(0, |l| l.index);
     restarted.wait_applied(leader_applied, WAIT).await?;
     let recovered = restarted.shared.store.digest();
     let leader = nodes[&leader_id].shared.store.digest();
@@ -430,6 +552,16 @@ async fn verify(
              {recovered:?} vs leader {leader:?}"
         ),
     ))
+}
+
+/// Phase timings on stderr when `SMR_BENCH_PHASES` is set (to see where a run spends its time).
+fn tracing_phase(what: &str, since: Instant) {
+    if std::env::var_os("SMR_BENCH_PHASES").is_some() {
+        eprintln!(
+            "smr bench: {what} at {:.2} s",
+            since.elapsed().as_secs_f64()
+        );
+    }
 }
 
 fn key_bytes(key: u64) -> Vec<u8> {
