@@ -95,7 +95,7 @@ pub fn list(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
             found.push((index, entry.path()));
         }
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     Ok(found)
 }
 
@@ -398,5 +398,5 @@ pub fn retain_newest(dir: &Path, keep: usize) -> io::Result<Option<u64>> {
     if found.len() > keep {
         sync_dir(dir)?;
     }
-    Ok(found.iter().take(keep).last().map(|(index, _)| *index))
+    Ok(found.iter().take(keep).next_back().map(|(index, _)| *index))
 }

@@ -174,6 +174,10 @@ fn read_small_file<T: DeserializeOwned>(
         .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
 }
 
+/// A decoded segment: entries with their record offsets, the valid prefix length in bytes, and
+/// what is wrong after that prefix (if anything).
+pub type DecodedSegment = (Vec<(u64, Entry)>, u64, Option<String>);
+
 fn segment_name(first_index: u64) -> String {
     format!("seg-{first_index:020}.log")
 }
@@ -200,7 +204,7 @@ fn encode_record(entry: &Entry, out: &mut Vec<u8>) -> io::Result<()> {
 
 /// Reads the records of one segment. Returns the entries with their offsets and the length of
 /// the valid prefix, plus a description of the first bad record if there is one.
-fn scan_segment(path: &Path) -> io::Result<(Vec<(u64, Entry)>, u64, Option<String>)> {
+fn scan_segment(path: &Path) -> io::Result<DecodedSegment> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     Ok(decode_segment(&bytes, path))
@@ -209,7 +213,7 @@ fn scan_segment(path: &Path) -> io::Result<(Vec<(u64, Entry)>, u64, Option<Strin
 /// Decodes a segment's bytes (`path` appears in problems): the entries with their record
 /// offsets, the length of the valid prefix, and what is wrong after it, if anything. Never
 /// panics and never allocates more than the input holds; for recovery, tests and the fuzz target.
-pub fn decode_segment(bytes: &[u8], path: &Path) -> (Vec<(u64, Entry)>, u64, Option<String>) {
+pub fn decode_segment(bytes: &[u8], path: &Path) -> DecodedSegment {
     let mut entries = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
@@ -370,6 +374,7 @@ impl LogStore {
         })
     }
 
+    #[allow(clippy::result_large_err)] // openraft's error type, returned as openraft wants it
     fn send(&self, op: Op) -> Result<(), StorageError> {
         self.ops.send(op).map_err(|_| {
             StorageIOError::write_logs(&io::Error::other("the log writer thread has stopped"))

@@ -188,7 +188,7 @@ impl KvStore {
 /// A hash of one pair that is the same in every process (SipHash with fixed keys).
 pub fn pair_hash(key: &[u8], value: &[u8]) -> u64 {
     #[allow(deprecated)]
-    let mut hasher = std::hash::SipHasher::new_with_keys(0x7072_6566_6978, 0x6b76_736d_72);
+    let mut hasher = std::hash::SipHasher::new_with_keys(0x7072_6566_6978, 0x006b_7673_6d72);
     key.hash(&mut hasher);
     value.hash(&mut hasher);
     hasher.finish()
