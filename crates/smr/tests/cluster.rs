@@ -206,11 +206,16 @@ async fn lagging_follower_catches_up_by_snapshot(model: StateModel) {
     }
     let leader_node = &nodes[&client.leader().unwrap()];
     let leader_applied = leader_node.shared.applied_index();
-    let log_state_purged = leader_node.raft.metrics().borrow().purged;
-    assert!(
-        log_state_purged.is_some_and(|p| p.index > 10),
-        "the leader purged its log behind its checkpoints: {log_state_purged:?}"
-    );
+    // Purging is asynchronous (after the checkpoint is durable, and delayed by replication).
+    leader_node
+        .raft
+        .wait(Some(WAIT))
+        .metrics(
+            |m| m.purged.is_some_and(|p| p.index > 10),
+            "the leader purged its log behind its checkpoints",
+        )
+        .await
+        .unwrap();
     // Restart: the follower's log ends long before the leader's purge point, so it must take
     // the snapshot (our checkpoint file) through openraft's install.
     let restarted = cluster.start(lagging).await.unwrap();
