@@ -237,6 +237,12 @@ impl Node {
             .shutdown()
             .await
             .map_err(|e| anyhow::anyhow!("raft shutdown: {e}"))?;
+        // The state machine (and with it the log store's writer) may still finish queued work
+        // after openraft stops; wait until it is dropped, so that nothing writes into the
+        // directory once this returns.
+        while self.shared.state_machine_alive() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         Ok(())
     }
 

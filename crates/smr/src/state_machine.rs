@@ -85,6 +85,8 @@ pub struct Shared {
     applied_index: AtomicU64,
     /// Δ: checkpoint every this many applied commands (0: only when openraft asks).
     checkpoint_every_commands: AtomicU64,
+    /// False once the [`StateMachine`] owning this state has been dropped.
+    state_machine_alive: AtomicBool,
 }
 
 impl Shared {
@@ -102,6 +104,11 @@ impl Shared {
     pub fn set_checkpoint_every(&self, commands: u64) {
         self.checkpoint_every_commands
             .store(commands, Ordering::Relaxed);
+    }
+
+    /// False once openraft has dropped the state machine (after shutdown, queued work done).
+    pub fn state_machine_alive(&self) -> bool {
+        self.state_machine_alive.load(Ordering::Acquire)
     }
 
     /// True while a background checkpoint writer runs.
@@ -124,6 +131,8 @@ enum Pending {
     Ready(SnapshotMeta, PathBuf),
     /// Being written by a background thread (concurrent model).
     Writing(SnapshotMeta, oneshot::Receiver<std::io::Result<PathBuf>>),
+    /// Writing it failed (blocking model).
+    Failed(std::io::Error),
 }
 
 /// How the state machine is configured.
@@ -149,6 +158,14 @@ pub struct StateMachine {
     pending: Option<Pending>,
     receiving: Option<PathBuf>,
     snapshot_requests: mpsc::UnboundedSender<()>,
+}
+
+impl Drop for StateMachine {
+    fn drop(&mut self) {
+        self.shared
+            .state_machine_alive
+            .store(false, Ordering::Release);
+    }
 }
 
 static TEMPORARY_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -212,6 +229,7 @@ impl StateMachine {
             writing: AtomicBool::new(false),
             applied_index: AtomicU64::new(last_applied.map_or(0, |id| id.index)),
             checkpoint_every_commands: AtomicU64::new(config.checkpoint_every_commands),
+            state_machine_alive: AtomicBool::new(true),
         });
         Ok(StateMachine {
             shared,
@@ -269,10 +287,17 @@ impl StateMachine {
             None => {
                 // Blocking model: write it here, holding the apply task (and the map's read lock).
                 let result = tokio::task::block_in_place(|| write_blocking(&shared, &dir, &header));
-                let (path, size, pairs) =
-                    result.unwrap_or_else(|e| panic!("checkpoint {index} failed: {e}"));
-                finish_checkpoint(&shared, &dir, event_slot, &meta, &path, size, pairs);
-                Pending::Ready(meta, path)
+                match result {
+                    Ok((path, size, pairs)) => {
+                        finish_checkpoint(&shared, &dir, event_slot, &meta, &path, size, pairs);
+                        Pending::Ready(meta, path)
+                    }
+                    Err(error) => {
+                        // Nothing is purged for a failed checkpoint; openraft sees the error.
+                        tracing::error!("checkpoint {index} failed: {error}");
+                        Pending::Failed(error)
+                    }
+                }
             }
             Some(frozen) => {
                 let (done_tx, done_rx) = oneshot::channel();
@@ -327,6 +352,9 @@ impl StateMachine {
             return;
         }
         self.applied_since_checkpoint = 0;
+        if matches!(self.pending, Some(Pending::Failed(_))) {
+            self.pending = None;
+        }
         if self.pending.is_some() || self.shared.writing.load(Ordering::Acquire) {
             self.shared.stats.skipped.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -448,6 +476,7 @@ impl RaftSnapshotBuilder<TypeConfig> for CheckpointBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         match self.pending.take().expect("a builder builds once") {
             Pending::Ready(meta, path) => open_snapshot(meta, &path).await,
+            Pending::Failed(error) => Err(StorageIOError::write_snapshot(None, &error).into()),
             Pending::Writing(meta, done) => {
                 let path = done
                     .await

@@ -389,18 +389,44 @@ async fn run_once(
     let value = vec![b'v'; setup.value_bytes];
     let loaders = 4u64;
     let mut loading = Vec::new();
+    let rafts: BTreeMap<NodeId, _> = nodes
+        .iter()
+        .map(|(id, node)| (*id, node.raft.clone()))
+        .collect();
     for loader in 0..loaders {
-        let raft = nodes[&leader_id].raft.clone();
+        let rafts = rafts.clone();
         let (keys, value) = (setup.keys, value.clone());
         loading.push(tokio::spawn(async move {
             let mut start = loader * batch;
+            let mut leader = leader_id;
             while start < keys {
-                let pairs = (start..(start + batch).min(keys))
+                let pairs: Vec<_> = (start..(start + batch).min(keys))
                     .map(|k| (key_bytes(k), value.clone()))
                     .collect();
-                raft.client_write(Command::SetMany { pairs })
-                    .await
-                    .map_err(|e| anyhow!("load: {e}"))?;
+                // A leader change under load is possible on a busy machine: follow it. SetMany
+                // is idempotent, so a retried batch is harmless.
+                let mut attempts = 0;
+                loop {
+                    match rafts[&leader]
+                        .client_write(Command::SetMany {
+                            pairs: pairs.clone(),
+                        })
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(error) => {
+                            attempts += 1;
+                            if attempts > 100 {
+                                return Err(anyhow!("load: {error}"));
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            if let Some(current) = rafts[&leader].metrics().borrow().current_leader
+                            {
+                                leader = current;
+                            }
+                        }
+                    }
+                }
                 start += loaders * batch;
             }
             anyhow::Ok(())
@@ -410,6 +436,7 @@ async fn run_once(
         loader.await??;
     }
     tracing_phase("loaded", phase);
+    let leader_id = nodes[&1].wait_for_leader(WAIT).await?;
     let loaded_index = nodes[&leader_id].shared.applied_index();
     // One checkpoint on every replica after the load, so the log behind it can be purged and
     // every run starts from the same shape of state.
