@@ -34,6 +34,8 @@ enum Experiment {
     Wal(experiments::wal::Args),
     /// prefixkv-server against redis-server: redis-benchmark at matched durability, BGSAVE under load.
     Server(experiments::server::Args),
+    /// SMaRtTrie: Raft replicas with blocking (BTreeMap) vs concurrent (CTrie) checkpoints.
+    Smr(experiments::smr::Args),
 }
 
 fn main() -> Result<()> {
@@ -48,6 +50,7 @@ fn main() -> Result<()> {
         Experiment::Wal(args) => experiments::wal::run(common, args)?,
         Experiment::Server(args) => experiments::server::run(common, args)?,
         Experiment::Dredis(args) => experiments::dredis::run(common, args)?,
+        Experiment::Smr(args) => experiments::smr::run(common, args)?,
     };
     finish(common, &report)
 }

@@ -6,5 +6,6 @@ pub mod ctrie;
 pub mod dredis;
 pub mod oplog;
 pub mod server;
+pub mod smr;
 pub mod tick;
 pub mod wal;

@@ -1,0 +1,262 @@
+//! The TCP network between replicas.
+//!
+//! # Wire format
+//! Every message is a frame `len u32 (little-endian) | postcard payload` with
+//! `len ≤` [`MAX_FRAME_BYTES`]; a larger claimed length closes the connection before anything is
+//! allocated. A client connection sends one [`RaftRequest`] frame and reads one [`RaftReply`]
+//! frame at a time (openraft sends at most one RPC at a time per target). A connection that fails
+//! or times out is dropped and re-opened on the next RPC.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::types::{NodeId, Raft, TypeConfig};
+
+/// Largest accepted frame (an AppendEntries of up to `max_payload_entries` bounded entries, or a
+/// snapshot chunk).
+pub const MAX_FRAME_BYTES: u32 = 256 << 20;
+
+/// A Raft RPC.
+#[derive(Serialize, Deserialize)]
+pub enum RaftRequest {
+    /// AppendEntries.
+    Append(AppendEntriesRequest<TypeConfig>),
+    /// RequestVote.
+    Vote(VoteRequest<NodeId>),
+    /// One chunk of a snapshot.
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// The answer to a [`RaftRequest`].
+#[derive(Serialize, Deserialize)]
+pub enum RaftReply {
+    /// AppendEntries.
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// RequestVote.
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    /// InstallSnapshot.
+    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+}
+
+/// Writes one frame.
+pub async fn write_frame<T: Serialize>(stream: &mut TcpStream, message: &T) -> io::Result<()> {
+    let payload = postcard::to_allocvec(message).map_err(io::Error::other)?;
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|len| *len <= MAX_FRAME_BYTES)
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "frame of {} bytes exceeds the limit",
+                payload.len()
+            ))
+        })?;
+    let mut buffer = Vec::with_capacity(4 + payload.len());
+    buffer.extend_from_slice(&len.to_le_bytes());
+    buffer.extend_from_slice(&payload);
+    stream.write_all(&buffer).await
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream.
+pub async fn read_frame<T: for<'de> Deserialize<'de>>(
+    stream: &mut TcpStream,
+) -> io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    match stream.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len);
+    if len > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("peer sent a frame of {len} bytes, over the {MAX_FRAME_BYTES}-byte limit"),
+        ));
+    }
+    let mut payload = vec![0u8; len as usize];
+    stream.read_exact(&mut payload).await?;
+    postcard::from_bytes(&payload)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))
+}
+
+/// Serves Raft RPCs arriving on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, raft: Arc<Raft>) {
+    // Connection tasks live in this set, so that dropping (aborting) `serve` closes every
+    // connection too: a stopped replica must not keep answering on old connections.
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let (mut stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!("raft listener accept failed: {error}");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let raft = raft.clone();
+        connections.spawn(async move {
+            loop {
+                let request: RaftRequest = match read_frame(&mut stream).await {
+                    Ok(Some(request)) => request,
+                    Ok(None) => return,
+                    Err(error) => {
+                        tracing::debug!("raft connection closed: {error}");
+                        return;
+                    }
+                };
+                let reply = match request {
+                    RaftRequest::Append(rpc) => RaftReply::Append(raft.append_entries(rpc).await),
+                    RaftRequest::Vote(rpc) => RaftReply::Vote(raft.vote(rpc).await),
+                    RaftRequest::Snapshot(rpc) => {
+                        RaftReply::Snapshot(raft.install_snapshot(rpc).await)
+                    }
+                };
+                if write_frame(&mut stream, &reply).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Creates one [`PeerClient`] per target.
+#[derive(Clone, Default)]
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            address: node.addr.clone(),
+            stream: None,
+        }
+    }
+}
+
+/// The connection to one peer.
+pub struct PeerClient {
+    target: NodeId,
+    address: String,
+    stream: Option<TcpStream>,
+}
+
+impl PeerClient {
+    async fn call(&mut self, request: RaftRequest, option: &RPCOption) -> io::Result<RaftReply> {
+        let deadline = option.hard_ttl();
+        let exchange = async {
+            if self.stream.is_none() {
+                let address: SocketAddr = self.address.parse().map_err(|e| {
+                    io::Error::other(format!(
+                        "peer {} address {:?}: {e}",
+                        self.target, self.address
+                    ))
+                })?;
+                let stream = TcpStream::connect(address).await?;
+                stream.set_nodelay(true)?;
+                self.stream = Some(stream);
+            }
+            let stream = self.stream.as_mut().expect("connected above");
+            write_frame(stream, &request).await?;
+            read_frame(stream).await?.ok_or_else(|| {
+                io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection")
+            })
+        };
+        let result = match tokio::time::timeout(deadline, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("RPC timed out after {deadline:?}"),
+            )),
+        };
+        if result.is_err() {
+            self.stream = None;
+        }
+        result
+    }
+}
+
+fn unreachable<E: std::error::Error>(error: io::Error) -> RPCError<NodeId, BasicNode, E> {
+    if error.kind() == io::ErrorKind::TimedOut {
+        RPCError::Network(NetworkError::new(&error))
+    } else {
+        RPCError::Unreachable(Unreachable::new(&error))
+    }
+}
+
+fn mismatched<E: std::error::Error>() -> RPCError<NodeId, BasicNode, E> {
+    RPCError::Network(NetworkError::new(&io::Error::other(
+        "peer answered a different RPC kind",
+    )))
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self
+            .call(RaftRequest::Append(rpc), &option)
+            .await
+            .map_err(unreachable)?
+        {
+            RaftReply::Append(result) => result.map_err(|e| {
+                RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e))
+            }),
+            _ => Err(mismatched()),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self
+            .call(RaftRequest::Snapshot(rpc), &option)
+            .await
+            .map_err(unreachable)?
+        {
+            RaftReply::Snapshot(result) => result.map_err(|e| {
+                RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e))
+            }),
+            _ => Err(mismatched()),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        match self
+            .call(RaftRequest::Vote(rpc), &option)
+            .await
+            .map_err(unreachable)?
+        {
+            RaftReply::Vote(result) => result.map_err(|e| {
+                RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e))
+            }),
+            _ => Err(mismatched()),
+        }
+    }
+}
