@@ -6,6 +6,9 @@
 //! children also recover from earlier crashes and continue (and crash again mid-recovery-state).
 //! `TICKSTATE_CRASH_KILLS` sets the number of kills (default 28: four per algorithm).
 
+mod common;
+
+use common::{decode, Inputs};
 use prefixkv_tickstate::algo::*;
 use prefixkv_tickstate::{recover, Algorithm, AlgorithmKind, Config, TickState};
 use rand::{RngExt, SeedableRng};
@@ -20,27 +23,19 @@ const ACTIONS_PER_TICK: u64 = 40;
 
 /// The application's deterministic inputs: the actions of `tick` (same in every process).
 fn actions(tick: u64) -> Vec<[u8; 16]> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(tick.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    (0..ACTIONS_PER_TICK)
-        .map(|_| {
-            let index: u64 = if rng.random_bool(0.7) {
-                rng.random_range(0..256)
-            } else {
-                rng.random_range(0..WORDS as u64)
-            };
-            let value: u64 = rng.random();
-            let mut action = [0u8; 16];
-            action[..8].copy_from_slice(&index.to_le_bytes());
-            action[8..].copy_from_slice(&value.to_le_bytes());
-            action
-        })
-        .collect()
+    Inputs {
+        words: WORDS,
+        actions_per_tick: ACTIONS_PER_TICK,
+        hot_probability: 0.7,
+        hot_words: 256,
+        seed: 0x9e37_79b9_7f4a_7c15,
+    }
+    .actions(tick)
 }
 
 /// Order-dependent update, so a reordered or duplicated replay shows.
 fn apply(state: &mut [u64], _tick: u64, action: &[u8]) {
-    let index = u64::from_le_bytes(action[..8].try_into().unwrap()) as usize;
-    let value = u64::from_le_bytes(action[8..16].try_into().unwrap());
+    let (index, value) = decode(action);
     state[index] = state[index].wrapping_mul(31).wrapping_add(value);
 }
 

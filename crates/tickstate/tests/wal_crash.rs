@@ -9,6 +9,9 @@
 //! directory is reused across kills. `TICKSTATE_WAL_CRASH_KILLS` sets the number of kills
 //! (default 32, half per algorithm; every step is killed at twice: IPP, which writes changed pages, and NS, which writes all).
 
+mod common;
+
+use common::{decode, Inputs};
 use prefixkv_tickstate::algo::{InterleavedPingPong, NaiveSnapshot};
 use prefixkv_tickstate::{recover, Algorithm, AlgorithmKind, Config, ImageStore, TickState};
 use rand::{RngExt, SeedableRng};
@@ -35,27 +38,20 @@ const STEPS: [&str; 8] = [
     "restart:after_header_fsync",
 ];
 
+/// The application's deterministic inputs: the actions of `tick` (same in every process).
 fn actions(tick: u64) -> Vec<[u8; 16]> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(tick.wrapping_mul(0x2545_f491_4f6c_dd1d));
-    (0..ACTIONS_PER_TICK)
-        .map(|_| {
-            let index: u64 = if rng.random_bool(0.8) {
-                rng.random_range(0..1500)
-            } else {
-                rng.random_range(0..WORDS as u64)
-            };
-            let value: u64 = rng.random();
-            let mut action = [0u8; 16];
-            action[..8].copy_from_slice(&index.to_le_bytes());
-            action[8..].copy_from_slice(&value.to_le_bytes());
-            action
-        })
-        .collect()
+    Inputs {
+        words: WORDS,
+        actions_per_tick: ACTIONS_PER_TICK,
+        hot_probability: 0.8,
+        hot_words: 1500,
+        seed: 0x2545_f491_4f6c_dd1d,
+    }
+    .actions(tick)
 }
 
 fn apply(state: &mut [u64], _tick: u64, action: &[u8]) {
-    let index = u64::from_le_bytes(action[..8].try_into().unwrap()) as usize;
-    let value = u64::from_le_bytes(action[8..16].try_into().unwrap());
+    let (index, value) = decode(action);
     state[index] = state[index].rotate_left(5) ^ value;
 }
 
