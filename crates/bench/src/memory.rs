@@ -11,7 +11,13 @@ pub fn peak_rss_bytes() -> u64 {
 }
 
 fn read_status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    read_proc_kib("/proc/self/status", field)
+}
+
+/// The number of KiB on the line of `path` (a `/proc` file such as `status` or `smaps_rollup`)
+/// that starts with `field` (e.g. `"VmRSS:"`), or 0 if the file or the line is missing.
+pub fn read_proc_kib(path: &str, field: &str) -> u64 {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|text| {
             text.lines()

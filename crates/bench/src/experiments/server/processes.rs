@@ -368,15 +368,7 @@ fn pss_kib(pid: u32) -> u64 {
 }
 
 fn read_kib(path: &str, field: &str) -> u64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|line| line.starts_with(field))
-                .and_then(|line| line.split_whitespace().nth(1))
-                .and_then(|kib| kib.parse().ok())
-        })
-        .unwrap_or(0)
+    crate::memory::read_proc_kib(path, field)
 }
 
 #[cfg(test)]
