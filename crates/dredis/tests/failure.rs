@@ -136,6 +136,10 @@ fn run_with_failures(shards: usize, inject: impl FnOnce(&prefixkv_dredis::LocalC
         .into_iter()
         .map(|(_, handle)| handle.join().expect("session thread"))
         .collect();
+    // Quiet: no recovery running, every proxy on the cluster's world-line, and every Redis up. A
+    // Redis killed late (the nested test's second kill) stays down until its failure is detected
+    // and a restore restarts it, so reading before that would race with the restore.
+    let redis = cluster.redis_addresses();
     wait_until("a quiet cluster before reading it", || {
         let state = cluster.cluster_state().unwrap();
         !state.recovering
@@ -143,8 +147,9 @@ fn run_with_failures(shards: usize, inject: impl FnOnce(&prefixkv_dredis::LocalC
                 .proxy_world_lines()
                 .iter()
                 .all(|&w| w == state.world_line)
+            && every_redis_answers(&redis)
+            && !cluster.cluster_state().unwrap().recovering
     });
-    let redis = cluster.redis_addresses();
     for record in &records {
         let (present, absent, either) = verify_session(&redis, record);
         eprintln!(
@@ -175,15 +180,21 @@ fn a_second_kill_during_recovery_converges() {
         wait_until("the first rollback to start", || {
             cluster.cluster_state().unwrap().world_line > world_line
         });
-        // Shard 1 is restoring or about to: kill whatever Redis it runs now.
+        // Shard 1 is restoring or about to: kill whatever Redis it runs now. The restore itself
+        // kills and restarts that Redis, so the pid read here may be gone by the time the signal
+        // is sent (ESRCH): then read the new one and try again.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let second = loop {
             if let Some(pid) = cluster.redis_pids()[1] {
-                break pid;
+                if try_kill(pid) {
+                    break pid;
+                }
             }
-            assert!(std::time::Instant::now() < deadline, "shard 1 has no redis");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "shard 1 had no live redis to kill for 10 s"
+            );
         };
-        kill(second);
         eprintln!("killed redis of shard 0 (pid {first}) and, during the recovery, of shard 1 (pid {second})");
     });
 }

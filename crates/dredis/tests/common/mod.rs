@@ -186,6 +186,15 @@ pub fn spawn_session(
     })
 }
 
+/// Whether every Redis answers PING now (a killed one stays down until a restore restarts it).
+pub fn every_redis_answers(redis: &[SocketAddr]) -> bool {
+    redis.iter().all(|address| {
+        RedisConnection::connect(*address, Duration::from_millis(500))
+            .and_then(|mut connection| connection.command(&[b"PING"]))
+            .is_ok()
+    })
+}
+
 /// Reads every key of session `id` from every Redis.
 pub fn read_session_keys(redis: &[SocketAddr], id: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut found = BTreeMap::new();
@@ -257,7 +266,16 @@ pub fn verify_session(redis: &[SocketAddr], record: &SessionRecord) -> (usize, u
 
 /// SIGKILLs a process.
 pub fn kill(pid: u32) {
+    assert!(
+        try_kill(pid),
+        "kill {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// SIGKILLs a process; false if it no longer exists.
+pub fn try_kill(pid: u32) -> bool {
     // SAFETY: sending a signal to a child process id we own.
     let result = unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-    assert_eq!(result, 0, "kill {pid}");
+    result == 0
 }
