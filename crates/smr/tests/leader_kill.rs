@@ -31,12 +31,16 @@ impl Drop for Replica {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `count` distinct free loopback ports: all listeners stay open until every port is chosen, so
+/// the kernel cannot hand the same port out twice.
+fn free_ports(count: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|listener| listener.local_addr().unwrap().port())
+        .collect()
 }
 
 fn spawn_replica(id: NodeId, peers: &str, dir: &Path, client_port: u16) -> Replica {
@@ -54,7 +58,8 @@ fn spawn_replica(id: NodeId, peers: &str, dir: &Path, client_port: u16) -> Repli
         .arg(dir)
         .args(["--checkpoint-every", "150", "--model", "concurrent"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        // Inherited: when a replica fails to start, its reason shows in the test output.
+        .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn replica");
     // The replica prints READY once it listens; wait for that line (bounded by the pipe closing).
@@ -112,8 +117,17 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
         .unwrap_or(1);
     let root = tempfile::tempdir().unwrap();
     let ids: Vec<NodeId> = vec![1, 2, 3];
-    let raft_ports: BTreeMap<NodeId, u16> = ids.iter().map(|id| (*id, free_port())).collect();
-    let client_ports: BTreeMap<NodeId, u16> = ids.iter().map(|id| (*id, free_port())).collect();
+    let ports = free_ports(2 * ids.len());
+    let raft_ports: BTreeMap<NodeId, u16> = ids
+        .iter()
+        .copied()
+        .zip(ports[..3].iter().copied())
+        .collect();
+    let client_ports: BTreeMap<NodeId, u16> = ids
+        .iter()
+        .copied()
+        .zip(ports[3..].iter().copied())
+        .collect();
     let peers = raft_ports
         .iter()
         .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
