@@ -36,7 +36,12 @@ fn actions(tick: u64) -> Vec<[u8; 16]> {
 /// Order-dependent update, so a reordered or duplicated replay shows.
 fn apply(state: &mut [u64], _tick: u64, action: &[u8]) {
     let (index, value) = decode(action);
-    state[index] = state[index].wrapping_mul(31).wrapping_add(value);
+    state[index] = step(state[index], value);
+}
+
+/// One cell's new value (order-dependent, so a reordered or duplicated replay shows).
+fn step(old: u64, value: u64) -> u64 {
+    old.wrapping_mul(31).wrapping_add(value)
 }
 
 fn child_loop<A: Algorithm>(dir: &str) {
@@ -47,10 +52,8 @@ fn child_loop<A: Algorithm>(dir: &str) {
         let tick = state.tick() + 1;
         for action in actions(tick) {
             state.log_action(&action).unwrap();
-            let index = u64::from_le_bytes(action[..8].try_into().unwrap()) as usize;
-            let value = u64::from_le_bytes(action[8..].try_into().unwrap());
-            let next = state.read(index).wrapping_mul(31).wrapping_add(value);
-            state.write(index, next);
+            let (index, value) = decode(&action);
+            state.write(index, step(state.read(index), value));
         }
         state.point_of_consistency(tick).unwrap();
         let durable = state.wait_durable().unwrap();

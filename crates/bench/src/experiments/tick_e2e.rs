@@ -31,6 +31,31 @@ pub(super) struct EndToEnd {
 }
 
 impl EndToEnd {
+    /// One run's figures: the writer's counters from `stats`, the per-tick times, and what the
+    /// recovery after the run found.
+    pub(super) fn from_run(
+        stats: &prefixkv_tickstate::Stats,
+        anon_huge_bytes: u64,
+        tick_ns: Vec<f64>,
+        tick_cpu_ns: Vec<f64>,
+        recovery_ms: f64,
+        verified: bool,
+    ) -> EndToEnd {
+        EndToEnd {
+            tick_ns,
+            tick_cpu_ns,
+            checkpoints: stats.checkpoints_started,
+            deferred: stats.checkpoints_deferred,
+            image_bytes: stats.image_bytes_written,
+            base_bytes_read: stats.base_bytes_read,
+            wal_frame_bytes: stats.wal_frame_bytes_written,
+            backfill_bytes: stats.backfill_bytes_written,
+            anon_huge_bytes,
+            recovery_ms,
+            verified,
+        }
+    }
+
     pub(super) fn tick_max_over_p50(&self) -> f64 {
         ratio(
             percentile(&self.tick_ns, 1.0),
@@ -278,19 +303,14 @@ pub(super) fn run_end_to_end<A: Algorithm>(
     let started = Instant::now();
     let (recovered, recovered_tick, _report) = recover(dir.path(), words, e2e_apply(zipf, words))?;
     let recovery_ms = started.elapsed().as_secs_f64() * 1e3;
-    Ok(EndToEnd {
-        tick_ns: times,
-        tick_cpu_ns: cpu_times,
-        checkpoints: stats.checkpoints_started,
-        deferred: stats.checkpoints_deferred,
-        image_bytes: stats.image_bytes_written,
-        base_bytes_read: stats.base_bytes_read,
-        wal_frame_bytes: stats.wal_frame_bytes_written,
-        backfill_bytes: stats.backfill_bytes_written,
+    Ok(EndToEnd::from_run(
+        &stats,
         anon_huge_bytes,
+        times,
+        cpu_times,
         recovery_ms,
-        verified: recovered_tick == final_tick && recovered == final_state,
-    })
+        recovered_tick == final_tick && recovered == final_state,
+    ))
 }
 
 /// CPU time of the calling thread in ns: the mutator's own work, without the time other processes

@@ -351,22 +351,17 @@ pub(super) fn run_end_to_end<A: Algorithm>(
     let started = Instant::now();
     let (recovered, recovered_tick, _report) = recover(dir.path(), words, replay)?;
     let recovery_ms = started.elapsed().as_secs_f64() * 1e3;
-    Ok(EndToEnd {
-        tick_ns: times,
-        tick_cpu_ns: cpu_times,
-        checkpoints: stats.checkpoints_started,
-        deferred: stats.checkpoints_deferred,
-        image_bytes: stats.image_bytes_written,
-        base_bytes_read: stats.base_bytes_read,
-        wal_frame_bytes: stats.wal_frame_bytes_written,
-        backfill_bytes: stats.backfill_bytes_written,
+    Ok(EndToEnd::from_run(
+        &stats,
         anon_huge_bytes,
+        times,
+        cpu_times,
         recovery_ms,
-        verified: final_matches
+        final_matches
             && durable_tick == ticks as u64
             && recovered_tick == ticks as u64
             && recovered == reference,
-    })
+    ))
 }
 
 #[cfg(test)]
