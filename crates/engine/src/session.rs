@@ -30,7 +30,7 @@ use crate::log::{
     FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE,
 };
 use crate::state::{GlobalState, Phase};
-use crate::store::Store;
+use crate::store::{Located, Store};
 use crate::{EngineError, SessionId, Strategy};
 
 /// Operations between unconditional epoch refreshes.
@@ -338,12 +338,7 @@ impl Session {
         out: &mut Vec<u8>,
     ) -> Result<Step<bool>, EngineError> {
         let shared = &self.store.shared;
-        let Some(entry) = shared.index.find(hash) else {
-            out.clear();
-            return Ok(Step::Done(false));
-        };
-        let begin = shared.log.begin_address();
-        let Some(record) = shared.find_record(key, entry.address(), begin) else {
+        let Some(record) = shared.locate(hash, key).and_then(|located| located.record) else {
             out.clear();
             return Ok(Step::Done(false));
         };
@@ -401,12 +396,8 @@ impl Session {
         if let Some(step) = self.take_latches(&mut hold, None) {
             return Ok(map_step(step, |_| false));
         }
-        let begin = shared.log.begin_address();
-        let mut entry = shared
-            .index
-            .find_or_create(hash, begin)
-            .map_err(|_| shared.index_full_error())?;
-        let Some(record) = shared.find_record(key, entry.address(), begin) else {
+        let Located { mut entry, record } = shared.locate_or_create(hash, key)?;
+        let Some(record) = record else {
             return Ok(match write {
                 Write::Delete => Step::Done(false),
                 Write::Put(value) => map_step(
@@ -671,12 +662,8 @@ impl Session {
         if let Some(step) = self.take_latches(&mut hold, None) {
             return Ok(step);
         }
-        let begin = log.begin_address();
-        let mut entry = shared
-            .index
-            .find_or_create(hash, begin)
-            .map_err(|_| shared.index_full_error())?;
-        let Some(record) = shared.find_record(key, entry.address(), begin) else {
+        let Located { mut entry, record } = shared.locate_or_create(hash, key)?;
+        let Some(record) = record else {
             // Insert a tombstone placeholder first, so the update runs exactly once under the
             // placeholder's record lock on the next attempt.
             return Ok(

@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::checkpoint_files::{CheckpointDirectory, EntryRef, ManifestKind};
 use crate::cpr_points::SessionShared;
 use crate::epoch::LightEpoch;
-use crate::index::{HashIndex, KeyHash};
+use crate::index::{EntrySlot, HashIndex, KeyHash};
 use crate::latch::VersionLatches;
 use crate::log::{HybridLog, NewRecord, Record, FLAG_INVALID};
 use crate::session::Session;
@@ -69,6 +69,24 @@ pub struct RecoveryInfo {
     pub fell_back: Option<String>,
 }
 
+/// A key's index entry and newest record, read in the one order that is safe while compaction
+/// runs: the begin address first, then the chain head.
+///
+/// Why the order matters (the bug behind a "missing key" at 10M keys, see `docs/engine.md`,
+/// "Chain walks and the begin address"): compaction copies a key's newest record to the tail,
+/// re-points the index entry at the copy, and only then moves the begin address past the old
+/// record. A reader that loaded the head *before* that re-pointing and the begin *after* the move
+/// holds an address below its own lower bound: the walk stops at once and reports the key absent
+/// although it never was. Reading the begin first makes the bound no newer than the head, and a
+/// key's newest record at the time the head was read lies at or above the begin of that time
+/// (compaction's invariant), so the walk reaches it; epoch protection keeps its page allocated.
+pub(crate) struct Located<'a> {
+    /// The index entry as read (its word is the expected value for a publishing CAS).
+    pub(crate) entry: EntrySlot<'a>,
+    /// The key's newest valid record, if any.
+    pub(crate) record: Option<Record<'a>>,
+}
+
 /// State shared by the store, its sessions and its background threads.
 pub(crate) struct Shared {
     pub(crate) config: StoreConfig,
@@ -114,8 +132,38 @@ impl Shared {
         Strategy::ALL[self.running_strategy.load(Ordering::Acquire) as usize]
     }
 
-    /// The newest record with `key` in the chain starting at `head` (skipping invalid records).
-    /// Caller holds epoch protection (or is the only thread).
+    /// The newest record of `key` for a reader: `None` if the index has no entry for its tag.
+    /// Caller holds epoch protection.
+    ///
+    /// The walk's lower bound is read *before* the chain head: see [`Located`].
+    #[inline(always)]
+    pub(crate) fn locate(&self, hash: KeyHash, key: &[u8]) -> Option<Located<'_>> {
+        let begin = self.log.begin_address();
+        let entry = self.index.find(hash)?;
+        let record = self.find_record(key, entry.address(), begin);
+        Some(Located { entry, record })
+    }
+
+    /// The newest record of `key` for a writer, creating the index entry for its tag if missing.
+    /// Caller holds epoch protection. Same read order as [`Shared::locate`].
+    #[inline(always)]
+    pub(crate) fn locate_or_create(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+    ) -> Result<Located<'_>, EngineError> {
+        let begin = self.log.begin_address();
+        let entry = self
+            .index
+            .find_or_create(hash, begin)
+            .map_err(|_| self.index_full_error())?;
+        let record = self.find_record(key, entry.address(), begin);
+        Ok(Located { entry, record })
+    }
+
+    /// The newest record with `key` in the chain starting at `head` (skipping invalid records),
+    /// walking down to `begin`. Caller holds epoch protection (or is the only thread), and read
+    /// `begin` no later than `head` (see [`Located`]) or holds the maintenance lock.
     #[inline(always)]
     pub(crate) fn find_record(&self, key: &[u8], head: u64, begin: u64) -> Option<Record<'_>> {
         let mut address = head;
@@ -154,7 +202,6 @@ impl Shared {
         path_hint: &str,
     ) -> Result<(), EngineError> {
         let hash = KeyHash::of(entry.key);
-        let begin = self.log.begin_address();
         let out_of_memory = || EngineError::OutOfMemory {
             detail: format!(
                 "checkpoint {path_hint} does not fit the log budget of {} bytes",
@@ -162,12 +209,12 @@ impl Shared {
             ),
         };
         loop {
-            let mut slot = self
-                .index
-                .find_or_create(hash, begin)
-                .map_err(|_| self.index_full_error())?;
+            let Located {
+                entry: mut slot,
+                record: existing,
+            } = self.locate_or_create(hash, entry.key)?;
             let head = slot.address();
-            if let Some(existing) = self.find_record(entry.key, head, begin) {
+            if let Some(existing) = existing {
                 if unique {
                     return Err(EngineError::Corrupt {
                         path: path_hint.into(),
