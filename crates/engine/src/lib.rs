@@ -20,7 +20,6 @@ mod index;
 mod latch;
 mod log;
 mod memory;
-pub mod oracle;
 mod session;
 mod state;
 mod store;

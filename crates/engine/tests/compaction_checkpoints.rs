@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prefixkv_engine::oracle::{self, Op, WorkloadSpec};
 use prefixkv_engine::{Store, StoreConfig, Strategy};
+use prefixkv_testkit::oracle::{self, Op, WorkloadSpec};
 
 const KEYS: u64 = 40_000;
 
@@ -34,6 +34,7 @@ fn run(strategy: Strategy) {
     let spec = WorkloadSpec {
         keys: KEYS,
         read_percent: 50,
+        delete_percent: 0,
         zipfian: false,
         seed: 7,
     };
@@ -69,6 +70,9 @@ fn run(strategy: Strategy) {
                         Op::Upsert(key) => session
                             .upsert(&key.to_be_bytes(), &oracle::encode_value(index, serial))
                             .unwrap(),
+                        Op::Delete(key) => {
+                            session.delete(&key.to_be_bytes()).unwrap();
+                        }
                     }
                     operations.fetch_add(1, Ordering::Relaxed);
                 }

@@ -17,8 +17,8 @@ use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, ratio, Spread};
 use crate::Common;
 use anyhow::{bail, Context, Result};
-use prefixkv_engine::oracle::{self, Op, WorkloadSpec};
 use prefixkv_engine::{SessionId, Store, StoreConfig, Strategy};
+use prefixkv_testkit::oracle::{self, Op, WorkloadSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -288,6 +288,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             let spec = WorkloadSpec {
                 keys: plan.keys,
                 read_percent: mix.read_percent(),
+                delete_percent: 0,
                 zipfian: distribution == crate::workload::KeyDistribution::Zipfian,
                 seed: 0x5EED_0000 + round as u64,
             };
@@ -540,6 +541,7 @@ fn run_map_cell(
                             key.to_be_bytes(),
                             oracle::encode_value(session_index, serial),
                         ),
+                        Op::Delete(_) => unreachable!("cpr workloads have no deletes"),
                     }
                 }
                 counter.store(serial, Ordering::Relaxed);
@@ -608,6 +610,9 @@ fn run_engine_cell(
                             &key.to_be_bytes(),
                             &oracle::encode_value(session_index, serial),
                         )?,
+                        Op::Delete(key) => {
+                            session.delete(&key.to_be_bytes())?;
+                        }
                     }
                 }
                 counter.store(serial, Ordering::Relaxed);

@@ -15,8 +15,8 @@
 use crate::report::{row, Report};
 use crate::Common;
 use anyhow::{bail, Context, Result};
-use prefixkv_engine::oracle::{self, Op, WorkloadSpec};
 use prefixkv_engine::{SessionId, Store, StoreConfig, Strategy};
+use prefixkv_testkit::oracle::{self, Op, WorkloadSpec};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::Value;
@@ -283,6 +283,7 @@ fn child_spec(keys: u64, seed: u64) -> WorkloadSpec {
     WorkloadSpec {
         keys,
         read_percent: 50,
+        delete_percent: 0,
         zipfian: seed % 2 == 1,
         seed,
     }
@@ -334,6 +335,9 @@ fn run_child(dir: &Path, args: &Args) -> Result<()> {
                         }
                         Op::Upsert(key) => session
                             .upsert(&key.to_be_bytes(), &oracle::encode_value(index, serial))?,
+                        Op::Delete(key) => {
+                            session.delete(&key.to_be_bytes())?;
+                        }
                     }
                 }
                 Ok(())

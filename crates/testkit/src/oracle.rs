@@ -1,5 +1,18 @@
-//! The verification oracle: deterministic per-session workloads, and a checker that a recovered
-//! image is exactly a CPR state (every session's operations up to its CPR point, none after).
+//! The prefix oracle: deterministic per-session workloads, a check of the CPR points a recovered
+//! checkpoint reports against what its clients were acknowledged ([`check_points`]), and a check
+//! that a recovered image is exactly the state those points name ([`verify_image`]): every
+//! session's operations up to its point, none after.
+//!
+//! # Trust only what clients were told
+//!
+//! A checkpoint's own report (its CPR points, counts, digests) is a claim, never the reference.
+//! [`check_points`] compares each reported point with two facts the client side recorded itself:
+//! the last serial the session had been acknowledged *before the checkpoint was requested* (a
+//! point below it would drop acknowledged work the checkpoint promised to hold) and the last serial
+//! the session ever *issued* (a point above it names operations that never ran). Only points that
+//! pass are used to rebuild the expected image, so a store that loses writes and under-reports its
+//! points to match is caught by the first check, and one that reports honest points but loses a
+//! write is caught by the second.
 //!
 //! # Workloads without an operation log
 //!
@@ -26,10 +39,14 @@
 //!
 //! # What `verify_image` checks, for every key
 //!
+//! Workers may also delete keys (`WorkloadSpec::delete_percent`). Sessions run concurrently, so
+//! when two sessions last wrote a key within their prefixes, either write may be the final one;
+//! the check accepts exactly the states some interleaving could produce:
 //! (a) a value `(s, n)` in the image has `1 <= n <= cpr(s)` and session `s`'s op `n` upserted that
-//!     key; (b) session `s` did not upsert the key again in `(n, cpr(s)]`, and if `s` is the loader,
-//!     no worker upserted it within its prefix; (c) every key upserted by any session within its
-//!     prefix is present; (d) no other key is present. Errors name the key, the session and serials.
+//!     key; (b) `n` is `s`'s last write (upsert or delete) of the key within its prefix, and if `s`
+//!     is the loader, no worker wrote the key within its prefix; (c) a key is present if the loader
+//!     wrote it and no worker did, or if every worker that wrote it last upserted it; (d) no other
+//!     key is present. Errors name the key, the session and the serials.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -48,6 +65,9 @@ pub struct WorkloadSpec {
     pub keys: u64,
     /// Percentage of worker operations that are reads (0..=100).
     pub read_percent: u32,
+    /// Percentage of worker operations that are deletes (`read_percent + delete_percent <= 100`;
+    /// the rest are upserts).
+    pub delete_percent: u32,
     /// Zipfian (θ = 0.99, scrambled) instead of uniform keys for workers.
     pub zipfian: bool,
     /// Seed; different seeds give unrelated workloads.
@@ -61,13 +81,15 @@ pub enum Op {
     Read(u64),
     /// Upsert the key with `encode_value(session, serial)`.
     Upsert(u64),
+    /// Delete the key.
+    Delete(u64),
 }
 
 impl Op {
     /// The key the operation touches.
     pub fn key(self) -> u64 {
         match self {
-            Op::Read(key) | Op::Upsert(key) => key,
+            Op::Read(key) | Op::Upsert(key) | Op::Delete(key) => key,
         }
     }
 
@@ -134,6 +156,10 @@ fn zipf_rank(uniform_bits: u64, keys: u64) -> u64 {
 #[inline]
 pub fn op_at(spec: &WorkloadSpec, session_index: u32, serial: u64) -> Op {
     assert!(spec.keys >= 1, "a workload needs at least one key");
+    assert!(
+        spec.read_percent + spec.delete_percent <= 100,
+        "read_percent + delete_percent must be at most 100"
+    );
     assert!(serial >= 1, "serials start at 1");
     if session_index == LOADER_SESSION {
         return if serial <= spec.keys {
@@ -144,7 +170,7 @@ pub fn op_at(spec: &WorkloadSpec, session_index: u32, serial: u64) -> Op {
     }
     let seed_word = mix64(spec.seed.wrapping_add(GOLDEN_GAMMA));
     let hash = mix64(seed_word ^ ((u64::from(session_index) << 48) ^ serial));
-    let is_read = scale(hash, 100) < u64::from(spec.read_percent);
+    let percentile = scale(hash, 100);
     let key_bits = mix64(hash.wrapping_add(GOLDEN_GAMMA));
     let key = if spec.zipfian {
         let rank = zipf_rank(key_bits, spec.keys);
@@ -152,8 +178,10 @@ pub fn op_at(spec: &WorkloadSpec, session_index: u32, serial: u64) -> Op {
     } else {
         scale(key_bits, spec.keys)
     };
-    if is_read {
+    if percentile < u64::from(spec.read_percent) {
         Op::Read(key)
+    } else if percentile < u64::from(spec.read_percent + spec.delete_percent) {
+        Op::Delete(key)
     } else {
         Op::Upsert(key)
     }
@@ -189,9 +217,16 @@ impl Hasher for IntegerHasher {
     }
 }
 
-type KeyToSerial = HashMap<u64, u64, BuildHasherDefault<IntegerHasher>>;
+/// A session's last write of a key within its prefix: the serial, and whether it was a delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LastWrite {
+    serial: u64,
+    delete: bool,
+}
 
-/// For every worker session, the last serial at which it upserted each key within its prefix.
+type KeyToSerial = HashMap<u64, LastWrite, BuildHasherDefault<IntegerHasher>>;
+
+/// For every worker session, its last write (upsert or delete) of each key within its prefix.
 struct WorkerPrefixes {
     sessions: Vec<(u32, KeyToSerial)>,
 }
@@ -210,9 +245,23 @@ impl WorkerPrefixes {
         let replay_one = |session: u32, cpr_point: u64| {
             let mut last = KeyToSerial::default();
             for serial in 1..=cpr_point {
-                if let Op::Upsert(key) = op_at(spec, session, serial) {
-                    last.insert(key, serial);
-                }
+                match op_at(spec, session, serial) {
+                    Op::Upsert(key) => last.insert(
+                        key,
+                        LastWrite {
+                            serial,
+                            delete: false,
+                        },
+                    ),
+                    Op::Delete(key) => last.insert(
+                        key,
+                        LastWrite {
+                            serial,
+                            delete: true,
+                        },
+                    ),
+                    Op::Read(_) => None,
+                };
             }
             (session, last)
         };
@@ -240,7 +289,7 @@ impl WorkerPrefixes {
         WorkerPrefixes { sessions }
     }
 
-    fn last(&self, key: u64, session: u32) -> Option<u64> {
+    fn last(&self, key: u64, session: u32) -> Option<LastWrite> {
         let position = self
             .sessions
             .binary_search_by_key(&session, |(s, _)| *s)
@@ -248,11 +297,11 @@ impl WorkerPrefixes {
         self.sessions[position].1.get(&key).copied()
     }
 
-    /// Some worker that upserted `key` within its prefix, and the serial.
-    fn any_writer(&self, key: u64) -> Option<(u32, u64)> {
+    /// Some worker that wrote `key` within its prefix, and its last write of it.
+    fn any_writer(&self, key: u64) -> Option<(u32, LastWrite)> {
         self.sessions
             .iter()
-            .find_map(|(session, last)| last.get(&key).map(|&serial| (*session, serial)))
+            .find_map(|(session, last)| last.get(&key).map(|&write| (*session, write)))
     }
 }
 
@@ -277,9 +326,87 @@ impl KeyBits {
     }
 }
 
-/// Checks that `image` (every (key, value) pair of a recovered store) is exactly the state after
+/// What the client side knows about one session, recorded by the test or experiment itself
+/// (never read from the store): the reference [`check_points`] holds a checkpoint's claims to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PointBounds {
+    /// The session index its values encode.
+    pub session: u32,
+    /// The last serial the session had been acknowledged before the checkpoint was requested:
+    /// the checkpoint must hold at least this much (0 if nothing was acknowledged yet).
+    pub acknowledged_before_request: u64,
+    /// The last serial the session ever issued: no checkpoint can hold more.
+    pub issued: u64,
+}
+
+/// Checks the CPR points a recovered checkpoint reports (`(session index, point)`) against what
+/// the clients recorded: every session of `bounds` must have a point with
+/// `acknowledged_before_request <= point <= issued` (a session missing from `reported` counts as
+/// point 0), and every reported session must be one the clients know (or have point 0: a session
+/// can be registered before it runs anything). On success returns the points to verify the image
+/// against, one per session of `bounds`.
+pub fn check_points(
+    reported: &[(u32, u64)],
+    bounds: &[PointBounds],
+) -> Result<Vec<(u32, u64)>, String> {
+    let mut claimed: HashMap<u32, u64> = HashMap::new();
+    for &(session, point) in reported {
+        if claimed.insert(session, point).is_some() {
+            return Err(format!("the checkpoint lists session {session} twice"));
+        }
+    }
+    let mut points = Vec::with_capacity(bounds.len());
+    for bound in bounds {
+        let point = claimed.remove(&bound.session).unwrap_or(0);
+        if bound.acknowledged_before_request > bound.issued {
+            return Err(format!(
+                "bounds of session {} are inconsistent: acknowledged {} but issued only {}",
+                bound.session, bound.acknowledged_before_request, bound.issued
+            ));
+        }
+        if point < bound.acknowledged_before_request {
+            return Err(format!(
+                "session {}: the checkpoint's CPR point is {point}, but the session had been \
+                 acknowledged serial {} before the checkpoint was requested (acknowledged work \
+                 missing from the checkpoint)",
+                bound.session, bound.acknowledged_before_request
+            ));
+        }
+        if point > bound.issued {
+            return Err(format!(
+                "session {}: the checkpoint's CPR point is {point}, but the session only ever \
+                 issued serials up to {} (a point past anything that ran)",
+                bound.session, bound.issued
+            ));
+        }
+        points.push((bound.session, point));
+    }
+    if let Some((&session, &point)) = claimed.iter().find(|(_, &point)| point > 0) {
+        return Err(format!(
+            "the checkpoint lists session {session} at point {point}, a session the clients never ran"
+        ));
+    }
+    Ok(points)
+}
+
+/// [`check_points`], then [`verify_image`] with the checked points: the whole recovery check.
+pub fn verify_recovery<I>(
+    spec: &WorkloadSpec,
+    reported: &[(u32, u64)],
+    bounds: &[PointBounds],
+    image: I,
+) -> Result<VerifySummary, String>
+where
+    I: IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+{
+    let points = check_points(reported, bounds)?;
+    verify_image(spec, &points, image).map_err(|problem| format!("{problem}; points {points:?}"))
+}
+
+/// Checks that `image` (every (key, value) pair of a recovered store) is exactly a state after
 /// each session in `sessions` (`(session_index, cpr_point)`) ran its operations `1..=cpr_point`.
 /// See the module docs for the rules; the error names the key, session and serials involved.
+/// The points must come from [`check_points`] (or be known exactly), never from the store alone.
 pub fn verify_image<I>(
     spec: &WorkloadSpec,
     sessions: &[(u32, u64)],
@@ -303,28 +430,36 @@ where
         }
     }
     let mut summary = VerifySummary::default();
-    let mut expected = KeyBits::new(spec.keys);
+    // Keys that must be present: loaded and not written by any worker, or written by workers
+    // whose last writes were all upserts.
+    let mut required = KeyBits::new(spec.keys);
     // The loader's prefix needs no replay: it upserted keys 0..loaded, key k at serial k + 1.
     let loaded_keys = cpr_points
         .get(&LOADER_SESSION)
         .map_or(0, |&cpr| cpr.min(spec.keys));
-    for key in 0..loaded_keys {
-        expected.insert(key);
-    }
     summary.ops_replayed += cpr_points.get(&LOADER_SESSION).copied().unwrap_or(0);
     let workers = WorkerPrefixes::replay(spec, &cpr_points);
-    // Worker keys, for the loader-precedes-workers rule.
     let mut worker_written = KeyBits::new(spec.keys);
+    let mut worker_deleted = KeyBits::new(spec.keys);
     for (session, last) in &workers.sessions {
-        for &key in last.keys() {
-            expected.insert(key);
+        for (&key, write) in last {
             worker_written.insert(key);
+            if write.delete {
+                worker_deleted.insert(key);
+            }
         }
         summary.ops_replayed += cpr_points[session];
     }
+    for key in 0..spec.keys {
+        let loaded = key < loaded_keys && !worker_written.contains(key);
+        let upserted = worker_written.contains(key) && !worker_deleted.contains(key);
+        if loaded || upserted {
+            required.insert(key);
+        }
+    }
 
     let mut seen = KeyBits::new(spec.keys);
-    let mut seen_expected = 0u64;
+    let mut seen_required = 0u64;
     for (key_bytes, value_bytes) in image {
         summary.keys_checked += 1;
         let key = decode_key(&key_bytes)
@@ -338,12 +473,12 @@ where
         if !seen.insert(key) {
             return Err(format!("key {key} appears twice in the image"));
         }
-        if !expected.contains(key) {
+        if key >= loaded_keys && !worker_written.contains(key) {
             return Err(format!(
                 "extra key {key}: no session upserted it within its prefix (value {value_bytes:02x?})"
             ));
         }
-        seen_expected += 1;
+        seen_required += u64::from(required.contains(key));
         let (session, serial) = decode_value(&value_bytes).ok_or_else(|| {
             format!("key {key}: value {value_bytes:02x?} is not an 8-byte workload value")
         })?;
@@ -366,43 +501,43 @@ where
                  {op:?} (value from a wrong session or for a wrong key)"
             ));
         }
-        let last = if session == LOADER_SESSION {
-            if worker_written.contains(key) {
-                let (writer, writer_serial) = workers
-                    .any_writer(key)
-                    .expect("worker_written keys have a writer");
+        if session == LOADER_SESSION {
+            if let Some((writer, write)) = workers.any_writer(key) {
                 return Err(format!(
                     "key {key}: lost write: the image holds the loader's value (serial {serial}) \
-                     but session {writer} upserted it at serial {writer_serial} <= its CPR point"
+                     but session {writer} {} it at serial {} <= its CPR point",
+                    if write.delete { "deleted" } else { "upserted" },
+                    write.serial
                 ));
             }
-            key + 1
         } else {
-            workers
+            let last = workers
                 .last(key, session)
-                .expect("a valid upsert within the prefix is recorded")
-        };
-        if last != serial {
-            return Err(format!(
-                "key {key}: lost write: the image holds session {session} serial {serial} but the \
-                 session upserted the key again at serial {last} <= its CPR point {cpr_point}"
-            ));
+                .expect("a valid upsert within the prefix is recorded");
+            if last.serial != serial {
+                return Err(format!(
+                    "key {key}: lost write: the image holds session {session} serial {serial} but \
+                     the session {} the key again at serial {} <= its CPR point {cpr_point}",
+                    if last.delete { "deleted" } else { "upserted" },
+                    last.serial
+                ));
+            }
         }
     }
-    if seen_expected != expected.count() {
+    if seen_required != required.count() {
         let missing = (0..spec.keys)
-            .find(|&key| expected.contains(key) && !seen.contains(key))
-            .expect("a count mismatch means some expected key is unseen");
-        let writer = if missing < loaded_keys {
-            format!(
+            .find(|&key| required.contains(key) && !seen.contains(key))
+            .expect("a count mismatch means some required key is unseen");
+        let writer = match workers.any_writer(missing) {
+            None => format!(
                 "the loader (session 0) upserted it at serial {}",
                 missing + 1
-            )
-        } else {
-            let (session, serial) = workers
-                .any_writer(missing)
-                .expect("expected keys have a writer");
-            format!("session {session} upserted it at serial {serial} <= its CPR point")
+            ),
+            Some((session, write)) => format!(
+                "session {session} upserted it at serial {} <= its CPR point (and no session's \
+                 last write of it is a delete)",
+                write.serial
+            ),
         };
         return Err(format!(
             "missing key {missing}: {writer}, but the image does not hold it"

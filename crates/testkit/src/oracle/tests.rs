@@ -8,8 +8,15 @@ use super::*;
 const SPEC: WorkloadSpec = WorkloadSpec {
     keys: 200,
     read_percent: 30,
+    delete_percent: 0,
     zipfian: false,
     seed: 42,
+};
+
+/// With deletes: 30 % reads, 20 % deletes, 50 % upserts.
+const DELETES: WorkloadSpec = WorkloadSpec {
+    delete_percent: 20,
+    ..SPEC
 };
 
 /// Runs the loader to `sessions[0]`'s point, then the workers round-robin up to their CPR points,
@@ -30,8 +37,14 @@ fn execute(spec: &WorkloadSpec, sessions: &[(u32, u64)]) -> BTreeMap<u64, (u32, 
     for serial in 1..=longest {
         for &(session, cpr_point) in sessions {
             if session != LOADER_SESSION && serial <= cpr_point {
-                if let Op::Upsert(key) = op_at(spec, session, serial) {
-                    state.insert(key, (session, serial));
+                match op_at(spec, session, serial) {
+                    Op::Upsert(key) => {
+                        state.insert(key, (session, serial));
+                    }
+                    Op::Delete(key) => {
+                        state.remove(&key);
+                    }
+                    Op::Read(_) => {}
                 }
             }
         }
@@ -57,7 +70,7 @@ fn first_upsert_after(session: u32, after: u64) -> (u64, u64) {
     (after + 1..)
         .find_map(|serial| match op_at(&SPEC, session, serial) {
             Op::Upsert(key) => Some((key, serial)),
-            Op::Read(_) => None,
+            _ => None,
         })
         .expect("some later upsert")
 }
@@ -79,6 +92,7 @@ fn op_at_is_deterministic_and_shaped() {
     let spec = WorkloadSpec {
         keys: 1000,
         read_percent: 50,
+        delete_percent: 0,
         zipfian: false,
         seed: 1,
     };
@@ -111,6 +125,7 @@ fn zipfian_keys_are_skewed_and_in_range() {
     let spec = WorkloadSpec {
         keys: 10_000,
         read_percent: 0,
+        delete_percent: 0,
         zipfian: true,
         seed: 9,
     };
@@ -251,4 +266,94 @@ fn rejects_malformed_images() {
     assert!(verify_image(&SPEC, &[(1, 1), (1, 2)], Vec::new())
         .unwrap_err()
         .contains("twice"));
+}
+
+#[test]
+fn deletes_are_drawn_and_checked() {
+    let deletes = (1..=10_000)
+        .filter(|&serial| matches!(op_at(&DELETES, 1, serial), Op::Delete(_)))
+        .count();
+    assert!((1_600..2_400).contains(&deletes), "deletes {deletes}");
+    // Any interleaving's state passes: round-robin, and each session's writes one after another.
+    let state = execute(&DELETES, &SESSIONS);
+    verify_image(&DELETES, &SESSIONS, image(&state)).expect("round-robin state");
+    // A key whose only worker write within the prefixes is a delete must be absent.
+    let (key, write) = (1..=150)
+        .find_map(|serial| match op_at(&DELETES, 1, serial) {
+            Op::Delete(key)
+                if (serial + 1..=150).all(|later| op_at(&DELETES, 1, later).key() != key)
+                    && [2u32, 3].iter().all(|&other| {
+                        let point = SESSIONS.iter().find(|s| s.0 == other).unwrap().1;
+                        (1..=point).all(|n| op_at(&DELETES, other, n).key() != key)
+                    }) =>
+            {
+                Some((key, serial))
+            }
+            _ => None,
+        })
+        .expect("a key deleted last by session 1 only");
+    let mut revived = execute(&DELETES, &SESSIONS);
+    assert!(
+        !revived.contains_key(&key),
+        "session 1 deleted {key} at {write}"
+    );
+    revived.insert(key, (0, key + 1));
+    let error = verify_image(&DELETES, &SESSIONS, image(&revived)).unwrap_err();
+    assert!(
+        error.contains("lost write") && error.contains("deleted"),
+        "{error}"
+    );
+}
+
+#[test]
+fn check_points_holds_the_checkpoint_to_what_clients_were_told() {
+    let bounds = [
+        PointBounds {
+            session: 0,
+            acknowledged_before_request: 200,
+            issued: 200,
+        },
+        PointBounds {
+            session: 1,
+            acknowledged_before_request: 100,
+            issued: 180,
+        },
+    ];
+    assert_eq!(
+        check_points(&[(0, 200), (1, 150)], &bounds).unwrap(),
+        vec![(0, 200), (1, 150)]
+    );
+    // A point below what was acknowledged before the request: acknowledged work is missing.
+    let error = check_points(&[(0, 200), (1, 99)], &bounds).unwrap_err();
+    assert!(error.contains("acknowledged serial 100"), "{error}");
+    // A session left out entirely counts as point 0.
+    let error = check_points(&[(0, 200)], &bounds).unwrap_err();
+    assert!(error.contains("session 1"), "{error}");
+    // A point past anything issued.
+    let error = check_points(&[(0, 200), (1, 181)], &bounds).unwrap_err();
+    assert!(error.contains("only ever issued"), "{error}");
+    // A session nobody ran, unless it never did anything.
+    assert!(check_points(&[(0, 200), (1, 150), (7, 0)], &bounds).is_ok());
+    let error = check_points(&[(0, 200), (1, 150), (7, 3)], &bounds).unwrap_err();
+    assert!(error.contains("never ran"), "{error}");
+}
+
+#[test]
+fn verify_recovery_rejects_an_image_that_lost_a_write_and_its_points_to_match() {
+    // The store lost session 1's writes after serial 90 and reports point 90 to match: the image
+    // is a perfect CPR state for the points it reports, but the client was acknowledged 120
+    // before the checkpoint was requested.
+    let honest = [(0, 200), (1, 90), (2, 90), (3, 0)];
+    let state = execute(&SPEC, &honest);
+    verify_image(&SPEC, &honest, image(&state)).expect("consistent with its own report");
+    let bounds: Vec<PointBounds> = [(0, 200, 200), (1, 120, 150), (2, 90, 90), (3, 0, 0)]
+        .iter()
+        .map(|&(session, acknowledged, issued)| PointBounds {
+            session,
+            acknowledged_before_request: acknowledged,
+            issued,
+        })
+        .collect();
+    let error = verify_recovery(&SPEC, &honest, &bounds, image(&state)).unwrap_err();
+    assert!(error.contains("acknowledged serial 120"), "{error}");
 }

@@ -1,0 +1,20 @@
+//! prefixkv-testkit: what every crash test and experiment of prefixkv shares.
+//!
+//! - [`oracle`]: deterministic per-session workloads and the prefix oracle, which checks a
+//!   recovered state against what the clients were acknowledged, never against what the system
+//!   reports about itself.
+//! - [`child`]: the SIGKILL child-process harness (re-execute a test binary or run a command, read
+//!   its progress lines with bounded waits, kill it, keep the lines it printed before it died).
+//! - [`counters`]: client-side counters in a shared file mapping, readable after a SIGKILL.
+//! - [`rng`]: seeded randomness with a replayable seed, and `env_count` for test sizes.
+//!
+//! A dev-dependency of every crate with crash tests, and a dependency of `prefixkv-bench`.
+
+#![warn(missing_docs)]
+
+pub mod child;
+pub mod counters;
+pub mod oracle;
+pub mod rng;
+
+pub use rng::env_count;
