@@ -1,65 +1,74 @@
-//! Crash test: a child process (this test binary re-executed with `PREFIXKV_CRASH_CHILD` set) runs
-//! writer sessions and back-to-back checkpoints of every strategy; the parent SIGKILLs it at a
-//! varying point and verifies that the recovered store is prefix-consistent for the recovered
-//! per-session commit points. `PREFIXKV_CRASH_ITERATIONS` (default 3) kills.
+//! Crash test: a child process (this test binary re-executed in child mode) runs writer sessions
+//! and back-to-back checkpoints of every strategy; the parent SIGKILLs it after a varying number
+//! of published checkpoints and checks the recovered store against what the child's clients were
+//! told, never against what the store says about itself:
+//! - the recovered version is at least the newest one the child saw published;
+//! - each session's CPR point lies between the last serial it had been acknowledged before that
+//!   checkpoint was requested (the child prints its counters just before each request) and the
+//!   last serial it issued (kept in a shared counter file that survives the kill);
+//! - the recovered image is exactly the state those points name (`prefixkv_testkit::oracle`).
+//!
+//! `PREFIXKV_CRASH_ITERATIONS` (default 3) kills; `PREFIXKV_CRASH_SEED` replays kill points.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::Duration;
 
-use common::{encode_value, env_count, op_at, small_config, verify_recovered, Op};
+use common::{apply, bounds, env_count, load, small_config, spec, verify_recovered};
 use prefixkv_engine::{SessionId, Store, Strategy};
+use prefixkv_testkit::child::{self, ChildProcess};
+use prefixkv_testkit::counters::SharedCounters;
+use prefixkv_testkit::oracle::WorkloadSpec;
+use prefixkv_testkit::rng::Rng;
 
 const KEYS: u64 = 2000;
 const WORKERS: u32 = 2;
 const OPS_PER_WORKER: u64 = 150_000;
+const CHILD_ENV: &str = "PREFIXKV_CRASH_CHILD";
+const COUNTERS_ENV: &str = "PREFIXKV_CRASH_COUNTERS";
+const LINE_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn workload() -> WorkloadSpec {
+    spec(KEYS, 3)
+}
+
+/// Counter slots: issued and acknowledged serial of each session index.
+fn issued_slot(index: u32) -> usize {
+    index as usize * 2
+}
+fn acknowledged_slot(index: u32) -> usize {
+    index as usize * 2 + 1
+}
 
 /// The child's body; a no-op unless re-executed by the parent.
 #[test]
 fn crash_child() {
-    let Ok(dir) = std::env::var("PREFIXKV_CRASH_CHILD") else {
+    let Some(dir) = child::child_mode(CHILD_ENV) else {
         return;
     };
-    let store = Store::open(small_config(std::path::Path::new(&dir))).unwrap();
-    let stdout = std::sync::Mutex::new(std::io::stdout());
-    let say = |line: String| {
-        let mut out = stdout.lock().unwrap();
-        writeln!(out, "{line}").unwrap();
-        out.flush().unwrap();
-    };
-    let mut loader = store.start_session();
-    say(format!("session {} 0", loader.id().0));
-    for serial in 1..=KEYS {
-        let Op::Upsert(key) = op_at(KEYS, 0, serial) else {
-            unreachable!()
-        };
-        loader
-            .upsert(&key.to_be_bytes(), &encode_value(0, serial))
-            .unwrap();
-    }
-    loader.suspend();
+    let counters = SharedCounters::open(Path::new(
+        &std::env::var(COUNTERS_ENV).expect("the parent names the counter file"),
+    ))
+    .unwrap();
+    let store = Store::open(small_config(Path::new(&dir))).unwrap();
+    let spec = workload();
+    let loader = load(&store, &spec);
+    counters.raise(issued_slot(0), KEYS);
+    counters.raise(acknowledged_slot(0), KEYS);
+    child::report(format!("session {} 0", loader.id().0));
+    let counters = &counters;
     std::thread::scope(|scope| {
         for index in 1..=WORKERS {
             let mut session = store.start_session();
-            say(format!("session {} {index}", session.id().0));
+            child::report(format!("session {} {index}", session.id().0));
             scope.spawn(move || {
                 let mut out = Vec::new();
                 for serial in 1..=OPS_PER_WORKER {
-                    match op_at(KEYS, index, serial) {
-                        Op::Read(key) => {
-                            session.read(&key.to_be_bytes(), &mut out).unwrap();
-                        }
-                        Op::Upsert(key) => session
-                            .upsert(&key.to_be_bytes(), &encode_value(index, serial))
-                            .unwrap(),
-                        Op::Delete(key) => {
-                            session.delete(&key.to_be_bytes()).unwrap();
-                        }
-                    }
+                    counters.raise(issued_slot(index), serial);
+                    apply(&mut session, &spec, index, serial, &mut out).unwrap();
+                    counters.raise(acknowledged_slot(index), serial);
                 }
                 session.suspend();
                 // Stay alive (idle) until killed.
@@ -68,85 +77,175 @@ fn crash_child() {
         }
         for round in 0u64.. {
             let strategy = Strategy::ALL[round as usize % 5];
+            // The acknowledgements known before the request: the checkpoint must hold them.
+            let acknowledged: Vec<String> = (0..=WORKERS)
+                .map(|index| {
+                    counters
+                        .get(acknowledged_slot(index))
+                        .load(std::sync::atomic::Ordering::SeqCst)
+                        .to_string()
+                })
+                .collect();
+            child::report(format!(
+                "request {} {}",
+                store.version(),
+                acknowledged.join(" ")
+            ));
             let token = store.checkpoint(strategy).unwrap();
             let report = store
                 .wait_for_commit(token, Duration::from_secs(60))
                 .unwrap();
-            say(format!("published {} {strategy}", report.version));
+            child::report(format!("published {} {strategy}", report.version));
         }
     });
 }
 
+/// What the parent heard from one child.
+#[derive(Default)]
+struct Heard {
+    indices: BTreeMap<SessionId, u32>,
+    /// Acknowledged serials per session index, by the version whose request they preceded.
+    requests: BTreeMap<u64, Vec<u64>>,
+    published: u64,
+    newest_published: u64,
+}
+
+impl Heard {
+    fn take(&mut self, line: &str) {
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields[0] {
+            "session" => {
+                self.indices.insert(
+                    SessionId(fields[1].parse().unwrap()),
+                    fields[2].parse().unwrap(),
+                );
+            }
+            "request" => {
+                let acknowledged = fields[2..].iter().map(|f| f.parse().unwrap()).collect();
+                self.requests
+                    .insert(fields[1].parse().unwrap(), acknowledged);
+            }
+            "published" => {
+                self.published += 1;
+                self.newest_published = fields[1].parse().unwrap();
+            }
+            other => panic!("unexpected line from the child: {other:?}"),
+        }
+    }
+}
+
+/// One child run, killed after `kill_after` publications: the recovered store (kept alive by the
+/// returned directory), what the child said, and the issued serials at the kill.
+fn run_and_kill(
+    kill_after: u64,
+) -> (
+    tempfile::TempDir,
+    std::sync::Arc<Store>,
+    Heard,
+    Vec<prefixkv_testkit::oracle::PointBounds>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let counters_path = dir.path().join("client-counters");
+    SharedCounters::create(&counters_path, issued_slot(WORKERS + 1)).unwrap();
+    let store_dir = dir.path().join("store");
+    let mut process = ChildProcess::spawn_test(
+        "crash_child",
+        &[
+            (CHILD_ENV, store_dir.as_os_str()),
+            (COUNTERS_ENV, counters_path.as_os_str()),
+        ],
+    )
+    .unwrap();
+    let mut heard = Heard::default();
+    while heard.published < kill_after {
+        let line = process
+            .next_line(LINE_TIMEOUT)
+            .unwrap_or_else(|error| panic!("{error}"));
+        heard.take(&line);
+    }
+    for line in process.kill() {
+        heard.take(&line);
+    }
+    let counters = SharedCounters::read_file(&counters_path).unwrap();
+    let issued: Vec<u64> = (0..=WORKERS)
+        .map(|index| counters[issued_slot(index)])
+        .collect();
+    let store = Store::open(small_config(&store_dir)).unwrap();
+    let version = store
+        .recovery_info()
+        .expect("at least one checkpoint was published")
+        .version;
+    assert!(
+        version >= heard.newest_published,
+        "recovered v{version} but v{} was published",
+        heard.newest_published
+    );
+    let acknowledged = heard
+        .requests
+        .get(&version)
+        .unwrap_or_else(|| panic!("recovered v{version}, which was never requested"));
+    let bounds = bounds(acknowledged, &issued);
+    (dir, store, heard, bounds)
+}
+
 #[test]
-fn recovery_after_sigkill_is_prefix_consistent() {
-    if std::env::var("PREFIXKV_CRASH_CHILD").is_ok() {
+fn recovery_after_sigkill_holds_what_clients_were_told() {
+    if child::child_mode(CHILD_ENV).is_some() {
         return;
     }
     let iterations = env_count("PREFIXKV_CRASH_ITERATIONS", 3);
+    let mut rng = Rng::from_env("PREFIXKV_CRASH_SEED");
     for iteration in 0..iterations {
-        let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-            .env("PREFIXKV_CRASH_CHILD", dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let (sender, receiver) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut indices: BTreeMap<SessionId, u32> = BTreeMap::new();
-        // Kill after a varying number of published checkpoints (1..=6).
-        let kill_after = 1 + (iteration * 7 + std::process::id() as u64) % 6;
-        let mut published = 0;
-        while published < kill_after {
-            let line = receiver
-                .recv_timeout(Duration::from_secs(120))
-                .expect("child made no progress within 120 s");
-            // libtest may print "test crash_child ... " on the same line before our output.
-            let start = ["session ", "published "]
-                .iter()
-                .filter_map(|keyword| line.find(keyword))
-                .min()
-                .unwrap_or(0);
-            let fields: Vec<&str> = line[start..].split(' ').collect();
-            match fields[0] {
-                "session" => {
-                    indices.insert(
-                        SessionId(fields[1].parse().unwrap()),
-                        fields[2].parse().unwrap(),
-                    );
-                }
-                "published" => published += 1,
-                _ => {}
-            }
-        }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-
-        let store = Store::open(small_config(dir.path())).unwrap();
-        let info = store
-            .recovery_info()
-            .expect("at least one checkpoint was published")
-            .clone();
-        assert!(
-            info.version >= kill_after,
-            "recovered v{} but v{kill_after} was published",
-            info.version
-        );
-        if let Err(problem) = verify_recovered(&store, KEYS, &indices, &info.session_commit_points)
-        {
-            panic!(
-                "iteration {iteration}: recovered v{}: {problem}",
-                info.version
-            );
+        let (_dir, store, heard, bounds) = run_and_kill(rng.in_range(1..7));
+        if let Err(problem) = verify_recovered(&store, &workload(), &heard.indices, &bounds) {
+            panic!("iteration {iteration}: {problem}");
         }
     }
+}
+
+/// The oracle is not vacuous: the same check fails once one acknowledged record is removed from
+/// a recovered store, and once the client side claims one more acknowledgement than the
+/// checkpoint holds.
+#[test]
+fn the_crash_oracle_catches_a_dropped_acknowledged_write() {
+    if child::child_mode(CHILD_ENV).is_some() {
+        return;
+    }
+    let (_dir, store, heard, bounds) = run_and_kill(2);
+    verify_recovered(&store, &workload(), &heard.indices, &bounds).expect("untampered");
+    // Claim worker 1 was acknowledged one more operation before the request than the
+    // checkpoint holds.
+    let recovered_point = {
+        let info = store.recovery_info().unwrap();
+        let id = heard
+            .indices
+            .iter()
+            .find(|(_, &index)| index == 1)
+            .unwrap()
+            .0;
+        info.session_commit_points[id]
+    };
+    let mut overclaimed = bounds.clone();
+    let worker = overclaimed
+        .iter_mut()
+        .find(|bound| bound.session == 1)
+        .unwrap();
+    worker.acknowledged_before_request = recovered_point + 1;
+    worker.issued = worker.issued.max(recovered_point + 1);
+    let error = verify_recovered(&store, &workload(), &heard.indices, &overclaimed).unwrap_err();
+    assert!(error.contains("acknowledged serial"), "{error}");
+    // Remove one acknowledged record that must be present (most keys are: only a key whose last
+    // write by some session was a delete may be absent, so try keys until one is required).
+    let mut session = store.start_session();
+    for (key, value) in common::read_image(&store, KEYS) {
+        assert!(session.delete(&key).unwrap());
+        match verify_recovered(&store, &workload(), &heard.indices, &bounds) {
+            Err(error) => {
+                assert!(error.contains("missing key"), "{error}");
+                return;
+            }
+            Ok(()) => session.upsert(&key, &value).unwrap(),
+        }
+    }
+    panic!("removing any one record went unnoticed");
 }

@@ -26,6 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod verify;
+use verify::{recovery_bounds, verify, verify_recovery};
+
 /// Flags of `prefixkv-bench cpr`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -652,18 +655,23 @@ fn run_engine_cell(
                 .recovery_info()
                 .context("a checkpointed run must leave a checkpoint to recover")?
                 .clone();
-            let mut points = Vec::new();
+            let mut reported = Vec::new();
             for (id, serial) in &info.session_commit_points {
                 match session_indices.get(id) {
-                    Some(&index) => points.push((index, *serial)),
+                    Some(&index) => reported.push((index, *serial)),
                     None => bail!("recovered an unknown session {id}"),
                 }
             }
-            let mut reader = recovered.start_session();
-            verify(spec, &points, &mut |key| {
-                let mut out = Vec::new();
-                Ok(reader.read(key, &mut out)?.then_some(out))
-            })
+            match recovery_bounds(spec, &measured, info.version) {
+                Err(problem) => (false, problem),
+                Ok(bounds) => {
+                    let mut reader = recovered.start_session();
+                    verify_recovery(spec, &reported, &bounds, &mut |key| {
+                        let mut out = Vec::new();
+                        Ok(reader.read(key, &mut out)?.then_some(out))
+                    })
+                }
+            }
         }
     };
     Ok(Cell {
@@ -689,35 +697,14 @@ fn engine_config(plan: &Plan, dir: &Path) -> StoreConfig {
     config
 }
 
-/// Reads one key of an image: `Ok(None)` when absent.
-type ReadKey<'a> = dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>> + 'a;
-
-/// Checks the image against the oracle by reading every key of the key space.
-fn verify(spec: &WorkloadSpec, points: &[(u32, u64)], read: &mut ReadKey<'_>) -> (bool, String) {
-    let mut image = Vec::with_capacity(spec.keys as usize);
-    for key in 0..spec.keys {
-        let key = key.to_be_bytes();
-        match read(&key) {
-            Ok(Some(value)) => image.push((key.to_vec(), value)),
-            Ok(None) => {}
-            Err(error) => {
-                return (
-                    false,
-                    format!("reading the recovered image failed: {error:#}"),
-                )
-            }
-        }
-    }
-    match oracle::verify_image(spec, points, image) {
-        Ok(summary) => (true, format!("{summary:?}")),
-        Err(problem) => (false, problem),
-    }
-}
-
 struct Measured {
     cell: Cell,
     /// (session index, last serial) per worker.
     final_serials: Vec<(u32, u64)>,
+    /// For each checkpoint requested (by version): what each worker (session index) had been
+    /// acknowledged before the request, as the workers' own counters said. The oracle holds the
+    /// recovered checkpoint's CPR points to these, not to what the store reports.
+    acknowledged_at_request: BTreeMap<u64, Vec<(u32, u64)>>,
 }
 
 /// Runs `threads` workers (session indices 1..=threads) for `plan.seconds`, sampling progress
@@ -750,6 +737,7 @@ fn measure(
         };
         let mut samples: Vec<(f64, u64, u64)> = vec![(0.0, total(), current_rss_bytes())];
         let mut windows = Vec::new();
+        let mut acknowledged_at_request = BTreeMap::new();
         let mut next_checkpoint = start + plan.checkpoint_interval;
         let mut pending: Option<(prefixkv_engine::CheckpointToken, f64, u64)> = None;
         let mut peak_rss = 0u64;
@@ -780,7 +768,13 @@ fn measure(
                     }
                 }
                 if pending.is_none() && Instant::now() >= next_checkpoint {
-                    match store.checkpoint(strategy) {
+                    // Read before the request: a lower bound of what each worker was acknowledged.
+                    let acknowledged = acknowledged_now(&counters);
+                    let requested = store.checkpoint(strategy);
+                    if let Ok(token) = &requested {
+                        acknowledged_at_request.insert(token.version, acknowledged);
+                    }
+                    match requested {
                         Ok(token) => pending = Some((token, now, rss)),
                         Err(error) => {
                             driver_error = Some(error);
@@ -819,6 +813,8 @@ fn measure(
                 ));
             }
             let token = store.checkpoint(strategy)?;
+            // The workers have stopped: everything they ran was acknowledged before this request.
+            acknowledged_at_request.insert(token.version, final_serials.clone());
             store.wait_for_commit(token, Duration::from_secs(120))?;
         }
         let (during_ops, during_s) = windows.iter().fold((0.0, 0.0), |(ops, secs), w| {
@@ -848,8 +844,19 @@ fn measure(
                 verify_detail: String::new(),
             },
             final_serials,
+            acknowledged_at_request,
         })
     })
+}
+
+/// Each worker's (session index, acknowledged serial) from its progress counter, which it
+/// stores after every batch of operations returned.
+fn acknowledged_now(counters: &[AtomicU64]) -> Vec<(u32, u64)> {
+    counters
+        .iter()
+        .enumerate()
+        .map(|(i, counter)| (i as u32 + 1, counter.load(Ordering::SeqCst)))
+        .collect()
 }
 
 fn window(

@@ -3,29 +3,34 @@
 //! Each iteration starts a child process (this same binary, `crash --child`) that preloads a store,
 //! runs worker sessions on the oracle's deterministic workload, and checkpoints back to back with a
 //! strategy chosen per iteration. The child prints `session <id> <index>` for every session it
-//! starts and `published <version>` after each checkpoint is durable. The parent reads those lines,
-//! and after a random number of publications (and a random delay of up to a checkpoint's length, so
-//! kills land in segment writes, fsyncs and around the manifest rename alike) sends SIGKILL.
+//! starts, `request <version> <acknowledged serial per session>` just before each checkpoint
+//! request, and `published <version>` after each checkpoint is durable; each worker also raises
+//! its issued and acknowledged serials in a shared counter file (`prefixkv_testkit::counters`)
+//! around every operation. The parent reads the lines, and after a random number of publications
+//! (and a random delay of up to a checkpoint's length, so kills land in segment writes, fsyncs and
+//! around the manifest rename alike) sends SIGKILL.
 //!
-//! Then the parent opens the directory. The invariant checked: recovery yields version `v` or
-//! `v + 1`, where `v` is the newest version the child reported durable (a checkpoint may become
-//! durable just before the kill, before its line was printed), and the recovered image equals the
-//! oracle's prefix-consistent state for the recovered CPR points — never a mixture of versions.
+//! Then the parent opens the directory and checks the recovery against what the child's clients
+//! were told, not against what the store reports: the recovered version is `v` or `v + 1`, where
+//! `v` is the newest version the child reported durable (a checkpoint may become durable just
+//! before the kill, before its line was printed); each session's CPR point lies between what it
+//! had been acknowledged before that version was requested and the last serial it issued before
+//! the kill; and the recovered image equals the oracle's state for those points — never a mixture.
 
 use crate::report::{row, Report};
 use crate::Common;
 use anyhow::{bail, Context, Result};
 use prefixkv_engine::{SessionId, Store, StoreConfig, Strategy};
-use prefixkv_testkit::oracle::{self, Op, WorkloadSpec};
+use prefixkv_testkit::child::{self, ChildError, ChildProcess};
+use prefixkv_testkit::counters::SharedCounters;
+use prefixkv_testkit::oracle::{self, Op, PointBounds, WorkloadSpec};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::Value;
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Flags of `prefixkv-bench crash`.
@@ -55,6 +60,9 @@ pub struct Args {
     /// Internal: the child's strategy.
     #[arg(long, hide = true)]
     pub child_strategy: Option<String>,
+    /// Internal: the child's client counter file.
+    #[arg(long, hide = true)]
+    pub child_counters: Option<PathBuf>,
 }
 
 /// How long the parent waits for any line from the child before declaring it stuck.
@@ -147,73 +155,73 @@ fn one_iteration(
         .seed
         .wrapping_mul(1_000_003)
         .wrapping_add(u64::from(iteration));
-    let mut child = Command::new(exe)
+    let counters_path = dir.path().join("client-counters");
+    SharedCounters::create(&counters_path, counter_slots(args.threads))
+        .context("creating the client counter file")?;
+    let store_dir = dir.path().join("store");
+    let mut command = Command::new(exe);
+    command
         .arg("crash")
         .arg("--child")
-        .arg(dir.path())
+        .arg(&store_dir)
         .arg("--child-strategy")
         .arg(strategy.to_string())
+        .arg("--child-counters")
+        .arg(&counters_path)
         .arg("--keys")
         .arg(args.keys.to_string())
         .arg("--threads")
         .arg(args.threads.to_string())
         .arg("--seed")
-        .arg(seed.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("starting the child")?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (lines_tx, lines_rx) = mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+        .arg(seed.to_string());
+    let mut process = ChildProcess::spawn_reporting(command).context("starting the child")?;
     let kill_after_publications = rng.random_range(1..=4u32);
     let jitter = Duration::from_micros(rng.random_range(0..40_000));
     let mut heard = Heard::default();
     let mut kill_at: Option<Instant> = None;
     loop {
-        if kill_at.is_some_and(|at| Instant::now() >= at) {
-            break;
-        }
-        let wait = kill_at.map_or(CHILD_LINE_TIMEOUT, |at| {
-            at.saturating_duration_since(Instant::now())
-        });
-        match lines_rx.recv_timeout(wait) {
+        let wait = match kill_at {
+            Some(at) if Instant::now() >= at => break,
+            Some(at) => at.saturating_duration_since(Instant::now()),
+            None => CHILD_LINE_TIMEOUT,
+        };
+        match process.next_line(wait) {
             Ok(line) => {
                 heard.take(&line)?;
                 if kill_at.is_none() && heard.publications == kill_after_publications {
                     kill_at = Some(Instant::now() + jitter);
                 }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) if kill_at.is_some() => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("the child printed nothing for {CHILD_LINE_TIMEOUT:?}");
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = child.wait()?;
-                bail!("the child exited on its own ({status}) before it was killed");
-            }
+            Err(ChildError::Quiet(_)) if kill_at.is_some() => break,
+            Err(error) => bail!("{error}"),
         }
     }
-    child.kill().context("sending SIGKILL to the child")?;
-    child.wait()?;
     // Lines still in the pipe when the child died count too: each was printed after what it says.
-    reader.join().ok();
-    for line in lines_rx.try_iter() {
+    for line in process.kill() {
         heard.take(&line)?;
     }
-    let (sessions, newest_published) = (heard.sessions, heard.newest_published);
+    let counters = SharedCounters::read_file(&counters_path)?;
 
-    let store = Store::open(StoreConfig::new(dir.path().to_path_buf()))
+    let store = Store::open(child_config(&store_dir, args.keys))
         .context("recovery refused a directory left by a killed process")?;
+    let spec = child_spec(args.keys, seed);
+    let version = check_recovery(&store, &spec, args.threads, &heard, &counters)?;
+    Ok(version == heard.newest_published)
+}
+
+/// Checks a store recovered after the kill against what the child's clients were told: the
+/// version is the newest reported durable or the next; each session's CPR point lies between
+/// what it was acknowledged before that version's request (the child's `request` line) and the
+/// last serial it issued (the counter file); the image is the state those points name. Returns
+/// the recovered version.
+fn check_recovery(
+    store: &std::sync::Arc<Store>,
+    spec: &WorkloadSpec,
+    threads: u32,
+    heard: &Heard,
+    counters: &[u64],
+) -> Result<u64> {
+    let newest_published = heard.newest_published;
     let info = store
         .recovery_info()
         .context("no checkpoint recovered although some were published")?
@@ -224,11 +232,23 @@ fn one_iteration(
             info.version
         );
     }
-    let spec = child_spec(args.keys, seed);
-    let mut points = Vec::new();
+    let acknowledged = heard.requests.get(&info.version).with_context(|| {
+        format!(
+            "recovered version {}, which the child never requested",
+            info.version
+        )
+    })?;
+    let bounds: Vec<PointBounds> = (0..=threads)
+        .map(|index| PointBounds {
+            session: index,
+            acknowledged_before_request: acknowledged.get(index as usize).copied().unwrap_or(0),
+            issued: counters[issued_slot(index)],
+        })
+        .collect();
+    let mut reported = Vec::new();
     for (id, serial) in &info.session_commit_points {
-        match sessions.get(id) {
-            Some(&index) => points.push((index, *serial)),
+        match heard.sessions.get(id) {
+            Some(&index) => reported.push((index, *serial)),
             // A session can be registered (and so be in a checkpoint) before its line is printed,
             // but it runs no operation before printing it.
             None if *serial == 0 => {}
@@ -245,19 +265,42 @@ fn one_iteration(
             image.push((key.to_be_bytes().to_vec(), value.clone()));
         }
     }
-    oracle::verify_image(&spec, &points, image).map_err(|problem| {
+    oracle::verify_recovery(spec, &reported, &bounds, image).map_err(|problem| {
         anyhow::anyhow!(
-            "recovered version {} is not prefix-consistent: {problem}",
+            "recovered version {} does not hold what the clients were told: {problem}",
             info.version
         )
     })?;
-    Ok(info.version == newest_published)
+    Ok(info.version)
+}
+
+/// Counter slots: issued and acknowledged serial of each session index (0 = the loader).
+fn counter_slots(threads: u32) -> usize {
+    issued_slot(threads + 1)
+}
+fn issued_slot(index: u32) -> usize {
+    index as usize * 2
+}
+fn acknowledged_slot(index: u32) -> usize {
+    index as usize * 2 + 1
+}
+
+/// The child's store configuration (the parent recovers with the same): the index and the log
+/// budget scale with the key count, as in `cpr`, so a 10M-key stress fits.
+fn child_config(dir: &Path, keys: u64) -> StoreConfig {
+    let mut config = StoreConfig::new(dir.to_path_buf());
+    config.index_buckets = (keys as usize / 4).next_power_of_two().max(1 << 10);
+    config.log_memory_bytes = (keys * 16 * 8).max(256 << 20);
+    config.flusher_threads = 2;
+    config
 }
 
 /// What the parent has heard from the child.
 #[derive(Default)]
 struct Heard {
     sessions: HashMap<SessionId, u32>,
+    /// Per requested version: the acknowledged serial of each session index before the request.
+    requests: BTreeMap<u64, Vec<u64>>,
     newest_published: u64,
     publications: u32,
 }
@@ -268,6 +311,13 @@ impl Heard {
         match (words.next(), words.next(), words.next()) {
             (Some("session"), Some(id), Some(index)) => {
                 self.sessions.insert(SessionId(id.parse()?), index.parse()?);
+            }
+            (Some("request"), Some(version), Some(first)) => {
+                let acknowledged = std::iter::once(first)
+                    .chain(words)
+                    .map(str::parse)
+                    .collect::<std::result::Result<Vec<u64>, _>>()?;
+                self.requests.insert(version.parse()?, acknowledged);
             }
             (Some("published"), Some(version), None) => {
                 self.newest_published = version.parse()?;
@@ -298,37 +348,35 @@ fn run_child(dir: &Path, args: &Args) -> Result<()> {
         .parse()
         .map_err(|_| anyhow::anyhow!("bad --child-strategy"))?;
     let spec = child_spec(args.keys, args.seed);
-    let mut config = StoreConfig::new(dir.to_path_buf());
-    config.index_buckets = (args.keys as usize / 4).next_power_of_two().max(1 << 10);
-    config.log_memory_bytes = 256 << 20;
-    config.flusher_threads = 2;
-    let store = Store::open(config)?;
-    let stdout = std::sync::Mutex::new(std::io::stdout());
-    let say = |line: String| {
-        let mut out = stdout.lock().expect("stdout lock");
-        // A failed write means the parent is gone; the parent will kill us anyway.
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
-    };
+    let counters = SharedCounters::open(
+        args.child_counters
+            .as_deref()
+            .context("the child needs --child-counters")?,
+    )?;
+    let store = Store::open(child_config(dir, args.keys))?;
     let mut loader = store.start_session();
-    say(format!("session {} 0", loader.id().0));
+    child::report(format!("session {} 0", loader.id().0));
     for serial in 1..=spec.keys {
+        counters.raise(issued_slot(0), serial);
         if let Op::Upsert(key) = oracle::op_at(&spec, 0, serial) {
             loader.upsert(&key.to_be_bytes(), &oracle::encode_value(0, serial))?;
         }
+        counters.raise(acknowledged_slot(0), serial);
     }
     loader.suspend();
     let stop = AtomicBool::new(false);
+    let counters = &counters;
     std::thread::scope(|scope| -> Result<()> {
         for index in 1..=args.threads {
-            let (store, spec, stop, say) = (&store, &spec, &stop, &say);
+            let (store, spec, stop) = (&store, &spec, &stop);
             scope.spawn(move || -> Result<()> {
                 let mut session = store.start_session();
-                say(format!("session {} {index}", session.id().0));
+                child::report(format!("session {} {index}", session.id().0));
                 let mut value = Vec::new();
                 let mut serial = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     serial += 1;
+                    counters.raise(issued_slot(index), serial);
                     match oracle::op_at(spec, index, serial) {
                         Op::Read(key) => {
                             session.read(&key.to_be_bytes(), &mut value)?;
@@ -339,14 +387,115 @@ fn run_child(dir: &Path, args: &Args) -> Result<()> {
                             session.delete(&key.to_be_bytes())?;
                         }
                     }
+                    counters.raise(acknowledged_slot(index), serial);
                 }
                 Ok(())
             });
         }
         loop {
+            // What every session had been acknowledged before the request: the checkpoint must
+            // hold at least this (the single driver knows the version the request will get).
+            let acknowledged: Vec<String> = (0..=args.threads)
+                .map(|index| {
+                    counters
+                        .get(acknowledged_slot(index))
+                        .load(Ordering::SeqCst)
+                        .to_string()
+                })
+                .collect();
+            let version = store.version();
+            child::report(format!("request {version} {}", acknowledged.join(" ")));
             let token = store.checkpoint(strategy)?;
-            let report = store.wait_for_commit(token, Duration::from_secs(60))?;
-            say(format!("published {}", report.version));
+            anyhow::ensure!(
+                token.version == version,
+                "checkpoint got version {} where {version} was announced",
+                token.version
+            );
+            let report = store.wait_for_commit(token, Duration::from_secs(600))?;
+            child::report(format!("published {}", report.version));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kill check is not vacuous: what a child would have reported, built in-process around a
+    /// real checkpoint, passes; removing one acknowledged record from the recovered store, or a
+    /// request line claiming one more acknowledgement than the checkpoint holds, fails it.
+    #[test]
+    fn check_recovery_catches_a_dropped_acknowledged_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = child_spec(3_000, 4);
+        let worker_ops = 4_000u64;
+        let mut heard = Heard::default();
+        let mut counters = vec![0u64; counter_slots(1)];
+        {
+            let store = Store::open(child_config(dir.path(), spec.keys)).unwrap();
+            let mut loader = store.start_session();
+            heard.sessions.insert(loader.id(), 0);
+            let mut worker = store.start_session();
+            heard.sessions.insert(worker.id(), 1);
+            for serial in 1..=spec.keys {
+                if let Op::Upsert(key) = oracle::op_at(&spec, 0, serial) {
+                    let value = oracle::encode_value(0, serial);
+                    loader.upsert(&key.to_be_bytes(), &value).unwrap();
+                }
+            }
+            let mut value = Vec::new();
+            for serial in 1..=worker_ops {
+                match oracle::op_at(&spec, 1, serial) {
+                    Op::Read(key) => {
+                        worker.read(&key.to_be_bytes(), &mut value).unwrap();
+                    }
+                    Op::Upsert(key) => worker
+                        .upsert(&key.to_be_bytes(), &oracle::encode_value(1, serial))
+                        .unwrap(),
+                    Op::Delete(key) => {
+                        worker.delete(&key.to_be_bytes()).unwrap();
+                    }
+                }
+            }
+            loader.suspend();
+            worker.suspend();
+            counters[issued_slot(0)] = spec.keys;
+            counters[issued_slot(1)] = worker_ops;
+            heard
+                .requests
+                .insert(store.version(), vec![spec.keys, worker_ops]);
+            let token = store.checkpoint(Strategy::Persian).unwrap();
+            let report = store
+                .wait_for_commit(token, Duration::from_secs(60))
+                .unwrap();
+            heard.newest_published = report.version;
+        }
+        let store = Store::open(child_config(dir.path(), spec.keys)).unwrap();
+        check_recovery(&store, &spec, 1, &heard, &counters).expect("untampered");
+        let mut overclaimed = Heard {
+            sessions: heard.sessions.clone(),
+            requests: heard.requests.clone(),
+            ..Heard::default()
+        };
+        overclaimed.newest_published = heard.newest_published;
+        for acknowledged in overclaimed.requests.values_mut() {
+            acknowledged[1] += 1;
+        }
+        counters[issued_slot(1)] += 1;
+        let error = check_recovery(&store, &spec, 1, &overclaimed, &counters).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("acknowledged serial"),
+            "{error:#}"
+        );
+        counters[issued_slot(1)] -= 1;
+        let mut session = store.start_session();
+        let key = (0..spec.keys)
+            .map(u64::to_be_bytes)
+            .find(|key| session.read(key, &mut Vec::new()).unwrap())
+            .unwrap();
+        session.delete(&key).unwrap();
+        drop(session);
+        let error = check_recovery(&store, &spec, 1, &heard, &counters).unwrap_err();
+        assert!(format!("{error:#}").contains("missing key"), "{error:#}");
+    }
 }
