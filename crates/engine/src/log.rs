@@ -167,6 +167,20 @@ impl<'a> Record<'a> {
         true
     }
 
+    /// Whether `other` holds the same key (keys are immutable: no seqlock needed).
+    #[inline]
+    pub(crate) fn same_key(&self, other: &Record<'_>) -> bool {
+        let len = self.key_len();
+        if len != other.key_len() {
+            return false;
+        }
+        let words = words_for(len);
+        self.words[HEADER_WORDS..HEADER_WORDS + words]
+            .iter()
+            .zip(&other.words[HEADER_WORDS..HEADER_WORDS + words])
+            .all(|(a, b)| a.load(Ordering::Relaxed) == b.load(Ordering::Relaxed))
+    }
+
     /// Appends the key bytes to `out`.
     pub(crate) fn copy_key(&self, out: &mut Vec<u8>) {
         let len = self.key_len();
@@ -516,6 +530,28 @@ impl HybridLog {
         // SAFETY: the page is live (non-null, freed only after an epoch bump that every protected
         // reader must pass first) and has `page_words` words.
         unsafe { std::slice::from_raw_parts(pointer.add(word_index), self.page_words - word_index) }
+    }
+
+    /// Hints the CPU to start loading the cache line at `address` (a record header), so that a
+    /// scan can overlap the misses of many records instead of paying one memory latency each.
+    /// Callers hold epoch protection and checked `address >= begin_address`; a hint never faults.
+    #[inline]
+    pub(crate) fn prefetch(&self, address: u64) {
+        let page = address >> self.page_bits;
+        let pointer = self.ring[(page & self.ring_mask) as usize].load(Ordering::Relaxed);
+        if pointer.is_null() {
+            return;
+        }
+        let word_index = ((address & ((1u64 << self.page_bits) - 1)) / 8) as usize;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: prefetch is a hint: it never faults and has no effect on memory; the address
+        // is computed within the page's allocation.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(pointer.add(word_index) as *const i8);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = word_index;
     }
 
     /// The record at `address` (which must hold a published or being-written record).
