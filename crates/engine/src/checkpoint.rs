@@ -205,15 +205,33 @@ fn scan_index_parallel(
     let buckets = shared.index.bucket_count();
     let threads = threads.clamp(1, buckets);
     let per_thread = buckets.div_ceil(threads);
-    write_segments_in_parallel(pending, threads, |index, writer| {
+    write_segments_in_parallel(shared, pending, threads, |index, writer| {
         let range = (index * per_thread).min(buckets)..((index + 1) * per_thread).min(buckets);
         scan_index_range(shared, range, version, cpr_copy, writer)
     })
 }
 
+/// Makes the calling thread yield the CPU to request threads: sets its niceness (Linux threads
+/// are tasks, so this affects only this thread). Raising niceness needs no privilege; a failure
+/// only means the thread keeps the default priority, so it is logged, not fatal.
+fn lower_this_thread(nice: i32) {
+    // SAFETY: plain syscalls on the calling thread's own id.
+    let result = unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+    };
+    if result != 0 {
+        tracing::debug!(
+            "could not lower checkpoint thread priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Runs `fill(index, writer)` for segments `0..threads`, each on its own scoped thread with its own
 /// segment writer, then finishes (fsyncs) every segment. Fails with the first error any thread met.
 fn write_segments_in_parallel(
+    shared: &Shared,
     pending: &crate::checkpoint_files::PendingCheckpoint,
     threads: usize,
     fill: impl Fn(usize, &mut SegmentWriter) -> Result<(), EngineError> + Sync,
@@ -222,12 +240,18 @@ fn write_segments_in_parallel(
         .map(|index| pending.segment_writer(index as u32))
         .collect::<Result<Vec<_>, _>>()?;
     let fill = &fill;
+    let nice = (shared.strategy_in_flight() != Strategy::Blocking)
+        .then_some(shared.config.checkpoint_thread_nice)
+        .filter(|&nice| nice > 0);
     std::thread::scope(|scope| {
         let handles: Vec<_> = writers
             .into_iter()
             .enumerate()
             .map(|(index, mut writer)| {
                 scope.spawn(move || -> Result<SegmentSummary, EngineError> {
+                    if let Some(nice) = nice {
+                        lower_this_thread(nice);
+                    }
                     fill(index, &mut writer)?;
                     writer.finish()
                 })
@@ -354,7 +378,7 @@ fn scan_log_parallel(
     let pages = end_page - first_page;
     let threads = (threads as u64).clamp(1, pages);
     let per_thread = pages.div_ceil(threads);
-    write_segments_in_parallel(pending, threads as usize, |index, writer| {
+    write_segments_in_parallel(shared, pending, threads as usize, |index, writer| {
         let index = index as u64;
         let from = ((first_page + index * per_thread) * page_bytes).max(begin);
         let until = ((first_page + (index + 1) * per_thread) * page_bytes).min(tail);
@@ -389,4 +413,28 @@ fn scan_log_parallel(
             None => Ok(()),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lower_this_thread;
+
+    #[test]
+    fn lowering_a_thread_changes_only_that_thread() {
+        // SAFETY: plain syscalls on thread ids of this process.
+        let niceness = || unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::getpriority(libc::PRIO_PROCESS, tid)
+        };
+        let before = niceness();
+        let target = (before + 7).min(19);
+        let lowered = std::thread::spawn(move || {
+            lower_this_thread(target);
+            niceness()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, target);
+        assert_eq!(niceness(), before, "the calling thread keeps its priority");
+    }
 }
