@@ -57,6 +57,7 @@ pub(crate) fn run(
     shared: &Arc<Shared>,
     strategy: Strategy,
     version: u64,
+    cookie: Vec<u8>,
     started: Instant,
 ) -> Result<CheckpointReport, EngineError> {
     if version >= u32::MAX as u64 {
@@ -78,7 +79,7 @@ pub(crate) fn run(
             version,
         });
         bump_and_wait(shared, None);
-        write_image(shared, strategy, version, started)
+        write_image(shared, strategy, version, cookie, started)
     } else {
         shared.state.store(SystemState {
             phase: Phase::Prepare,
@@ -94,7 +95,7 @@ pub(crate) fn run(
         bump_and_wait(shared, next(Phase::WaitPending));
         // This engine has no operations pending on I/O: WAIT_PENDING ends once every session saw it.
         bump_and_wait(shared, next(Phase::WaitFlush));
-        write_image(shared, strategy, version, started)
+        write_image(shared, strategy, version, cookie, started)
     };
     {
         let _pause = shared.pause_lock.lock();
@@ -113,6 +114,7 @@ fn write_image(
     shared: &Arc<Shared>,
     strategy: Strategy,
     version: u64,
+    cookie: Vec<u8>,
     started: Instant,
 ) -> Result<CheckpointReport, EngineError> {
     // Every record below `tail` is completely written once this bump's action ran: allocation and
@@ -166,6 +168,7 @@ fn write_image(
         created_unix_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis() as u64),
+        cookie,
     };
     let published = pending.publish(manifest, segments)?;
     {

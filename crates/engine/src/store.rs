@@ -67,6 +67,8 @@ pub struct RecoveryInfo {
     pub records: u64,
     /// Why a newer checkpoint was skipped, if one was.
     pub fell_back: Option<String>,
+    /// The commit cookie the recovered checkpoint was requested with (empty if none).
+    pub cookie: Vec<u8>,
 }
 
 /// A key's index entry and newest record, read in the one order that is safe while compaction
@@ -398,6 +400,7 @@ impl Store {
             session_commit_points: points,
             records,
             fell_back: verified.fell_back().map(str::to_string),
+            cookie: content.cookie,
         }))
     }
 
@@ -498,6 +501,27 @@ impl Store {
 
     /// Starts a checkpoint of the current version on a checkpoint thread and returns at once.
     pub fn checkpoint(&self, strategy: Strategy) -> Result<CheckpointToken, EngineError> {
+        self.checkpoint_with_cookie(strategy, Vec::new())
+    }
+
+    /// [`Store::checkpoint`], recording `cookie` (at most
+    /// [`checkpoint_files::MAX_COOKIE_BYTES`](crate::checkpoint_files::MAX_COOKIE_BYTES)) in the
+    /// checkpoint's manifest; recovery returns it in [`RecoveryInfo::cookie`]. The cookie is the
+    /// caller's state as of this request: whatever it describes must be true of every operation
+    /// acknowledged before the request (those are in the checkpoint), e.g. "the operation log up
+    /// to position p" when every record up to p was appended after its operation completed.
+    pub fn checkpoint_with_cookie(
+        &self,
+        strategy: Strategy,
+        cookie: Vec<u8>,
+    ) -> Result<CheckpointToken, EngineError> {
+        let limit = crate::checkpoint_files::MAX_COOKIE_BYTES;
+        if cookie.len() > limit {
+            return Err(EngineError::InvalidArgument(format!(
+                "a commit cookie holds at most {limit} bytes, got {}",
+                cookie.len()
+            )));
+        }
         if self.shared.checkpoint_running.swap(true, Ordering::SeqCst) {
             return Err(EngineError::CheckpointInProgress);
         }
@@ -512,7 +536,7 @@ impl Store {
             .name(format!("prefixkv-checkpoint-v{version}"))
             .spawn(move || {
                 let started = Instant::now();
-                let result = crate::checkpoint::run(&shared, strategy, version, started)
+                let result = crate::checkpoint::run(&shared, strategy, version, cookie, started)
                     .map_err(|error| error.to_string());
                 shared.finish_checkpoint(version, result);
             });

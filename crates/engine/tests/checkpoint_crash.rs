@@ -56,6 +56,7 @@ fn content_of(version: u64) -> ManifestContent {
         session_points: vec![(1, version * 100), (2, version * 100 + 7)],
         next_session_id: 3,
         created_unix_ms: version,
+        cookie: version.to_le_bytes().to_vec(),
     }
 }
 

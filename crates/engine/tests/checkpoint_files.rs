@@ -20,6 +20,7 @@ fn content(version: u64, kind: ManifestKind) -> ManifestContent {
         session_points: vec![(1, version * 10), (2, version * 10 + 3)],
         next_session_id: 3,
         created_unix_ms: 1_700_000_000_000 + version,
+        cookie: Vec::new(),
     }
 }
 

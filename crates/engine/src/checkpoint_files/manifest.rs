@@ -59,7 +59,16 @@ pub struct ManifestContent {
     pub next_session_id: u64,
     /// Wall-clock creation time, milliseconds since the Unix epoch (informational only).
     pub created_unix_ms: u64,
+    /// The application's commit cookie, given with the checkpoint request and returned by
+    /// recovery (FASTER's commit cookie): state of the caller's own that must travel with the
+    /// checkpoint, such as the operation-log position it covers. At most
+    /// [`MAX_COOKIE_BYTES`]. Absent in manifests written before cookies existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cookie: Vec<u8>,
 }
+
+/// Largest commit cookie a checkpoint carries.
+pub const MAX_COOKIE_BYTES: usize = 64 << 10;
 
 /// A decoded MANIFEST: the content plus the segment summaries, sorted by index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +94,12 @@ impl Manifest {
     pub(crate) fn check_consistency(&self) -> Result<(), String> {
         if self.content.version == 0 {
             return Err("checkpoint version 0 is never written (versions start at 1)".into());
+        }
+        if self.content.cookie.len() > MAX_COOKIE_BYTES {
+            return Err(format!(
+                "the commit cookie is {} bytes, more than the {MAX_COOKIE_BYTES} a checkpoint carries",
+                self.content.cookie.len()
+            ));
         }
         let mut previous_index: Option<u32> = None;
         for segment in &self.segments {

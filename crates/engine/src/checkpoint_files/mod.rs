@@ -81,6 +81,7 @@ pub mod segment;
 pub use directory::{CheckpointDirectory, PendingCheckpoint, PublishedCheckpoint};
 pub use manifest::{
     decode_manifest_bytes, encode_manifest, Manifest, ManifestContent, ManifestKind,
+    MAX_COOKIE_BYTES,
 };
 pub use recovery::VerifiedCheckpoint;
 pub use segment::{
