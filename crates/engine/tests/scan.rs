@@ -44,13 +44,13 @@ fn a_full_scan_visits_every_live_key_once_with_its_value() {
     }
     for key in (0..20_000u64).step_by(3) {
         session.delete(&key.to_be_bytes()).unwrap();
-        expected.remove(&key.to_be_bytes().to_vec());
+        expected.remove(key.to_be_bytes().as_slice());
     }
     // Overwrites that move records (a larger value does not fit in place).
     for key in (1..20_000u64).step_by(7) {
         let value = vec![key as u8; 100];
         session.upsert(&key.to_be_bytes(), &value).unwrap();
-        if expected.contains_key(&key.to_be_bytes().to_vec()) || key % 3 == 0 {
+        if expected.contains_key(key.to_be_bytes().as_slice()) || key % 3 == 0 {
             expected.insert(key.to_be_bytes().to_vec(), value);
         }
     }
