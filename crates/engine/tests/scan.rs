@@ -93,7 +93,7 @@ fn keys_present_throughout_are_visited_exactly_once_while_others_change() {
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 let key = 1_000_000 + n % 3_000;
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     session
                         .upsert(&key.to_be_bytes(), &n.to_le_bytes())
                         .unwrap();
@@ -101,7 +101,7 @@ fn keys_present_throughout_are_visited_exactly_once_while_others_change() {
                     session.delete(&key.to_be_bytes()).unwrap();
                 }
                 // Checkpoints (and the compaction after them) move records under the scan.
-                if n % 20_000 == 0 {
+                if n.is_multiple_of(20_000) {
                     // An idle session must not hold the epoch while it waits.
                     session.suspend();
                     let token = store.checkpoint(Strategy::Persian).unwrap();
