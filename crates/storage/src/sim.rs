@@ -1,0 +1,970 @@
+//! [`SimDisk`]: a simulated disk for power-cut and fault tests, an implementation of [`Disk`].
+//!
+//! # Fault model (also in `docs/storage.md`)
+//!
+//! Per file the disk keeps what reads see (`current`), what is durable (`durable`), and the
+//! writes and length changes made since the last sync, in order (`pending`). Per directory it
+//! keeps the entries reads see, the durable entries, and the entry operations (create, remove,
+//! rename) since the directory's last sync. `sync_data`/`sync_all` of a file make its pending
+//! operations durable; `sync_dir` makes a directory's pending entry operations durable. Nothing
+//! else does: syncing a file does not make its directory entry durable.
+//!
+//! A power cut comes in two steps. [`SimDisk::cut_after`] arms it: after that many more
+//! mutating calls the machine is dead, and every later call (reads included) fails with `EIO`,
+//! so the code under test can acknowledge nothing more. [`SimDisk::crash`] then computes the
+//! state after the reboot, from the durable state and the pending operations, per
+//! [`CrashMode`]: with [`CrashMode::Random`], each pending write of each file is (seeded)
+//! dropped, kept, or torn at a sector boundary (a prefix of its sectors kept), each pending
+//! length change kept or dropped, independently, so later writes can survive earlier ones as the
+//! page cache's write-back allows; and each directory keeps a seeded prefix of its pending entry
+//! operations (often none: the entries of a directory that was not synced are gone), as an
+//! ordered metadata journal would. Files no durable entry reaches are gone. Every handle opened
+//! before the crash is stale afterwards (the process died with the machine).
+//!
+//! Faults: [`SimDisk::inject`] makes chosen calls fail with `ENOSPC` or `EIO`. A failed write
+//! writes nothing. A failed file sync behaves as Linux does after an `fsync` error: the pending
+//! data is dropped from what will survive a crash (reads still see it), and a later sync of the
+//! same file succeeds, so code that retries a failed fsync and carries on loses data that it
+//! believes durable: the PostgreSQL "fsyncgate" lesson, which the power-cut tests check.
+//!
+//! Determinism: every choice comes from the seed and the cut number, drawn in the order of file
+//! and directory creation, so the same sequence of calls with the same seed gives the same state
+//! after a crash. (When several threads issue calls, their interleaving, and so the sequence,
+//! may differ from run to run; the possible outcomes are the same.)
+//!
+//! Limits: a simulated disk lives in memory (tests keep files small); there are no permissions,
+//! links or timestamps; a rename between two directories is a removal in one and an insertion in
+//! the other, each durable with its own directory.
+
+use crate::io::{DirEntry, Disk, DiskFile, Metadata, OpenMode};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, IoSlice};
+use std::os::fd::RawFd;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+/// Default sector size: a torn write keeps a whole number of these.
+pub const DEFAULT_SECTOR_BYTES: u64 = 512;
+
+/// What survives of the unsynced state at [`SimDisk::crash`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Seeded: each pending write dropped, kept or torn at a sector boundary; each directory
+    /// keeps a prefix of its pending entry operations (see the module docs).
+    Random,
+    /// Everything written survives, entries included (what a process crash without a power cut
+    /// leaves: the page cache survives).
+    KeepAll,
+    /// Only what was synced survives.
+    DropAll,
+    /// Everything survives except that the last pending write of each file is torn inside its
+    /// last sector: a seeded number of that sector's new bytes reached the disk, the rest of the
+    /// sector keeps its old bytes.
+    TornLastSector,
+}
+
+/// Which calls a [`Fault`] fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultOp {
+    /// `write_at` (and so appends).
+    Write,
+    /// `sync_data` and `sync_all` of a file.
+    SyncFile,
+    /// `sync_dir`.
+    SyncDir,
+    /// Creating a file or a directory.
+    Create,
+    /// `rename`.
+    Rename,
+    /// `set_len`.
+    SetLen,
+}
+
+/// The error a [`Fault`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultError {
+    /// `ENOSPC`: no space left on the device.
+    NoSpace,
+    /// `EIO`: an I/O error.
+    Io,
+}
+
+impl FaultError {
+    fn to_error(self, what: &str, path: &Path) -> io::Error {
+        let code = match self {
+            FaultError::NoSpace => libc::ENOSPC,
+            FaultError::Io => libc::EIO,
+        };
+        let os = io::Error::from_raw_os_error(code);
+        io::Error::new(
+            os.kind(),
+            format!("{os} (simulated fault on {what} of {})", path.display()),
+        )
+    }
+}
+
+/// A fault to inject: fail matching calls with `error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// Which calls.
+    pub op: FaultOp,
+    /// Only calls on paths containing this text (empty: any path).
+    pub path_contains: String,
+    /// Let this many matching calls pass first.
+    pub skip: u64,
+    /// Fail this many matching calls, then stop; `None`: until [`SimDisk::clear_faults`].
+    pub times: Option<u64>,
+    /// The error returned.
+    pub error: FaultError,
+}
+
+impl Fault {
+    /// Fails the next matching call once.
+    pub fn once(op: FaultOp, path_contains: &str, error: FaultError) -> Fault {
+        Fault {
+            op,
+            path_contains: path_contains.to_string(),
+            skip: 0,
+            times: Some(1),
+            error,
+        }
+    }
+
+    /// Fails every matching call from now until the faults are cleared.
+    pub fn always(op: FaultOp, path_contains: &str, error: FaultError) -> Fault {
+        Fault {
+            op,
+            path_contains: path_contains.to_string(),
+            skip: 0,
+            times: None,
+            error,
+        }
+    }
+}
+
+/// What [`SimDisk::crash`] did to the unsynced state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CrashReport {
+    /// Pending writes and length changes that survived whole.
+    pub writes_kept: u64,
+    /// Pending writes and length changes that were lost.
+    pub writes_dropped: u64,
+    /// Pending writes of which only a part survived.
+    pub writes_torn: u64,
+    /// Pending directory entry operations that survived.
+    pub entries_kept: u64,
+    /// Pending directory entry operations that were lost.
+    pub entries_dropped: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    File(u64),
+    Dir(u64),
+}
+
+#[derive(Debug, Clone)]
+enum Pending {
+    Write { offset: u64, data: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Debug, Clone)]
+enum DirOp {
+    Insert(String, Node),
+    Remove(String),
+    Rename {
+        from: String,
+        to: String,
+        node: Node,
+    },
+}
+
+#[derive(Debug, Default)]
+struct FileNode {
+    current: Vec<u8>,
+    durable: Vec<u8>,
+    pending: Vec<Pending>,
+}
+
+#[derive(Debug, Default)]
+struct DirNode {
+    current: BTreeMap<String, Node>,
+    durable: BTreeMap<String, Node>,
+    pending: Vec<DirOp>,
+}
+
+#[derive(Debug)]
+struct FaultState {
+    fault: Fault,
+    skipped: u64,
+    failed: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    seed: u64,
+    sector_bytes: u64,
+    files: BTreeMap<u64, FileNode>,
+    dirs: BTreeMap<u64, DirNode>,
+    root: u64,
+    next_id: u64,
+    generation: u64,
+    mutations: u64,
+    cut_at: Option<u64>,
+    dead: bool,
+    faults: Vec<FaultState>,
+    faults_hit: u64,
+    locks: BTreeMap<u64, u64>,
+    next_handle: u64,
+}
+
+/// A simulated disk (see the module docs). Cheap to clone: clones share the disk.
+#[derive(Debug, Clone)]
+pub struct SimDisk {
+    state: Arc<Mutex<State>>,
+}
+
+fn apply(bytes: &mut Vec<u8>, op: &Pending) {
+    match op {
+        Pending::Write { offset, data } => {
+            let start = *offset as usize;
+            let end = start + data.len();
+            if bytes.len() < end {
+                bytes.resize(end, 0);
+            }
+            bytes[start..end].copy_from_slice(data);
+        }
+        Pending::SetLen(len) => bytes.resize(*len as usize, 0),
+    }
+}
+
+fn apply_dir(entries: &mut BTreeMap<String, Node>, op: &DirOp) {
+    match op {
+        DirOp::Insert(name, node) => {
+            entries.insert(name.clone(), *node);
+        }
+        DirOp::Remove(name) => {
+            entries.remove(name);
+        }
+        DirOp::Rename { from, to, node } => {
+            entries.remove(from);
+            entries.insert(to.clone(), *node);
+        }
+    }
+}
+
+/// splitmix64, seeded per crash.
+struct Draws(u64);
+
+impl Draws {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, bound: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(bound.max(1))) >> 64) as u64
+    }
+}
+
+fn stale() -> io::Error {
+    io::Error::other(
+        "stale simulated file handle: the simulated machine lost power since it was opened",
+    )
+}
+
+fn dead() -> io::Error {
+    let os = io::Error::from_raw_os_error(libc::EIO);
+    io::Error::new(
+        os.kind(),
+        format!("{os} (simulated power cut: the disk accepts no more calls)"),
+    )
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} not found on the simulated disk", path.display()),
+    )
+}
+
+/// The names of `path`'s components, `.` and `..` resolved, relative paths taken from `/`.
+fn components(path: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => names.push(name.to_string_lossy().into_owned()),
+            Component::ParentDir => {
+                names.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    names
+}
+
+impl State {
+    fn lookup(&self, path: &Path) -> io::Result<Node> {
+        let mut node = Node::Dir(self.root);
+        for name in components(path) {
+            let Node::Dir(dir) = node else {
+                return Err(not_found(path));
+            };
+            node = *self.dirs[&dir]
+                .current
+                .get(&name)
+                .ok_or_else(|| not_found(path))?;
+        }
+        Ok(node)
+    }
+
+    /// The directory holding `path` and `path`'s last name.
+    fn parent(&self, path: &Path) -> io::Result<(u64, String)> {
+        let mut names = components(path);
+        let name = names.pop().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the root of the simulated disk has no parent",
+            )
+        })?;
+        let parent: PathBuf = names.iter().collect();
+        match self.lookup(&Path::new("/").join(parent))? {
+            Node::Dir(dir) => Ok((dir, name)),
+            Node::File(_) => Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("a parent of {} is a file", path.display()),
+            )),
+        }
+    }
+
+    fn alive(&self) -> io::Result<()> {
+        if self.dead {
+            Err(dead())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Counts one mutating call; kills the machine when the armed cut is reached.
+    fn mutate(&mut self) -> io::Result<()> {
+        self.alive()?;
+        self.mutations += 1;
+        if self.cut_at.is_some_and(|cut| self.mutations > cut) {
+            self.dead = true;
+            return Err(dead());
+        }
+        Ok(())
+    }
+
+    fn fault(&mut self, op: FaultOp, what: &str, path: &Path) -> io::Result<()> {
+        let text = path.to_string_lossy();
+        for state in &mut self.faults {
+            if state.fault.op != op || !text.contains(&state.fault.path_contains) {
+                continue;
+            }
+            if state.skipped < state.fault.skip {
+                state.skipped += 1;
+                continue;
+            }
+            if state.fault.times.is_some_and(|times| state.failed >= times) {
+                continue;
+            }
+            state.failed += 1;
+            self.faults_hit += 1;
+            return Err(state.fault.error.to_error(what, path));
+        }
+        Ok(())
+    }
+
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn file(&mut self, id: u64) -> &mut FileNode {
+        self.files.get_mut(&id).expect("open files exist")
+    }
+
+    fn dir_op(&mut self, dir: u64, op: DirOp) {
+        let node = self.dirs.get_mut(&dir).expect("parent directory exists");
+        apply_dir(&mut node.current, &op);
+        node.pending.push(op);
+    }
+}
+
+impl SimDisk {
+    /// An empty disk (just `/`) whose crash choices derive from `seed`, with 512-byte sectors.
+    pub fn new(seed: u64) -> SimDisk {
+        SimDisk::with_sector_bytes(seed, DEFAULT_SECTOR_BYTES)
+    }
+
+    /// [`SimDisk::new`] with another sector size (a power of two).
+    pub fn with_sector_bytes(seed: u64, sector_bytes: u64) -> SimDisk {
+        assert!(
+            sector_bytes.is_power_of_two(),
+            "sector size must be a power of two"
+        );
+        let mut dirs = BTreeMap::new();
+        dirs.insert(1, DirNode::default());
+        SimDisk {
+            state: Arc::new(Mutex::new(State {
+                seed,
+                sector_bytes,
+                files: BTreeMap::new(),
+                dirs,
+                root: 1,
+                next_id: 1,
+                generation: 0,
+                mutations: 0,
+                cut_at: None,
+                dead: false,
+                faults: Vec::new(),
+                faults_hit: 0,
+                locks: BTreeMap::new(),
+                next_handle: 0,
+            })),
+        }
+    }
+
+    /// This disk as the trait object the crates take.
+    pub fn as_disk(&self) -> Arc<dyn Disk> {
+        Arc::new(self.clone())
+    }
+
+    /// Mutating calls so far (writes, syncs, creations, renames, removals, length changes).
+    pub fn mutations(&self) -> u64 {
+        self.state.lock().mutations
+    }
+
+    /// Arms a power cut: `calls` more mutating calls succeed, then the machine is dead.
+    pub fn cut_after(&self, calls: u64) {
+        let mut state = self.state.lock();
+        state.cut_at = Some(state.mutations + calls);
+    }
+
+    /// Whether the armed power cut has happened.
+    pub fn is_dead(&self) -> bool {
+        self.state.lock().dead
+    }
+
+    /// Kills the machine now (as `cut_after(0)` would at the next call).
+    pub fn kill(&self) {
+        self.state.lock().dead = true;
+    }
+
+    /// Injects a fault (faults are checked in the order they were injected).
+    pub fn inject(&self, fault: Fault) {
+        self.state.lock().faults.push(FaultState {
+            fault,
+            skipped: 0,
+            failed: 0,
+        });
+    }
+
+    /// Removes every fault ("space returns").
+    pub fn clear_faults(&self) {
+        self.state.lock().faults.clear();
+    }
+
+    /// How many calls injected faults have failed so far.
+    pub fn faults_hit(&self) -> u64 {
+        self.state.lock().faults_hit
+    }
+
+    /// The power cut and reboot: computes what survives per `mode` (see the module docs),
+    /// makes it the current and durable state, drops unreachable files, and makes every handle
+    /// opened before stale. The disk is alive again afterwards, with no cut armed and no faults.
+    pub fn crash(&self, mode: CrashMode) -> CrashReport {
+        let mut state = self.state.lock();
+        state.generation += 1;
+        let mut draws = Draws(state.seed ^ state.generation.wrapping_mul(0xA24B_AED4_963E_E407));
+        let sector = state.sector_bytes;
+        let mut report = CrashReport::default();
+        for file in state.files.values_mut() {
+            let mut image = std::mem::take(&mut file.durable);
+            let pending = std::mem::take(&mut file.pending);
+            let last_write = pending
+                .iter()
+                .rposition(|op| matches!(op, Pending::Write { .. }));
+            for (index, op) in pending.iter().enumerate() {
+                let torn_last = mode == CrashMode::TornLastSector && Some(index) == last_write;
+                match crash_choice(mode, op, sector, torn_last, &mut draws) {
+                    Choice::Keep => {
+                        report.writes_kept += 1;
+                        apply(&mut image, op);
+                    }
+                    Choice::Drop => report.writes_dropped += 1,
+                    Choice::Prefix(keep) => {
+                        report.writes_torn += 1;
+                        if let Pending::Write { offset, data } = op {
+                            apply(
+                                &mut image,
+                                &Pending::Write {
+                                    offset: *offset,
+                                    data: data[..keep].to_vec(),
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            file.current = image.clone();
+            file.durable = image;
+        }
+        for dir in state.dirs.values_mut() {
+            let pending = std::mem::take(&mut dir.pending);
+            let keep = match mode {
+                CrashMode::KeepAll | CrashMode::TornLastSector => pending.len(),
+                CrashMode::DropAll => 0,
+                // Half the time nothing unsynced survives; otherwise an ordered prefix.
+                CrashMode::Random if pending.is_empty() || draws.below(2) == 0 => 0,
+                CrashMode::Random => draws.below(pending.len() as u64 + 1) as usize,
+            };
+            let mut entries = std::mem::take(&mut dir.durable);
+            for op in &pending[..keep] {
+                apply_dir(&mut entries, op);
+            }
+            report.entries_kept += keep as u64;
+            report.entries_dropped += (pending.len() - keep) as u64;
+            dir.current = entries.clone();
+            dir.durable = entries;
+        }
+        collect_garbage(&mut state);
+        state.dead = false;
+        state.cut_at = None;
+        state.faults.clear();
+        state.locks.clear();
+        report
+    }
+
+    /// The current content of the file at `path` (for tests that damage or inspect files).
+    pub fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let state = self.state.lock();
+        match state.lookup(path)? {
+            Node::File(id) => Ok(state.files[&id].current.clone()),
+            Node::Dir(_) => Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                format!("{} is a directory", path.display()),
+            )),
+        }
+    }
+
+    /// Overwrites bytes of the file at `path`, durably, outside any call accounting (a test's
+    /// way to model media corruption).
+    pub fn corrupt(&self, path: &Path, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let mut state = self.state.lock();
+        let Node::File(id) = state.lookup(path)? else {
+            return Err(not_found(path));
+        };
+        let file = state.file(id);
+        let op = Pending::Write {
+            offset,
+            data: bytes.to_vec(),
+        };
+        apply(&mut file.current, &op);
+        apply(&mut file.durable, &op);
+        Ok(())
+    }
+}
+
+enum Choice {
+    Keep,
+    Drop,
+    /// Keep the first this many bytes of the write.
+    Prefix(usize),
+}
+
+fn crash_choice(
+    mode: CrashMode,
+    op: &Pending,
+    sector: u64,
+    torn_last: bool,
+    draws: &mut Draws,
+) -> Choice {
+    match (mode, op) {
+        (CrashMode::KeepAll, _) => Choice::Keep,
+        (CrashMode::DropAll, _) => Choice::Drop,
+        (CrashMode::TornLastSector, Pending::Write { offset, data }) if torn_last => {
+            let end = offset + data.len() as u64;
+            let last_sector_start = ((end - 1) / sector * sector).max(*offset);
+            let in_last = end - last_sector_start;
+            if in_last <= 1 {
+                return Choice::Drop;
+            }
+            let kept_in_last = 1 + draws.below(in_last - 1);
+            Choice::Prefix((last_sector_start - offset + kept_in_last) as usize)
+        }
+        (CrashMode::TornLastSector, _) => Choice::Keep,
+        (CrashMode::Random, Pending::SetLen(_)) => {
+            if draws.below(2) == 0 {
+                Choice::Keep
+            } else {
+                Choice::Drop
+            }
+        }
+        (CrashMode::Random, Pending::Write { offset, data }) => {
+            let end = offset + data.len() as u64;
+            let first_boundary = (offset / sector + 1) * sector;
+            let boundaries = if first_boundary < end {
+                (end - 1 - first_boundary) / sector + 1
+            } else {
+                0
+            };
+            match draws.below(if boundaries > 0 { 4 } else { 2 }) {
+                0 => Choice::Drop,
+                1 => Choice::Keep,
+                _ => {
+                    let boundary = first_boundary + draws.below(boundaries) * sector;
+                    Choice::Prefix((boundary - offset) as usize)
+                }
+            }
+        }
+    }
+}
+
+/// Drops files and directories that no entry reaches from the root any more.
+fn collect_garbage(state: &mut State) {
+    let mut reachable_dirs = BTreeSet::new();
+    let mut reachable_files = BTreeSet::new();
+    let mut stack = vec![state.root];
+    while let Some(dir) = stack.pop() {
+        if !reachable_dirs.insert(dir) {
+            continue;
+        }
+        for node in state.dirs[&dir].current.values() {
+            match node {
+                Node::Dir(child) => stack.push(*child),
+                Node::File(file) => {
+                    reachable_files.insert(*file);
+                }
+            }
+        }
+    }
+    state.dirs.retain(|id, _| reachable_dirs.contains(id));
+    state.files.retain(|id, _| reachable_files.contains(id));
+}
+
+impl Disk for SimDisk {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn DiskFile>> {
+        let mut state = self.state.lock();
+        state.alive()?;
+        let id = match (state.lookup(path), mode) {
+            (Ok(_), OpenMode::CreateNew) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} already exists", path.display()),
+                ))
+            }
+            (Ok(Node::File(id)), _) => id,
+            (Ok(Node::Dir(_)), _) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    format!("{} is a directory", path.display()),
+                ))
+            }
+            (Err(error), mode) if error.kind() == io::ErrorKind::NotFound && mode.creates() => {
+                let (dir, name) = state.parent(path)?;
+                state.mutate()?;
+                state.fault(FaultOp::Create, "create", path)?;
+                let id = state.new_id();
+                state.files.insert(id, FileNode::default());
+                state.dir_op(dir, DirOp::Insert(name, Node::File(id)));
+                id
+            }
+            (Err(error), _) => return Err(error),
+        };
+        state.next_handle += 1;
+        Ok(Arc::new(SimFile {
+            state: Arc::clone(&self.state),
+            id,
+            generation: state.generation,
+            handle: state.next_handle,
+            path: path.to_path_buf(),
+            writable: mode != OpenMode::Read,
+        }))
+    }
+
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.alive()?;
+        if state.lookup(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} already exists", path.display()),
+            ));
+        }
+        let (dir, name) = state.parent(path)?;
+        state.mutate()?;
+        state.fault(FaultOp::Create, "create_dir", path)?;
+        let id = state.new_id();
+        state.dirs.insert(id, DirNode::default());
+        state.dir_op(dir, DirOp::Insert(name, Node::Dir(id)));
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.alive()?;
+        let node = state.lookup(from)?;
+        let (from_dir, from_name) = state.parent(from)?;
+        let (to_dir, to_name) = state.parent(to)?;
+        if let Ok(Node::Dir(existing)) = state.lookup(to) {
+            if !state.dirs[&existing].current.is_empty() || matches!(node, Node::File(_)) {
+                return Err(io::Error::new(
+                    io::ErrorKind::DirectoryNotEmpty,
+                    format!("cannot rename onto the directory {}", to.display()),
+                ));
+            }
+        }
+        state.mutate()?;
+        state.fault(FaultOp::Rename, "rename", from)?;
+        if from_dir == to_dir {
+            state.dir_op(
+                from_dir,
+                DirOp::Rename {
+                    from: from_name,
+                    to: to_name,
+                    node,
+                },
+            );
+        } else {
+            state.dir_op(from_dir, DirOp::Remove(from_name));
+            state.dir_op(to_dir, DirOp::Insert(to_name, node));
+        }
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.alive()?;
+        match state.lookup(path)? {
+            Node::File(_) => {}
+            Node::Dir(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    format!("{} is a directory", path.display()),
+                ))
+            }
+        }
+        let (dir, name) = state.parent(path)?;
+        state.mutate()?;
+        state.dir_op(dir, DirOp::Remove(name));
+        Ok(())
+    }
+
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.alive()?;
+        let Node::Dir(id) = state.lookup(path)? else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", path.display()),
+            ));
+        };
+        if !state.dirs[&id].current.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::DirectoryNotEmpty,
+                format!("{} is not empty", path.display()),
+            ));
+        }
+        let (dir, name) = state.parent(path)?;
+        state.mutate()?;
+        state.dir_op(dir, DirOp::Remove(name));
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        let state = self.state.lock();
+        state.alive()?;
+        let Node::Dir(id) = state.lookup(dir)? else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", dir.display()),
+            ));
+        };
+        Ok(state.dirs[&id]
+            .current
+            .iter()
+            .map(|(name, node)| DirEntry {
+                name: name.clone(),
+                is_dir: matches!(node, Node::Dir(_)),
+            })
+            .collect())
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.alive()?;
+        let Node::Dir(id) = state.lookup(path)? else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", path.display()),
+            ));
+        };
+        state.mutate()?;
+        state.fault(FaultOp::SyncDir, "fsync of the directory", path)?;
+        let dir = state.dirs.get_mut(&id).expect("looked up");
+        dir.pending.clear();
+        dir.durable = dir.current.clone();
+        Ok(())
+    }
+
+    fn metadata(&self, path: &Path) -> io::Result<Metadata> {
+        let state = self.state.lock();
+        state.alive()?;
+        Ok(match state.lookup(path)? {
+            Node::File(id) => Metadata {
+                len: state.files[&id].current.len() as u64,
+                is_dir: false,
+            },
+            Node::Dir(_) => Metadata {
+                len: 0,
+                is_dir: true,
+            },
+        })
+    }
+
+    fn kind(&self) -> &'static str {
+        "simulated"
+    }
+}
+
+/// An open file of a [`SimDisk`].
+#[derive(Debug)]
+struct SimFile {
+    state: Arc<Mutex<State>>,
+    id: u64,
+    generation: u64,
+    handle: u64,
+    path: PathBuf,
+    writable: bool,
+}
+
+impl SimFile {
+    fn live<'a>(&self, state: &'a mut State) -> io::Result<&'a mut State> {
+        state.alive()?;
+        if state.generation != self.generation {
+            return Err(stale());
+        }
+        Ok(state)
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{} was opened read-only", self.path.display()),
+            ))
+        }
+    }
+
+    fn sync(&self, what: &str) -> io::Result<()> {
+        let mut guard = self.state.lock();
+        let state = self.live(&mut guard)?;
+        state.mutate()?;
+        if let Err(error) = state.fault(FaultOp::SyncFile, what, &self.path) {
+            // Linux after a failed fsync: the dirty pages are marked clean, their data will
+            // not reach the disk, and the next fsync has nothing to report.
+            state.file(self.id).pending.clear();
+            return Err(error);
+        }
+        let file = state.file(self.id);
+        for op in std::mem::take(&mut file.pending) {
+            apply(&mut file.durable, &op);
+        }
+        debug_assert_eq!(file.durable, file.current);
+        Ok(())
+    }
+}
+
+impl DiskFile for SimFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut guard = self.state.lock();
+        let state = self.live(&mut guard)?;
+        let current = &state.file(self.id).current;
+        let start = (offset as usize).min(current.len());
+        let n = buf.len().min(current.len() - start);
+        buf[..n].copy_from_slice(&current[start..start + n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        self.check_writable()?;
+        let mut guard = self.state.lock();
+        let state = self.live(&mut guard)?;
+        state.mutate()?;
+        state.fault(FaultOp::Write, "write", &self.path)?;
+        let data: Vec<u8> = bufs.iter().flat_map(|buf| buf.iter().copied()).collect();
+        let written = data.len();
+        if written == 0 {
+            return Ok(0);
+        }
+        let op = Pending::Write { offset, data };
+        let file = state.file(self.id);
+        apply(&mut file.current, &op);
+        file.pending.push(op);
+        Ok(written)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.sync("fdatasync")
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.sync("fsync")
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let mut guard = self.state.lock();
+        let state = self.live(&mut guard)?;
+        state.mutate()?;
+        state.fault(FaultOp::SetLen, "set_len", &self.path)?;
+        let op = Pending::SetLen(len);
+        let file = state.file(self.id);
+        apply(&mut file.current, &op);
+        file.pending.push(op);
+        Ok(())
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        let mut guard = self.state.lock();
+        let state = self.live(&mut guard)?;
+        Ok(state.file(self.id).current.len() as u64)
+    }
+
+    fn try_lock(&self) -> io::Result<bool> {
+        let mut guard = self.state.lock();
+        let state = self.live(&mut guard)?;
+        match state.locks.get(&self.id) {
+            Some(&holder) => Ok(holder == self.handle),
+            None => {
+                state.locks.insert(self.id, self.handle);
+                Ok(true)
+            }
+        }
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SimFile {
+    fn drop(&mut self) {
+        let mut state = self.state.lock();
+        if state.generation == self.generation && state.locks.get(&self.id) == Some(&self.handle) {
+            state.locks.remove(&self.id);
+        }
+    }
+}
