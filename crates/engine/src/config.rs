@@ -3,6 +3,9 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
+
+use prefixkv_storage::Disk;
 
 /// A session's identity. Ids are never reused within a store's lifetime and survive restarts
 /// (they are recorded in every checkpoint manifest).
@@ -95,6 +98,10 @@ pub struct StoreConfig {
     /// commit points, never blocked sessions (except with the `blocking` strategy, which stops
     /// the world for the whole write).
     pub checkpoint_write_bytes_per_s: Option<u64>,
+    /// Where checkpoint files are written and read: the real disk by default; power-cut tests
+    /// pass a `prefixkv_storage::SimDisk`. Used by the checkpoint writer and recovery only, never
+    /// on a session's path.
+    pub disk: Arc<dyn Disk>,
 }
 
 impl StoreConfig {
@@ -167,6 +174,7 @@ impl Default for StoreConfig {
             flusher_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             keep_checkpoints: 2,
             checkpoint_write_bytes_per_s: None,
+            disk: prefixkv_storage::real_disk(),
         }
     }
 }
