@@ -144,7 +144,7 @@ impl Fault {
 }
 
 /// What [`SimDisk::crash`] did to the unsynced state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct CrashReport {
     /// Pending writes and length changes that survived whole.
     pub writes_kept: u64,
@@ -875,10 +875,11 @@ impl SimFile {
             return Err(error);
         }
         let file = state.file(self.id);
+        // (After an earlier failed sync, `durable` stays behind `current` for good: the data that
+        // sync dropped is not rewritten by this one.)
         for op in std::mem::take(&mut file.pending) {
             apply(&mut file.durable, &op);
         }
-        debug_assert_eq!(file.durable, file.current);
         Ok(())
     }
 }
