@@ -174,7 +174,10 @@ fn no_space_mid_append_is_a_clear_error_and_space_coming_back_heals() {
     drop(log);
     disk.clear_faults();
     let (log, report) = Oplog::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
-    assert_eq!(report.next_lsn, 51, "acknowledged records intact, the failed one absent");
+    assert_eq!(
+        report.next_lsn, 51,
+        "acknowledged records intact, the failed one absent"
+    );
     assert_eq!(log.append(b"after").unwrap().wait().unwrap(), 51);
     let replayed: Vec<_> = log.replay(1).unwrap().map(|r| r.unwrap().1).collect();
     assert_eq!(replayed.len(), 51);
@@ -196,7 +199,11 @@ fn eio_from_fsync_is_fail_stop() {
     let failed = log.append(&payload(0, 20)).unwrap();
     let error = failed.wait().unwrap_err();
     assert!(error.to_string().contains("Input/output error"), "{error}");
-    assert_eq!(log.durable_lsn(), 20, "the failed record is never reported durable");
+    assert_eq!(
+        log.durable_lsn(),
+        20,
+        "the failed record is never reported durable"
+    );
     assert!(matches!(log.append(b"more"), Err(OplogError::Failed(_))));
     assert!(log.flush_and_sync().is_err(), "no retried sync succeeds");
     assert_eq!(disk.faults_hit(), 1);
@@ -229,13 +236,20 @@ fn a_torn_last_sector_is_a_reported_torn_tail() {
         disk.kill();
         drop(log);
         disk.crash(CrashMode::TornLastSector);
-        let (log, report) = Oplog::open_on(disk.as_disk(), Path::new(DIR), config(SyncPolicy::None))
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let (log, report) =
+            Oplog::open_on(disk.as_disk(), Path::new(DIR), config(SyncPolicy::None))
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         torn_tails += usize::from(report.torn_tail.is_some());
         assert!(report.next_lsn > synced, "seed {seed}: synced records lost");
         let replayed: Vec<_> = log.replay(1).unwrap().map(|r| r.unwrap()).collect();
         assert_eq!(replayed.len() as u64, report.next_lsn - 1);
-        assert_eq!(log.append(b"again").unwrap().wait().unwrap(), report.next_lsn);
+        assert_eq!(
+            log.append(b"again").unwrap().wait().unwrap(),
+            report.next_lsn
+        );
     }
-    assert!(torn_tails > 30, "only {torn_tails} of 40 cuts tore a record");
+    assert!(
+        torn_tails > 30,
+        "only {torn_tails} of 40 cuts tore a record"
+    );
 }

@@ -16,7 +16,9 @@ fn config(policy: SyncPolicy) -> LogConfig {
 }
 
 fn payload(tag: u64, lsn: u64) -> Vec<u8> {
-    format!("{tag}:{lsn}:").repeat(1 + (lsn % 9) as usize).into_bytes()
+    format!("{tag}:{lsn}:")
+        .repeat(1 + (lsn % 9) as usize)
+        .into_bytes()
 }
 
 fn append(log: &Log, tag: u64, lsns: std::ops::RangeInclusive<u64>) {
@@ -26,7 +28,10 @@ fn append(log: &Log, tag: u64, lsns: std::ops::RangeInclusive<u64>) {
 }
 
 fn replay(log: &Log) -> Vec<(u64, Vec<u8>)> {
-    log.replay(log.oldest_lsn()).unwrap().map(|r| r.unwrap()).collect()
+    log.replay(log.oldest_lsn())
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
 }
 
 fn expected(parts: &[(u64, std::ops::RangeInclusive<u64>)]) -> Vec<(u64, Vec<u8>)> {
@@ -71,7 +76,8 @@ fn truncate_after_is_durable_when_it_returns_and_dense_when_cut_midway() {
     for seed in 0..300u64 {
         let disk = SimDisk::new(seed);
         let dir = Path::new("/log");
-        let policy = [SyncPolicy::Always, SyncPolicy::EverySec, SyncPolicy::None][seed as usize % 3];
+        let policy =
+            [SyncPolicy::Always, SyncPolicy::EverySec, SyncPolicy::None][seed as usize % 3];
         let (log, _) = Log::open_on(disk.as_disk(), dir, config(policy)).unwrap();
         append(&log, 0, 1..=120);
         log.flush_and_sync().unwrap();
@@ -86,8 +92,15 @@ fn truncate_after_is_durable_when_it_returns_and_dense_when_cut_midway() {
             assert_eq!(records, expected(&[(0, 1..=30)]), "seed {seed}");
         } else {
             let last = records.last().map_or(0, |r| r.0);
-            assert!(last >= 30, "seed {seed}: cut below the truncation point: {last}");
-            assert_eq!(records, expected(&[(0, 1..=last)]), "seed {seed}: not dense");
+            assert!(
+                last >= 30,
+                "seed {seed}: cut below the truncation point: {last}"
+            );
+            assert_eq!(
+                records,
+                expected(&[(0, 1..=last)]),
+                "seed {seed}: not dense"
+            );
         }
     }
 }

@@ -39,7 +39,10 @@ fn synced_data_and_synced_entries_survive_and_nothing_else_does() {
     // KeepAll is what a process crash leaves: everything written is there.
     write(&disk, "/d/unsynced", b"volatile", false);
     disk.crash(CrashMode::KeepAll);
-    assert_eq!(disk.read_file(Path::new("/d/unsynced")).unwrap(), b"volatile");
+    assert_eq!(
+        disk.read_file(Path::new("/d/unsynced")).unwrap(),
+        b"volatile"
+    );
 }
 
 #[test]
@@ -106,7 +109,13 @@ fn crashes_are_deterministic_from_the_seed() {
     for seed in 0..20 {
         assert_eq!(run(seed), run(seed));
     }
-    assert!((0..20).map(run).collect::<std::collections::HashSet<_>>().len() > 1);
+    assert!(
+        (0..20)
+            .map(run)
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            > 1
+    );
 }
 
 #[test]
@@ -120,10 +129,19 @@ fn a_torn_last_sector_mixes_new_and_old_bytes_inside_one_sector() {
     let report = disk.crash(CrashMode::TornLastSector);
     assert_eq!(report.writes_torn, 1);
     let bytes = disk.read_file(Path::new("/f")).unwrap();
-    assert!(bytes[..512].iter().all(|&b| b == 2), "earlier sectors whole");
+    assert!(
+        bytes[..512].iter().all(|&b| b == 2),
+        "earlier sectors whole"
+    );
     let new = bytes[512..].iter().take_while(|&&b| b == 2).count();
-    assert!((1..512).contains(&new), "{new} new bytes in the last sector");
-    assert!(bytes[512 + new..].iter().all(|&b| b == 1), "the rest is old");
+    assert!(
+        (1..512).contains(&new),
+        "{new} new bytes in the last sector"
+    );
+    assert!(
+        bytes[512 + new..].iter().all(|&b| b == 1),
+        "the rest is old"
+    );
 }
 
 /// A durable whole-file write, cut at every call of its sequence with random crash choices: the
@@ -189,7 +207,10 @@ fn catalog_versions_survive_power_cuts_whole() {
             })
             .unwrap_or_else(|_| panic!("seed {seed}: nothing verifies"));
         match selected {
-            None => assert_eq!(acknowledged, 0, "seed {seed}: acknowledged v{acknowledged} lost"),
+            None => assert_eq!(
+                acknowledged, 0,
+                "seed {seed}: acknowledged v{acknowledged} lost"
+            ),
             Some(selected) => {
                 assert!(
                     selected.version >= acknowledged,
