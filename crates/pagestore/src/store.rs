@@ -20,8 +20,8 @@ use crate::format::{
 use crate::marks::{ReadMarks, ReaderPin};
 use crate::wal::{self, RecoveryReport};
 use parking_lot::{Mutex, MutexGuard, RwLock};
-use std::collections::{BTreeMap, HashMap};
 use prefixkv_storage::{real_disk, Disk, DiskFile, OpenMode};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -11,8 +11,8 @@ use crate::error::{io_error, Result};
 use crate::format::{
     decode_frame, frame_offset, FrameDefect, WalHeader, FRAME_HEADER_BYTES, WAL_HEADER_BYTES,
 };
-use std::collections::HashMap;
 use prefixkv_storage::DiskFile;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// What recovery found in the WAL, for the caller to log or check.
@@ -41,11 +41,7 @@ pub(crate) struct Recovered {
 }
 
 /// Scans the WAL file and rebuilds the frame index, stopping at the first invalid frame.
-pub(crate) fn recover(
-    file: &dyn DiskFile,
-    path: &Path,
-    page_size_bytes: u32,
-) -> Result<Recovered> {
+pub(crate) fn recover(file: &dyn DiskFile, path: &Path, page_size_bytes: u32) -> Result<Recovered> {
     let length_bytes = file
         .len()
         .map_err(|e| io_error("reading the size of", path, e))?;
