@@ -24,12 +24,12 @@ const DB: &str = "/data/db";
 fn options(seed: u64) -> Options {
     Options {
         page_size_bytes: PAGE_BYTES as u32,
-        sync: if seed % 2 == 0 {
+        sync: if seed.is_multiple_of(2) {
             SyncPolicy::Full
         } else {
             SyncPolicy::Normal
         },
-        auto_checkpoint_frames: if seed % 3 == 0 { 0 } else { 6 },
+        auto_checkpoint_frames: if seed.is_multiple_of(3) { 0 } else { 6 },
         cache_capacity_pages: 64,
         busy_timeout: Duration::from_secs(5),
         backfill: [

@@ -95,6 +95,10 @@ pub trait DiskFile: Send + Sync + Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// The file's length in bytes.
     fn len(&self) -> io::Result<u64>;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// Takes an exclusive advisory lock on the file without waiting; `Ok(false)` if another
     /// handle (in this process or another) holds it. Released when this handle is dropped.
     fn try_lock(&self) -> io::Result<bool>;
@@ -106,11 +110,6 @@ pub trait DiskFile: Send + Sync + Debug {
 }
 
 impl dyn DiskFile + '_ {
-    /// Whether the file is empty.
-    pub fn is_empty(&self) -> io::Result<bool> {
-        Ok(self.len()? == 0)
-    }
-
     /// Writes all of `bytes` at `offset`.
     pub fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
         self.write_all_vectored_at(&mut [IoSlice::new(bytes)], offset)
