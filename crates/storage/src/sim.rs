@@ -541,6 +541,27 @@ impl SimDisk {
         report
     }
 
+    /// Removes the file (or, with `dir`, the empty directory) at `path`.
+    fn remove(&self, path: &Path, dir: bool) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.alive()?;
+        let refused = match state.lookup(path)? {
+            Node::File(_) if dir => Some((io::ErrorKind::NotADirectory, "is not a directory")),
+            Node::Dir(_) if !dir => Some((io::ErrorKind::IsADirectory, "is a directory")),
+            Node::Dir(id) if !state.dirs[&id].current.is_empty() => {
+                Some((io::ErrorKind::DirectoryNotEmpty, "is not empty"))
+            }
+            _ => None,
+        };
+        if let Some((kind, why)) = refused {
+            return Err(io::Error::new(kind, format!("{} {why}", path.display())));
+        }
+        let (parent, name) = state.parent(path)?;
+        state.mutate()?;
+        state.dir_op(parent, DirOp::Remove(name));
+        Ok(())
+    }
+
     /// The current content of the file at `path` (for tests that damage or inspect files).
     pub fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
         let state = self.state.lock();
@@ -739,42 +760,11 @@ impl Disk for SimDisk {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        let mut state = self.state.lock();
-        state.alive()?;
-        match state.lookup(path)? {
-            Node::File(_) => {}
-            Node::Dir(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::IsADirectory,
-                    format!("{} is a directory", path.display()),
-                ))
-            }
-        }
-        let (dir, name) = state.parent(path)?;
-        state.mutate()?;
-        state.dir_op(dir, DirOp::Remove(name));
-        Ok(())
+        self.remove(path, false)
     }
 
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
-        let mut state = self.state.lock();
-        state.alive()?;
-        let Node::Dir(id) = state.lookup(path)? else {
-            return Err(io::Error::new(
-                io::ErrorKind::NotADirectory,
-                format!("{} is not a directory", path.display()),
-            ));
-        };
-        if !state.dirs[&id].current.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::DirectoryNotEmpty,
-                format!("{} is not empty", path.display()),
-            ));
-        }
-        let (dir, name) = state.parent(path)?;
-        state.mutate()?;
-        state.dir_op(dir, DirOp::Remove(name));
-        Ok(())
+        self.remove(path, true)
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {

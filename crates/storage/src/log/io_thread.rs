@@ -237,28 +237,14 @@ impl IoThread {
         }
         if group.sync && durable_lsn < written_lsn {
             // Nothing new to write (a flush request, or the everysec timer): sync what is there.
-            self.backend.sync(&*self.active.file).map_err(|e| {
-                LogError::io(
-                    format!(
-                        "syncing log segment starting at LSN {}",
-                        self.active.first_lsn
-                    ),
-                    e,
-                )
-            })?;
-            self.note_sync();
+            self.sync_active()?;
             durable_lsn = written_lsn;
         }
         Ok((written_lsn, durable_lsn))
     }
 
-    fn note_sync(&mut self) {
-        self.last_sync = Instant::now();
-        self.shared.syncs.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Makes the active segment durable and starts a new one whose first record is `next_lsn`.
-    fn roll(&mut self, next_lsn: u64) -> Result<()> {
+    /// Data sync of the active segment (never retried: a failure fails the log).
+    fn sync_active(&mut self) -> Result<()> {
         self.backend.sync(&*self.active.file).map_err(|e| {
             LogError::io(
                 format!(
@@ -269,6 +255,17 @@ impl IoThread {
             )
         })?;
         self.note_sync();
+        Ok(())
+    }
+
+    fn note_sync(&mut self) {
+        self.last_sync = Instant::now();
+        self.shared.syncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Makes the active segment durable and starts a new one whose first record is `next_lsn`.
+    fn roll(&mut self, next_lsn: u64) -> Result<()> {
+        self.sync_active()?;
         let path = self.shared.dir.join(segment_file_name(next_lsn));
         let disk = &*self.shared.disk;
         let file = disk
