@@ -9,7 +9,7 @@
 //! was durable by contract (`Full`: every acknowledged commit; `Normal`: every commit before an
 //! acknowledged checkpoint) and at most the transactions attempted.
 //!
-//! `PAGESTORE_POWER_CUT_SEEDS` (default 300); `PAGESTORE_POWER_CUT_SEED=n` replays one seed.
+//! `PAGESTORE_POWER_CUT_SEEDS` (default 2000); `PAGESTORE_POWER_CUT_SEED=n` replays one seed.
 
 use prefixkv_pagestore::{BackfillStrategy, CheckpointMode, Options, PageStore, SyncPolicy};
 use prefixkv_storage::{CrashMode, SimDisk};
@@ -191,7 +191,7 @@ fn power_cuts_recover_a_committed_prefix_never_a_mixture() {
     {
         return run_seed(seed);
     }
-    let seeds = env_count("PAGESTORE_POWER_CUT_SEEDS", 300);
+    let seeds = env_count("PAGESTORE_POWER_CUT_SEEDS", 2000);
     for seed in 0..seeds {
         run_seed(seed);
     }

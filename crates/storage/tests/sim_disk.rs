@@ -1,7 +1,7 @@
 //! The simulated disk's fault model, call by call: what a power cut keeps and loses, the
 //! Linux-like `fsync` error, injected `ENOSPC`, determinism from the seed; and the durable
 //! whole-file write and the version catalog under power cuts at every call.
-//! `STORAGE_POWER_CUT_SEEDS` (default 400) seeds per power-cut loop.
+//! `STORAGE_POWER_CUT_SEEDS` (default 1000) seeds per power-cut loop.
 
 use prefixkv_storage::durable::{create_dir_all_durably, write_file_durably};
 use prefixkv_storage::{
@@ -11,7 +11,7 @@ use prefixkv_testkit::rng::env_count;
 use std::path::Path;
 
 fn seeds() -> u64 {
-    env_count("STORAGE_POWER_CUT_SEEDS", 400)
+    env_count("STORAGE_POWER_CUT_SEEDS", 1000)
 }
 
 fn write(disk: &SimDisk, path: &str, bytes: &[u8], sync: bool) {
