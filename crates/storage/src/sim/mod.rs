@@ -36,12 +36,19 @@
 //! links or timestamps; a rename between two directories is a removal in one and an insertion in
 //! the other, each durable with its own directory.
 
+mod file;
+mod state;
+
 use crate::io::{DirEntry, Disk, DiskFile, Metadata, OpenMode};
+use file::SimFile;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, IoSlice};
-use std::os::fd::RawFd;
-use std::path::{Component, Path, PathBuf};
+use state::{
+    apply, apply_dir, collect_garbage, crash_choice, not_found, Choice, DirNode, DirOp, Draws,
+    FaultState, FileNode, Node, Pending, State,
+};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
 use std::sync::Arc;
 
 /// Default sector size: a torn write keeps a whole number of these.
@@ -91,7 +98,7 @@ pub enum FaultError {
 }
 
 impl FaultError {
-    fn to_error(self, what: &str, path: &Path) -> io::Error {
+    pub(super) fn to_error(self, what: &str, path: &Path) -> io::Error {
         let code = match self {
             FaultError::NoSpace => libc::ENOSPC,
             FaultError::Io => libc::EIO,
@@ -158,242 +165,10 @@ pub struct CrashReport {
     pub entries_dropped: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Node {
-    File(u64),
-    Dir(u64),
-}
-
-#[derive(Debug, Clone)]
-enum Pending {
-    Write { offset: u64, data: Vec<u8> },
-    SetLen(u64),
-}
-
-#[derive(Debug, Clone)]
-enum DirOp {
-    Insert(String, Node),
-    Remove(String),
-    Rename {
-        from: String,
-        to: String,
-        node: Node,
-    },
-}
-
-#[derive(Debug, Default)]
-struct FileNode {
-    current: Vec<u8>,
-    durable: Vec<u8>,
-    pending: Vec<Pending>,
-}
-
-#[derive(Debug, Default)]
-struct DirNode {
-    current: BTreeMap<String, Node>,
-    durable: BTreeMap<String, Node>,
-    pending: Vec<DirOp>,
-}
-
-#[derive(Debug)]
-struct FaultState {
-    fault: Fault,
-    skipped: u64,
-    failed: u64,
-}
-
-#[derive(Debug)]
-struct State {
-    seed: u64,
-    sector_bytes: u64,
-    files: BTreeMap<u64, FileNode>,
-    dirs: BTreeMap<u64, DirNode>,
-    root: u64,
-    next_id: u64,
-    generation: u64,
-    mutations: u64,
-    cut_at: Option<u64>,
-    dead: bool,
-    faults: Vec<FaultState>,
-    faults_hit: u64,
-    locks: BTreeMap<u64, u64>,
-    next_handle: u64,
-}
-
 /// A simulated disk (see the module docs). Cheap to clone: clones share the disk.
 #[derive(Debug, Clone)]
 pub struct SimDisk {
     state: Arc<Mutex<State>>,
-}
-
-fn apply(bytes: &mut Vec<u8>, op: &Pending) {
-    match op {
-        Pending::Write { offset, data } => {
-            let start = *offset as usize;
-            let end = start + data.len();
-            if bytes.len() < end {
-                bytes.resize(end, 0);
-            }
-            bytes[start..end].copy_from_slice(data);
-        }
-        Pending::SetLen(len) => bytes.resize(*len as usize, 0),
-    }
-}
-
-fn apply_dir(entries: &mut BTreeMap<String, Node>, op: &DirOp) {
-    match op {
-        DirOp::Insert(name, node) => {
-            entries.insert(name.clone(), *node);
-        }
-        DirOp::Remove(name) => {
-            entries.remove(name);
-        }
-        DirOp::Rename { from, to, node } => {
-            entries.remove(from);
-            entries.insert(to.clone(), *node);
-        }
-    }
-}
-
-/// splitmix64, seeded per crash.
-struct Draws(u64);
-
-impl Draws {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, bound: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(bound.max(1))) >> 64) as u64
-    }
-}
-
-fn stale() -> io::Error {
-    io::Error::other(
-        "stale simulated file handle: the simulated machine lost power since it was opened",
-    )
-}
-
-fn dead() -> io::Error {
-    let os = io::Error::from_raw_os_error(libc::EIO);
-    io::Error::new(
-        os.kind(),
-        format!("{os} (simulated power cut: the disk accepts no more calls)"),
-    )
-}
-
-fn not_found(path: &Path) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("{} not found on the simulated disk", path.display()),
-    )
-}
-
-/// The names of `path`'s components, `.` and `..` resolved, relative paths taken from `/`.
-fn components(path: &Path) -> Vec<String> {
-    let mut names = Vec::new();
-    for component in path.components() {
-        match component {
-            Component::Normal(name) => names.push(name.to_string_lossy().into_owned()),
-            Component::ParentDir => {
-                names.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    names
-}
-
-impl State {
-    fn lookup(&self, path: &Path) -> io::Result<Node> {
-        let mut node = Node::Dir(self.root);
-        for name in components(path) {
-            let Node::Dir(dir) = node else {
-                return Err(not_found(path));
-            };
-            node = *self.dirs[&dir]
-                .current
-                .get(&name)
-                .ok_or_else(|| not_found(path))?;
-        }
-        Ok(node)
-    }
-
-    /// The directory holding `path` and `path`'s last name.
-    fn parent(&self, path: &Path) -> io::Result<(u64, String)> {
-        let mut names = components(path);
-        let name = names.pop().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the root of the simulated disk has no parent",
-            )
-        })?;
-        let parent: PathBuf = names.iter().collect();
-        match self.lookup(&Path::new("/").join(parent))? {
-            Node::Dir(dir) => Ok((dir, name)),
-            Node::File(_) => Err(io::Error::new(
-                io::ErrorKind::NotADirectory,
-                format!("a parent of {} is a file", path.display()),
-            )),
-        }
-    }
-
-    fn alive(&self) -> io::Result<()> {
-        if self.dead {
-            Err(dead())
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Counts one mutating call; kills the machine when the armed cut is reached.
-    fn mutate(&mut self) -> io::Result<()> {
-        self.alive()?;
-        self.mutations += 1;
-        if self.cut_at.is_some_and(|cut| self.mutations > cut) {
-            self.dead = true;
-            return Err(dead());
-        }
-        Ok(())
-    }
-
-    fn fault(&mut self, op: FaultOp, what: &str, path: &Path) -> io::Result<()> {
-        let text = path.to_string_lossy();
-        for state in &mut self.faults {
-            if state.fault.op != op || !text.contains(&state.fault.path_contains) {
-                continue;
-            }
-            if state.skipped < state.fault.skip {
-                state.skipped += 1;
-                continue;
-            }
-            if state.fault.times.is_some_and(|times| state.failed >= times) {
-                continue;
-            }
-            state.failed += 1;
-            self.faults_hit += 1;
-            return Err(state.fault.error.to_error(what, path));
-        }
-        Ok(())
-    }
-
-    fn new_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    fn file(&mut self, id: u64) -> &mut FileNode {
-        self.files.get_mut(&id).expect("open files exist")
-    }
-
-    fn dir_op(&mut self, dir: u64, op: DirOp) {
-        let node = self.dirs.get_mut(&dir).expect("parent directory exists");
-        apply_dir(&mut node.current, &op);
-        node.pending.push(op);
-    }
 }
 
 impl SimDisk {
@@ -592,83 +367,6 @@ impl SimDisk {
     }
 }
 
-enum Choice {
-    Keep,
-    Drop,
-    /// Keep the first this many bytes of the write.
-    Prefix(usize),
-}
-
-fn crash_choice(
-    mode: CrashMode,
-    op: &Pending,
-    sector: u64,
-    torn_last: bool,
-    draws: &mut Draws,
-) -> Choice {
-    match (mode, op) {
-        (CrashMode::KeepAll, _) => Choice::Keep,
-        (CrashMode::DropAll, _) => Choice::Drop,
-        (CrashMode::TornLastSector, Pending::Write { offset, data }) if torn_last => {
-            let end = offset + data.len() as u64;
-            let last_sector_start = ((end - 1) / sector * sector).max(*offset);
-            let in_last = end - last_sector_start;
-            if in_last <= 1 {
-                return Choice::Drop;
-            }
-            let kept_in_last = 1 + draws.below(in_last - 1);
-            Choice::Prefix((last_sector_start - offset + kept_in_last) as usize)
-        }
-        (CrashMode::TornLastSector, _) => Choice::Keep,
-        (CrashMode::Random, Pending::SetLen(_)) => {
-            if draws.below(2) == 0 {
-                Choice::Keep
-            } else {
-                Choice::Drop
-            }
-        }
-        (CrashMode::Random, Pending::Write { offset, data }) => {
-            let end = offset + data.len() as u64;
-            let first_boundary = (offset / sector + 1) * sector;
-            let boundaries = if first_boundary < end {
-                (end - 1 - first_boundary) / sector + 1
-            } else {
-                0
-            };
-            match draws.below(if boundaries > 0 { 4 } else { 2 }) {
-                0 => Choice::Drop,
-                1 => Choice::Keep,
-                _ => {
-                    let boundary = first_boundary + draws.below(boundaries) * sector;
-                    Choice::Prefix((boundary - offset) as usize)
-                }
-            }
-        }
-    }
-}
-
-/// Drops files and directories that no entry reaches from the root any more.
-fn collect_garbage(state: &mut State) {
-    let mut reachable_dirs = BTreeSet::new();
-    let mut reachable_files = BTreeSet::new();
-    let mut stack = vec![state.root];
-    while let Some(dir) = stack.pop() {
-        if !reachable_dirs.insert(dir) {
-            continue;
-        }
-        for node in state.dirs[&dir].current.values() {
-            match node {
-                Node::Dir(child) => stack.push(*child),
-                Node::File(file) => {
-                    reachable_files.insert(*file);
-                }
-            }
-        }
-    }
-    state.dirs.retain(|id, _| reachable_dirs.contains(id));
-    state.files.retain(|id, _| reachable_files.contains(id));
-}
-
 impl Disk for SimDisk {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn DiskFile>> {
         let mut state = self.state.lock();
@@ -820,142 +518,5 @@ impl Disk for SimDisk {
 
     fn kind(&self) -> &'static str {
         "simulated"
-    }
-}
-
-/// An open file of a [`SimDisk`].
-#[derive(Debug)]
-struct SimFile {
-    state: Arc<Mutex<State>>,
-    id: u64,
-    generation: u64,
-    handle: u64,
-    path: PathBuf,
-    writable: bool,
-}
-
-impl SimFile {
-    fn live<'a>(&self, state: &'a mut State) -> io::Result<&'a mut State> {
-        state.alive()?;
-        if state.generation != self.generation {
-            return Err(stale());
-        }
-        Ok(state)
-    }
-
-    fn check_writable(&self) -> io::Result<()> {
-        if self.writable {
-            Ok(())
-        } else {
-            Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("{} was opened read-only", self.path.display()),
-            ))
-        }
-    }
-
-    fn sync(&self, what: &str) -> io::Result<()> {
-        let mut guard = self.state.lock();
-        let state = self.live(&mut guard)?;
-        state.mutate()?;
-        if let Err(error) = state.fault(FaultOp::SyncFile, what, &self.path) {
-            // Linux after a failed fsync: the dirty pages are marked clean, their data will
-            // not reach the disk, and the next fsync has nothing to report.
-            state.file(self.id).pending.clear();
-            return Err(error);
-        }
-        let file = state.file(self.id);
-        // (After an earlier failed sync, `durable` stays behind `current` for good: the data that
-        // sync dropped is not rewritten by this one.)
-        for op in std::mem::take(&mut file.pending) {
-            apply(&mut file.durable, &op);
-        }
-        Ok(())
-    }
-}
-
-impl DiskFile for SimFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let mut guard = self.state.lock();
-        let state = self.live(&mut guard)?;
-        let current = &state.file(self.id).current;
-        let start = (offset as usize).min(current.len());
-        let n = buf.len().min(current.len() - start);
-        buf[..n].copy_from_slice(&current[start..start + n]);
-        Ok(n)
-    }
-
-    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
-        self.check_writable()?;
-        let mut guard = self.state.lock();
-        let state = self.live(&mut guard)?;
-        state.mutate()?;
-        state.fault(FaultOp::Write, "write", &self.path)?;
-        let data: Vec<u8> = bufs.iter().flat_map(|buf| buf.iter().copied()).collect();
-        let written = data.len();
-        if written == 0 {
-            return Ok(0);
-        }
-        let op = Pending::Write { offset, data };
-        let file = state.file(self.id);
-        apply(&mut file.current, &op);
-        file.pending.push(op);
-        Ok(written)
-    }
-
-    fn sync_data(&self) -> io::Result<()> {
-        self.sync("fdatasync")
-    }
-
-    fn sync_all(&self) -> io::Result<()> {
-        self.sync("fsync")
-    }
-
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.check_writable()?;
-        let mut guard = self.state.lock();
-        let state = self.live(&mut guard)?;
-        state.mutate()?;
-        state.fault(FaultOp::SetLen, "set_len", &self.path)?;
-        let op = Pending::SetLen(len);
-        let file = state.file(self.id);
-        apply(&mut file.current, &op);
-        file.pending.push(op);
-        Ok(())
-    }
-
-    fn len(&self) -> io::Result<u64> {
-        let mut guard = self.state.lock();
-        let state = self.live(&mut guard)?;
-        Ok(state.file(self.id).current.len() as u64)
-    }
-
-    fn try_lock(&self) -> io::Result<bool> {
-        let mut guard = self.state.lock();
-        let state = self.live(&mut guard)?;
-        match state.locks.get(&self.id) {
-            Some(&holder) => Ok(holder == self.handle),
-            None => {
-                state.locks.insert(self.id, self.handle);
-                Ok(true)
-            }
-        }
-    }
-
-    fn raw_fd(&self) -> Option<RawFd> {
-        None
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for SimFile {
-    fn drop(&mut self) {
-        let mut state = self.state.lock();
-        if state.generation == self.generation && state.locks.get(&self.id) == Some(&self.handle) {
-            state.locks.remove(&self.id);
-        }
     }
 }
