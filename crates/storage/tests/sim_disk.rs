@@ -224,3 +224,22 @@ fn catalog_versions_survive_power_cuts_whole() {
     // Every version is synced before its name exists, so nothing ever needs a fallback.
     assert_eq!(fell_back, 0);
 }
+
+/// The directory lock, on both disks: exclusive while held, released when dropped.
+#[test]
+fn the_directory_lock_is_exclusive_and_released_on_drop() {
+    use prefixkv_storage::{real_disk, DirLock, LockError};
+    let temp = tempfile::tempdir().unwrap();
+    let sim = SimDisk::new(6);
+    let disks: [(std::sync::Arc<dyn Disk>, &Path); 2] =
+        [(real_disk(), temp.path()), (sim.as_disk(), Path::new("/"))];
+    for (disk, dir) in disks {
+        let held = DirLock::acquire(&*disk, dir).unwrap();
+        match DirLock::acquire(&*disk, dir) {
+            Err(LockError::Held { dir: named }) => assert_eq!(named, dir),
+            other => panic!("{}: a second lock must be refused: {other:?}", disk.kind()),
+        }
+        drop(held);
+        DirLock::acquire(&*disk, dir).unwrap();
+    }
+}
