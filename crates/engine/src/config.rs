@@ -3,6 +3,9 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
+
+use prefixkv_storage::Disk;
 
 /// A session's identity. Ids are never reused within a store's lifetime and survive restarts
 /// (they are recorded in every checkpoint manifest).
@@ -101,6 +104,10 @@ pub struct StoreConfig {
     /// weights are 110 against 1024), and all of an idle core. 0 runs them like request threads.
     /// Not applied under the `blocking` strategy, which stops the world anyway.
     pub checkpoint_thread_nice: i32,
+    /// Where checkpoint files are written and read: the real disk by default; power-cut tests
+    /// pass a `prefixkv_storage::SimDisk`. Used by the checkpoint writer and recovery only, never
+    /// on a session's path.
+    pub disk: Arc<dyn Disk>,
 }
 
 impl StoreConfig {
@@ -180,6 +187,7 @@ impl Default for StoreConfig {
             keep_checkpoints: 2,
             checkpoint_write_bytes_per_s: None,
             checkpoint_thread_nice: 10,
+            disk: prefixkv_storage::real_disk(),
         }
     }
 }

@@ -296,9 +296,13 @@ impl Store {
     /// Opens the store in `config.dir`, recovering the newest checkpoint that verifies.
     pub fn open(config: StoreConfig) -> Result<Arc<Store>, EngineError> {
         config.validate()?;
-        std::fs::create_dir_all(&config.dir)
+        prefixkv_storage::durable::create_dir_all_durably(&*config.disk, &config.dir)
             .map_err(|error| EngineError::io("create data directory", &config.dir, error))?;
-        let mut checkpoints = CheckpointDirectory::open(&config.dir.join("checkpoints"))?;
+        let mut checkpoints = CheckpointDirectory::open_on(
+            Arc::clone(&config.disk),
+            &config.dir.join("checkpoints"),
+            crate::checkpoint_files::DecodeLimits::default(),
+        )?;
         checkpoints.set_write_rate(config.checkpoint_write_bytes_per_s);
         let latch_words = (config.index_buckets / 4)
             .clamp(1 << 10, 1 << 20)

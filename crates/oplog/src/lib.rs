@@ -1,11 +1,11 @@
-//! `prefixkv-oplog`: a logical operation log with group commit.
+//! `prefixkv-oplog`: the logical operation log of the server and of tick-state logs: records
+//! (opaque byte strings, one per logical operation) with dense log sequence numbers, group
+//! commit, truncation behind a checkpoint, replay, torn-tail handling.
 //!
-//! Records (opaque byte strings) get dense log sequence numbers (LSNs) starting at 1, are framed
-//! with their length, LSN and a CRC32C, and are appended to segment files named after their
-//! first LSN (byte format: [`format`], and `docs/oplog.md`). Any number of threads append
-//! concurrently; one I/O thread writes everything queued as one vectored write followed by one
-//! `fdatasync` (group commit), through io_uring (a linked `Writev` → `Fsync(DATASYNC)`) where
-//! the kernel allows it, or `pwritev` + `fdatasync` otherwise ([`BackendChoice`]).
+//! The mechanism (segments, CRC-framed records, the I/O thread with io_uring or `pwritev`, the
+//! recovery rules) is `prefixkv_storage::log`, the one segmented log of prefixkv; this crate is its
+//! operation-log face, under the names its users know (`Oplog`, `Config`, `OplogError`). Byte
+//! format and crash-safety argument: `docs/storage.md`; behaviour: `docs/oplog.md`.
 //!
 //! ```no_run
 //! use prefixkv_oplog::{Config, Oplog, SyncPolicy};
@@ -20,100 +20,23 @@
 //! # Ok::<(), prefixkv_oplog::OplogError>(())
 //! ```
 //!
-//! Invariants of the whole crate: an `always` completion fires only after the record's bytes
-//! were synced; the files always hold a dense LSN prefix plus at most one partially written
-//! group at the end of the last segment; nothing is ever skipped silently on open or replay.
+//! Invariants (those of the storage log): an `always` completion fires only after the record's
+//! bytes were synced; the files hold a dense LSN prefix plus at most a torn tail at the end of
+//! the last segment; nothing is skipped silently on open or replay; a failed write or sync fails
+//! the log for good.
 
 #![warn(missing_docs)]
 
-mod backend;
-mod error;
-pub mod format;
-mod io_thread;
-mod log;
-mod recovery;
-mod replay;
-mod shared;
-#[cfg(test)]
-mod shuttle_tests;
-mod sync;
-mod ticket;
-
-pub use backend::{BackendChoice, BackendKind};
-pub use error::{OplogError, Result};
-pub use log::{OpenReport, Oplog, Stats, TruncateReport};
-pub use recovery::{Repair, TornTail};
-pub use replay::Replay;
-pub use shared::Callback;
-pub use ticket::AppendTicket;
-
-/// When appends are made durable, and when their completion fires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SyncPolicy {
-    /// Every group is synced before its completions fire. A crash loses only records whose
-    /// completion never fired.
-    #[default]
-    Always,
-    /// Completion fires once the record is written to the file (the OS page cache); written data
-    /// is synced at most once a second. A power loss can lose about the last second of
-    /// completed records; a process crash alone loses none of them.
-    EverySec,
-    /// Completion fires on write; no sync except on segment roll, `flush_and_sync` and close. A
-    /// power loss can lose everything since the last of those.
-    None,
-}
-
-/// How to open a log.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// When to sync (see [`SyncPolicy`]).
-    pub policy: SyncPolicy,
-    /// A segment is closed and a new one started before a group would grow it past this size
-    /// (a single record larger than this gets a segment of its own).
-    pub segment_bytes: u64,
-    /// Largest payload accepted by `append`; a stored length above it is corruption.
-    pub max_record_bytes: u32,
-    /// Bytes of frames that may wait in memory (queued or being written); appenders block
-    /// beyond it (back-pressure).
-    pub queue_capacity_bytes: usize,
-    /// io_uring, `pwritev`, or probe and choose.
-    pub backend: BackendChoice,
-    /// On a corrupt record that is not a torn tail: truncate the log there and report it in
-    /// [`OpenReport::repair`], instead of failing to open.
-    pub repair: bool,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            policy: SyncPolicy::Always,
-            segment_bytes: 64 << 20,
-            max_record_bytes: 16 << 20,
-            queue_capacity_bytes: 16 << 20,
-            backend: BackendChoice::Auto,
-            repair: false,
-        }
-    }
-}
-
-impl Config {
-    fn validate(&self) -> Result<()> {
-        let limit = u32::MAX - format::FRAME_HEADER_BYTES as u32;
-        if self.max_record_bytes == 0 || self.max_record_bytes > limit {
-            return Err(OplogError::InvalidConfig(format!(
-                "max_record_bytes must be in 1..={limit}"
-            )));
-        }
-        if self.segment_bytes < 4096 {
-            return Err(OplogError::InvalidConfig(
-                "segment_bytes must be at least 4096".into(),
-            ));
-        }
-        if self.queue_capacity_bytes == 0 {
-            return Err(OplogError::InvalidConfig(
-                "queue_capacity_bytes must be positive".into(),
-            ));
-        }
-        Ok(())
-    }
-}
+pub use prefixkv_storage::log::format;
+/// The operation log: [`prefixkv_storage::log::Log`].
+pub use prefixkv_storage::log::Log as Oplog;
+/// How to open an operation log: [`prefixkv_storage::log::LogConfig`].
+pub use prefixkv_storage::log::LogConfig as Config;
+/// An error of the operation log: [`prefixkv_storage::log::LogError`].
+pub use prefixkv_storage::log::LogError as OplogError;
+pub use prefixkv_storage::log::{
+    AppendTicket, BackendChoice, BackendKind, Callback, OpenReport, Repair, Replay, Result, Stats,
+    SyncPolicy, TornTail, TruncateReport,
+};
+/// The disk trait, the real disk and the simulated disk ([`Oplog::open_on`] takes a disk).
+pub use prefixkv_storage::{real_disk, Disk, SimDisk};

@@ -4,13 +4,13 @@
 //! acknowledged record with the right content and no record half-present.
 //!
 //! `OPLOG_CRASH_ITERATIONS` sets the number of kills (default 30); `OPLOG_CRASH_SEED` replays a
-//! failing run. The parent waits on the child's output with bounded timeouts, never sleeps.
+//! failing run. The parent waits on the child's output with bounded timeouts (the testkit's
+//! child harness), never sleeps. SIGKILL keeps the page cache; power cuts are in `power_cut.rs`.
 
 use prefixkv_oplog::{BackendChoice, Config, Oplog, SyncPolicy};
+use prefixkv_testkit::child::{self, ChildProcess};
+use prefixkv_testkit::rng::{env_count, Rng};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 const CHILD_DIR_ENV: &str = "OPLOG_CRASH_CHILD_DIR";
@@ -50,7 +50,7 @@ fn child_config() -> Config {
 /// Child mode: runs only when the parent re-executes this binary with `CHILD_DIR_ENV` set.
 #[test]
 fn crash_child() {
-    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+    let Some(dir) = child::child_mode(CHILD_DIR_ENV) else {
         return;
     };
     let (log, report) = Oplog::open(&dir, child_config()).expect("child opens the log");
@@ -62,19 +62,13 @@ fn crash_child() {
                 let mut seq = start_seq * 1000;
                 loop {
                     let lsn = log.append(&payload(thread, seq)).unwrap().wait().unwrap();
-                    let mut out = std::io::stdout().lock();
-                    writeln!(out, "ACK {lsn} {thread} {seq}").unwrap();
-                    out.flush().unwrap();
-                    drop(out);
+                    child::report(format!("ACK {lsn} {thread} {seq}"));
                     seq += 1;
                     if thread == 0 && seq % 150 == 0 {
                         // Truncation under fire: announce first, so the parent knows records up
                         // to here may be gone.
                         let through = log.durable_lsn().saturating_sub(100);
-                        let mut out = std::io::stdout().lock();
-                        writeln!(out, "TRUNC {through}").unwrap();
-                        out.flush().unwrap();
-                        drop(out);
+                        child::report(format!("TRUNC {through}"));
                         log.truncate_through(through).unwrap();
                     }
                 }
@@ -83,65 +77,26 @@ fn crash_child() {
     });
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % bound
-    }
-}
-
 #[test]
 fn sigkill_during_appends_loses_no_acknowledged_record() {
-    if std::env::var(CHILD_DIR_ENV).is_ok() {
+    if child::child_mode(CHILD_DIR_ENV).is_some() {
         return;
     }
-    let iterations: usize = std::env::var("OPLOG_CRASH_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
-    let seed: u64 = std::env::var("OPLOG_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("crash test seed {seed} (OPLOG_CRASH_SEED to replay)");
-    let mut rng = Rng(seed);
+    let iterations = env_count("OPLOG_CRASH_ITERATIONS", 30) as usize;
+    let mut rng = Rng::from_env("OPLOG_CRASH_SEED");
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut acked: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut truncated_through = 0u64;
     let mut torn_tails = 0;
     for iteration in 0..iterations {
-        let mut child = Command::new(&exe)
-            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_DIR_ENV, dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (sender, receiver) = mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut child =
+            ChildProcess::spawn_test("crash_child", &[(CHILD_DIR_ENV, dir.path().as_os_str())])
+                .unwrap();
         // Kill after a random number of acknowledgements (0: during start-up and recovery).
-        let kill_after = if rng.next(6) == 0 {
+        let kill_after = if rng.below(6) == 0 {
             0
         } else {
-            1 + rng.next(300)
+            1 + rng.below(300)
         };
         let mut seen = 0;
         let handle = |line: &str, acked: &mut BTreeMap<u64, (u64, u64)>, truncated: &mut u64| {
@@ -163,20 +118,15 @@ fn sigkill_during_appends_loses_no_acknowledged_record() {
             }
         };
         while seen < kill_after {
-            let line = receiver
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| {
-                    panic!("iteration {iteration}: child produced no acknowledgement within 60 s")
-                });
+            let line = child
+                .next_line(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("iteration {iteration}: {e}"));
             if handle(&line, &mut acked, &mut truncated_through) {
                 seen += 1;
             }
         }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        reader.join().unwrap();
         // Lines the child printed before it died were acknowledged too.
-        for line in receiver.try_iter() {
+        for line in child.kill() {
             handle(&line, &mut acked, &mut truncated_through);
         }
 

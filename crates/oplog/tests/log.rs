@@ -246,18 +246,30 @@ fn corruption_in_an_earlier_segment_is_an_error_naming_file_and_offset() {
     assert_eq!(replay_all(&log, 1).len(), 4);
 }
 
+/// A damaged frame followed by intact ones in the *last* segment is what a power cut leaves when
+/// unsynced sectors reach the disk out of order, so it is a torn tail (point-in-time recovery),
+/// reported with `intact_frame_after`; an earlier segment was synced at its roll, so there the
+/// same damage is corruption (the test above).
 #[test]
-fn corruption_inside_the_last_segment_followed_by_valid_records_is_an_error() {
+fn damage_inside_the_last_segment_followed_by_valid_records_is_a_reported_torn_tail() {
     let (dir, paths) = multi_segment_log();
     let last = paths.last().unwrap();
     let offset = SEGMENT_HEADER_BYTES as u64;
     flip_byte(last, offset + FRAME_HEADER_BYTES as u64); // first payload byte of the first record
-    match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Corrupt {
-            path, offset: at, ..
-        }) => assert_eq!((path.as_path(), at), (last.as_path(), offset)),
-        other => panic!("expected Corrupt, got {:?}", other.map(|(_, r)| r)),
-    }
+    let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let torn = report.torn_tail.expect("reported");
+    assert_eq!(
+        (torn.segment.as_path(), torn.offset),
+        (last.as_path(), offset)
+    );
+    assert!(torn.intact_frame_after, "the intact successor is reported");
+    assert_eq!(
+        std::fs::metadata(last).unwrap().len(),
+        offset,
+        "cut there, synced"
+    );
+    let first_of_last = report.next_lsn;
+    append_n(&log, first_of_last..first_of_last + 3);
 }
 
 #[test]

@@ -20,8 +20,6 @@ use crate::store::{BackfillStrategy, PageStore};
 use crate::wal::read_frame_page;
 use std::collections::BTreeMap;
 use std::io::IoSlice;
-use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
 /// Pages per write batch (Turso's `CKPT_BATCH_PAGES`); also bounds iovecs per `pwritev`
@@ -52,6 +50,10 @@ pub(crate) fn run(
 ) -> Result<BackfillCounts> {
     match strategy {
         BackfillStrategy::Naive => naive(store, worklist),
+        // A simulated WAL has no descriptor for io_uring: the thread pool reads it.
+        BackfillStrategy::Fast if store.inner.wal_file.raw_fd().is_none() => {
+            fast(store, worklist, epoch, &mut Reader::ThreadPool)
+        }
         BackfillStrategy::Fast => {
             let mut slot = store.inner.ring.lock();
             // EPERM (seccomp), ENOSYS, or `kernel.io_uring_disabled`: fall back for good.
@@ -79,7 +81,7 @@ fn naive(store: &PageStore, worklist: &[WorkItem]) -> Result<BackfillCounts> {
     let mut page = vec![0u8; page_size];
     let mut counts = BackfillCounts::default();
     for item in worklist {
-        read_frame_page(&inner.wal_file, &inner.wal_path, item.frame_id, &mut page)?;
+        read_frame_page(&*inner.wal_file, &inner.wal_path, item.frame_id, &mut page)?;
         let offset = db_offset(item.page_number, page_size);
         crate::fail_point::step("backfill:write");
         inner.db_file.write_all_at(&page, offset).map_err(|e| {
@@ -202,7 +204,7 @@ fn start_batch(
             if cfg!(debug_assertions) {
                 let mut from_wal = vec![0u8; page_size];
                 read_frame_page(
-                    &inner.wal_file,
+                    &*inner.wal_file,
                     &inner.wal_path,
                     item.frame_id,
                     &mut from_wal,
@@ -247,7 +249,13 @@ fn abandon(batch: &mut Batch) {
 /// Pushes as many of the batch's reads as the submission queue takes.
 fn push_reads(store: &PageStore, ring: &mut io_uring::IoUring, batch: &mut Batch) -> Result<()> {
     let page_size = store.inner.options.page_size_bytes;
-    let fd = io_uring::types::Fd(store.inner.wal_file.as_raw_fd());
+    let fd = io_uring::types::Fd(
+        store
+            .inner
+            .wal_file
+            .raw_fd()
+            .expect("io_uring reads are chosen only for files with a descriptor"),
+    );
     while batch.pushed < batch.reads.len() {
         let index = batch.pushed;
         let (_, frame_id, buffer) = &mut batch.reads[index];
@@ -329,7 +337,7 @@ fn finish_reads(store: &PageStore, batch: &mut Batch, reader: &mut Reader<'_>) -
                         scope.spawn(move || {
                             for (_, frame_id, buffer) in reads.iter_mut() {
                                 read_frame_page(
-                                    &inner.wal_file,
+                                    &*inner.wal_file,
                                     &inner.wal_path,
                                     *frame_id,
                                     buffer,
@@ -379,11 +387,11 @@ fn flush(store: &PageStore, pages: &BTreeMap<u32, Image>) -> Result<(u64, u64)> 
         let mut slices: &mut [IoSlice<'_>] = run;
         while !slices.is_empty() {
             crate::fail_point::step("backfill:write");
-            let written = rustix::io::pwritev(&inner.db_file, slices, offset).map_err(|e| {
+            let written = inner.db_file.write_at(slices, offset).map_err(|e| {
                 io_error(
                     format!("pwritev of pages from {start} (offset {offset}) to"),
                     &inner.db_path,
-                    e.into(),
+                    e,
                 )
             })?;
             calls += 1;

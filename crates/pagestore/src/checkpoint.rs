@@ -178,10 +178,13 @@ impl PageStore {
                 .map_err(|e| io_error("fsync (before backfill) of", &inner.wal_path, e))?;
             wal_sync_duration = wal_sync_started.elapsed();
             if inner.options.evict_wal_from_os_cache_before_backfill {
-                rustix::fs::fadvise(&inner.wal_file, 0, None, rustix::fs::Advice::DontNeed)
-                    .map_err(|e| {
-                        io_error("posix_fadvise(DONTNEED) of", &inner.wal_path, e.into())
-                    })?;
+                if let Some(fd) = inner.wal_file.raw_fd() {
+                    // SAFETY: the descriptor belongs to `wal_file`, which outlives this call.
+                    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                    rustix::fs::fadvise(fd, 0, None, rustix::fs::Advice::DontNeed).map_err(
+                        |e| io_error("posix_fadvise(DONTNEED) of", &inner.wal_path, e.into()),
+                    )?;
+                }
             }
             let copy_started = Instant::now();
             counts = backfill::run(self, strategy, &worklist, epoch)?;

@@ -20,9 +20,8 @@ use crate::format::{
 use crate::marks::{ReadMarks, ReaderPin};
 use crate::wal::{self, RecoveryReport};
 use parking_lot::{Mutex, MutexGuard, RwLock};
+use prefixkv_storage::{real_disk, Disk, DiskFile, OpenMode};
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,8 +118,8 @@ pub(crate) struct Inner {
     pub options: Options,
     pub db_path: PathBuf,
     pub wal_path: PathBuf,
-    pub db_file: File,
-    pub wal_file: File,
+    pub db_file: Arc<dyn DiskFile>,
+    pub wal_file: Arc<dyn DiskFile>,
     pub shared: RwLock<Shared>,
     pub marks: ReadMarks,
     pub writer: Mutex<()>,
@@ -150,9 +149,20 @@ pub struct CommitInfo {
 }
 
 impl PageStore {
-    /// Opens (creating if absent) the database file `db_path` and its WAL `<db_path>-wal`, and
-    /// recovers the frame index from the WAL. The report says what recovery dropped.
+    /// Opens (creating if absent) the database file `db_path` and its WAL `<db_path>-wal` on
+    /// the real disk, and recovers the frame index from the WAL. The report says what recovery
+    /// dropped.
     pub fn open(
+        db_path: impl AsRef<Path>,
+        options: Options,
+    ) -> Result<(PageStore, RecoveryReport)> {
+        PageStore::open_on(real_disk(), db_path, options)
+    }
+
+    /// [`PageStore::open`] on `disk` (the simulated disk in power-cut tests). Files created here
+    /// get their directory entries synced before any commit can be acknowledged.
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
         db_path: impl AsRef<Path>,
         options: Options,
     ) -> Result<(PageStore, RecoveryReport)> {
@@ -166,23 +176,28 @@ impl PageStore {
         let mut wal_name = db_path.as_os_str().to_owned();
         wal_name.push("-wal");
         let wal_path = PathBuf::from(wal_name);
-        let open = |path: &Path| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)
+        let mut created = false;
+        let mut open = |path: &Path| {
+            let existed = prefixkv_storage::io::exists(&*disk, path)
+                .map_err(|e| io_error("looking for", path, e))?;
+            created |= !existed;
+            disk.open(path, OpenMode::Create)
                 .map_err(|e| io_error("opening", path, e))
         };
         let db_file = open(&db_path)?;
         let wal_file = open(&wal_path)?;
+        if created {
+            // A commit fsyncs the WAL's data, not its directory entry: without this, a power cut
+            // could take the whole (acknowledged) WAL file away with the entry.
+            let dir = prefixkv_storage::durable::parent_dir(&db_path);
+            prefixkv_storage::durable::sync_dir(&*disk, &dir)
+                .map_err(|e| io_error("fsync of the directory of", &db_path, e))?;
+        }
         let page_size = options.page_size_bytes;
-        let recovered = wal::recover(&wal_file, &wal_path, page_size)?;
+        let recovered = wal::recover(&*wal_file, &wal_path, page_size)?;
         let db_length = db_file
-            .metadata()
-            .map_err(|e| io_error("reading the size of", &db_path, e))?
-            .len();
+            .len()
+            .map_err(|e| io_error("reading the size of", &db_path, e))?;
         let db_file_pages =
             u32::try_from(db_length.div_ceil(page_size as u64)).map_err(|_| Error::Mismatch {
                 path: db_path.clone(),
@@ -400,7 +415,7 @@ impl PageStore {
                 }
                 let mut page = vec![0u8; self.inner.options.page_size_bytes as usize];
                 wal::read_frame_page(
-                    &self.inner.wal_file,
+                    &*self.inner.wal_file,
                     &self.inner.wal_path,
                     frame_id,
                     &mut page,

@@ -11,9 +11,8 @@ use crate::error::{io_error, Result};
 use crate::format::{
     decode_frame, frame_offset, FrameDefect, WalHeader, FRAME_HEADER_BYTES, WAL_HEADER_BYTES,
 };
+use prefixkv_storage::DiskFile;
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// What recovery found in the WAL, for the caller to log or check.
@@ -42,11 +41,10 @@ pub(crate) struct Recovered {
 }
 
 /// Scans the WAL file and rebuilds the frame index, stopping at the first invalid frame.
-pub(crate) fn recover(file: &File, path: &Path, page_size_bytes: u32) -> Result<Recovered> {
+pub(crate) fn recover(file: &dyn DiskFile, path: &Path, page_size_bytes: u32) -> Result<Recovered> {
     let length_bytes = file
-        .metadata()
-        .map_err(|e| io_error("reading the size of", path, e))?
-        .len();
+        .len()
+        .map_err(|e| io_error("reading the size of", path, e))?;
     let mut recovered = Recovered {
         header: None,
         max_frame: 0,
@@ -153,7 +151,7 @@ pub(crate) fn recover(file: &File, path: &Path, page_size_bytes: u32) -> Result<
 
 /// Reads the page image of frame `frame_id` into `page` (exactly one page long).
 pub(crate) fn read_frame_page(
-    file: &File,
+    file: &dyn DiskFile,
     path: &Path,
     frame_id: u64,
     page: &mut [u8],

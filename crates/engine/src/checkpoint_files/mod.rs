@@ -46,6 +46,10 @@
 //!
 //! # Publishing, and why a crash never leaves a half checkpoint that recovery would use
 //!
+//! Directories, publication, selection, quarantine and pruning are the storage crate's version
+//! catalog (`prefixkv_storage::catalog`, whose argument this restates for checkpoints); every
+//! file goes through the store's [`prefixkv_storage::Disk`] (`StoreConfig::disk`).
+//!
 //! 1. [`CheckpointDirectory::begin`] creates `v{version:020}.tmp`. Nothing reads `.tmp` directories;
 //!    [`CheckpointDirectory::open`] deletes them as unfinished.
 //! 2. Each flusher streams its [`SegmentWriter`] and calls [`SegmentWriter::finish`], which writes the

@@ -7,13 +7,13 @@
 //!   and loading); if a check fails after entries were already handed to the sink, the load
 //!   returns the error and the caller must discard what it built.
 
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::directory::{published_name, sync_directory, QUARANTINE_SUFFIX};
+use prefixkv_storage::{Catalog, Disk, OpenMode, Rejection, SelectError};
+
+use super::directory::catalog_error;
 use super::manifest::{decode_manifest_bytes, Manifest, ManifestKind, MAX_MANIFEST_BYTES};
 use super::segment::{read_segment_file, DecodeLimits, EntryRef};
 use super::MANIFEST_FILE_NAME;
@@ -22,6 +22,7 @@ use crate::error::EngineError;
 /// A checkpoint that passed verification and can be loaded.
 #[derive(Debug, Clone)]
 pub struct VerifiedCheckpoint {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     manifest: Manifest,
     fell_back: Option<String>,
@@ -81,6 +82,7 @@ impl VerifiedCheckpoint {
                         };
                         let mut forward = |entry: EntryRef<'_>| sink(entry);
                         match read_segment_file(
+                            &*self.disk,
                             &self.dir,
                             summary,
                             self.version(),
@@ -119,17 +121,23 @@ impl VerifiedCheckpoint {
     ) -> Result<u64, EngineError> {
         let mut total_entries = 0;
         for summary in &self.manifest.segments {
-            total_entries +=
-                read_segment_file(&self.dir, summary, self.version(), self.limits, sink)?;
+            total_entries += read_segment_file(
+                &*self.disk,
+                &self.dir,
+                summary,
+                self.version(),
+                self.limits,
+                sink,
+            )?;
         }
         Ok(total_entries)
     }
 }
 
 /// Reads and checks the MANIFEST of `dir`, which must describe checkpoint `version`.
-fn read_manifest(dir: &Path, version: u64) -> Result<Manifest, EngineError> {
+fn read_manifest(disk: &dyn Disk, dir: &Path, version: u64) -> Result<Manifest, EngineError> {
     let path = dir.join(MANIFEST_FILE_NAME);
-    let file = match File::open(&path) {
+    let file = match disk.open(&path, OpenMode::Read) {
         Ok(file) => file,
         Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
             return Err(EngineError::corrupt(&path, 0, "MANIFEST is missing"));
@@ -137,9 +145,8 @@ fn read_manifest(dir: &Path, version: u64) -> Result<Manifest, EngineError> {
         Err(source) => return Err(EngineError::io("open MANIFEST", &path, source)),
     };
     let file_bytes = file
-        .metadata()
-        .map_err(|source| EngineError::io("stat MANIFEST", &path, source))?
-        .len();
+        .len()
+        .map_err(|source| EngineError::io("stat MANIFEST", &path, source))?;
     let limit = MAX_MANIFEST_BYTES + 64;
     if file_bytes > limit {
         return Err(EngineError::corrupt(
@@ -148,11 +155,14 @@ fn read_manifest(dir: &Path, version: u64) -> Result<Manifest, EngineError> {
             format!("MANIFEST is {file_bytes} bytes, above the {limit}-byte limit"),
         ));
     }
-    let mut bytes = Vec::with_capacity(file_bytes as usize);
-    // `take` keeps the read bounded even if the file grows after the size check.
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|source| EngineError::io("read MANIFEST", &path, source))?;
+    let mut bytes = vec![0u8; file_bytes as usize];
+    file.read_exact_at(&mut bytes, 0).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::UnexpectedEof {
+            EngineError::corrupt(&path, 0, "MANIFEST shrank while being read")
+        } else {
+            EngineError::io("read MANIFEST", &path, source)
+        }
+    })?;
     let manifest = decode_manifest_bytes(&bytes, &path)?;
     if manifest.content.version != version {
         return Err(EngineError::corrupt(
@@ -167,91 +177,91 @@ fn read_manifest(dir: &Path, version: u64) -> Result<Manifest, EngineError> {
     Ok(manifest)
 }
 
-/// Fully verifies checkpoint `version` under `root`.
+/// Fully verifies checkpoint `version` in `dir`.
 fn verify(
-    root: &Path,
+    disk: &Arc<dyn Disk>,
+    dir: &Path,
     version: u64,
     limits: DecodeLimits,
 ) -> Result<VerifiedCheckpoint, EngineError> {
-    let dir = root.join(published_name(version));
-    let manifest = read_manifest(&dir, version)?;
+    let manifest = read_manifest(&**disk, dir, version)?;
     for summary in &manifest.segments {
-        read_segment_file(&dir, summary, version, limits, &mut |_| Ok(()))?;
+        read_segment_file(&**disk, dir, summary, version, limits, &mut |_| Ok(()))?;
     }
     Ok(VerifiedCheckpoint {
-        dir,
+        disk: Arc::clone(disk),
+        dir: dir.to_path_buf(),
         manifest,
         fell_back: None,
         limits,
     })
 }
 
-/// Renames the published directory of `version` to `v….corrupt` and makes the rename durable.
-fn quarantine(root: &Path, version: u64) -> Result<PathBuf, EngineError> {
-    let path = root.join(published_name(version));
-    let target = root.join(format!("{}{QUARANTINE_SUFFIX}", published_name(version)));
-    std::fs::rename(&path, &target).map_err(|source| {
-        EngineError::io(format!("move aside to {}", target.display()), &path, source)
-    })?;
-    sync_directory(root)?;
-    Ok(target)
-}
-
-/// The selection rule; see `CheckpointDirectory::select_for_recovery`.
+/// The selection rule; see `CheckpointDirectory::select_for_recovery`. A checkpoint is rejected
+/// (and recovery falls back) on [`EngineError::Corrupt`]; any other error stops the selection.
 pub(crate) fn select(
-    root: &Path,
-    mut versions: Vec<u64>,
+    catalog: &Catalog,
     limits: DecodeLimits,
 ) -> Result<Option<VerifiedCheckpoint>, EngineError> {
-    versions.sort_unstable_by(|a, b| b.cmp(a));
-    let mut failures: Vec<String> = Vec::new();
-    for (position, &version) in versions.iter().enumerate() {
-        match verify(root, version, limits) {
-            Ok(mut checkpoint) => {
-                if !failures.is_empty() {
-                    // The failed newer checkpoints are moved aside (kept for inspection) so that
-                    // the engine can write its next version under the normal name and so that
-                    // pruning never counts a corrupt checkpoint among the ones it keeps.
-                    let mut moved = Vec::new();
-                    for &failed in &versions[..position] {
-                        moved.push(quarantine(root, failed)?);
-                    }
-                    let moved: Vec<String> = moved
-                        .iter()
-                        .map(|path| path.display().to_string())
-                        .collect();
-                    let message = format!(
-                        "{}; recovered v{version}; the failed checkpoint files were moved to {} \
-                         for inspection",
-                        failures.join("; "),
-                        moved.join(", ")
-                    );
-                    tracing::warn!(%message, "recovering from an older checkpoint");
-                    checkpoint.fell_back = Some(message);
-                }
-                return Ok(Some(checkpoint));
+    let disk = Arc::clone(catalog.disk());
+    let selected = catalog.select(|version, dir| {
+        verify(&disk, dir, version, limits).map_err(|error| match error {
+            error @ EngineError::Corrupt { .. } => Rejection::Invalid(error.to_string()),
+            other => Rejection::Abort(other),
+        })
+    });
+    match selected {
+        Ok(None) => Ok(None),
+        Ok(Some(selected)) => {
+            let mut checkpoint = selected.value;
+            if !selected.rejected.is_empty() {
+                // The failed newer checkpoints were moved aside (kept for inspection) so that the
+                // engine can write its next version under the normal name and so that pruning
+                // never counts a corrupt checkpoint among the ones it keeps.
+                let failures: Vec<String> = selected
+                    .rejected
+                    .iter()
+                    .map(|(version, why)| {
+                        format!("checkpoint v{version} failed verification ({why})")
+                    })
+                    .collect();
+                let moved: Vec<String> = selected
+                    .quarantined
+                    .iter()
+                    .map(|path| path.display().to_string())
+                    .collect();
+                let message = format!(
+                    "{}; recovered v{}; the failed checkpoint files were moved to {} for inspection",
+                    failures.join("; "),
+                    selected.version,
+                    moved.join(", ")
+                );
+                tracing::warn!(%message, "recovering from an older checkpoint");
+                checkpoint.fell_back = Some(message);
             }
-            Err(error @ EngineError::Corrupt { .. }) => {
-                failures.push(format!(
-                    "checkpoint v{version} failed verification ({error})"
-                ));
-            }
-            Err(other) => return Err(other),
+            Ok(Some(checkpoint))
+        }
+        Err(SelectError::Aborted(error)) => Err(error),
+        Err(SelectError::Catalog(error)) => Err(catalog_error(error)),
+        Err(SelectError::NoneVerifies(rejected)) => {
+            let failures: Vec<String> = rejected
+                .iter()
+                .map(|(version, why)| format!("checkpoint v{version} failed verification ({why})"))
+                .collect();
+            let root = catalog.root();
+            Err(EngineError::corrupt(
+                root,
+                0,
+                format!(
+                    "none of the {} checkpoints verifies: {}. The store refuses to start rather \
+                     than serve a partial or empty image; the files are left untouched. To start \
+                     empty, move the directory {} aside (keep it for inspection or restore it \
+                     from a backup)",
+                    rejected.len(),
+                    failures.join("; "),
+                    root.display()
+                ),
+            ))
         }
     }
-    if failures.is_empty() {
-        return Ok(None);
-    }
-    Err(EngineError::corrupt(
-        root,
-        0,
-        format!(
-            "none of the {} checkpoints verifies: {}. The store refuses to start rather than serve \
-             a partial or empty image; the files are left untouched. To start empty, move the \
-             directory {} aside (keep it for inspection or restore it from a backup)",
-            versions.len(),
-            failures.join("; "),
-            root.display()
-        ),
-    ))
 }

@@ -14,10 +14,11 @@
 //!   match what it read; entries handed out before that are provisional and callers discard them
 //!   when `next_entry` later fails.
 
-use std::fs::File;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use prefixkv_storage::{Disk, DiskFile, FileReader, NumberedName, OpenMode};
 
 use serde::{Deserialize, Serialize};
 
@@ -78,9 +79,12 @@ pub struct SegmentSummary {
     pub crc32c: u32,
 }
 
+/// Segment file names: `segment-`, the index (at least 6 digits), `.seg`.
+pub const SEGMENT_NAME: NumberedName = NumberedName::new("segment-", 6, ".seg");
+
 /// The file name of segment `index`.
 pub fn segment_file_name(index: u32) -> String {
-    format!("segment-{index:06}.seg")
+    SEGMENT_NAME.format(u64::from(index))
 }
 
 /// One decoded entry, borrowing the decoder's buffers.
@@ -178,8 +182,10 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 /// unpublished `.tmp` directory, which is never read and is removed with that directory.
 #[derive(Debug)]
 pub struct SegmentWriter {
-    file: File,
+    file: Arc<dyn DiskFile>,
     path: PathBuf,
+    /// Bytes handed to the file so far (where the next write goes).
+    written: u64,
     index: u32,
     buffer: Vec<u8>,
     crc: u32,
@@ -193,24 +199,20 @@ pub struct SegmentWriter {
 }
 
 impl SegmentWriter {
-    /// Creates segment `index` of checkpoint `checkpoint_version` in `directory` (which must not
-    /// already hold that segment) and writes its header into the buffer.
+    /// Starts segment `index` of checkpoint `checkpoint_version` in the new, empty `file` (at
+    /// `path`) and writes its header into the buffer.
     pub(crate) fn create(
-        directory: &Path,
+        file: Arc<dyn DiskFile>,
+        path: PathBuf,
         index: u32,
         checkpoint_version: u64,
         limits: DecodeLimits,
         pacer: Option<Arc<WritePacer>>,
     ) -> Result<SegmentWriter, EngineError> {
-        let path = directory.join(segment_file_name(index));
-        let file = File::options()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|source| EngineError::io("create segment file", &path, source))?;
         let mut writer = SegmentWriter {
             file,
             path,
+            written: 0,
             index,
             buffer: Vec::with_capacity(WRITE_BUFFER_BYTES),
             crc: 0,
@@ -317,10 +319,13 @@ impl SegmentWriter {
     }
 
     fn write_to_file(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
-        self.file.write_all(bytes).map_err(|source| {
-            self.failed = true;
-            EngineError::io("write segment file", &self.path, source)
-        })?;
+        self.file
+            .write_all_at(bytes, self.written)
+            .map_err(|source| {
+                self.failed = true;
+                EngineError::io("write segment file", &self.path, source)
+            })?;
+        self.written += bytes.len() as u64;
         if let Some(pacer) = &self.pacer {
             pacer.pace(bytes.len() as u64);
         }
@@ -658,6 +663,7 @@ pub fn decode_segment_bytes(
 /// Opens `directory/summary.file_name` and decodes it with a bounded streaming reader, checking
 /// the header against the expected checkpoint version and index and the footer against `summary`.
 pub(crate) fn read_segment_file(
+    disk: &dyn Disk,
     directory: &Path,
     summary: &SegmentSummary,
     checkpoint_version: u64,
@@ -665,7 +671,7 @@ pub(crate) fn read_segment_file(
     sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>,
 ) -> Result<u64, EngineError> {
     let path = directory.join(&summary.file_name);
-    let file = match File::open(&path) {
+    let file = match disk.open(&path, OpenMode::Read) {
         Ok(file) => file,
         Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
             return Err(EngineError::corrupt(
@@ -677,9 +683,8 @@ pub(crate) fn read_segment_file(
         Err(source) => return Err(EngineError::io("open segment file", &path, source)),
     };
     let file_bytes = file
-        .metadata()
-        .map_err(|source| EngineError::io("stat segment file", &path, source))?
-        .len();
+        .len()
+        .map_err(|source| EngineError::io("stat segment file", &path, source))?;
     if file_bytes != summary.bytes {
         return Err(EngineError::corrupt(
             &path,
@@ -691,7 +696,7 @@ pub(crate) fn read_segment_file(
             ),
         ));
     }
-    let reader = BufReader::with_capacity(READ_BUFFER_BYTES, file);
+    let reader = BufReader::with_capacity(READ_BUFFER_BYTES, FileReader::new(file, 0));
     let decoder = SegmentDecoder::new(reader, file_bytes, &path, limits)?;
     let header = decoder.header();
     if header.checkpoint_version != checkpoint_version || header.segment_index != summary.index {

@@ -11,13 +11,17 @@
 //! - Completion is a watermark: LSNs complete in order, so a ticket is complete exactly when
 //!   `completed_lsn >= lsn`. Wakers and callbacks are kept only for incomplete LSNs.
 //! - `failure` is sticky: once set, no append is accepted and every waiter gets the error.
+//! - While `paused` (a suffix truncation is running) no append is accepted; the I/O thread runs
+//!   `truncate_request` only once the queue is empty, and answers in `truncate_done`.
 
-use crate::error::{OplogError, Result};
-use crate::recovery::SegmentMeta;
-use crate::sync::{AtomicU64, Condvar, Mutex};
-use crate::SyncPolicy;
+use super::error::{LogError, Result};
+use super::recovery::SegmentMeta;
+use super::sync::{AtomicU64, Condvar, Mutex};
+use super::SyncPolicy;
+use crate::io::Disk;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::Waker;
 
 /// A completion callback: called once with the record's LSN, or the log's failure.
@@ -38,6 +42,11 @@ pub(crate) struct State {
     pub callbacks: Vec<(u64, Callback)>,
     pub failure: Option<String>,
     pub shutdown: bool,
+    pub paused: bool,
+    /// `truncate_after(lsn)` asked the I/O thread to remove records above this LSN.
+    pub truncate_request: Option<u64>,
+    /// The I/O thread's answer: (segments deleted, bytes deleted) or the failure.
+    pub truncate_done: Option<std::result::Result<(usize, u64), String>>,
 }
 
 pub(crate) struct Shared {
@@ -50,6 +59,9 @@ pub(crate) struct Shared {
     pub progress: Condvar,
     /// Segments in LSN order; the last is the one being appended to.
     pub segments: Mutex<Vec<SegmentMeta>>,
+    /// Serialises the two truncations (prefix and suffix) against each other.
+    pub maintenance: Mutex<()>,
+    pub disk: Arc<dyn Disk>,
     pub dir: PathBuf,
     pub policy: SyncPolicy,
     pub max_record_bytes: u32,
@@ -65,8 +77,8 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn failed(message: &str) -> OplogError {
-        OplogError::Failed(message.to_string())
+    pub(crate) fn failed(message: &str) -> LogError {
+        LogError::Failed(message.to_string())
     }
 
     /// Moves the watermarks forward after a successful group write and wakes whoever waits for
@@ -104,7 +116,7 @@ impl Shared {
 
     /// Marks the log failed and fails every waiter.
     pub(crate) fn fail(&self, message: String) {
-        tracing::error!(dir = %self.dir.display(), error = %message, "oplog I/O thread failed; the log accepts no more appends");
+        tracing::error!(dir = %self.dir.display(), error = %message, "log I/O thread failed; the log accepts no more appends");
         let (wakers, callbacks) = {
             let mut state = self.state.lock();
             state.failure.get_or_insert(message.clone());

@@ -5,18 +5,20 @@
 //! active segment while the I/O thread appends to it never sees a half-written frame. Every
 //! frame is CRC-checked again; a bad one is an error naming the file and offset.
 
-use crate::error::{OplogError, Result};
-use crate::format::{FrameReader, NextFrame, SEGMENT_HEADER_BYTES};
-use crate::recovery::SegmentMeta;
-use std::fs::File;
-use std::io::{BufReader, Seek, SeekFrom};
+use super::error::{LogError, Result};
+use super::format::{FrameReader, NextFrame, SEGMENT_HEADER_BYTES};
+use super::recovery::SegmentMeta;
+use crate::io::{Disk, FileReader, OpenMode};
+use std::io::BufReader;
+use std::sync::Arc;
 
-/// Iterator over `(lsn, payload)` in LSN order; see [`crate::Oplog::replay`].
+/// Iterator over `(lsn, payload)` in LSN order; see [`super::Log::replay`].
 pub struct Replay {
+    disk: Arc<dyn Disk>,
     segments: Vec<SegmentMeta>,
     /// Index of the next segment to open.
     next_segment: usize,
-    reader: Option<(FrameReader<BufReader<File>>, usize)>,
+    reader: Option<(FrameReader<BufReader<FileReader>>, usize)>,
     from_lsn: u64,
     through_lsn: u64,
     max_record_bytes: u32,
@@ -34,6 +36,7 @@ impl std::fmt::Debug for Replay {
 
 impl Replay {
     pub(crate) fn new(
+        disk: Arc<dyn Disk>,
         segments: Vec<SegmentMeta>,
         from_lsn: u64,
         through_lsn: u64,
@@ -42,7 +45,7 @@ impl Replay {
         let from_lsn = from_lsn.max(1);
         let oldest = segments.first().map_or(1, |s| s.first_lsn);
         if from_lsn < oldest {
-            return Err(OplogError::Truncated {
+            return Err(LogError::Truncated {
                 requested: from_lsn,
                 oldest_retained: oldest,
             });
@@ -53,6 +56,7 @@ impl Replay {
             .rposition(|s| s.first_lsn <= from_lsn)
             .unwrap_or(0);
         Ok(Replay {
+            disk,
             segments,
             next_segment,
             reader: None,
@@ -74,7 +78,7 @@ impl Replay {
         };
         if let Some(expected) = expected_lsn {
             if segment.first_lsn != expected {
-                return Err(OplogError::Corrupt {
+                return Err(LogError::Corrupt {
                     path: segment.path.clone(),
                     offset: 0,
                     reason: format!(
@@ -84,19 +88,17 @@ impl Replay {
                 });
             }
         }
-        let mut file = File::open(&segment.path).map_err(|e| {
-            OplogError::io(
+        let file = self.disk.open(&segment.path, OpenMode::Read).map_err(|e| {
+            LogError::io(
                 format!(
-                    "opening oplog segment {} for replay (was it truncated meanwhile?)",
+                    "opening log segment {} for replay (was it truncated meanwhile?)",
                     segment.path.display()
                 ),
                 e,
             )
         })?;
-        file.seek(SeekFrom::Start(SEGMENT_HEADER_BYTES as u64))
-            .map_err(|e| OplogError::io(format!("seeking in {}", segment.path.display()), e))?;
         let reader = FrameReader::new(
-            BufReader::new(file),
+            BufReader::new(FileReader::new(file, SEGMENT_HEADER_BYTES as u64)),
             SEGMENT_HEADER_BYTES as u64,
             segment.first_lsn,
             self.max_record_bytes,
@@ -120,7 +122,7 @@ impl Replay {
             let index = *index;
             let path = |segments: &[SegmentMeta]| segments[index].path.clone();
             let next = reader.next_frame().map_err(|e| {
-                OplogError::io(
+                LogError::io(
                     format!("reading {}", self.segments[index].path.display()),
                     e,
                 )
@@ -135,7 +137,7 @@ impl Replay {
                     let expected = reader.next_lsn();
                     self.reader = None;
                     if !self.open_next(Some(expected))? {
-                        return Err(OplogError::Corrupt {
+                        return Err(LogError::Corrupt {
                             path: path(&self.segments),
                             offset: 0,
                             reason: format!("log ends before LSN {expected}, which was written"),
@@ -143,7 +145,7 @@ impl Replay {
                     }
                 }
                 NextFrame::Bad { offset, error, .. } => {
-                    return Err(OplogError::Corrupt {
+                    return Err(LogError::Corrupt {
                         path: path(&self.segments),
                         offset,
                         reason: error.to_string(),

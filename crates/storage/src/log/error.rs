@@ -1,11 +1,11 @@
-//! Errors of the operation log. Every error that concerns a file names it (and the offset, for
+//! Errors of the segmented log. Every error that concerns a file names it (and the offset, for
 //! corruption) and says what the caller can do.
 
 use std::path::PathBuf;
 
-/// An error of the operation log.
+/// An error of the segmented log.
 #[derive(Debug, thiserror::Error)]
-pub enum OplogError {
+pub enum LogError {
     /// An I/O call failed.
     #[error("{context}: {source}")]
     Io {
@@ -17,7 +17,7 @@ pub enum OplogError {
     },
     /// A segment holds a bad record or header somewhere other than a torn tail.
     #[error(
-        "corrupt oplog segment {path} at byte offset {offset}: {reason}; the data before this offset \
+        "corrupt log segment {path} at byte offset {offset}: {reason}; the data before this offset \
          is intact. Restore the log from a backup, or open it with `repair: true` to truncate the log \
          at this offset (records from here on are dropped and reported)"
     )]
@@ -30,7 +30,7 @@ pub enum OplogError {
         reason: String,
     },
     /// The directory's segments do not form one dense LSN sequence.
-    #[error("oplog directory {dir} is inconsistent: {reason}")]
+    #[error("log directory {dir} is inconsistent: {reason}")]
     Inconsistent {
         /// The log directory.
         dir: PathBuf,
@@ -55,11 +55,11 @@ pub enum OplogError {
     },
     /// The I/O thread failed earlier; the log accepts no more appends. Records that were not yet
     /// acknowledged may or may not be on disk: reopen the log to find out.
-    #[error("the oplog failed and accepts no more appends: {0}; reopen it to recover")]
+    #[error("the log failed and accepts no more appends: {0}; reopen it to recover")]
     Failed(String),
     /// Another open handle (in this or another process) holds the log directory's lock.
     #[error(
-        "oplog directory {dir} is already open (its LOCK file is held by another handle or process); \
+        "log directory {dir} is already open (its LOCK file is held by another handle or process); \
          close that one first"
     )]
     Locked {
@@ -67,22 +67,22 @@ pub enum OplogError {
         dir: PathBuf,
     },
     /// The configured backend cannot be used on this machine.
-    #[error("oplog backend unavailable: {0}")]
+    #[error("log backend unavailable: {0}")]
     BackendUnavailable(String),
     /// A configuration value is out of range.
-    #[error("invalid oplog configuration: {0}")]
+    #[error("invalid log configuration: {0}")]
     InvalidConfig(String),
 }
 
-impl OplogError {
+impl LogError {
     /// Wraps an I/O error with what was being done.
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> OplogError {
-        OplogError::Io {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> LogError {
+        LogError::Io {
             context: context.into(),
             source,
         }
     }
 }
 
-/// Shorthand for results of this crate.
-pub type Result<T, E = OplogError> = std::result::Result<T, E>;
+/// Shorthand for results of the log.
+pub type Result<T, E = LogError> = std::result::Result<T, E>;

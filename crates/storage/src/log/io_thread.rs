@@ -14,13 +14,16 @@
 //!    of the LSN sequence plus at most one partially written group at the end.
 //! 4. A failed write or sync fails the log for good (no retry: see `backend.rs`).
 
-use crate::backend::Backend;
-use crate::error::{OplogError, Result};
-use crate::format::{encode_segment_header, segment_file_name, SEGMENT_HEADER_BYTES};
-use crate::recovery::{sync_dir, SegmentMeta};
-use crate::shared::Shared;
-use crate::SyncPolicy;
-use std::fs::{File, OpenOptions};
+use super::backend::Backend;
+use super::error::{LogError, Result};
+use super::format::{
+    encode_segment_header, segment_file_name, FrameReader, NextFrame, SEGMENT_HEADER_BYTES,
+};
+use super::recovery::{sync_dir, SegmentMeta};
+use super::shared::Shared;
+use super::SyncPolicy;
+use crate::io::{Disk, DiskFile, FileReader, OpenMode};
+use std::io::BufReader;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,28 +32,28 @@ use std::time::{Duration, Instant};
 pub(crate) const EVERYSEC_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(crate) struct ActiveSegment {
-    pub file: File,
+    pub file: Arc<dyn DiskFile>,
     pub first_lsn: u64,
     /// Bytes of the file that hold header and complete frames (where the next write goes).
     pub length_bytes: u64,
 }
 
 impl ActiveSegment {
-    pub(crate) fn open(meta: &SegmentMeta, length_bytes: u64) -> Result<ActiveSegment> {
-        let file = OpenOptions::new()
-            .write(true)
-            .open(&meta.path)
-            .map_err(|e| {
-                OplogError::io(
-                    format!("opening oplog segment {} for appends", meta.path.display()),
-                    e,
-                )
-            })?;
+    pub(crate) fn open(
+        disk: &dyn Disk,
+        meta: &SegmentMeta,
+        length_bytes: u64,
+    ) -> Result<ActiveSegment> {
+        let file = disk.open(&meta.path, OpenMode::ReadWrite).map_err(|e| {
+            LogError::io(
+                format!("opening log segment {} for appends", meta.path.display()),
+                e,
+            )
+        })?;
         // Records a previous process wrote without syncing (policies `everysec`/`none`) are
         // about to be reported as durable: make that true.
-        file.sync_data().map_err(|e| {
-            OplogError::io(format!("syncing oplog segment {}", meta.path.display()), e)
-        })?;
+        file.sync_data()
+            .map_err(|e| LogError::io(format!("syncing log segment {}", meta.path.display()), e))?;
         Ok(ActiveSegment {
             file,
             first_lsn: meta.first_lsn,
@@ -73,6 +76,13 @@ pub(crate) struct IoThread {
     pub spare_ends: Vec<usize>,
 }
 
+/// What the I/O thread does next.
+enum Work {
+    Group(Group),
+    /// Remove the records above this LSN (the queue is empty and appends are paused).
+    TruncateAfter(u64),
+}
+
 /// One group taken from the queue.
 struct Group {
     bytes: Vec<u8>,
@@ -85,8 +95,15 @@ struct Group {
 impl IoThread {
     pub(crate) fn run(mut self) {
         loop {
-            let Some(group) = self.take_group() else {
-                return;
+            let group = match self.take_work() {
+                None => return,
+                Some(Work::TruncateAfter(lsn)) => {
+                    if !self.run_truncation(lsn) {
+                        return;
+                    }
+                    continue;
+                }
+                Some(Work::Group(group)) => group,
             };
             let last = group.last;
             match self.write_group(&group) {
@@ -114,12 +131,19 @@ impl IoThread {
     }
 
     /// Waits until there is something to do and takes it; `None` once the log failed.
-    fn take_group(&mut self) -> Option<Group> {
+    fn take_work(&mut self) -> Option<Work> {
         let shared = Arc::clone(&self.shared);
         let mut state = shared.state.lock();
         let (sync_requested, everysec_due) = loop {
             if state.failure.is_some() {
                 return None;
+            }
+            if let Some(lsn) = state
+                .truncate_request
+                .filter(|_| state.queue.is_empty() && state.truncate_done.is_none())
+            {
+                state.truncate_request = None;
+                return Some(Work::TruncateAfter(lsn));
             }
             let unsynced = state.written_lsn > state.durable_lsn;
             let sync_requested = state.sync_wanted_through > state.durable_lsn;
@@ -148,13 +172,13 @@ impl IoThread {
         let last = state.shutdown;
         let sync =
             self.shared.policy == SyncPolicy::Always || sync_requested || everysec_due || last;
-        Some(Group {
+        Some(Work::Group(Group {
             bytes,
             record_ends,
             first_lsn,
             sync,
             last,
-        })
+        }))
     }
 
     /// Writes `group` (rolling segments as needed); returns the new (written, durable) LSNs.
@@ -191,11 +215,11 @@ impl IoThread {
             // A run that is not final is followed by a roll, which syncs this segment anyway.
             let sync = group.sync && is_final_run;
             self.backend
-                .write_at(&self.active.file, self.active.length_bytes, bytes, sync)
+                .write_at(&*self.active.file, self.active.length_bytes, bytes, sync)
                 .map_err(|e| {
-                    OplogError::io(
+                    LogError::io(
                         format!(
-                            "writing {} bytes to oplog segment starting at LSN {}",
+                            "writing {} bytes to log segment starting at LSN {}",
                             bytes.len(),
                             self.active.first_lsn
                         ),
@@ -213,19 +237,25 @@ impl IoThread {
         }
         if group.sync && durable_lsn < written_lsn {
             // Nothing new to write (a flush request, or the everysec timer): sync what is there.
-            self.backend.sync(&self.active.file).map_err(|e| {
-                OplogError::io(
-                    format!(
-                        "syncing oplog segment starting at LSN {}",
-                        self.active.first_lsn
-                    ),
-                    e,
-                )
-            })?;
-            self.note_sync();
+            self.sync_active()?;
             durable_lsn = written_lsn;
         }
         Ok((written_lsn, durable_lsn))
+    }
+
+    /// Data sync of the active segment (never retried: a failure fails the log).
+    fn sync_active(&mut self) -> Result<()> {
+        self.backend.sync(&*self.active.file).map_err(|e| {
+            LogError::io(
+                format!(
+                    "syncing log segment starting at LSN {}",
+                    self.active.first_lsn
+                ),
+                e,
+            )
+        })?;
+        self.note_sync();
+        Ok(())
     }
 
     fn note_sync(&mut self) {
@@ -235,31 +265,21 @@ impl IoThread {
 
     /// Makes the active segment durable and starts a new one whose first record is `next_lsn`.
     fn roll(&mut self, next_lsn: u64) -> Result<()> {
-        self.backend.sync(&self.active.file).map_err(|e| {
-            OplogError::io(
-                format!(
-                    "syncing oplog segment starting at LSN {}",
-                    self.active.first_lsn
-                ),
-                e,
-            )
-        })?;
-        self.note_sync();
+        self.sync_active()?;
         let path = self.shared.dir.join(segment_file_name(next_lsn));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| OplogError::io(format!("creating oplog segment {}", path.display()), e))?;
+        let disk = &*self.shared.disk;
+        let file = disk
+            .open(&path, OpenMode::CreateNew)
+            .map_err(|e| LogError::io(format!("creating log segment {}", path.display()), e))?;
         self.backend
-            .write_at(&file, 0, &encode_segment_header(next_lsn), true)
+            .write_at(&*file, 0, &encode_segment_header(next_lsn), true)
             .map_err(|e| {
-                OplogError::io(
-                    format!("writing the header of oplog segment {}", path.display()),
+                LogError::io(
+                    format!("writing the header of log segment {}", path.display()),
                     e,
                 )
             })?;
-        sync_dir(&self.shared.dir)?;
+        sync_dir(disk, &self.shared.dir)?;
         self.shared.segments.lock().push(SegmentMeta {
             first_lsn: next_lsn,
             path,
@@ -270,5 +290,118 @@ impl IoThread {
             length_bytes: SEGMENT_HEADER_BYTES as u64,
         };
         Ok(())
+    }
+
+    /// Runs a suffix truncation and answers the waiting caller; false if the log failed.
+    fn run_truncation(&mut self, lsn: u64) -> bool {
+        match self.truncate_after(lsn) {
+            Ok(deleted) => {
+                let mut state = self.shared.state.lock();
+                state.next_lsn = lsn + 1;
+                state.queue_first_lsn = lsn + 1;
+                state.written_lsn = lsn;
+                // The kept segment was synced with its cut, and earlier ones at their roll.
+                state.durable_lsn = lsn;
+                state.completed_lsn = lsn;
+                state.sync_wanted_through = state.sync_wanted_through.min(lsn);
+                self.shared.written_lsn.store(lsn, Ordering::Release);
+                self.shared.durable_lsn.store(lsn, Ordering::Release);
+                state.truncate_done = Some(Ok(deleted));
+                drop(state);
+                self.shared.progress.notify_all();
+                true
+            }
+            Err(error) => {
+                self.shared.fail(error.to_string());
+                false
+            }
+        }
+    }
+
+    /// Deletes the segments wholly above `lsn` (newest first, then a directory sync), then cuts
+    /// the segment holding `lsn + 1` before that record and syncs it; that segment becomes the
+    /// active one. A crash midway leaves a dense log that is longer than asked, never a hole.
+    fn truncate_after(&mut self, lsn: u64) -> Result<(usize, u64)> {
+        let disk = Arc::clone(&self.shared.disk);
+        let mut segments = self.shared.segments.lock();
+        // Keep every segment holding a record <= lsn, and always the first one.
+        let keep = segments
+            .iter()
+            .rposition(|segment| segment.first_lsn <= lsn)
+            .map_or(1, |index| index + 1);
+        let mut bytes_deleted = 0;
+        for segment in segments[keep..].iter().rev() {
+            bytes_deleted += disk.metadata(&segment.path).map(|m| m.len).unwrap_or(0);
+            disk.remove_file(&segment.path).map_err(|e| {
+                LogError::io(
+                    format!("deleting log segment {}", segment.path.display()),
+                    e,
+                )
+            })?;
+        }
+        let deleted = segments.len() - keep;
+        segments.truncate(keep);
+        if deleted > 0 {
+            sync_dir(&*disk, &self.shared.dir)?;
+        }
+        let kept = segments
+            .last()
+            .expect("the first segment is always kept")
+            .clone();
+        drop(segments);
+        let file = if kept.first_lsn == self.active.first_lsn {
+            Arc::clone(&self.active.file)
+        } else {
+            disk.open(&kept.path, OpenMode::ReadWrite).map_err(|e| {
+                LogError::io(format!("opening log segment {}", kept.path.display()), e)
+            })?
+        };
+        let cut = self.offset_of(&file, &kept, lsn + 1)?;
+        let old_bytes = file.len().unwrap_or(cut);
+        file.set_len(cut)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| {
+                LogError::io(
+                    format!(
+                        "truncating log segment {} to {cut} bytes",
+                        kept.path.display()
+                    ),
+                    e,
+                )
+            })?;
+        self.note_sync();
+        self.active = ActiveSegment {
+            file,
+            first_lsn: kept.first_lsn,
+            length_bytes: cut,
+        };
+        Ok((deleted, bytes_deleted + old_bytes.saturating_sub(cut)))
+    }
+
+    /// The byte offset where record `lsn` starts in `segment` (its end, for the next LSN).
+    fn offset_of(&self, file: &Arc<dyn DiskFile>, segment: &SegmentMeta, lsn: u64) -> Result<u64> {
+        let reader = BufReader::new(FileReader::new(
+            Arc::clone(file),
+            SEGMENT_HEADER_BYTES as u64,
+        ));
+        let mut frames = FrameReader::new(
+            reader,
+            SEGMENT_HEADER_BYTES as u64,
+            segment.first_lsn,
+            self.shared.max_record_bytes,
+        );
+        while frames.next_lsn() < lsn {
+            let next = frames.next_frame().map_err(|e| {
+                LogError::io(format!("reading log segment {}", segment.path.display()), e)
+            })?;
+            if !matches!(next, NextFrame::Record { .. }) {
+                return Err(LogError::Corrupt {
+                    path: segment.path.clone(),
+                    offset: frames.offset(),
+                    reason: format!("record {} is not where the log wrote it", frames.next_lsn()),
+                });
+            }
+        }
+        Ok(frames.offset())
     }
 }

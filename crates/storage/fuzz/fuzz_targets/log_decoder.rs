@@ -1,10 +1,10 @@
-//! Fuzzes the segment decoder: arbitrary bytes, either raw or behind a valid header, must decode
+//! Fuzzes the log's segment and record decoder: arbitrary bytes, either raw or behind a valid header, must decode
 //! without panicking, never yield a payload above the limit, and whatever valid prefix it finds
 //! must re-encode to exactly the same bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prefixkv_oplog::format::{decode_segment_image, encode_frame, encode_segment_header};
+use prefixkv_storage::log::format::{decode_segment_image, encode_frame, encode_segment_header};
 
 const MAX_RECORD_BYTES: u32 = 1 << 16;
 

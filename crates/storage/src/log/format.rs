@@ -1,4 +1,6 @@
-//! The on-disk byte format: segment file names, the segment header and record frames.
+//! The on-disk byte format of the log: segment file names, the segment header and record frames.
+//! (The magic says `PKVOPLOG` and the extension `.oplog` for every log, the operation log's and
+//! Raft's alike: the format is that of the operation log it started as.)
 //!
 //! Everything is little-endian. A segment file is named `<first_lsn as 20 decimal digits>.oplog`
 //! (zero-padded so that lexical order is LSN order) and holds:
@@ -26,6 +28,7 @@
 //!
 //! The decoder never allocates more than `max_record_bytes` for a payload, whatever the input.
 
+use crate::names::NumberedName;
 use std::io::{self, Read};
 
 /// Magic bytes at the start of every segment file.
@@ -39,18 +42,17 @@ pub const FRAME_HEADER_BYTES: usize = 16;
 /// File name extension of segment files.
 pub const SEGMENT_EXTENSION: &str = "oplog";
 
+/// Segment file names: the first LSN, 20 digits, then `.oplog`.
+pub const SEGMENT_NAME: NumberedName = NumberedName::new("", 20, ".oplog");
+
 /// The file name of the segment whose first record has LSN `first_lsn`.
 pub fn segment_file_name(first_lsn: u64) -> String {
-    format!("{first_lsn:020}.{SEGMENT_EXTENSION}")
+    SEGMENT_NAME.format(first_lsn)
 }
 
 /// Parses a segment file name back into its first LSN; `None` for any other name.
 pub fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(SEGMENT_EXTENSION)?.strip_suffix('.')?;
-    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    stem.parse().ok()
+    SEGMENT_NAME.parse(name)
 }
 
 /// Encodes the 32-byte header of a segment whose first record will have LSN `first_lsn`.
@@ -90,7 +92,7 @@ impl std::fmt::Display for HeaderError {
                 )
             }
             HeaderError::BadChecksum => write!(f, "segment header CRC32C mismatch"),
-            HeaderError::BadMagic => write!(f, "not an oplog segment (bad magic bytes)"),
+            HeaderError::BadMagic => write!(f, "not a log segment (bad magic bytes)"),
             HeaderError::UnsupportedVersion(v) => {
                 write!(f, "segment format version {v} is not supported (this build reads {FORMAT_VERSION})")
             }

@@ -1,5 +1,7 @@
 //! The two ways the I/O thread writes a group: io_uring (a `Writev` linked to an
-//! `Fsync(DATASYNC)`, one submission, one wait) or `pwritev` + `fdatasync` system calls.
+//! `Fsync(DATASYNC)`, one submission, one wait) on a real file's descriptor, or the
+//! [`crate::DiskFile`] trait's `write_at` + `sync_data` (`pwritev` + `fdatasync` on the real disk,
+//! the simulated disk's calls in tests).
 //!
 //! Invariants: a backend is owned by the I/O thread alone, so the buffers and iovecs handed to the
 //! ring stay alive and unmoved until both completions have been reaped (`submit_and_wait` returns
@@ -8,9 +10,9 @@
 //! caller, which treats the log as failed (no retry: after a failed fsync the kernel may have
 //! dropped the dirty pages, so retrying could falsely report durability).
 
-use std::fs::File;
+use crate::io::DiskFile;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::RawFd;
 
 /// Which backend to use, as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,7 +22,8 @@ pub enum BackendChoice {
     Auto,
     /// io_uring or fail to open.
     IoUring,
-    /// `pwritev` + `fdatasync`, even where io_uring works.
+    /// The disk trait's `write_at` + `sync_data` (`pwritev` + `fdatasync` on a real disk), even
+    /// where io_uring works.
     Pwritev,
 }
 
@@ -29,7 +32,7 @@ pub enum BackendChoice {
 pub enum BackendKind {
     /// A linked `Writev` → `Fsync(DATASYNC)` on an io_uring ring.
     IoUring,
-    /// `pwritev` then `fdatasync`.
+    /// The disk trait's `write_at` then `sync_data` (`pwritev` then `fdatasync` on a real disk).
     Pwritev,
 }
 
@@ -101,8 +104,17 @@ pub(crate) fn probe_io_uring() -> Result<io_uring::IoUring, String> {
     Ok(ring)
 }
 
-/// Builds the backend for `choice`, logging which one is used.
-pub(crate) fn select(choice: BackendChoice) -> Result<Backend, String> {
+/// Builds the backend for `choice` on a disk of kind `disk_kind`, logging which one is used.
+/// A simulated disk has no file descriptors, so it always gets the trait's calls.
+pub(crate) fn select(choice: BackendChoice, disk_kind: &str) -> Result<Backend, String> {
+    if disk_kind != "real" {
+        return match choice {
+            BackendChoice::IoUring => Err(format!(
+                "io_uring needs file descriptors, and the {disk_kind} disk has none"
+            )),
+            BackendChoice::Auto | BackendChoice::Pwritev => Ok(Backend::Pwritev),
+        };
+    }
     match choice {
         BackendChoice::Pwritev => {
             tracing::info!(
@@ -147,49 +159,30 @@ impl Backend {
     /// `fdatasync` semantics. Returns only when both are complete.
     pub(crate) fn write_at(
         &mut self,
-        file: &File,
+        file: &dyn DiskFile,
         offset: u64,
         bytes: &[u8],
         sync: bool,
     ) -> io::Result<()> {
-        match self {
-            Backend::Pwritev => {
-                pwritev_all(file, offset, bytes)?;
+        match (self, file.raw_fd()) {
+            (Backend::IoUring(ring), Some(fd)) => uring_write_at(ring, fd, offset, bytes, sync),
+            _ => {
+                file.write_all_at(bytes, offset)?;
                 if sync {
-                    rustix::fs::fdatasync(file)?;
+                    file.sync_data()?;
                 }
                 Ok(())
             }
-            Backend::IoUring(ring) => uring_write_at(ring, file, offset, bytes, sync),
         }
     }
 
     /// `fdatasync` of `file`.
-    pub(crate) fn sync(&mut self, file: &File) -> io::Result<()> {
-        match self {
-            Backend::Pwritev => Ok(rustix::fs::fdatasync(file)?),
-            Backend::IoUring(ring) => uring_write_at(ring, file, 0, &[], true),
+    pub(crate) fn sync(&mut self, file: &dyn DiskFile) -> io::Result<()> {
+        match (self, file.raw_fd()) {
+            (Backend::IoUring(ring), Some(fd)) => uring_write_at(ring, fd, 0, &[], true),
+            _ => file.sync_data(),
         }
     }
-}
-
-fn pwritev_all(file: &File, mut offset: u64, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        let written = match rustix::io::pwritev(file, &[io::IoSlice::new(bytes)], offset) {
-            Ok(n) => n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        if written == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "pwritev wrote 0 bytes",
-            ));
-        }
-        bytes = &bytes[written..];
-        offset += written as u64;
-    }
-    Ok(())
 }
 
 const WRITE_TAG: u64 = 1;
@@ -199,12 +192,12 @@ const SYNC_TAG: u64 = 2;
 /// `sync`), repeated for the remainder after a short write.
 fn uring_write_at(
     ring: &mut io_uring::IoUring,
-    file: &File,
+    fd: RawFd,
     mut offset: u64,
     mut bytes: &[u8],
     sync: bool,
 ) -> io::Result<()> {
-    let fd = io_uring::types::Fd(file.as_raw_fd());
+    let fd = io_uring::types::Fd(fd);
     loop {
         // Lives until both completions are reaped below, within this iteration.
         let iovec = [libc::iovec {

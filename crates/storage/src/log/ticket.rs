@@ -1,8 +1,8 @@
 //! Append tickets: the handle an appender waits on (blocking or as a future) until its record is
 //! complete under the log's policy (durable for `always`, written for `everysec` and `none`).
 
-use crate::error::Result;
-use crate::shared::Shared;
+use super::error::Result;
+use super::shared::Shared;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

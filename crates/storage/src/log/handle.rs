@@ -1,19 +1,22 @@
-//! The public handle, [`Oplog`]: open (recover), append, flush, truncate, replay, close.
+//! The public handle, [`Log`]: open (recover), append, flush, truncate (either end), replay, close.
 //!
 //! Appenders only touch memory: under the state lock they take the next LSN and encode their
 //! frame at the end of the shared queue, so LSN order and queue order are the same by
 //! construction. All file writes happen on the I/O thread (`io_thread.rs`).
 
-use crate::backend::{self, BackendKind};
-use crate::error::{OplogError, Result};
-use crate::format::{frame_bytes, SEGMENT_HEADER_BYTES};
-use crate::io_thread::{ActiveSegment, IoThread};
-use crate::recovery::{self, sync_dir, Repair, TornTail};
-use crate::replay::Replay;
-use crate::shared::{Callback, Shared, State};
-use crate::sync::{AtomicU64, Condvar, JoinHandle, Mutex};
-use crate::ticket::AppendTicket;
-use crate::Config;
+use super::backend::{self, BackendKind};
+use super::error::{LogError, Result};
+use super::format::{frame_bytes, SEGMENT_HEADER_BYTES};
+use super::io_thread::{ActiveSegment, IoThread};
+use super::recovery::{self, sync_dir, Repair, TornTail};
+use super::replay::Replay;
+use super::shared::{Callback, Shared, State};
+use super::sync::{AtomicU64, Condvar, JoinHandle, Mutex};
+use super::ticket::AppendTicket;
+use super::LogConfig;
+use crate::io::Disk;
+use crate::lock::{DirLock, LockError};
+use crate::real::real_disk;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -39,7 +42,7 @@ pub struct OpenReport {
     pub backend: BackendKind,
 }
 
-/// What [`Oplog::truncate_through`] deleted.
+/// What [`Log::truncate_through`] or [`Log::truncate_after`] deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TruncateReport {
     /// Segment files deleted.
@@ -48,6 +51,8 @@ pub struct TruncateReport {
     pub bytes_deleted: u64,
     /// The oldest LSN still in the log afterwards.
     pub oldest_lsn: u64,
+    /// Records removed from the end ([`Log::truncate_after`] only).
+    pub records_removed: u64,
 }
 
 /// Counters since open.
@@ -61,50 +66,58 @@ pub struct Stats {
     pub records_written: u64,
 }
 
-/// An open operation log. Cheap to share between threads by reference (`&Oplog` is `Sync`).
-pub struct Oplog {
+/// An open log. Cheap to share between threads by reference (`&Log` is `Sync`).
+pub struct Log {
     shared: Arc<Shared>,
     io_thread: Option<JoinHandle<()>>,
     backend: BackendKind,
-    /// Holds an exclusive `flock` on `<dir>/LOCK` for the life of the handle (released after the
-    /// I/O thread stopped, since fields drop after `Drop::drop`).
-    _lock_file: std::fs::File,
+    /// The directory lock for the life of the handle (released after the I/O thread stopped,
+    /// since fields drop after `Drop::drop`).
+    _lock: DirLock,
 }
 
-impl std::fmt::Debug for Oplog {
+impl std::fmt::Debug for Log {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Oplog")
+        f.debug_struct("Log")
             .field("dir", &self.shared.dir)
             .field("backend", &self.backend)
             .finish()
     }
 }
 
-impl Oplog {
-    /// Opens (creating if needed) the log in `dir`: validates every segment, drops a torn tail,
-    /// fails on corruption (or truncates there with `repair`), probes the backend and starts the
-    /// I/O thread.
-    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<(Oplog, OpenReport)> {
+impl Log {
+    /// Opens (creating if needed) the log in `dir` on the real disk: validates every segment,
+    /// drops a torn tail, fails on corruption (or truncates there with `repair`), probes the
+    /// backend and starts the I/O thread.
+    pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<(Log, OpenReport)> {
+        Log::open_on(real_disk(), dir, config)
+    }
+
+    /// [`Log::open`] on `disk` (the simulated disk in power-cut tests).
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+    ) -> Result<(Log, OpenReport)> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        let created = !dir.exists();
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            OplogError::io(format!("creating oplog directory {}", dir.display()), e)
-        })?;
-        if created {
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent)?;
+        crate::durable::create_dir_all_durably(&*disk, &dir)
+            .map_err(|e| LogError::io(format!("creating log directory {}", dir.display()), e))?;
+        let lock = DirLock::acquire(&*disk, &dir).map_err(|error| match error {
+            LockError::Held { dir } => LogError::Locked { dir },
+            LockError::Io { dir, source } => {
+                LogError::io(format!("locking log directory {}", dir.display()), source)
             }
-        }
-        let lock_file = lock_directory(&dir)?;
-        let backend = backend::select(config.backend).map_err(OplogError::BackendUnavailable)?;
-        let recovered = recovery::recover(&dir, config.max_record_bytes, config.repair)?;
+        })?;
+        let backend =
+            backend::select(config.backend, disk.kind()).map_err(LogError::BackendUnavailable)?;
+        let recovered = recovery::recover(&*disk, &dir, config.max_record_bytes, config.repair)?;
         let last = recovered
             .segments
             .last()
             .expect("recovery leaves at least one segment")
             .clone();
-        let active = ActiveSegment::open(&last, recovered.last_segment_bytes)?;
+        let active = ActiveSegment::open(&*disk, &last, recovered.last_segment_bytes)?;
         let written = recovered.next_lsn - 1;
         let report = OpenReport {
             torn_tail: recovered.torn_tail,
@@ -132,11 +145,16 @@ impl Oplog {
                 callbacks: Vec::new(),
                 failure: None,
                 shutdown: false,
+                paused: false,
+                truncate_request: None,
+                truncate_done: None,
             }),
             work_ready: Condvar::new(),
             space_freed: Condvar::new(),
             progress: Condvar::new(),
             segments: Mutex::new(recovered.segments),
+            maintenance: Mutex::new(()),
+            disk,
             dir,
             policy: config.policy,
             max_record_bytes: config.max_record_bytes,
@@ -157,16 +175,16 @@ impl Oplog {
             spare_queue: Vec::new(),
             spare_ends: Vec::new(),
         };
-        let io_thread = crate::sync::spawn("oplog-io", move || io.run())
-            .map_err(|e| OplogError::io("spawning the oplog I/O thread", e))?;
+        let io_thread = super::sync::spawn("log-io", move || io.run())
+            .map_err(|e| LogError::io("spawning the log I/O thread", e))?;
         tracing::info!(dir = %shared.dir.display(), next_lsn = report.next_lsn, segments = report.segments,
-            backend = kind.name(), policy = ?config.policy, "oplog opened");
+            backend = kind.name(), policy = ?config.policy, disk = shared.disk.kind(), "log opened");
         Ok((
-            Oplog {
+            Log {
                 shared,
                 io_thread: Some(io_thread),
                 backend: kind,
-                _lock_file: lock_file,
+                _lock: lock,
             },
             report,
         ))
@@ -201,7 +219,7 @@ impl Oplog {
 
     fn enqueue(&self, payload: &[u8]) -> Result<u64> {
         if payload.len() > self.shared.max_record_bytes as usize {
-            return Err(OplogError::RecordTooLarge {
+            return Err(LogError::RecordTooLarge {
                 bytes: payload.len(),
                 max_record_bytes: self.shared.max_record_bytes,
             });
@@ -215,6 +233,10 @@ impl Oplog {
             if state.shutdown {
                 return Err(Shared::failed("the log is closing"));
             }
+            if state.paused {
+                state = self.shared.space_freed.wait(state);
+                continue;
+            }
             if state.outstanding_bytes == 0
                 || state.outstanding_bytes + frame <= self.shared.queue_capacity_bytes
             {
@@ -225,7 +247,7 @@ impl Oplog {
         let lsn = state.next_lsn;
         state.next_lsn += 1;
         let was_empty = state.queue.is_empty();
-        crate::format::encode_frame(lsn, payload, &mut state.queue);
+        super::format::encode_frame(lsn, payload, &mut state.queue);
         let end = state.queue.len();
         state.queue_record_ends.push(end);
         state.outstanding_bytes += frame;
@@ -304,6 +326,8 @@ impl Oplog {
     /// `lsn` remain until it is full. Oldest files go first, so a crash midway leaves a dense
     /// suffix of the log.
     pub fn truncate_through(&self, lsn: u64) -> Result<TruncateReport> {
+        let _maintenance = self.shared.maintenance.lock();
+        let disk = &*self.shared.disk;
         let mut segments = self.shared.segments.lock();
         let mut deletable = 0;
         while deletable + 1 < segments.len()
@@ -313,12 +337,10 @@ impl Oplog {
         }
         let mut bytes_deleted = 0;
         for segment in &segments[..deletable] {
-            bytes_deleted += std::fs::metadata(&segment.path)
-                .map(|m| m.len())
-                .unwrap_or(0);
-            std::fs::remove_file(&segment.path).map_err(|e| {
-                OplogError::io(
-                    format!("deleting oplog segment {}", segment.path.display()),
+            bytes_deleted += disk.metadata(&segment.path).map(|m| m.len).unwrap_or(0);
+            disk.remove_file(&segment.path).map_err(|e| {
+                LogError::io(
+                    format!("deleting log segment {}", segment.path.display()),
                     e,
                 )
             })?;
@@ -327,21 +349,80 @@ impl Oplog {
         let oldest_lsn = segments[0].first_lsn;
         drop(segments);
         if deletable > 0 {
-            sync_dir(&self.shared.dir)?;
+            sync_dir(disk, &self.shared.dir)?;
         }
         Ok(TruncateReport {
             segments_deleted: deletable,
             bytes_deleted,
             oldest_lsn,
+            records_removed: 0,
+        })
+    }
+
+    /// Removes every record with LSN above `lsn` (a suffix: Raft's conflicting entries), durably,
+    /// before it returns; the next append gets `lsn + 1`. Appends wait meanwhile; records queued
+    /// before the call are written first and then removed if above `lsn`. `lsn` must be at least
+    /// `oldest_lsn() - 1`. Tickets of removed records must not be waited on afterwards (their
+    /// LSNs are reused). A failure fails the log (fail-stop), like a failed append.
+    pub fn truncate_after(&self, lsn: u64) -> Result<TruncateReport> {
+        let _maintenance = self.shared.maintenance.lock();
+        let oldest = self.oldest_lsn();
+        if lsn.saturating_add(1) < oldest {
+            return Err(LogError::Truncated {
+                requested: lsn.saturating_add(1),
+                oldest_retained: oldest,
+            });
+        }
+        let mut state = self.shared.state.lock();
+        if let Some(message) = &state.failure {
+            return Err(Shared::failed(message));
+        }
+        if lsn + 1 >= state.next_lsn {
+            return Ok(TruncateReport {
+                oldest_lsn: oldest,
+                ..TruncateReport::default()
+            });
+        }
+        let removed = state.next_lsn - 1 - lsn;
+        state.paused = true;
+        state.truncate_request = Some(lsn);
+        state.truncate_done = None;
+        self.shared.work_ready.notify_one();
+        let outcome = loop {
+            if let Some(outcome) = state.truncate_done.take() {
+                break outcome;
+            }
+            if let Some(message) = &state.failure {
+                break Err(message.clone());
+            }
+            state = self.shared.progress.wait(state);
+        };
+        state.paused = false;
+        state.truncate_request = None;
+        drop(state);
+        self.shared.space_freed.notify_all();
+        let (segments_deleted, bytes_deleted) =
+            outcome.map_err(|message| Shared::failed(&message))?;
+        Ok(TruncateReport {
+            segments_deleted,
+            bytes_deleted,
+            oldest_lsn: self.oldest_lsn(),
+            records_removed: removed,
         })
     }
 
     /// Replays records with LSN `>= from_lsn` that were written when this call was made, in LSN
-    /// order. Fails with [`OplogError::Truncated`] if `from_lsn` was truncated away.
+    /// order. Fails with [`LogError::Truncated`] if `from_lsn` was truncated away.
     pub fn replay(&self, from_lsn: u64) -> Result<Replay> {
         let through = self.written_lsn();
         let segments = self.shared.segments.lock().clone();
-        Replay::new(segments, from_lsn, through, self.shared.max_record_bytes)
+        Replay::new(
+            Arc::clone(&self.shared.disk),
+            segments,
+            from_lsn,
+            through,
+            self.shared.max_record_bytes,
+        )
     }
 
     /// Writes and syncs everything queued, stops the I/O thread, and reports its failure if it
@@ -357,7 +438,7 @@ impl Oplog {
         self.shared.state.lock().shutdown = true;
         self.shared.work_ready.notify_all();
         if handle.join().is_err() {
-            return Err(OplogError::Failed("the oplog I/O thread panicked".into()));
+            return Err(LogError::Failed("the log I/O thread panicked".into()));
         }
         match &self.shared.state.lock().failure {
             Some(message) => Err(Shared::failed(message)),
@@ -376,32 +457,10 @@ impl Oplog {
     }
 }
 
-/// Takes an exclusive advisory lock on `<dir>/LOCK`, so that two handles (in this process or
-/// another) never append to the same log. The kernel drops the lock when the holder dies.
-fn lock_directory(dir: &Path) -> Result<std::fs::File> {
-    let path = dir.join("LOCK");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| OplogError::io(format!("opening the lock file {}", path.display()), e))?;
-    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(file),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(OplogError::Locked {
-            dir: dir.to_path_buf(),
-        }),
-        Err(e) => Err(OplogError::io(
-            format!("locking {}", path.display()),
-            e.into(),
-        )),
-    }
-}
-
-impl Drop for Oplog {
+impl Drop for Log {
     fn drop(&mut self) {
         if let Err(error) = self.shutdown() {
-            tracing::warn!(%error, "oplog closed with an error");
+            tracing::warn!(%error, "log closed with an error");
         }
     }
 }

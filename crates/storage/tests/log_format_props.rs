@@ -1,7 +1,7 @@
-//! Property tests of the byte format: encode/decode round trips, and every single-byte
+//! Property tests of the log's byte format: encode/decode round trips, and every single-byte
 //! corruption or truncation of a segment image is detected (never decoded as different data).
 
-use prefixkv_oplog::format::{
+use prefixkv_storage::log::format::{
     decode_segment_image, encode_frame, encode_segment_header, FrameError, FRAME_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
 };

@@ -8,7 +8,7 @@
 //! before it is durable; after close, replay holds exactly the appended records, dense.
 //! `OPLOG_SHUTTLE_ITERATIONS` sets schedules per test (default 60).
 
-use crate::{BackendChoice, Config, Oplog, SyncPolicy};
+use super::{BackendChoice, Log as Oplog, LogConfig as Config, SyncPolicy};
 use shuttle::sync::Mutex;
 use std::sync::Arc;
 

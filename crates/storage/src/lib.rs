@@ -1,0 +1,39 @@
+//! `prefixkv-storage`: the one place where bytes of prefixkv become durable.
+//!
+//! - [`io`]: the I/O trait ([`Disk`], [`DiskFile`]) every durable file goes through, with the real
+//!   implementation ([`RealDisk`], std and rustix; the log's io_uring path uses its descriptors)
+//!   and the simulated one ([`SimDisk`]: unsynced data lost, kept or torn at a power cut, directory
+//!   entries lost when their directory was not synced, injected `ENOSPC`/`EIO`; deterministic from
+//!   a seed).
+//! - [`durable`]: durable whole-file writes (temp, write, fsync, rename, directory fsync),
+//!   directory fsync, durable directory creation.
+//! - [`lock`]: the directory lock ([`DirLock`]), released on drop.
+//! - [`names`]: numbered file names ([`NumberedName`]).
+//! - [`catalog`]: the version catalog ([`Catalog`]): publish version v atomically, open the newest
+//!   that verifies (the caller's verification), fall back and say why, quarantine, prune.
+//! - [`log`]: the segmented, CRC-framed append log with group commit, prefix truncation
+//!   (`truncate_through`) and suffix truncation (`truncate_after`).
+//!
+//! The crash-safety argument of each piece is in its module's documentation, and all of them,
+//! with the byte format of every file kind and the simulated disk's fault model, in
+//! `docs/storage.md`. Invariant of the whole crate: a call that returns `Ok` after asking for
+//! durability (a sync, a publish, an `always` append) never reports bytes durable that a power
+//! cut at any later instant can take back; any failed sync is returned, never retried.
+
+#![warn(missing_docs)]
+
+pub mod catalog;
+pub mod durable;
+pub mod io;
+pub mod lock;
+pub mod log;
+pub mod names;
+mod real;
+mod sim;
+
+pub use catalog::{Catalog, CatalogError, Draft, Rejection, SelectError, Selected};
+pub use io::{DirEntry, Disk, DiskFile, FileReader, Metadata, OpenMode};
+pub use lock::{DirLock, LockError};
+pub use names::NumberedName;
+pub use real::{real_disk, RealDisk, RealFile};
+pub use sim::{CrashMode, CrashReport, Fault, FaultError, FaultOp, SimDisk, DEFAULT_SECTOR_BYTES};
