@@ -1,6 +1,7 @@
 //! `Session::scan` (every key present for the whole scan visited exactly once, with its value;
-//! deleted keys not visited; cursor errors) and the commit cookie (it travels with the checkpoint
-//! and comes back from recovery; an oversized one is refused).
+//! deleted keys not visited; cursor errors), `upsert_existed`, the recovery observer of
+//! `Store::open_observed` (every recovered key once, every strategy), and the commit cookie (it
+//! travels with the checkpoint and comes back from recovery; an oversized one is refused).
 
 mod common;
 
@@ -150,4 +151,54 @@ fn the_commit_cookie_travels_with_the_checkpoint() {
     }
     let store = Store::open(small_config(dir.path())).unwrap();
     assert_eq!(store.recovery_info().unwrap().cookie, b"oplog through 42");
+}
+
+#[test]
+fn recovery_observes_every_recovered_key_once_for_every_strategy() {
+    for strategy in Strategy::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let mut expected = BTreeMap::new();
+        {
+            let store = Store::open(small_config(dir.path())).unwrap();
+            let mut session = store.start_session();
+            for key in 0..3_000u64 {
+                let value = key.to_le_bytes().repeat(1 + (key % 3) as usize);
+                assert!(!session.upsert_existed(&key.to_be_bytes(), &value).unwrap());
+                expected.insert(key.to_be_bytes().to_vec(), value);
+            }
+            for key in (0..3_000u64).step_by(4) {
+                assert!(session.delete(&key.to_be_bytes()).unwrap());
+                expected.remove(key.to_be_bytes().as_slice());
+            }
+            for key in (0..3_000u64).step_by(5) {
+                let value = vec![9u8; 40];
+                let existed = expected.insert(key.to_be_bytes().to_vec(), value.clone());
+                assert_eq!(
+                    session.upsert_existed(&key.to_be_bytes(), &value).unwrap(),
+                    existed.is_some()
+                );
+            }
+            session.suspend();
+            let token = store.checkpoint(strategy).unwrap();
+            store
+                .wait_for_commit(token, Duration::from_secs(60))
+                .unwrap();
+        }
+        let observed = std::sync::Mutex::new(Vec::new());
+        let store = Store::open_observed(small_config(dir.path()), &|key, value| {
+            observed
+                .lock()
+                .unwrap()
+                .push((key.to_vec(), value.to_vec()));
+        })
+        .unwrap();
+        let mut observed = observed.into_inner().unwrap();
+        observed.sort();
+        assert_eq!(
+            observed,
+            expected.clone().into_iter().collect::<Vec<_>>(),
+            "{strategy}"
+        );
+        assert_eq!(full_scan(&store, 64).len(), expected.len(), "{strategy}");
+    }
 }
