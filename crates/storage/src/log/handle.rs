@@ -111,7 +111,13 @@ impl Log {
         })?;
         let backend =
             backend::select(config.backend, disk.kind()).map_err(LogError::BackendUnavailable)?;
-        let recovered = recovery::recover(&*disk, &dir, config.max_record_bytes, config.repair)?;
+        let recovered = recovery::recover(
+            &*disk,
+            &dir,
+            config.max_record_bytes,
+            config.repair,
+            config.first_lsn,
+        )?;
         let last = recovered
             .segments
             .last()

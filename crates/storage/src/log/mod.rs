@@ -84,6 +84,11 @@ pub struct LogConfig {
     /// On a corrupt record that is not a torn tail: truncate the log there and report it in
     /// [`OpenReport::repair`], instead of failing to open.
     pub repair: bool,
+    /// The LSN the first record gets when the directory holds no segment yet (a new log, or one
+    /// its owner removed because a checkpoint covers all of it). Ignored when segments exist.
+    /// An owner whose checkpoints name LSNs passes one above every LSN they name, so that LSNs
+    /// are never reused after its log lost an unsynced tail.
+    pub first_lsn: u64,
 }
 
 impl Default for LogConfig {
@@ -95,6 +100,7 @@ impl Default for LogConfig {
             queue_capacity_bytes: 16 << 20,
             backend: BackendChoice::Auto,
             repair: false,
+            first_lsn: 1,
         }
     }
 }
@@ -110,6 +116,11 @@ impl LogConfig {
         if self.segment_bytes < 4096 {
             return Err(LogError::InvalidConfig(
                 "segment_bytes must be at least 4096".into(),
+            ));
+        }
+        if self.first_lsn == 0 {
+            return Err(LogError::InvalidConfig(
+                "first_lsn must be at least 1 (LSN 0 means no record)".into(),
             ));
         }
         if self.queue_capacity_bytes == 0 {

@@ -290,14 +290,15 @@ pub(crate) fn recover(
     dir: &Path,
     max_record_bytes: u32,
     repair: bool,
+    first_lsn: u64,
 ) -> Result<Recovered> {
     let mut segments = list_segments(disk, dir)?;
     if segments.is_empty() {
-        let (first, _) = create_segment(disk, dir, 1)?;
+        let (first, _) = create_segment(disk, dir, first_lsn)?;
         return Ok(Recovered {
             segments: vec![first],
             last_segment_bytes: SEGMENT_HEADER_BYTES as u64,
-            next_lsn: 1,
+            next_lsn: first_lsn,
             records: 0,
             torn_tail: None,
             repair: None,

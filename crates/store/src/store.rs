@@ -1,0 +1,497 @@
+//! Opening (recovery), checkpoints with the log position they cover, log truncation, shutdown.
+//!
+//! Directory layout: `<dir>/LOCK` (the directory lock), `<dir>/checkpoints/` (the engine's),
+//! `<dir>/oplog/` (the operation log, in the logging modes).
+//!
+//! The crash-safety argument, in four steps:
+//! 1. *Order.* A write transaction holds the stripe locks of its keys from its first engine write
+//!    until its log record is appended ([`crate::Txn`]), so for every key the log order of its
+//!    writes equals the engine order.
+//! 2. *Cover.* A record is appended after its engine operations completed. The store reads
+//!    `next_lsn - 1` (the covered LSN) just before it requests a checkpoint, so every operation of
+//!    a covered record was acknowledged before the request and is in the checkpoint. The covered
+//!    LSN travels in the checkpoint's manifest as its commit cookie.
+//! 3. *Replay.* Recovery loads the newest checkpoint that verifies, then replays the log from its
+//!    covered LSN + 1 in LSN order, skipping every operation at or below its session's CPR point
+//!    in that checkpoint (the checkpoint holds those, and none after). Records carry absolute
+//!    effects, so by step 1 replaying them in LSN order from any point at or before the covered
+//!    LSN ends in the final state: no acknowledged write is lost that the log held.
+//! 4. *Truncate.* The log is truncated only through the covered LSN of the *oldest* checkpoint the
+//!    engine keeps: if the newest one fails verification at the next start and recovery falls back
+//!    to an older one, the records after that one's covered LSN are still there.
+//! 5. *Never reuse a covered LSN.* A power cut can take the log's unsynced tail while a checkpoint
+//!    taken after those records were appended survives: the log then ends at or below the LSN the
+//!    checkpoint covers. New records appended there would reuse LSNs the checkpoint names, and a
+//!    recovery from it would skip them (found by `tests/power_cut.rs`). So opening starts such a
+//!    log over: everything left in it is in the checkpoint, it is removed durably (renamed aside,
+//!    then deleted) and a new one begins at the covered LSN + 1. A crash in between leaves no log,
+//!    and the next open starts a new one at the same LSN.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::sync::ShardedLock;
+use parking_lot::Mutex;
+use prefixkv_engine::{EngineError, RecoveryInfo, SessionId, Store as Engine, Strategy};
+use prefixkv_oplog::{Oplog, SyncPolicy};
+use prefixkv_storage::{real_disk, DirLock, Disk};
+
+use crate::record::decode_record;
+use crate::{Durability, StoreError, StoreSession};
+
+/// Stripe locks ordering writes per key (a power of two).
+pub(crate) const STRIPES: usize = 1024;
+/// The commit cookie's tag: "oplog covered through LSN", then the LSN (u64 little-endian).
+const COOKIE_TAG: &[u8; 4] = b"OPL1";
+/// How long a checkpoint request waits for one already running (a BGSAVE, the periodic one).
+const CHECKPOINT_START_WAIT: Duration = Duration::from_secs(60);
+/// How long a checkpoint may take before [`DurableStore::checkpoint`] reports a timeout.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(3600);
+
+/// How to open a [`DurableStore`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The data directory.
+    pub dir: PathBuf,
+    /// The durability mode.
+    pub durability: Durability,
+    /// The engine's configuration; its `dir` and `disk` are replaced by this struct's.
+    pub engine: prefixkv_engine::StoreConfig,
+    /// The strategy of every checkpoint the store takes.
+    pub strategy: Strategy,
+    /// Largest operation-log record (a write transaction is split into several records above
+    /// [`RECORD_SPLIT_BYTES`](crate::RECORD_SPLIT_BYTES)).
+    pub oplog_max_record_bytes: u32,
+    /// Size at which the log starts a new segment (truncation removes whole segments).
+    pub oplog_segment_bytes: u64,
+    /// Where files live: the real disk by default; power-cut tests pass a simulated one.
+    pub disk: Arc<dyn Disk>,
+}
+
+impl Options {
+    /// Defaults for `dir` in `durability` mode: the engine's defaults, Persian checkpoints.
+    pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Options {
+        let dir = dir.into();
+        Options {
+            engine: prefixkv_engine::StoreConfig::new(dir.clone()),
+            dir,
+            durability,
+            strategy: Strategy::Persian,
+            oplog_max_record_bytes: 64 << 20,
+            oplog_segment_bytes: prefixkv_oplog::Config::default().segment_bytes,
+            disk: real_disk(),
+        }
+    }
+}
+
+/// What opening found and did.
+#[derive(Clone, Debug, Default)]
+pub struct Recovered {
+    /// The engine's recovery (version, commit points, records, fallback), if a checkpoint existed.
+    pub checkpoint: Option<RecoveryInfo>,
+    /// The first LSN replayed, if the log was replayed.
+    pub replayed_from: Option<u64>,
+    /// Log records replayed.
+    pub records_replayed: u64,
+    /// Operations applied from them (the rest were already in the checkpoint).
+    pub operations_replayed: u64,
+    /// A torn log tail that was dropped, described.
+    pub torn_tail: Option<String>,
+    /// The mode does not log but a log was found: it was folded into a checkpoint through this
+    /// LSN and removed.
+    pub folded_through: Option<u64>,
+    /// The log had lost a tail the checkpoint covers, so it was started over at this LSN.
+    pub log_restarted_at: Option<u64>,
+    /// How long opening took.
+    pub duration: Duration,
+}
+
+impl fmt::Display for Recovered {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.checkpoint {
+            Some(info) => {
+                write!(
+                    formatter,
+                    "checkpoint v{} ({} records)",
+                    info.version, info.records
+                )?;
+                if let Some(why) = &info.fell_back {
+                    write!(formatter, " [fell back: {why}]")?;
+                }
+            }
+            None => write!(formatter, "no checkpoint")?,
+        }
+        if let Some(torn) = &self.torn_tail {
+            write!(formatter, "; dropped a torn oplog tail ({torn})")?;
+        }
+        if let Some(from) = self.replayed_from {
+            write!(
+                formatter,
+                "; replayed {} oplog records ({} operations) from LSN {from}",
+                self.records_replayed, self.operations_replayed
+            )?;
+        }
+        if let Some(lsn) = self.log_restarted_at {
+            write!(
+                formatter,
+                "; the checkpoint covers the whole oplog: started it over at LSN {lsn}"
+            )?;
+        }
+        if let Some(lsn) = self.folded_through {
+            write!(
+                formatter,
+                "; folded the oplog through LSN {lsn} into a checkpoint and removed it"
+            )?;
+        }
+        write!(formatter, " in {} ms", self.duration.as_millis())
+    }
+}
+
+/// Told every replayed operation: key, `Some(value)` for a put or `None` for a delete, and
+/// whether the key held a live value before it.
+pub type ReplayObserver<'a> = &'a mut dyn FnMut(&[u8], Option<&[u8]>, bool);
+
+/// What the application learns while the store opens, so that it can build what it derives
+/// from the data (key counts, say) without a second pass.
+pub struct Observers<'a> {
+    /// Every key of the recovered checkpoint with its value, from several threads at once.
+    pub loaded: &'a (dyn Fn(&[u8], &[u8]) + Sync),
+    /// Every replayed operation in order: key, `Some(value)` for a put or `None` for a delete,
+    /// and whether the key held a live value before it.
+    pub replayed: ReplayObserver<'a>,
+}
+
+/// A finished checkpoint.
+#[derive(Clone, Debug)]
+pub struct CheckpointDone {
+    /// The engine's report (version, duration, bytes, records, CPR points).
+    pub report: prefixkv_engine::CheckpointReport,
+    /// The log position it covers, when the mode logs.
+    pub covered_lsn: Option<u64>,
+}
+
+/// The engine and the operation log as one durable store. Share it as `Arc<DurableStore>`.
+pub struct DurableStore {
+    engine: Arc<Engine>,
+    oplog: Option<Oplog>,
+    durability: Durability,
+    strategy: Strategy,
+    keep_checkpoints: usize,
+    pub(crate) stripes: Box<[Mutex<()>]>,
+    pub(crate) exec_gate: ShardedLock<()>,
+    /// Covered LSN of each checkpoint the engine keeps that this process knows, oldest first.
+    kept_covered: Mutex<VecDeque<u64>>,
+    checkpoint_lock: Mutex<()>,
+    pub(crate) writes: AtomicU64,
+    _lock: DirLock,
+}
+
+fn cookie_of(covered: Option<u64>) -> Vec<u8> {
+    match covered {
+        None => Vec::new(),
+        Some(lsn) => {
+            let mut cookie = COOKIE_TAG.to_vec();
+            cookie.extend_from_slice(&lsn.to_le_bytes());
+            cookie
+        }
+    }
+}
+
+/// The covered LSN in a checkpoint's cookie; `None` if it carries none (written without a log).
+fn covered_of(cookie: &[u8]) -> Result<Option<u64>, String> {
+    if cookie.is_empty() {
+        return Ok(None);
+    }
+    match cookie.split_first_chunk::<4>() {
+        Some((tag, rest)) if tag == COOKIE_TAG && rest.len() == 8 => {
+            Ok(Some(u64::from_le_bytes(rest.try_into().expect("8 bytes"))))
+        }
+        _ => Err(format!(
+            "the checkpoint's commit cookie ({} bytes) was not written by this store",
+            cookie.len()
+        )),
+    }
+}
+
+impl DurableStore {
+    /// Opens (creating if needed) the store in `options.dir`: recovers the newest checkpoint that
+    /// verifies, replays the log suffix after it, and folds a leftover log into a checkpoint when
+    /// the mode does not log.
+    pub fn open(options: Options) -> Result<(Arc<DurableStore>, Recovered), StoreError> {
+        Self::open_observed(
+            options,
+            Observers {
+                loaded: &|_, _| {},
+                replayed: &mut |_, _, _| {},
+            },
+        )
+    }
+
+    /// [`DurableStore::open`], telling `observers` every recovered key and replayed operation.
+    pub fn open_observed(
+        options: Options,
+        observers: Observers<'_>,
+    ) -> Result<(Arc<DurableStore>, Recovered), StoreError> {
+        let started = Instant::now();
+        let disk = options.disk.clone();
+        prefixkv_storage::durable::create_dir_all_durably(&*disk, &options.dir).map_err(
+            |error| StoreError::io(format!("creating {}", options.dir.display()), error),
+        )?;
+        let lock = DirLock::acquire(&*disk, &options.dir)
+            .map_err(|error| StoreError::Storage(error.to_string()))?;
+        let mut engine_config = options.engine.clone();
+        engine_config.dir = options.dir.clone();
+        engine_config.disk = disk.clone();
+        let engine = Engine::open_observed(engine_config.clone(), observers.loaded)?;
+        let mut recovered = Recovered {
+            checkpoint: engine.recovery_info().cloned(),
+            ..Recovered::default()
+        };
+        let covered = match &recovered.checkpoint {
+            Some(info) => covered_of(&info.cookie).map_err(|detail| StoreError::Recovery {
+                context: format!("checkpoint v{} in {}", info.version, options.dir.display()),
+                detail,
+            })?,
+            None => None,
+        };
+        let points: BTreeMap<SessionId, u64> = recovered
+            .checkpoint
+            .as_ref()
+            .map(|info| info.session_commit_points.clone())
+            .unwrap_or_default();
+        // The store never resumes engine sessions across a restart (each thread starts its own),
+        // so the recovered ones would otherwise ride along in every later manifest.
+        for id in points.keys() {
+            engine.forget_session(*id)?;
+        }
+        let oplog_dir = options.dir.join("oplog");
+        let log_exists = disk.metadata(&oplog_dir).is_ok();
+        let mut oplog = None;
+        if options.durability.uses_oplog() || log_exists {
+            let policy = options
+                .durability
+                .log_policy()
+                .unwrap_or(SyncPolicy::EverySec);
+            let config = prefixkv_oplog::Config {
+                policy,
+                max_record_bytes: options.oplog_max_record_bytes,
+                segment_bytes: options.oplog_segment_bytes,
+                // A new (or removed) log continues above every LSN the checkpoint names.
+                first_lsn: covered.map_or(1, |lsn| lsn + 1),
+                ..prefixkv_oplog::Config::default()
+            };
+            prefixkv_storage::durable::remove_leftover(&*disk, &oplog_dir).map_err(|error| {
+                StoreError::io(
+                    format!("finishing the removal of {}", oplog_dir.display()),
+                    error,
+                )
+            })?;
+            let (mut log, report) = Oplog::open_on(disk.clone(), &oplog_dir, config.clone())?;
+            recovered.torn_tail = report.torn_tail.map(|torn| format!("{torn:?}"));
+            if covered.is_some_and(|lsn| log.next_lsn() <= lsn) {
+                // The log lost an unsynced tail that the checkpoint covers (it was taken after
+                // those records were appended): everything left is in the checkpoint, and new
+                // records must not reuse the LSNs it names, or a later recovery from it would
+                // skip them. Start the log over above them (step 5 of the module docs).
+                log.close()?;
+                prefixkv_storage::durable::remove_dir_all_durably(&*disk, &oplog_dir).map_err(
+                    |error| StoreError::io(format!("removing {}", oplog_dir.display()), error),
+                )?;
+                log = Oplog::open_on(disk.clone(), &oplog_dir, config)?.0;
+                recovered.log_restarted_at = Some(log.next_lsn());
+            }
+            replay(
+                &engine,
+                &log,
+                &recovered,
+                covered,
+                &points,
+                observers.replayed,
+            )
+            .map(|(from, records, operations)| {
+                recovered.replayed_from = from;
+                recovered.records_replayed = records;
+                recovered.operations_replayed = operations;
+            })
+            .map_err(|detail| StoreError::Recovery {
+                context: format!("replaying {}", oplog_dir.display()),
+                detail,
+            })?;
+            oplog = Some(log);
+        }
+        let store = Arc::new(DurableStore {
+            engine,
+            oplog,
+            durability: options.durability,
+            strategy: options.strategy,
+            keep_checkpoints: engine_config.keep_checkpoints,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            exec_gate: ShardedLock::new(()),
+            kept_covered: Mutex::new(covered.into_iter().collect()),
+            checkpoint_lock: Mutex::new(()),
+            writes: AtomicU64::new(0),
+            _lock: lock,
+        });
+        let store = if !options.durability.uses_oplog() && store.oplog.is_some() {
+            let (store, folded) = Self::fold_log(store, &*disk, &oplog_dir)?;
+            recovered.folded_through = Some(folded);
+            store
+        } else {
+            store
+        };
+        recovered.duration = started.elapsed();
+        Ok((store, recovered))
+    }
+
+    /// The mode does not log, but a log from an earlier mode was replayed: take a checkpoint
+    /// that holds it, then remove the log, so an old log is never replayed over newer
+    /// checkpoints. Returns the folded LSN.
+    fn fold_log(
+        store: Arc<DurableStore>,
+        disk: &dyn Disk,
+        oplog_dir: &std::path::Path,
+    ) -> Result<(Arc<DurableStore>, u64), StoreError> {
+        let done = store.checkpoint()?;
+        let folded = done.covered_lsn.unwrap_or(0);
+        let mut store = Arc::into_inner(store).expect("opening holds the only handle");
+        let oplog = store.oplog.take().expect("a log was opened");
+        oplog.close()?;
+        prefixkv_storage::durable::remove_dir_all_durably(disk, oplog_dir)
+            .map_err(|error| StoreError::io(format!("removing {}", oplog_dir.display()), error))?;
+        store.kept_covered.lock().clear();
+        Ok((Arc::new(store), folded))
+    }
+
+    /// The engine (reads, scans and checkpoints that need no log; writes go through [`crate::Txn`]).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The operation log, in the logging modes.
+    pub fn oplog(&self) -> Option<&Oplog> {
+        self.oplog.as_ref()
+    }
+
+    /// The durability mode.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// A session on this store (one per thread; see [`StoreSession`]).
+    pub fn session(self: &Arc<Self>) -> Result<StoreSession, StoreError> {
+        Ok(StoreSession::new(
+            self.clone(),
+            self.engine.try_start_session()?,
+        ))
+    }
+
+    /// Committed write transactions since open (a periodic checkpointer skips idle periods).
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Memory the store holds for data: the engine's log pages (what `maxmemory` limits).
+    pub fn used_memory_bytes(&self) -> u64 {
+        self.engine.log_memory_in_use_bytes()
+    }
+
+    /// Takes a checkpoint that records the log position it covers, waits until it is durable,
+    /// then truncates the log through what the oldest kept checkpoint covers. Blocking; one at a
+    /// time (a second caller waits for the first, up to a minute).
+    pub fn checkpoint(&self) -> Result<CheckpointDone, StoreError> {
+        let _one_at_a_time = self.checkpoint_lock.lock();
+        // Read before the request: every record up to here was appended after its operations
+        // completed, so the checkpoint holds them (module docs, step 2).
+        let covered_lsn = self.oplog.as_ref().map(|log| log.next_lsn() - 1);
+        let deadline = Instant::now() + CHECKPOINT_START_WAIT;
+        let token = loop {
+            match self
+                .engine
+                .checkpoint_with_cookie(self.strategy, cookie_of(covered_lsn))
+            {
+                Ok(token) => break token,
+                Err(EngineError::CheckpointInProgress) if Instant::now() < deadline => {
+                    // Someone used the engine directly; wait for it (bounded).
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        };
+        let report = self.engine.wait_for_commit(token, CHECKPOINT_WAIT)?;
+        if let (Some(log), Some(lsn)) = (&self.oplog, covered_lsn) {
+            let through = {
+                let mut kept = self.kept_covered.lock();
+                kept.push_back(lsn);
+                while kept.len() > self.keep_checkpoints {
+                    kept.pop_front();
+                }
+                *kept.front().expect("just pushed")
+            };
+            log.truncate_through(through)?;
+        }
+        Ok(CheckpointDone {
+            report,
+            covered_lsn,
+        })
+    }
+
+    /// Makes every appended log record durable now (a clean shutdown of the logging modes).
+    pub fn sync(&self) -> Result<(), StoreError> {
+        if let Some(log) = &self.oplog {
+            log.flush_and_sync()?;
+        }
+        Ok(())
+    }
+}
+
+/// Replays the log after the checkpoint (module docs, step 3). Returns the first LSN replayed
+/// (if any), records and operations applied.
+fn replay(
+    engine: &Arc<Engine>,
+    log: &Oplog,
+    recovered: &Recovered,
+    covered: Option<u64>,
+    points: &BTreeMap<SessionId, u64>,
+    observe: ReplayObserver<'_>,
+) -> Result<(Option<u64>, u64, u64), String> {
+    if recovered.checkpoint.is_none() && log.oldest_lsn() > 1 {
+        return Err(format!(
+            "the log starts at LSN {} but no checkpoint exists to hold the earlier records; \
+             restore the checkpoints directory, or move the log away to start empty",
+            log.oldest_lsn()
+        ));
+    }
+    let start = covered.map_or(log.oldest_lsn(), |lsn| lsn + 1);
+    if start >= log.next_lsn() {
+        return Ok((None, 0, 0));
+    }
+    if start < log.oldest_lsn() {
+        return Err(format!(
+            "the recovered checkpoint needs the log from LSN {start}, but it starts at LSN {}",
+            log.oldest_lsn()
+        ));
+    }
+    let mut session = engine.try_start_session().map_err(|e| e.to_string())?;
+    let (mut records, mut operations) = (0, 0);
+    for item in log.replay(start).map_err(|e| e.to_string())? {
+        let (lsn, payload) = item.map_err(|e| e.to_string())?;
+        let (session_id, ops) =
+            decode_record(&payload).map_err(|detail| format!("record LSN {lsn}: {detail}"))?;
+        let point = points.get(&SessionId(session_id)).copied().unwrap_or(0);
+        for op in ops.into_iter().filter(|op| op.serial > point) {
+            let existed = match op.value {
+                Some(value) => session.upsert_existed(op.key, value),
+                None => session.delete(op.key),
+            }
+            .map_err(|error| format!("record LSN {lsn}: applying it failed: {error}"))?;
+            observe(op.key, op.value, existed);
+            operations += 1;
+        }
+        records += 1;
+    }
+    Ok((Some(start), records, operations))
+}
