@@ -188,6 +188,9 @@ pub struct SegmentWriter {
     written: u64,
     index: u32,
     buffer: Vec<u8>,
+    /// How many bytes at the start of `buffer` are already folded into `crc`.
+    buffer_checksummed: usize,
+    /// CRC32C of the body bytes folded in so far (in file order).
     crc: u32,
     entries: u64,
     body_bytes: u64,
@@ -215,6 +218,7 @@ impl SegmentWriter {
             written: 0,
             index,
             buffer: Vec::with_capacity(WRITE_BUFFER_BYTES),
+            buffer_checksummed: 0,
             crc: 0,
             entries: 0,
             body_bytes: 0,
@@ -281,40 +285,69 @@ impl SegmentWriter {
         header[1..9].copy_from_slice(&record_version.to_le_bytes());
         header[9..13].copy_from_slice(&(key.len() as u32).to_le_bytes());
         header[13..17].copy_from_slice(&(value.len() as u32).to_le_bytes());
-        self.append_bytes(&header)?;
-        self.append_bytes(key)?;
-        self.append_bytes(value)?;
+        let total = header.len() + key.len() + value.len();
+        if total < WRITE_BUFFER_BYTES {
+            // The common case, one entry into the buffer at once (the CRC runs over whole
+            // buffers when they are flushed, not over each small piece).
+            if self.buffer.len() + total > WRITE_BUFFER_BYTES {
+                self.flush_buffer()?;
+            }
+            self.check_not_failed()?;
+            self.buffer.extend_from_slice(&header);
+            self.buffer.extend_from_slice(key);
+            self.buffer.extend_from_slice(value);
+            self.body_bytes += total as u64;
+        } else {
+            self.append_bytes(&header)?;
+            self.append_bytes(key)?;
+            self.append_bytes(value)?;
+        }
         self.entries += 1;
         Ok(())
     }
 
-    fn append_bytes(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+    fn check_not_failed(&self) -> Result<(), EngineError> {
         if self.failed {
             return Err(EngineError::InvalidArgument(format!(
                 "segment {} had a failed write earlier; abandon this checkpoint",
                 self.path.display()
             )));
         }
+        Ok(())
+    }
+
+    fn append_bytes(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+        self.check_not_failed()?;
         if self.buffer.len() + bytes.len() > WRITE_BUFFER_BYTES {
             self.flush_buffer()?;
         }
         if bytes.len() >= WRITE_BUFFER_BYTES {
-            // Large values bypass the buffer instead of growing it.
+            // Large values bypass the buffer instead of growing it (the buffer was flushed above,
+            // so the CRC still runs over the body in file order).
+            debug_assert!(self.buffer.is_empty());
+            self.crc = crc32c::crc32c_append(self.crc, bytes);
             self.write_to_file(bytes)?;
         } else {
             self.buffer.extend_from_slice(bytes);
         }
-        self.crc = crc32c::crc32c_append(self.crc, bytes);
         self.body_bytes += bytes.len() as u64;
         debug_assert!(self.buffer.len() <= WRITE_BUFFER_BYTES);
         Ok(())
     }
 
+    /// Folds the buffered body bytes into the CRC (once per buffer, in file order).
+    fn checksum_buffer(&mut self) {
+        self.crc = crc32c::crc32c_append(self.crc, &self.buffer[self.buffer_checksummed..]);
+        self.buffer_checksummed = self.buffer.len();
+    }
+
     fn flush_buffer(&mut self) -> Result<(), EngineError> {
+        self.checksum_buffer();
         let buffer = std::mem::take(&mut self.buffer);
         let result = self.write_to_file(&buffer);
         self.buffer = buffer;
         self.buffer.clear();
+        self.buffer_checksummed = 0;
         result
     }
 
@@ -334,6 +367,8 @@ impl SegmentWriter {
 
     /// Writes the footer, flushes and fdatasyncs the file; returns its summary for the MANIFEST.
     pub fn finish(mut self) -> Result<SegmentSummary, EngineError> {
+        // The body's CRC must cover every body byte and no footer byte.
+        self.checksum_buffer();
         let footer = SegmentFooter {
             entries: self.entries,
             body_bytes: self.body_bytes,
@@ -344,7 +379,10 @@ impl SegmentWriter {
             self.flush_buffer()?;
         }
         self.buffer.extend_from_slice(&footer_bytes);
+        // The footer is not body: mark it folded so the final flush leaves the CRC alone.
+        self.buffer_checksummed = self.buffer.len();
         self.flush_buffer()?;
+        debug_assert_eq!(self.crc, footer.crc32c);
         // fdatasync also persists the file size, which a later read needs; the directory entry is
         // made durable by the fsync of the checkpoint directory in `publish`.
         self.file
