@@ -36,6 +36,8 @@ enum Experiment {
     Server(experiments::server::Args),
     /// SMaRtTrie: Raft replicas with blocking (BTreeMap) vs concurrent (CTrie) checkpoints.
     Smr(experiments::smr::Args),
+    /// The engine's hot path against dashmap, papaya and a sharded RwLock: FASTER's YCSB method.
+    Ycsb(experiments::ycsb::Args),
 }
 
 fn main() -> Result<()> {
@@ -51,6 +53,7 @@ fn main() -> Result<()> {
         Experiment::Server(args) => experiments::server::run(common, args)?,
         Experiment::Dredis(args) => experiments::dredis::run(common, args)?,
         Experiment::Smr(args) => experiments::smr::run(common, args)?,
+        Experiment::Ycsb(args) => experiments::ycsb::run(common, args)?,
     };
     finish(common, &report)
 }

@@ -274,6 +274,7 @@ impl Session {
         let generation = *shared.memory_lock.lock();
         self.shared.points.lock().idle_serial = Some(self.serial - 1);
         shared.epoch.suspend(self.slot);
+        shared.memory_wanted.store(true, Ordering::SeqCst);
         shared.request_compaction();
         {
             let mut current = shared.memory_lock.lock();

@@ -117,6 +117,8 @@ pub(crate) struct Shared {
     /// Compaction and checkpoints exclude each other.
     pub(crate) maintenance: Mutex<()>,
     pub(crate) compaction_requested: Mutex<bool>,
+    /// A writer is held at the memory limit: compaction must run even if the log looks live.
+    pub(crate) memory_wanted: AtomicBool,
     pub(crate) compaction_wakeup: Condvar,
     pub(crate) shutdown: AtomicBool,
 }
@@ -379,6 +381,7 @@ impl Store {
             memory_changed: Condvar::new(),
             maintenance: Mutex::new(()),
             compaction_requested: Mutex::new(false),
+            memory_wanted: AtomicBool::new(false),
             compaction_wakeup: Condvar::new(),
             shutdown: AtomicBool::new(false),
             config,

@@ -9,3 +9,4 @@ pub mod server;
 pub mod smr;
 pub mod tick;
 pub mod wal;
+pub mod ycsb;

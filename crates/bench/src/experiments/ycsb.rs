@@ -1,0 +1,514 @@
+//! `prefixkv-bench ycsb`: the engine's hot path against the maps people use, measured the way
+//! FASTER measures itself (see [`driver`]): pre-generated keys and operations, pinned threads
+//! taking 3,200-operation chunks from a shared cursor, a fixed duration per run.
+//!
+//! Contenders (alternated over rounds, BENCHMARKS.md rule 1): the engine without checkpoints and
+//! with a Persian checkpoint every `--checkpoint-interval-ms`, `dashmap` with SipHash and with
+//! `foldhash`, `papaya`, and 64 sharded `RwLock<HashMap>`s as a floor. Workloads YCSB-A/B/C and
+//! an F-style read-modify-write mix, uniform or zipfian, over 8-byte keys and values.
+//!
+//! Each contender is loaded once per round (keys `key(0..n)`, a bijective hash, so `n` distinct
+//! keys), then runs every (workload, distribution, threads) point. Memory per key is measured in a
+//! child process per contender (RSS after loading over the key count), so one contender's freed
+//! memory never counts against another.
+//!
+//! `verified` means: after its runs, every loaded key is still present in every map (the
+//! workloads never delete), and the checkpointed engine's newest checkpoint recovers every key.
+
+mod contenders;
+mod counters;
+mod driver;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::plot::{write_line_chart, LineChart, Series};
+use crate::report::{row, Report};
+use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::workload::KeyDistribution;
+use crate::Common;
+use contenders::Contender;
+use driver::{Operations, Workload};
+
+/// Flags of `prefixkv-bench ycsb`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Distinct keys loaded (8-byte keys and values). Default 10,000,000 (quick: 1,000,000).
+    #[arg(long)]
+    pub keys: Option<u64>,
+    /// Pre-generated operations per point (the cursor wraps around them). Default 32,000,000
+    /// (quick: 4,000,000).
+    #[arg(long)]
+    pub operations: Option<u64>,
+    /// Measured seconds per run. Default 10 (quick: 1).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Thread counts (comma separated). Default: 1 and the number of cores.
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Option<Vec<usize>>,
+    /// Workloads: a, b, c, f. Default all (quick: a).
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Option<Vec<Workload>>,
+    /// Key distributions: uniform, zipfian. Default both (quick: uniform).
+    #[arg(long, value_delimiter = ',')]
+    pub distributions: Option<Vec<KeyDistribution>>,
+    /// Contenders (comma separated): engine, engine-persian, dashmap-siphash, dashmap-foldhash,
+    /// papaya, rwlock-sharded. Default all.
+    #[arg(long, value_delimiter = ',')]
+    pub variants: Option<Vec<String>>,
+    /// Milliseconds between the checkpointed engine's checkpoints. Default 5000 (quick: 1000).
+    #[arg(long)]
+    pub checkpoint_interval_ms: Option<u64>,
+    /// Directory for the engine's checkpoints. Default: the system temp directory.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Internal: load one contender and print its memory use (run in a child process).
+    #[arg(long, hide = true)]
+    pub memory_child: Option<String>,
+}
+
+struct Plan {
+    keys: u64,
+    operations: u64,
+    duration: Duration,
+    threads: Vec<usize>,
+    points: Vec<(Workload, KeyDistribution)>,
+    contenders: Vec<Contender>,
+    checkpoint_interval: Duration,
+    data_dir: PathBuf,
+}
+
+/// What one run (contender, point, threads, round) measured.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    ops_per_s: f64,
+    instructions_per_op: Option<f64>,
+    cache_misses_per_op: Option<f64>,
+    checkpoints: u64,
+}
+
+/// Runs the experiment (or, with `--memory-child`, one contender's memory measurement).
+pub fn run(common: &Common, args: &Args) -> Result<Report> {
+    let plan = plan(common, args)?;
+    if let Some(name) = &args.memory_child {
+        memory_child(&plan, Contender::parse(name)?)?;
+        std::process::exit(0);
+    }
+    let mut report = Report::new("ycsb");
+    report.config("quick", common.quick);
+    report.config("keys", plan.keys);
+    report.config("key_bytes", 8);
+    report.config("value_bytes", 8);
+    report.config("operations_per_point", plan.operations);
+    report.config("seconds_per_run", plan.duration.as_secs_f64());
+    report.config("threads", plan.threads.clone());
+    report.config("chunk_operations", driver::CHUNK_OPS);
+    report.config(
+        "checkpoint_interval_ms",
+        plan.checkpoint_interval.as_millis() as u64,
+    );
+    report.config("rounds", common.rounds());
+    report.config(
+        "variants",
+        plan.contenders.iter().map(|c| c.name()).collect::<Vec<_>>(),
+    );
+    report.config(
+        "durability",
+        "engine-persian writes fsynced checkpoints; the other contenders keep nothing on disk",
+    );
+    report.notes.push(
+        "hardware counters (instructions, cache misses per operation) are null where the machine \
+         offers none"
+            .into(),
+    );
+
+    let operations: Vec<Operations> = plan
+        .points
+        .iter()
+        .enumerate()
+        .map(|(index, &(workload, distribution))| {
+            Operations::generate(
+                workload,
+                distribution,
+                plan.keys,
+                plan.operations,
+                0x5EED_0000 + index as u64,
+            )
+        })
+        .collect();
+    // runs[(contender, point, threads)] = one Run per round.
+    let mut runs: BTreeMap<(usize, usize, usize), Vec<Run>> = BTreeMap::new();
+    let schedule = alternating_schedule(plan.contenders.len(), common.rounds());
+    let progress = crate::progress::bar(schedule.len() as u64, "ycsb");
+    for &(round, index) in &schedule {
+        let contender = plan.contenders[index];
+        progress.set_message(format!("{} round {round}", contender.name()));
+        let dir = tempfile::Builder::new()
+            .prefix("prefixkv-bench-ycsb-")
+            .tempdir_in(&plan.data_dir)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (map, store) = contenders::load(contender, plan.keys, cores, dir.path())?;
+        for (point, ops) in operations.iter().enumerate() {
+            for &threads in &plan.threads {
+                let measured = measure(&plan, &*map, store.as_deref(), ops, threads)
+                    .with_context(|| format!("{} at {threads} threads", contender.name()))?;
+                runs.entry((index, point, threads))
+                    .or_default()
+                    .push(measured);
+            }
+        }
+        let present = count_present(&*map, plan.keys);
+        report.record_verification(present == plan.keys);
+        if present != plan.keys {
+            report.notes.push(format!(
+                "{} round {round}: {} of {} keys present after the runs",
+                contender.name(),
+                present,
+                plan.keys
+            ));
+        }
+        drop(map);
+        if let Some(store) = store {
+            drop(store);
+            let recovered = verify_checkpoint(&plan, dir.path())?;
+            report.record_verification(recovered == plan.keys);
+            if recovered != plan.keys {
+                report.notes.push(format!(
+                    "engine-persian round {round}: the newest checkpoint recovered {recovered} of {} keys",
+                    plan.keys
+                ));
+            }
+        }
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+
+    let memory = measure_memory(&plan)?;
+    write_rows(&mut report, &plan, &runs, &memory);
+    write_summary(&mut report, &plan, &runs, &memory);
+    write_plot(common, &plan, &runs)?;
+    Ok(report)
+}
+
+fn plan(common: &Common, args: &Args) -> Result<Plan> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let contenders = match &args.variants {
+        Some(names) => names
+            .iter()
+            .map(|name| Contender::parse(name))
+            .collect::<Result<Vec<_>>>()?,
+        None => Contender::ALL.to_vec(),
+    };
+    let workloads = args.workloads.clone().unwrap_or_else(|| {
+        if common.quick {
+            vec![Workload::A]
+        } else {
+            vec![Workload::A, Workload::B, Workload::C, Workload::F]
+        }
+    });
+    let distributions = args.distributions.clone().unwrap_or_else(|| {
+        if common.quick {
+            vec![KeyDistribution::Uniform]
+        } else {
+            vec![KeyDistribution::Uniform, KeyDistribution::Zipfian]
+        }
+    });
+    let mut points = Vec::new();
+    for &workload in &workloads {
+        for &distribution in &distributions {
+            points.push((workload, distribution));
+        }
+    }
+    let mut threads = args.threads.clone().unwrap_or_else(|| vec![1, cores]);
+    threads.sort_unstable();
+    threads.dedup();
+    if threads.is_empty() || threads.contains(&0) {
+        bail!("--threads needs one or more positive counts");
+    }
+    let keys = args
+        .keys
+        .unwrap_or(if common.quick { 1_000_000 } else { 10_000_000 });
+    let operations = args
+        .operations
+        .unwrap_or(if common.quick { 4_000_000 } else { 32_000_000 });
+    if keys == 0 || operations == 0 || contenders.is_empty() || points.is_empty() {
+        bail!("nothing to run: give keys, operations, contenders and workloads");
+    }
+    Ok(Plan {
+        keys,
+        operations,
+        duration: Duration::from_secs_f64(args.seconds.unwrap_or(if common.quick {
+            1.0
+        } else {
+            10.0
+        })),
+        threads,
+        points,
+        contenders,
+        checkpoint_interval: Duration::from_millis(
+            args.checkpoint_interval_ms
+                .unwrap_or(if common.quick { 1000 } else { 5000 }),
+        ),
+        data_dir: args.data_dir.clone().unwrap_or_else(std::env::temp_dir),
+    })
+}
+
+/// One run, with the checkpoint driver beside it for the checkpointed engine.
+fn measure(
+    plan: &Plan,
+    map: &dyn contenders::Loaded,
+    store: Option<&prefixkv_engine::Store>,
+    operations: &Operations,
+    threads: usize,
+) -> Result<Run> {
+    let stop = AtomicBool::new(false);
+    let counters = counters::Counters::start();
+    let (ops_per_s, checkpoints) = std::thread::scope(|scope| -> Result<(f64, u64)> {
+        let driver = store.map(|store| {
+            let stop = &stop;
+            scope
+                .spawn(move || contenders::checkpoint_driver(store, plan.checkpoint_interval, stop))
+        });
+        let ops_per_s = driver::run(threads, plan.duration, operations, &|_| map.worker());
+        stop.store(true, Ordering::Relaxed);
+        let checkpoints = match driver {
+            Some(handle) => handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("the checkpoint driver panicked"))??,
+            None => 0,
+        };
+        Ok((ops_per_s, checkpoints))
+    })?;
+    let counts = counters.and_then(counters::Counters::read);
+    let total_ops = ops_per_s * plan.duration.as_secs_f64();
+    Ok(Run {
+        ops_per_s,
+        instructions_per_op: counts.map(|c| c.instructions as f64 / total_ops),
+        cache_misses_per_op: counts.map(|c| c.cache_misses as f64 / total_ops),
+        checkpoints,
+    })
+}
+
+/// How many of the loaded keys a map still holds.
+fn count_present(map: &dyn contenders::Loaded, keys: u64) -> u64 {
+    let mut worker = map.worker();
+    (0..keys)
+        .filter(|&index| worker.contains(driver::key(index)))
+        .count() as u64
+}
+
+/// Reopens the checkpointed engine's directory and counts the keys its newest checkpoint holds.
+fn verify_checkpoint(plan: &Plan, dir: &std::path::Path) -> Result<u64> {
+    let store = prefixkv_engine::Store::open(contenders::engine_config(plan.keys, dir))?;
+    let mut session = store.start_session();
+    let mut value = Vec::new();
+    let mut present = 0;
+    for index in 0..plan.keys {
+        present += u64::from(session.read(&driver::key(index).to_le_bytes(), &mut value)?);
+    }
+    Ok(present)
+}
+
+/// Bytes of RSS per key after loading, per contender, each in its own child process.
+fn measure_memory(plan: &Plan) -> Result<BTreeMap<&'static str, f64>> {
+    let exe = std::env::current_exe().context("locating this binary to measure memory")?;
+    let mut out = BTreeMap::new();
+    for contender in &plan.contenders {
+        let output = Command::new(&exe)
+            .args(["ycsb", "--memory-child", contender.name(), "--keys"])
+            .arg(plan.keys.to_string())
+            .arg("--data-dir")
+            .arg(&plan.data_dir)
+            .output()
+            .context("running the memory child")?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let bytes: Option<f64> = text
+            .lines()
+            .find_map(|line| line.strip_prefix("rss_growth_bytes "))
+            .and_then(|value| value.trim().parse().ok());
+        match bytes {
+            Some(bytes) if output.status.success() => {
+                out.insert(contender.name(), bytes / plan.keys as f64);
+            }
+            _ => bail!(
+                "the memory child for {} failed: {}",
+                contender.name(),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// The child: load one contender, print how much resident memory that added.
+fn memory_child(plan: &Plan, contender: Contender) -> Result<()> {
+    let dir = tempfile::Builder::new()
+        .prefix("prefixkv-bench-ycsb-memory-")
+        .tempdir_in(&plan.data_dir)?;
+    let before = crate::memory::current_rss_bytes();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (map, store) = contenders::load(contender, plan.keys, cores, dir.path())?;
+    let after = crate::memory::current_rss_bytes();
+    println!("rss_growth_bytes {}", after.saturating_sub(before));
+    drop(map);
+    drop(store);
+    Ok(())
+}
+
+fn write_rows(
+    report: &mut Report,
+    plan: &Plan,
+    runs: &BTreeMap<(usize, usize, usize), Vec<Run>>,
+    memory: &BTreeMap<&'static str, f64>,
+) {
+    for (&(contender, point, threads), rounds) in runs {
+        let name = plan.contenders[contender].name();
+        let (workload, distribution) = plan.points[point];
+        let mut r = row([
+            ("variant", Value::from(name)),
+            ("workload", Value::from(workload.name())),
+            (
+                "distribution",
+                Value::from(format!("{distribution:?}").to_lowercase()),
+            ),
+            ("threads", Value::from(threads)),
+        ]);
+        let throughput: Vec<f64> = rounds.iter().map(|run| run.ops_per_s).collect();
+        Spread::of(&throughput).insert_into(&mut r, "throughput_ops_per_s");
+        let median_of = |values: Vec<f64>| (!values.is_empty()).then(|| Spread::of(&values).median);
+        for (field, values) in [
+            (
+                "instructions_per_op",
+                rounds
+                    .iter()
+                    .filter_map(|run| run.instructions_per_op)
+                    .collect(),
+            ),
+            (
+                "cache_misses_per_op",
+                rounds
+                    .iter()
+                    .filter_map(|run| run.cache_misses_per_op)
+                    .collect(),
+            ),
+        ] {
+            r.insert(
+                field.into(),
+                median_of(values).map_or(Value::Null, Value::from),
+            );
+        }
+        r.insert(
+            "checkpoints".into(),
+            Value::from(rounds.iter().map(|run| run.checkpoints).sum::<u64>()),
+        );
+        r.insert(
+            "bytes_per_key".into(),
+            memory.get(name).map_or(Value::Null, |&b| Value::from(b)),
+        );
+        report.rows.push(r);
+    }
+}
+
+fn median_throughput(
+    plan: &Plan,
+    runs: &BTreeMap<(usize, usize, usize), Vec<Run>>,
+    contender: Contender,
+    threads: usize,
+) -> f64 {
+    let headline = plan
+        .points
+        .iter()
+        .position(|&p| p == (Workload::A, KeyDistribution::Uniform));
+    let (Some(point), Some(index)) = (
+        headline,
+        plan.contenders.iter().position(|&c| c == contender),
+    ) else {
+        return f64::NAN;
+    };
+    runs.get(&(index, point, threads))
+        .map_or(f64::NAN, |rounds| {
+            Spread::of(&rounds.iter().map(|run| run.ops_per_s).collect::<Vec<_>>()).median
+        })
+}
+
+fn write_summary(
+    report: &mut Report,
+    plan: &Plan,
+    runs: &BTreeMap<(usize, usize, usize), Vec<Run>>,
+    memory: &BTreeMap<&'static str, f64>,
+) {
+    let largest = *plan.threads.last().expect("threads is not empty");
+    for (suffix, threads) in [
+        ("", Some(largest)),
+        ("_1t", plan.threads.contains(&1).then_some(1)),
+    ] {
+        let Some(threads) = threads else { continue };
+        let engine = median_throughput(plan, runs, Contender::Engine, threads);
+        for (field, other) in [
+            ("engine_over_dashmap_siphash", Contender::DashMapSipHash),
+            ("engine_over_dashmap_foldhash", Contender::DashMapFoldHash),
+            ("engine_over_papaya", Contender::Papaya),
+            ("engine_over_rwlock_sharded", Contender::ShardedRwLock),
+        ] {
+            let value = ratio(engine, median_throughput(plan, runs, other, threads));
+            report.summary(&format!("{field}{suffix}"), value);
+        }
+        let checkpointed = median_throughput(plan, runs, Contender::EnginePersian, threads);
+        report.summary(
+            &format!("checkpointed_over_plain{suffix}"),
+            ratio(checkpointed, engine),
+        );
+    }
+    let engine_bytes = memory.get("engine").copied().unwrap_or(f64::NAN);
+    report.summary("bytes_per_key", engine_bytes);
+    report.summary(
+        "dashmap_siphash_bytes_per_key",
+        memory.get("dashmap-siphash").copied().unwrap_or(f64::NAN),
+    );
+}
+
+fn write_plot(
+    common: &Common,
+    plan: &Plan,
+    runs: &BTreeMap<(usize, usize, usize), Vec<Run>>,
+) -> Result<()> {
+    let series = plan
+        .contenders
+        .iter()
+        .map(|&contender| Series {
+            label: contender.name().into(),
+            points: plan
+                .threads
+                .iter()
+                .map(|&threads| {
+                    (
+                        threads as f64,
+                        median_throughput(plan, runs, contender, threads) / 1e6,
+                    )
+                })
+                .filter(|(_, y)| y.is_finite())
+                .collect(),
+        })
+        .collect();
+    write_line_chart(
+        &LineChart {
+            title: format!(
+                "YCSB-A uniform, {} keys: throughput against threads",
+                plan.keys
+            ),
+            x_label: "threads".into(),
+            y_label: "M ops/s".into(),
+            series,
+            markers: Vec::new(),
+            log_x: false,
+        },
+        &common.out,
+        "ycsb",
+    )
+}
