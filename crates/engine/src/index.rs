@@ -149,6 +149,13 @@ impl HashIndex {
         (link != 0).then(|| &self.overflow[link as usize - 1])
     }
 
+    /// Hints the CPU to load this hash's main bucket (see `Session::prefetch_index`).
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: KeyHash) {
+        let bucket = &self.buckets[(hash.0 & self.mask) as usize];
+        crate::memory::prefetch(bucket as *const Bucket as *const u8);
+    }
+
     /// The entry for this hash's tag, if any.
     #[inline]
     pub(crate) fn find(&self, hash: KeyHash) -> Option<EntrySlot<'_>> {

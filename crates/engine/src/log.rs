@@ -543,15 +543,8 @@ impl HybridLog {
             return;
         }
         let word_index = ((address & ((1u64 << self.page_bits) - 1)) / 8) as usize;
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: prefetch is a hint: it never faults and has no effect on memory; the address
-        // is computed within the page's allocation.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(pointer.add(word_index) as *const i8);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = word_index;
+        // `wrapping_add`: only an address is formed, never dereferenced.
+        crate::memory::prefetch(pointer.wrapping_add(word_index) as *const u8);
     }
 
     /// The record at `address` (which must hold a published or being-written record).

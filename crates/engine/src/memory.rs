@@ -80,3 +80,17 @@ impl<T> Drop for ZeroedArray<T> {
         unsafe { std::alloc::dealloc(self.pointer as *mut u8, self.layout) };
     }
 }
+
+/// Hints the CPU to start loading the cache line at `pointer` into every cache level. A hint: it
+/// never faults (any address is allowed) and has no effect on memory.
+#[inline(always)]
+pub(crate) fn prefetch(pointer: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` never faults and does not access memory architecturally.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(pointer as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = pointer;
+}

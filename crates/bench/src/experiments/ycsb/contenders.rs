@@ -189,9 +189,26 @@ impl Loaded for EngineMap {
     }
 }
 
+/// How far ahead the engine worker prefetches index buckets, and records (half as far).
+const PREFETCH_AHEAD: usize = 16;
+
 impl Worker for EngineWorker {
     fn run(&mut self, keys: &[u64], kinds: &[Kind]) {
-        for (&key, &kind) in keys.iter().zip(kinds) {
+        // The engine's batch hints (`Session::prefetch_index` / `prefetch_record`): the loads of
+        // later operations overlap this one's instead of waiting one after another.
+        for &key in keys.iter().take(PREFETCH_AHEAD) {
+            self.session.prefetch_index(&key.to_le_bytes());
+        }
+        for &key in keys.iter().take(PREFETCH_AHEAD / 2) {
+            self.session.prefetch_record(&key.to_le_bytes());
+        }
+        for (position, (&key, &kind)) in keys.iter().zip(kinds).enumerate() {
+            if let Some(ahead) = keys.get(position + PREFETCH_AHEAD) {
+                self.session.prefetch_index(&ahead.to_le_bytes());
+            }
+            if let Some(ahead) = keys.get(position + PREFETCH_AHEAD / 2) {
+                self.session.prefetch_record(&ahead.to_le_bytes());
+            }
             let bytes = key.to_le_bytes();
             let result = match kind {
                 Kind::Read => self.session.read(&bytes, &mut self.value).map(|_| ()),
