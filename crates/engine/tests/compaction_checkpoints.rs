@@ -35,6 +35,7 @@ fn run(strategy: Strategy) {
         keys: KEYS,
         read_percent: 50,
         delete_percent: 0,
+        cycle: 0,
         zipfian: false,
         seed: 7,
     };

@@ -44,6 +44,7 @@ fn spec(seed: u64) -> WorkloadSpec {
         keys: KEYS,
         read_percent: 20,
         delete_percent: 10,
+        cycle: 0,
         zipfian: seed.is_multiple_of(2),
         seed,
     }

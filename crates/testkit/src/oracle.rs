@@ -70,6 +70,11 @@ pub struct WorkloadSpec {
     pub delete_percent: u32,
     /// Zipfian (θ = 0.99, scrambled) instead of uniform keys for workers.
     pub zipfian: bool,
+    /// When not 0, worker operations repeat every `cycle` serials: operation `n` reads, writes
+    /// or deletes the key operation `(n - 1) % cycle + 1` does (its value still encodes `n`), so
+    /// that a benchmark can generate `cycle` operations per session before it starts timing and
+    /// its loop only indexes arrays, as FASTER's benchmark does. 0: no repetition.
+    pub cycle: u64,
     /// Seed; different seeds give unrelated workloads.
     pub seed: u64,
 }
@@ -169,7 +174,12 @@ pub fn op_at(spec: &WorkloadSpec, session_index: u32, serial: u64) -> Op {
         };
     }
     let seed_word = mix64(spec.seed.wrapping_add(GOLDEN_GAMMA));
-    let hash = mix64(seed_word ^ ((u64::from(session_index) << 48) ^ serial));
+    let position = if spec.cycle == 0 {
+        serial
+    } else {
+        (serial - 1) % spec.cycle + 1
+    };
+    let hash = mix64(seed_word ^ ((u64::from(session_index) << 48) ^ position));
     let percentile = scale(hash, 100);
     let key_bits = mix64(hash.wrapping_add(GOLDEN_GAMMA));
     let key = if spec.zipfian {

@@ -334,6 +334,7 @@ fn child_spec(keys: u64, seed: u64) -> WorkloadSpec {
         keys,
         read_percent: 50,
         delete_percent: 0,
+        cycle: 0,
         zipfian: seed % 2 == 1,
         seed,
     }

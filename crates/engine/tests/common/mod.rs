@@ -29,6 +29,7 @@ pub fn spec(keys: u64, seed: u64) -> WorkloadSpec {
         keys,
         read_percent: 45,
         delete_percent: 10,
+        cycle: 0,
         zipfian: false,
         seed,
     }

@@ -100,6 +100,7 @@ mod tests {
             keys: 2_000,
             read_percent: 50,
             delete_percent: 0,
+            cycle: 0,
             zipfian: false,
             seed: 5,
         };
