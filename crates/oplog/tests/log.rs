@@ -247,15 +247,34 @@ fn corruption_in_an_earlier_segment_is_an_error_naming_file_and_offset() {
 }
 
 /// A damaged frame followed by intact ones in the *last* segment is what a power cut leaves when
-/// unsynced sectors reach the disk out of order, so it is a torn tail (point-in-time recovery),
-/// reported with `intact_frame_after`; an earlier segment was synced at its roll, so there the
-/// same damage is corruption (the test above).
+/// unsynced sectors reach the disk out of order, *if* the damage is lost sectors (fresh space
+/// reads back as zeros): then it is a torn tail (point-in-time recovery), reported with
+/// `intact_frame_after`. An earlier segment was synced at its roll, so there the same damage is
+/// corruption (the test above).
 #[test]
-fn damage_inside_the_last_segment_followed_by_valid_records_is_a_reported_torn_tail() {
+fn lost_sectors_inside_the_last_segment_followed_by_valid_records_are_a_reported_torn_tail() {
     let (dir, paths) = multi_segment_log();
     let last = paths.last().unwrap();
-    let offset = SEGMENT_HEADER_BYTES as u64;
-    flip_byte(last, offset + FRAME_HEADER_BYTES as u64); // first payload byte of the first record
+    // Find the first frame that crosses a 512-byte sector boundary, and lose the sectors from
+    // that boundary to the frame's end, as a power cut does to a write that was cut short.
+    let mut bytes = std::fs::read(last).unwrap();
+    let mut offset = SEGMENT_HEADER_BYTES;
+    let (boundary, frame_end) = loop {
+        let length = u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap()) as usize;
+        let frame_end = offset + FRAME_HEADER_BYTES + length;
+        assert!(
+            frame_end < bytes.len(),
+            "some frame crosses a sector boundary"
+        );
+        let boundary = (offset / 512 + 1) * 512;
+        if boundary < frame_end {
+            break (boundary, frame_end);
+        }
+        offset = frame_end;
+    };
+    bytes[boundary..frame_end].fill(0);
+    std::fs::write(last, bytes).unwrap();
+    let offset = offset as u64;
     let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     let torn = report.torn_tail.expect("reported");
     assert_eq!(
@@ -270,6 +289,33 @@ fn damage_inside_the_last_segment_followed_by_valid_records_is_a_reported_torn_t
     );
     let first_of_last = report.next_lsn;
     append_n(&log, first_of_last..first_of_last + 3);
+}
+
+/// A changed byte (not a lost sector) in the last segment with intact records after it is
+/// corruption: dropping the tail would silently discard records that reached the disk whole.
+#[test]
+fn a_changed_byte_inside_the_last_segment_followed_by_valid_records_is_an_error() {
+    let (dir, paths) = multi_segment_log();
+    let last = paths.last().unwrap();
+    let offset = SEGMENT_HEADER_BYTES as u64;
+    let length_before = std::fs::metadata(last).unwrap().len();
+    flip_byte(last, offset + FRAME_HEADER_BYTES as u64); // first payload byte of the first record
+    match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
+        Err(OplogError::Corrupt {
+            path,
+            offset: at,
+            reason,
+        }) => {
+            assert_eq!((path.as_path(), at), (last.as_path(), offset));
+            assert!(reason.contains("corruption, not a torn write"), "{reason}");
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    assert_eq!(
+        std::fs::metadata(last).unwrap().len(),
+        length_before,
+        "nothing was cut"
+    );
 }
 
 #[test]

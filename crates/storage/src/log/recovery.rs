@@ -13,8 +13,10 @@
 //!   sectors (the page cache writes them back in no particular order), so a damaged frame
 //!   followed by an intact successor is what an interrupted group can leave, not proof of
 //!   corruption. (An earlier version refused to open on that pattern; the simulated disk's power
-//!   cuts showed it refusing logs that had lost nothing acknowledged.) The report counts the
-//!   intact frames found after the damage, so an operator can tell.
+//!   cuts showed it refusing logs that had lost nothing acknowledged.) What a power cut loses is
+//!   whole sectors of fresh space, which read back as zeros, so such a damaged frame ends in
+//!   zeros from a sector boundary on. A damaged frame with an intact successor and no lost sector
+//!   had its bytes changed after they were written: corruption, an error unless `repair`.
 //! - A frame whose CRC is valid but whose LSN is wrong is corruption wherever it is: every
 //!   truncation is synced before the next append, so no stale frame can survive at a position.
 //! - Truncation of the tail is made durable (`sync_all`) before any new append can land, so
@@ -187,6 +189,32 @@ fn valid_frame_at(
     Ok(matches!(next, NextFrame::Record { .. }))
 }
 
+/// The smallest unit a power cut loses: a 512-byte sector at a 512-aligned file offset (a 4 KiB
+/// page or sector is eight of them).
+const LOST_UNIT_BYTES: u64 = 512;
+
+/// Whether the frame at `[start, end)` looks like what a power cut leaves of a group write
+/// whose later sectors never reached the disk: its bytes from some 512-aligned offset (or from
+/// its start) to its end are all zero. The log only appends to fresh space, so a lost sector
+/// reads back as zeros; a frame with every sector present but a failing checksum was changed
+/// after it was written. Group writes are whole frames, so a damaged write's first frame is the
+/// one the scan stops at, and its lost part runs to its end.
+fn ends_in_lost_sectors(disk: &dyn Disk, path: &Path, start: u64, end: u64) -> Result<bool> {
+    debug_assert!(start < end);
+    let file = open_segment(disk, path, OpenMode::Read)?;
+    let mut bytes = vec![0u8; (end - start) as usize];
+    file.read_exact_at(&mut bytes, start)
+        .map_err(io_error(format!("reading {}", path.display())))?;
+    let nonzero_end = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1) as u64;
+    let zeros_from = start + nonzero_end;
+    if zeros_from == start {
+        return Ok(true);
+    }
+    // The first sector boundary at or after the last non-zero byte must lie inside the frame.
+    let boundary = zeros_from.div_ceil(LOST_UNIT_BYTES) * LOST_UNIT_BYTES;
+    Ok(boundary < end)
+}
+
 enum SegmentProblem {
     /// The segment's header is bad (offset 0).
     Header(String),
@@ -346,7 +374,8 @@ pub(crate) fn recover(
                 error,
                 length,
             } => {
-                let torn = is_last && !matches!(error, FrameError::WrongLsn { .. });
+                let mut torn = is_last && !matches!(error, FrameError::WrongLsn { .. });
+                let mut reason = error.to_string();
                 if torn {
                     if let Some(length) = length {
                         let successor = offset + super::format::frame_bytes(length as usize) as u64;
@@ -358,9 +387,22 @@ pub(crate) fn recover(
                                 next_lsn + 1,
                                 max_record_bytes,
                             )?;
+                        if intact_frame_after
+                            && !ends_in_lost_sectors(disk, &segment.path, offset, successor)?
+                        {
+                            // Every byte of the frame reached the disk (no lost sector) and yet
+                            // it fails its check while its successor passes: bytes changed after
+                            // they were written. Dropping the tail here would silently discard
+                            // intact, possibly acknowledged, records.
+                            torn = false;
+                            reason = format!(
+                                "{reason}; an intact record follows it and no sector of the damaged \
+                                 record was lost, so this is corruption, not a torn write"
+                            );
+                        }
                     }
                 }
-                (offset, error.to_string(), torn)
+                (offset, reason, torn)
             }
         };
         let dropped = scan.file_bytes.saturating_sub(offset);
