@@ -6,7 +6,8 @@ use std::process::Command;
 #[test]
 fn tiny_cpr_run_writes_a_verified_report_with_every_summary_field() {
     let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_prefixkv-bench"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_prefixkv-bench"));
+    command
         .args([
             "cpr",
             "--keys",
@@ -23,9 +24,10 @@ fn tiny_cpr_run_writes_a_verified_report_with_every_summary_field() {
         ])
         .arg(out.path())
         .arg("--data-dir")
-        .arg(out.path())
-        .output()
-        .expect("running prefixkv-bench cpr");
+        .arg(out.path());
+    let output =
+        prefixkv_testkit::child::output_within(command, std::time::Duration::from_secs(300))
+            .expect("running prefixkv-bench cpr");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "cpr failed: {stderr}");
     let report: serde_json::Value =

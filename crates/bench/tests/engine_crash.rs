@@ -9,7 +9,8 @@ use std::process::Command;
 fn thirty_random_kills_recover_prefix_consistent_images() {
     let out = tempfile::tempdir().unwrap();
     let iterations = std::env::var("PREFIXKV_CRASH_ITERATIONS").unwrap_or_else(|_| "30".into());
-    let output = Command::new(env!("CARGO_BIN_EXE_prefixkv-bench"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_prefixkv-bench"));
+    command
         .args([
             "crash",
             "--iterations",
@@ -22,9 +23,10 @@ fn thirty_random_kills_recover_prefix_consistent_images() {
         ])
         .arg(out.path())
         .arg("--data-dir")
-        .arg(out.path())
-        .output()
-        .expect("running prefixkv-bench crash");
+        .arg(out.path());
+    let output =
+        prefixkv_testkit::child::output_within(command, std::time::Duration::from_secs(600))
+            .expect("running prefixkv-bench crash");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

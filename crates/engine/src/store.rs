@@ -670,6 +670,11 @@ impl Store {
         self.shared.state.load().version
     }
 
+    /// The number of main index buckets: valid `Session::scan` cursors are `0..index_buckets()`.
+    pub fn index_buckets(&self) -> usize {
+        self.shared.index.bucket_count()
+    }
+
     /// Bytes of log pages currently allocated.
     pub fn log_memory_in_use_bytes(&self) -> u64 {
         self.shared.log.memory_in_use_bytes()

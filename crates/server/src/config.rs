@@ -12,58 +12,9 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use serde::Deserialize;
 
-/// What is durable when, one setting for the whole server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// Nothing on disk (SAVE still writes a checkpoint on request).
-    None,
-    /// Periodic Persian checkpoints only.
-    Checkpoint,
-    /// Oplog synced about once a second plus periodic checkpoints.
-    EverySec,
-    /// Oplog group commit; a write is acknowledged after its batch is synced.
-    Always,
-}
-
-impl Durability {
-    /// Parses a mode name (`no` is accepted for `none`, as Redis's `appendonly no`).
-    pub fn parse(text: &str) -> anyhow::Result<Durability> {
-        Ok(match text.to_ascii_lowercase().as_str() {
-            "none" | "no" => Durability::None,
-            "checkpoint" => Durability::Checkpoint,
-            "everysec" => Durability::EverySec,
-            "always" => Durability::Always,
-            other => bail!(
-                "unknown appendfsync mode '{other}': use none, checkpoint, everysec or always"
-            ),
-        })
-    }
-
-    /// The configuration name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Durability::None => "none",
-            Durability::Checkpoint => "checkpoint",
-            Durability::EverySec => "everysec",
-            Durability::Always => "always",
-        }
-    }
-
-    /// Whether writes go to the oplog.
-    pub fn uses_oplog(self) -> bool {
-        matches!(self, Durability::EverySec | Durability::Always)
-    }
-
-    /// The one-sentence loss bound shown in `INFO persistence` and the docs.
-    pub fn statement(self) -> &'static str {
-        match self {
-            Durability::None => "none: nothing is written to disk; a crash or restart loses every write since the last explicit SAVE.",
-            Durability::Checkpoint => "checkpoint: a crash loses at most the writes after the last durable checkpoint (taken every checkpoint-interval), and every connection recovers a prefix of its writes.",
-            Durability::EverySec => "everysec: the oplog is fsynced at least once a second besides periodic checkpoints; a process crash loses no acknowledged write and a power loss at most about one second of them.",
-            Durability::Always => "always: a write is acknowledged only after the oplog batch holding it is fsynced (group commit), so a crash loses no acknowledged write.",
-        }
-    }
-}
+/// What is durable when, one setting for the whole server: `prefixkv_store::Durability`, the
+/// store's one policy type (every per-mode decision and the loss statement live there).
+pub use prefixkv_store::Durability;
 
 /// Command-line flags. Every flag can also be set in the TOML file under the same name.
 #[derive(Parser, Debug, Default)]
@@ -282,13 +233,13 @@ impl Config {
                 .filter(|p| !p.is_empty()),
             maxclients: flags.maxclients.or(file.maxclients).unwrap_or(10_000),
             maxmemory_bytes: memory(&flags.maxmemory, &file.maxmemory, "maxmemory", 0)?,
-            durability: Durability::parse(
-                flags
-                    .appendfsync
-                    .as_deref()
-                    .or(file.appendfsync.as_deref())
-                    .unwrap_or("everysec"),
-            )?,
+            durability: flags
+                .appendfsync
+                .as_deref()
+                .or(file.appendfsync.as_deref())
+                .unwrap_or("everysec")
+                .parse::<Durability>()
+                .map_err(|error| anyhow::anyhow!("appendfsync: {error}"))?,
             checkpoint_interval_ms: flags
                 .checkpoint_interval
                 .or(file.checkpoint_interval)

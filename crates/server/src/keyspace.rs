@@ -1,51 +1,39 @@
-//! The keyspace: 16 logical databases on one engine store, the key registry, and the write
-//! path that keeps the engine, the registry and the oplog in the same order.
+//! The keyspace: 16 logical databases on one durable store (`prefixkv-store`: the engine and the
+//! operation log), key counts, expiry, and the read and write paths the commands use.
 //!
 //! Engine key = `[db number u8] ++ user key`; engine value = [`crate::value`] encoding.
 //!
 //! Invariants:
-//! - Every write goes through a [`Txn`], which first locks the registry stripes of all keys it
-//!   may touch (sorted stripe order, so two transactions never deadlock). Under those locks it
-//!   writes the engine, updates the registry and appends one oplog record. Hence, for every key,
-//!   the oplog order of writes equals the engine order, which makes replaying a log suffix in LSN
-//!   order reproduce the engine's final state.
-//! - The registry (`Stripe::databases`) holds exactly the keys present in the engine, with their
-//!   absolute expiry; it exists because the engine has no scan API, and is rebuilt on startup
-//!   from the recovered checkpoint plus the oplog replay.
-//! - Oplog records carry absolute values (the encoded engine value, or a delete), never
-//!   increments, so applying a record twice is harmless; each operation carries the engine serial
-//!   of its session, so replay skips operations the checkpoint already holds (serial <= the
-//!   session's commit point).
-//!
-//! - MULTI/EXEC isolation: every write transaction holds a read guard of the exec gate (taken
-//!   before any stripe, so the order is always gate → stripes); EXEC holds the gate exclusively
-//!   while it runs its queued commands, whose own transactions then skip the gate
-//!   ([`Keyspace::exclusive`]). So no other client's write interleaves with an EXEC. Reads take
-//!   no locks, so a concurrent read may see part of an EXEC, as it may see part of an MSET.
-//!
-//! Oplog record payload: `[session id u64]` then operations
-//! `[serial u64][kind u8: 1 put, 2 delete][key length u32][engine key][value length u32][value]`.
+//! - Every write goes through a [`Txn`], a `prefixkv_store::Txn` over the keys it may touch, so
+//!   for every key the operation-log order of its writes is its engine order, and a crash
+//!   recovers each connection's prefix (`docs/store.md`). The server keeps no index of its own:
+//!   KEYS, SCAN, RANDOMKEY, FLUSHDB and active expiry scan the engine's index.
+//! - `counts[db].keys` is exact: the store reports whether each put or delete found a live key,
+//!   and recovery reports every key it loads and every operation it replays. It includes expired
+//!   keys not yet removed, as Redis's DBSIZE does.
+//! - `counts[db].expires` is what the last complete expiry sweep saw (the sweep visits every key
+//!   once per cycle), plus what recovery loaded: an estimate for INFO, documented as such.
+//! - MULTI/EXEC isolation: `prefixkv_store::StoreSession::exclusive` (no other write runs while
+//!   an EXEC runs; reads take no locks, so a concurrent read may see part of an EXEC, as it may
+//!   see part of an MSET).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard};
-use parking_lot::{Mutex, MutexGuard};
-use prefixkv_engine::{EngineError, Session, Store};
-use prefixkv_oplog::{AppendTicket, Oplog};
+use prefixkv_engine::EngineError;
+use prefixkv_store::{DurableStore, StoreError, StoreSession};
 
 use crate::value::{self, Kind, Stored};
 
+pub use prefixkv_store::WriteMark;
+
 /// Number of logical databases (SELECT 0..15).
 pub const DATABASES: usize = 16;
-const STRIPES: usize = 1024;
-/// An oplog record is cut into several once its payload passes this size.
-const RECORD_SPLIT_BYTES: usize = 8 << 20;
-const OP_PUT: u8 = 1;
-const OP_DELETE: u8 = 2;
+/// Index buckets one SCAN step, FLUSHDB step or expiry step visits at most (bounds the memory a
+/// step holds whatever COUNT a client sends).
+pub const MAX_BUCKETS_PER_STEP: usize = 1 << 16;
 
 /// The Redis error line for maxmemory.
 pub const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
@@ -59,39 +47,110 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// One registry stripe: per database, user key -> absolute expiry in ms (0 = none).
-struct Stripe {
-    databases: Vec<HashMap<Box<[u8]>, u64>>,
+/// Per-database counts (see the module invariants).
+#[derive(Default)]
+struct Counts {
+    keys: AtomicI64,
+    expires: AtomicI64,
+}
+
+/// Key counts per database, gathered while recovery loads (before the store exists) and kept
+/// by the keyspace afterwards.
+#[derive(Default)]
+pub struct KeyCounts {
+    counts: [Counts; DATABASES],
+}
+
+impl KeyCounts {
+    /// Counts one key recovery loaded from the checkpoint (called from recovery threads).
+    /// A key that is not the server's (another database byte, a damaged value) is an error.
+    pub fn count_loaded(&self, engine_key: &[u8], encoded: &[u8]) -> Result<(), String> {
+        let (database, _) = split_key(engine_key)
+            .ok_or_else(|| format!("engine key {engine_key:02x?} is not in a database 0..15"))?;
+        let (_, expire) = value::decode_header(encoded).map_err(|m| m.0.to_string())?;
+        let counts = &self.counts[database as usize];
+        counts.keys.fetch_add(1, Ordering::Relaxed);
+        if expire != 0 {
+            counts.expires.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Counts one operation recovery replayed from the oplog.
+    pub fn count_replayed(&self, engine_key: &[u8], put: Option<&[u8]>, existed: bool) {
+        if let Some((database, _)) = split_key(engine_key) {
+            self.count_write(database, put.is_some(), existed);
+            if put.is_some_and(|v| value::decode_header(v).is_ok_and(|(_, e)| e != 0)) {
+                self.counts[database as usize]
+                    .expires
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn count_write(&self, database: u8, present_after: bool, existed: bool) {
+        let delta = i64::from(present_after) - i64::from(existed);
+        if delta != 0 {
+            self.counts[database as usize]
+                .keys
+                .fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    /// Number of keys in `database` (including expired keys not yet removed, as Redis).
+    pub fn dbsize(&self, database: u8) -> u64 {
+        self.counts[database as usize]
+            .keys
+            .load(Ordering::Relaxed)
+            .max(0) as u64
+    }
+
+    /// Keys with an expiry in `database` (see [`Keyspace::expires_count`]).
+    fn expires(&self, database: u8) -> u64 {
+        self.counts[database as usize]
+            .expires
+            .load(Ordering::Relaxed)
+            .max(0) as u64
+    }
+
+    /// The keyspace over the opened store, keeping these counts.
+    pub fn with_store(self, store: Arc<DurableStore>) -> Keyspace {
+        Keyspace {
+            store,
+            counts: self,
+            sweeping_expires: Default::default(),
+            expire_cursor: AtomicU64::new(0),
+            expired_keys: AtomicU64::new(0),
+        }
+    }
 }
 
 /// The shared keyspace.
 pub struct Keyspace {
-    /// The engine store.
-    pub store: Arc<Store>,
-    stripes: Box<[Mutex<Stripe>]>,
-    /// Shared by write transactions, exclusive for an EXEC (see the module invariants). Sharded:
-    /// a read guard touches only this thread's shard, so writers do not share a cache line.
-    exec_gate: ShardedLock<()>,
-    oplog: Option<Oplog>,
+    /// The durable store.
+    pub store: Arc<DurableStore>,
+    counts: KeyCounts,
+    /// Keys with an expiry counted by the sweep cycle in progress.
+    sweeping_expires: [AtomicI64; DATABASES],
     expire_cursor: AtomicU64,
     /// Keys removed by active or lazy expiry.
     pub expired_keys: AtomicU64,
-    /// Committed write transactions (the checkpoint loop skips idle periods).
-    pub writes: AtomicU64,
 }
 
 thread_local! {
-    static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
-    /// This thread holds the exec gate exclusively (it is running an EXEC).
-    static RUNNING_EXEC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static SESSION: RefCell<Option<StoreSession>> = const { RefCell::new(None) };
 }
 
-/// Runs `f` with this thread's engine session (started on first use). Never call across an
+/// Runs `f` with this thread's store session (started on first use). Never call across an
 /// `.await`: the session belongs to the thread.
-pub fn with_session<R>(store: &Arc<Store>, f: impl FnOnce(&mut Session) -> R) -> R {
+pub fn with_session<R>(store: &Arc<DurableStore>, f: impl FnOnce(&mut StoreSession) -> R) -> R {
     SESSION.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let session = slot.get_or_insert_with(|| store.start_session());
+        let session = slot.get_or_insert_with(|| {
+            store
+                .session()
+                .expect("more threads than the engine's session limit")
+        });
         f(session)
     })
 }
@@ -129,12 +188,24 @@ pub fn engine_error(error: EngineError) -> String {
             "ERR value too large: {value_bytes} bytes stored for this key, at most \
              {max_value_bytes} fit; split the value across several keys"
         ),
-        EngineError::InvalidArgument(text) => format!("ERR {}", text.replace(['\r', '\n'], " ")),
-        other => format!(
-            "ERR engine failure: {}",
-            other.to_string().replace(['\r', '\n'], " ")
-        ),
+        EngineError::InvalidArgument(text) => format!("ERR {}", one_line(&text)),
+        other => format!("ERR engine failure: {}", one_line(&other.to_string())),
     }
+}
+
+/// Maps a store error to a reply line.
+pub fn store_error(error: StoreError) -> String {
+    match error {
+        StoreError::Engine(error) => engine_error(error),
+        StoreError::Oplog(error) => {
+            format!("ERR oplog append failed: {}", one_line(&error.to_string()))
+        }
+        other => format!("ERR {}", one_line(&other.to_string())),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.replace(['\r', '\n'], " ")
 }
 
 fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
@@ -144,67 +215,37 @@ fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
     out
 }
 
-fn stripe_of(database: u8, key: &[u8]) -> usize {
-    let hash = crc32c::crc32c_append(crc32c::crc32c(&[database]), key);
-    hash as usize % STRIPES
-}
-
-/// Where a committed write landed: engine serial and, with an oplog, its LSN and ticket.
-pub struct WriteMark {
-    /// Session serial of the transaction's last write.
-    pub serial: u64,
-    /// LSN of the transaction's last oplog record.
-    pub lsn: Option<u64>,
-    /// Completion of that record (awaited before replying under `always`).
-    pub ticket: Option<AppendTicket>,
+/// The database and user key of an engine key, if it is one of ours.
+fn split_key(engine_key: &[u8]) -> Option<(u8, &[u8])> {
+    let (&database, key) = engine_key.split_first()?;
+    ((database as usize) < DATABASES).then_some((database, key))
 }
 
 impl Keyspace {
-    /// Wraps a store and an optional oplog; the registry starts empty.
-    pub fn new(store: Arc<Store>, oplog: Option<Oplog>) -> Keyspace {
-        let stripes = (0..STRIPES)
-            .map(|_| {
-                Mutex::new(Stripe {
-                    databases: (0..DATABASES).map(|_| HashMap::new()).collect(),
-                })
-            })
-            .collect();
-        Keyspace {
-            store,
-            stripes,
-            exec_gate: ShardedLock::new(()),
-            oplog,
-            expire_cursor: AtomicU64::new(0),
-            expired_keys: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
-        }
-    }
-
-    /// Installs the oplog after replay (startup only).
-    pub fn set_oplog(&mut self, oplog: Option<Oplog>) {
-        self.oplog = oplog;
-    }
-
-    /// Removes the oplog handle (startup, when the mode does not log).
-    pub fn take_oplog(&mut self) -> Option<Oplog> {
-        self.oplog.take()
+    /// Counts to gather while the store recovers ([`KeyCounts::with_store`] makes the keyspace).
+    pub fn counting() -> KeyCounts {
+        KeyCounts::default()
     }
 
     /// The oplog, when the durability mode uses one.
-    pub fn oplog(&self) -> Option<&Oplog> {
-        self.oplog.as_ref()
+    pub fn oplog(&self) -> Option<&prefixkv_oplog::Oplog> {
+        self.store.oplog()
     }
 
-    /// Memory counted against maxmemory: the engine's in-memory log.
+    /// Memory counted against maxmemory: everything the store holds for data.
     pub fn used_memory_bytes(&self) -> u64 {
-        self.store.log_memory_in_use_bytes()
+        self.store.used_memory_bytes()
     }
 
-    /// Reads a key without locks; an expired value reads as absent (lazy expiry: active expiry
-    /// or the next write removes it).
+    /// Committed write transactions since start (the periodic checkpointer skips idle periods).
+    pub fn writes(&self) -> u64 {
+        self.store.writes()
+    }
+
+    /// Reads a key without locks; an expired value reads as absent and is removed (lazy expiry).
     pub fn read(
         &self,
-        session: &mut Session,
+        session: &mut StoreSession,
         database: u8,
         key: &[u8],
     ) -> Result<Option<Stored>, String> {
@@ -218,426 +259,297 @@ impl Keyspace {
         let stored =
             value::decode(&buffer).map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
         if stored.expire_at_ms != 0 && stored.expire_at_ms <= now_ms() {
+            // Lazy expiry, as Redis: the first command that meets an expired key removes it,
+            // so DBSIZE does not wait for the active sweep to come round.
+            self.expire_key(session, database, key)?;
             return Ok(None);
         }
         Ok(Some(stored))
     }
 
-    /// Starts a write transaction over `keys` of `database`.
-    pub fn begin<'a>(&'a self, session: &'a mut Session, database: u8, keys: &[&[u8]]) -> Txn<'a> {
-        let mut indexes: Vec<usize> = keys.iter().map(|key| stripe_of(database, key)).collect();
-        indexes.sort_unstable();
-        indexes.dedup();
-        let gate = self.enter_gate(session);
-        let guards = indexes
-            .iter()
-            .map(|&i| (i, self.lock_stripe(session, i)))
-            .collect();
-        Txn::new(self, session, gate, guards)
-    }
-
-    /// A shared hold on the exec gate for one write transaction, or `None` on the thread that
-    /// runs an EXEC (it holds the gate exclusively already). Suspends the session before
-    /// blocking, for the same reason as [`Self::lock_stripe`].
-    fn enter_gate(&self, session: &mut Session) -> Option<ShardedLockReadGuard<'_, ()>> {
-        if RUNNING_EXEC.with(|running| running.get()) {
-            return None;
-        }
-        if let Ok(guard) = self.exec_gate.try_read() {
-            return Some(guard);
-        }
-        session.suspend();
-        Some(
-            self.exec_gate
-                .read()
-                .expect("the exec gate is never poisoned"),
-        )
-    }
-
-    /// Runs `body` (an EXEC's queued commands) while no other write can run. Must not nest.
-    pub fn exclusive<R>(&self, session: &mut Session, body: impl FnOnce(&mut Session) -> R) -> R {
-        assert!(
-            !RUNNING_EXEC.with(|running| running.get()),
-            "EXEC does not nest"
-        );
-        let _gate = match self.exec_gate.try_write() {
-            Ok(guard) => guard,
-            Err(_) => {
-                session.suspend();
-                self.exec_gate
-                    .write()
-                    .expect("the exec gate is never poisoned")
-            }
-        };
-        /// Clears the flag however `body` ends (a panic unwinds through here).
-        struct Running;
-        impl Drop for Running {
-            fn drop(&mut self) {
-                RUNNING_EXEC.with(|running| running.set(false));
-            }
-        }
-        RUNNING_EXEC.with(|running| running.set(true));
-        let _running = Running;
-        body(session)
-    }
-
-    /// Locks a stripe. If it is contended, the session is suspended first: the holder may be
-    /// waiting inside the engine for every protected session to refresh (an epoch bump, a
-    /// checkpoint phase), which a thread blocked on this mutex would never do.
-    fn lock_stripe(&self, session: &mut Session, index: usize) -> MutexGuard<'_, Stripe> {
-        if let Some(guard) = self.stripes[index].try_lock() {
-            return guard;
-        }
-        session.suspend();
-        self.stripes[index].lock()
-    }
-
-    /// Keys of `database` matching `pattern` (expired ones left out).
-    pub fn keys_matching(&self, database: u8, pattern: &[u8]) -> Vec<Vec<u8>> {
-        let now = now_ms();
-        let all = pattern == b"*";
-        let mut out = Vec::new();
-        for stripe in self.stripes.iter() {
-            let stripe = stripe.lock();
-            for (key, &expire) in &stripe.databases[database as usize] {
-                if (expire == 0 || expire > now)
-                    && (all || crate::glob::matches(pattern, key, false))
-                {
-                    out.push(key.to_vec());
-                }
-            }
-        }
-        out
-    }
-
-    /// One SCAN step: the keys of stripes from `cursor` on until `count` keys were collected;
-    /// returns the next cursor (0 when the iteration is complete). Every key present for the
-    /// whole iteration is returned at least once.
-    pub fn scan(
+    /// Deletes `key` if it is expired under its lock (a concurrent write may have renewed it);
+    /// returns whether it did.
+    fn expire_key(
         &self,
+        session: &mut StoreSession,
         database: u8,
-        cursor: u64,
-        count: usize,
-        pattern: Option<&[u8]>,
-    ) -> (u64, Vec<Vec<u8>>) {
-        let now = now_ms();
-        let mut out = Vec::new();
-        let mut index = cursor as usize;
-        while index < STRIPES && out.len() < count.max(1) {
-            let stripe = self.stripes[index].lock();
-            for (key, &expire) in &stripe.databases[database as usize] {
-                if (expire == 0 || expire > now)
-                    && pattern.is_none_or(|p| crate::glob::matches(p, key, false))
-                {
-                    out.push(key.to_vec());
-                }
-            }
-            index += 1;
-        }
-        let next = if index >= STRIPES { 0 } else { index as u64 };
-        (next, out)
-    }
-
-    /// Number of keys in `database` (including expired keys not yet removed, as Redis).
-    pub fn dbsize(&self, database: u8) -> u64 {
-        self.stripes
-            .iter()
-            .map(|stripe| stripe.lock().databases[database as usize].len() as u64)
-            .sum()
-    }
-
-    /// Keys with an expiry in `database`.
-    pub fn expires_count(&self, database: u8) -> u64 {
-        self.stripes
-            .iter()
-            .map(|stripe| {
-                stripe.lock().databases[database as usize]
-                    .values()
-                    .filter(|&&e| e != 0)
-                    .count() as u64
-            })
-            .sum()
-    }
-
-    /// A random live key of `database`.
-    pub fn random_key(&self, database: u8, seed: u64) -> Option<Vec<u8>> {
-        let now = now_ms();
-        let start = (seed as usize) % STRIPES;
-        for offset in 0..STRIPES {
-            let stripe = self.stripes[(start + offset) % STRIPES].lock();
-            let map = &stripe.databases[database as usize];
-            let live: Vec<&Box<[u8]>> = map
-                .iter()
-                .filter(|(_, &e)| e == 0 || e > now)
-                .map(|(k, _)| k)
-                .collect();
-            if !live.is_empty() {
-                return Some(live[(seed as usize / STRIPES) % live.len()].to_vec());
-            }
-        }
-        None
-    }
-
-    /// Deletes every key of `database` (stripe by stripe: not atomic with respect to
-    /// concurrent writers, as documented). Returns the last write mark.
-    pub fn flush_database(
-        &self,
-        session: &mut Session,
-        database: u8,
-    ) -> Result<Option<WriteMark>, String> {
-        let mut last = None;
-        for index in 0..STRIPES {
-            let gate = self.enter_gate(session);
-            let guard = self.lock_stripe(session, index);
-            if guard.databases[database as usize].is_empty() {
-                continue;
-            }
-            let keys: Vec<Box<[u8]>> = guard.databases[database as usize].keys().cloned().collect();
-            let mut txn = Txn::new(self, session, gate, vec![(index, guard)]);
-            for key in keys {
-                txn.delete(database, &key)?;
-            }
-            if let Some(mark) = txn.commit()? {
-                last = Some(mark);
-            }
-        }
-        Ok(last)
-    }
-
-    /// Active expiry: examines `stripes` registry stripes (rotating) and deletes their expired
-    /// keys. Returns how many were removed.
-    pub fn expire_sweep(&self, session: &mut Session, stripes: usize) -> Result<u64, String> {
-        let now = now_ms();
-        let mut removed = 0;
-        for _ in 0..stripes.min(STRIPES) {
-            let index = (self.expire_cursor.fetch_add(1, Ordering::Relaxed) as usize) % STRIPES;
-            let gate = self.enter_gate(session);
-            let guard = self.lock_stripe(session, index);
-            let expired: Vec<(u8, Box<[u8]>)> = guard
-                .databases
-                .iter()
-                .enumerate()
-                .flat_map(|(db, map)| {
-                    map.iter()
-                        .filter(|(_, &e)| e != 0 && e <= now)
-                        .map(move |(k, _)| (db as u8, k.clone()))
-                })
-                .collect();
-            if expired.is_empty() {
-                continue;
-            }
-            let mut txn = Txn::new(self, session, gate, vec![(index, guard)]);
-            for (database, key) in expired {
-                if txn.delete(database, &key)? {
-                    removed += 1;
-                }
-            }
-            txn.commit()?;
-        }
-        self.expired_keys.fetch_add(removed, Ordering::Relaxed);
+        key: &[u8],
+    ) -> Result<bool, String> {
+        let mut txn = self.begin(session, database, &[key]);
+        let removed = txn.get(database, key)?.is_none() && txn.expired_now;
+        txn.commit()?;
         Ok(removed)
     }
 
-    /// Registers a key found while loading a checkpoint (startup only).
-    pub fn register_loaded(&self, engine_key: &[u8], encoded: &[u8]) -> Result<(), String> {
-        let (&database, key) = engine_key
-            .split_first()
-            .ok_or("empty engine key in checkpoint")?;
-        if database as usize >= DATABASES {
-            return Err(format!("engine key with database {database} in checkpoint"));
-        }
-        let (_, expire) = value::decode_header(encoded).map_err(|m| m.0.to_string())?;
-        self.stripes[stripe_of(database, key)].lock().databases[database as usize]
-            .insert(key.into(), expire);
-        Ok(())
-    }
-
-    /// Forgets a key (a tombstone while loading a log-ordered checkpoint).
-    pub fn unregister_loaded(&self, engine_key: &[u8]) {
-        if let Some((&database, key)) = engine_key.split_first() {
-            if (database as usize) < DATABASES {
-                self.stripes[stripe_of(database, key)].lock().databases[database as usize]
-                    .remove(key);
-            }
-        }
-    }
-
-    /// Applies one decoded oplog record during replay: each operation whose serial is above
-    /// `commit_point(session id)` is written to the engine and the registry. Returns the number
-    /// of operations applied. Errors name the problem; the caller adds the LSN.
-    pub fn replay_record(
-        &self,
-        session: &mut Session,
-        payload: &[u8],
-        commit_point: impl Fn(u64) -> u64,
-    ) -> Result<u64, String> {
-        let (session_id, operations) = decode_record(payload)?;
-        let point = commit_point(session_id);
-        let mut applied = 0;
-        for operation in operations.iter().filter(|op| op.serial > point) {
-            let (database, user_key) = (operation.key[0], &operation.key[1..]);
-            let mut stripe = self.lock_stripe(session, stripe_of(database, user_key));
-            match operation.expire_at_ms {
-                Some(expire) => {
-                    session
-                        .upsert(operation.key, operation.value)
-                        .map_err(engine_error)?;
-                    stripe.databases[database as usize].insert(user_key.into(), expire);
-                }
-                None => {
-                    session.delete(operation.key).map_err(engine_error)?;
-                    stripe.databases[database as usize].remove(user_key);
-                }
-            }
-            applied += 1;
-        }
-        Ok(applied)
-    }
-}
-
-/// One decoded operation of an oplog record.
-#[derive(Debug, PartialEq)]
-pub struct RecordOperation<'a> {
-    /// Engine serial of the operation in its session.
-    pub serial: u64,
-    /// Engine key (`[db] ++ key`, db < 16, checked).
-    pub key: &'a [u8],
-    /// Encoded value for a put (header checked); empty for a delete.
-    pub value: &'a [u8],
-    /// `Some(expiry)` for a put, `None` for a delete.
-    pub expire_at_ms: Option<u64>,
-}
-
-/// Appends one operation to a record payload (starting it with `session_id` when empty).
-pub fn encode_operation(
-    record: &mut Vec<u8>,
-    session_id: u64,
-    serial: u64,
-    put: bool,
-    key: &[u8],
-    value: &[u8],
-) {
-    if record.is_empty() {
-        record.extend_from_slice(&session_id.to_le_bytes());
-    }
-    record.extend_from_slice(&serial.to_le_bytes());
-    record.push(if put { OP_PUT } else { OP_DELETE });
-    record.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    record.extend_from_slice(key);
-    record.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    record.extend_from_slice(value);
-}
-
-/// Decodes and validates a whole record payload before anything is applied, so a damaged
-/// record is rejected without a partial effect. Every length is checked against the bytes
-/// present; nothing is allocated from a length field.
-pub fn decode_record(payload: &[u8]) -> Result<(u64, Vec<RecordOperation<'_>>), String> {
-    let mut rest = payload;
-    let session_id = take_u64(&mut rest)?;
-    let mut operations = Vec::new();
-    while !rest.is_empty() {
-        let serial = take_u64(&mut rest)?;
-        let kind = *rest.first().ok_or("operation kind missing")?;
-        rest = &rest[1..];
-        let key = take_bytes(&mut rest)?;
-        let value = take_bytes(&mut rest)?;
-        let &database = key.first().ok_or("empty key in oplog record")?;
-        if database as usize >= DATABASES {
-            return Err(format!("database {database} out of range in oplog record"));
-        }
-        let expire_at_ms = match kind {
-            OP_PUT => Some(value::decode_header(value).map_err(|m| m.0.to_string())?.1),
-            OP_DELETE => None,
-            other => return Err(format!("unknown operation kind {other} in oplog record")),
-        };
-        operations.push(RecordOperation {
-            serial,
-            key,
-            value,
-            expire_at_ms,
-        });
-    }
-    Ok((session_id, operations))
-}
-
-fn take_u64(rest: &mut &[u8]) -> Result<u64, String> {
-    if rest.len() < 8 {
-        return Err("oplog record cut short".into());
-    }
-    let value = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes"));
-    *rest = &rest[8..];
-    Ok(value)
-}
-
-fn take_bytes<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], String> {
-    if rest.len() < 4 {
-        return Err("oplog record cut short".into());
-    }
-    let length = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-    if rest.len() - 4 < length {
-        return Err("oplog record field longer than the record".into());
-    }
-    let bytes = &rest[4..4 + length];
-    *rest = &rest[4 + length..];
-    Ok(bytes)
-}
-
-/// A write transaction: holds the registry stripe locks of its keys until `commit`.
-pub struct Txn<'a> {
-    keyspace: &'a Keyspace,
-    session: &'a mut Session,
-    /// Fields drop in declaration order: the stripes are released before the gate, the reverse
-    /// of the order they were taken in.
-    guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
-    _gate: Option<ShardedLockReadGuard<'a, ()>>,
-    record: Vec<u8>,
-    operations: usize,
-    scratch: Vec<u8>,
-    last_serial: u64,
-    last_lsn: Option<u64>,
-    ticket: Option<AppendTicket>,
-    /// Time the transaction uses for expiry decisions.
-    pub now_ms: u64,
-}
-
-impl<'a> Txn<'a> {
-    fn new(
-        keyspace: &'a Keyspace,
-        session: &'a mut Session,
-        gate: Option<ShardedLockReadGuard<'a, ()>>,
-        guards: Vec<(usize, MutexGuard<'a, Stripe>)>,
+    /// Starts a write transaction over `keys` of `database`.
+    pub fn begin<'a>(
+        &'a self,
+        session: &'a mut StoreSession,
+        database: u8,
+        keys: &[&[u8]],
     ) -> Txn<'a> {
+        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|key| engine_key(database, key)).collect();
+        let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
         Txn {
-            keyspace,
-            session,
-            guards,
-            _gate: gate,
-            record: Vec::new(),
-            operations: 0,
+            inner: session.begin(&refs),
+            keyspace: self,
             scratch: Vec::new(),
-            last_serial: 0,
-            last_lsn: None,
-            ticket: None,
+            expired_now: false,
             now_ms: now_ms(),
         }
     }
 
-    fn stripe(&mut self, database: u8, key: &[u8]) -> &mut Stripe {
-        let index = stripe_of(database, key);
-        let position = self
-            .guards
-            .iter()
-            .position(|(i, _)| *i == index)
-            .expect("a transaction only touches keys it locked");
-        &mut self.guards[position].1
+    /// Runs `body` (an EXEC's queued commands) while no other write can run. Must not nest.
+    pub fn exclusive<R>(
+        &self,
+        session: &mut StoreSession,
+        body: impl FnOnce(&mut StoreSession) -> R,
+    ) -> R {
+        session.exclusive(body)
     }
 
+    /// Visits every key of `database` (user key, encoded value) from engine bucket `cursor`,
+    /// `buckets` buckets (at most [`MAX_BUCKETS_PER_STEP`]); returns the next cursor, 0 at the
+    /// end. Errors (a cursor past the index) are reply lines.
+    fn scan_step(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        cursor: u64,
+        buckets: usize,
+        mut visit: impl FnMut(&[u8], &[u8]),
+    ) -> Result<u64, String> {
+        let buckets = buckets.clamp(1, MAX_BUCKETS_PER_STEP);
+        session
+            .scan(cursor, buckets, |engine_key, encoded| {
+                if let Some((db, key)) = split_key(engine_key) {
+                    if db == database {
+                        visit(key, encoded);
+                    }
+                }
+            })
+            .map_err(|error| match error {
+                EngineError::InvalidArgument(_) => "ERR invalid cursor".to_string(),
+                other => engine_error(other),
+            })
+    }
+
+    /// Keys of `database` matching `pattern` (expired ones left out): a scan of the whole index.
+    pub fn keys_matching(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        pattern: &[u8],
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let now = now_ms();
+        let all = pattern == b"*";
+        let mut out = Vec::new();
+        let mut cursor = 0;
+        loop {
+            cursor = self.scan_step(
+                session,
+                database,
+                cursor,
+                MAX_BUCKETS_PER_STEP,
+                |key, encoded| {
+                    if live(encoded, now) && (all || crate::glob::matches(pattern, key, false)) {
+                        out.push(key.to_vec());
+                    }
+                },
+            )?;
+            if cursor == 0 {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// One SCAN step: whole index buckets from `cursor` until at least `count` keys of
+    /// `database` were seen (before MATCH filtering, as Redis counts) or
+    /// [`MAX_BUCKETS_PER_STEP`] buckets were visited; returns the next cursor (0 when the
+    /// iteration is complete). The index is sized for the engine's memory, not for the keys in
+    /// it, so a step of `count` buckets would make a small keyspace take a million round
+    /// trips. Every key present for the whole iteration is returned exactly once (buckets are
+    /// never split between steps).
+    pub fn scan(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        mut cursor: u64,
+        count: usize,
+        pattern: Option<&[u8]>,
+    ) -> Result<(u64, Vec<Vec<u8>>), String> {
+        let now = now_ms();
+        let count = count.max(1);
+        let chunk_buckets = count.clamp(64, MAX_BUCKETS_PER_STEP);
+        let mut out = Vec::new();
+        let (mut seen, mut visited) = (0usize, 0usize);
+        loop {
+            cursor = self.scan_step(session, database, cursor, chunk_buckets, |key, encoded| {
+                seen += 1;
+                if live(encoded, now) && pattern.is_none_or(|p| crate::glob::matches(p, key, false))
+                {
+                    out.push(key.to_vec());
+                }
+            })?;
+            visited += chunk_buckets;
+            if cursor == 0 || seen >= count || visited >= MAX_BUCKETS_PER_STEP {
+                return Ok((cursor, out));
+            }
+        }
+    }
+
+    /// Number of keys in `database` (including expired keys not yet removed, as Redis).
+    pub fn dbsize(&self, database: u8) -> u64 {
+        self.counts.dbsize(database)
+    }
+
+    /// Keys with an expiry in `database`, as of the last complete expiry sweep (an estimate).
+    pub fn expires_count(&self, database: u8) -> u64 {
+        self.counts.expires(database)
+    }
+
+    /// A random live key of `database`: the first one found from a random bucket on.
+    pub fn random_key(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        seed: u64,
+    ) -> Result<Option<Vec<u8>>, String> {
+        if self.dbsize(database) == 0 {
+            return Ok(None);
+        }
+        let buckets = self.store.engine().index_buckets() as u64;
+        let start = seed % buckets;
+        let now = now_ms();
+        let (mut cursor, mut wrapped) = (start, false);
+        loop {
+            let mut found = None;
+            let next = self.scan_step(session, database, cursor, 1024, |key, encoded| {
+                if found.is_none() && live(encoded, now) {
+                    found = Some(key.to_vec());
+                }
+            })?;
+            if found.is_some() {
+                return Ok(found);
+            }
+            if next == 0 {
+                if wrapped {
+                    return Ok(None);
+                }
+                wrapped = true;
+            }
+            if wrapped && next >= start {
+                return Ok(None);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Deletes every key of `database`, a scan step at a time (not atomic with respect to
+    /// concurrent writers, as documented). Returns the last write mark.
+    pub fn flush_database(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+    ) -> Result<Option<WriteMark>, String> {
+        let mut last = None;
+        let mut cursor = 0;
+        loop {
+            let mut keys = Vec::new();
+            let next = self.scan_step(session, database, cursor, 4096, |key, _| {
+                keys.push(key.to_vec())
+            })?;
+            if !keys.is_empty() {
+                let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                let mut txn = self.begin(session, database, &refs);
+                for key in &keys {
+                    txn.delete(database, key)?;
+                }
+                if let Some(mark) = txn.commit()? {
+                    last = Some(mark);
+                }
+            }
+            if next == 0 {
+                return Ok(last);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Active expiry: examines `buckets` index buckets (rotating over the whole index) in every
+    /// database and deletes their expired keys. Returns how many were removed.
+    pub fn expire_sweep(&self, session: &mut StoreSession, buckets: usize) -> Result<u64, String> {
+        let now = now_ms();
+        let cursor = self.expire_cursor.load(Ordering::Relaxed);
+        let mut expired: Vec<(u8, Vec<u8>)> = Vec::new();
+        let mut with_expiry = [0i64; DATABASES];
+        let next = session
+            .scan(
+                cursor,
+                buckets.clamp(1, MAX_BUCKETS_PER_STEP),
+                |engine_key, encoded| {
+                    if let (Some((db, key)), Ok((_, expire))) =
+                        (split_key(engine_key), value::decode_header(encoded))
+                    {
+                        if expire != 0 {
+                            with_expiry[db as usize] += 1;
+                            if expire <= now {
+                                expired.push((db, key.to_vec()));
+                            }
+                        }
+                    }
+                },
+            )
+            .map_err(engine_error)?;
+        self.expire_cursor.store(next, Ordering::Relaxed);
+        for (db, count) in with_expiry.iter().enumerate() {
+            self.sweeping_expires[db].fetch_add(*count, Ordering::Relaxed);
+        }
+        if next == 0 {
+            // A whole cycle: publish what it saw.
+            for db in 0..DATABASES {
+                let seen = self.sweeping_expires[db].swap(0, Ordering::Relaxed);
+                self.counts.counts[db]
+                    .expires
+                    .store(seen, Ordering::Relaxed);
+            }
+        }
+        let mut removed = 0;
+        for (database, key) in expired {
+            // `Txn::get` counts the removal in `expired_keys`.
+            if self.expire_key(session, database, &key)? {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Whether an encoded value is live at `now` (not expired; a damaged header counts as live, so
+/// the key shows up and reading it reports the damage).
+fn live(encoded: &[u8], now: u64) -> bool {
+    value::decode_header(encoded).map_or(true, |(_, expire)| expire == 0 || expire > now)
+}
+
+/// A write transaction: holds the store's locks on its keys until `commit`.
+pub struct Txn<'a> {
+    inner: prefixkv_store::Txn<'a>,
+    keyspace: &'a Keyspace,
+    scratch: Vec<u8>,
+    /// The last `get` found the key expired and deleted it.
+    expired_now: bool,
+    /// Time the transaction uses for expiry decisions.
+    pub now_ms: u64,
+}
+
+impl Txn<'_> {
     /// Reads a key; an expired value is deleted now (lazy expiry) and reads as absent.
     pub fn get(&mut self, database: u8, key: &[u8]) -> Result<Option<Stored>, String> {
+        self.expired_now = false;
         self.scratch.clear();
         let found = self
-            .session
-            .read(&engine_key(database, key), &mut self.scratch)
+            .inner
+            .get(&engine_key(database, key), &mut self.scratch)
             .map_err(engine_error)?;
         if !found {
             return Ok(None);
@@ -647,6 +559,7 @@ impl<'a> Txn<'a> {
         if stored.expire_at_ms != 0 && stored.expire_at_ms <= self.now_ms {
             self.delete(database, key)?;
             self.keyspace.expired_keys.fetch_add(1, Ordering::Relaxed);
+            self.expired_now = true;
             return Ok(None);
         }
         Ok(Some(stored))
@@ -663,139 +576,27 @@ impl<'a> Txn<'a> {
     ) -> Result<(), String> {
         let mut encoded = Vec::new();
         value::encode(kind, expire_at_ms, payload, &mut encoded);
-        let full_key = engine_key(database, key);
-        self.session
-            .upsert(&full_key, &encoded)
-            .map_err(engine_error)?;
-        self.stripe(database, key).databases[database as usize].insert(key.into(), expire_at_ms);
-        self.log(OP_PUT, &full_key, &encoded)
+        let existed = self
+            .inner
+            .put(&engine_key(database, key), &encoded)
+            .map_err(store_error)?;
+        self.keyspace.counts.count_write(database, true, existed);
+        Ok(())
     }
 
     /// Deletes a key; whether it existed.
     pub fn delete(&mut self, database: u8, key: &[u8]) -> Result<bool, String> {
-        let full_key = engine_key(database, key);
-        let existed = self.session.delete(&full_key).map_err(engine_error)?;
-        self.stripe(database, key).databases[database as usize].remove(key);
-        if existed {
-            self.log(OP_DELETE, &full_key, &[])?;
-        }
+        let existed = self
+            .inner
+            .delete(&engine_key(database, key))
+            .map_err(store_error)?;
+        self.keyspace.counts.count_write(database, false, existed);
         Ok(existed)
     }
 
-    fn log(&mut self, kind: u8, key: &[u8], encoded: &[u8]) -> Result<(), String> {
-        self.last_serial = self.session.serial();
-        if self.keyspace.oplog.is_none() {
-            return Ok(());
-        }
-        encode_operation(
-            &mut self.record,
-            self.session.id().0,
-            self.last_serial,
-            kind == OP_PUT,
-            key,
-            encoded,
-        );
-        self.operations += 1;
-        if self.record.len() >= RECORD_SPLIT_BYTES {
-            self.append_record()?;
-        }
-        Ok(())
-    }
-
-    fn append_record(&mut self) -> Result<(), String> {
-        if let (Some(oplog), false) = (&self.keyspace.oplog, self.record.is_empty()) {
-            let ticket = oplog.append(&self.record).map_err(|e| {
-                format!(
-                    "ERR oplog append failed: {}",
-                    e.to_string().replace(['\r', '\n'], " ")
-                )
-            })?;
-            self.last_lsn = Some(ticket.lsn());
-            self.ticket = Some(ticket);
-            self.record.clear();
-            self.operations = 0;
-        }
-        Ok(())
-    }
-
-    /// Appends the oplog record (still under the stripe locks) and releases the locks.
-    /// `None` when nothing was written.
-    pub fn commit(mut self) -> Result<Option<WriteMark>, String> {
-        self.append_record()?;
-        debug_assert_eq!(self.operations, 0);
-        if self.last_serial == 0 {
-            return Ok(None);
-        }
-        self.keyspace.writes.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(WriteMark {
-            serial: self.last_serial,
-            lsn: self.last_lsn,
-            ticket: self.ticket.take(),
-        }))
-    }
-}
-
-impl Drop for Txn<'_> {
-    /// A transaction abandoned by an error still logs the writes it made to the engine, so the
-    /// oplog never misses an engine write.
-    fn drop(&mut self) {
-        if !self.record.is_empty() {
-            if let Err(error) = self.append_record() {
-                eprintln!("prefixkv-server: {error}");
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        #[test]
-        fn records_round_trip(
-            session_id in any::<u64>(),
-            operations in proptest::collection::vec(
-                (any::<u64>(), any::<bool>(), 0u8..16, proptest::collection::vec(any::<u8>(), 0..20),
-                 proptest::collection::vec(any::<u8>(), 0..40), any::<u64>()),
-                1..8,
-            ),
-        ) {
-            let mut record = Vec::new();
-            let mut expected = Vec::new();
-            for (serial, put, database, key, payload, expire) in &operations {
-                let mut full_key = vec![*database];
-                full_key.extend_from_slice(key);
-                let mut encoded = Vec::new();
-                if *put {
-                    value::encode(value::Kind::String, *expire, payload, &mut encoded);
-                }
-                encode_operation(&mut record, session_id, *serial, *put, &full_key, &encoded);
-                expected.push((*serial, full_key, encoded, put.then_some(*expire)));
-            }
-            let (decoded_session, decoded) = decode_record(&record).unwrap();
-            prop_assert_eq!(decoded_session, session_id);
-            prop_assert_eq!(decoded.len(), expected.len());
-            for (operation, (serial, key, encoded, expire)) in decoded.iter().zip(&expected) {
-                prop_assert_eq!(operation.serial, *serial);
-                prop_assert_eq!(operation.key, &key[..]);
-                prop_assert_eq!(operation.value, &encoded[..]);
-                prop_assert_eq!(operation.expire_at_ms, *expire);
-            }
-            // Every strict prefix that cuts an operation is rejected, never misread.
-            for cut in 8..record.len() {
-                if let Ok((_, partial)) = decode_record(&record[..cut]) {
-                    prop_assert!(partial.len() < expected.len());
-                }
-            }
-        }
-
-        #[test]
-        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = decode_record(&bytes);
-            let _ = value::decode(&bytes);
-            let _ = value::decode_hash(&bytes);
-        }
+    /// Appends the oplog record (still under the locks) and releases them. `None` when nothing
+    /// was written.
+    pub fn commit(self) -> Result<Option<WriteMark>, String> {
+        self.inner.commit().map_err(store_error)
     }
 }

@@ -115,10 +115,13 @@ fn worker(
             let server = server.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_millis(100));
+                // A hundredth of the index per tick: every key is looked at about every 10 s
+                // (expired keys are also removed when a command touches them).
+                let buckets = (server.keyspace.store.engine().index_buckets() / 100).max(1024);
                 loop {
                     tick.tick().await;
                     let result = keyspace::with_session(&server.keyspace.store, |session| {
-                        server.keyspace.expire_sweep(session, 64)
+                        server.keyspace.expire_sweep(session, buckets)
                     });
                     if let Err(error) = result {
                         eprintln!("prefixkv-server: active expiry: {error}");

@@ -363,11 +363,12 @@ fn write_keys_then_kill(
 
 /// Starts the server in `mode` on `dir`, expects it to refuse, and returns what it printed.
 fn startup_failure(dir: &std::path::Path, mode: &str) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
+    command
         .args(["--port", "0", "--appendfsync", mode, "--dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
+        .arg(dir);
+    let output = prefixkv_testkit::child::output_within(command, Duration::from_secs(60))
+        .expect("a server over damaged files exits instead of serving");
     assert!(
         !output.status.success(),
         "startup over damaged files must fail closed"

@@ -42,11 +42,11 @@ fn redis_py_works_in_resp2_and_resp3() {
         &["--appendfsync", "everysec", "--engine-memory", "64mb"],
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/redis_py_check.py");
-    let output = Command::new(&interpreter)
-        .arg(&script)
-        .arg(server.port.to_string())
-        .output()
-        .expect("run the redis-py script");
+    let mut command = Command::new(&interpreter);
+    command.arg(&script).arg(server.port.to_string());
+    let output =
+        prefixkv_testkit::child::output_within(command, std::time::Duration::from_secs(300))
+            .expect("run the redis-py script");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -98,7 +98,8 @@ fn a_second_server_on_the_same_directory_is_refused() {
             break;
         }
     }
-    let output = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
+    command
         .args([
             "--port",
             "0",
@@ -108,13 +109,14 @@ fn a_second_server_on_the_same_directory_is_refused() {
             "checkpoint",
             "--dir",
         ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+        .arg(dir.path());
+    let output =
+        prefixkv_testkit::child::output_within(command, std::time::Duration::from_secs(60))
+            .unwrap();
     assert!(!output.status.success());
     let text = String::from_utf8_lossy(&output.stderr);
     assert!(
-        text.contains("server.lock") && text.contains("another prefixkv-server"),
+        text.contains("LOCK") && text.contains("another prefixkv-server"),
         "{text}"
     );
 }

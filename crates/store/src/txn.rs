@@ -56,6 +56,22 @@ impl StoreSession {
         &self.store
     }
 
+    /// The engine session's id.
+    pub fn id(&self) -> prefixkv_engine::SessionId {
+        self.session.id()
+    }
+
+    /// The serial of this session's last operation.
+    pub fn serial(&self) -> u64 {
+        self.session.serial()
+    }
+
+    /// The serial the newest durable checkpoint holds (every write at or below it survives a
+    /// crash in every mode).
+    pub fn committed_serial(&self) -> u64 {
+        self.session.committed_serial()
+    }
+
     /// Reads `key` into `out`; whether it was found. Takes no lock.
     pub fn read(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, EngineError> {
         self.session.read(key, out)
@@ -157,8 +173,11 @@ pub struct WriteMark {
     pub serial: u64,
     /// The LSN of its last log record, in the logging modes.
     pub lsn: Option<u64>,
-    ticket: Option<AppendTicket>,
-    acknowledge_after_sync: bool,
+    /// The completion of its last log record, in the logging modes (an asynchronous caller
+    /// awaits it before acknowledging when [`WriteMark::acknowledge_after_sync`] says so).
+    pub ticket: Option<AppendTicket>,
+    /// Whether the mode acknowledges a write only once its record is synced (`always`).
+    pub acknowledge_after_sync: bool,
 }
 
 impl WriteMark {
@@ -169,11 +188,6 @@ impl WriteMark {
             ticket.wait()?;
         }
         Ok(())
-    }
-
-    /// The completion of its last log record, for callers that wait asynchronously.
-    pub fn into_ticket(self) -> Option<AppendTicket> {
-        self.ticket
     }
 }
 

@@ -205,3 +205,56 @@ impl Drop for ChildProcess {
         self.kill_now();
     }
 }
+
+/// Runs `command` to completion like [`Command::output`], but bounded: stdout and stderr are
+/// collected on their own threads (so a chatty child cannot block on a full pipe), and a child
+/// still running after `timeout` is killed with SIGKILL and reported as `Err` with what it had
+/// printed, so a test that expected it to exit fails instead of hanging the suite.
+pub fn output_within(
+    mut command: Command,
+    timeout: Duration,
+) -> Result<std::process::Output, String> {
+    use std::io::Read;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("starting {command:?}: {error}"))?;
+    fn collect(mut pipe: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    }
+    let stdout = collect(child.stdout.take().expect("stdout is piped"));
+    let stderr = collect(child.stderr.take().expect("stderr is piped"));
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| format!("waiting: {e}"))? {
+            break Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok(std::process::Output {
+            status,
+            stdout,
+            stderr,
+        }),
+        None => Err(format!(
+            "{command:?} still ran after {timeout:?} and was killed; it printed:\n{}\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )),
+    }
+}

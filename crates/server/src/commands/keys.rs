@@ -67,7 +67,10 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             ctx.w.int(changed as i64);
         }
         "keys" => {
-            let keys = ctx.server.keyspace.keys_matching(db, &args[1]);
+            let keys = ctx
+                .server
+                .keyspace
+                .keys_matching(ctx.session, db, &args[1])?;
             ctx.w.array(keys.len());
             for key in keys {
                 ctx.w.bulk(&key);
@@ -115,7 +118,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         }
         "randomkey" => {
             let seed = now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.client.id;
-            let key = ctx.server.keyspace.random_key(db, seed);
+            let key = ctx.server.keyspace.random_key(ctx.session, db, seed)?;
             ctx.w.bulk_or_null(key.as_deref());
         }
         _ => unreachable!("dispatch sends only key commands here"),
@@ -208,10 +211,10 @@ fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         index += 2;
     }
     let db = ctx.db();
-    let (next, mut keys) = ctx
-        .server
-        .keyspace
-        .scan(db, cursor, count, pattern.as_deref());
+    let (next, mut keys) =
+        ctx.server
+            .keyspace
+            .scan(ctx.session, db, cursor, count, pattern.as_deref())?;
     if let Some(kind) = kind {
         let mut kept = Vec::with_capacity(keys.len());
         for key in keys {

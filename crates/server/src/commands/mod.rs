@@ -17,9 +17,9 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use prefixkv_engine::Session;
 use prefixkv_oplog::AppendTicket;
 use prefixkv_resp::{Encoder, Protocol};
+use prefixkv_store::StoreSession as Session;
 
 use crate::config::Durability;
 use crate::keyspace::{WriteMark, OOM_ERROR};
