@@ -9,25 +9,15 @@ use std::time::{Duration, Instant};
 
 use common::{Raw, Server};
 use prefixkv_resp::Reply;
+use prefixkv_testkit::env_count;
 
 fn persistence_field(raw: &mut Raw, field: &str) -> String {
-    let text = match raw.call(&["INFO", "persistence"]) {
-        Reply::BulkString(text) => String::from_utf8_lossy(&text).into_owned(),
-        other => panic!("INFO persistence: {other:?}"),
-    };
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("INFO persistence has no {field}: {text}"))
-        .trim()
-        .to_string()
+    raw.info_field("persistence", field)
 }
 
 #[test]
 fn bgsave_is_in_progress_from_its_reply_until_it_ends() {
-    let rounds: usize = std::env::var("BGSAVE_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let rounds = env_count("BGSAVE_ROUNDS", 20);
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(
         dir.path(),

@@ -1,15 +1,24 @@
-//! Startup: the default port moves to the next free one when taken, and says so.
+//! Startup: the default port moves to the next free one when taken, and says so; a second server
+//! on the same directory is refused. The servers run as `prefixkv_testkit::child::ChildProcess`
+//! (stdout lines read with bounded waits, SIGKILLed by PID on drop).
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-struct KillOnDrop(std::process::Child);
+use prefixkv_testkit::child::ChildProcess;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// The lines a server prints up to and including `PORT <port>` (it prints that once serving).
+fn lines_until_port(server: &mut ChildProcess) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        let line = server
+            .next_line(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("the server prints its port: {e}; so far {lines:?}"));
+        let done = line.starts_with("PORT ");
+        lines.push(line);
+        if done {
+            return lines;
+        }
     }
 }
 
@@ -18,35 +27,13 @@ fn default_port_taken_moves_to_the_next_free_port() {
     // Hold 6379 ourselves; if something else already holds it, the server must move anyway.
     let _holder = std::net::TcpListener::bind("127.0.0.1:6379");
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
+    command
         .args(["--engine-memory", "64mb", "--threads", "1", "--dir"])
         .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let _guard = KillOnDrop(child);
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let mut lines = Vec::new();
-    loop {
-        let line = receiver
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the server prints its port");
-        let done = line.starts_with("PORT ");
-        lines.push(line);
-        if done {
-            break;
-        }
-    }
+        .stderr(Stdio::null());
+    let mut server = ChildProcess::spawn(command).unwrap();
+    let lines = lines_until_port(&mut server);
     let port: u16 = lines.last().unwrap()[5..].trim().parse().unwrap();
     assert!(port > 6379 && port <= 6479, "{lines:?}");
     assert!(
@@ -66,7 +53,8 @@ fn default_port_taken_moves_to_the_next_free_port() {
 #[test]
 fn a_second_server_on_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let first = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
+    command
         .args([
             "--port",
             "0",
@@ -77,27 +65,10 @@ fn a_second_server_on_the_same_directory_is_refused() {
             "--dir",
         ])
         .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = KillOnDrop(first);
+        .stderr(Stdio::null());
+    let mut first = ChildProcess::spawn(command).unwrap();
     // Wait until the first one is serving (it prints PORT after recovery and the lock).
-    let stdout = first.0.stdout.take().unwrap();
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    loop {
-        let line = receiver
-            .recv_timeout(Duration::from_secs(60))
-            .expect("first server starts");
-        if line.starts_with("PORT ") {
-            break;
-        }
-    }
+    lines_until_port(&mut first);
     let mut command = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
     command
         .args([

@@ -1,5 +1,7 @@
 //! prefixkv-testkit: what every crash test and experiment of prefixkv shares.
 //!
+//! - [`acknowledged`]: the per-connection oracle for servers: recovery shows a prefix of each
+//!   connection's writes, and what is missing of what the client was acknowledged is a suffix.
 //! - [`oracle`]: deterministic per-session workloads and the prefix oracle, which checks a
 //!   recovered state against what the clients were acknowledged, never against what the system
 //!   reports about itself.
@@ -12,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod acknowledged;
 pub mod child;
 pub mod counters;
 pub mod oracle;

@@ -1,8 +1,11 @@
 //! Test harness: starts the real `prefixkv-server` binary on a free port with a data directory
 //! in a tempdir, waits (bounded) until it accepts connections, and kills it by PID on drop.
-//! Also a raw RESP client for exact error lines.
+//! Also a raw RESP client for exact error lines, and ([`load`]) writer connections whose
+//! acknowledged writes are checked after a restart.
 
 #![allow(dead_code)]
+
+pub mod load;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -127,16 +130,30 @@ impl Server {
         redis::Client::open(url).unwrap().get_connection().unwrap()
     }
 
+    /// Waits (at most 60 s) until `INFO persistence` counts `at_least` completed checkpoints: a
+    /// way to time a kill after some checkpoints, not a reference for any check.
+    pub fn wait_for_checkpoints(&self, at_least: u64) {
+        let mut raw = self.raw();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let completed: u64 = raw
+                .info_field("persistence", "checkpoints_completed")
+                .parse()
+                .expect("checkpoints_completed is a number");
+            if completed >= at_least {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{completed} checkpoints completed in 60 s, waiting for {at_least}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// A raw connection.
     pub fn raw(&self) -> Raw {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        Raw {
-            stream,
-            buffer: BytesMut::new(),
-        }
+        Raw::connect(self.port).expect("connect to the server")
     }
 }
 
@@ -153,16 +170,39 @@ pub struct Raw {
     buffer: BytesMut,
 }
 
+/// Appends `args` to `out` as one multibulk request.
+pub fn encode_request(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 impl Raw {
+    /// Connects to `127.0.0.1:port`; a read waits at most 30 s (a silent server fails the test
+    /// instead of hanging it).
+    pub fn connect(port: u16) -> std::io::Result<Raw> {
+        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        stream.set_nodelay(true)?;
+        Ok(Raw {
+            stream,
+            buffer: BytesMut::new(),
+        })
+    }
+
     /// Sends a command as a multibulk request.
     pub fn send(&mut self, args: &[&[u8]]) {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for arg in args {
-            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            out.extend_from_slice(arg);
-            out.extend_from_slice(b"\r\n");
-        }
+        let mut out = Vec::new();
+        encode_request(&mut out, args);
         self.stream.write_all(&out).unwrap();
+    }
+
+    /// Sends already encoded requests with one write.
+    pub fn send_bytes(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
     }
 
     /// Reads one reply (None at EOF).
@@ -185,6 +225,20 @@ impl Raw {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         self.send(&args);
         self.read().expect("reply")
+    }
+
+    /// One field of `INFO <section>` (the server's own report: for timing a test, never as the
+    /// reference of a check).
+    pub fn info_field(&mut self, section: &str, field: &str) -> String {
+        let text = match self.call(&["INFO", section]) {
+            Reply::BulkString(text) => String::from_utf8_lossy(&text).into_owned(),
+            other => panic!("INFO {section}: {other:?}"),
+        };
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{field}:")))
+            .unwrap_or_else(|| panic!("INFO {section} has no {field}: {text}"))
+            .trim()
+            .to_string()
     }
 
     /// The error line of a command that must fail.
