@@ -19,7 +19,9 @@
 //! `recovery_ms` is the time from the kill until every client completed a batch on the new
 //! world-line (it includes the lease expiry that detects the failure, `--lease-ms`). Afterwards
 //! every Redis is read and each client's keys must be exactly what its rollback report says
-//! survived (present, absent, or uncertain for batches in flight at the failure): `verified`.
+//! survived (present, absent, or uncertain for batches in flight at the failure), and no
+//! operation inside the last commit point a client was told of may be reported lost by a
+//! rollback (the report is checked against what the client was told): `verified`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -29,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
-use prefixkv_dredis::client::{shard_for_key, ClientError, Fate};
+use prefixkv_dpr::session::CommitPoint;
+use prefixkv_dredis::client::{shard_for_key, ClientError, Fate, RollbackReport};
 use prefixkv_dredis::redis::{encode_command, RedisConnection, RedisProcess, RedisServerConfig};
 use prefixkv_dredis::wire::FrameLimits;
 use prefixkv_dredis::{
@@ -403,6 +406,11 @@ fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<Stri
             let mut session = DprRedisClient::new(config)?.session(session_id)?;
             // Per tag: Some(true) present, Some(false) absent, None uncertain.
             let mut expected: BTreeMap<u64, Option<bool>> = BTreeMap::new();
+            // The last commit point this client was told of: no operation inside it may be
+            // reported lost by a rollback (the report is the system's claim, checked here; the
+            // read-back below checks the report's survivors against Redis).
+            let mut committed: Option<CommitPoint> = None;
+            let mut lost_committed: Vec<u64> = Vec::new();
             let mut back_on_new_world_line: Option<Instant> = None;
             let mut rolled_back = false;
             let mut next_tag = 0u64;
@@ -421,7 +429,8 @@ fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<Stri
                         session.push(&[b"SET", key.as_bytes(), b"v"])?;
                     }
                     session.flush()?;
-                    session.commit_point().map(|_| ())
+                    committed = Some(session.commit_point()?);
+                    Ok(())
                 })();
                 let completed = session.take_completed();
                 if rolled_back && back_on_new_world_line.is_none() && !completed.is_empty() {
@@ -435,6 +444,13 @@ fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<Stri
                     Ok(()) => {}
                     Err(ClientError::Rollback(report)) => {
                         rolled_back = true;
+                        lost_committed.extend(lost_inside(committed.as_ref(), &report));
+                        // What survived is the new floor of what the client may rely on.
+                        if let Some(point) = committed.as_mut() {
+                            point.until_sequence =
+                                point.until_sequence.min(report.prefix.until_sequence);
+                            point.excluded.clear();
+                        }
                         for op in &report.operations {
                             expected.insert(
                                 op.tag,
@@ -449,7 +465,7 @@ fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<Stri
                     Err(error) => return Err(error.into()),
                 }
             }
-            Ok((session_id, expected, back_on_new_world_line))
+            Ok((session_id, expected, lost_committed, back_on_new_world_line))
         }));
     }
     // Load for a while (including commits) before the kill.
@@ -483,7 +499,7 @@ fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<Stri
     let mut notes = Vec::new();
     let redis = deployment.cluster.redis_addresses();
     for thread in threads {
-        let (session_id, expected, back) = thread.join().expect("client thread")?;
+        let (session_id, expected, lost_committed, back) = thread.join().expect("client thread")?;
         let Some(back) = back else {
             bail!("client {session_id} never completed a batch on the new world-line");
         };
@@ -501,24 +517,26 @@ fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<Stri
                 }
             }
         }
-        let (mut present, mut absent, mut uncertain, mut wrong) = (0, 0, 0, 0);
-        for (tag, fate) in &expected {
-            let exists = found.remove(&format!("r{session_id}:{tag}"));
-            match fate {
-                Some(true) => present += 1,
-                Some(false) => absent += 1,
-                None => uncertain += 1,
-            }
-            if fate.is_some_and(|f| f != exists) {
-                wrong += 1;
-            }
+        let found_tags = found
+            .iter()
+            .filter_map(|key| key.strip_prefix(&format!("r{session_id}:"))?.parse().ok())
+            .collect();
+        let check = check_client(&expected, &found_tags);
+        let (present, absent, uncertain) = (check.present, check.absent, check.uncertain);
+        let wrong = check.mismatches + lost_committed.len() + (found.len() - found_tags.len());
+        if let Some(sequence) = lost_committed.first() {
+            notes.push(format!(
+                "client {session_id}: operation {sequence} was inside a reported commit point but \
+                 a rollback reported it lost"
+            ));
         }
-        wrong += found.len();
+        let lost_committed = lost_committed.len();
         if wrong > 0 {
             verified = false;
         }
         notes.push(format!(
-            "recovery client {session_id}: {present} present, {absent} absent, {uncertain} uncertain, {wrong} mismatches"
+            "recovery client {session_id}: {present} present, {absent} absent, {uncertain} uncertain, \
+             {lost_committed} lost inside a reported commit point, {wrong} mismatches"
         ));
     }
     Ok((recovery_ms, verified, notes))
@@ -676,4 +694,101 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         "dredis",
     )?;
     Ok(report)
+}
+
+/// What the recovery check found for one client.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ClientCheck {
+    present: usize,
+    absent: usize,
+    uncertain: usize,
+    /// Tags whose presence in Redis differs from what the client was told (completed, or the
+    /// rollback report's verdict), or found but never sent.
+    mismatches: usize,
+}
+
+/// Compares what Redis holds (`found`, the client's tags) with each tag's expected fate.
+fn check_client(
+    expected: &BTreeMap<u64, Option<bool>>,
+    found: &std::collections::BTreeSet<u64>,
+) -> ClientCheck {
+    let mut check = ClientCheck::default();
+    for (tag, fate) in expected {
+        let exists = found.contains(tag);
+        match fate {
+            Some(true) => check.present += 1,
+            Some(false) => check.absent += 1,
+            None => check.uncertain += 1,
+        }
+        if fate.is_some_and(|f| f != exists) {
+            check.mismatches += 1;
+        }
+    }
+    check.mismatches += found.iter().filter(|t| !expected.contains_key(t)).count();
+    check
+}
+
+/// Sequence numbers a rollback reported lost (or rejected) although they were inside the last
+/// commit point the client had been told of: the guarantee itself broken.
+fn lost_inside(committed: Option<&CommitPoint>, report: &RollbackReport) -> Vec<u64> {
+    let Some(point) = committed else {
+        return Vec::new();
+    };
+    report
+        .operations
+        .iter()
+        .filter(|op| matches!(op.fate, Fate::Lost | Fate::Rejected))
+        .filter_map(|op| op.sequence)
+        .filter(|&sequence| {
+            sequence < point.until_sequence
+                && !point
+                    .excluded
+                    .iter()
+                    .any(|r| r.start <= sequence && sequence < r.end)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prefixkv_dpr::session::SequenceRange;
+    use prefixkv_dredis::client::OperationFate;
+    use std::collections::BTreeSet;
+
+    fn fates(n: u64) -> BTreeMap<u64, Option<bool>> {
+        (0..n).map(|t| (t, Some(true))).collect()
+    }
+
+    #[test]
+    fn an_intact_recovery_passes_and_a_dropped_write_fails() {
+        let mut found: BTreeSet<u64> = (0..10).collect();
+        assert_eq!(check_client(&fates(10), &found).mismatches, 0);
+        found.remove(&3); // tampered: an acknowledged write removed from Redis
+        assert_eq!(check_client(&fates(10), &found).mismatches, 1);
+    }
+
+    #[test]
+    fn a_rollback_that_loses_a_committed_operation_fails() {
+        let point = CommitPoint {
+            until_sequence: 6,
+            excluded: vec![SequenceRange { start: 2, end: 3 }],
+        };
+        let operation = |sequence: u64, fate| OperationFate {
+            tag: sequence,
+            sequence: Some(sequence),
+            fate,
+        };
+        let report = RollbackReport {
+            prefix: Default::default(),
+            operations: vec![
+                operation(2, Fate::Lost),     // excluded from the point: allowed
+                operation(4, Fate::Survived), // inside and kept
+                operation(5, Fate::Lost),     // inside the point and lost: the violation
+                operation(7, Fate::Lost),     // after the point: allowed
+            ],
+        };
+        assert_eq!(lost_inside(Some(&point), &report), vec![5]);
+        assert!(lost_inside(None, &report).is_empty());
+    }
 }

@@ -8,9 +8,12 @@
 //! every 100 ms at the clients (acknowledged by the leader); checkpoint start/end times come
 //! from the leader's state machine.
 //!
-//! Verification per run: once the load stops, a follower is stopped and restarted from its own
-//! directory (newest checkpoint + log replay, then catch-up) and its state digest must equal the
-//! leader's.
+//! Verification per run (`verified`): each client writes only its own keys (congruent to its
+//! number), each SET with a value unique to (client, sequence), and remembers each key's last
+//! acknowledged value. Once the load stops, a follower is stopped and restarted from its own
+//! directory (newest checkpoint + log replay, then catch-up), and every key is read back from
+//! it: each must hold its last acknowledged value, or the loaded one if no write to it was
+//! acknowledged. The replicas' digests are only reported.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -453,24 +456,32 @@ async fn run_once(
     for client_number in 0..setup.clients {
         let (acknowledged, stop, addresses) =
             (acknowledged.clone(), stop.clone(), client_addresses.clone());
-        let (keys, value) = (setup.keys, value.clone());
+        let (keys, value_bytes, clients_count) = (setup.keys, setup.value_bytes, setup.clients);
         clients.push(tokio::spawn(async move {
             let mut client = ClusterClient::new(addresses);
             let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (client_number as u64 + 1);
-            while !stop.load(Ordering::Relaxed) {
+            // The oracle: each key's last acknowledged value. Client c writes only the keys
+            // congruent to c, so a key's last acknowledged write is its final value.
+            let mut last_acknowledged: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+            let owned = client_keys(keys, clients_count, client_number);
+            let mut sequence = 0u64;
+            while !stop.load(Ordering::Relaxed) && owned > 0 {
                 // xorshift: cheap, independent per client.
                 state ^= state << 13;
                 state ^= state >> 7;
                 state ^= state << 17;
-                let key = key_bytes(state % keys);
-                match client.call(&[b"SET", &key, &value]).await? {
+                let key = (state % owned) * clients_count as u64 + client_number as u64;
+                sequence += 1;
+                let value = unique_value(client_number, sequence, value_bytes);
+                match client.call(&[b"SET", &key_bytes(key), &value]).await? {
                     Reply::SimpleString(_) => {
                         acknowledged.fetch_add(1, Ordering::Relaxed);
+                        last_acknowledged.insert(key, value);
                     }
                     other => anyhow::bail!("SET answered {other:?}"),
                 }
             }
-            anyhow::Ok(())
+            anyhow::Ok(last_acknowledged)
         }));
     }
     // Warm-up; its throughput picks Δ when not given.
@@ -505,8 +516,9 @@ async fn run_once(
     }
     let elapsed = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
+    let mut expected: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     for client in clients {
-        client.await??;
+        expected.extend(client.await??);
     }
     for node in nodes.values() {
         node.shared.set_checkpoint_every(0);
@@ -530,10 +542,21 @@ async fn run_once(
     };
     let skipped = leader_shared.stats.skipped.load(Ordering::Relaxed) - skipped_before;
 
-    // Verification: restart a follower from its checkpoint + log; it must equal the leader.
+    // Verification: restart a follower from its checkpoint + log; it must hold every key's
+    // last acknowledged value (and the loaded value where no write was acknowledged).
     tracing_phase("benchmark done", phase);
-    let (verified, verification) =
-        verify(&mut nodes, leader_id, &config, &client_addresses).await?;
+    let (verified, verification) = verify(
+        &mut nodes,
+        leader_id,
+        &config,
+        &client_addresses,
+        &Expected {
+            keys: setup.keys,
+            loaded: value,
+            acknowledged: expected,
+        },
+    )
+    .await?;
     tracing_phase("verified", phase);
     for (_, node) in nodes {
         node.shutdown().await?;
@@ -549,11 +572,22 @@ async fn run_once(
     })
 }
 
+/// What clients were told: the loaded keys and each written key's last acknowledged value.
+struct Expected {
+    keys: u64,
+    loaded: Vec<u8>,
+    acknowledged: BTreeMap<u64, Vec<u8>>,
+}
+
+/// Restarts a follower from its checkpoint and log, waits until it applied what the leader
+/// had, and reads every key back from it: each must hold its last acknowledged value (or the
+/// loaded one). The replicas' own digests are reported beside, never trusted.
 async fn verify(
     nodes: &mut BTreeMap<NodeId, Node>,
     leader_id: NodeId,
     config: &dyn Fn(NodeId) -> NodeConfig,
     client_addresses: &BTreeMap<NodeId, SocketAddr>,
+    expected: &Expected,
 ) -> Result<(bool, String)> {
     let follower = *nodes
         .keys()
@@ -568,20 +602,55 @@ async fn verify(
         .and_then(|m| m.last_log_id)
         .map_or(0, |l| l.index);
     restarted.wait_applied(leader_applied, WAIT).await?;
+    let wrong = wrong_keys(expected, |key| restarted.shared.store.get(&key_bytes(key)));
     let recovered = restarted.shared.store.digest();
-    let leader = nodes[&leader_id].shared.store.digest();
     nodes.insert(follower, restarted);
-    let verified = recovered == leader && recovered_at > 0;
+    let verified = wrong.is_empty() && recovered_at > 0;
     Ok((
         verified,
         format!(
             "replica {follower} restarted from checkpoint {recovered_at} + log to index {leader_applied}: \
-             {recovered:?} vs leader {leader:?}"
+             {} acknowledged writes and {} keys read back, {} wrong{}; digest {recovered:?}",
+            expected.acknowledged.len(),
+            expected.keys,
+            wrong.len(),
+            wrong
+                .first()
+                .map_or(String::new(), |k| format!(" (first: key {k})"))
         ),
     ))
 }
 
-/// Phase timings on stderr when `SMR_BENCH_PHASES` is set (to see where a run spends its time).
+/// Keys whose value in `read` is not what the clients were told.
+fn wrong_keys(
+    expected: &Expected,
+    read: impl Fn(u64) -> Option<prefixkv_smr::store::Value>,
+) -> Vec<u64> {
+    (0..expected.keys)
+        .filter(|key| {
+            let want = expected
+                .acknowledged
+                .get(key)
+                .map_or(expected.loaded.as_slice(), Vec::as_slice);
+            read(*key).as_deref() != Some(want)
+        })
+        .collect()
+}
+
+/// How many keys client `client` of `clients` owns (keys congruent to it).
+fn client_keys(keys: u64, clients: usize, client: usize) -> u64 {
+    let (clients, client) = (clients as u64, client as u64);
+    keys / clients + u64::from(client < keys % clients)
+}
+
+/// A value unique to (client, sequence), `value_bytes` long (longer if the tag needs it), so a
+/// lost or reordered write changes what is read back.
+fn unique_value(client: usize, sequence: u64, value_bytes: usize) -> Vec<u8> {
+    let mut value = format!("c{client}s{sequence}:").into_bytes();
+    value.resize(value.len().max(value_bytes), b'v');
+    value
+}
+
 fn tracing_phase(what: &str, since: Instant) {
     if std::env::var_os("SMR_BENCH_PHASES").is_some() {
         eprintln!(
@@ -593,4 +662,50 @@ fn tracing_phase(what: &str, since: Instant) {
 
 fn key_bytes(key: u64) -> Vec<u8> {
     format!("user{key:012}").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expected() -> Expected {
+        let mut acknowledged = BTreeMap::new();
+        acknowledged.insert(3, unique_value(0, 7, 16));
+        acknowledged.insert(5, unique_value(1, 2, 16));
+        Expected {
+            keys: 8,
+            loaded: b"loaded".to_vec(),
+            acknowledged,
+        }
+    }
+
+    fn image(expected: &Expected) -> BTreeMap<u64, Vec<u8>> {
+        (0..expected.keys)
+            .map(|k| {
+                let v = expected.acknowledged.get(&k).unwrap_or(&expected.loaded);
+                (k, v.clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_oracle_passes_an_intact_replica_and_catches_a_dropped_or_stale_write() {
+        let expected = expected();
+        let mut replica = image(&expected);
+        let read = |r: &BTreeMap<u64, Vec<u8>>, k: u64| r.get(&k).map(|v| v.as_slice().into());
+        assert!(wrong_keys(&expected, |k| read(&replica, k)).is_empty());
+        replica.insert(3, unique_value(0, 6, 16)); // an older write of the same client
+        assert_eq!(wrong_keys(&expected, |k| read(&replica, k)), vec![3]);
+        replica.insert(3, expected.acknowledged[&3].clone());
+        replica.remove(&5); // an acknowledged key lost
+        assert_eq!(wrong_keys(&expected, |k| read(&replica, k)), vec![5]);
+    }
+
+    #[test]
+    fn clients_own_every_key_once() {
+        let (keys, clients) = (10u64, 3usize);
+        let owned: u64 = (0..clients).map(|c| client_keys(keys, clients, c)).sum();
+        assert_eq!(owned, keys);
+        assert_ne!(unique_value(0, 1, 4), unique_value(1, 1, 4));
+    }
 }
