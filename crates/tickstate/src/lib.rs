@@ -42,12 +42,14 @@
 #![warn(missing_docs)]
 
 pub mod algo;
+pub mod aries;
 mod error;
 pub mod image;
 mod recover;
 mod region;
 mod state;
 mod sync;
+pub mod tpcc;
 pub mod wal_store;
 mod writer;
 
@@ -60,3 +62,23 @@ pub use recover::{log_dir, recover, RecoveryReport};
 pub use region::{huge_pages_status, HugePagesStatus};
 pub use state::{Config, PointOfConsistency, Stats, TickState};
 pub use writer::{ImageBase, ImageStore};
+
+/// Pin the calling thread to CPU `cpu` (`sched_setaffinity`), as the paper runs its mutator and
+/// its asynchronous writer on different cores.
+pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::other(format!(
+            "CPU {cpu} is past CPU_SETSIZE"
+        )));
+    }
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside it (cpu checked above);
+    // pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

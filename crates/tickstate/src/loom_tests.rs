@@ -72,6 +72,16 @@ fn loom_naive_zigzag() {
 }
 
 #[test]
+fn loom_interleaved_zigzag() {
+    model::<InterleavedZigzag>();
+}
+
+#[test]
+fn loom_packed_zigzag() {
+    model::<PackedZigzag>();
+}
+
+#[test]
 fn loom_bit_array_zigzag() {
     model::<BitArrayZigzag>();
 }

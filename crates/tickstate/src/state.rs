@@ -34,6 +34,9 @@ pub struct Config {
     pub image_base: ImageBase,
     /// Where images go: double-backup files, or the WAL-backed page store.
     pub image_store: ImageStore,
+    /// Pin the asynchronous writer to this CPU (the paper runs it on another core than the
+    /// mutator); `None`: the scheduler's choice.
+    pub writer_cpu: Option<usize>,
 }
 
 impl Config {
@@ -46,6 +49,7 @@ impl Config {
             log: Some(OplogConfig::default()),
             image_base: ImageBase::CopyFromFile,
             image_store: ImageStore::DoubleBackup,
+            writer_cpu: None,
         }
     }
 }
@@ -141,9 +145,17 @@ impl<A: Algorithm> TickState<A> {
         let writer = {
             let shared = Arc::clone(&shared);
             let log = log.clone();
+            let cpu = config.writer_cpu;
             std::thread::Builder::new()
                 .name("tickstate-writer".into())
-                .spawn(move || run_writer(shared, files, log))?
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        if let Err(error) = crate::pin_current_thread(cpu) {
+                            eprintln!("tickstate: could not pin the writer to CPU {cpu}: {error}");
+                        }
+                    }
+                    run_writer(shared, files, log)
+                })?
         };
         let state = TickState {
             shared,
@@ -255,6 +267,21 @@ impl<A: Algorithm> TickState<A> {
             self.unsynced_points.pop_front();
         }
         self.durable_tick
+    }
+
+    /// Wait until the point of consistency of `tick` (or a later one) is durable in the log, and
+    /// return the newest tick known durable; points after `tick` may still be in flight (so the
+    /// mutator can overlap one tick's log write with the next tick's work, as the paper does).
+    pub fn wait_durable_through(&mut self, tick: u64) -> Result<u64> {
+        while let Some((front, ticket)) = self.unsynced_points.front() {
+            if *front > tick && !ticket.is_complete() {
+                break;
+            }
+            ticket.wait()?;
+            self.durable_tick = *front;
+            self.unsynced_points.pop_front();
+        }
+        Ok(self.durable_tick)
     }
 
     /// Wait until every point of consistency so far is durable in the log; returns the tick.

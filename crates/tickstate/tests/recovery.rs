@@ -137,3 +137,22 @@ fn merge_in_memory_builds_the_same_images_as_copy() {
         assert!(state == expected, "{image_base:?}");
     }
 }
+
+#[test]
+fn wait_durable_through_a_tick_leaves_later_ticks_in_flight_or_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(WORDS);
+    config.writer_cpu = Some(0);
+    let (mut state, _) = TickState::<InterleavedPingPong>::open(dir.path(), config, apply).unwrap();
+    for tick in 1..=5u64 {
+        state.log_action(&tick.to_le_bytes()).unwrap();
+        state.write(tick as usize, tick);
+        state.point_of_consistency(tick).unwrap();
+    }
+    let durable = state.wait_durable_through(3).unwrap();
+    assert!((3..=5).contains(&durable), "{durable}");
+    assert_eq!(state.wait_durable().unwrap(), 5);
+    state.close().unwrap();
+    let (_, tick, _) = recover(dir.path(), WORDS, apply).unwrap();
+    assert_eq!(tick, 5);
+}

@@ -133,6 +133,16 @@ fn naive_zigzag_traces() {
 }
 
 #[test]
+fn interleaved_zigzag_traces() {
+    run_all::<InterleavedZigzag>();
+}
+
+#[test]
+fn packed_zigzag_traces() {
+    run_all::<PackedZigzag>();
+}
+
+#[test]
 fn bit_array_zigzag_traces() {
     run_all::<BitArrayZigzag>();
 }

@@ -1,5 +1,5 @@
 //! Crash tests of the WAL-backed image store: a child process (this test binary re-executed in
-//! child mode) runs a logged game loop whose images go to the page store as WAL frames, with a
+//! child mode by `prefixkv_testkit::child`) runs a logged game loop whose images go to the page store as WAL frames, with a
 //! backfill every few images, and reports each durable tick on its stdout pipe. It is SIGKILLed
 //! either by the parent after a random number of reports, or by itself at the n-th occurrence
 //! of a named step of the page store's commit / checkpoint protocol (frame write, WAL fsync,
@@ -7,22 +7,25 @@
 //! and during the backfill. After every kill the parent recovers and checks the state equals the
 //! reference at the recovered tick, which must be at least the last tick reported durable. The
 //! directory is reused across kills. `TICKSTATE_WAL_CRASH_KILLS` sets the number of kills
-//! (default 32, half per algorithm; every step is killed at twice: IPP, which writes changed pages, and NS, which writes all).
+//! (default 32, half per algorithm; every step is killed at twice: IPP, which writes changed pages,
+//! and NS, which writes all); `TICKSTATE_WAL_CRASH_SEED` replays the kill points of a run.
 
 mod common;
 
-use common::{decode, Inputs};
+use common::{decode, durable_tick, Inputs, Reference};
+use prefixkv_testkit::child::{self, ChildError, ChildProcess};
+use prefixkv_testkit::{env_count, rng::Rng};
 use prefixkv_tickstate::algo::{InterleavedPingPong, NaiveSnapshot};
 use prefixkv_tickstate::{recover, Algorithm, AlgorithmKind, Config, ImageStore, TickState};
-use rand::{RngExt, SeedableRng};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::ffi::{OsStr, OsString};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 const CHILD_ENV: &str = "TICKSTATE_WAL_CRASH_CHILD_DIR";
+const ALGORITHM_ENV: &str = "TICKSTATE_WAL_CRASH_ALGORITHM";
+const STEP_ENV: &str = "TICKSTATE_WAL_CRASH_STEP";
+const AT_ENV: &str = "TICKSTATE_WAL_CRASH_AT";
 const WORDS: usize = 40 * 512 + 100;
 const ACTIONS_PER_TICK: u64 = 30;
 
@@ -43,7 +46,7 @@ fn actions(tick: u64) -> Vec<[u8; 16]> {
     Inputs {
         words: WORDS,
         actions_per_tick: ACTIONS_PER_TICK,
-        hot_probability: 0.8,
+        hot_percent: 80,
         hot_words: 1500,
         seed: 0x2545_f491_4f6c_dd1d,
     }
@@ -73,10 +76,7 @@ fn kill_at_step(name: &'static str) {
 }
 
 fn child_loop<A: Algorithm>(dir: &str) {
-    if let (Ok(step), Ok(at)) = (
-        std::env::var("TICKSTATE_WAL_CRASH_STEP"),
-        std::env::var("TICKSTATE_WAL_CRASH_AT"),
-    ) {
+    if let (Some(step), Some(at)) = (child::child_mode(STEP_ENV), child::child_mode(AT_ENV)) {
         let step = STEPS.into_iter().find(|s| *s == step).expect("known step");
         KILL_STEP.set((step, at.parse().unwrap())).unwrap();
         assert!(prefixkv_pagestore::fail_point::install_step_hook(
@@ -88,7 +88,6 @@ fn child_loop<A: Algorithm>(dir: &str) {
         backfill_after_frames: 24,
     };
     let (mut state, _report) = TickState::<A>::open(dir, config, apply).expect("child open");
-    let mut out = std::io::stdout().lock();
     for _ in 0..100_000 {
         let tick = state.tick() + 1;
         for action in actions(tick) {
@@ -98,18 +97,18 @@ fn child_loop<A: Algorithm>(dir: &str) {
         }
         state.point_of_consistency(tick).unwrap();
         let durable = state.wait_durable().unwrap();
-        writeln!(out, "durable {durable}").unwrap();
-        out.flush().unwrap();
+        child::report(format!("durable {durable}"));
     }
 }
 
 /// Child mode entry: does nothing unless the parent set the environment.
 #[test]
 fn wal_crash_child_entry() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
+    let Some(dir) = child::child_mode(CHILD_ENV) else {
         return;
     };
-    match AlgorithmKind::parse(&std::env::var("TICKSTATE_WAL_CRASH_ALGORITHM").unwrap()).unwrap() {
+    let name = child::child_mode(ALGORITHM_ENV).expect("the parent names the algorithm");
+    match AlgorithmKind::parse(&name).expect("a known algorithm") {
         AlgorithmKind::NaiveSnapshot => child_loop::<NaiveSnapshot>(&dir),
         AlgorithmKind::InterleavedPingPong => child_loop::<InterleavedPingPong>(&dir),
         other => panic!("{other:?} is not used by this test"),
@@ -118,15 +117,11 @@ fn wal_crash_child_entry() {
 
 #[test]
 fn sigkill_during_wal_frames_and_backfill_recovers_last_durable_tick() {
-    if std::env::var(CHILD_ENV).is_ok() {
+    if child::child_mode(CHILD_ENV).is_some() {
         return;
     }
-    let kills: usize = std::env::var("TICKSTATE_WAL_CRASH_KILLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(32);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0x3a1_c4a5);
-    let executable = std::env::current_exe().unwrap();
+    let kills = env_count("TICKSTATE_WAL_CRASH_KILLS", 32) as usize;
+    let mut rng = Rng::from_env("TICKSTATE_WAL_CRASH_SEED");
     let kinds = [
         AlgorithmKind::InterleavedPingPong,
         AlgorithmKind::NaiveSnapshot,
@@ -135,77 +130,50 @@ fn sigkill_during_wal_frames_and_backfill_recovers_last_durable_tick() {
     let mut step_rounds = 0;
     for kind in kinds {
         let directory = tempfile::tempdir().unwrap();
-        let mut reference = vec![0u64; WORDS];
-        let mut reference_tick = 0u64;
+        let mut reference = Reference::new(WORDS);
         for round in 0..kills.div_ceil(kinds.len()) {
-            let mut command = Command::new(&executable);
-            command
-                .args([
-                    "--exact",
-                    "wal_crash_child_entry",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(CHILD_ENV, directory.path())
-                .env("TICKSTATE_WAL_CRASH_ALGORITHM", kind.short_name())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
             // Odd rounds: the child kills itself at a protocol step; even rounds: the parent
             // kills it after a random number of durable ticks.
             let step = (round % 2 == 1).then(|| {
                 step_rounds += 1;
                 STEPS[(step_rounds - 1) % STEPS.len()]
             });
+            let at = OsString::from(rng.in_range(1..5).to_string());
+            let mut envs: Vec<(&str, &OsStr)> = vec![
+                (CHILD_ENV, directory.path().as_os_str()),
+                (ALGORITHM_ENV, OsStr::new(kind.short_name())),
+            ];
             if let Some(step) = step {
-                command.env("TICKSTATE_WAL_CRASH_STEP", step).env(
-                    "TICKSTATE_WAL_CRASH_AT",
-                    rng.random_range(1..5u32).to_string(),
-                );
+                envs.push((STEP_ENV, OsStr::new(step)));
+                envs.push((AT_ENV, &at));
             }
-            let mut child = command.spawn().unwrap();
-            let stdout = child.stdout.take().unwrap();
-            let (lines, receiver) = mpsc::channel();
-            let reader = std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if let Some(tick) = line.strip_prefix("durable ") {
-                        if lines.send(tick.parse::<u64>().unwrap()).is_err() {
-                            break;
-                        }
-                    }
-                }
-            });
-            // A step kill ends the child by itself (the reader then hangs up); bound it by a
-            // number of reports in case the step is not reached.
+            let mut child = ChildProcess::spawn_test("wal_crash_child_entry", &envs).unwrap();
+            // A step kill ends the child by itself; bound it by a number of reports in case the
+            // step is not reached.
             let reports = if step.is_some() {
                 400
             } else {
-                rng.random_range(1..60)
+                rng.in_range(1..60)
             };
-            let mut last_durable = reference_tick;
-            let mut died = false;
+            let mut last_durable = reference.tick;
+            let mut died = None;
             for _ in 0..reports {
-                match receiver.recv_timeout(Duration::from_secs(60)) {
-                    Ok(tick) => last_durable = tick,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        died = true;
+                match child.next_line(Duration::from_secs(60)) {
+                    Ok(line) => last_durable = durable_tick(&line),
+                    Err(ChildError::Exited(status)) => {
+                        died = Some(status);
                         break;
                     }
-                    Err(error) => panic!("{kind:?} round {round}: no report within 60 s: {error}"),
+                    Err(error) => panic!("{kind:?} round {round}: {error}"),
                 }
             }
-            if !died {
-                child.kill().unwrap();
+            for line in child.kill() {
+                last_durable = durable_tick(&line);
             }
-            let status = child.wait().unwrap();
-            reader.join().unwrap();
-            while let Ok(tick) = receiver.try_recv() {
-                last_durable = tick;
-            }
-            if died {
+            if let Some(status) = died {
                 use std::os::unix::process::ExitStatusExt;
                 assert_eq!(
-                    status.signal(),
+                    status.and_then(|status| status.signal()),
                     Some(libc::SIGKILL),
                     "{kind:?} round {round}: child ended without the kill: {status:?}"
                 );
@@ -213,21 +181,12 @@ fn sigkill_during_wal_frames_and_backfill_recovers_last_durable_tick() {
             }
             let (state, tick, report) = recover(directory.path(), WORDS, apply).unwrap();
             assert!(tick >= last_durable, "{kind:?} round {round}: recovered tick {tick} < last durable {last_durable} ({report:?})");
-            assert!(
-                tick >= reference_tick,
-                "{kind:?} round {round}: recovered tick went back"
-            );
-            while reference_tick < tick {
-                reference_tick += 1;
-                for action in actions(reference_tick) {
-                    apply(&mut reference, reference_tick, &action);
-                }
-            }
-            assert!(state == reference, "{kind:?} round {round}: recovered state at tick {tick} differs from the reference ({report:?})");
+            reference.advance_to(tick, actions, apply);
+            assert!(state == reference.state, "{kind:?} round {round}: recovered state at tick {tick} differs from the reference ({report:?})");
             eprintln!(
                 "wal crash {kind:?}/{round} ({}{}): reported {last_durable}, recovered {tick} (image {:?} from WAL store {}, {} ticks replayed, skipped {:?})",
                 step.unwrap_or("parent kill"),
-                if died { ", killed itself" } else { "" },
+                if died.is_some() { ", killed itself" } else { "" },
                 report.image_tick,
                 report.image_from_wal_store,
                 report.ticks_replayed,

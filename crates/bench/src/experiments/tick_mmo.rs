@@ -19,12 +19,23 @@
 //! hit that kills counts as a kill for the attacker. The zone table is transient (rebuilt every
 //! tick), not part of the state.
 
-use super::{image_crc, thread_cpu_ns, EndToEnd, OverheadCell, WARMUP_TICKS};
+use super::e2e::{
+    alternate_runs, check_recovery, end_to_end_row, insert_percentiles, median_over, thread_cpu_ns,
+    tick_series, Contender, EndToEnd,
+};
+use super::sweep::{capture_all, CycleTimer, OverheadCell};
+use super::{image_crc, Setup, WARMUP_TICKS};
+use crate::plot::{write_line_chart, LineChart};
+use crate::report::{row, Report};
+use crate::stats::{alternating_schedule, Spread};
 use anyhow::{bail, Context, Result};
+use prefixkv_tickstate::algo::*;
+use prefixkv_tickstate::AlgorithmKind;
 use prefixkv_tickstate::{recover, Algorithm, Config, ImageBase, ImageStore, TickState};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Zipf};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -229,17 +240,22 @@ impl<A: Algorithm> Cells for TickCells<'_, A> {
 
 /// The reference world on a plain vector: per-tick ns (after warm-up), the state after
 /// `total_ticks`, and the mean cell writes per tick.
-pub(super) fn run_baseline(world: &World, total_ticks: usize) -> (Vec<f64>, Vec<u64>, f64) {
+pub(super) fn run_baseline(
+    world: &World,
+    total_ticks: usize,
+    timer: &CycleTimer,
+) -> (Vec<f64>, Vec<u64>, f64) {
     let mut state = vec![0u64; world.entities * ENTITY_WORDS];
     let mut zones = HashMap::new();
     let mut times = Vec::new();
     let mut writes = 0u64;
     for tick in 1..=total_ticks as u64 {
-        let started = Instant::now();
+        let started = timer.now();
         writes += world.step(state.as_mut_slice(), tick, &mut zones);
         std::hint::black_box(&mut state);
+        let ended = timer.now();
         if tick as usize > WARMUP_TICKS {
-            times.push(started.elapsed().as_nanos() as f64);
+            times.push(timer.elapsed_ns(started, ended));
         }
     }
     (times, state, writes as f64 / total_ticks.max(1) as f64)
@@ -251,38 +267,33 @@ pub(super) fn run_overhead<A: Algorithm>(
     huge_pages: bool,
     total_ticks: usize,
     expected: &[u64],
+    timer: &CycleTimer,
 ) -> Result<OverheadCell> {
     let words = world.entities * ENTITY_WORDS;
     let algorithm = A::new(words, huge_pages).context("allocating the world")?;
     let mut image = vec![0u64; words];
     let mut zones = HashMap::new();
-    let mut cell = OverheadCell {
-        tick_ns: Vec::new(),
-        prepare_ns: Vec::new(),
-        memory_bytes: algorithm.memory_bytes(),
-        verified: true,
-    };
+    let mut cell = OverheadCell::new(algorithm.memory_bytes());
     for tick in 1..=total_ticks as u64 {
-        let started = Instant::now();
+        let started = timer.now();
         world.step(&mut AlgorithmCells(&algorithm), tick, &mut zones);
-        let updates_ns = started.elapsed().as_nanos() as f64;
+        let updated = timer.now();
         let check = tick % 4 == 0 || tick as usize == total_ticks;
         let reference_crc = check.then(|| {
             let reference: Vec<u64> = (0..words).map(|i| algorithm.read(i)).collect();
             image_crc(&reference)
         });
-        let prepare_started = Instant::now();
+        let prepare_started = timer.now();
         // SAFETY: this thread is the only mutator, and the previous capture finished below.
         unsafe { algorithm.prepare() };
-        let prepare_ns = prepare_started.elapsed().as_nanos() as f64;
+        let prepared = timer.now();
+        let prepare_ns = timer.elapsed_ns(prepare_started, prepared);
         if tick as usize > WARMUP_TICKS {
-            cell.tick_ns.push(updates_ns + prepare_ns);
+            cell.tick_ns
+                .push(timer.elapsed_ns(started, updated) + prepare_ns);
             cell.prepare_ns.push(prepare_ns);
         }
-        for start in (0..words).step_by(1 << 16) {
-            let end = (start + (1 << 16)).min(words);
-            algorithm.capture(start, &mut image[start..end]);
-        }
+        capture_all(&algorithm, &mut image);
         if let Some(reference_crc) = reference_crc {
             cell.verified &= image_crc(&image) == reference_crc;
         }
@@ -338,11 +349,11 @@ pub(super) fn run_end_to_end<A: Algorithm>(
         }
         next_deadline += tick;
     }
-    let durable_tick = state.wait_durable()?;
+    state.wait_durable()?;
     if !state.wait_writer_idle(Duration::from_secs(120))? {
         bail!("the image writer did not finish within 120 s");
     }
-    let final_matches = (0..words).all(|i| state.read(i) == reference[i]);
+    let live_differs = (0..words).find(|&i| state.read(i) != reference[i]);
     let stats = state.stats();
     let anon_huge_bytes = prefixkv_tickstate::huge_pages_status()
         .anon_huge_bytes
@@ -351,17 +362,161 @@ pub(super) fn run_end_to_end<A: Algorithm>(
     let started = Instant::now();
     let (recovered, recovered_tick, _report) = recover(dir.path(), words, replay)?;
     let recovery_ms = started.elapsed().as_secs_f64() * 1e3;
+    let check = match live_differs {
+        Some(index) => Err(format!(
+            "the live world after {ticks} ticks differs from the reference world at cell {index}"
+        )),
+        None => check_recovery(&recovered, recovered_tick, ticks as u64, reference),
+    };
     Ok(EndToEnd::from_run(
         &stats,
         anon_huge_bytes,
         times,
         cpu_times,
         recovery_ms,
-        final_matches
-            && durable_tick == ticks as u64
-            && recovered_tick == ticks as u64
-            && recovered == reference,
+        check,
     ))
+}
+
+/// What the MMO part measured, for the summary.
+pub(super) struct MmoPart {
+    /// Median overhead per checkpoint (ns) per algorithm.
+    pub(super) overhead_median: Vec<f64>,
+    /// Median over rounds of max/p50 tick time per algorithm (its main contender).
+    pub(super) spike: Vec<f64>,
+    /// Cell writes per second of the world (at the tick length).
+    pub(super) updates_per_s: f64,
+}
+
+/// The MMO part: the overhead sweep's measurement on the world (writer off, ticks back to back,
+/// alternated over rounds), then the end-to-end contenders alternated over rounds, each recovered
+/// and checked against the reference world.
+pub(super) fn run_part(
+    setup: &Setup,
+    contenders: &[Contender],
+    report: &mut Report,
+    out: &std::path::Path,
+) -> Result<MmoPart> {
+    let algorithms = &setup.algorithms;
+    let entities = setup.mmo_mb * (1 << 20) / 8 / ENTITY_WORDS;
+    let world = World::new(entities, setup.mmo_active, setup.skew, 0x6A4E_5EED)?;
+    report.config("mmo_mb", setup.mmo_mb as u64);
+    report.config("mmo_entities", entities as u64);
+    report.config("mmo_active_per_tick", setup.mmo_active as u64);
+    let total_ticks = WARMUP_TICKS + setup.ticks;
+    let mut overheads: Vec<Vec<f64>> = vec![Vec::new(); algorithms.len()];
+    let mut ticks: Vec<Vec<f64>> = vec![Vec::new(); algorithms.len()];
+    let mut memory = vec![0usize; algorithms.len()];
+    let mut baseline: Option<(usize, Vec<f64>, Vec<u64>)> = None;
+    let mut updates_per_s = f64::NAN;
+    for (round, contender) in alternating_schedule(algorithms.len(), setup.rounds) {
+        if baseline.as_ref().is_none_or(|(r, _, _)| *r != round) {
+            let (times, state, writes_per_tick) = run_baseline(&world, total_ticks, &setup.timer);
+            updates_per_s = writes_per_tick * 1000.0 / setup.tick.as_millis() as f64;
+            baseline = Some((round, times, state));
+        }
+        let (_, baseline_ns, expected) = baseline.as_ref().expect("set above");
+        let kind = algorithms[contender];
+        let cell = dispatch!(
+            kind,
+            run_overhead(
+                &world,
+                setup.huge_pages,
+                total_ticks,
+                expected,
+                &setup.timer
+            )
+        )?;
+        if !cell.verified {
+            let message = format!(
+                "MMO overhead {} round {round}: image or final state mismatch",
+                kind.short_name()
+            );
+            eprintln!("tick: {message}");
+            report.notes.push(message);
+        }
+        report.record_verification(cell.verified);
+        overheads[contender].push(cell.overhead_ns(baseline_ns));
+        ticks[contender].extend_from_slice(&cell.tick_ns);
+        memory[contender] = cell.memory_bytes;
+    }
+    let mut part = MmoPart {
+        overhead_median: vec![f64::NAN; algorithms.len()],
+        spike: vec![f64::NAN; algorithms.len()],
+        updates_per_s,
+    };
+    for (contender, kind) in algorithms.iter().enumerate() {
+        part.overhead_median[contender] = Spread::of(&overheads[contender]).median;
+        let mut line = row([
+            ("part", Value::from("mmo_overhead")),
+            ("algorithm", Value::from(kind.short_name())),
+            ("updates_per_s", Value::from(updates_per_s)),
+        ]);
+        let ms: Vec<f64> = overheads[contender].iter().map(|ns| ns / 1e6).collect();
+        Spread::of(&ms).insert_into(&mut line, "overhead_ms_per_checkpoint");
+        insert_percentiles(&mut line, &ticks[contender]);
+        line.insert("memory_bytes".into(), Value::from(memory[contender] as u64));
+        report.rows.push(line);
+    }
+    eprintln!("tick: MMO overhead done ({updates_per_s:.0} updates/s)");
+    let (_, reference, _) = run_baseline(&world, setup.e2e_ticks, &setup.timer);
+    let runs = alternate_runs(
+        report,
+        "mmo_end_to_end",
+        contenders,
+        setup.e2e_rounds,
+        |contender| {
+            dispatch!(
+                contender.kind,
+                run_end_to_end(
+                    &world,
+                    setup.skew,
+                    setup.huge_pages,
+                    setup.e2e_ticks,
+                    setup.tick,
+                    contender.image_base,
+                    contender.image_store,
+                    &reference
+                )
+            )
+        },
+    )?;
+    let mut series = Vec::new();
+    for (contender, runs) in contenders.iter().zip(&runs) {
+        if contender.primary {
+            part.spike[contender.index] = median_over(runs, EndToEnd::tick_max_over_p50);
+        }
+        report.rows.push(end_to_end_row(
+            "mmo_end_to_end",
+            &contender.label,
+            updates_per_s,
+            runs,
+            memory[contender.index] as u64 + contender.extra_memory_bytes(entities * ENTITY_WORDS),
+        ));
+        series.push(tick_series(&contender.label, &runs[0]));
+    }
+    let chart = LineChart {
+        title: format!(
+            "MMO: mutator time per tick ({entities} entities, {} acting per tick, writer and log on; round 1)",
+            setup.mmo_active
+        ),
+        x_label: "tick".into(),
+        y_label: "mutator time per tick (ms)".into(),
+        series,
+        markers: Vec::new(),
+        log_x: false,
+    };
+    write_line_chart(&chart, out, "tick_mmo_over_time")?;
+    if let Some(best) = (0..algorithms.len())
+        .min_by(|a, b| part.overhead_median[*a].total_cmp(&part.overhead_median[*b]))
+    {
+        report.notes.push(format!(
+            "MMO: lowest overhead per checkpoint: {} ({:.6} ms).",
+            algorithms[best].short_name(),
+            part.overhead_median[best] / 1e6
+        ));
+    }
+    Ok(part)
 }
 
 #[cfg(test)]

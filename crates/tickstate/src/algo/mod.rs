@@ -21,7 +21,7 @@ pub mod zigzag;
 pub use copy_on_update::{BitArrayCopyOnUpdate, CopyOnUpdate};
 pub use naive_snapshot::NaiveSnapshot;
 pub use ping_pong::{InterleavedPingPong, NaivePingPong};
-pub use zigzag::{BitArrayZigzag, NaiveZigzag};
+pub use zigzag::{BitArrayZigzag, InterleavedZigzag, NaiveZigzag, PackedZigzag};
 
 /// The algorithms and layouts, with the paper's abbreviations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,6 +34,10 @@ pub enum AlgorithmKind {
     BitArrayCopyOnUpdate,
     /// NZZ: Wait-Free Zigzag with one byte per flag.
     NaiveZigzag,
+    /// IZZ: Wait-Free Zigzag with the two copies of a word side by side, one byte per flag.
+    InterleavedZigzag,
+    /// PZZ: IZZ with both flags of a word packed into one byte.
+    PackedZigzag,
     /// BAZZ: Wait-Free Zigzag with flags packed 64 to a word.
     BitArrayZigzag,
     /// NPP: Wait-Free Ping-Pong with separate arrays.
@@ -44,23 +48,27 @@ pub enum AlgorithmKind {
 
 impl AlgorithmKind {
     /// Every algorithm, in the order the experiment reports them.
-    pub const ALL: [AlgorithmKind; 7] = [
+    pub const ALL: [AlgorithmKind; 9] = [
         AlgorithmKind::NaiveSnapshot,
         AlgorithmKind::CopyOnUpdate,
         AlgorithmKind::BitArrayCopyOnUpdate,
         AlgorithmKind::NaiveZigzag,
+        AlgorithmKind::InterleavedZigzag,
+        AlgorithmKind::PackedZigzag,
         AlgorithmKind::BitArrayZigzag,
         AlgorithmKind::NaivePingPong,
         AlgorithmKind::InterleavedPingPong,
     ];
 
-    /// The paper's abbreviation ("NS", "COU", "BACOU", "NZZ", "BAZZ", "NPP", "IPP").
+    /// The paper's abbreviation ("NS", "COU", "BACOU", "NZZ", "IZZ", "PZZ", "BAZZ", "NPP", "IPP").
     pub fn short_name(self) -> &'static str {
         match self {
             AlgorithmKind::NaiveSnapshot => "NS",
             AlgorithmKind::CopyOnUpdate => "COU",
             AlgorithmKind::BitArrayCopyOnUpdate => "BACOU",
             AlgorithmKind::NaiveZigzag => "NZZ",
+            AlgorithmKind::InterleavedZigzag => "IZZ",
+            AlgorithmKind::PackedZigzag => "PZZ",
             AlgorithmKind::BitArrayZigzag => "BAZZ",
             AlgorithmKind::NaivePingPong => "NPP",
             AlgorithmKind::InterleavedPingPong => "IPP",

@@ -1,6 +1,6 @@
-//! The crash tests' deterministic application inputs.
+//! The crash tests' deterministic application inputs and the update rule they share.
 
-use rand::{RngExt, SeedableRng};
+use prefixkv_testkit::rng::Rng;
 
 /// A skewed random-write workload: each tick's actions are the same in every process.
 pub struct Inputs {
@@ -8,8 +8,8 @@ pub struct Inputs {
     pub words: usize,
     /// Actions per tick.
     pub actions_per_tick: u64,
-    /// Chance that an action hits the hot prefix of the state.
-    pub hot_probability: f64,
+    /// Chance, in percent, that an action hits the hot prefix of the state.
+    pub hot_percent: u64,
     /// Cells in the hot prefix.
     pub hot_words: u64,
     /// Mixed with the tick to seed each tick's generator.
@@ -19,15 +19,15 @@ pub struct Inputs {
 impl Inputs {
     /// The actions of `tick`: `[cell index u64 LE][value u64 LE]` each.
     pub fn actions(&self, tick: u64) -> Vec<[u8; 16]> {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(tick.wrapping_mul(self.seed));
+        let mut rng = Rng::new(tick.wrapping_mul(self.seed));
         (0..self.actions_per_tick)
             .map(|_| {
-                let index: u64 = if rng.random_bool(self.hot_probability) {
-                    rng.random_range(0..self.hot_words)
+                let index = if rng.chance(self.hot_percent, 100) {
+                    rng.below(self.hot_words)
                 } else {
-                    rng.random_range(0..self.words as u64)
+                    rng.below(self.words as u64)
                 };
-                let value: u64 = rng.random();
+                let value = rng.next_u64();
                 let mut action = [0u8; 16];
                 action[..8].copy_from_slice(&index.to_le_bytes());
                 action[8..].copy_from_slice(&value.to_le_bytes());
@@ -42,4 +42,51 @@ pub fn decode(action: &[u8]) -> (usize, u64) {
     let index = u64::from_le_bytes(action[..8].try_into().unwrap()) as usize;
     let value = u64::from_le_bytes(action[8..16].try_into().unwrap());
     (index, value)
+}
+
+/// The reference state of a crash test: the inputs of ticks `1..=tick` applied to a plain vector,
+/// advanced as recoveries report newer ticks (it never goes back).
+pub struct Reference {
+    /// The reference cells.
+    pub state: Vec<u64>,
+    /// The tick they are at.
+    pub tick: u64,
+}
+
+impl Reference {
+    /// A state of `words` zero cells at tick 0.
+    pub fn new(words: usize) -> Reference {
+        Reference {
+            state: vec![0; words],
+            tick: 0,
+        }
+    }
+
+    /// Applies ticks up to `tick` with `apply`; panics if `tick` is older than the reference (a
+    /// recovery went back in time).
+    pub fn advance_to(
+        &mut self,
+        tick: u64,
+        actions: impl Fn(u64) -> Vec<[u8; 16]>,
+        apply: impl Fn(&mut [u64], u64, &[u8]),
+    ) {
+        assert!(
+            tick >= self.tick,
+            "recovered tick {tick} is older than an earlier recovery ({})",
+            self.tick
+        );
+        while self.tick < tick {
+            self.tick += 1;
+            for action in actions(self.tick) {
+                apply(&mut self.state, self.tick, &action);
+            }
+        }
+    }
+}
+
+/// The durable tick a child reported in `line` (`durable <tick>`); panics on anything else.
+pub fn durable_tick(line: &str) -> u64 {
+    line.strip_prefix("durable ")
+        .and_then(|tick| tick.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected line from the child: {line:?}"))
 }
