@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use prefixkv_storage::Disk;
 
@@ -108,6 +109,11 @@ pub struct StoreConfig {
     /// pass a `prefixkv_storage::SimDisk`. Used by the checkpoint writer and recovery only, never
     /// on a session's path.
     pub disk: Arc<dyn Disk>,
+    /// How long a write held at the log's memory budget waits for compaction to free pages before
+    /// it fails with `EngineError::OutOfMemory` (30 s by default; 1 ms to 1 h). While writers
+    /// wait, compaction takes the maintenance lock ahead of the next checkpoint (see
+    /// `compaction.rs`), so only a log that is truly full of live data runs out.
+    pub memory_wait_limit: Duration,
 }
 
 impl StoreConfig {
@@ -168,6 +174,14 @@ impl StoreConfig {
                 self.checkpoint_thread_nice
             ));
         }
+        if self.memory_wait_limit < Duration::from_millis(1)
+            || self.memory_wait_limit > Duration::from_secs(3600)
+        {
+            return invalid(format!(
+                "memory_wait_limit must be between 1 ms and 1 h, got {:?}",
+                self.memory_wait_limit
+            ));
+        }
         if self.keep_checkpoints == 0 {
             return invalid("keep_checkpoints must be >= 1".to_string());
         }
@@ -188,6 +202,7 @@ impl Default for StoreConfig {
             checkpoint_write_bytes_per_s: None,
             checkpoint_thread_nice: 10,
             disk: prefixkv_storage::real_disk(),
+            memory_wait_limit: Duration::from_secs(30),
         }
     }
 }

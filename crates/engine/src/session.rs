@@ -35,8 +35,6 @@ use crate::{EngineError, SessionId, Strategy};
 
 /// Operations between unconditional epoch refreshes.
 const REFRESH_INTERVAL: u32 = 256;
-/// How long a write waits for compaction to free log memory before failing.
-const BACKPRESSURE_LIMIT: Duration = Duration::from_secs(30);
 
 /// Outcome of one attempt at an operation.
 enum Step<T> {
@@ -261,13 +259,14 @@ impl Session {
     /// Leaves the epoch until compaction frees memory (bounded), then re-enters.
     fn wait_for_memory(&mut self, deadline: &mut Option<Instant>) -> Result<(), EngineError> {
         let shared = self.store.shared.clone();
-        let deadline = *deadline.get_or_insert_with(|| Instant::now() + BACKPRESSURE_LIMIT);
+        let limit = shared.config.memory_wait_limit;
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + limit);
         if Instant::now() >= deadline {
             return Err(EngineError::OutOfMemory {
                 detail: format!(
-                    "the log is at its budget of {} bytes and compaction freed nothing for {} s",
+                    "the log is at its budget of {} bytes and compaction freed nothing for {:.3} s (memory_wait_limit)",
                     shared.config.log_memory_bytes,
-                    BACKPRESSURE_LIMIT.as_secs()
+                    limit.as_secs_f64()
                 ),
             });
         }

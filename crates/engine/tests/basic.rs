@@ -282,3 +282,48 @@ fn ended_sessions_leave_the_manifests_once_a_checkpoint_holds_their_operations()
     let id = session.id();
     assert!(store.forget_session(id).is_err());
 }
+
+#[test]
+fn a_log_full_of_live_data_fails_writes_after_the_memory_wait_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(dir.path());
+    // The smallest budget (8 pages of 64 KiB) and a short wait: distinct keys are all live, so
+    // compaction can free nothing and the writer must get a clear error, not hang.
+    config.log_memory_bytes = 8 * (64 << 10);
+    config.memory_wait_limit = Duration::from_millis(200);
+    let store = Store::open(config).unwrap();
+    let mut session = store.start_session();
+    let started = std::time::Instant::now();
+    let mut written = 0u64;
+    let error = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no OutOfMemory after {written} distinct keys"
+        );
+        match session.upsert(&written.to_be_bytes(), &[7u8; 100]) {
+            Ok(()) => written += 1,
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(error, prefixkv_engine::EngineError::OutOfMemory { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("memory_wait_limit"), "{error}");
+    // What was acknowledged is still there.
+    let mut out = Vec::new();
+    assert!(session.read(&0u64.to_be_bytes(), &mut out).unwrap());
+    assert!(session
+        .read(&(written - 1).to_be_bytes(), &mut out)
+        .unwrap());
+
+    let mut bad = small_config(dir.path());
+    bad.memory_wait_limit = Duration::ZERO;
+    let refused = Store::open(bad)
+        .err()
+        .expect("a zero wait limit is refused");
+    assert!(
+        refused.to_string().contains("memory_wait_limit"),
+        "{refused}"
+    );
+}

@@ -65,8 +65,12 @@ pub struct Args {
     pub child_counters: Option<PathBuf>,
 }
 
-/// How long the parent waits for any line from the child before declaring it stuck.
-const CHILD_LINE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the parent waits for any line from the child before declaring it stuck: a minute,
+/// plus half a minute per million keys (a 10M-key checkpoint at niceness 10 on a loaded machine
+/// can take over a minute; a stuck child is still caught, only later).
+fn child_line_timeout(keys: u64) -> Duration {
+    Duration::from_secs(60 + keys.div_ceil(1_000_000) * 30)
+}
 
 /// Runs the stress (parent) or the child.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
@@ -183,7 +187,7 @@ fn one_iteration(
         let wait = match kill_at {
             Some(at) if Instant::now() >= at => break,
             Some(at) => at.saturating_duration_since(Instant::now()),
-            None => CHILD_LINE_TIMEOUT,
+            None => child_line_timeout(args.keys),
         };
         match process.next_line(wait) {
             Ok(line) => {
@@ -267,8 +271,11 @@ fn check_recovery(
     }
     oracle::verify_recovery(spec, &reported, &bounds, image).map_err(|problem| {
         anyhow::anyhow!(
-            "recovered version {} does not hold what the clients were told: {problem}",
-            info.version
+            "recovered version {} does not hold what the clients were told: {problem} \
+             (the checkpoint's session points {:?}; sessions announced {:?})",
+            info.version,
+            info.session_commit_points,
+            heard.sessions
         )
     })?;
     Ok(info.version)
@@ -286,11 +293,15 @@ fn acknowledged_slot(index: u32) -> usize {
 }
 
 /// The child's store configuration (the parent recovers with the same): the index and the log
-/// budget scale with the key count, as in `cpr`, so a 10M-key stress fits.
+/// budget scale with the key count, as in `cpr`, so a 10M-key stress fits. The budget is four
+/// times the records (64 bytes each), as `cpr`'s: every key's first write in a new version copies
+/// its record, and compaction waits for the checkpoint to end. At twice (the old budget) a 10M-key
+/// cpr-copy child with checkpoints back to back ran out of log memory after 30 s and its writer
+/// failed (`OutOfMemory`): an error to that client, not a loss, but it ended the stress.
 fn child_config(dir: &Path, keys: u64) -> StoreConfig {
     let mut config = StoreConfig::new(dir.to_path_buf());
     config.index_buckets = (keys as usize / 4).next_power_of_two().max(1 << 10);
-    config.log_memory_bytes = (keys * 16 * 8).max(256 << 20);
+    config.log_memory_bytes = (keys * 64 * 4).max(256 << 20);
     config.flusher_threads = 2;
     config
 }
@@ -323,6 +334,7 @@ impl Heard {
                 self.newest_published = version.parse()?;
                 self.publications += 1;
             }
+            (Some("failed"), ..) => bail!("a client of the child failed: {line}"),
             _ => bail!("unexpected line from the child: {line:?}"),
         }
         Ok(())
@@ -370,27 +382,14 @@ fn run_child(dir: &Path, args: &Args) -> Result<()> {
     std::thread::scope(|scope| -> Result<()> {
         for index in 1..=args.threads {
             let (store, spec, stop) = (&store, &spec, &stop);
-            scope.spawn(move || -> Result<()> {
-                let mut session = store.start_session();
-                child::report(format!("session {} {index}", session.id().0));
-                let mut value = Vec::new();
-                let mut serial = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    serial += 1;
-                    counters.raise(issued_slot(index), serial);
-                    match oracle::op_at(spec, index, serial) {
-                        Op::Read(key) => {
-                            session.read(&key.to_be_bytes(), &mut value)?;
-                        }
-                        Op::Upsert(key) => session
-                            .upsert(&key.to_be_bytes(), &oracle::encode_value(index, serial))?,
-                        Op::Delete(key) => {
-                            session.delete(&key.to_be_bytes())?;
-                        }
-                    }
-                    counters.raise(acknowledged_slot(index), serial);
+            scope.spawn(move || {
+                // A client that gets an error stops, and its dropped session is forgotten once a
+                // checkpoint covers it: say so and end the child, or the parent would see only a
+                // session missing from a later checkpoint.
+                if let Err(error) = run_worker(store, spec, counters, stop, index) {
+                    child::report(format!("failed session {index}: {error:#}"));
+                    std::process::exit(3);
                 }
-                Ok(())
             });
         }
         loop {
@@ -416,6 +415,37 @@ fn run_child(dir: &Path, args: &Args) -> Result<()> {
             child::report(format!("published {}", report.version));
         }
     })
+}
+
+/// One worker client of the child: the oracle's operations, counted around each acknowledgement.
+fn run_worker(
+    store: &std::sync::Arc<Store>,
+    spec: &WorkloadSpec,
+    counters: &SharedCounters,
+    stop: &AtomicBool,
+    index: u32,
+) -> Result<()> {
+    let mut session = store.start_session();
+    child::report(format!("session {} {index}", session.id().0));
+    let mut value = Vec::new();
+    let mut serial = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        serial += 1;
+        counters.raise(issued_slot(index), serial);
+        match oracle::op_at(spec, index, serial) {
+            Op::Read(key) => {
+                session.read(&key.to_be_bytes(), &mut value)?;
+            }
+            Op::Upsert(key) => {
+                session.upsert(&key.to_be_bytes(), &oracle::encode_value(index, serial))?
+            }
+            Op::Delete(key) => {
+                session.delete(&key.to_be_bytes())?;
+            }
+        }
+        counters.raise(acknowledged_slot(index), serial);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
