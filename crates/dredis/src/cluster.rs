@@ -4,7 +4,8 @@
 //! Layout under the cluster directory:
 //! - `metadata.sqlite`: the DPR metadata store (clients open it too);
 //! - `shard-<i>/redis/`: Redis's working directory (its log, the RDB being written);
-//! - `shard-<i>/versions/`: committed versions (`v<version>.rdb` + `.manifest`).
+//! - `shard-<i>/versions/`: committed versions, a `prefixkv_storage::Catalog`: `v<version>/`
+//!   holding `dump.rdb` and `MANIFEST` (see [`crate::manifest`]).
 //!
 //! The manager thread runs every `check_interval_ms`: the exact finder recomputes and publishes
 //! the cut, and the cluster manager checks leases. A proxy renews its lease only while its Redis
@@ -117,8 +118,11 @@ impl LocalCluster {
                 "a cluster needs at least one shard".into(),
             ));
         }
-        std::fs::create_dir_all(&config.directory)
-            .map_err(|e| ClusterError::Config(format!("{}: {e}", config.directory.display())))?;
+        prefixkv_storage::durable::create_dir_all_durably(
+            &*prefixkv_storage::real_disk(),
+            &config.directory,
+        )
+        .map_err(|e| ClusterError::Config(format!("{}: {e}", config.directory.display())))?;
         let store: Arc<dyn MetadataStore> = Arc::new(SqliteMetadataStore::open(
             config.directory.join("metadata.sqlite"),
         )?);

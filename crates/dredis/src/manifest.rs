@@ -1,8 +1,10 @@
 //! The versioned-RDB manifest: names one committed version of a shard and checksums its RDB.
 //!
-//! Files per shard, in its `versions/` directory:
-//! - `v<version, 20 digits>.rdb`: Redis's RDB of that version, as BGSAVE wrote it;
-//! - `v<version, 20 digits>.manifest`: this record.
+//! A shard's `versions/` directory is a `prefixkv_storage::Catalog` (layout, publishing and the
+//! crash-safety argument: `docs/storage.md`, "Version catalog"). Version `v` is the directory
+//! `v<v, 20 digits>/` holding
+//! - `dump.rdb`: Redis's RDB of that version, as BGSAVE wrote (and fsynced) it;
+//! - `MANIFEST`: this record.
 //!
 //! Manifest format (format version 1, little-endian):
 //!
@@ -18,17 +20,17 @@
 //! | 32 | m | metadata (the worker's world-line and dependency set) |
 //! | 32+m | 4 | CRC32C of bytes 0..32+m |
 //!
-//! Crash safety: the RDB is renamed into `versions/` first, then the manifest is written to a
-//! temporary file, fsynced, renamed, and the directory fsynced. A version exists only once its
-//! manifest is durable and verifies, so a crash at any point leaves either no version or a whole
-//! one; an RDB without a manifest is garbage, removed by the next restore.
+//! Crash safety: both files are written (and synced) inside the catalog's `v….tmp` draft, which
+//! the catalog publishes with one rename and a directory fsync. A version therefore exists whole
+//! or not at all; its manifest's own CRC and the RDB's CRC are still checked before a version is
+//! listed ([`read_verified`]) or loaded (the state object's restore).
 
-use std::fs::{self, File};
-use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use prefixkv_dpr::state_object::StateObjectError;
 use prefixkv_dpr::Version;
+use prefixkv_storage::catalog::VERSION_NAME;
+use prefixkv_storage::{durable, Disk};
 
 const MAGIC: &[u8; 4] = b"DRDM";
 const FORMAT_VERSION: u16 = 1;
@@ -49,26 +51,27 @@ pub struct Manifest {
     pub metadata: Vec<u8>,
 }
 
-/// `v<20 digits>.rdb` in `directory`.
+/// Name of the RDB file in a version's directory.
+pub const RDB_FILE: &str = "dump.rdb";
+/// Name of the manifest in a version's directory.
+pub const MANIFEST_FILE: &str = "MANIFEST";
+
+/// The directory of `version` in the catalog at `directory`.
+pub fn version_dir(directory: &Path, version: Version) -> PathBuf {
+    directory.join(VERSION_NAME.format(version))
+}
+
+/// The RDB of `version` in the catalog at `directory`.
 pub fn rdb_path(directory: &Path, version: Version) -> PathBuf {
-    directory.join(format!("v{version:020}.rdb"))
+    version_dir(directory, version).join(RDB_FILE)
 }
 
-/// `v<20 digits>.manifest` in `directory`.
+/// The manifest of `version` in the catalog at `directory`.
 pub fn manifest_path(directory: &Path, version: Version) -> PathBuf {
-    directory.join(format!("v{version:020}.manifest"))
+    version_dir(directory, version).join(MANIFEST_FILE)
 }
 
-/// Parses a `v<digits>.<extension>` file name.
-pub fn parse_name(name: &str, extension: &str) -> Option<Version> {
-    name.strip_prefix('v')?
-        .strip_suffix(extension)?
-        .strip_suffix('.')?
-        .parse()
-        .ok()
-}
-
-fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StateObjectError + '_ {
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StateObjectError + '_ {
     move |source| StateObjectError::Io {
         path: path.to_path_buf(),
         source,
@@ -148,86 +151,36 @@ impl Manifest {
     }
 
     /// Reads and verifies the manifest at `path` (size-checked before reading).
-    pub fn read(path: &Path) -> Result<Self, StateObjectError> {
-        let file = File::open(path).map_err(io_error(path))?;
-        let length = file.metadata().map_err(io_error(path))?.len();
-        if length > (FIXED_BYTES + MAX_METADATA_BYTES + 4) as u64 {
-            return Err(corrupt(
-                path,
-                0,
-                format!("manifest of {length} bytes is too large"),
-            ));
-        }
-        let mut bytes = Vec::with_capacity(length as usize);
-        file.take(length)
-            .read_to_end(&mut bytes)
-            .map_err(io_error(path))?;
-        Self::decode(&bytes, path)
-    }
-
-    /// Writes the manifest durably into `directory` (temporary file, fsync, rename, directory fsync).
-    pub fn write(&self, directory: &Path) -> Result<(), StateObjectError> {
-        let bytes = self.encode()?;
-        let final_path = manifest_path(directory, self.version);
-        let temporary = final_path.with_extension("manifest.tmp");
-        let mut file = File::create(&temporary).map_err(io_error(&temporary))?;
-        file.write_all(&bytes).map_err(io_error(&temporary))?;
-        file.sync_all().map_err(io_error(&temporary))?;
-        drop(file);
-        fs::rename(&temporary, &final_path).map_err(io_error(&final_path))?;
-        sync_directory(directory)
-    }
-}
-
-/// Fsyncs a directory so renames and unlinks in it are durable.
-pub fn sync_directory(directory: &Path) -> Result<(), StateObjectError> {
-    File::open(directory)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error(directory))
-}
-
-/// Streams a file, returning (length, CRC32C), and fsyncs it.
-pub fn checksum_file(path: &Path) -> Result<(u64, u32), StateObjectError> {
-    let mut file = File::open(path).map_err(io_error(path))?;
-    let mut buffer = vec![0u8; 256 * 1024];
-    let (mut length, mut crc) = (0u64, 0u32);
-    loop {
-        let n = file.read(&mut buffer).map_err(io_error(path))?;
-        if n == 0 {
-            break;
-        }
-        crc = crc32c::crc32c_append(crc, &buffer[..n]);
-        length += n as u64;
-    }
-    file.sync_all().map_err(io_error(path))?;
-    Ok((length, crc))
-}
-
-/// Every version in `directory` whose manifest verifies, ascending. Files that do not verify are
-/// logged and skipped (left in place for inspection).
-pub fn list_versions(directory: &Path) -> Result<Vec<Version>, StateObjectError> {
-    let mut versions = Vec::new();
-    let entries = match fs::read_dir(directory) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(versions),
-        Err(error) => return Err(io_error(directory)(error)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(io_error(directory))?;
-        let name = entry.file_name();
-        let Some(version) = name.to_str().and_then(|n| parse_name(n, "manifest")) else {
-            continue;
-        };
-        match Manifest::read(&entry.path()) {
-            Ok(manifest) if manifest.version == version => versions.push(version),
-            Ok(manifest) => {
-                tracing::warn!(path = %entry.path().display(), inner = manifest.version, "manifest names another version; ignored")
+    pub fn read(disk: &dyn Disk, path: &Path) -> Result<Self, StateObjectError> {
+        let limit = (FIXED_BYTES + MAX_METADATA_BYTES + 4) as u64;
+        match durable::read_file(disk, path, limit) {
+            Ok(Some(bytes)) => Self::decode(&bytes, path),
+            Ok(None) => Err(corrupt(path, 0, "the version has no manifest")),
+            Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+                Err(corrupt(path, 0, error.to_string()))
             }
-            Err(error) => tracing::warn!(%error, "ignoring an unreadable manifest"),
+            Err(error) => Err(io_error(path)(error)),
         }
     }
-    versions.sort_unstable();
-    Ok(versions)
+}
+
+/// The manifest of `version` in the catalog at `directory`, if it verifies and names that
+/// version; why not otherwise (the caller logs it and treats the version as absent).
+pub fn read_verified(
+    disk: &dyn Disk,
+    directory: &Path,
+    version: Version,
+) -> Result<Manifest, StateObjectError> {
+    let path = manifest_path(directory, version);
+    let manifest = Manifest::read(disk, &path)?;
+    if manifest.version != version {
+        return Err(corrupt(
+            &path,
+            8,
+            format!("manifest names version {}", manifest.version),
+        ));
+    }
+    Ok(manifest)
 }
 
 #[cfg(test)]
@@ -257,13 +210,15 @@ mod tests {
     }
 
     #[test]
-    fn names_parse() {
+    fn paths_name_the_version_directory() {
         let dir = Path::new("/x");
-        let p = manifest_path(dir, 42);
         assert_eq!(
-            parse_name(p.file_name().unwrap().to_str().unwrap(), "manifest"),
-            Some(42)
+            manifest_path(dir, 42),
+            Path::new("/x/v00000000000000000042/MANIFEST")
         );
-        assert_eq!(parse_name("v12.rdb", "manifest"), None);
+        assert_eq!(
+            rdb_path(dir, 42),
+            Path::new("/x/v00000000000000000042/dump.rdb")
+        );
     }
 }

@@ -7,18 +7,27 @@
 //!   still running and none of `v+1` has started.
 //! - **persisted**: a persister thread polls `INFO persistence` until `rdb_bgsave_in_progress`
 //!   is 0; the save succeeded iff `rdb_saves` grew and `rdb_last_bgsave_status` is `ok`. Redis
-//!   has already fsynced and renamed the RDB; we checksum it, rename it into `versions/`, write
-//!   the manifest durably (see [`crate::manifest`]), then call back.
-//! - **restore(v)**: kill the Redis (SIGKILL: its memory is being thrown away), verify
-//!   `versions/v<v>.rdb` against its manifest, copy it to `restore.rdb` in Redis's directory
-//!   (temporary file, fsync, rename, directory fsync), delete every version above `v`, start Redis
+//!   has already fsynced and renamed the RDB. We publish it as version `v` of the catalog in
+//!   `versions/` (`prefixkv_storage::Catalog`): begin the draft `v….tmp`, move the RDB into it,
+//!   checksum and fsync it, write the manifest (see [`crate::manifest`]) synced, publish (one
+//!   rename, root fsync). Only then does the callback report `v` durable.
+//! - **restore(v)**: kill the Redis (SIGKILL: its memory is being thrown away), copy version
+//!   `v`'s RDB to `restore.rdb` in Redis's directory while checksumming it against the manifest
+//!   (a mismatch is an error naming the RDB, which stays in place, and nothing is loaded),
+//!   remove every version above `v` from the catalog (newest first, each durably), start Redis
 //!   with `--dbfilename restore.rdb` and wait until it answers PING (bounded). `restore(0)`
 //!   starts it empty.
+//!
+//! Crash safety: every durable step is the storage layer's (catalog publish and removal;
+//! `docs/storage.md`). A version exists whole (RDB and manifest) or not at all; a crash mid-way
+//! leaves a `v….tmp` or `v….deleting` directory that the next open removes. Files in Redis's
+//! own directory are scratch and need no durability: `restore.rdb` is deleted by every open
+//! (the worker restores the cut again after any restart) and a BGSAVE output not yet moved is
+//! either moved by its finaliser or deleted by the next restore.
 //!
 //! A restore bumps a generation counter; a persister job of an older generation never finalises
 //! its files (its version belongs to an abandoned world-line) and reports failure instead.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -30,6 +39,7 @@ use parking_lot::{Condvar, Mutex};
 use prefixkv_dpr::state_object::{PersistCallback, StateObject, StateObjectError};
 use prefixkv_dpr::Version;
 use prefixkv_resp::Reply;
+use prefixkv_storage::{durable, real_disk, Catalog, CatalogError, Disk, NumberedName, OpenMode};
 
 use crate::manifest::{self, Manifest};
 use crate::redis::{info_field, RedisConnection, RedisProcess, RedisServerConfig};
@@ -40,6 +50,10 @@ const RESTORE_FILE: &str = "restore.rdb";
 const POLL_INTERVAL: Duration = Duration::from_millis(2);
 /// Per-call socket timeout for control connections.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The file a BGSAVE of version `v` writes in Redis's directory.
+const BGSAVE_NAME: NumberedName = NumberedName::new("v", 20, ".rdb");
+/// Bytes read at a time when checksumming or copying an RDB.
+const COPY_CHUNK_BYTES: usize = 256 * 1024;
 
 /// Configuration of a [`RedisStateObject`].
 #[derive(Clone, Debug)]
@@ -63,6 +77,10 @@ struct SaveJob {
 /// State shared with the persister thread.
 struct Shared {
     config: RedisStateConfig,
+    /// Redis writes its files on the real disk, so ours are there too.
+    disk: Arc<dyn Disk>,
+    /// The committed versions (`versions_directory`).
+    catalog: Catalog,
     /// Bumped by every restore.
     generation: AtomicU64,
     /// Serialises finalising versions with restore and prune.
@@ -113,19 +131,41 @@ fn redis_io(path: &Path, error: std::io::Error) -> StateObjectError {
     }
 }
 
+/// A catalog failure as a state-object error (the path and the step stay in the message).
+fn catalog_error(root: &Path, error: CatalogError) -> StateObjectError {
+    match error {
+        CatalogError::Io {
+            operation,
+            path,
+            source,
+        } => StateObjectError::Io {
+            source: std::io::Error::new(source.kind(), format!("{operation}: {source}")),
+            path,
+        },
+        CatalogError::InvalidArgument(message) => redis_io(
+            root,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, message),
+        ),
+    }
+}
+
 impl RedisStateObject {
     /// Starts the Redis (empty; the worker's start restores it to the cut) and the persister.
     pub fn open(config: RedisStateConfig) -> Result<Self, StateObjectError> {
-        fs::create_dir_all(&config.versions_directory)
-            .map_err(|e| redis_io(&config.versions_directory, e))?;
-        fs::create_dir_all(&config.server.directory)
+        let disk = real_disk();
+        // Removes the drafts and half-removed versions a crash left.
+        let catalog = Catalog::open(Arc::clone(&disk), &config.versions_directory)
+            .map_err(|e| catalog_error(&config.versions_directory, e))?;
+        durable::create_dir_all_durably(&*disk, &config.server.directory)
             .map_err(|e| redis_io(&config.server.directory, e))?;
         // Never load whatever a previous run left: the worker restores the cut's version.
-        remove_if_exists(&config.server.directory.join(RESTORE_FILE))?;
+        remove_if_exists(&*disk, &config.server.directory.join(RESTORE_FILE))?;
         let process = RedisProcess::start(config.server.clone(), RESTORE_FILE)
             .map_err(|e| redis_io(&config.server.directory, e))?;
         let shared = Arc::new(Shared {
             config,
+            disk,
+            catalog,
             generation: AtomicU64::new(0),
             files: Mutex::new(()),
             outstanding: Mutex::new(None),
@@ -217,16 +257,79 @@ impl RedisStateObject {
     }
 }
 
-fn remove_if_exists(path: &Path) -> Result<(), StateObjectError> {
-    match fs::remove_file(path) {
+fn remove_if_exists(disk: &dyn Disk, path: &Path) -> Result<(), StateObjectError> {
+    match disk.remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(redis_io(path, e)),
     }
 }
 
-fn rdb_name(version: Version) -> String {
-    format!("v{version:020}.rdb")
+/// Streams the file at `path`, returning (length, CRC32C), and fsyncs it (the catalog's contract:
+/// every file of a draft is synced before it is published).
+fn checksum_and_sync(disk: &dyn Disk, path: &Path) -> Result<(u64, u32), StateObjectError> {
+    let file = disk
+        .open(path, OpenMode::ReadWrite)
+        .map_err(|e| redis_io(path, e))?;
+    let mut buffer = vec![0u8; COPY_CHUNK_BYTES];
+    let (mut length, mut crc) = (0u64, 0u32);
+    loop {
+        let n = file
+            .read_at(&mut buffer, length)
+            .map_err(|e| redis_io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        crc = crc32c::crc32c_append(crc, &buffer[..n]);
+        length += n as u64;
+    }
+    file.sync_all().map_err(|e| redis_io(path, e))?;
+    Ok((length, crc))
+}
+
+/// Copies the RDB at `from` to `to` (which must not exist), checking the bytes copied against the
+/// manifest; on a mismatch the copy is removed and the error names `from`. The copy is scratch
+/// (see the module docs), so it is not synced.
+fn copy_verified(
+    disk: &dyn Disk,
+    from: &Path,
+    to: &Path,
+    manifest: &Manifest,
+) -> Result<(), StateObjectError> {
+    let source = disk
+        .open(from, OpenMode::Read)
+        .map_err(|e| redis_io(from, e))?;
+    let target = disk
+        .open(to, OpenMode::CreateNew)
+        .map_err(|e| redis_io(to, e))?;
+    let mut buffer = vec![0u8; COPY_CHUNK_BYTES];
+    let (mut length, mut crc) = (0u64, 0u32);
+    loop {
+        let n = source
+            .read_at(&mut buffer, length)
+            .map_err(|e| redis_io(from, e))?;
+        if n == 0 {
+            break;
+        }
+        crc = crc32c::crc32c_append(crc, &buffer[..n]);
+        target
+            .write_all_at(&buffer[..n], length)
+            .map_err(|e| redis_io(to, e))?;
+        length += n as u64;
+    }
+    if (length, crc) != (manifest.rdb_bytes, manifest.rdb_crc32c) {
+        drop(target);
+        remove_if_exists(disk, to)?;
+        return Err(StateObjectError::Corrupt {
+            path: from.to_path_buf(),
+            offset: 0,
+            reason: format!(
+                "RDB has {length} bytes with CRC32C {crc:#010x}; the manifest says {} bytes with {:#010x}",
+                manifest.rdb_bytes, manifest.rdb_crc32c
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl StateObject for RedisStateObject {
@@ -275,7 +378,7 @@ impl StateObject for RedisStateObject {
         let started = Instant::now();
         self.wait_no_outstanding_save()?;
         let waited = started.elapsed();
-        let name = rdb_name(version);
+        let name = BGSAVE_NAME.format(version);
         let saves_before = self.with_control(|c| {
             match c.command(&[b"CONFIG", b"SET", b"dbfilename", name.as_bytes()])? {
                 Reply::SimpleString(_) => {}
@@ -319,54 +422,40 @@ impl StateObject for RedisStateObject {
 
     fn restore(&mut self, version: Version) -> Result<Vec<u8>, StateObjectError> {
         let config = self.shared.config.clone();
+        let disk = Arc::clone(&self.shared.disk);
+        let catalog = &self.shared.catalog;
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
         self.control = None;
         let _files = self.shared.files.lock();
         let mut process = self.process.lock();
         process.stop();
         let restore_path = config.server.directory.join(RESTORE_FILE);
+        remove_if_exists(&*disk, &restore_path)?;
+        let published = catalog
+            .published_versions()
+            .map_err(|e| catalog_error(&config.versions_directory, e))?;
         let metadata = if version == 0 {
-            remove_if_exists(&restore_path)?;
             Vec::new()
         } else {
-            let manifest_file = manifest::manifest_path(&config.versions_directory, version);
-            if !manifest_file.exists() {
+            if !published.contains(&version) {
                 return Err(StateObjectError::NoSuchVersion {
                     version,
-                    available: manifest::list_versions(&config.versions_directory)?,
+                    available: self.persisted_versions()?,
                 });
             }
-            let manifest = Manifest::read(&manifest_file)?;
+            let manifest = manifest::read_verified(&*disk, &config.versions_directory, version)?;
             let rdb = manifest::rdb_path(&config.versions_directory, version);
-            let temporary = config.server.directory.join("restore.rdb.tmp");
-            fs::copy(&rdb, &temporary).map_err(|e| redis_io(&rdb, e))?;
-            let (length, crc) = manifest::checksum_file(&temporary)?;
-            if (length, crc) != (manifest.rdb_bytes, manifest.rdb_crc32c) {
-                let _ = fs::remove_file(&temporary);
-                return Err(StateObjectError::Corrupt {
-                    path: rdb,
-                    offset: 0,
-                    reason: format!(
-                        "RDB has {length} bytes with CRC32C {crc:#010x}; the manifest says {} bytes with {:#010x}",
-                        manifest.rdb_bytes, manifest.rdb_crc32c
-                    ),
-                });
-            }
-            fs::rename(&temporary, &restore_path).map_err(|e| redis_io(&restore_path, e))?;
+            copy_verified(&*disk, &rdb, &restore_path, &manifest)?;
             manifest.metadata
         };
-        manifest::sync_directory(&config.server.directory)?;
-        // Versions above the restored one belong to the abandoned world-line. Manifests go
-        // first, so a crash in between leaves only manifest-less (ignored) RDBs.
-        for above in manifest::list_versions(&config.versions_directory)?
-            .into_iter()
-            .filter(|&v| v > version)
-        {
-            remove_if_exists(&manifest::manifest_path(&config.versions_directory, above))?;
+        // Only after the target verified: versions above it belong to the abandoned world-line.
+        // Newest first, so that a crash midway leaves the versions below the one it stopped at.
+        for &above in published.iter().filter(|&&v| v > version) {
+            catalog
+                .remove(above)
+                .map_err(|e| catalog_error(&config.versions_directory, e))?;
         }
-        remove_stray_rdbs(&config.versions_directory, Some(version), |v| v > version)?;
-        remove_stray_rdbs(&config.server.directory, None, |_| true)?;
-        manifest::sync_directory(&config.versions_directory)?;
+        remove_stray_rdbs(&*disk, &config.server.directory)?;
         *self.shared.outstanding.lock() = None;
         self.shared.finished.notify_all();
         process
@@ -375,42 +464,52 @@ impl StateObject for RedisStateObject {
         Ok(metadata)
     }
 
+    /// Published versions whose manifest verifies, ascending (one that does not is logged and
+    /// left in place for inspection; restoring it is refused).
     fn persisted_versions(&self) -> Result<Vec<Version>, StateObjectError> {
-        manifest::list_versions(&self.shared.config.versions_directory)
+        let shared = &self.shared;
+        let directory = &shared.config.versions_directory;
+        let mut versions = shared
+            .catalog
+            .published_versions()
+            .map_err(|e| catalog_error(directory, e))?;
+        versions.retain(
+            |&v| match manifest::read_verified(&*shared.disk, directory, v) {
+                Ok(_) => true,
+                Err(error) => {
+                    tracing::warn!(version = v, %error, "ignoring a version whose manifest does not verify");
+                    false
+                }
+            },
+        );
+        versions.reverse();
+        Ok(versions)
     }
 
     fn prune(&mut self, below: Version) -> Result<(), StateObjectError> {
         let _files = self.shared.files.lock();
+        let catalog = &self.shared.catalog;
         let directory = &self.shared.config.versions_directory;
-        for old in manifest::list_versions(directory)?
-            .into_iter()
-            .filter(|&v| v < below)
-        {
-            remove_if_exists(&manifest::manifest_path(directory, old))?;
-            remove_if_exists(&manifest::rdb_path(directory, old))?;
+        let published = catalog
+            .published_versions()
+            .map_err(|e| catalog_error(directory, e))?;
+        // Oldest first: a crash midway leaves a suffix of versions, the restorable ones.
+        for &old in published.iter().rev().filter(|&&v| v < below) {
+            catalog
+                .remove(old)
+                .map_err(|e| catalog_error(directory, e))?;
         }
         Ok(())
     }
 }
 
-/// Removes `v*.rdb` files in `directory` whose version matches `remove`, keeping `keep`.
-fn remove_stray_rdbs(
-    directory: &Path,
-    keep: Option<Version>,
-    remove: impl Fn(Version) -> bool,
-) -> Result<(), StateObjectError> {
-    let entries = fs::read_dir(directory).map_err(|e| redis_io(directory, e))?;
+/// Removes the BGSAVE outputs (`v*.rdb`) left in Redis's directory: saves of an abandoned
+/// world-line, or of a run that crashed before finalising them. Scratch files: not synced.
+fn remove_stray_rdbs(disk: &dyn Disk, directory: &Path) -> Result<(), StateObjectError> {
+    let entries = disk.list(directory).map_err(|e| redis_io(directory, e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| redis_io(directory, e))?;
-        let Some(version) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| manifest::parse_name(n, "rdb"))
-        else {
-            continue;
-        };
-        if Some(version) != keep && remove(version) {
-            remove_if_exists(&entry.path())?;
+        if !entry.is_dir && BGSAVE_NAME.parse(&entry.name).is_some() {
+            remove_if_exists(disk, &directory.join(&entry.name))?;
         }
     }
     Ok(())
@@ -542,7 +641,7 @@ fn wait_for_child(shared: &Shared, job: &SaveJob) -> Result<(), StateObjectError
     Ok(())
 }
 
-/// Moves the finished RDB into `versions/` and writes its manifest (see the module docs).
+/// Publishes the finished RDB and its manifest as a catalog version (see the module docs).
 fn finalise(shared: &Shared, job: &SaveJob) -> Result<Version, StateObjectError> {
     let config = &shared.config;
     let directory = &config.server.directory;
@@ -557,16 +656,29 @@ fn finalise(shared: &Shared, job: &SaveJob) -> Result<Version, StateObjectError>
             )),
         ));
     }
-    let written = directory.join(rdb_name(job.version));
-    let (rdb_bytes, rdb_crc32c) = manifest::checksum_file(&written)?;
-    let kept = manifest::rdb_path(&config.versions_directory, job.version);
-    fs::rename(&written, &kept).map_err(|e| redis_io(&kept, e))?;
-    Manifest {
+    let catalog = &shared.catalog;
+    let versions = &config.versions_directory;
+    let draft = catalog
+        .begin(job.version)
+        .map_err(|e| catalog_error(versions, e))?;
+    let written = directory.join(BGSAVE_NAME.format(job.version));
+    let kept = draft.path().join(manifest::RDB_FILE);
+    shared
+        .disk
+        .rename(&written, &kept)
+        .map_err(|e| redis_io(&written, e))?;
+    let (rdb_bytes, rdb_crc32c) = checksum_and_sync(&*shared.disk, &kept)?;
+    let bytes = Manifest {
         version: job.version,
         rdb_bytes,
         rdb_crc32c,
         metadata: job.metadata.clone(),
     }
-    .write(&config.versions_directory)?;
+    .encode()?;
+    draft
+        .write_file(manifest::MANIFEST_FILE, &bytes)
+        .map_err(|e| catalog_error(versions, e))?;
+    // Dropping an unpublished draft (any `?` above) removes it with the RDB moved into it.
+    draft.publish().map_err(|e| catalog_error(versions, e))?;
     Ok(job.version)
 }

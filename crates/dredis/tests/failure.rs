@@ -68,7 +68,8 @@ fn a_session_writes_across_shards_while_they_commit() {
         replies,
         vec![Reply::bulk("0"), Reply::bulk("1234"), Reply::bulk("2999")]
     );
-    // Every shard kept at least one committed version on disk, with a manifest.
+    // Every shard kept at least one committed version on disk (a catalog version directory),
+    // with a manifest.
     for shard in 0..3 {
         let versions = cluster.directory().join(format!("shard-{shard}/versions"));
         let manifests = std::fs::read_dir(&versions)
@@ -76,9 +77,9 @@ fn a_session_writes_across_shards_while_they_commit() {
             .filter(|e| {
                 e.as_ref()
                     .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".manifest")
+                    .path()
+                    .join(prefixkv_dredis::manifest::MANIFEST_FILE)
+                    .is_file()
             })
             .count();
         assert!(manifests >= 1, "{} has no manifest", versions.display());

@@ -27,8 +27,9 @@
 //!    failed are renamed `v….corrupt` (durably) so that pruning never keeps them in place of a
 //!    good version and the next version can reuse the number; the caller is told which and why.
 //!    If versions exist and none verifies, selection refuses rather than start from nothing.
-//! 5. [`Catalog::prune`] renames `v…` to `v….deleting` and fsyncs the root before deleting files,
-//!    so a cut mid-deletion never leaves a published-looking version with files missing.
+//! 5. [`Catalog::prune`] and [`Catalog::remove`] rename `v…` to `v….deleting` and fsync the root
+//!    before deleting files, so a cut mid-deletion never leaves a published-looking version with
+//!    files missing.
 //!
 //! Invariants: versions only grow ([`Catalog::begin`] refuses a version at or below the newest
 //! published one); the cached set of published versions only holds versions seen published on
@@ -328,21 +329,29 @@ impl Catalog {
         let versions = self.published_versions()?;
         let mut deleted = Vec::new();
         for &version in versions.iter().skip(keep) {
-            let path = self.version_dir(version);
-            let doomed = self
-                .root
-                .join(format!("{}{DELETING_SUFFIX}", VERSION_NAME.format(version)));
-            // Rename first: after a crash the directory is recognisably half-deleted, never a
-            // published version with files missing.
-            self.disk
-                .rename(&path, &doomed)
-                .map_err(io_error(&format!("rename to {}", doomed.display()), &path))?;
-            sync_dir(&*self.disk, &self.root).map_err(io_error("fsync", &self.root))?;
-            self.published.lock().remove(&version);
-            io::remove_dir_all(&*self.disk, &doomed).map_err(io_error("remove", &doomed))?;
+            self.remove(version)?;
             deleted.push(version);
         }
         Ok(deleted)
+    }
+
+    /// Deletes published `version` (any one: an owner that rolls back to an older version
+    /// removes the newer ones it abandons, newest first; an owner with its own retention rule
+    /// removes old ones). Durable when it returns: the directory is renamed `v….deleting` and
+    /// the root fsynced before any file is deleted, so a cut never leaves a published-looking
+    /// version with files missing. A version that is not published is an error.
+    pub fn remove(&self, version: u64) -> Result<(), CatalogError> {
+        let path = self.version_dir(version);
+        let doomed = self
+            .root
+            .join(format!("{}{DELETING_SUFFIX}", VERSION_NAME.format(version)));
+        // Rename first: after a crash the directory is recognisably half-deleted.
+        self.disk
+            .rename(&path, &doomed)
+            .map_err(io_error(&format!("rename to {}", doomed.display()), &path))?;
+        sync_dir(&*self.disk, &self.root).map_err(io_error("fsync", &self.root))?;
+        self.published.lock().remove(&version);
+        io::remove_dir_all(&*self.disk, &doomed).map_err(io_error("remove", &doomed))
     }
 
     fn list(&self) -> Result<Vec<(String, EntryName)>, CatalogError> {

@@ -21,10 +21,16 @@
 //! A crash at any point leaves the other file's image valid, and this file either invalid
 //! (footer incomplete, or CRC mismatch) or complete. Recovery takes the newest file whose footer
 //! CRC, complete flag, size and cell CRC all verify.
+//!
+//! The files are created (at their full size, synced) and their names made durable with a
+//! directory fsync before the first image is written into either; after that they are only
+//! overwritten in place, so no directory entry changes while images are written. All I/O goes
+//! through the storage layer's `Disk` (`Config::disk`), whose rules (`docs/storage.md`) the
+//! argument above relies on: written bytes are durable only after the file's sync returned, and
+//! a failed sync is never retried (the writer stops).
 
-use std::fs::File;
+use prefixkv_storage::{Disk, OpenMode};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Footer magic.
@@ -149,18 +155,18 @@ pub enum ImageCheck {
     },
 }
 
-/// Read and verify the image in `path`, which must hold `words` cells.
+/// Read and verify the image in `path` on `disk`, which must hold `words` cells.
 ///
 /// A file for a different number of cells is an error (the caller's configuration does not match
 /// the directory), not an invalid image: silently ignoring it could recover an old state.
-pub fn read_image(path: &Path, words: usize) -> io::Result<ImageCheck> {
-    let file = match File::open(path) {
+pub fn read_image(disk: &dyn Disk, path: &Path, words: usize) -> io::Result<ImageCheck> {
+    let file = match disk.open(path, OpenMode::Read) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(ImageCheck::Missing),
-        Err(error) => return Err(error),
+        Err(error) => return Err(prefixkv_storage::io::context(error, "opening", path)),
     };
     let data_bytes = words as u64 * 8;
-    let length = file.metadata()?.len();
+    let length = file.len()?;
     if length < FOOTER_BYTES as u64 {
         return Ok(ImageCheck::Invalid(format!(
             "{}: {length} bytes, shorter than a footer",

@@ -58,7 +58,7 @@ mod loom_tests;
 
 pub use algo::{Algorithm, AlgorithmKind};
 pub use error::{Result, TickError};
-pub use recover::{log_dir, recover, RecoveryReport};
+pub use recover::{log_dir, recover, recover_on, RecoveryReport};
 pub use region::{huge_pages_status, HugePagesStatus};
 pub use state::{Config, PointOfConsistency, Stats, TickState};
 pub use writer::{ImageBase, ImageStore};

@@ -12,11 +12,16 @@
 //! a tick recovers the state at the previous point of consistency, never a half-applied tick.
 //! On reopen after such a crash the orphaned actions are cancelled with an `ABORT` record, since
 //! the application will compute that tick number again with other actions.
+//!
+//! Recovery reads (and the log's open repairs) through the storage layer's `Disk`: [`recover`]
+//! on the real disk, [`recover_on`] on any (the simulated one in power-cut tests).
 
 use crate::error::{Result, TickError};
 use crate::image::{image_path, read_image, ImageCheck};
 use prefixkv_oplog::{Config as OplogConfig, Oplog};
+use prefixkv_storage::{real_disk, Disk};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) const RECORD_ACTION: u8 = 0;
@@ -83,7 +88,17 @@ pub fn recover(
     words: usize,
     apply: impl FnMut(&mut [u64], u64, &[u8]),
 ) -> Result<(Vec<u64>, u64, RecoveryReport)> {
-    let recovered = recover_inner(dir, words, Some(OplogConfig::default()), apply)?;
+    recover_on(&real_disk(), dir, words, apply)
+}
+
+/// [`recover`] on `disk`.
+pub fn recover_on(
+    disk: &Arc<dyn Disk>,
+    dir: &Path,
+    words: usize,
+    apply: impl FnMut(&mut [u64], u64, &[u8]),
+) -> Result<(Vec<u64>, u64, RecoveryReport)> {
+    let recovered = recover_inner(disk, dir, words, Some(OplogConfig::default()), apply)?;
     if let Some(log) = recovered.log {
         log.close()?;
     }
@@ -91,6 +106,7 @@ pub fn recover(
 }
 
 pub(crate) fn recover_inner(
+    disk: &Arc<dyn Disk>,
     dir: &Path,
     words: usize,
     log_config: Option<OplogConfig>,
@@ -100,7 +116,7 @@ pub(crate) fn recover_inner(
     let started = Instant::now();
     let mut best: Option<(usize, crate::image::Footer, Vec<u64>)> = None;
     for slot in 0..2 {
-        match read_image(&image_path(dir, slot), words)? {
+        match read_image(&**disk, &image_path(dir, slot), words)? {
             ImageCheck::Missing => {}
             ImageCheck::Invalid(reason) => report.skipped_images.push(reason),
             ImageCheck::Valid { footer, cells } => {
@@ -115,7 +131,7 @@ pub(crate) fn recover_inner(
     }
     // The WAL-backed store competes with the double-backup files: a directory may have been
     // written with either (or both, if the configuration changed); the newest tick wins.
-    let (wal_check, wal_store) = crate::wal_store::open_and_read(dir, words)?;
+    let (wal_check, wal_store) = crate::wal_store::open_and_read(disk, dir, words)?;
     let mut from_wal_store = false;
     match wal_check {
         ImageCheck::Missing => {}
@@ -159,7 +175,7 @@ pub(crate) fn recover_inner(
         });
     };
     let replay_started = Instant::now();
-    let (log, _open_report) = Oplog::open(log_dir(dir), log_config)?;
+    let (log, _open_report) = Oplog::open_on(Arc::clone(disk), log_dir(dir), log_config)?;
     if newest_marker_lsn > 0 && log.oldest_lsn() > from_lsn && log.next_lsn() > log.oldest_lsn() {
         return Err(TickError::BadLogRecord {
             lsn: log.oldest_lsn(),

@@ -12,6 +12,7 @@ use crate::error::{Result, TickError};
 use crate::recover::{encode_record, recover_inner, RecoveryReport, RECORD_ACTION, RECORD_POINT};
 use crate::writer::{run_writer, ImageBase, ImageFiles, ImageStore, ImageWriter, Shared};
 use prefixkv_oplog::{AppendTicket, Config as OplogConfig, Oplog};
+use prefixkv_storage::{durable, real_disk, Disk};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -37,6 +38,9 @@ pub struct Config {
     /// Pin the asynchronous writer to this CPU (the paper runs it on another core than the
     /// mutator); `None`: the scheduler's choice.
     pub writer_cpu: Option<usize>,
+    /// The disk every file (images, page store, log) goes through: the real one by default, a
+    /// `prefixkv_storage::SimDisk` in power-cut tests.
+    pub disk: Arc<dyn Disk>,
 }
 
 impl Config {
@@ -50,6 +54,7 @@ impl Config {
             image_base: ImageBase::CopyFromFile,
             image_store: ImageStore::DoubleBackup,
             writer_cpu: None,
+            disk: real_disk(),
         }
     }
 }
@@ -113,8 +118,9 @@ impl<A: Algorithm> TickState<A> {
         apply: impl FnMut(&mut [u64], u64, &[u8]),
     ) -> Result<(TickState<A>, RecoveryReport)> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir)?;
-        let recovered = recover_inner(dir, config.words, config.log.clone(), apply)?;
+        let disk = &config.disk;
+        durable::create_dir_all_durably(&**disk, dir)?;
+        let recovered = recover_inner(disk, dir, config.words, config.log.clone(), apply)?;
         let mut algorithm = A::new(config.words, config.huge_pages)?;
         algorithm.load(&recovered.cells);
         drop(recovered.cells);
@@ -122,6 +128,7 @@ impl<A: Algorithm> TickState<A> {
             ImageStore::DoubleBackup => {
                 drop(recovered.wal_store);
                 ImageWriter::DoubleBackup(ImageFiles::open(
+                    &**disk,
                     dir,
                     config.words,
                     recovered.newest_image,
@@ -132,6 +139,7 @@ impl<A: Algorithm> TickState<A> {
             ImageStore::PageStoreWal {
                 backfill_after_frames,
             } => ImageWriter::Wal(Box::new(crate::wal_store::WalImageWriter::open(
+                disk,
                 dir,
                 config.words,
                 recovered.wal_store,

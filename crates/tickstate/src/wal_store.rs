@@ -49,9 +49,11 @@ use prefixkv_oplog::Oplog;
 use prefixkv_pagestore::{
     CheckpointMode, Options as PageStoreOptions, PageStore, SyncPolicy, MAX_PAGE_NUMBER,
 };
+use prefixkv_storage::Disk;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Page size of the store (one OS page).
 pub const PAGE_BYTES: usize = 4096;
@@ -180,24 +182,26 @@ fn store_error(path: &Path, what: &str, error: prefixkv_pagestore::Error) -> io:
     io::Error::other(format!("{} ({what}): {error}", path.display()))
 }
 
-/// Read and verify the newest committed image of the WAL-backed store in `dir` (which must hold
-/// `words` cells). [`ImageCheck::Missing`] if the store does not exist or has no committed image.
-/// Opening the store recovers its WAL (it may drop an uncommitted tail), nothing else changes.
-pub fn read_wal_image(dir: &Path, words: usize) -> io::Result<ImageCheck> {
-    Ok(open_and_read(dir, words)?.0)
+/// Read and verify the newest committed image of the WAL-backed store in `dir` on `disk` (which
+/// must hold `words` cells). [`ImageCheck::Missing`] if the store does not exist or has no
+/// committed image. Opening the store recovers its WAL (it may drop an uncommitted tail),
+/// nothing else changes.
+pub fn read_wal_image(disk: &Arc<dyn Disk>, dir: &Path, words: usize) -> io::Result<ImageCheck> {
+    Ok(open_and_read(disk, dir, words)?.0)
 }
 
 /// [`read_wal_image`], also returning the opened store (if it exists) for the writer.
 pub(crate) fn open_and_read(
+    disk: &Arc<dyn Disk>,
     dir: &Path,
     words: usize,
 ) -> io::Result<(ImageCheck, Option<PageStore>)> {
     let path = store_path(dir);
-    if !path.exists() {
+    if !prefixkv_storage::io::exists(&**disk, &path)? {
         return Ok((ImageCheck::Missing, None));
     }
     let layout = Layout::new(words)?;
-    let (store, _report) = PageStore::open(&path, page_store_options(layout))
+    let (store, _report) = PageStore::open_on(Arc::clone(disk), &path, page_store_options(layout))
         .map_err(|e| store_error(&path, "open", e))?;
     let check = read_image_from(&store, &path, words, layout)?;
     Ok((check, Some(store)))
@@ -320,6 +324,7 @@ impl WalImageWriter {
     /// `newest_marker_lsn` is the marker of the newest image recovery loaded (kept for log
     /// truncation). `backfill_after_frames` 0 means the image's page count.
     pub(crate) fn open(
+        disk: &Arc<dyn Disk>,
         dir: &Path,
         words: usize,
         store: Option<PageStore>,
@@ -330,15 +335,11 @@ impl WalImageWriter {
         let layout = Layout::new(words)?;
         let store = match store {
             Some(store) => store,
+            // `open_on` makes the names of the files it creates durable before any commit.
             None => {
-                let created = !path.exists();
-                let store = PageStore::open(&path, page_store_options(layout))
+                PageStore::open_on(Arc::clone(disk), &path, page_store_options(layout))
                     .map_err(|e| store_error(&path, "open", e))?
-                    .0;
-                if created {
-                    std::fs::File::open(dir)?.sync_all()?;
-                }
-                store
+                    .0
             }
         };
         let image_pages = (1 + layout.table_pages + layout.data_pages) as u64;

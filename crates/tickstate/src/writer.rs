@@ -14,15 +14,18 @@
 //! reach, and a reopened log would reuse LSNs the image claims to cover. After an image is
 //! complete, log segments wholly before the *previous* image's marker are deleted (two images'
 //! worth of log stay, so that either image can be recovered from).
+//!
+//! Every byte goes through the storage layer's `Disk` (`Config::disk`); the crash-safety
+//! argument of the double-backup files is in the `image` module, that of the WAL-backed store in
+//! `wal_store`. Any I/O error stops the writer for good (a failed sync is never retried).
 
 use crate::algo::Algorithm;
 use crate::image::{
     encode_footer, image_path, words_as_bytes, words_as_bytes_mut, Footer, FOOTER_BYTES,
 };
 use prefixkv_oplog::Oplog;
-use std::fs::{File, OpenOptions};
+use prefixkv_storage::{durable, io as disk_io, Disk, DiskFile, OpenMode};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -74,7 +77,7 @@ impl<A> Shared<A> {
 pub(crate) struct ImageFiles {
     dir: PathBuf,
     words: usize,
-    files: [File; 2],
+    files: [Arc<dyn DiskFile>; 2],
     /// Slot of the newest complete image, if any.
     newest: Option<usize>,
     /// Marker LSN of the newest complete image.
@@ -98,9 +101,11 @@ pub enum ImageBase {
 }
 
 impl ImageFiles {
-    /// Open (creating) both files in `dir`, sized for `words` cells. `newest` is the slot recovery
-    /// found holding the newest valid image, which the next write must not touch.
+    /// Open (creating) both files in `dir` on `disk`, sized for `words` cells. `newest` is the
+    /// slot recovery found holding the newest valid image, which the next write must not touch.
+    /// Returns only once both files exist at their full size and their names are durable.
     pub(crate) fn open(
+        disk: &dyn Disk,
         dir: &Path,
         words: usize,
         newest: Option<(usize, u64)>,
@@ -109,30 +114,32 @@ impl ImageFiles {
     ) -> io::Result<ImageFiles> {
         let length = words as u64 * 8 + FOOTER_BYTES as u64;
         let mut created = false;
-        let mut open = |slot: usize| -> io::Result<File> {
+        let mut open = |slot: usize| -> io::Result<Arc<dyn DiskFile>> {
             let path = image_path(dir, slot);
-            created |= !path.exists();
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)?;
-            if file.metadata()?.len() != length {
+            let context = |what: &'static str| {
+                let path = path.clone();
+                move |error| disk_io::context(error, what, &path)
+            };
+            created |= !disk_io::exists(disk, &path).map_err(context("looking for"))?;
+            let file = disk
+                .open(&path, OpenMode::Create)
+                .map_err(context("opening"))?;
+            if file.len().map_err(context("reading the size of"))? != length {
                 if newest.map(|(newest, _)| newest) == Some(slot) {
                     return Err(io::Error::other(format!(
                         "{}: newest image has the wrong size",
                         path.display()
                     )));
                 }
-                file.set_len(length)?;
-                file.sync_all()?;
+                file.set_len(length).map_err(context("sizing"))?;
+                file.sync_all().map_err(context("fsync of"))?;
             }
             Ok(file)
         };
         let files = [open(0)?, open(1)?];
         if created {
-            File::open(dir)?.sync_all()?;
+            // Image writes only sync the files' data: their names must be durable before.
+            durable::sync_dir(disk, dir)?;
         }
         Ok(ImageFiles {
             dir: dir.to_path_buf(),

@@ -43,7 +43,8 @@ proptest! {
         let path = dir.path().join("image-0.tsimg");
         std::fs::write(&path, &contents).unwrap();
         // Either an error (size mismatch), or an invalid/valid verdict; never a panic.
-        if let Ok(ImageCheck::Valid { cells, .. }) = read_image(&path, words) {
+        let disk = prefixkv_storage::real_disk();
+        if let Ok(ImageCheck::Valid { cells, .. }) = read_image(&*disk, &path, words) {
             prop_assert_eq!(cells.len(), words);
         }
     }

@@ -46,7 +46,7 @@ fn no_actions(_: &mut [u64], _: u64, _: &[u8]) {
 }
 
 fn image_of(dir: &Path, words: usize) -> (u64, Vec<u64>) {
-    match read_wal_image(dir, words).unwrap() {
+    match read_wal_image(&prefixkv_storage::real_disk(), dir, words).unwrap() {
         ImageCheck::Valid { footer, cells } => (footer.tick, cells),
         other => panic!("no valid image in the WAL store: {other:?}"),
     }
@@ -229,7 +229,7 @@ fn damaged_backfilled_page_is_detected_and_named() {
     file.read_exact_at(&mut byte, offset).unwrap();
     file.write_all_at(&[byte[0] ^ 0x10], offset).unwrap();
     drop(file);
-    match read_wal_image(dir.path(), WORDS).unwrap() {
+    match read_wal_image(&prefixkv_storage::real_disk(), dir.path(), WORDS).unwrap() {
         ImageCheck::Invalid(reason) => {
             assert!(
                 reason.contains("data page 3") && reason.contains("image.pkvpages"),

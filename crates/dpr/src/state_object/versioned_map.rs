@@ -11,25 +11,35 @@
 //! | 8 | entry count `n`, then `n` × (key length u32, key, value length u32, value) |
 //! | 4 | CRC32C of everything before |
 //!
-//! Crash safety: a snapshot is written to `*.tmp`, fsynced, renamed to its final name and the
-//! directory fsynced; only then does the persist callback fire. A crash leaves either no file or a
-//! complete one; `*.tmp` leftovers are deleted on open. Decoding checks the CRC before parsing and
-//! checks every length against the bytes remaining, so a damaged file is an error, never a panic
-//! or an oversized allocation.
+//! Crash safety: a snapshot is written with `prefixkv_storage::durable::write_file_durably`
+//! (`v….snap.tmp`, fsync, rename, directory fsync; the argument is in `docs/storage.md`), and
+//! only then does the persist callback fire. A crash leaves either no file or a complete one;
+//! `*.tmp` leftovers are deleted on open. The versions a restore discards are removed and the
+//! directory fsynced before the restore returns, so they never come back; pruned versions are
+//! removed without a directory fsync (one that comes back after a crash is pruned again, and is
+//! a valid older version meanwhile). Decoding checks the CRC before parsing and checks every
+//! length against the bytes remaining, so a damaged file is an error, never a panic or an
+//! oversized allocation. All file I/O goes through the storage layer's `Disk` (the real disk by
+//! default; [`VersionedMap::open_on`] takes another, such as the simulated one).
 //!
 //! Commits are persisted by one background thread in commit order, so callbacks fire in order.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
+
+use prefixkv_storage::durable::{self, TEMP_SUFFIX};
+use prefixkv_storage::{real_disk, Disk, NumberedName};
 
 use super::{PersistCallback, StateObject, StateObjectError};
 use crate::Version;
 
 const MAGIC: &[u8; 8] = b"DPRSNAP1";
+/// Snapshot file names: `v`, the version in 20 digits, `.snap`.
+const SNAPSHOT_NAME: NumberedName = NumberedName::new("v", 20, ".snap");
+/// Largest snapshot file read back (a length on disk never sizes an allocation unchecked).
+const MAX_SNAPSHOT_BYTES: u64 = 1 << 40;
 
 /// An operation on a [`VersionedMap`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +63,7 @@ enum Job {
 
 /// An in-memory ordered map that snapshots each committed version into its own fsynced file.
 pub struct VersionedMap {
+    disk: Arc<dyn Disk>,
     directory: PathBuf,
     entries: BTreeMap<Vec<u8>, Vec<u8>>,
     last_committed: Version,
@@ -68,25 +79,7 @@ fn io_error(path: &Path, source: std::io::Error) -> StateObjectError {
 }
 
 fn snapshot_path(directory: &Path, version: Version) -> PathBuf {
-    directory.join(format!("v{version:020}.snap"))
-}
-
-fn parse_snapshot_name(name: &str) -> Option<Version> {
-    name.strip_prefix('v')?.strip_suffix(".snap")?.parse().ok()
-}
-
-fn write_durably(directory: &Path, version: Version, bytes: &[u8]) -> Result<(), StateObjectError> {
-    let final_path = snapshot_path(directory, version);
-    let temporary_path = final_path.with_extension("tmp");
-    let mut file = fs::File::create(&temporary_path).map_err(|e| io_error(&temporary_path, e))?;
-    file.write_all(bytes)
-        .map_err(|e| io_error(&temporary_path, e))?;
-    file.sync_all().map_err(|e| io_error(&temporary_path, e))?;
-    drop(file);
-    fs::rename(&temporary_path, &final_path).map_err(|e| io_error(&final_path, e))?;
-    fs::File::open(directory)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(directory, e))
+    directory.join(SNAPSHOT_NAME.format(version))
 }
 
 /// Encodes a snapshot; fails (rather than truncating a length field) if a metadata blob, key or
@@ -203,16 +196,26 @@ impl VersionedMap {
     /// Opens (creating if needed) a map persisting into `directory`. The in-memory state starts
     /// empty; call [`StateObject::restore`] to load a persisted version.
     pub fn open(directory: impl Into<PathBuf>) -> Result<Self, StateObjectError> {
+        Self::open_on(real_disk(), directory)
+    }
+
+    /// [`VersionedMap::open`] on `disk` (the simulated disk in fault tests).
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        directory: impl Into<PathBuf>,
+    ) -> Result<Self, StateObjectError> {
         let directory = directory.into();
-        fs::create_dir_all(&directory).map_err(|e| io_error(&directory, e))?;
-        for entry in fs::read_dir(&directory).map_err(|e| io_error(&directory, e))? {
-            let path = entry.map_err(|e| io_error(&directory, e))?.path();
-            if path.extension().is_some_and(|e| e == "tmp") {
-                fs::remove_file(&path).map_err(|e| io_error(&path, e))?;
+        durable::create_dir_all_durably(&*disk, &directory).map_err(|e| io_error(&directory, e))?;
+        // Temporary files of writes a crash interrupted: never a version, so no fsync needed.
+        for entry in disk.list(&directory).map_err(|e| io_error(&directory, e))? {
+            if !entry.is_dir && entry.name.ends_with(TEMP_SUFFIX) {
+                let path = directory.join(&entry.name);
+                disk.remove_file(&path).map_err(|e| io_error(&path, e))?;
             }
         }
         let (jobs, receiver) = mpsc::channel::<Job>();
         let persist_directory = directory.clone();
+        let persist_disk = Arc::clone(&disk);
         let persister = std::thread::Builder::new()
             .name("dpr-versioned-map-persister".into())
             .spawn(move || {
@@ -223,8 +226,10 @@ impl VersionedMap {
                             bytes,
                             on_persist,
                         } => {
-                            let result = write_durably(&persist_directory, version, &bytes)
-                                .map(|()| version);
+                            let path = snapshot_path(&persist_directory, version);
+                            let result = durable::write_file_durably(&*persist_disk, &path, &bytes)
+                                .map(|()| version)
+                                .map_err(|e| io_error(&path, e));
                             on_persist(result);
                         }
                         Job::Flush(done) => {
@@ -235,6 +240,7 @@ impl VersionedMap {
             })
             .map_err(|e| io_error(&directory, e))?;
         let mut map = Self {
+            disk,
             directory,
             entries: BTreeMap::new(),
             last_committed: 0,
@@ -340,30 +346,44 @@ impl StateObject for VersionedMap {
                 });
             }
             let path = snapshot_path(&self.directory, version);
-            let bytes = fs::read(&path).map_err(|e| io_error(&path, e))?;
+            let bytes = durable::read_file(&*self.disk, &path, MAX_SNAPSHOT_BYTES)
+                .map_err(|e| io_error(&path, e))?
+                .ok_or_else(|| {
+                    io_error(
+                        &path,
+                        std::io::Error::new(std::io::ErrorKind::NotFound, "snapshot vanished"),
+                    )
+                })?;
             decode_snapshot(&path, &bytes, version)?
         };
-        // Only after the target verified: drop the lost versions above it.
-        for lost in persisted.iter().filter(|&&v| v > version) {
-            let path = snapshot_path(&self.directory, *lost);
-            fs::remove_file(&path).map_err(|e| io_error(&path, e))?;
+        // Only after the target verified: drop the lost versions above it, durably (they belong
+        // to a lost world-line and must not come back after a crash).
+        let lost: Vec<Version> = persisted.into_iter().filter(|&v| v > version).collect();
+        for &lost in &lost {
+            let path = snapshot_path(&self.directory, lost);
+            self.disk
+                .remove_file(&path)
+                .map_err(|e| io_error(&path, e))?;
         }
-        fs::File::open(&self.directory)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io_error(&self.directory, e))?;
+        if !lost.is_empty() {
+            durable::sync_dir(&*self.disk, &self.directory)
+                .map_err(|e| io_error(&self.directory, e))?;
+        }
         self.entries = entries;
         self.last_committed = version;
         Ok(metadata)
     }
 
     fn persisted_versions(&self) -> Result<Vec<Version>, StateObjectError> {
-        let mut versions = Vec::new();
-        for entry in fs::read_dir(&self.directory).map_err(|e| io_error(&self.directory, e))? {
-            let entry = entry.map_err(|e| io_error(&self.directory, e))?;
-            if let Some(version) = entry.file_name().to_str().and_then(parse_snapshot_name) {
-                versions.push(version);
-            }
-        }
+        let entries = self
+            .disk
+            .list(&self.directory)
+            .map_err(|e| io_error(&self.directory, e))?;
+        let mut versions: Vec<Version> = entries
+            .iter()
+            .filter(|entry| !entry.is_dir)
+            .filter_map(|entry| SNAPSHOT_NAME.parse(&entry.name))
+            .collect();
         versions.sort_unstable();
         Ok(versions)
     }
@@ -375,7 +395,9 @@ impl StateObject for VersionedMap {
             .filter(|&v| v < below)
         {
             let path = snapshot_path(&self.directory, version);
-            fs::remove_file(&path).map_err(|e| io_error(&path, e))?;
+            self.disk
+                .remove_file(&path)
+                .map_err(|e| io_error(&path, e))?;
         }
         Ok(())
     }

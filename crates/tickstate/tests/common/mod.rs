@@ -85,6 +85,7 @@ impl Reference {
 }
 
 /// The durable tick a child reported in `line` (`durable <tick>`); panics on anything else.
+#[allow(dead_code)] // Used by the tests with child processes, not by every test binary.
 pub fn durable_tick(line: &str) -> u64 {
     line.strip_prefix("durable ")
         .and_then(|tick| tick.parse().ok())
