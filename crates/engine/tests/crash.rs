@@ -67,7 +67,13 @@ fn crash_child() {
                 let mut out = Vec::new();
                 for serial in 1..=OPS_PER_WORKER {
                     counters.raise(issued_slot(index), serial);
-                    apply(&mut session, &spec, index, serial, &mut out).unwrap();
+                    // A client that gets an error stops, and the store forgets its dropped
+                    // session once a checkpoint covers it: say so and end the child rather than
+                    // leave the parent to find a session missing from a later checkpoint.
+                    if let Err(error) = apply(&mut session, &spec, index, serial, &mut out) {
+                        child::report(format!("failed session {index}: {error}"));
+                        std::process::exit(3);
+                    }
                     counters.raise(acknowledged_slot(index), serial);
                 }
                 session.suspend();
@@ -129,6 +135,7 @@ impl Heard {
                 self.published += 1;
                 self.newest_published = fields[1].parse().unwrap();
             }
+            "failed" => panic!("a client of the child failed: {line}"),
             other => panic!("unexpected line from the child: {other:?}"),
         }
     }
