@@ -228,7 +228,7 @@ impl Keyspace {
     }
 
     /// The oplog, when the durability mode uses one.
-    pub fn oplog(&self) -> Option<&prefixkv_oplog::Oplog> {
+    pub fn oplog(&self) -> Option<std::sync::Arc<prefixkv_oplog::Oplog>> {
         self.store.oplog()
     }
 

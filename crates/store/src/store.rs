@@ -26,6 +26,16 @@
 //!    log over: everything left in it is in the checkpoint, it is removed durably (renamed aside,
 //!    then deleted) and a new one begins at the covered LSN + 1. A crash in between leaves no log,
 //!    and the next open starts a new one at the same LSN.
+//! 6. *Heal a failed log.* A log that failed (ENOSPC, EIO from a sync) accepts no append again and
+//!    never retries a sync, so writes get errors. [`DurableStore::checkpoint`] heals it: if the log
+//!    had failed *before* the checkpoint's covered LSN was read, no record after that LSN was ever
+//!    acknowledged (a failed log acknowledges nothing more), and every record through it is in the
+//!    checkpoint (step 2); so once that checkpoint is durable the failed log holds nothing that is
+//!    not in it, and the store replaces it by a new one at the covered LSN + 1, as in step 5.
+//!    (A log that fails while the checkpoint runs is left for the next one.) The periodic
+//!    checkpoints of every logging mode thus resume writes once space returns. Writes whose
+//!    append failed were applied to the engine: their clients got an error, and they may or may
+//!    not survive (the next checkpoint holds them), as with any write whose outcome was an error.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -37,7 +47,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::sync::ShardedLock;
 use parking_lot::Mutex;
 use prefixkv_engine::{EngineError, RecoveryInfo, SessionId, Store as Engine, Strategy};
-use prefixkv_oplog::{Oplog, SyncPolicy};
+use prefixkv_oplog::{AppendTicket, Oplog, OplogError, SyncPolicy};
 use prefixkv_storage::{real_disk, DirLock, Disk};
 
 use crate::record::decode_record;
@@ -51,6 +61,38 @@ const COOKIE_TAG: &[u8; 4] = b"OPL1";
 const CHECKPOINT_START_WAIT: Duration = Duration::from_secs(60);
 /// How long a checkpoint may take before [`DurableStore::checkpoint`] reports a timeout.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(3600);
+/// How long replacing a failed log waits for other handles to it (`oplog()` callers) to go.
+const LOG_RELEASE_WAIT: Duration = Duration::from_secs(10);
+
+/// The operation log of a logging store, replaceable after a failure (module docs, step 6).
+struct LogSlot {
+    /// The log; `None` only between taking a failed log out and opening its replacement (or after
+    /// that opening failed: writes then get an error until a checkpoint succeeds). Appenders take
+    /// the read side, which is sharded per thread, so writers do not share a cache line.
+    current: ShardedLock<Option<Arc<Oplog>>>,
+    /// The next LSN of the last log taken out, while `current` is `None`.
+    retired_next_lsn: AtomicU64,
+    dir: PathBuf,
+    config: prefixkv_oplog::Config,
+    disk: Arc<dyn Disk>,
+}
+
+impl LogSlot {
+    fn get(&self) -> Option<Arc<Oplog>> {
+        self.current
+            .read()
+            .expect("the log slot is never poisoned")
+            .clone()
+    }
+
+    /// The LSN the next append gets (or would get, while no log is open).
+    fn next_lsn(&self) -> u64 {
+        self.get().map_or_else(
+            || self.retired_next_lsn.load(Ordering::SeqCst),
+            |log| log.next_lsn(),
+        )
+    }
+}
 
 /// How to open a [`DurableStore`].
 #[derive(Clone, Debug)]
@@ -177,7 +219,7 @@ pub struct CheckpointDone {
 /// The engine and the operation log as one durable store. Share it as `Arc<DurableStore>`.
 pub struct DurableStore {
     engine: Arc<Engine>,
-    oplog: Option<Oplog>,
+    oplog: Option<LogSlot>,
     durability: Durability,
     strategy: Strategy,
     keep_checkpoints: usize,
@@ -188,6 +230,15 @@ pub struct DurableStore {
     checkpoint_lock: Mutex<()>,
     pub(crate) writes: AtomicU64,
     _lock: DirLock,
+}
+
+fn log_being_replaced() -> StoreError {
+    OplogError::Failed(
+        "the operation log failed and is being replaced: writes resume once a checkpoint \
+         succeeds (the periodic one, or BGSAVE)"
+            .into(),
+    )
+    .into()
 }
 
 fn cookie_of(covered: Option<u64>) -> Vec<u8> {
@@ -284,6 +335,7 @@ impl DurableStore {
                 first_lsn: covered.map_or(1, |lsn| lsn + 1),
                 ..prefixkv_oplog::Config::default()
             };
+            let config_for_replacement = config.clone();
             prefixkv_storage::durable::remove_leftover(&*disk, &oplog_dir).map_err(|error| {
                 StoreError::io(
                     format!("finishing the removal of {}", oplog_dir.display()),
@@ -321,7 +373,13 @@ impl DurableStore {
                 context: format!("replaying {}", oplog_dir.display()),
                 detail,
             })?;
-            oplog = Some(log);
+            oplog = Some(LogSlot {
+                current: ShardedLock::new(Some(Arc::new(log))),
+                retired_next_lsn: AtomicU64::new(0),
+                dir: oplog_dir.clone(),
+                config: config_for_replacement,
+                disk: disk.clone(),
+            });
         }
         let store = Arc::new(DurableStore {
             engine,
@@ -358,8 +416,15 @@ impl DurableStore {
         let done = store.checkpoint()?;
         let folded = done.covered_lsn.unwrap_or(0);
         let mut store = Arc::into_inner(store).expect("opening holds the only handle");
-        let oplog = store.oplog.take().expect("a log was opened");
-        oplog.close()?;
+        let slot = store.oplog.take().expect("a log was opened");
+        let log = slot
+            .current
+            .into_inner()
+            .expect("the log slot is never poisoned")
+            .expect("a log was opened");
+        Arc::into_inner(log)
+            .expect("opening holds the only handle")
+            .close()?;
         prefixkv_storage::durable::remove_dir_all_durably(disk, oplog_dir)
             .map_err(|error| StoreError::io(format!("removing {}", oplog_dir.display()), error))?;
         store.kept_covered.lock().clear();
@@ -371,9 +436,43 @@ impl DurableStore {
         &self.engine
     }
 
-    /// The operation log, in the logging modes.
-    pub fn oplog(&self) -> Option<&Oplog> {
-        self.oplog.as_ref()
+    /// The operation log, in the logging modes (`None` also while a failed log is being
+    /// replaced: module docs, step 6).
+    pub fn oplog(&self) -> Option<Arc<Oplog>> {
+        self.oplog.as_ref().and_then(LogSlot::get)
+    }
+
+    /// Whether writes are logged (the mode logs, or a log was found and is being folded).
+    pub(crate) fn logs(&self) -> bool {
+        self.oplog.is_some()
+    }
+
+    /// Refuses a write before it changes anything when the log is known to have failed (or is
+    /// being replaced): only the write that meets a failure is applied and then refused.
+    pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
+        let Some(slot) = &self.oplog else {
+            return Ok(());
+        };
+        let current = slot.current.read().expect("the log slot is never poisoned");
+        match current.as_ref() {
+            Some(log) if !log.has_failed() => Ok(()),
+            Some(log) => Err(OplogError::Failed(format!(
+                "{}; writes resume once a checkpoint succeeds (the periodic one, or BGSAVE)",
+                log.failure().unwrap_or_default()
+            ))
+            .into()),
+            None => Err(log_being_replaced()),
+        }
+    }
+
+    /// Appends a write record to the log (the caller checked [`DurableStore::logs`]).
+    pub(crate) fn append(&self, record: &[u8]) -> Result<AppendTicket, StoreError> {
+        let slot = self.oplog.as_ref().expect("only logging stores append");
+        let current = slot.current.read().expect("the log slot is never poisoned");
+        match current.as_ref() {
+            Some(log) => Ok(log.append(record)?),
+            None => Err(log_being_replaced()),
+        }
     }
 
     /// The durability mode.
@@ -404,9 +503,14 @@ impl DurableStore {
     /// time (a second caller waits for the first, up to a minute).
     pub fn checkpoint(&self) -> Result<CheckpointDone, StoreError> {
         let _one_at_a_time = self.checkpoint_lock.lock();
+        // Whether the log had failed before the covered LSN is read (module docs, step 6).
+        let failed_before = self
+            .oplog
+            .as_ref()
+            .is_some_and(|slot| slot.get().is_none_or(|log| log.failure().is_some()));
         // Read before the request: every record up to here was appended after its operations
         // completed, so the checkpoint holds them (module docs, step 2).
-        let covered_lsn = self.oplog.as_ref().map(|log| log.next_lsn() - 1);
+        let covered_lsn = self.oplog.as_ref().map(|slot| slot.next_lsn() - 1);
         let deadline = Instant::now() + CHECKPOINT_START_WAIT;
         let token = loop {
             match self
@@ -422,16 +526,20 @@ impl DurableStore {
             }
         };
         let report = self.engine.wait_for_commit(token, CHECKPOINT_WAIT)?;
-        if let (Some(log), Some(lsn)) = (&self.oplog, covered_lsn) {
-            let through = {
-                let mut kept = self.kept_covered.lock();
-                kept.push_back(lsn);
-                while kept.len() > self.keep_checkpoints {
-                    kept.pop_front();
-                }
-                *kept.front().expect("just pushed")
-            };
-            log.truncate_through(through)?;
+        if let (Some(slot), Some(lsn)) = (&self.oplog, covered_lsn) {
+            if failed_before {
+                self.replace_failed_log(slot, lsn)?;
+            } else if let Some(log) = slot.get() {
+                let through = {
+                    let mut kept = self.kept_covered.lock();
+                    kept.push_back(lsn);
+                    while kept.len() > self.keep_checkpoints {
+                        kept.pop_front();
+                    }
+                    *kept.front().expect("just pushed")
+                };
+                log.truncate_through(through)?;
+            }
         }
         Ok(CheckpointDone {
             report,
@@ -439,10 +547,71 @@ impl DurableStore {
         })
     }
 
+    /// Replaces a log that had failed before checkpoint `covered` was requested by a new one at
+    /// `covered + 1` (module docs, step 6); the checkpoint is durable and holds everything the old
+    /// log held. Writers wait on the slot meanwhile. If the new log cannot be opened (still no
+    /// space), the slot stays empty and the next checkpoint tries again.
+    fn replace_failed_log(&self, slot: &LogSlot, covered: u64) -> Result<(), StoreError> {
+        let mut current = slot
+            .current
+            .write()
+            .expect("the log slot is never poisoned");
+        if let Some(old) = current.take() {
+            slot.retired_next_lsn
+                .store(old.next_lsn(), Ordering::SeqCst);
+            // `oplog()` callers hold the old log briefly; it must be closed (its directory lock
+            // released) before a new log opens in the same directory.
+            let deadline = Instant::now() + LOG_RELEASE_WAIT;
+            let mut old = old;
+            let owned = loop {
+                match Arc::try_unwrap(old) {
+                    Ok(owned) => break owned,
+                    Err(shared) if Instant::now() < deadline => {
+                        old = shared;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(shared) => {
+                        *current = Some(shared);
+                        return Err(StoreError::Storage(format!(
+                            "the failed operation log is still in use after {LOG_RELEASE_WAIT:?}; \
+                             the next checkpoint replaces it"
+                        )));
+                    }
+                }
+            };
+            if let Err(error) = owned.close() {
+                tracing::info!("replacing the failed operation log: {error}");
+            }
+        }
+        prefixkv_storage::durable::remove_dir_all_durably(&*slot.disk, &slot.dir)
+            .map_err(|error| StoreError::io(format!("removing {}", slot.dir.display()), error))?;
+        let config = prefixkv_oplog::Config {
+            first_lsn: covered + 1,
+            ..slot.config.clone()
+        };
+        let (log, _) = Oplog::open_on(slot.disk.clone(), &slot.dir, config)?;
+        tracing::warn!(
+            "the operation log had failed; checkpoint through LSN {covered} holds all it held: \
+             started a new log at LSN {}, writes resume",
+            covered + 1
+        );
+        *current = Some(Arc::new(log));
+        // Only this checkpoint's covered LSN is known to the new log (as after step 5).
+        let mut kept = self.kept_covered.lock();
+        kept.clear();
+        kept.push_back(covered);
+        Ok(())
+    }
+
     /// Makes every appended log record durable now (a clean shutdown of the logging modes).
     pub fn sync(&self) -> Result<(), StoreError> {
-        if let Some(log) = &self.oplog {
-            log.flush_and_sync()?;
+        if let Some(slot) = &self.oplog {
+            match slot.get() {
+                Some(log) => {
+                    log.flush_and_sync()?;
+                }
+                None => return Err(log_being_replaced()),
+            }
         }
         Ok(())
     }

@@ -222,6 +222,7 @@ impl Txn<'_> {
     /// Writes `key`; whether it held a live value before.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         self.check_locked(key);
+        self.store.check_writable()?;
         let existed = self.session.upsert_existed(key, value)?;
         self.log(key, Some(value))?;
         Ok(existed)
@@ -230,6 +231,7 @@ impl Txn<'_> {
     /// Deletes `key`; whether it existed (nothing is logged when it did not).
     pub fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
         self.check_locked(key);
+        self.store.check_writable()?;
         let existed = self.session.delete(key)?;
         if existed {
             self.log(key, None)?;
@@ -239,7 +241,7 @@ impl Txn<'_> {
 
     fn log(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
         self.last_serial = self.session.serial();
-        if self.store.oplog().is_none() {
+        if !self.store.logs() {
             return Ok(());
         }
         let operation = Operation {
@@ -255,8 +257,8 @@ impl Txn<'_> {
     }
 
     fn append_record(&mut self) -> Result<(), StoreError> {
-        if let (Some(log), false) = (self.store.oplog(), self.record.is_empty()) {
-            let ticket = log.append(&self.record)?;
+        if self.store.logs() && !self.record.is_empty() {
+            let ticket = self.store.append(&self.record)?;
             self.last_lsn = Some(ticket.lsn());
             self.ticket = Some(ticket);
             self.record.clear();

@@ -23,8 +23,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use prefixkv_storage::{CrashMode, SimDisk};
-use prefixkv_store::{Durability, DurableStore, Options};
+use prefixkv_storage::{CrashMode, Fault, FaultError, FaultOp, SimDisk};
+use prefixkv_store::{Durability, DurableStore, Options, StoreError};
 use prefixkv_testkit::rng::{env_count, Rng};
 
 const DIR: &str = "/data/store";
@@ -218,4 +218,118 @@ fn the_prefix_check_catches_a_lost_acknowledged_write() {
     }
     let problem = check(&store, &writer, Durability::Always).unwrap_err();
     assert!(problem.contains("was acknowledged as durable"), "{problem}");
+}
+
+/// One write of `seq` (the key of `key(seq)`, the value `seq`), returned once acknowledged.
+fn write(store: &Arc<DurableStore>, seq: u64) -> Result<(), StoreError> {
+    let mut session = store.session()?;
+    let key = key(seq);
+    let mut txn = session.begin(&[&key]);
+    txn.put(&key, seq.to_string().as_bytes())?;
+    match txn.commit()? {
+        Some(mark) => mark.wait(),
+        None => Ok(()),
+    }
+}
+
+/// A disk fault on the operation log (`fault`, `trigger` makes it bite), then: writes get a
+/// clear error (`expected` in its text) and change nothing acknowledged, reads are still served,
+/// a checkpoint while the fault lasts is an error and leaves writes refused, and once the fault
+/// is gone a checkpoint heals the log (store module docs, step 6) and writes are acknowledged
+/// again. Finally a power cut: every acknowledged write, before the fault and after the heal, is
+/// recovered.
+fn fault_then_heal(durability: Durability, fault: Fault, expected: &str) {
+    let disk = SimDisk::new(21);
+    let (store, _) = DurableStore::open(options(&disk, durability)).unwrap();
+    for seq in 0..KEYS {
+        write(&store, seq).unwrap();
+    }
+    store.sync().unwrap();
+    disk.inject(fault);
+    // `always` reports the failure to the write itself; `everysec` to the next sync.
+    let first = write(&store, KEYS).and_then(|()| store.sync());
+    let error = first.expect_err("the log cannot write").to_string();
+    assert!(error.contains(expected), "{durability:?}: {error}");
+    let refused = write(&store, KEYS + 1).expect_err("a failed log accepts nothing");
+    assert!(refused.to_string().contains("operation log"), "{refused}");
+    // Reads are served from memory: every acknowledged write is there. (Write `KEYS`, on key 0,
+    // met the failure after it was applied: its outcome is uncertain. Write `KEYS + 1` was
+    // refused before it changed anything.)
+    let state = read_state(&store);
+    for seq in 1..KEYS {
+        assert_eq!(
+            state[&key(seq)],
+            seq.to_string().into_bytes(),
+            "{durability:?}"
+        );
+    }
+    if disk.faults_hit() > 0 && matches!(fault_kind(&error), FaultKind::NoSpace) {
+        // Still no space: the checkpoint is durable, but the new log cannot be created.
+        let error = store
+            .checkpoint()
+            .expect_err("no space for a new log")
+            .to_string();
+        assert!(error.contains("No space left on device"), "{error}");
+        let refused = write(&store, KEYS + 2)
+            .expect_err("still refused")
+            .to_string();
+        assert!(refused.contains("being replaced"), "{refused}");
+    }
+    disk.clear_faults();
+    store
+        .checkpoint()
+        .expect("space is back: the checkpoint heals the log");
+    let healed: Vec<u64> = (KEYS + 10..3 * KEYS).collect();
+    for &seq in &healed {
+        write(&store, seq)
+            .unwrap_or_else(|e| panic!("{durability:?}: write {seq} after the heal: {e}"));
+    }
+    store.sync().unwrap();
+    disk.kill();
+    drop(store);
+    disk.crash(CrashMode::Random);
+    let (store, recovered) = DurableStore::open(options(&disk, durability)).unwrap();
+    let state = read_state(&store);
+    for &seq in healed.iter().rev().take(KEYS as usize) {
+        assert_eq!(
+            state[&key(seq)],
+            seq.to_string().into_bytes(),
+            "{durability:?}: acknowledged write {seq} after the heal lost; recovery: {recovered}"
+        );
+    }
+}
+
+enum FaultKind {
+    NoSpace,
+    Other,
+}
+
+fn fault_kind(error: &str) -> FaultKind {
+    if error.contains("No space left on device") {
+        FaultKind::NoSpace
+    } else {
+        FaultKind::Other
+    }
+}
+
+#[test]
+fn no_space_on_the_log_is_a_clear_error_and_writes_resume_once_space_returns() {
+    for durability in [Durability::Always, Durability::EverySec] {
+        fault_then_heal(
+            durability,
+            Fault::always(FaultOp::Write, ".oplog", FaultError::NoSpace),
+            "No space left on device",
+        );
+    }
+}
+
+/// `EIO` from a log sync is fail-stop (the sync is never retried): the write fails, and only a
+/// checkpoint, whose own syncs succeed, lets writes resume, on a new log.
+#[test]
+fn eio_from_a_log_sync_fails_the_write_and_a_checkpoint_heals_the_log() {
+    fault_then_heal(
+        Durability::Always,
+        Fault::once(FaultOp::SyncFile, ".oplog", FaultError::Io),
+        "Input/output error",
+    );
 }

@@ -158,6 +158,7 @@ impl Log {
             work_ready: Condvar::new(),
             space_freed: Condvar::new(),
             progress: Condvar::new(),
+            failed: AtomicU64::new(0),
             segments: Mutex::new(recovered.segments),
             maintenance: Mutex::new(()),
             disk,
@@ -450,6 +451,19 @@ impl Log {
             Some(message) => Err(Shared::failed(message)),
             None => Ok(()),
         }
+    }
+
+    /// Why the log failed, if it did: the failure is sticky (no append is accepted after it, and
+    /// no failed sync is ever retried), so an owner that wants to write again must make what the
+    /// log held durable elsewhere (a checkpoint) and start a new log.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.state.lock().failure.clone()
+    }
+
+    /// Whether the log has failed ([`Log::failure`] says why), without taking its lock: an owner
+    /// can refuse a write before doing any of it.
+    pub fn has_failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire) != 0
     }
 
     /// Paths of the current segment files, oldest first.

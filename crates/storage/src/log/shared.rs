@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub groups_written: AtomicU64,
     pub syncs: AtomicU64,
     pub records_written: AtomicU64,
+    /// 1 once `state.failure` is set (never cleared): a check without the state lock.
+    pub failed: AtomicU64,
 }
 
 impl Shared {
@@ -120,6 +122,7 @@ impl Shared {
         let (wakers, callbacks) = {
             let mut state = self.state.lock();
             state.failure.get_or_insert(message.clone());
+            self.failed.store(1, Ordering::Release);
             (
                 std::mem::take(&mut state.wakers),
                 std::mem::take(&mut state.callbacks),
