@@ -4,11 +4,13 @@
 //! background), after SMaRtTrie (Pintor et al.).
 //!
 //! Parts, one module each:
-//! - [`log_store`]: the Raft log on disk (CRC-framed segments, group commit, durable vote);
+//! - [`log_store`]: the Raft log on `prefixkv-storage`'s shared log (group commit), the durable
+//!   vote and purge point;
 //! - [`network`]: Raft RPCs between replicas over TCP (length-prefixed postcard frames);
 //! - [`store`] and [`state_machine`]: the two state models, apply, checkpoints every Δ commands,
 //!   snapshot install, recovery;
-//! - [`checkpoint`]: the checkpoint file format (CRC32C, atomic rename);
+//! - [`checkpoint`]: the checkpoint file format (CRC32C) and the checkpoints published through
+//!   `prefixkv-storage`'s version catalog;
 //! - [`client`]: the RESP client protocol (redis-cli works) and a cluster-aware client;
 //! - [`node`]: one replica wired together.
 //!

@@ -1,56 +1,114 @@
-//! The Raft log on disk: CRC-framed records in segment files, one writer thread with group
-//! commit, and a durable vote.
+//! The Raft log of one replica, on `prefixkv-storage`: the entries in the shared segmented log
+//! ([`prefixkv_storage::log`]), the vote and the purge point as durable whole files
+//! ([`prefixkv_storage::durable::write_file_durably`]), the commit index as a hint. Every file goes
+//! through the [`Disk`] of [`LogStoreConfig`] (the real disk, or the simulated one in power-cut
+//! tests).
 //!
-//! # Files (in the log directory)
-//! - `seg-<first index, 20 digits>.log`: records `len u32 | crc u32 | payload`, where `payload`
-//!   is a postcard-encoded openraft entry (≤ [`MAX_RECORD_BYTES`]) and `crc` is CRC32C over the
-//!   four length bytes followed by the payload. Indexes are consecutive within and across segments.
-//! - `vote`: `crc u32 | JSON`, replaced atomically (write temp, fsync, rename, fsync directory)
-//!   before `save_vote` returns.
-//! - `purged`: the last purged log id, same format and same atomic replacement.
-//! - `committed`: `crc u32 | len u32 | JSON` of the last committed log id, overwritten in place
-//!   and *not* fsynced: it is a hint that lets a restarted replica re-apply its own log at once;
-//!   if it is torn or stale, the replica re-applies less and waits for the leader to tell it the
-//!   commit index, which is always safe.
+//! # Files (in the log directory, `<replica>/log`)
+//! - `segments/`: the shared log (byte format and crash-safety argument in `docs/storage.md`,
+//!   "Log segments" and "Log"). One record per Raft entry, its payload the postcard encoding of
+//!   the openraft entry; the entry at Raft index `i` is the record with LSN `i + 1` (LSNs start
+//!   at 1, Raft indexes at 0). Written with the `always` policy: a group is synced before its
+//!   completions fire.
+//! - `vote`, `purged`: `crc32c u32 | JSON` of the vote and of the last purged log id, each
+//!   replaced by `write_file_durably` before the call that changed it returns.
+//! - `committed`: `crc32c u32 | len u32 | JSON` of the last committed log id, overwritten in place
+//!   and *not* synced: a hint that lets a restarted replica re-apply its own log at once. Opening
+//!   keeps it only if the log holds that very entry (or it is the purge point), so a torn, stale
+//!   or early hint only means re-applying less and waiting for the leader's commit index.
 //!
 //! # Invariants
-//! - One thread (the writer) touches the files; every mutating call is a message to it, processed
-//!   in the order openraft issued them (openraft requires log and vote I/O to be serialized).
-//! - `append` puts entries into the in-memory cache before returning (openraft reads them back at
-//!   once) and the writer calls the flush callback only after `fdatasync` covered them. One
-//!   `fdatasync` covers every append the writer drained in one go (group commit).
-//! - The cache holds exactly the unpurged entries, so its size is bounded by the checkpoint
-//!   interval (the log is purged behind each checkpoint).
+//! - The records above the purge point hold a dense run of entries, record LSN = index + 1
+//!   (checked at open and before every append: a batch that would leave a hole or overlap is
+//!   refused). Records at or below the purge point may remain in the oldest segment (the shared
+//!   log deletes whole segments only); opening skips them. A log that has never been purged and
+//!   holds no entry may begin at any index (openraft allows it, and its conformance suite does
+//!   it); the shared log is then started over at that entry's LSN. Raft itself never does: a
+//!   follower's first entry is index 0 or follows a snapshot, whose installation purges.
+//!   Entries at or below the purge point are not stored (the state machine covers them).
+//! - openraft issues one call at a time (`&mut self`) and each finishes its I/O before the next
+//!   starts, except appends, whose sync completes on the log's I/O thread; every later write
+//!   (vote, purge, truncation) first waits for those (`flush_and_sync`, or `truncate_after`'s own
+//!   drain). So the write I/O is serialized in call order, as openraft requires.
+//! - The in-memory cache holds exactly the unpurged entries (openraft reads them back at once),
+//!   so its size is bounded by the checkpoint interval (the log is purged behind checkpoints).
+//! - Fail-stop: after any failed write or sync (of the log, the vote or the purge point) every
+//!   later write is refused; nothing is retried. The shared log's failure is sticky too.
 //!
 //! # Crash safety
-//! A torn write can only damage the tail of the newest segment: recovery stops at the first
-//! record whose length or CRC does not verify and truncates the file there (those entries were
-//! never acknowledged as flushed). A bad record in an older segment is real corruption: opening
-//! fails with the file and offset rather than silently dropping committed entries. Truncation
-//! deletes later segments before cutting the file, so a crash in between leaves a longer but
-//! consistent log that openraft truncates again. Purging writes `purged` before deleting files;
-//! entries at or below it are ignored at recovery.
+//! - `append`: openraft's callback fires from the shared log's completion, which under `always`
+//!   follows the sync of the group holding the entries. A cut loses only entries whose callback
+//!   never fired (the shared log drops the torn tail at open).
+//! - `truncate`: `truncate_after` is durable before it returns; a cut during it leaves a longer,
+//!   dense log, which openraft truncates again.
+//! - `purge`: the purge point is written durably first, then whole segments at or below it are
+//!   deleted; a cut in between leaves extra records below the purge point, skipped at open. A
+//!   purge beyond the last entry (openraft installing a snapshot ahead of this log) starts the
+//!   log over above it: the segments directory is removed durably
+//!   (`durable::remove_dir_all_durably`) and a new log begins at LSN purge + 2. A cut in between
+//!   leaves a log that ends at or below the purge point, which opening starts over the same way;
+//!   a log that *starts* above purge + 1 has a hole and opening refuses it.
+//! - `save_vote`: the log is synced first, then the vote written durably, before returning.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 
+use anyhow::Context;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{RaftLogReader, StorageIOError, Vote};
+use prefixkv_storage::durable::{
+    create_dir_all_durably, read_file, remove_dir_all_durably, remove_leftover, write_file_durably,
+};
+use prefixkv_storage::log::{Log, LogConfig, LogError, SyncPolicy};
+use prefixkv_storage::{real_disk, Disk, DiskFile, OpenMode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::checkpoint::sync_dir;
 use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
-/// Largest accepted log record payload.
+/// Largest accepted log record payload (one postcard-encoded entry).
 pub const MAX_RECORD_BYTES: u32 = 64 << 20;
-/// A segment is closed once it grows past this size.
+/// A segment is closed once it would grow past this size.
 pub const SEGMENT_BYTES: u64 = 32 << 20;
+/// The shared log's directory inside the log directory.
+pub const SEGMENTS_DIR: &str = "segments";
+/// Bytes of entries that may wait for the log's I/O thread before `append` blocks.
+const QUEUE_CAPACITY_BYTES: usize = 64 << 20;
+const VOTE_FILE: &str = "vote";
+const PURGED_FILE: &str = "purged";
+const COMMITTED_FILE: &str = "committed";
+/// Largest `vote`, `purged` or `committed` file read back (they hold a few hundred bytes).
+const SMALL_FILE_LIMIT: u64 = 64 << 10;
+
+/// How a [`LogStore`] is opened.
+#[derive(Clone, Debug)]
+pub struct LogStoreConfig {
+    /// Where every file goes ([`real_disk`] by default; a `SimDisk` in power-cut tests).
+    pub disk: Arc<dyn Disk>,
+    /// Segment size of the shared log (at least 4096).
+    pub segment_bytes: u64,
+}
+
+impl Default for LogStoreConfig {
+    fn default() -> Self {
+        LogStoreConfig {
+            disk: real_disk(),
+            segment_bytes: SEGMENT_BYTES,
+        }
+    }
+}
+
+/// The LSN of the record holding the entry at Raft index `index`.
+fn lsn_of(index: u64) -> u64 {
+    index + 1
+}
+
+/// Called once appended entries are durable, or with the failure.
+pub type OnDurable = Box<dyn FnOnce(io::Result<()>) + Send + 'static>;
 
 #[derive(Default)]
 struct Cache {
@@ -58,32 +116,19 @@ struct Cache {
     last_purged: Option<LogId>,
 }
 
-enum Op {
-    Append(Vec<Entry>, LogFlushed<TypeConfig>),
-    Truncate(u64),
-    Purge(LogId),
-    Vote(Vote<NodeId>, tokio::sync::oneshot::Sender<io::Result<()>>),
-    Committed(Option<LogId>),
-}
-
 /// The disk log store of one replica.
 pub struct LogStore {
+    disk: Arc<dyn Disk>,
+    dir: PathBuf,
+    log_config: LogConfig,
+    /// `None` only after a failed restart of the log (then `failure` is set).
+    log: Option<Log>,
     cache: Arc<Mutex<Cache>>,
-    ops: mpsc::Sender<Op>,
     vote: Option<Vote<NodeId>>,
     committed: Option<LogId>,
-    writer: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for LogStore {
-    fn drop(&mut self) {
-        // Close the queue, then wait for the writer to finish what was queued, so that the
-        // directory can be reopened at once (in-process restarts) without two writers.
-        self.ops = mpsc::channel().0;
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
-    }
+    committed_file: Option<Arc<dyn DiskFile>>,
+    /// Set by the first failed write; every later write is refused (fail-stop).
+    failure: Option<String>,
 }
 
 /// Reads entries from the cache (used by openraft's replication tasks).
@@ -92,27 +137,57 @@ pub struct LogReader {
     cache: Arc<Mutex<Cache>>,
 }
 
-struct Segment {
-    first_index: u64,
-    last_index: u64,
-    path: PathBuf,
-    bytes: u64,
+/// Runs blocking I/O from async code: through `block_in_place` on a multi-threaded tokio runtime
+/// (other tasks move to other workers meanwhile), directly anywhere else.
+pub(crate) fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
 }
 
-struct Writer {
-    dir: PathBuf,
-    segments: Vec<Segment>,
-    current: Option<File>,
-    /// Where each unpurged entry's record starts: index → (segment position in `segments`'s
-    /// `first_index` terms, byte offset).
-    offsets: BTreeMap<u64, (u64, u64)>,
-    committed_file: Option<File>,
-    segment_bytes: u64,
+/// An `io::Error` for a log error, keeping the kind of an underlying I/O error (so `ENOSPC`
+/// stays `StorageFull`).
+fn log_io_error(error: LogError) -> io::Error {
+    match &error {
+        LogError::Io { source, .. } => io::Error::new(source.kind(), error.to_string()),
+        _ => io::Error::other(error.to_string()),
+    }
+}
+
+fn encode_small_file<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    let json = serde_json::to_vec(value).map_err(io::Error::other)?;
+    let mut bytes = crc32c::crc32c(&json).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&json);
+    Ok(bytes)
+}
+
+/// Reads a `vote` or `purged` file; `Ok(None)` if it is absent. It was replaced atomically, so
+/// a bad checksum is media corruption, and an error.
+fn read_small_file<T: DeserializeOwned>(disk: &dyn Disk, path: &Path) -> anyhow::Result<Option<T>> {
+    let Some(bytes) = read_file(disk, path, SMALL_FILE_LIMIT)? else {
+        return Ok(None);
+    };
+    let valid = bytes.len() >= 4
+        && crc32c::crc32c(&bytes[4..]) == u32::from_le_bytes(bytes[..4].try_into().unwrap());
+    if !valid {
+        anyhow::bail!(
+            "{} is corrupt (CRC mismatch at offset 0); it was written atomically, so this is media \
+             corruption: restore it or remove the replica's directory and re-add it",
+            path.display()
+        );
+    }
+    let value = serde_json::from_slice(&bytes[4..])
+        .with_context(|| format!("{} does not parse", path.display()))?;
+    Ok(Some(value))
 }
 
 /// Reads the `committed` hint; anything unreadable is no hint.
-fn read_committed_hint(dir: &Path) -> Option<LogId> {
-    let bytes = fs::read(dir.join("committed")).ok()?;
+fn read_committed_hint(disk: &dyn Disk, path: &Path) -> Option<LogId> {
+    let bytes = read_file(disk, path, SMALL_FILE_LIMIT).ok()??;
     let crc = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?);
     let len = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?) as usize;
     let json = bytes.get(8..8usize.checked_add(len)?)?;
@@ -122,229 +197,107 @@ fn read_committed_hint(dir: &Path) -> Option<LogId> {
     serde_json::from_slice::<Option<LogId>>(json).ok().flatten()
 }
 
-fn write_small_file<T: Serialize>(
-    dir: &Path,
-    name: &str,
-    value: &T,
-    durable: bool,
-) -> io::Result<()> {
-    let json = serde_json::to_vec(value).map_err(io::Error::other)?;
-    let mut bytes = crc32c::crc32c(&json).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&json);
-    let temporary = dir.join(format!("{name}.tmp"));
-    let mut file = File::create(&temporary)?;
-    file.write_all(&bytes)?;
-    if durable {
-        file.sync_all()?;
-    }
-    drop(file);
-    fs::rename(&temporary, dir.join(name))?;
-    if durable {
-        sync_dir(dir)?;
-    }
-    Ok(())
-}
-
-/// Reads a file written by `write_small_file`; `Ok(None)` if it is absent. A bad checksum is an
-/// error for durable files and `None` for hints.
-fn read_small_file<T: DeserializeOwned>(
-    dir: &Path,
-    name: &str,
-    hint: bool,
-) -> io::Result<Option<T>> {
-    let path = dir.join(name);
-    let bytes = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let valid = bytes.len() >= 4
-        && crc32c::crc32c(&bytes[4..]) == u32::from_le_bytes(bytes[..4].try_into().unwrap());
-    if !valid {
-        if hint {
-            return Ok(None);
-        }
-        return Err(io::Error::other(format!(
-            "{} is corrupt (CRC mismatch at offset 0); it was written atomically, so this is media corruption: restore it or remove the replica's directory and re-add it",
-            path.display()
-        )));
-    }
-    serde_json::from_slice(&bytes[4..])
-        .map(Some)
-        .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
-}
-
-/// A decoded segment: entries with their record offsets, the valid prefix length in bytes, and
-/// what is wrong after that prefix (if anything).
-pub type DecodedSegment = (Vec<(u64, Entry)>, u64, Option<String>);
-
-fn segment_name(first_index: u64) -> String {
-    format!("seg-{first_index:020}.log")
-}
-
-fn encode_record(entry: &Entry, out: &mut Vec<u8>) -> io::Result<()> {
-    let payload = postcard::to_allocvec(entry).map_err(io::Error::other)?;
-    let len = u32::try_from(payload.len())
-        .ok()
-        .filter(|len| *len <= MAX_RECORD_BYTES)
-        .ok_or_else(|| {
-            io::Error::other(format!(
-                "log entry {} of {} bytes exceeds the record limit",
-                entry.log_id,
-                payload.len()
-            ))
-        })?;
-    let mut crc = crc32c::crc32c(&len.to_le_bytes());
-    crc = crc32c::crc32c_append(crc, &payload);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&payload);
-    Ok(())
-}
-
-/// Reads the records of one segment. Returns the entries with their offsets and the length of
-/// the valid prefix, plus a description of the first bad record if there is one.
-fn scan_segment(path: &Path) -> io::Result<DecodedSegment> {
-    let mut bytes = Vec::new();
-    File::open(path)?.read_to_end(&mut bytes)?;
-    Ok(decode_segment(&bytes, path))
-}
-
-/// Decodes a segment's bytes (`path` appears in problems): the entries with their record
-/// offsets, the length of the valid prefix, and what is wrong after it, if anything. Never
-/// panics and never allocates more than the input holds; for recovery, tests and the fuzz target.
-pub fn decode_segment(bytes: &[u8], path: &Path) -> DecodedSegment {
-    let mut entries = Vec::new();
-    let mut at = 0usize;
-    while at < bytes.len() {
-        let bad = |what: &str| Some(format!("{} at byte offset {at}: {what}", path.display()));
-        if bytes.len() - at < 8 {
-            return (entries, at as u64, bad("record header cut short"));
-        }
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-        let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap());
-        if len > MAX_RECORD_BYTES || (len as usize) > bytes.len() - at - 8 {
-            return (
-                entries,
-                at as u64,
-                bad("record length out of bounds (torn write?)"),
-            );
-        }
-        let payload = &bytes[at + 8..at + 8 + len as usize];
-        if crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), payload) != crc {
-            return (entries, at as u64, bad("record CRC mismatch"));
-        }
-        let entry: Entry = match postcard::from_bytes(payload) {
-            Ok(entry) => entry,
-            Err(e) => {
-                return (
-                    entries,
-                    at as u64,
-                    bad(&format!("record does not decode: {e}")),
-                )
-            }
-        };
-        if let Some((_, previous)) = entries.last() {
-            let previous: &Entry = previous;
-            if entry.log_id.index != previous.log_id.index + 1 {
-                return (entries, at as u64, bad("log index is not consecutive"));
-            }
-        }
-        entries.push((at as u64, entry));
-        at += 8 + len as usize;
-    }
-    (entries, at as u64, None)
+/// Closes `log`, removes its directory durably and opens a new, empty log there that starts at
+/// `config.first_lsn`.
+fn restart_log(disk: &Arc<dyn Disk>, log: Log, config: &LogConfig) -> anyhow::Result<Log> {
+    let dir = log.dir().to_path_buf();
+    log.close()
+        .with_context(|| format!("closing {} to start it over", dir.display()))?;
+    remove_dir_all_durably(&**disk, &dir)
+        .with_context(|| format!("removing {} to start it over", dir.display()))?;
+    let (log, report) = Log::open_on(Arc::clone(disk), &dir, config.clone())?;
+    anyhow::ensure!(
+        report.next_lsn == config.first_lsn,
+        "{} restarted at LSN {} instead of {}",
+        dir.display(),
+        report.next_lsn,
+        config.first_lsn
+    );
+    Ok(log)
 }
 
 impl LogStore {
-    /// Opens (or creates) the log in `dir`, recovering its files, and starts the writer thread.
+    /// Opens (or creates) the log in `dir` on the real disk, recovering its files.
     pub fn open(dir: &Path) -> anyhow::Result<LogStore> {
-        Self::open_with_segment_bytes(dir, SEGMENT_BYTES)
+        Self::open_with(dir, LogStoreConfig::default())
     }
 
-    /// [`LogStore::open`], closing segments at `segment_bytes` instead of [`SEGMENT_BYTES`].
-    pub fn open_with_segment_bytes(dir: &Path, segment_bytes: u64) -> anyhow::Result<LogStore> {
-        fs::create_dir_all(dir)?;
-        let vote: Option<Vote<NodeId>> = read_small_file(dir, "vote", false)?;
-        let last_purged: Option<LogId> = read_small_file(dir, "purged", false)?;
-        let committed = read_committed_hint(dir);
-        let mut segment_paths = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if let Some(digits) = name
-                .strip_prefix("seg-")
-                .and_then(|n| n.strip_suffix(".log"))
-            {
-                if let Ok(first) = digits.parse::<u64>() {
-                    segment_paths.push((first, entry.path()));
-                }
-            }
+    /// Opens (or creates) the log in `dir` as `config` says, recovering its files: the shared
+    /// log drops a torn tail and refuses corruption; a log that ends at or below the purge point
+    /// starts over above it; the entries above the purge point are read into memory.
+    pub fn open_with(dir: &Path, config: LogStoreConfig) -> anyhow::Result<LogStore> {
+        let disk = config.disk;
+        create_dir_all_durably(&*disk, dir)?;
+        if let Some(old) = disk
+            .list(dir)?
+            .into_iter()
+            .find(|entry| entry.name.starts_with("seg-") && entry.name.ends_with(".log"))
+        {
+            anyhow::bail!(
+                "{} holds {}, a Raft log segment of the format before prefixkv-storage; this \
+                 version cannot read it. Remove the replica's directory and let it rejoin from a \
+                 snapshot.",
+                dir.display(),
+                old.name
+            );
         }
-        segment_paths.sort();
+        let vote: Option<Vote<NodeId>> = read_small_file(&*disk, &dir.join(VOTE_FILE))?;
+        let last_purged: Option<LogId> = read_small_file(&*disk, &dir.join(PURGED_FILE))?;
+        let committed = read_committed_hint(&*disk, &dir.join(COMMITTED_FILE));
+        let segments = dir.join(SEGMENTS_DIR);
+        remove_leftover(&*disk, &segments)?;
+        let first_lsn = last_purged.map_or(1, |id| lsn_of(id.index) + 1);
+        let log_config = LogConfig {
+            policy: SyncPolicy::Always,
+            segment_bytes: config.segment_bytes,
+            max_record_bytes: MAX_RECORD_BYTES,
+            queue_capacity_bytes: QUEUE_CAPACITY_BYTES,
+            first_lsn,
+            ..LogConfig::default()
+        };
+        let (mut log, report) = Log::open_on(Arc::clone(&disk), &segments, log_config.clone())?;
+        if let Some(torn) = &report.torn_tail {
+            tracing::warn!(
+                "Raft log: dropped a torn tail of {} bytes at offset {} of {} (never reported durable)",
+                torn.bytes_dropped,
+                torn.offset,
+                torn.segment.display()
+            );
+        }
+        if log.next_lsn() < first_lsn {
+            // Everything left is at or below the purge point (a cut during a purge beyond the
+            // end, or an unsynced tail lost behind a snapshot): start over above it.
+            log = restart_log(&disk, log, &log_config)?;
+        }
+        anyhow::ensure!(
+            last_purged.is_none() || log.oldest_lsn() <= first_lsn,
+            "Raft log {} starts at index {} but the purge point is {:?}: entries in between are \
+             missing; refusing to start. Remove this replica's directory and let it rejoin from a \
+             snapshot.",
+            segments.display(),
+            log.oldest_lsn() - 1,
+            last_purged
+        );
         let mut cache = Cache {
             entries: BTreeMap::new(),
             last_purged,
         };
-        let mut segments = Vec::new();
-        let mut offsets = BTreeMap::new();
-        let count = segment_paths.len();
-        let purged_index = last_purged.map(|id| id.index);
-        for (position, (_, path)) in segment_paths.into_iter().enumerate() {
-            let (entries, valid_bytes, problem) = scan_segment(&path)?;
-            if let Some(problem) = problem {
-                if position + 1 != count {
-                    anyhow::bail!(
-                        "Raft log segment {problem}, and newer segments follow it; refusing to start \
-                         (committed entries would be lost). Restore the file, or remove this replica's \
-                         directory and let it rejoin from a snapshot."
-                    );
-                }
-                tracing::warn!("truncating torn log tail: {problem}");
-                let file = OpenOptions::new().write(true).open(&path)?;
-                file.set_len(valid_bytes)?;
-                file.sync_all()?;
-            }
-            let (Some((_, first)), Some((_, last))) = (entries.first(), entries.last()) else {
-                fs::remove_file(&path)?;
-                sync_dir(dir)?;
-                continue;
-            };
-            let (first_index, last_index) = (first.log_id.index, last.log_id.index);
-            if let Some(previous) = segments.last() {
-                let previous: &Segment = previous;
-                if first_index != previous.last_index + 1 {
-                    anyhow::bail!(
-                        "Raft log segment {} starts at index {first_index} but the previous one ends at {}: \
-                         the log has a hole; refusing to start",
-                        path.display(),
-                        previous.last_index
-                    );
-                }
-            }
-            for (offset, entry) in entries {
-                let index = entry.log_id.index;
-                if purged_index.is_some_and(|purged| index <= purged) {
-                    continue;
-                }
-                offsets.insert(index, (first_index, offset));
-                cache.entries.insert(index, entry);
-            }
-            segments.push(Segment {
-                first_index,
-                last_index,
-                path,
-                bytes: valid_bytes,
-            });
+        for record in log.replay(first_lsn.max(log.oldest_lsn()))? {
+            let (lsn, payload) = record?;
+            let entry: Entry = postcard::from_bytes(&payload).with_context(|| {
+                format!(
+                    "Raft log {}: the record with LSN {lsn} passed its CRC but is not an entry",
+                    segments.display()
+                )
+            })?;
+            anyhow::ensure!(
+                lsn_of(entry.log_id.index) == lsn,
+                "Raft log {}: the record with LSN {lsn} holds entry {}, whose index does not match",
+                segments.display(),
+                entry.log_id
+            );
+            cache.entries.insert(entry.log_id.index, entry);
         }
-        let current = match segments.last() {
-            Some(segment) => Some(OpenOptions::new().append(true).open(&segment.path)?),
-            None => None,
-        };
-        // The hint is written after the sync of its batch, but openraft may record a commit
-        // index before the entries reach this replica's disk. Keep it only if the log holds that
-        // very entry (or it is the purge point); otherwise wait for the leader.
         let committed = committed.filter(|hint| {
             Some(*hint) == cache.last_purged
                 || cache
@@ -352,113 +305,295 @@ impl LogStore {
                     .get(&hint.index)
                     .is_some_and(|entry| entry.log_id == *hint)
         });
-        let writer = Writer {
-            dir: dir.to_path_buf(),
-            segments,
-            current,
-            offsets,
-            committed_file: None,
-            segment_bytes,
-        };
-        let cache = Arc::new(Mutex::new(cache));
-        let (ops, receiver) = mpsc::channel();
-        let writer = std::thread::Builder::new()
-            .name("raft-log-writer".into())
-            .spawn(move || writer.run(receiver))?;
         Ok(LogStore {
-            cache,
-            ops,
+            disk,
+            dir: dir.to_path_buf(),
+            log_config,
+            log: Some(log),
+            cache: Arc::new(Mutex::new(cache)),
             vote,
             committed,
-            writer: Some(writer),
+            committed_file: None,
+            failure: None,
         })
     }
 
-    #[allow(clippy::result_large_err)] // openraft's error type, returned as openraft wants it
-    fn send(&self, op: Op) -> Result<(), StorageError> {
-        self.ops.send(op).map_err(|_| {
-            StorageIOError::write_logs(&io::Error::other("the log writer thread has stopped"))
-                .into()
-        })
+    /// The log state: last purged and last log id.
+    pub fn log_state(&self) -> LogState<TypeConfig> {
+        let cache = self.cache.lock().expect("poisoned");
+        let last_log_id = cache
+            .entries
+            .last_key_value()
+            .map(|(_, entry)| entry.log_id)
+            .or(cache.last_purged);
+        LogState {
+            last_purged_log_id: cache.last_purged,
+            last_log_id,
+        }
     }
-}
 
-impl Writer {
-    fn run(mut self, receiver: mpsc::Receiver<Op>) {
-        while let Ok(first) = receiver.recv() {
-            let mut batch = vec![first];
-            while batch.len() < 4096 {
-                match receiver.try_recv() {
-                    Ok(op) => batch.push(op),
-                    Err(_) => break,
+    /// The unpurged entries with index in `range`.
+    pub fn entries(&self, range: impl RangeBounds<u64>) -> Vec<Entry> {
+        let cache = self.cache.lock().expect("poisoned");
+        cache
+            .entries
+            .range(range)
+            .map(|(_, entry)| entry.clone())
+            .collect()
+    }
+
+    /// The last saved vote.
+    pub fn vote(&self) -> Option<Vote<NodeId>> {
+        self.vote
+    }
+
+    /// The commit index hint (validated at open).
+    pub fn committed(&self) -> Option<LogId> {
+        self.committed
+    }
+
+    /// The shared log's segment files, oldest first (tests tamper with them).
+    pub fn segment_paths(&self) -> Vec<PathBuf> {
+        self.log.as_ref().map_or_else(Vec::new, Log::segment_paths)
+    }
+
+    fn live_log(&self) -> io::Result<&Log> {
+        match (&self.failure, &self.log) {
+            (None, Some(log)) => Ok(log),
+            (failure, _) => Err(io::Error::other(format!(
+                "the Raft log store in {} failed earlier and accepts no more writes ({}); \
+                 restart the replica to recover",
+                self.dir.display(),
+                failure.as_deref().unwrap_or("its log is closed")
+            ))),
+        }
+    }
+
+    /// Records the first failure (fail-stop) and returns it.
+    fn fail(&mut self, error: io::Error) -> io::Error {
+        tracing::error!("Raft log I/O failed in {}: {error}", self.dir.display());
+        self.failure.get_or_insert_with(|| error.to_string());
+        error
+    }
+
+    /// Appends `entries` (which must continue the log: the first at the last index + 1, or at
+    /// the purge point + 1) and calls `on_durable` once they are durable, or with the failure.
+    /// When this returns `Ok`, the entries are readable.
+    pub fn append_entries(
+        &mut self,
+        mut entries: Vec<Entry>,
+        on_durable: OnDurable,
+    ) -> io::Result<()> {
+        // Entries at or below the purge point are covered by the state machine already and
+        // are not stored (Raft never sends them; openraft's conformance suite appends some).
+        if let Some(purged) = self.cache.lock().expect("poisoned").last_purged {
+            entries.retain(|entry| entry.log_id.index > purged.index);
+        }
+        if entries.is_empty() {
+            // Nothing new: durable once everything before it is.
+            let log = self.live_log()?;
+            let outcome = blocking(|| log.flush_and_sync());
+            let outcome = outcome.map(|_| ()).map_err(log_io_error);
+            let failed = outcome
+                .as_ref()
+                .err()
+                .map(|e| io::Error::new(e.kind(), e.to_string()));
+            on_durable(outcome);
+            return match failed {
+                Some(error) => Err(self.fail(error)),
+                None => Ok(()),
+            };
+        }
+        let mut next_lsn = self.live_log()?.next_lsn();
+        let first_lsn = lsn_of(entries[0].log_id.index);
+        let never_used = {
+            let cache = self.cache.lock().expect("poisoned");
+            cache.entries.is_empty() && cache.last_purged.is_none()
+        };
+        if first_lsn != next_lsn && never_used {
+            // An empty, never purged log may begin anywhere (module docs).
+            self.restart_at(first_lsn)?;
+            next_lsn = first_lsn;
+        }
+        for (position, entry) in entries.iter().enumerate() {
+            if lsn_of(entry.log_id.index) != next_lsn + position as u64 {
+                let error = io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "append of entry {} would leave a hole or overlap: the log's next index is {}",
+                        entry.log_id,
+                        next_lsn + position as u64 - 1
+                    ),
+                );
+                return Err(self.fail(error));
+            }
+        }
+        let mut payloads = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            let payload = postcard::to_allocvec(entry).map_err(io::Error::other)?;
+            if payload.len() > MAX_RECORD_BYTES as usize {
+                // Refused before anything is queued, so the log stays consistent.
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "log entry {} of {} bytes exceeds the {MAX_RECORD_BYTES}-byte record limit",
+                        entry.log_id,
+                        payload.len()
+                    ),
+                ));
+            }
+            payloads.push(payload);
+        }
+        let first_index = entries[0].log_id.index;
+        {
+            let mut cache = self.cache.lock().expect("poisoned");
+            for entry in entries {
+                cache.entries.insert(entry.log_id.index, entry);
+            }
+        }
+        let log = self.live_log()?;
+        let mut on_durable = Some(on_durable);
+        let last = payloads.len() - 1;
+        let mut failed = None;
+        for (position, payload) in payloads.iter().enumerate() {
+            let queued = if position == last {
+                let callback = on_durable.take().expect("called once");
+                log.append_with_callback(
+                    payload,
+                    Box::new(move |outcome| callback(outcome.map(|_| ()).map_err(log_io_error))),
+                )
+            } else {
+                // Completion is a watermark: the last record's callback covers this one too.
+                log.append(payload).map(|ticket| ticket.lsn())
+            };
+            if let Err(error) = queued {
+                failed = Some(log_io_error(error));
+                break;
+            }
+        }
+        match failed {
+            None => Ok(()),
+            Some(error) => {
+                self.cache
+                    .lock()
+                    .expect("poisoned")
+                    .entries
+                    .split_off(&first_index);
+                if let Some(callback) = on_durable {
+                    callback(Err(io::Error::new(error.kind(), error.to_string())));
                 }
-            }
-            let mut flushed = Vec::new();
-            let mut votes = Vec::new();
-            let mut result: io::Result<()> = Ok(());
-            let mut last_committed = None;
-            for op in batch {
-                if result.is_err() {
-                    // After an I/O error nothing later may be reported durable.
-                    match op {
-                        Op::Append(_, callback) => flushed.push(callback),
-                        Op::Vote(_, reply) => {
-                            votes.push((reply, Err(io::Error::other("log writer failed earlier"))))
-                        }
-                        _ => {}
-                    }
-                    continue;
-                }
-                match op {
-                    Op::Append(entries, callback) => {
-                        result = self.append(&entries);
-                        flushed.push(callback);
-                    }
-                    Op::Truncate(since) => result = self.truncate(since),
-                    Op::Purge(upto) => result = self.purge(upto),
-                    Op::Vote(vote, reply) => {
-                        let written = write_small_file(&self.dir, "vote", &vote, true);
-                        votes.push((reply, written));
-                    }
-                    Op::Committed(committed) => last_committed = Some(committed),
-                }
-            }
-            if result.is_ok() {
-                if let Some(file) = &self.current {
-                    result = file.sync_data();
-                }
-            }
-            if let Some(committed) = last_committed {
-                // After the sync: the hint never points past entries that are durable here.
-                if let Err(error) = self.write_committed_hint(&committed) {
-                    tracing::warn!("cannot write the committed hint: {error}");
-                }
-            }
-            for callback in flushed {
-                let outcome = match &result {
-                    Ok(()) => Ok(()),
-                    Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-                };
-                callback.log_io_completed(outcome);
-            }
-            for (reply, outcome) in votes {
-                let _ = reply.send(outcome);
-            }
-            if let Err(error) = result {
-                tracing::error!("Raft log I/O failed in {}: {error}", self.dir.display());
+                Err(self.fail(error))
             }
         }
     }
 
+    /// Removes the entries from `index` on, durably, before returning.
+    pub fn truncate_since(&mut self, index: u64) -> io::Result<()> {
+        let log = self.live_log()?;
+        let purged = self.cache.lock().expect("poisoned").last_purged;
+        if purged.is_some_and(|purged| index <= purged.index) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("truncating from index {index} would cut into the purged log ({purged:?})"),
+            ));
+        }
+        // Records with LSN above `lsn_of(index) - 1 = index` go. A log that began above
+        // `index` (never purged, module docs) has nothing below its oldest record to keep.
+        let keep_through = index.max(log.oldest_lsn() - 1);
+        let outcome = blocking(|| log.truncate_after(keep_through));
+        self.cache
+            .lock()
+            .expect("poisoned")
+            .entries
+            .split_off(&index);
+        match outcome {
+            Ok(_) => Ok(()),
+            Err(error) => Err(self.fail(log_io_error(error))),
+        }
+    }
+
+    /// Records `upto` as purged, durably, then deletes what the log no longer needs (see the
+    /// module docs). A purge point at or below the current one is a no-op.
+    pub fn purge_upto(&mut self, upto: LogId) -> io::Result<()> {
+        let log = self.live_log()?;
+        let purged = self.cache.lock().expect("poisoned").last_purged;
+        if purged.is_some_and(|purged| purged.index >= upto.index) {
+            return Ok(());
+        }
+        let path = self.dir.join(PURGED_FILE);
+        let disk = Arc::clone(&self.disk);
+        let written = blocking(|| -> io::Result<()> {
+            // Serialized after the appends before it (openraft's rule for write I/O).
+            log.flush_and_sync().map_err(log_io_error)?;
+            write_file_durably(&*disk, &path, &encode_small_file(&upto)?)
+        });
+        if let Err(error) = written {
+            return Err(self.fail(error));
+        }
+        {
+            let mut cache = self.cache.lock().expect("poisoned");
+            cache.entries = cache.entries.split_off(&(upto.index + 1));
+            cache.last_purged = Some(upto);
+        }
+        if lsn_of(upto.index) < log.next_lsn() {
+            let deleted = blocking(|| log.truncate_through(lsn_of(upto.index)));
+            return match deleted {
+                Ok(_) => Ok(()),
+                Err(error) => Err(self.fail(log_io_error(error))),
+            };
+        }
+        // Beyond the last entry: start the log over above the purge point.
+        self.restart_at(lsn_of(upto.index) + 1)
+    }
+
+    /// Starts the shared log over, empty, with `first_lsn` as its next LSN (module docs).
+    fn restart_at(&mut self, first_lsn: u64) -> io::Result<()> {
+        self.log_config.first_lsn = first_lsn;
+        let log = self.log.take().expect("checked live by the caller");
+        let restarted = blocking(|| restart_log(&self.disk, log, &self.log_config));
+        match restarted {
+            Ok(log) => {
+                self.log = Some(log);
+                Ok(())
+            }
+            Err(error) => Err(self.fail(io::Error::other(format!("{error:#}")))),
+        }
+    }
+
+    /// Saves the vote durably, after every entry appended before it is durable.
+    pub fn write_vote(&mut self, vote: &Vote<NodeId>) -> io::Result<()> {
+        let log = self.live_log()?;
+        let path = self.dir.join(VOTE_FILE);
+        let disk = Arc::clone(&self.disk);
+        let written = blocking(|| -> io::Result<()> {
+            log.flush_and_sync().map_err(log_io_error)?;
+            write_file_durably(&*disk, &path, &encode_small_file(vote)?)
+        });
+        match written {
+            Ok(()) => {
+                self.vote = Some(*vote);
+                Ok(())
+            }
+            Err(error) => Err(self.fail(error)),
+        }
+    }
+
+    /// Records the commit index as a hint (not synced; see the module docs). A failure to write
+    /// the hint is logged and otherwise ignored: the hint is never needed for correctness.
+    pub fn write_committed(&mut self, committed: Option<LogId>) {
+        self.committed = committed;
+        if self.failure.is_some() {
+            return;
+        }
+        if let Err(error) = self.write_committed_hint(&committed) {
+            tracing::warn!("cannot write the committed hint: {error}");
+        }
+    }
+
     fn write_committed_hint(&mut self, committed: &Option<LogId>) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
         if self.committed_file.is_none() {
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(self.dir.join("committed"))?;
-            self.committed_file = Some(file);
+            let path = self.dir.join(COMMITTED_FILE);
+            self.committed_file = Some(self.disk.open(&path, OpenMode::Create)?);
         }
         let json = serde_json::to_vec(committed).map_err(io::Error::other)?;
         let mut bytes = Vec::with_capacity(8 + json.len());
@@ -469,121 +604,6 @@ impl Writer {
             .as_ref()
             .expect("opened above")
             .write_all_at(&bytes, 0)
-    }
-
-    fn append(&mut self, entries: &[Entry]) -> io::Result<()> {
-        let mut buffer = Vec::new();
-        for entry in entries {
-            let index = entry.log_id.index;
-            let needs_new = match self.segments.last() {
-                None => true,
-                Some(segment) => {
-                    self.current.is_none()
-                        || segment.bytes + buffer.len() as u64 >= self.segment_bytes
-                }
-            };
-            if needs_new {
-                self.flush_buffer(&mut buffer)?;
-                if let Some(file) = self.current.take() {
-                    file.sync_data()?;
-                }
-                let path = self.dir.join(segment_name(index));
-                let file = OpenOptions::new().create(true).append(true).open(&path)?;
-                // A file of this name can only be a leftover of a truncated log: start it empty.
-                file.set_len(0)?;
-                sync_dir(&self.dir)?;
-                self.current = Some(file);
-                self.segments.push(Segment {
-                    first_index: index,
-                    last_index: index,
-                    path,
-                    bytes: 0,
-                });
-            }
-            let segment = self.segments.last_mut().expect("a segment is open");
-            debug_assert!(
-                segment.bytes == 0 || index == segment.last_index + 1,
-                "log hole at {index}"
-            );
-            self.offsets.insert(
-                index,
-                (segment.first_index, segment.bytes + buffer.len() as u64),
-            );
-            encode_record(entry, &mut buffer)?;
-            segment.last_index = index;
-        }
-        self.flush_buffer(&mut buffer)
-    }
-
-    fn flush_buffer(&mut self, buffer: &mut Vec<u8>) -> io::Result<()> {
-        if buffer.is_empty() {
-            return Ok(());
-        }
-        let file = self.current.as_mut().expect("a segment is open");
-        file.write_all(buffer)?;
-        self.segments.last_mut().expect("a segment is open").bytes += buffer.len() as u64;
-        buffer.clear();
-        Ok(())
-    }
-
-    fn truncate(&mut self, since: u64) -> io::Result<()> {
-        let Some(&(segment_first, offset)) = self.offsets.get(&since) else {
-            return Ok(());
-        };
-        while self
-            .segments
-            .last()
-            .is_some_and(|s| s.first_index > segment_first)
-        {
-            let segment = self.segments.pop().expect("checked");
-            self.current = None;
-            fs::remove_file(&segment.path)?;
-        }
-        sync_dir(&self.dir)?;
-        let segment = self
-            .segments
-            .last_mut()
-            .expect("the entry's segment exists");
-        debug_assert_eq!(segment.first_index, segment_first);
-        if offset == 0 {
-            let segment = self.segments.pop().expect("checked");
-            fs::remove_file(&segment.path)?;
-            sync_dir(&self.dir)?;
-            self.current = match self.segments.last() {
-                Some(previous) => Some(OpenOptions::new().append(true).open(&previous.path)?),
-                None => None,
-            };
-        } else {
-            let file = OpenOptions::new().append(true).open(&segment.path)?;
-            file.set_len(offset)?;
-            segment.bytes = offset;
-            segment.last_index = since - 1;
-            self.current = Some(file);
-        }
-        self.offsets.split_off(&since);
-        Ok(())
-    }
-
-    fn purge(&mut self, upto: LogId) -> io::Result<()> {
-        write_small_file(&self.dir, "purged", &upto, true)?;
-        let mut removed = false;
-        while self
-            .segments
-            .first()
-            .is_some_and(|s| s.last_index <= upto.index)
-        {
-            let segment = self.segments.remove(0);
-            if self.segments.is_empty() {
-                self.current = None;
-            }
-            fs::remove_file(&segment.path)?;
-            removed = true;
-        }
-        if removed {
-            sync_dir(&self.dir)?;
-        }
-        self.offsets = self.offsets.split_off(&(upto.index + 1));
-        Ok(())
     }
 }
 
@@ -606,11 +626,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        LogReader {
-            cache: self.cache.clone(),
-        }
-        .try_get_log_entries(range)
-        .await
+        Ok(self.entries(range))
     }
 }
 
@@ -618,16 +634,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogReader;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let cache = self.cache.lock().expect("poisoned");
-        let last_log_id = cache
-            .entries
-            .last_key_value()
-            .map(|(_, entry)| entry.log_id)
-            .or(cache.last_purged);
-        Ok(LogState {
-            last_purged_log_id: cache.last_purged,
-            last_log_id,
-        })
+        Ok(self.log_state())
     }
 
     async fn get_log_reader(&mut self) -> LogReader {
@@ -637,14 +644,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
-        let (reply, done) = tokio::sync::oneshot::channel();
-        self.send(Op::Vote(*vote, reply))?;
-        let written = done
-            .await
-            .map_err(|_| StorageIOError::write_vote(&io::Error::other("log writer stopped")))?;
-        written.map_err(|e| StorageIOError::write_vote(&e))?;
-        self.vote = Some(*vote);
-        Ok(())
+        self.write_vote(vote)
+            .map_err(|e| StorageIOError::write_vote(&e).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
@@ -652,8 +653,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.committed = committed;
-        self.send(Op::Committed(committed))
+        self.write_committed(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
@@ -669,31 +670,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
-        {
-            let mut cache = self.cache.lock().expect("poisoned");
-            for entry in &entries {
-                cache.entries.insert(entry.log_id.index, entry.clone());
-            }
-        }
-        self.send(Op::Append(entries, callback))
+        let on_durable: OnDurable = Box::new(move |outcome| callback.log_io_completed(outcome));
+        self.append_entries(entries.into_iter().collect(), on_durable)
+            .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.cache
-            .lock()
-            .expect("poisoned")
-            .entries
-            .split_off(&log_id.index);
-        self.send(Op::Truncate(log_id.index))
+        self.truncate_since(log_id.index)
+            .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        {
-            let mut cache = self.cache.lock().expect("poisoned");
-            cache.entries = cache.entries.split_off(&(log_id.index + 1));
-            cache.last_purged = Some(log_id);
-        }
-        self.send(Op::Purge(log_id))
+        self.purge_upto(log_id)
+            .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 }

@@ -2,7 +2,7 @@
 //! listener, wired together.
 //!
 //! Directory layout under `--dir`: `log/` (see `log_store.rs`) and `checkpoints/` (see
-//! `checkpoint.rs`). Two background tasks connect the state machine to openraft: one asks
+//! `checkpoint.rs`), both on `prefixkv-storage` and through the disk of [`NodeConfig::disk`]. Two background tasks connect the state machine to openraft: one asks
 //! openraft to take a pending checkpoint as its snapshot, the other purges the Raft log up to the
 //! oldest retained checkpoint once a newer one is durable.
 
@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use openraft::{BasicNode, Config, SnapshotPolicy};
+use prefixkv_storage::{real_disk, Disk};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::log_store::LogStore;
+use crate::log_store::{LogStore, LogStoreConfig};
 use crate::network::Network;
 use crate::state_machine::{Shared, StateMachine, StateMachineConfig};
 use crate::store::StateModel;
@@ -42,8 +43,11 @@ pub struct NodeConfig {
     pub heartbeat_ms: u64,
     /// Lower bound of the randomised election timeout.
     pub election_timeout_min_ms: u64,
-    /// Raft log segment size.
+    /// Raft log segment size (at least 4096).
     pub log_segment_bytes: u64,
+    /// Where the log and the checkpoints are written (the real disk; openraft's snapshot
+    /// transfer needs it, see `state_machine.rs`).
+    pub disk: Arc<dyn Disk>,
 }
 
 impl NodeConfig {
@@ -59,6 +63,7 @@ impl NodeConfig {
             heartbeat_ms: 100,
             election_timeout_min_ms: 500,
             log_segment_bytes: crate::log_store::SEGMENT_BYTES,
+            disk: real_disk(),
         }
     }
 }
@@ -97,8 +102,13 @@ impl Node {
         client_listener: TcpListener,
     ) -> anyhow::Result<Node> {
         let client_address = client_listener.local_addr()?;
-        let log_store =
-            LogStore::open_with_segment_bytes(&config.dir.join("log"), config.log_segment_bytes)?;
+        let log_store = LogStore::open_with(
+            &config.dir.join("log"),
+            LogStoreConfig {
+                disk: Arc::clone(&config.disk),
+                segment_bytes: config.log_segment_bytes,
+            },
+        )?;
         let (snapshot_requests, mut snapshot_requested) = tokio::sync::mpsc::unbounded_channel();
         let state_machine = StateMachine::open(
             &config.dir.join("checkpoints"),
@@ -106,6 +116,7 @@ impl Node {
                 model: config.model,
                 checkpoint_every_commands: config.checkpoint_every_commands,
                 allow_missing_checkpoint: config.allow_missing_checkpoint,
+                disk: Arc::clone(&config.disk),
             },
             snapshot_requests,
         )?;

@@ -3,13 +3,17 @@
 //!
 //! # Checkpoint protocol
 //! After the Δ-th command since the last checkpoint is applied (on openraft's state-machine
-//! worker, which is the only task that mutates the state), at that exact log index:
-//! - *blocking*: the whole map is written, fsynced and renamed right there, so applying stops
+//! worker, which is the only task that mutates the state), at that exact log index, the next
+//! checkpoint version is begun in the catalog (`checkpoint.rs`) and:
+//! - *blocking*: the whole map is written, synced and published right there, so applying stops
 //!   until the checkpoint is durable;
 //! - *concurrent*: the CTrie's O(1) read-only snapshot is taken right there and handed to a
-//!   background thread, which writes, fsyncs and renames it while applying continues. If the
+//!   background thread, which writes, syncs and publishes it while applying continues. If the
 //!   previous concurrent checkpoint is still being written, this boundary is skipped (as in
 //!   SMaRtTrie) and counted in [`CheckpointStats::skipped`].
+//!
+//! A checkpoint at the log id of the newest one is not written again: the state is the same, so
+//! that one is handed over.
 //!
 //! The finished (or in-flight) checkpoint is then offered to openraft as its snapshot: the node
 //! asks openraft to build a snapshot, and [`StateMachine::get_snapshot_builder`] hands over the
@@ -23,19 +27,29 @@
 //! plus the log still rebuild the state.
 //!
 //! # Recovery
-//! [`StateMachine::open`] loads the newest checkpoint whose checksums all verify (newer corrupt
-//! ones are renamed `.corrupt`); openraft then re-applies the committed log after it.
+//! [`StateMachine::open`] loads the newest checkpoint whose checksums all verify (the catalog
+//! moves newer corrupt ones to `.corrupt`); openraft then re-applies the committed log after it.
+//! If checkpoints exist and none verifies it refuses to start empty unless told to.
+//!
+//! # Files
+//! Checkpoints go through the [`Disk`] of [`StateMachineConfig`]. The one exception is the
+//! snapshot openraft moves between replicas: its type is a `tokio::fs::File` (the type config's
+//! `SnapshotData`), so serving a checkpoint to openraft and receiving one from the leader need
+//! the real disk; on another disk those calls fail with an error saying so. A received snapshot
+//! is copied into a new catalog version through the disk, verified, and only then published.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use anyhow::Context;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
+use prefixkv_storage::{real_disk, Disk};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::checkpoint::{self, CheckpointHeader, CheckpointWriter};
+use crate::checkpoint::{self, CheckpointHeader, CheckpointWriter, Checkpoints, Selection};
 use crate::store::{KvStore, StateModel};
 use crate::types::{
     Command, CommandResponse, Entry, LogId, SnapshotMeta, StorageError, StoredMembership,
@@ -145,12 +159,27 @@ pub struct StateMachineConfig {
     pub checkpoint_every_commands: u64,
     /// Start with an empty state even though checkpoint files exist and none verifies.
     pub allow_missing_checkpoint: bool,
+    /// Where checkpoints are written ([`real_disk`] in production; see the module docs).
+    pub disk: Arc<dyn Disk>,
+}
+
+impl StateMachineConfig {
+    /// `model` with checkpoints every `checkpoint_every_commands`, on the real disk, refusing
+    /// to start empty when no checkpoint verifies.
+    pub fn new(model: StateModel, checkpoint_every_commands: u64) -> Self {
+        StateMachineConfig {
+            model,
+            checkpoint_every_commands,
+            allow_missing_checkpoint: false,
+            disk: real_disk(),
+        }
+    }
 }
 
 /// The openraft state machine of one replica.
 pub struct StateMachine {
     shared: Arc<Shared>,
-    dir: PathBuf,
+    checkpoints: Arc<Checkpoints>,
     config: StateMachineConfig,
     last_applied: Option<LogId>,
     membership: StoredMembership,
@@ -168,53 +197,68 @@ impl Drop for StateMachine {
     }
 }
 
-static TEMPORARY_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 fn io_err(error: impl std::fmt::Display) -> StorageError {
     StorageIOError::write_snapshot(None, &std::io::Error::other(error.to_string())).into()
 }
 
 impl StateMachine {
-    /// Opens the state machine in `dir` (created if missing), loading the newest valid checkpoint.
-    /// `snapshot_requests` receives a message whenever a checkpoint is ready for openraft to take
-    /// as its snapshot (the node answers with `raft.trigger().snapshot()`).
+    /// Opens the state machine with its checkpoint root at `dir` (created if missing), loading
+    /// the newest checkpoint that verifies. `snapshot_requests` receives a message whenever a
+    /// checkpoint is ready for openraft to take as its snapshot (the node answers with
+    /// `raft.trigger().snapshot()`).
     pub fn open(
         dir: &Path,
         config: StateMachineConfig,
         snapshot_requests: mpsc::UnboundedSender<()>,
     ) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        checkpoint::remove_temporaries(dir)?;
+        let checkpoints = Checkpoints::open(Arc::clone(&config.disk), dir)
+            .with_context(|| format!("opening the checkpoints in {}", dir.display()))?;
         let store = KvStore::new(config.model);
-        let found = checkpoint::list(dir)?;
-        let mut loaded = None;
-        let mut corrupt = Vec::new();
-        for (_, path) in &found {
-            match checkpoint::read(path, |key, value| store.set(key, value.into())) {
-                Ok(header) => {
-                    loaded = Some((header.meta, path.clone()));
-                    break;
+        let selection = checkpoints
+            .select(|key, value| store.set(key, value.into()), || store.clear())
+            .with_context(|| format!("reading the checkpoints in {}", dir.display()))?;
+        let loaded = match selection {
+            Selection::Nothing => None,
+            Selection::Loaded {
+                checkpoint,
+                rejected,
+                quarantined,
+            } => {
+                for (version, why) in &rejected {
+                    tracing::warn!("checkpoint v{version} failed verification: {why}");
                 }
-                Err(error @ checkpoint::CheckpointError::Corrupt { .. }) => {
-                    tracing::warn!("{error}");
-                    store.clear();
-                    corrupt.push(path.clone());
+                if !quarantined.is_empty() {
+                    tracing::warn!(
+                        "recovered from the older checkpoint v{}; the failed ones were moved to {:?}",
+                        checkpoint.version,
+                        quarantined
+                    );
                 }
-                Err(error) => return Err(error.into()),
+                Some((checkpoint.header.meta, checkpoint.path))
             }
-        }
-        if loaded.is_none() && !found.is_empty() && !config.allow_missing_checkpoint {
-            anyhow::bail!(
-                "{} checkpoint file(s) in {} and none verifies; refusing to start with an empty state \
-                 (inspect the files; to start empty and take a snapshot from the leader, pass \
-                 --allow-missing-checkpoint)",
-                found.len(),
-                dir.display()
-            );
-        }
-        for path in &corrupt {
-            checkpoint::quarantine(path)?;
-        }
+            Selection::NoneVerifies(rejected) => {
+                let why: Vec<String> = rejected
+                    .iter()
+                    .map(|(version, why)| format!("v{version}: {why}"))
+                    .collect();
+                if !config.allow_missing_checkpoint {
+                    anyhow::bail!(
+                        "{} checkpoint(s) in {} and none verifies ({}); refusing to start with an \
+                         empty state (inspect the files; to start empty and take a snapshot from \
+                         the leader, pass --allow-missing-checkpoint)",
+                        rejected.len(),
+                        dir.display(),
+                        why.join("; ")
+                    );
+                }
+                tracing::warn!(
+                    "no checkpoint in {} verifies ({}); starting empty as allowed",
+                    dir.display(),
+                    why.join("; ")
+                );
+                None
+            }
+        };
         let (purge_upto, _) = watch::channel(None);
         let (last_applied, membership) = match &loaded {
             Some((meta, _)) => (meta.last_log_id, meta.last_membership.clone()),
@@ -233,7 +277,7 @@ impl StateMachine {
         });
         Ok(StateMachine {
             shared,
-            dir: dir.to_path_buf(),
+            checkpoints: Arc::new(checkpoints),
             config,
             last_applied,
             membership,
@@ -264,11 +308,25 @@ impl StateMachine {
     /// Takes a checkpoint of the state as of `self.last_applied` (see the module docs).
     fn start_checkpoint(&mut self) -> Pending {
         let meta = self.meta_now();
+        let current = self.shared.current.lock().expect("poisoned").clone();
+        if let Some((current, path)) = current {
+            if current.last_log_id == meta.last_log_id {
+                // The same log id is the same state: hand over the durable checkpoint.
+                return Pending::Ready(current, path);
+            }
+        }
         let header = CheckpointHeader {
             meta: meta.clone(),
             model: self.config.model.name().to_string(),
         };
         let index = meta.last_log_id.map_or(0, |id| id.index);
+        let writer = match self.checkpoints.begin(&header) {
+            Ok(writer) => writer,
+            Err(error) => {
+                tracing::error!("checkpoint {index} failed: {error}");
+                return Pending::Failed(error);
+            }
+        };
         let started = Instant::now();
         let event_slot = {
             let mut events = self.shared.events.lock().expect("poisoned");
@@ -282,14 +340,21 @@ impl StateMachine {
             events.len() - 1
         };
         let shared = self.shared.clone();
-        let dir = self.dir.clone();
+        let checkpoints = self.checkpoints.clone();
         match self.shared.store.freeze() {
             None => {
                 // Blocking model: write it here, holding the apply task (and the map's read lock).
-                let result = tokio::task::block_in_place(|| write_blocking(&shared, &dir, &header));
+                let result = crate::log_store::blocking(|| write_blocking(&shared, writer));
                 match result {
                     Ok((path, size, pairs)) => {
-                        finish_checkpoint(&shared, &dir, event_slot, &meta, &path, size, pairs);
+                        let finished = Finished {
+                            event_slot,
+                            meta: &meta,
+                            path: &path,
+                            size,
+                            pairs,
+                        };
+                        finish_checkpoint(&shared, &checkpoints, finished);
                         Pending::Ready(meta, path)
                     }
                     Err(error) => {
@@ -306,8 +371,8 @@ impl StateMachine {
                 std::thread::Builder::new()
                     .name(format!("checkpoint-{index}"))
                     .spawn(move || {
+                        let mut writer = writer;
                         let result = (|| -> std::io::Result<(PathBuf, u64, u64)> {
-                            let mut writer = CheckpointWriter::create(&dir, &header)?;
                             for (key, value) in frozen.iter() {
                                 writer.push(&key, &value)?;
                             }
@@ -316,15 +381,14 @@ impl StateMachine {
                             Ok((path, size, pairs))
                         })();
                         let result = result.map(|(path, size, pairs)| {
-                            finish_checkpoint(
-                                &shared,
-                                &dir,
+                            let finished = Finished {
                                 event_slot,
-                                &thread_meta,
-                                &path,
+                                meta: &thread_meta,
+                                path: &path,
                                 size,
                                 pairs,
-                            );
+                            };
+                            finish_checkpoint(&shared, &checkpoints, finished);
                             path
                         });
                         if let Err(error) = &result {
@@ -403,10 +467,8 @@ impl StateMachine {
 
 fn write_blocking(
     shared: &Shared,
-    dir: &Path,
-    header: &CheckpointHeader,
+    mut writer: CheckpointWriter,
 ) -> std::io::Result<(PathBuf, u64, u64)> {
-    let mut writer = CheckpointWriter::create(dir, header)?;
     shared
         .store
         .for_each(|key, value| writer.push(key, value))?;
@@ -415,41 +477,43 @@ fn write_blocking(
     Ok((path, size, pairs))
 }
 
-/// Bookkeeping once a checkpoint file is durable: newest pointer, retention, purge watermark.
-fn finish_checkpoint(
-    shared: &Shared,
-    dir: &Path,
+/// A checkpoint that was just published.
+struct Finished<'a> {
     event_slot: usize,
-    meta: &SnapshotMeta,
-    path: &Path,
+    meta: &'a SnapshotMeta,
+    path: &'a Path,
     size: u64,
     pairs: u64,
-) {
+}
+
+/// Bookkeeping once a checkpoint is published: newest pointer, retention, purge watermark.
+fn finish_checkpoint(shared: &Shared, checkpoints: &Checkpoints, finished: Finished<'_>) {
     {
         let mut events = shared.events.lock().expect("poisoned");
-        let event = &mut events[event_slot];
+        let event = &mut events[finished.event_slot];
         event.finished = Some(Instant::now());
-        event.file_bytes = size;
-        event.pairs = pairs;
+        event.file_bytes = finished.size;
+        event.pairs = finished.pairs;
     }
     {
         let mut current = shared.current.lock().expect("poisoned");
         if current
             .as_ref()
-            .is_none_or(|(old, _)| old.last_log_id <= meta.last_log_id)
+            .is_none_or(|(old, _)| old.last_log_id <= finished.meta.last_log_id)
         {
-            *current = Some((meta.clone(), path.to_path_buf()));
+            *current = Some((finished.meta.clone(), finished.path.to_path_buf()));
         }
     }
     shared.stats.completed.fetch_add(1, Ordering::Relaxed);
-    match checkpoint::retain_newest(dir, 2) {
+    // Two are kept; the log is purged only up to the older one's index (module docs).
+    match checkpoints.retain(2) {
         Ok(Some(oldest_kept)) => {
             shared.purge_upto.send_replace(Some(oldest_kept));
         }
         Ok(None) => {}
         Err(error) => tracing::warn!(
             "cannot delete old checkpoints in {}: {error}",
-            dir.display()
+            checkpoints.root().display()
         ),
     }
 }
@@ -457,12 +521,31 @@ fn finish_checkpoint(
 /// Hands a checkpoint (durable, or being written) to openraft as its snapshot.
 pub struct CheckpointBuilder {
     pending: Option<Pending>,
+    disk: Arc<dyn Disk>,
+}
+
+/// openraft's snapshot type is a `tokio::fs::File`: a checkpoint can be handed to it (or received
+/// from it) only when checkpoints live on the real disk.
+fn snapshot_files_usable(disk: &dyn Disk) -> std::io::Result<()> {
+    if disk.kind() == real_disk().kind() {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        format!(
+            "openraft's snapshot data is a tokio::fs::File, so snapshots need checkpoints on the \
+             real disk; these are on the {} disk",
+            disk.kind()
+        ),
+    ))
 }
 
 async fn open_snapshot(
+    disk: &dyn Disk,
     meta: SnapshotMeta,
     path: &Path,
 ) -> Result<Snapshot<TypeConfig>, StorageError> {
+    snapshot_files_usable(disk).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
     let file = tokio::fs::File::open(path)
         .await
         .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
@@ -475,14 +558,14 @@ async fn open_snapshot(
 impl RaftSnapshotBuilder<TypeConfig> for CheckpointBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         match self.pending.take().expect("a builder builds once") {
-            Pending::Ready(meta, path) => open_snapshot(meta, &path).await,
+            Pending::Ready(meta, path) => open_snapshot(&*self.disk, meta, &path).await,
             Pending::Failed(error) => Err(StorageIOError::write_snapshot(None, &error).into()),
             Pending::Writing(meta, done) => {
                 let path = done
                     .await
                     .map_err(io_err)?
                     .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-                open_snapshot(meta, &path).await
+                open_snapshot(&*self.disk, meta, &path).await
             }
         }
     }
@@ -513,14 +596,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         CheckpointBuilder {
             pending: Some(pending),
+            disk: Arc::clone(&self.config.disk),
         }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
-        let counter = TEMPORARY_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = self
-            .dir
-            .join(format!("incoming-{}-{counter}.tmp", std::process::id()));
+        snapshot_files_usable(&*self.config.disk)
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let path = self.checkpoints.incoming_path();
         let file = tokio::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -539,58 +622,40 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError> {
         // openraft hands back a handle that is usually the file we created, but may be any
-        // file (its test suite passes the sender's); copy whatever it holds into a file of ours.
+        // file (its test suite passes the sender's); copy whatever it holds into a new catalog
+        // version, verify it, publish it, and only then replace the state from it.
         let write_error =
             |e: std::io::Error| -> StorageError { StorageIOError::write_snapshot(None, &e).into() };
         let mut snapshot = snapshot;
-        let counter = TEMPORARY_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let received = self
-            .dir
-            .join(format!("installing-{}-{counter}.tmp", std::process::id()));
         {
             use tokio::io::AsyncSeekExt;
             snapshot
                 .seek(std::io::SeekFrom::Start(0))
                 .await
                 .map_err(write_error)?;
-            let mut copy = tokio::fs::File::create(&received)
-                .await
-                .map_err(write_error)?;
-            tokio::io::copy(&mut *snapshot, &mut copy)
-                .await
-                .map_err(write_error)?;
-            copy.sync_all().await.map_err(write_error)?;
         }
-        drop(snapshot);
-        if let Some(incoming) = self.receiving.take() {
-            let _ = tokio::fs::remove_file(incoming).await;
-        }
-        let dir = self.dir.clone();
+        let mut source = (*snapshot).into_std().await;
+        let checkpoints = self.checkpoints.clone();
         let expected = meta.clone();
         let shared = self.shared.clone();
-        // Verify the whole file before touching the state, then move it into place, then load.
-        let installed = tokio::task::spawn_blocking(move || -> Result<PathBuf, String> {
-            let header = checkpoint::read(&received, |_, _| {}).map_err(|e| e.to_string())?;
-            if header.meta.last_log_id != expected.last_log_id {
-                return Err(format!(
-                    "received snapshot file is at {:?} but openraft installs {:?}",
-                    header.meta.last_log_id, expected.last_log_id
-                ));
-            }
-            let path = dir.join(checkpoint::file_name(
-                expected.last_log_id.map_or(0, |id| id.index),
-            ));
-            std::fs::rename(&received, &path).map_err(|e| e.to_string())?;
-            checkpoint::sync_dir(&dir).map_err(|e| e.to_string())?;
+        let installed = tokio::task::spawn_blocking(move || -> std::io::Result<PathBuf> {
+            let path = checkpoints.install(&mut source, &expected)?;
+            drop(source);
             shared.store.clear();
-            checkpoint::read(&path, |key, value| shared.store.set(key, value.into()))
-                .map_err(|e| e.to_string())?;
-            checkpoint::retain_newest(&dir, 1).map_err(|e| e.to_string())?;
+            checkpoint::read(&**checkpoints.disk(), &path, |key, value| {
+                shared.store.set(key, value.into())
+            })
+            .map_err(std::io::Error::other)?;
+            // The log before the snapshot is not this replica's to replay: keep only it.
+            checkpoints.retain(1)?;
             Ok(path)
         })
         .await
-        .map_err(io_err)?
         .map_err(io_err)?;
+        if let Some(incoming) = self.receiving.take() {
+            let _ = tokio::fs::remove_file(incoming).await;
+        }
+        let installed = installed.map_err(write_error)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.applied_since_checkpoint = 0;
@@ -605,7 +670,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         let current = self.shared.current.lock().expect("poisoned").clone();
         match current {
-            Some((meta, path)) => Ok(Some(open_snapshot(meta, &path).await?)),
+            Some((meta, path)) => Ok(Some(open_snapshot(&*self.config.disk, meta, &path).await?)),
             None => Ok(None),
         }
     }

@@ -1,16 +1,18 @@
-//! Checkpoint files and state-machine recovery, in process: format round trip, every corruption
-//! detected, recovery falling back to the previous checkpoint, and refusal to start empty.
+//! Checkpoint files and state-machine recovery, in process (real disk): format round trip, every
+//! corruption detected, recovery falling back to the previous checkpoint (the catalog moves the
+//! corrupt one aside), and refusal to start empty.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, EntryPayload, RaftSnapshotBuilder};
-use prefixkv_smr::checkpoint::{self, CheckpointHeader, CheckpointWriter};
+use prefixkv_smr::checkpoint::{self, CheckpointHeader, Checkpoints};
 use prefixkv_smr::state_machine::{StateMachine, StateMachineConfig};
 use prefixkv_smr::store::pair_hash;
 use prefixkv_smr::types::{Command, Entry, LogId, SnapshotMeta};
 use prefixkv_smr::StateModel;
+use prefixkv_storage::real_disk;
 use proptest::prelude::*;
 
 fn log_id(index: u64) -> LogId {
@@ -33,11 +35,35 @@ fn write_checkpoint(
     index: u64,
     pairs: &BTreeMap<Vec<u8>, Vec<u8>>,
 ) -> std::path::PathBuf {
-    let mut writer = CheckpointWriter::create(dir, &header(index)).unwrap();
+    let checkpoints = Checkpoints::open(real_disk(), dir).unwrap();
+    let mut writer = checkpoints.begin(&header(index)).unwrap();
     for (key, value) in pairs {
         writer.push(key, value).unwrap();
     }
     writer.finish().unwrap().0
+}
+
+fn read(path: &Path, on_pair: impl FnMut(Vec<u8>, Vec<u8>)) -> CheckpointHeader {
+    checkpoint::read(&*real_disk(), path, on_pair).unwrap()
+}
+
+/// Published checkpoints in `dir`, newest first: (log index, file).
+fn published(dir: &Path) -> Vec<(u64, std::path::PathBuf)> {
+    Checkpoints::open(real_disk(), dir)
+        .unwrap()
+        .published()
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.header.index().unwrap(), c.path))
+        .collect()
+}
+
+fn published_file(dir: &Path, index: u64) -> std::path::PathBuf {
+    published(dir)
+        .into_iter()
+        .find(|(i, _)| *i == index)
+        .unwrap_or_else(|| panic!("no checkpoint at index {index}"))
+        .1
 }
 
 fn sample_pairs(count: usize, value_bytes: usize) -> BTreeMap<Vec<u8>, Vec<u8>> {
@@ -58,10 +84,9 @@ fn checkpoint_round_trips_and_detects_every_byte_flip_and_truncation() {
     let path = write_checkpoint(dir.path(), 42, &pairs);
     let bytes = std::fs::read(&path).unwrap();
     let mut read_back = BTreeMap::new();
-    let got = checkpoint::read(&path, |k, v| {
+    let got = read(&path, |k, v| {
         read_back.insert(k, v);
-    })
-    .unwrap();
+    });
     assert_eq!(got, header(42));
     assert_eq!(read_back, pairs);
     // Every single-byte corruption and every truncation is an error, never a panic or a
@@ -112,7 +137,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let path = write_checkpoint(dir.path(), 7, &pairs);
         let mut read_back = BTreeMap::new();
-        checkpoint::read(&path, |k, v| { read_back.insert(k, v); }).unwrap();
+        read(&path, |k, v| { read_back.insert(k, v); });
         prop_assert_eq!(read_back, pairs);
     }
 }
@@ -134,11 +159,8 @@ fn open(
     allow_missing: bool,
 ) -> anyhow::Result<StateMachine> {
     let (requests, _) = tokio::sync::mpsc::unbounded_channel();
-    let config = StateMachineConfig {
-        model,
-        checkpoint_every_commands: every,
-        allow_missing_checkpoint: allow_missing,
-    };
+    let mut config = StateMachineConfig::new(model, every);
+    config.allow_missing_checkpoint = allow_missing;
     StateMachine::open(dir, config, requests)
 }
 
@@ -186,9 +208,8 @@ async fn recovery_falls_back_to_previous_checkpoint(model: StateModel) {
         let digest = shared.store.digest();
         assert_eq!((digest.keys, digest.sum), oracle_digest(&commands, 350));
     }
-    // Two checkpoints are kept: 200 and 300.
-    let kept: Vec<u64> = checkpoint::list(dir.path())
-        .unwrap()
+    // Two are kept: 200 and 300.
+    let kept: Vec<u64> = published(dir.path())
         .into_iter()
         .map(|(index, _)| index)
         .collect();
@@ -204,7 +225,8 @@ async fn recovery_falls_back_to_previous_checkpoint(model: StateModel) {
     }
 
     // Corrupt the newest in the middle: recovery loads 200 and quarantines 300.
-    let newest = dir.path().join(checkpoint::file_name(300));
+    let newest = published_file(dir.path(), 300);
+    let previous = published_file(dir.path(), 200);
     let mut bytes = std::fs::read(&newest).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
@@ -223,15 +245,15 @@ async fn recovery_falls_back_to_previous_checkpoint(model: StateModel) {
         assert_eq!(current.meta.last_log_id, Some(log_id(200)));
     }
     assert!(!newest.exists());
+    let version_dir = newest.parent().unwrap();
+    let mut quarantined = version_dir.as_os_str().to_owned();
+    quarantined.push(".corrupt");
     assert!(
-        dir.path()
-            .join(format!("{}.corrupt", checkpoint::file_name(300)))
-            .exists(),
+        Path::new(&quarantined).join(checkpoint::FILE_NAME).exists(),
         "kept for inspection"
     );
 
     // Corrupt the last one too: refuse to start empty, with a clear message, unless allowed.
-    let previous = dir.path().join(checkpoint::file_name(200));
     let length = std::fs::metadata(&previous).unwrap().len();
     std::fs::OpenOptions::new()
         .write(true)
@@ -250,6 +272,26 @@ async fn recovery_falls_back_to_previous_checkpoint(model: StateModel) {
     assert!(previous.exists(), "refusing must not touch the files");
     let mut state_machine = open(dir.path(), model, 100, true).unwrap();
     assert_eq!(state_machine.applied_state().await.unwrap().0, None);
+    // Started empty, it still checkpoints (the unverifiable version does not block newer ones).
+    for position in 0..100u64 {
+        state_machine
+            .apply(vec![set_entry(position + 1, position, position)])
+            .await
+            .unwrap();
+    }
+    let snapshot = state_machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(snapshot.meta.last_log_id, Some(log_id(100)));
+    drop(state_machine);
+    let mut state_machine = open(dir.path(), model, 100, false).unwrap();
+    assert_eq!(
+        state_machine.applied_state().await.unwrap().0,
+        Some(log_id(100))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,10 +325,9 @@ async fn concurrent_checkpoint_is_exact_while_applying_continues() {
     let snapshot = builder.unwrap().build_snapshot().await.unwrap();
     assert_eq!(snapshot.meta.last_log_id, Some(log_id(5000)));
     let mut pairs = BTreeMap::new();
-    checkpoint::read(&dir.path().join(checkpoint::file_name(5000)), |k, v| {
+    read(&published_file(dir.path(), 5000), |k, v| {
         pairs.insert(k, v);
-    })
-    .unwrap();
+    });
     let sum = pairs
         .iter()
         .fold(0u64, |sum, (k, v)| sum.wrapping_add(pair_hash(k, v)));

@@ -81,6 +81,20 @@ impl Cluster {
     }
 }
 
+/// The Raft log's segment files of replica 1, oldest first.
+fn segment_files(root: &Path) -> Vec<PathBuf> {
+    let log_dir = root
+        .join("replica-1/log")
+        .join(prefixkv_smr::log_store::SEGMENTS_DIR);
+    let mut segments: Vec<_> = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "oplog"))
+        .collect();
+    segments.sort();
+    segments
+}
+
 async fn set(client: &mut ClusterClient, key: &str, value: &str) {
     let reply = client
         .call(&[b"SET", key.as_bytes(), value.as_bytes()])
@@ -109,14 +123,8 @@ async fn single_replica_recovers_after_torn_log_tail() {
     }
     node.shutdown().await.unwrap();
     drop(client);
-    // A torn append: half a record header and some bytes at the end of the newest segment.
-    let log_dir = root.path().join("replica-1/log");
-    let mut segments: Vec<_> = std::fs::read_dir(&log_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    segments.sort();
+    // A torn append: part of a frame header and some bytes at the end of the newest segment.
+    let segments = segment_files(root.path());
     let newest = segments.last().unwrap();
     let mut bytes = std::fs::read(newest).unwrap();
     bytes.extend_from_slice(&[0x40, 0x00, 0x00, 0x00, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
@@ -145,31 +153,23 @@ async fn single_replica_recovers_after_torn_log_tail() {
 async fn corrupt_older_log_segment_refuses_to_start_with_a_clear_error() {
     let root = tempfile::tempdir().unwrap();
     let mut cluster = Cluster::new(root.path(), 1, StateModel::Blocking, 0).await;
-    cluster.segment_bytes = 2048;
+    cluster.segment_bytes = 4096;
     let node = cluster.start(1).await.unwrap();
     node.wait_for_leader(WAIT).await.unwrap();
     let mut client = cluster.client();
+    let value = "a value long enough to fill small segments quickly ".repeat(4);
     for i in 0..100 {
-        set(
-            &mut client,
-            &format!("k{i}"),
-            "a value long enough to fill small segments quickly",
-        )
-        .await;
+        set(&mut client, &format!("k{i}"), &value).await;
     }
     node.shutdown().await.unwrap();
     drop(client);
-    let log_dir = root.path().join("replica-1/log");
-    let mut segments: Vec<_> = std::fs::read_dir(&log_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    segments.sort();
+    let segments = segment_files(root.path());
     assert!(segments.len() >= 3, "small segments: {segments:?}");
+    // One flipped byte in the middle of a record of an older segment.
     let older = &segments[1];
     let mut bytes = std::fs::read(older).unwrap();
-    bytes[20] ^= 0xff;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
     std::fs::write(older, &bytes).unwrap();
     let error = cluster
         .start(1)
@@ -178,7 +178,7 @@ async fn corrupt_older_log_segment_refuses_to_start_with_a_clear_error() {
         .expect("must refuse")
         .to_string();
     assert!(
-        error.contains("newer segments follow") && error.contains(&older.display().to_string()),
+        error.contains("corrupt log segment") && error.contains(&older.display().to_string()),
         "{error}"
     );
     assert_eq!(

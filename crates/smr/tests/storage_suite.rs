@@ -16,11 +16,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
         let dir = tempfile::tempdir().expect("temp dir");
         let log = LogStore::open(&dir.path().join("log")).expect("open log");
         let (requests, _) = tokio::sync::mpsc::unbounded_channel();
-        let config = StateMachineConfig {
-            model: self.model,
-            checkpoint_every_commands: 3,
-            allow_missing_checkpoint: false,
-        };
+        let config = StateMachineConfig::new(self.model, 3);
         let state_machine = StateMachine::open(&dir.path().join("checkpoints"), config, requests)
             .expect("open state machine");
         Ok((dir, log, state_machine))
