@@ -854,6 +854,20 @@ fn run_server(con: &mut redis::Connection, resp3: bool) {
             Err(error) => panic!("{error}"),
         }
     }
+    // The rewrite runs in the background too; wait (bounded) until it ends, so the next
+    // protocol's BGSAVE does not meet it still running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let info: String = redis::cmd("INFO").arg("persistence").query(con).unwrap();
+        if info.contains("rdb_bgsave_in_progress:0") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background rewrite did not end within 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let _ = resp3;
 }
 

@@ -80,7 +80,8 @@ fn config(disk: &Arc<dyn Disk>, image_base: ImageBase) -> Config {
 
 /// What the game loop was told, for the check after the crash.
 struct Client {
-    /// The newest tick `wait_durable` returned.
+    /// The newest tick run before a `wait_durable` returned: that call promises every point of
+    /// consistency so far durable (the client's own count, not the tick the call reports).
     durable: u64,
     /// The newest tick whose point of consistency was attempted.
     attempted: u64,
@@ -115,7 +116,7 @@ fn run_generation<A: Algorithm>(
         for _ in 0..TICKS_PER_GENERATION {
             run_tick(&mut state, client)?;
             match rng.below(4) {
-                0 => client.durable = state.wait_durable()?,
+                0 => acknowledge(state.wait_durable()?, client),
                 1 => assert!(state.wait_writer_idle(WRITER_WAIT)?, "the writer hangs"),
                 _ => {}
             }
@@ -240,8 +241,18 @@ fn run_acknowledged<A: Algorithm>(state: &mut TickState<A>, ticks: u64, client: 
     for _ in 0..ticks {
         run_tick(state, client).unwrap();
         assert!(state.wait_writer_idle(WRITER_WAIT).unwrap());
-        client.durable = state.wait_durable().unwrap();
+        acknowledge(state.wait_durable().unwrap(), client);
     }
+}
+
+/// `wait_durable` returned: every tick run so far is durable. The reported tick must say so too.
+fn acknowledge(reported: u64, client: &mut Client) {
+    assert_eq!(
+        reported, client.attempted,
+        "wait_durable reported tick {reported} after tick {} ran",
+        client.attempted
+    );
+    client.durable = client.attempted;
 }
 
 #[test]
