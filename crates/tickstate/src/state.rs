@@ -213,7 +213,8 @@ impl<A: Algorithm> TickState<A> {
 
     /// The state is consistent at the end of tick `tick` (must be `tick() + 1`): log that, and if
     /// the writer is idle, start a checkpoint of this state (the algorithm's `prepare`); if it is
-    /// busy, defer. Never waits for the writer or the disk.
+    /// busy, defer. Never waits for the writer or the disk. If the writer has failed, returns
+    /// its error (`TickError::WriterFailed`), before or after logging the point.
     pub fn point_of_consistency(&mut self, tick: u64) -> Result<PointOfConsistency> {
         if tick != self.tick + 1 {
             return Err(TickError::Usage(format!(
@@ -240,6 +241,13 @@ impl<A: Algorithm> TickState<A> {
                 checkpoint_started: false,
                 prepare_time: Duration::ZERO,
             });
+        }
+        // Check again: the writer may have failed since the check above, and a failed writer
+        // has exited, so a job handed to it would never be done (`wait_writer_idle` would wait
+        // out its timeout). It stores `failed` before `done_seq`, both Release, and we loaded
+        // `done_seq` with Acquire: a failure of the job we saw done is visible here.
+        if self.shared.failed.load(Ordering::Acquire) {
+            return Err(self.writer_failure());
         }
         let started = Instant::now();
         // SAFETY: we are the only mutator (`&mut self`), and the writer finished every job
@@ -313,15 +321,20 @@ impl<A: Algorithm> TickState<A> {
         self.shared.done_seq.load(Ordering::Acquire) == self.next_job_seq
     }
 
-    /// Wait (yielding, at most `timeout`) until the writer finished every checkpoint started.
+    /// Wait (sleeping briefly between checks, at most `timeout`) until the writer finished every checkpoint started.
     /// Returns whether it did. For tests and orderly shutdown; a game loop never needs it.
     pub fn wait_writer_idle(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         while !self.writer_idle() {
+            // A failed writer has exited (after storing `failed`): nothing will become idle.
+            if self.shared.failed.load(Ordering::Acquire) {
+                return Err(self.writer_failure());
+            }
             if Instant::now() >= deadline {
                 return Ok(false);
             }
-            std::thread::yield_now();
+            // Sleep rather than spin: a spinning waiter takes the core the writer needs.
+            std::thread::sleep(Duration::from_micros(100));
         }
         if self.shared.failed.load(Ordering::Acquire) {
             return Err(self.writer_failure());

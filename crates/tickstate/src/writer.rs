@@ -9,6 +9,12 @@
 //! writer. If the writer is busy, the mutator does not wait: that checkpoint is deferred, as in
 //! the paper. The writer finishes a job by storing `done_seq` with Release.
 //!
+//! A job that fails stores `failed` *before* `done_seq`, and the writer thread exits. So the
+//! mutator, having seen the writer idle, checks `failed` once more before it hands over a job:
+//! a job given to an exited writer would never be done. (Checking only before the idle check
+//! left a window: the writer could fail between the two loads, and the next
+//! `wait_writer_idle` waited out its whole timeout.)
+//!
 //! Before the footer that makes an image complete, the writer makes the log durable through the
 //! image's marker record: otherwise a crash could leave an image whose tick the log does not
 //! reach, and a reopened log would reuse LSNs the image claims to cover. After an image is

@@ -306,6 +306,53 @@ fn no_space_during_an_image_write_is_a_clear_error_and_the_previous_image_recove
     check(&disk, &mut reference, &client, 11);
 }
 
+/// Regression: an image write that fails while the mutator is inside a point of consistency
+/// (between its first failure check and its idle check) must be reported, not handed the next
+/// job: the failed writer has exited, and before the fix the next `wait_writer_idle` waited out
+/// its whole timeout ("the writer hangs" in the power-cut test, about one run in twenty on a
+/// loaded machine). Each trial fails the writer at a different image write while ticks run
+/// back to back without waiting, so the failure lands at varying points of the mutator's loop.
+#[test]
+fn a_writer_failing_during_a_point_of_consistency_is_reported_not_waited_for() {
+    let trials = env_count("TICKSTATE_WRITER_RACE_TRIALS", 60);
+    for trial in 0..trials {
+        let disk = SimDisk::new(trial);
+        let sim = disk.as_disk();
+        let (mut state, _) =
+            TickState::<NaiveSnapshot>::open(DIR, config(&sim, ImageBase::CopyFromFile), apply)
+                .unwrap();
+        disk.inject(Fault {
+            skip: trial % 7,
+            times: None,
+            ..Fault::once(FaultOp::Write, "image-", FaultError::Io)
+        });
+        let mut client = Client {
+            durable: 0,
+            attempted: 0,
+        };
+        let mut ticks = 0;
+        while run_tick(&mut state, &mut client).is_ok() {
+            ticks += 1;
+            assert!(
+                ticks < 100_000,
+                "trial {trial}: the image write fault never hit"
+            );
+            if ticks % 256 == 0 {
+                // On a busy machine the writer can starve behind back-to-back ticks: let it run.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        match state.wait_writer_idle(Duration::from_secs(10)) {
+            Err(TickError::WriterFailed(message)) => {
+                assert!(message.contains("image-"), "trial {trial}: {message}")
+            }
+            other => panic!(
+                "trial {trial}: after the writer failed, wait_writer_idle returned {other:?}"
+            ),
+        }
+    }
+}
+
 /// The check is not vacuous: taking away the newest acknowledged image and the log (what a
 /// writer that skipped its fsyncs would lose) makes it fail.
 #[test]
