@@ -180,6 +180,26 @@ impl CrashFs {
         }
     }
 
+    /// `unlink` and `rmdir`: removes the backing entry with `remove`, then forgets its path.
+    fn remove_entry(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: ReplyEmpty,
+        remove: impl FnOnce(&Path) -> std::io::Result<()>,
+    ) {
+        let mut st = self.lock();
+        let r = Self::child(&st, parent, name).and_then(|rel| {
+            remove(&self.real(&rel)).map_err(errno)?;
+            Self::forget_path(&mut st, &rel);
+            Ok(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
     /// The overlay of `ino`, created over the backing file's current length on first use.
     fn overlay<'a>(st: &'a mut State, ino: u64, file: &File) -> std::io::Result<&'a mut Overlay> {
         Ok(match st.overlays.entry(ino) {
@@ -375,29 +395,11 @@ impl Filesystem for CrashFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut st = self.lock();
-        let r = Self::child(&st, parent, name).and_then(|rel| {
-            fs::remove_file(self.real(&rel)).map_err(errno)?;
-            Self::forget_path(&mut st, &rel);
-            Ok(())
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.remove_entry(parent, name, reply, |path| fs::remove_file(path));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut st = self.lock();
-        let r = Self::child(&st, parent, name).and_then(|rel| {
-            fs::remove_dir(self.real(&rel)).map_err(errno)?;
-            Self::forget_path(&mut st, &rel);
-            Ok(())
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.remove_entry(parent, name, reply, |path| fs::remove_dir(path));
     }
 
     fn rename(

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{decode, durable_tick, Inputs, Reference};
+use common::{apply, decode, durable_tick, step, Inputs, Reference};
 use prefixkv_testkit::child::{self, ChildProcess};
 use prefixkv_testkit::{env_count, rng::Rng};
 use prefixkv_tickstate::algo::*;
@@ -32,17 +32,6 @@ fn actions(tick: u64) -> Vec<[u8; 16]> {
         seed: 0x9e37_79b9_7f4a_7c15,
     }
     .actions(tick)
-}
-
-/// Order-dependent update, so a reordered or duplicated replay shows.
-fn apply(state: &mut [u64], _tick: u64, action: &[u8]) {
-    let (index, value) = decode(action);
-    state[index] = step(state[index], value);
-}
-
-/// One cell's new value (order-dependent, so a reordered or duplicated replay shows).
-fn step(old: u64, value: u64) -> u64 {
-    old.wrapping_mul(31).wrapping_add(value)
 }
 
 fn child_loop<A: Algorithm>(dir: &str) {

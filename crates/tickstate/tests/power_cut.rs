@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::{decode, Inputs, Reference};
+use common::{apply, decode, step, Inputs, Reference};
 use prefixkv_oplog::Config as OplogConfig;
 use prefixkv_storage::{CrashMode, Disk, Fault, FaultError, FaultOp, SimDisk};
 use prefixkv_testkit::rng::{env_count, Rng};
@@ -55,16 +55,6 @@ fn actions(tick: u64) -> Vec<[u8; 16]> {
     .actions(tick)
 }
 
-fn apply(state: &mut [u64], _tick: u64, action: &[u8]) {
-    let (index, value) = decode(action);
-    state[index] = step(state[index], value);
-}
-
-/// One cell's new value (order-dependent, so a reordered or duplicated replay shows).
-fn step(old: u64, value: u64) -> u64 {
-    old.wrapping_mul(31).wrapping_add(value)
-}
-
 fn config(disk: &Arc<dyn Disk>, image_base: ImageBase) -> Config {
     Config {
         log: Some(OplogConfig {
@@ -79,6 +69,7 @@ fn config(disk: &Arc<dyn Disk>, image_base: ImageBase) -> Config {
 }
 
 /// What the game loop was told, for the check after the crash.
+#[derive(Default)]
 struct Client {
     /// The newest tick run before a `wait_durable` returned: that call promises every point of
     /// consistency so far durable (the client's own count, not the tick the call reports).
@@ -259,10 +250,7 @@ fn acknowledge(reported: u64, client: &mut Client) {
 fn no_space_during_an_image_write_is_a_clear_error_and_the_previous_image_recovers() {
     let disk = SimDisk::new(11);
     let sim = disk.as_disk();
-    let mut client = Client {
-        durable: 0,
-        attempted: 0,
-    };
+    let mut client = Client::default();
     let (mut state, _) =
         TickState::<InterleavedPingPong>::open(DIR, config(&sim, ImageBase::CopyFromFile), apply)
             .unwrap();
@@ -326,10 +314,7 @@ fn a_writer_failing_during_a_point_of_consistency_is_reported_not_waited_for() {
             times: None,
             ..Fault::once(FaultOp::Write, "image-", FaultError::Io)
         });
-        let mut client = Client {
-            durable: 0,
-            attempted: 0,
-        };
+        let mut client = Client::default();
         let mut ticks = 0;
         while run_tick(&mut state, &mut client).is_ok() {
             ticks += 1;
@@ -359,10 +344,7 @@ fn a_writer_failing_during_a_point_of_consistency_is_reported_not_waited_for() {
 fn the_check_catches_a_lost_acknowledged_tick() {
     let disk = SimDisk::new(5);
     let sim = disk.as_disk();
-    let mut client = Client {
-        durable: 0,
-        attempted: 0,
-    };
+    let mut client = Client::default();
     let (mut state, _) =
         TickState::<NaiveSnapshot>::open(DIR, config(&sim, ImageBase::CopyFromFile), apply)
             .unwrap();

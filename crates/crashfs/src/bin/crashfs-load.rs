@@ -5,20 +5,27 @@
 //! came back: the file lists exactly the acknowledged writes. Ends at the first connection
 //! error (the server was killed) or after `--max-seconds`.
 //!
-//! `crashfs-load check`: reads every acknowledged key back (pipelined GETs) and prints one
-//! line of `key=value` figures: acknowledged, lost, wrong (a value no client wrote there),
-//! the time from the first lost acknowledgement to the cut, and prefix violations (a client's
-//! later acknowledged write survived while an earlier one was lost). Every key is written
+//! `crashfs-load check`: reads every acknowledged key back (pipelined GETs), plus the one write
+//! that may have been in flight at the cut and the one after it (never sent), and judges each
+//! client with the project's acknowledged-writes oracle (`prefixkv_testkit::acknowledged`). It
+//! prints one line of `key=value` figures: acknowledged, lost, wrong (a value no client wrote
+//! there), the time from the first lost acknowledgement to the cut, and prefix violations
+//! (clients whose recovered writes are not a prefix of what they sent). Every key is written
 //! once, so each check is exact.
+//!
+//! Requests go through `prefixkv_resp::Encoder` and replies through its bounded `ReplyParser`.
 
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
+use bytes::BytesMut;
 use clap::{Parser, Subcommand};
+use prefixkv_resp::{Encoder, Limits, Protocol, Reply, ReplyParser};
+use prefixkv_testkit::acknowledged::check_connection;
 
 #[derive(Parser)]
 struct Args {
@@ -76,49 +83,61 @@ fn value(run: &str, client: u32, seq: u64, size: usize) -> Vec<u8> {
     v
 }
 
-fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
+/// A blocking RESP2 connection to the server under test.
+struct Conn {
+    stream: TcpStream,
+    encoder: Encoder,
+    /// Requests queued by [`Conn::queue`], written by [`Conn::send`].
+    out: BytesMut,
+    /// Bytes received and not yet decoded.
+    received: BytesMut,
+    parser: ReplyParser,
 }
 
-/// One RESP2 reply: `Ok(Some(bytes))` for a simple or bulk string, `Ok(None)` for nil.
-fn reply(r: &mut impl BufRead) -> anyhow::Result<Option<Vec<u8>>> {
-    let mut line = Vec::new();
-    if r.read_until(b'\n', &mut line)? == 0 {
-        bail!("connection closed");
+impl Conn {
+    fn connect(port: u16) -> anyhow::Result<Conn> {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .with_context(|| format!("connecting to 127.0.0.1:{port}"))?;
+        stream.set_nodelay(true)?;
+        // Bounded: a wedged server must not hang the check forever.
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Conn {
+            stream,
+            encoder: Encoder::new(Protocol::Resp2),
+            out: BytesMut::new(),
+            received: BytesMut::with_capacity(64 * 1024),
+            parser: ReplyParser::new(Limits::default()),
+        })
     }
-    let body = line
-        .strip_suffix(b"\r\n")
-        .context("reply line without CRLF")?;
-    match body.first() {
-        Some(b'+') => Ok(Some(body[1..].to_vec())),
-        Some(b'-') => bail!("server error: {}", String::from_utf8_lossy(&body[1..])),
-        Some(b'$') => {
-            let n: i64 = std::str::from_utf8(&body[1..])?.parse()?;
-            if n < 0 {
-                return Ok(None);
-            }
-            let mut buf = vec![0; n as usize + 2];
-            r.read_exact(&mut buf)?;
-            buf.truncate(n as usize);
-            Ok(Some(buf))
+
+    /// Queues one request of `args` (sent by the next [`Conn::send`]).
+    fn queue(&mut self, args: &[&[u8]]) {
+        self.encoder.array_header(&mut self.out, args.len());
+        for arg in args {
+            self.encoder.bulk_string(&mut self.out, arg);
         }
-        _ => bail!("unexpected reply {:?}", String::from_utf8_lossy(body)),
     }
-}
 
-fn connect(port: u16) -> anyhow::Result<(TcpStream, BufReader<TcpStream>)> {
-    let s = TcpStream::connect(("127.0.0.1", port))
-        .with_context(|| format!("connecting to 127.0.0.1:{port}"))?;
-    s.set_nodelay(true)?;
-    // Bounded: a wedged server must not hang the check forever.
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let r = BufReader::new(s.try_clone()?);
-    Ok((s, r))
+    fn send(&mut self) -> std::io::Result<()> {
+        self.stream.write_all(&self.out)?;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// The next reply (an error if the connection closed or sent something malformed).
+    fn reply(&mut self) -> anyhow::Result<Reply> {
+        loop {
+            if let Some(reply) = self.parser.parse(&mut self.received)? {
+                return Ok(reply);
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let read = self.stream.read(&mut chunk)?;
+            if read == 0 {
+                bail!("connection closed");
+            }
+            self.received.extend_from_slice(&chunk[..read]);
+        }
+    }
 }
 
 fn load_client(
@@ -130,25 +149,20 @@ fn load_client(
     deadline: Instant,
 ) -> anyhow::Result<u64> {
     let mut out = BufWriter::new(File::create(acks.join(format!("client-{client}")))?);
-    let (mut s, mut r) = connect(port)?;
-    let mut buf = Vec::new();
+    let mut conn = Conn::connect(port)?;
     let mut seq = 0;
     while Instant::now() < deadline {
-        buf.clear();
-        encode(
-            &mut buf,
-            &[
-                b"SET",
-                key(run, client, seq).as_bytes(),
-                &value(run, client, seq, size),
-            ],
-        );
+        conn.queue(&[
+            b"SET",
+            key(run, client, seq).as_bytes(),
+            &value(run, client, seq, size),
+        ]);
         // Any error here is the cut: what was acknowledged is already in `out`.
-        if s.write_all(&buf).is_err() {
+        if conn.send().is_err() {
             break;
         }
-        match reply(&mut r) {
-            Ok(Some(ok)) if ok == b"OK" => writeln!(out, "{seq} {}", now_us())?,
+        match conn.reply() {
+            Ok(Reply::SimpleString(ok)) if ok == "OK" => writeln!(out, "{seq} {}", now_us())?,
             Ok(other) => bail!("client {client}: SET {seq} answered {other:?}"),
             Err(_) => break,
         }
@@ -165,7 +179,7 @@ fn check(
     size: usize,
     cut_us: Option<u64>,
 ) -> anyhow::Result<()> {
-    let (mut s, mut r) = connect(port)?;
+    let mut conn = Conn::connect(port)?;
     let (mut acked, mut lost, mut wrong, mut violations) = (0u64, 0u64, 0u64, 0u64);
     let mut first_lost_us = u64::MAX;
     let mut last_ack_us = 0;
@@ -179,36 +193,57 @@ fn check(
             continue;
         };
         clients += 1;
-        let mut list = Vec::new();
+        // The acknowledged writes, in order: write `i` and the time its `+OK` came back.
+        let mut ack_times_us = Vec::new();
         for line in BufReader::new(File::open(&path)?).lines() {
             let line = line?;
             let mut it = line.split(' ');
             let seq: u64 = it.next().context("seq")?.parse()?;
             let t: u64 = it.next().context("time")?.parse()?;
-            list.push((seq, t));
-        }
-        let mut lowest_lost = u64::MAX;
-        for chunk in list.chunks(1000) {
-            let mut buf = Vec::new();
-            for (seq, _) in chunk {
-                encode(&mut buf, &[b"GET", key(run, client, *seq).as_bytes()]);
+            if seq != ack_times_us.len() as u64 {
+                bail!("{}: write {seq} out of order", path.display());
             }
-            s.write_all(&buf)?;
-            for &(seq, t) in chunk {
-                acked += 1;
-                last_ack_us = last_ack_us.max(t);
-                match reply(&mut r)? {
-                    Some(v) if v == value(run, client, seq, size) => {
-                        if seq > lowest_lost {
-                            violations += 1;
-                        }
+            ack_times_us.push(t);
+        }
+        let acknowledged = ack_times_us.len() as u64;
+        // One write at a time: at most the next one was sent and unanswered at the cut.
+        let issued = acknowledged + 1;
+        // Look one write further, for a write that was never sent.
+        let mut visible = Vec::new();
+        for first in (0..=issued).step_by(1000) {
+            let seqs = first..(first + 1000).min(issued + 1);
+            for seq in seqs.clone() {
+                conn.queue(&[b"GET", key(run, client, seq).as_bytes()]);
+            }
+            conn.send()?;
+            for seq in seqs {
+                visible.push(match conn.reply()? {
+                    Reply::BulkString(v) if v == value(run, client, seq, size) => true,
+                    Reply::NullBulkString | Reply::Null => false,
+                    Reply::BulkString(_) => {
+                        wrong += 1;
+                        false
                     }
-                    Some(_) => wrong += 1,
-                    None => {
-                        lost += 1;
-                        lowest_lost = lowest_lost.min(seq);
-                        first_lost_us = first_lost_us.min(t);
-                    }
+                    other => bail!("GET {}: {other:?}", key(run, client, seq)),
+                });
+            }
+        }
+        acked += acknowledged;
+        last_ack_us = last_ack_us.max(ack_times_us.last().copied().unwrap_or(0));
+        match check_connection(issued, acknowledged, &visible) {
+            Ok(recovery) => {
+                lost += recovery.lost;
+                if let Some(first) = recovery.first_lost() {
+                    first_lost_us = first_lost_us.min(ack_times_us[first as usize]);
+                }
+            }
+            Err(violation) => {
+                eprintln!("crashfs-load: client {client}: {violation}");
+                violations += 1;
+                let missing = (0..acknowledged as usize).filter(|&i| !visible[i]);
+                for i in missing {
+                    lost += 1;
+                    first_lost_us = first_lost_us.min(ack_times_us[i]);
                 }
             }
         }

@@ -44,6 +44,20 @@ pub fn decode(action: &[u8]) -> (usize, u64) {
     (index, value)
 }
 
+/// The update rule of the crash and power-cut tests: cell `index` becomes [`step`] of its old
+/// value and the action's value.
+#[allow(dead_code)] // Not every test binary uses this rule (`wal_crash` has its own).
+pub fn apply(state: &mut [u64], _tick: u64, action: &[u8]) {
+    let (index, value) = decode(action);
+    state[index] = step(state[index], value);
+}
+
+/// One cell's new value (order-dependent, so a reordered or duplicated replay shows).
+#[allow(dead_code)] // As `apply`.
+pub fn step(old: u64, value: u64) -> u64 {
+    old.wrapping_mul(31).wrapping_add(value)
+}
+
 /// The reference state of a crash test: the inputs of ticks `1..=tick` applied to a plain vector,
 /// advanced as recoveries report newer ticks (it never goes back).
 pub struct Reference {
