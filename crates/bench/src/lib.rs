@@ -3,9 +3,10 @@
 //! Each experiment is a module under [`experiments`] with an `Args` type (its flags) and a
 //! `run(&Common, &Args) -> Result<Report>` function. The harness modules here are shared:
 //! [`report`] (the JSON result shape), [`stats`] (median/min/max over alternated rounds),
-//! [`plot`] (PNG + SVG line charts), [`workload`] (uniform and zipfian keys), [`memory`] (RSS)
+//! [`plot`] (PNG + SVG line charts), [`cost`] (what a checkpoint costs, and the raw write rate it is compared with), [`workload`] (uniform and zipfian keys), [`memory`] (RSS)
 //! and [`progress`] (terminal-only progress bars).
 
+pub mod cost;
 pub mod experiments;
 pub mod memory;
 pub mod plot;

@@ -17,6 +17,9 @@ pub struct Host {
     pub memory_bytes: u64,
     /// Kernel release (`uname -r`).
     pub kernel: String,
+    /// The first CPU's clock in MHz (`/proc/cpuinfo`), or 0. Cycle figures (`*_cycles_per_byte`)
+    /// are CPU time times this clock: virtual machines often have no cycle counter to read.
+    pub cpu_mhz: f64,
 }
 
 impl Host {
@@ -35,10 +38,20 @@ impl Host {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "unknown".into());
+        let cpu_mhz = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find(|line| line.starts_with("cpu MHz"))
+                    .and_then(|line| line.split(':').nth(1))
+                    .and_then(|mhz| mhz.trim().parse::<f64>().ok())
+            })
+            .unwrap_or(0.0);
         Host {
             cpus,
             memory_bytes,
             kernel,
+            cpu_mhz,
         }
     }
 }

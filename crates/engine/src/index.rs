@@ -143,6 +143,13 @@ impl HashIndex {
         self.buckets.len()
     }
 
+    /// The main bucket a key of `hash` lives in (its chain's bucket, whichever overflow bucket
+    /// holds the entry): the numbering of `for_each_entry`'s range.
+    #[inline]
+    pub(crate) fn bucket_of(&self, hash: KeyHash) -> usize {
+        (hash.0 & self.mask) as usize
+    }
+
     #[inline]
     fn next_bucket(&self, bucket: &Bucket) -> Option<&Bucket> {
         let link = bucket.overflow.load(Ordering::Acquire);

@@ -20,11 +20,14 @@ mod index;
 mod latch;
 mod log;
 mod memory;
+mod scan_progress;
 mod session;
 mod state;
 mod store;
 mod sync;
 
+pub use checkpoint::CheckpointBreakdown;
+pub use checkpoint_files::segment::WriteTimes;
 pub use config::{SessionId, StoreConfig, Strategy};
 pub use error::EngineError;
 pub use session::Session;

@@ -11,7 +11,9 @@
 //! - acting as v+1 (IN_PROGRESS, WAIT_PENDING, WAIT_FLUSH) on `rv < v`: IN_PROGRESS takes the *new*
 //!   latch (failure: retry later), WAIT_PENDING retries while an *old* latch is held; then
 //!   read-copy-update to a v+1 record (`cpr-copy` instead saves a stable copy and updates in place).
-//!   A v+1 thread never changes a version <= v record's value in place.
+//!   A v+1 thread never changes a version <= v record's value in place while the checkpoint of v
+//!   may still read it; once a Persian scanner has emitted the key's bucket, it may
+//!   (`scan_progress` module).
 //! - otherwise: in place if `r` is in the mutable region and the value fits, else read-copy-update.
 //!
 //! In-place writes and read-copy-updates both hold `r`'s record lock; a read-copy-update seals `r`
@@ -564,7 +566,7 @@ impl Session {
         if let Some(step) = self.take_latches(&mut hold, Some(record_version)) {
             return Ok(map_step(step, |_| false));
         }
-        let copy_to_new_version = self.phase.is_new_version() && record_version < self.version;
+        let copy_to_new_version = self.must_copy(hash, record_version);
         let mutable = record.address >= shared.log.read_only_address();
         if copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy {
             return Ok(self.cpr_copy_write(&shared.log, record, &mut entry, key, write));
@@ -599,6 +601,21 @@ impl Session {
             self.rcu_locked(&shared.log, guard, &mut entry, key, value, flags, false),
             |_| existed,
         ))
+    }
+
+    /// Whether a write acting as this session's version must leave the key's newest record (of
+    /// `record_version`) unchanged and write a new version: it acts as v+1 on a record of v or
+    /// older, and the checkpoint of v may still read that record. A Persian scan that already
+    /// emitted the key's bucket will not (`scan_progress` module), so the write may go in place.
+    #[inline]
+    fn must_copy(&self, hash: KeyHash, record_version: u64) -> bool {
+        if !(self.phase.is_new_version() && record_version < self.version) {
+            return false;
+        }
+        let shared = &self.store.shared;
+        !shared
+            .scan_progress
+            .emitted(self.version - 1, shared.index.bucket_of(hash))
     }
 
     /// Under the record lock: the record may have been superseded or moved to v+1 meanwhile.
@@ -827,7 +844,7 @@ impl Session {
         if let Some(step) = self.take_latches(&mut hold, Some(record_version)) {
             return Ok(step);
         }
-        let copy_to_new_version = self.phase.is_new_version() && record_version < self.version;
+        let copy_to_new_version = self.must_copy(hash, record_version);
         let mutable = record.address >= log.read_only_address();
         let mut guard = record.lock();
         if let Some(step) = self.recheck_locked(&guard) {

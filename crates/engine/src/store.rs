@@ -54,6 +54,8 @@ pub struct CheckpointReport {
     pub session_points: BTreeMap<SessionId, u64>,
     /// The published checkpoint directory.
     pub dir: PathBuf,
+    /// Where the checkpoint's time went.
+    pub breakdown: crate::checkpoint::CheckpointBreakdown,
 }
 
 /// What `Store::open` recovered.
@@ -99,6 +101,8 @@ pub(crate) struct Shared {
     pub(crate) state: GlobalState,
     /// Strategy of the checkpoint in flight (index into `Strategy::ALL`).
     pub(crate) running_strategy: AtomicU64,
+    /// How far the Persian scanners have emitted the image (`scan_progress` module).
+    pub(crate) scan_progress: crate::scan_progress::ScanProgress,
     pub(crate) sessions: Mutex<BTreeMap<u64, Arc<SessionShared>>>,
     pub(crate) next_session_id: AtomicU64,
     /// Sessions open now; at most [`MAX_OPEN_SESSIONS`] (the epoch table has two more slots, for
@@ -368,6 +372,7 @@ impl Store {
                 version: 1,
             }),
             running_strategy: AtomicU64::new(0),
+            scan_progress: crate::scan_progress::ScanProgress::new(config.flusher_threads),
             sessions: Mutex::new(BTreeMap::new()),
             next_session_id: AtomicU64::new(1),
             open_sessions: AtomicUsize::new(0),

@@ -132,7 +132,7 @@ fn child_main(root: &Path) -> ! {
                     summaries
                         .lock()
                         .unwrap()
-                        .push(writer.finish().expect("finish"));
+                        .push(writer.finish().expect("finish").0);
                     report(format!("segment {version} {index}"));
                 });
             }

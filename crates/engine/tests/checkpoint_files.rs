@@ -46,7 +46,7 @@ fn write_checkpoint(
                     .expect("put");
             }
         }
-        summaries.push(writer.finish().expect("finish"));
+        summaries.push(writer.finish().expect("finish").0);
     }
     summaries.reverse(); // publish accepts any order
     pending
@@ -295,7 +295,7 @@ fn writer_refuses_entries_over_the_limits() {
         Err(EngineError::InvalidArgument(_))
     ));
     writer.put(1, b"12345678", &[0; 16]).unwrap();
-    let summary = writer.finish().unwrap();
+    let (summary, _) = writer.finish().unwrap();
     assert_eq!(summary.entries, 1);
     // A decoder with smaller limits refuses the file instead of allocating.
     let bytes = fs::read(pending.path().join(&summary.file_name)).unwrap();

@@ -75,6 +75,7 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
             last.as_ref().and_then(|c| c.covered_lsn).unwrap_or(0),
             settings.durability.uses_oplog() as u8,
         );
+        write_checkpoint_breakdown(&mut text, last.as_ref().map(|c| &c.breakdown));
         if let Some(log) = server.keyspace.oplog() {
             let _ = write!(
                 text,
@@ -135,4 +136,30 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
         text.push_str("\r\n");
     }
     text
+}
+
+/// The last checkpoint's time breakdown (`prefixkv_engine::CheckpointBreakdown`) as
+/// `last_checkpoint_<part>_us` lines, zeros before the first checkpoint. The thread figures are
+/// sums over the checkpoint's segment threads.
+fn write_checkpoint_breakdown(
+    text: &mut String,
+    breakdown: Option<&prefixkv_engine::CheckpointBreakdown>,
+) {
+    let b = breakdown.copied().unwrap_or_default();
+    let _ = write!(text, "last_checkpoint_threads:{}\r\n", b.threads);
+    for (name, part) in [
+        ("phases", b.phases),
+        ("image", b.image),
+        ("publish", b.publish),
+        ("thread_cpu", b.thread_cpu),
+        ("thread_wall", b.thread_wall),
+        ("index_scan", b.index_scan),
+        ("records", b.records),
+        ("crc", b.writes.crc),
+        ("write_calls", b.writes.write),
+        ("pacing", b.writes.pacing),
+        ("sync", b.writes.sync),
+    ] {
+        let _ = write!(text, "last_checkpoint_{name}_us:{}\r\n", part.as_micros());
+    }
 }

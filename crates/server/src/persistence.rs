@@ -29,6 +29,8 @@ pub struct CheckpointSummary {
     pub records: u64,
     /// Oplog LSN covered.
     pub covered_lsn: Option<u64>,
+    /// Where its time went (the engine's measurement), for INFO.
+    pub breakdown: prefixkv_engine::CheckpointBreakdown,
 }
 
 /// Checkpoint control shared by the periodic loop and the commands.
@@ -145,6 +147,7 @@ impl Persistence {
                 bytes: done.report.bytes,
                 records: done.report.records,
                 covered_lsn: done.covered_lsn,
+                breakdown: done.report.breakdown,
             })
             .map_err(|error| format!("checkpoint in {} failed: {error}", self.dir.display()));
         match &result {

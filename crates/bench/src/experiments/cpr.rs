@@ -148,6 +148,8 @@ struct CheckpointWindow {
     bytes: u64,
     rss_before_bytes: u64,
     rss_peak_bytes: u64,
+    /// Where the checkpoint's time went (the engine's own measurement).
+    breakdown: prefixkv_engine::CheckpointBreakdown,
 }
 
 /// What one (contender, point, round) cell measured.
@@ -367,6 +369,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             "checkpoint_bytes".into(),
             null_if_nan(Spread::of(&bytes).median),
         );
+        let costs: Vec<_> = windows.iter().map(|w| (w.breakdown, w.bytes)).collect();
+        if !costs.is_empty() {
+            crate::cost::insert_into(&mut r, &costs, report.host.cpu_mhz);
+        }
         r.insert(
             "checkpoint_rss_growth_bytes".into(),
             null_if_nan(Spread::of(&growth).median),
@@ -475,9 +481,53 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         "cpr_copy_memory_overhead",
         median_of("cpr-copy", &growth) / dataset_bytes,
     );
+    summarise_costs(&plan, &mut report, &median_of)?;
 
     write_plots(common, &plan, &points, &cells, headline)?;
     Ok(report)
+}
+
+/// The median of a per-cell metric over the rounds of one contender (by name) at the headline
+/// point.
+type MedianOf<'a> = dyn Fn(&str, &dyn Fn(&Cell) -> Option<f64>) -> f64 + 'a;
+
+/// Persian's cost figures at the headline point, and its write rate over the raw sequential
+/// write rate of as many bytes on the same filesystem, measured now (pacing is off in `cpr`).
+fn summarise_costs(
+    plan: &Plan,
+    report: &mut Report,
+    median_of: &MedianOf,
+) -> Result<()> {
+    let cpu_mhz = report.host.cpu_mhz;
+    let median_over_checkpoints = |c: &Cell, f: &dyn Fn(&CheckpointWindow) -> f64| {
+        let values: Vec<f64> = c.checkpoints.iter().map(f).collect();
+        (!values.is_empty()).then(|| Spread::of(&values).median)
+    };
+    let cycles = median_of("persian", &|c| {
+        median_over_checkpoints(c, &|w| {
+            crate::cost::cycles_per_byte(&w.breakdown, w.bytes, cpu_mhz)
+        })
+    });
+    let write_mb_per_s = median_of("persian", &|c| {
+        median_over_checkpoints(c, &|w| crate::cost::write_mb_per_s(&w.breakdown, w.bytes))
+    });
+    let bytes = median_of("persian", &|c| {
+        median_over_checkpoints(c, &|w| w.bytes as f64)
+    });
+    report.summary(
+        "checkpoint_cycles_per_byte",
+        if cpu_mhz > 0.0 { cycles } else { f64::NAN },
+    );
+    report.summary("checkpoint_write_mb_per_s", write_mb_per_s);
+    if bytes.is_finite() && bytes > 0.0 {
+        let raw_mb_per_s = crate::cost::raw_write_bytes_per_s(&plan.data_dir, bytes as u64)? / 1e6;
+        report.summary("raw_write_mb_per_s", raw_mb_per_s);
+        report.summary(
+            "checkpoint_write_over_raw",
+            ratio(write_mb_per_s, raw_mb_per_s),
+        );
+    }
+    Ok(())
 }
 
 /// Runs one contender at one point for one round.
@@ -934,6 +984,7 @@ fn window(
         bytes: report.bytes,
         rss_before_bytes,
         rss_peak_bytes,
+        breakdown: report.breakdown,
     }
 }
 

@@ -341,6 +341,37 @@ fn finite(value: f64) -> Value {
     }
 }
 
+/// Our saves' cost figures, and their write rate over the raw sequential write rate of as many
+/// bytes in the same directory, measured now (the server paces no checkpoint by default).
+fn summarise_checkpoint_costs(
+    ours: &snapshot::Outcome,
+    temp: &std::path::Path,
+    report: &mut Report,
+) -> Result<()> {
+    let cpu_mhz = report.host.cpu_mhz;
+    let median = |f: &dyn Fn(&(prefixkv_engine::CheckpointBreakdown, u64)) -> f64| {
+        Spread::of(&ours.checkpoints.iter().map(f).collect::<Vec<_>>()).median
+    };
+    if cpu_mhz > 0.0 {
+        report.summary(
+            "checkpoint_cycles_per_byte",
+            median(&|(b, bytes)| crate::cost::cycles_per_byte(b, *bytes, cpu_mhz)),
+        );
+    }
+    let write_mb_per_s = median(&|(b, bytes)| crate::cost::write_mb_per_s(b, *bytes));
+    report.summary("checkpoint_write_mb_per_s", write_mb_per_s);
+    let bytes = median(&|(_, bytes)| *bytes as f64);
+    if bytes.is_finite() && bytes > 0.0 {
+        let raw_mb_per_s = crate::cost::raw_write_bytes_per_s(temp, bytes as u64)? / 1e6;
+        report.summary("raw_write_mb_per_s", raw_mb_per_s);
+        report.summary(
+            "checkpoint_write_over_raw",
+            ratio(write_mb_per_s, raw_mb_per_s),
+        );
+    }
+    Ok(())
+}
+
 fn run_snapshots(
     binaries: &Binaries,
     plan: &snapshot::Plan,
@@ -365,7 +396,7 @@ fn run_snapshots(
     let dataset = plan.dataset_bytes() as f64;
     for outcome in &outcomes {
         report.record_verification(outcome.verified);
-        let cell = row([
+        let mut cell = row([
             ("phase", Value::from("bgsave-under-load")),
             ("variant", Value::from(outcome.kind.name())),
             ("durability", Value::from(plan.durability.name())),
@@ -402,9 +433,17 @@ fn run_snapshots(
                 "bgsave_rss_with_children_growth_bytes",
                 Value::from(outcome.growth_rss_with_children_bytes),
             ),
+            ("restart_s", finite(outcome.restart_seconds)),
+            (
+                "recovery_gb_per_s",
+                finite(dataset / outcome.restart_seconds / 1e9),
+            ),
             ("verified", Value::from(outcome.verified)),
             ("verify_note", Value::from(outcome.verify_note.as_str())),
         ]);
+        if !outcome.checkpoints.is_empty() {
+            crate::cost::insert_into(&mut cell, &outcome.checkpoints, report.host.cpu_mhz);
+        }
         report.rows.push(cell);
     }
     let find = |kind: Kind| outcomes.iter().find(|o| o.kind == kind);
@@ -433,6 +472,23 @@ fn run_snapshots(
             "redis_p99_during_bgsave_over_outside",
             ratio(redis.during_p99_us, redis.outside_p99_us),
         );
+        report.summary(
+            "bgsave_duration_over_redis",
+            ratio(
+                Spread::of(&ours.bgsave_seconds).median,
+                Spread::of(&redis.bgsave_seconds).median,
+            ),
+        );
+        report.summary(
+            "restart_over_redis",
+            ratio(ours.restart_seconds, redis.restart_seconds),
+        );
+        report.summary("recovery_gb_per_s", dataset / ours.restart_seconds / 1e9);
+        report.summary(
+            "redis_recovery_gb_per_s",
+            dataset / redis.restart_seconds / 1e9,
+        );
+        summarise_checkpoint_costs(ours, temp, report)?;
     }
 
     let series: Vec<Series> = outcomes

@@ -90,7 +90,7 @@ pub use manifest::{
 pub use recovery::VerifiedCheckpoint;
 pub use segment::{
     decode_segment_bytes, DecodeLimits, Entry, EntryRef, SegmentDecoder, SegmentSummary,
-    SegmentWriter,
+    SegmentWriter, WriteTimes,
 };
 
 /// Name of the manifest file inside a checkpoint directory.

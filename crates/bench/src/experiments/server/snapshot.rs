@@ -25,6 +25,7 @@ use super::processes::{tree_memory, Binaries, Durability, Kind, Launch, ServerPr
 use crate::workload::{KeyDistribution, KeyGenerator};
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
+use prefixkv_engine::CheckpointBreakdown;
 use prefixkv_resp::Reply;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -78,6 +79,10 @@ pub struct Outcome {
     pub during_p99_us: f64,
     /// Each save's duration, seconds.
     pub bgsave_seconds: Vec<f64>,
+    /// Our server only: each save's time breakdown and bytes, from `INFO persistence`.
+    pub checkpoints: Vec<(CheckpointBreakdown, u64)>,
+    /// From the SIGKILL until the restarted server answered PING (after loading everything).
+    pub restart_seconds: f64,
     /// Pss just before the first save.
     pub baseline_pss_bytes: u64,
     /// Largest Pss growth of one save over its starting value.
@@ -172,9 +177,10 @@ pub fn run(binaries: &Binaries, kind: Kind, plan: &Plan, dir: &Path) -> Result<O
 
     let mut outcome = measure(kind, pid, server.port, plan, &mut control)?;
     outcome.load_seconds = load_seconds;
-    let (verified, note) = verify(binaries, &launch, &mut server, plan)?;
+    let (verified, note, restart_seconds) = verify(binaries, &launch, &mut server, plan)?;
     outcome.verified = verified;
     outcome.verify_note = note;
+    outcome.restart_seconds = restart_seconds;
     server.kill();
     Ok(outcome)
 }
@@ -233,7 +239,7 @@ fn measure(kind: Kind, pid: u32, port: u16, plan: &Plan, control: &mut Client) -
         std::thread::spawn(move || sample_loop(started, &stop, &acknowledged))
     };
 
-    let result = control_saves(pid, plan, control, started, &acknowledged);
+    let result = control_saves(kind, pid, plan, control, started, &acknowledged);
     stop.store(true, Ordering::SeqCst);
     let mut batches = Vec::new();
     let mut writer_error = None;
@@ -304,6 +310,8 @@ fn measure(kind: Kind, pid: u32, port: u16, plan: &Plan, control: &mut Client) -
         outside_p99_us: outside.value_at_quantile(0.99) as f64,
         during_p99_us: during.value_at_quantile(0.99) as f64,
         bgsave_seconds: windows.iter().map(|(a, b)| b - a).collect(),
+        checkpoints: saves.iter().filter_map(|s| s.cost).collect(),
+        restart_seconds: f64::NAN,
         baseline_pss_bytes: saves.saves.first().map_or(0, |s| s.before.pss_bytes),
         growth_pss_bytes,
         growth_rss_with_children_bytes,
@@ -381,6 +389,8 @@ struct Save {
     end_ops: u64,
     before: super::processes::TreeMemory,
     peak: super::processes::TreeMemory,
+    /// Our server's breakdown of this save and its bytes.
+    cost: Option<(CheckpointBreakdown, u64)>,
 }
 
 struct Saves {
@@ -398,6 +408,7 @@ impl Saves {
 }
 
 fn control_saves(
+    kind: Kind,
     pid: u32,
     plan: &Plan,
     control: &mut Client,
@@ -441,6 +452,10 @@ fn control_saves(
         if status != "ok" {
             bail!("BGSAVE finished with rdb_last_bgsave_status:{status}");
         }
+        let cost = match kind {
+            Kind::Prefixkv => Some(checkpoint_cost(&control.info("persistence")?)?),
+            Kind::Redis => None,
+        };
         saves.push(Save {
             start,
             end,
@@ -448,6 +463,7 @@ fn control_saves(
             end_ops,
             before,
             peak,
+            cost,
         });
     }
     std::thread::sleep(plan.gap);
@@ -460,18 +476,55 @@ fn control_saves(
     })
 }
 
-/// SAVE, read a sample, SIGKILL, restart on the same directory, compare.
+/// Our server's last checkpoint from `INFO persistence`: its breakdown (the
+/// `last_checkpoint_<part>_us` lines) and `last_checkpoint_bytes`.
+fn checkpoint_cost(info: &[(String, String)]) -> Result<(CheckpointBreakdown, u64)> {
+    let field = |name: &str| -> Result<u64> {
+        let text = info
+            .iter()
+            .find(|(field, _)| field == name)
+            .map(|(_, value)| value)
+            .ok_or_else(|| anyhow!("INFO persistence has no {name}"))?;
+        text.parse()
+            .with_context(|| format!("INFO persistence {name}:{text}"))
+    };
+    let micros = |part: &str| -> Result<Duration> {
+        Ok(Duration::from_micros(field(&format!(
+            "last_checkpoint_{part}_us"
+        ))?))
+    };
+    let breakdown = CheckpointBreakdown {
+        phases: micros("phases")?,
+        image: micros("image")?,
+        publish: micros("publish")?,
+        threads: field("last_checkpoint_threads")? as u32,
+        thread_cpu: micros("thread_cpu")?,
+        thread_wall: micros("thread_wall")?,
+        index_scan: micros("index_scan")?,
+        records: micros("records")?,
+        writes: prefixkv_engine::WriteTimes {
+            crc: micros("crc")?,
+            write: micros("write_calls")?,
+            pacing: micros("pacing")?,
+            sync: micros("sync")?,
+        },
+    };
+    Ok((breakdown, field("last_checkpoint_bytes")?))
+}
+
+/// SAVE, read a sample, SIGKILL, restart on the same directory, compare. Returns whether the
+/// check passed, what it found, and the restart's seconds (SIGKILL to the first PONG).
 fn verify(
     binaries: &Binaries,
     launch: &Launch,
     server: &mut ServerProcess,
     plan: &Plan,
-) -> Result<(bool, String)> {
+) -> Result<(bool, String, f64)> {
     const SAMPLE: u64 = 2000;
     let mut client = Client::connect(server.port)?;
     let saved = reply_text(&client.call(&["SAVE"])?);
     if saved != "OK" {
-        return Ok((false, format!("SAVE answered {saved:?}")));
+        return Ok((false, format!("SAVE answered {saved:?}"), f64::NAN));
     }
     let step = (plan.keys / SAMPLE).max(1);
     let sample: Vec<u64> = (0..plan.keys).step_by(step as usize).collect();
@@ -483,6 +536,7 @@ fn verify(
                 return Ok((
                     false,
                     format!("key {index} holds a malformed value before restart"),
+                    f64::NAN,
                 ))
             }
         }
@@ -501,6 +555,7 @@ fn verify(
         return Ok((
             false,
             format!("{size} keys after restart, expected {}", plan.keys),
+            restart_seconds,
         ));
     }
     let after = read_values(&mut client, &sample)?;
@@ -508,6 +563,7 @@ fn verify(
         return Ok((
             false,
             format!("key {} changed across the restart", sample[position]),
+            restart_seconds,
         ));
     }
     Ok((
@@ -516,6 +572,7 @@ fn verify(
             "restart after SIGKILL: {size} keys, {} sampled values equal (restart {restart_seconds:.1} s)",
             sample.len()
         ),
+        restart_seconds,
     ))
 }
 

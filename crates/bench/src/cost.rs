@@ -1,0 +1,140 @@
+//! What a checkpoint costs, in one place for `cpr` and `server`: per-row medians of the engine's
+//! [`CheckpointBreakdown`], the cost figures of the summaries (`checkpoint_cycles_per_byte`,
+//! `checkpoint_write_mb_per_s`), and the yardstick the write rate is compared with
+//! (`checkpoint_write_over_raw`): what one thread gets writing the same number of bytes in large
+//! writes followed by one `fdatasync`, with no scanning, encoding or checksums.
+//!
+//! Cycles are the segment threads' CPU time times the host's clock (`Host::cpu_mhz`): the virtual
+//! machines we measure on expose no cycle counter. A checkpoint's write rate is its bytes over
+//! the image's wall time (segment threads started until the last segment fsynced), so the CPR
+//! phase changes before and the publishing after are not in it; they are reported beside it.
+
+use anyhow::{Context, Result};
+use prefixkv_engine::CheckpointBreakdown;
+use serde_json::{Map, Value};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::stats::Spread;
+
+/// One checkpoint's cost figures.
+pub fn cycles_per_byte(breakdown: &CheckpointBreakdown, bytes: u64, cpu_mhz: f64) -> f64 {
+    breakdown.thread_cpu.as_secs_f64() * cpu_mhz * 1e6 / bytes.max(1) as f64
+}
+
+/// Bytes per second of the image, in MB/s (10^6).
+pub fn write_mb_per_s(breakdown: &CheckpointBreakdown, bytes: u64) -> f64 {
+    bytes as f64 / breakdown.image.as_secs_f64().max(1e-9) / 1e6
+}
+
+/// Adds the medians over `checkpoints` (breakdown, bytes) to a result row.
+pub fn insert_into(
+    row: &mut Map<String, Value>,
+    checkpoints: &[(CheckpointBreakdown, u64)],
+    cpu_mhz: f64,
+) {
+    let ms = |part: &dyn Fn(&CheckpointBreakdown) -> Duration| -> Vec<f64> {
+        checkpoints
+            .iter()
+            .map(|(b, _)| part(b).as_secs_f64() * 1000.0)
+            .collect()
+    };
+    let parts: [(&str, Vec<f64>); 11] = [
+        ("checkpoint_phases_ms", ms(&|b| b.phases)),
+        ("checkpoint_image_ms", ms(&|b| b.image)),
+        ("checkpoint_publish_ms", ms(&|b| b.publish)),
+        ("checkpoint_thread_cpu_ms", ms(&|b| b.thread_cpu)),
+        ("checkpoint_thread_wall_ms", ms(&|b| b.thread_wall)),
+        ("checkpoint_index_scan_ms", ms(&|b| b.index_scan)),
+        ("checkpoint_records_ms", ms(&|b| b.records)),
+        ("checkpoint_crc_ms", ms(&|b| b.writes.crc)),
+        ("checkpoint_write_calls_ms", ms(&|b| b.writes.write)),
+        ("checkpoint_pacing_ms", ms(&|b| b.writes.pacing)),
+        ("checkpoint_sync_ms", ms(&|b| b.writes.sync)),
+    ];
+    for (name, values) in parts {
+        insert_median(row, name, &values);
+    }
+    let cycles: Vec<f64> = checkpoints
+        .iter()
+        .map(|(b, bytes)| cycles_per_byte(b, *bytes, cpu_mhz))
+        .collect();
+    let rates: Vec<f64> = checkpoints
+        .iter()
+        .map(|(b, bytes)| write_mb_per_s(b, *bytes))
+        .collect();
+    if cpu_mhz > 0.0 {
+        insert_median(row, "checkpoint_cycles_per_byte", &cycles);
+    } else {
+        row.insert("checkpoint_cycles_per_byte".into(), Value::Null);
+    }
+    insert_median(row, "checkpoint_write_mb_per_s", &rates);
+}
+
+fn insert_median(row: &mut Map<String, Value>, name: &str, values: &[f64]) {
+    let median = Spread::of(values).median;
+    row.insert(
+        name.into(),
+        if median.is_finite() {
+            Value::from(median)
+        } else {
+            Value::Null
+        },
+    );
+}
+
+/// Bytes per `write` call of the yardstick: as large as a checkpoint's segment writer hands the file.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Writes `bytes` (rounded up to a whole chunk) to a new file in `dir`, fdatasyncs it, deletes it,
+/// and returns the rate in bytes per second (the fdatasync included).
+pub fn raw_write_bytes_per_s(dir: &Path, bytes: u64) -> Result<f64> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let path = dir.join("raw-write-yardstick.tmp");
+    // Not all zeros, so that no layer below can take a shortcut for an all-zero page.
+    let chunk: Vec<u8> = (0..CHUNK_BYTES).map(|i| (i * 131 % 251) as u8).collect();
+    let chunks = bytes.div_ceil(CHUNK_BYTES as u64).max(1);
+    let started = Instant::now();
+    let mut file =
+        std::fs::File::create(&path).with_context(|| format!("create {}", path.display()))?;
+    for _ in 0..chunks {
+        file.write_all(&chunk)
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    file.sync_data()
+        .with_context(|| format!("fdatasync {}", path.display()))?;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
+    Ok((chunks * CHUNK_BYTES as u64) as f64 / elapsed_s.max(1e-9))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_figures() {
+        let breakdown = CheckpointBreakdown {
+            image: Duration::from_millis(500),
+            thread_cpu: Duration::from_secs(1),
+            ..Default::default()
+        };
+        // 1 s of CPU at 2000 MHz over 1e9 bytes: 2 cycles per byte; 1e9 bytes in 0.5 s: 2000 MB/s.
+        assert!((cycles_per_byte(&breakdown, 1_000_000_000, 2000.0) - 2.0).abs() < 1e-9);
+        assert!((write_mb_per_s(&breakdown, 1_000_000_000) - 2000.0).abs() < 1e-6);
+        let mut row = Map::new();
+        insert_into(&mut row, &[(breakdown, 1_000_000_000)], 0.0);
+        assert_eq!(row["checkpoint_cycles_per_byte"], Value::Null);
+        assert_eq!(row["checkpoint_image_ms"], Value::from(500.0));
+    }
+
+    #[test]
+    fn measures_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let rate = raw_write_bytes_per_s(dir.path(), 3 << 20).unwrap();
+        assert!(rate > 0.0);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
