@@ -70,6 +70,10 @@ pub fn insert_into(
         row.insert("checkpoint_cycles_per_byte".into(), Value::Null);
     }
     insert_median(row, "checkpoint_write_mb_per_s", &rates);
+    let bytes: Vec<f64> = checkpoints.iter().map(|(_, bytes)| *bytes as f64).collect();
+    if !row.contains_key("checkpoint_bytes") {
+        insert_median(row, "checkpoint_bytes", &bytes);
+    }
 }
 
 fn insert_median(row: &mut Map<String, Value>, name: &str, values: &[f64]) {

@@ -75,6 +75,9 @@ impl FromStr for Strategy {
     }
 }
 
+/// Default niceness of checkpoint threads (`StoreConfig::checkpoint_thread_nice`).
+pub const DEFAULT_CHECKPOINT_THREAD_NICE: i32 = 10;
+
 /// Store configuration. Build with [`StoreConfig::new`] and adjust fields.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -200,7 +203,7 @@ impl Default for StoreConfig {
             flusher_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             keep_checkpoints: 2,
             checkpoint_write_bytes_per_s: None,
-            checkpoint_thread_nice: 10,
+            checkpoint_thread_nice: DEFAULT_CHECKPOINT_THREAD_NICE,
             disk: prefixkv_storage::real_disk(),
             memory_wait_limit: Duration::from_secs(30),
         }

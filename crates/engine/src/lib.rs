@@ -28,7 +28,7 @@ mod sync;
 
 pub use checkpoint::CheckpointBreakdown;
 pub use checkpoint_files::segment::WriteTimes;
-pub use config::{SessionId, StoreConfig, Strategy};
+pub use config::{SessionId, StoreConfig, Strategy, DEFAULT_CHECKPOINT_THREAD_NICE};
 pub use error::EngineError;
 pub use session::Session;
 pub use state::Phase;

@@ -73,6 +73,10 @@ pub struct Flags {
     /// 64kb [default: 0 = as fast as the disk allows].
     #[arg(long = "checkpoint-rate")]
     pub checkpoint_rate: Option<String>,
+    /// Scheduling niceness of checkpoint threads, 0..=19: higher yields more of the CPU to
+    /// requests and makes saves longer [default: 10].
+    #[arg(long = "checkpoint-nice")]
+    pub checkpoint_nice: Option<i32>,
 }
 
 /// The TOML file: the same names as the flags.
@@ -94,6 +98,7 @@ struct FileConfig {
     threads: Option<usize>,
     engine_memory: Option<toml::Value>,
     checkpoint_rate: Option<toml::Value>,
+    checkpoint_nice: Option<i32>,
 }
 
 /// The resolved configuration.
@@ -131,6 +136,8 @@ pub struct Config {
     pub engine_memory_bytes: u64,
     /// Checkpoint write rate in bytes per second (0 = unlimited).
     pub checkpoint_rate_bytes_per_s: u64,
+    /// Niceness of checkpoint threads (`StoreConfig::checkpoint_thread_nice`).
+    pub checkpoint_nice: i32,
 }
 
 /// Parses `100`, `100b`, `64kb`, `64k`, `100mb`, `2gb` (Redis's memory units: `k` = 1000,
@@ -277,7 +284,17 @@ impl Config {
                 "checkpoint-rate",
                 0,
             )?,
+            checkpoint_nice: flags
+                .checkpoint_nice
+                .or(file.checkpoint_nice)
+                .unwrap_or(prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE),
         };
+        if !(0..=19).contains(&config.checkpoint_nice) {
+            bail!(
+                "checkpoint-nice {} is outside 0..=19 (0 runs checkpoints like requests, 19 yields the most)",
+                config.checkpoint_nice
+            );
+        }
         let minimum_rate = prefixkv_engine::checkpoint_files::pacer::MIN_WRITE_BYTES_PER_S;
         if config.checkpoint_rate_bytes_per_s != 0
             && config.checkpoint_rate_bytes_per_s < minimum_rate
@@ -327,7 +344,7 @@ mod tests {
             &path,
             "port = 7001\nappendfsync = \"always\"\nmaxmemory = \"100mb\"\nprotected-mode = \"yes\"\n\
              client-query-buffer-limit = 1048576\ncheckpoint-interval = 250\n\
-             checkpoint-rate = \"50mb\"\n",
+             checkpoint-rate = \"50mb\"\ncheckpoint-nice = 19\n",
         )
         .unwrap();
         let flags = Flags {
@@ -347,6 +364,16 @@ mod tests {
         assert_eq!(config.client_query_buffer_limit_bytes, 1 << 20);
         assert_eq!(config.checkpoint_interval_ms, 250);
         assert_eq!(config.checkpoint_rate_bytes_per_s, 50 << 20);
+        assert_eq!(config.checkpoint_nice, 19);
+        let error = Config::resolve(Flags {
+            checkpoint_nice: Some(20),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(
+            format!("{error:#}").contains("checkpoint-nice"),
+            "{error:#}"
+        );
         let error = Config::resolve(Flags {
             checkpoint_rate: Some("1kb".into()),
             ..Flags::default()
@@ -373,6 +400,10 @@ mod tests {
         assert_eq!(config.dir, PathBuf::from("./data"));
         assert_eq!(config.durability, Durability::EverySec);
         assert_eq!(config.client_query_buffer_limit_bytes, 1 << 30);
+        assert_eq!(
+            config.checkpoint_nice,
+            prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE
+        );
     }
 
     #[test]

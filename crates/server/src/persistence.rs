@@ -63,6 +63,7 @@ fn store_options(config: &Config) -> Options {
         log_page_bytes: 4 << 20,
         checkpoint_write_bytes_per_s: (config.checkpoint_rate_bytes_per_s != 0)
             .then_some(config.checkpoint_rate_bytes_per_s),
+        checkpoint_thread_nice: config.checkpoint_nice,
         ..StoreConfig::new(config.dir.clone())
     };
     options

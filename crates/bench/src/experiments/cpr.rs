@@ -493,11 +493,7 @@ type MedianOf<'a> = dyn Fn(&str, &dyn Fn(&Cell) -> Option<f64>) -> f64 + 'a;
 
 /// Persian's cost figures at the headline point, and its write rate over the raw sequential
 /// write rate of as many bytes on the same filesystem, measured now (pacing is off in `cpr`).
-fn summarise_costs(
-    plan: &Plan,
-    report: &mut Report,
-    median_of: &MedianOf,
-) -> Result<()> {
+fn summarise_costs(plan: &Plan, report: &mut Report, median_of: &MedianOf) -> Result<()> {
     let cpu_mhz = report.host.cpu_mhz;
     let median_over_checkpoints = |c: &Cell, f: &dyn Fn(&CheckpointWindow) -> f64| {
         let values: Vec<f64> = c.checkpoints.iter().map(f).collect();

@@ -85,6 +85,10 @@ pub struct Args {
     /// Parent of the temporary data directories (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Extra arguments for prefixkv-server in both phases, comma-separated (for example
+    /// `--prefixkv-args=--checkpoint-nice,0`); recorded in the JSON's config.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    pub prefixkv_args: Vec<String>,
 }
 
 const SERVERS: [Kind; 2] = [Kind::Prefixkv, Kind::Redis];
@@ -126,6 +130,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         bgsaves: args.bgsaves.unwrap_or(if quick { 1 } else { 3 }).max(1),
         bgsave_timeout: Duration::from_secs(600),
         durability: snapshot_durability,
+        prefixkv_args: args.prefixkv_args.clone(),
     };
 
     let mut report = Report::new("server");
@@ -157,6 +162,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("writers", plan.writers as u64);
     report.config("write_pipeline", plan.pipeline as u64);
     report.config("bgsaves", plan.bgsaves as u64);
+    report.config("prefixkv_args", args.prefixkv_args.clone());
     report.notes.push(
         "client and servers share the 2-core machine: the load generator takes about one core, \
          so absolute figures are client-bound; quote the ratios"
@@ -194,7 +200,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             &binaries,
             common,
             &durabilities,
-            &args.pipelines,
+            args,
             &load,
             temp.path(),
             &mut report,
@@ -221,11 +227,12 @@ fn run_benchmarks(
     binaries: &Binaries,
     common: &Common,
     durabilities: &[Durability],
-    pipelines: &[usize],
+    args: &Args,
     load: &dyn Fn(usize) -> benchmark::Load,
     temp: &std::path::Path,
     report: &mut Report,
 ) -> Result<()> {
+    let pipelines = &args.pipelines;
     let schedule = alternating_schedule(SERVERS.len(), common.rounds());
     let bar = crate::progress::bar(
         (durabilities.len() * schedule.len() * pipelines.len()) as u64,
@@ -240,7 +247,7 @@ fn run_benchmarks(
                 kind,
                 durability,
                 dir: temp.join(format!("benchmark-{}-{}", kind.name(), durability.name())),
-                prefixkv_extra: Vec::new(),
+                prefixkv_extra: args.prefixkv_args.clone(),
             };
             servers.push(ServerProcess::start(
                 binaries,

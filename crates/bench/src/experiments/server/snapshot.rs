@@ -53,6 +53,8 @@ pub struct Plan {
     pub bgsave_timeout: Duration,
     /// Durability of both servers in this phase.
     pub durability: Durability,
+    /// Extra arguments for our server.
+    pub prefixkv_args: Vec<String>,
 }
 
 impl Plan {
@@ -154,7 +156,10 @@ pub fn run(binaries: &Binaries, kind: Kind, plan: &Plan, dir: &Path) -> Result<O
         kind,
         durability: plan.durability,
         dir: dir.to_path_buf(),
-        prefixkv_extra: vec!["--engine-memory".into(), engine_memory_bytes.to_string()],
+        prefixkv_extra: ["--engine-memory".into(), engine_memory_bytes.to_string()]
+            .into_iter()
+            .chain(plan.prefixkv_args.iter().cloned())
+            .collect(),
     };
     let mut server = ServerProcess::start(binaries, &launch, Duration::from_secs(120))?;
     let pid = server.pid().ok_or_else(|| anyhow!("server has no PID"))?;
