@@ -350,6 +350,21 @@ fn refuses_when_every_checkpoint_is_corrupt_and_names_each_file() {
 }
 
 #[test]
+fn with_several_corrupt_segments_the_lowest_is_named_every_time() {
+    // Segments are verified in parallel; which failure is reported must not depend on timing.
+    for _ in 0..20 {
+        let temp = tempfile::tempdir().unwrap();
+        let directory = CheckpointDirectory::open(temp.path()).unwrap();
+        let dir = write_checkpoint(&directory, 1, ManifestKind::KeyUnique, &simple_segments(1));
+        flip_byte(&dir.join("segment-000001.seg"), 100);
+        flip_byte(&dir.join("segment-000002.seg"), 100);
+        let message = directory.select_for_recovery().unwrap_err().to_string();
+        assert!(message.contains("segment-000001.seg"), "{message}");
+        assert!(!message.contains("segment-000002.seg"), "{message}");
+    }
+}
+
+#[test]
 fn no_checkpoint_means_none() {
     let temp = tempfile::tempdir().unwrap();
     let root = temp.path().join("checkpoints");
