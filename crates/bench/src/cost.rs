@@ -14,9 +14,10 @@ use prefixkv_engine::CheckpointBreakdown;
 use serde_json::{Map, Value};
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::stats::Spread;
+use crate::report::Report;
+use crate::stats::{ratio, Spread};
 
 /// One checkpoint's cost figures.
 pub fn cycles_per_byte(breakdown: &CheckpointBreakdown, bytes: u64, cpu_mhz: f64) -> f64 {
@@ -34,27 +35,13 @@ pub fn insert_into(
     checkpoints: &[(CheckpointBreakdown, u64)],
     cpu_mhz: f64,
 ) {
-    let ms = |part: &dyn Fn(&CheckpointBreakdown) -> Duration| -> Vec<f64> {
-        checkpoints
+    let names = CheckpointBreakdown::PART_NAMES;
+    for (index, name) in names.iter().enumerate() {
+        let values: Vec<f64> = checkpoints
             .iter()
-            .map(|(b, _)| part(b).as_secs_f64() * 1000.0)
-            .collect()
-    };
-    let parts: [(&str, Vec<f64>); 11] = [
-        ("checkpoint_phases_ms", ms(&|b| b.phases)),
-        ("checkpoint_image_ms", ms(&|b| b.image)),
-        ("checkpoint_publish_ms", ms(&|b| b.publish)),
-        ("checkpoint_thread_cpu_ms", ms(&|b| b.thread_cpu)),
-        ("checkpoint_thread_wall_ms", ms(&|b| b.thread_wall)),
-        ("checkpoint_index_scan_ms", ms(&|b| b.index_scan)),
-        ("checkpoint_records_ms", ms(&|b| b.records)),
-        ("checkpoint_crc_ms", ms(&|b| b.writes.crc)),
-        ("checkpoint_write_calls_ms", ms(&|b| b.writes.write)),
-        ("checkpoint_pacing_ms", ms(&|b| b.writes.pacing)),
-        ("checkpoint_sync_ms", ms(&|b| b.writes.sync)),
-    ];
-    for (name, values) in parts {
-        insert_median(row, name, &values);
+            .map(|(b, _)| b.parts()[index].as_secs_f64() * 1000.0)
+            .collect();
+        insert_median(row, &format!("checkpoint_{name}_ms"), &values);
     }
     let cycles: Vec<f64> = checkpoints
         .iter()
@@ -74,6 +61,34 @@ pub fn insert_into(
     if !row.contains_key("checkpoint_bytes") {
         insert_median(row, "checkpoint_bytes", &bytes);
     }
+}
+
+/// The median of a per-checkpoint figure over the checkpoints a summary speaks for (how they
+/// are pooled is the experiment's: `cpr` takes the median over rounds of each round's median).
+pub type MedianOver<'a> = dyn Fn(&dyn Fn(&(CheckpointBreakdown, u64)) -> f64) -> f64 + 'a;
+
+/// Adds the summary's cost fields: `checkpoint_cycles_per_byte` (null when the host clock is
+/// unknown), `checkpoint_write_mb_per_s`, and, measured now in `dir` with as many bytes as the
+/// median checkpoint, `raw_write_mb_per_s` and `checkpoint_write_over_raw`.
+pub fn summarise(report: &mut Report, dir: &Path, median: &MedianOver) -> Result<()> {
+    let cpu_mhz = report.host.cpu_mhz;
+    let cycles = median(&|(b, bytes)| cycles_per_byte(b, *bytes, cpu_mhz));
+    report.summary(
+        "checkpoint_cycles_per_byte",
+        if cpu_mhz > 0.0 { cycles } else { f64::NAN },
+    );
+    let write_mb_per_s = median(&|(b, bytes)| write_mb_per_s(b, *bytes));
+    report.summary("checkpoint_write_mb_per_s", write_mb_per_s);
+    let bytes = median(&|(_, bytes)| *bytes as f64);
+    if bytes.is_finite() && bytes > 0.0 {
+        let raw_mb_per_s = raw_write_bytes_per_s(dir, bytes as u64)? / 1e6;
+        report.summary("raw_write_mb_per_s", raw_mb_per_s);
+        report.summary(
+            "checkpoint_write_over_raw",
+            ratio(write_mb_per_s, raw_mb_per_s),
+        );
+    }
+    Ok(())
 }
 
 fn insert_median(row: &mut Map<String, Value>, name: &str, values: &[f64]) {
@@ -117,6 +132,7 @@ pub fn raw_write_bytes_per_s(dir: &Path, bytes: u64) -> Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn cost_figures() {

@@ -57,6 +57,63 @@ pub struct CheckpointBreakdown {
     pub writes: WriteTimes,
 }
 
+impl CheckpointBreakdown {
+    /// The name of each timed part, in the order of [`parts`](Self::parts): what reports (the
+    /// server's `INFO persistence`, the bench's JSON) call them.
+    pub const PART_NAMES: [&'static str; 11] = [
+        "phases",
+        "image",
+        "publish",
+        "thread_cpu",
+        "thread_wall",
+        "index_scan",
+        "records",
+        "crc",
+        "write_calls",
+        "pacing",
+        "sync",
+    ];
+
+    /// Every timed part, in the order of [`PART_NAMES`](Self::PART_NAMES).
+    pub fn parts(&self) -> [Duration; 11] {
+        [
+            self.phases,
+            self.image,
+            self.publish,
+            self.thread_cpu,
+            self.thread_wall,
+            self.index_scan,
+            self.records,
+            self.writes.crc,
+            self.writes.write,
+            self.writes.pacing,
+            self.writes.sync,
+        ]
+    }
+
+    /// The breakdown of `threads` segment threads whose [`parts`](Self::parts) are `parts`.
+    pub fn from_parts(threads: u32, parts: [Duration; 11]) -> CheckpointBreakdown {
+        let [phases, image, publish, thread_cpu, thread_wall, index_scan, records, crc, write, pacing, sync] =
+            parts;
+        CheckpointBreakdown {
+            phases,
+            image,
+            publish,
+            threads,
+            thread_cpu,
+            thread_wall,
+            index_scan,
+            records,
+            writes: WriteTimes {
+                crc,
+                write,
+                pacing,
+                sync,
+            },
+        }
+    }
+}
+
 /// CPU time the calling thread has used.
 fn thread_cpu_time() -> Duration {
     let mut now = libc::timespec {
@@ -519,7 +576,21 @@ fn scan_log_parallel(
 
 #[cfg(test)]
 mod tests {
-    use super::lower_this_thread;
+    use super::{lower_this_thread, CheckpointBreakdown};
+    use std::time::Duration;
+
+    #[test]
+    fn a_breakdown_round_trips_through_its_parts() {
+        let parts: [Duration; 11] = std::array::from_fn(|i| Duration::from_micros(i as u64 + 1));
+        let breakdown = CheckpointBreakdown::from_parts(3, parts);
+        assert_eq!(breakdown.parts(), parts);
+        assert_eq!(breakdown.threads, 3);
+        assert_eq!(
+            breakdown.writes.write,
+            Duration::from_micros(9),
+            "write_calls is part 8"
+        );
+    }
 
     #[test]
     fn lowering_a_thread_changes_only_that_thread() {

@@ -147,19 +147,8 @@ fn write_checkpoint_breakdown(
 ) {
     let b = breakdown.copied().unwrap_or_default();
     let _ = write!(text, "last_checkpoint_threads:{}\r\n", b.threads);
-    for (name, part) in [
-        ("phases", b.phases),
-        ("image", b.image),
-        ("publish", b.publish),
-        ("thread_cpu", b.thread_cpu),
-        ("thread_wall", b.thread_wall),
-        ("index_scan", b.index_scan),
-        ("records", b.records),
-        ("crc", b.writes.crc),
-        ("write_calls", b.writes.write),
-        ("pacing", b.writes.pacing),
-        ("sync", b.writes.sync),
-    ] {
+    let names = prefixkv_engine::CheckpointBreakdown::PART_NAMES;
+    for (name, part) in names.iter().zip(b.parts()) {
         let _ = write!(text, "last_checkpoint_{name}_us:{}\r\n", part.as_micros());
     }
 }

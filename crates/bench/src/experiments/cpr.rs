@@ -491,39 +491,20 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
 /// point.
 type MedianOf<'a> = dyn Fn(&str, &dyn Fn(&Cell) -> Option<f64>) -> f64 + 'a;
 
-/// Persian's cost figures at the headline point, and its write rate over the raw sequential
-/// write rate of as many bytes on the same filesystem, measured now (pacing is off in `cpr`).
+/// Persian's cost figures at the headline point (the median over rounds of each round's median
+/// over its checkpoints), against the raw write rate of the data directory (pacing is off in
+/// `cpr`).
 fn summarise_costs(plan: &Plan, report: &mut Report, median_of: &MedianOf) -> Result<()> {
-    let cpu_mhz = report.host.cpu_mhz;
-    let median_over_checkpoints = |c: &Cell, f: &dyn Fn(&CheckpointWindow) -> f64| {
-        let values: Vec<f64> = c.checkpoints.iter().map(f).collect();
-        (!values.is_empty()).then(|| Spread::of(&values).median)
-    };
-    let cycles = median_of("persian", &|c| {
-        median_over_checkpoints(c, &|w| {
-            crate::cost::cycles_per_byte(&w.breakdown, w.bytes, cpu_mhz)
+    crate::cost::summarise(report, &plan.data_dir, &|figure| {
+        median_of("persian", &|c| {
+            let values: Vec<f64> = c
+                .checkpoints
+                .iter()
+                .map(|w| figure(&(w.breakdown, w.bytes)))
+                .collect();
+            (!values.is_empty()).then(|| Spread::of(&values).median)
         })
-    });
-    let write_mb_per_s = median_of("persian", &|c| {
-        median_over_checkpoints(c, &|w| crate::cost::write_mb_per_s(&w.breakdown, w.bytes))
-    });
-    let bytes = median_of("persian", &|c| {
-        median_over_checkpoints(c, &|w| w.bytes as f64)
-    });
-    report.summary(
-        "checkpoint_cycles_per_byte",
-        if cpu_mhz > 0.0 { cycles } else { f64::NAN },
-    );
-    report.summary("checkpoint_write_mb_per_s", write_mb_per_s);
-    if bytes.is_finite() && bytes > 0.0 {
-        let raw_mb_per_s = crate::cost::raw_write_bytes_per_s(&plan.data_dir, bytes as u64)? / 1e6;
-        report.summary("raw_write_mb_per_s", raw_mb_per_s);
-        report.summary(
-            "checkpoint_write_over_raw",
-            ratio(write_mb_per_s, raw_mb_per_s),
-        );
-    }
-    Ok(())
+    })
 }
 
 /// Runs one contender at one point for one round.

@@ -348,35 +348,16 @@ fn finite(value: f64) -> Value {
     }
 }
 
-/// Our saves' cost figures, and their write rate over the raw sequential write rate of as many
-/// bytes in the same directory, measured now (the server paces no checkpoint by default).
+/// Our saves' cost figures (medians over the saves), against the raw write rate of the same
+/// directory (the server paces no checkpoint by default).
 fn summarise_checkpoint_costs(
     ours: &snapshot::Outcome,
     temp: &std::path::Path,
     report: &mut Report,
 ) -> Result<()> {
-    let cpu_mhz = report.host.cpu_mhz;
-    let median = |f: &dyn Fn(&(prefixkv_engine::CheckpointBreakdown, u64)) -> f64| {
-        Spread::of(&ours.checkpoints.iter().map(f).collect::<Vec<_>>()).median
-    };
-    if cpu_mhz > 0.0 {
-        report.summary(
-            "checkpoint_cycles_per_byte",
-            median(&|(b, bytes)| crate::cost::cycles_per_byte(b, *bytes, cpu_mhz)),
-        );
-    }
-    let write_mb_per_s = median(&|(b, bytes)| crate::cost::write_mb_per_s(b, *bytes));
-    report.summary("checkpoint_write_mb_per_s", write_mb_per_s);
-    let bytes = median(&|(_, bytes)| *bytes as f64);
-    if bytes.is_finite() && bytes > 0.0 {
-        let raw_mb_per_s = crate::cost::raw_write_bytes_per_s(temp, bytes as u64)? / 1e6;
-        report.summary("raw_write_mb_per_s", raw_mb_per_s);
-        report.summary(
-            "checkpoint_write_over_raw",
-            ratio(write_mb_per_s, raw_mb_per_s),
-        );
-    }
-    Ok(())
+    crate::cost::summarise(report, temp, &|figure| {
+        Spread::of(&ours.checkpoints.iter().map(figure).collect::<Vec<_>>()).median
+    })
 }
 
 fn run_snapshots(

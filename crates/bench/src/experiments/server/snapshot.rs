@@ -493,27 +493,12 @@ fn checkpoint_cost(info: &[(String, String)]) -> Result<(CheckpointBreakdown, u6
         text.parse()
             .with_context(|| format!("INFO persistence {name}:{text}"))
     };
-    let micros = |part: &str| -> Result<Duration> {
-        Ok(Duration::from_micros(field(&format!(
-            "last_checkpoint_{part}_us"
-        ))?))
-    };
-    let breakdown = CheckpointBreakdown {
-        phases: micros("phases")?,
-        image: micros("image")?,
-        publish: micros("publish")?,
-        threads: field("last_checkpoint_threads")? as u32,
-        thread_cpu: micros("thread_cpu")?,
-        thread_wall: micros("thread_wall")?,
-        index_scan: micros("index_scan")?,
-        records: micros("records")?,
-        writes: prefixkv_engine::WriteTimes {
-            crc: micros("crc")?,
-            write: micros("write_calls")?,
-            pacing: micros("pacing")?,
-            sync: micros("sync")?,
-        },
-    };
+    let mut parts = [Duration::ZERO; 11];
+    for (part, name) in parts.iter_mut().zip(CheckpointBreakdown::PART_NAMES) {
+        *part = Duration::from_micros(field(&format!("last_checkpoint_{name}_us"))?);
+    }
+    let breakdown =
+        CheckpointBreakdown::from_parts(field("last_checkpoint_threads")? as u32, parts);
     Ok((breakdown, field("last_checkpoint_bytes")?))
 }
 
