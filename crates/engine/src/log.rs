@@ -89,7 +89,7 @@ fn allocate_page(page_bytes: usize) -> *mut AtomicU64 {
 /// `pointer` came from `allocate_page(page_bytes)` and no reference to the page remains.
 unsafe fn free_page(pointer: *mut AtomicU64, page_bytes: usize) {
     // SAFETY: guaranteed by the caller.
-    unsafe { std::alloc::dealloc(pointer as *mut u8, page_layout(page_bytes)) };
+    unsafe { crate::memory::free_region(pointer as *mut u8, page_layout(page_bytes)) };
 }
 
 /// Why an allocation failed.
