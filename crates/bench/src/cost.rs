@@ -29,13 +29,29 @@ pub fn write_mb_per_s(breakdown: &CheckpointBreakdown, bytes: u64) -> f64 {
     bytes as f64 / breakdown.image.as_secs_f64().max(1e-9) / 1e6
 }
 
-/// Adds the medians over `checkpoints` (breakdown, bytes) to a result row.
+/// Adds the medians over `checkpoints` (breakdown, bytes) to a result row, and each checkpoint's
+/// own parts in order as `checkpoint_each` (a trend across successive saves hides in a median).
 pub fn insert_into(
     row: &mut Map<String, Value>,
     checkpoints: &[(CheckpointBreakdown, u64)],
     cpu_mhz: f64,
 ) {
     let names = CheckpointBreakdown::PART_NAMES;
+    let each: Vec<Value> = checkpoints
+        .iter()
+        .map(|(breakdown, bytes)| {
+            let mut parts = Map::new();
+            for (name, part) in names.iter().zip(breakdown.parts()) {
+                parts.insert(
+                    format!("{name}_ms"),
+                    Value::from(part.as_secs_f64() * 1000.0),
+                );
+            }
+            parts.insert("bytes".into(), Value::from(*bytes));
+            Value::Object(parts)
+        })
+        .collect();
+    row.insert("checkpoint_each".into(), Value::Array(each));
     for (index, name) in names.iter().enumerate() {
         let values: Vec<f64> = checkpoints
             .iter()
@@ -148,6 +164,11 @@ mod tests {
         insert_into(&mut row, &[(breakdown, 1_000_000_000)], 0.0);
         assert_eq!(row["checkpoint_cycles_per_byte"], Value::Null);
         assert_eq!(row["checkpoint_image_ms"], Value::from(500.0));
+        assert_eq!(row["checkpoint_each"][0]["image_ms"], Value::from(500.0));
+        assert_eq!(
+            row["checkpoint_each"][0]["bytes"],
+            Value::from(1_000_000_000u64)
+        );
     }
 
     #[test]

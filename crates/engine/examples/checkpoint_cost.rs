@@ -1,6 +1,7 @@
 //! Where a checkpoint's time goes, for profiling (not a benchmark: `prefixkv-bench cpr` is):
 //! loads `keys` 8-byte keys and values, then takes `checkpoints` checkpoints of `strategy` with
-//! no writers, and reopens the store once (recovery). Prints wall time, CPU time and bytes of each
+//! no writers, and reopens the store once (recovery). `VALUE_BYTES` (default 8) sets the value
+//! size (the server benchmark's dataset is 1,000-byte values), `LOG_PAGE_BYTES` the log page. Prints wall time, CPU time and bytes of each
 //! step. Run under `perf record -g` or `valgrind --tool=callgrind`.
 //! `cargo run --release -p prefixkv-engine --example checkpoint_cost -- [keys] [strategy] [checkpoints] [dir]`
 
@@ -38,9 +39,13 @@ fn main() {
         std::path::PathBuf::from,
     );
     let _ = std::fs::remove_dir_all(&dir);
+    let value_bytes: usize = std::env::var("VALUE_BYTES")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(8);
     let mut config = StoreConfig::new(&dir);
     config.index_buckets = (keys as usize / 4).next_power_of_two().max(1 << 10);
-    config.log_memory_bytes = (keys * 16 * 8).max(64 << 20);
+    config.log_memory_bytes = (keys * (64 + 2 * value_bytes as u64) * 4).max(64 << 20);
     if let Some(bytes) = std::env::var("LOG_PAGE_BYTES")
         .ok()
         .and_then(|t| t.parse().ok())
@@ -51,9 +56,11 @@ fn main() {
     let started = (Instant::now(), process_cpu());
     {
         let mut session = store.start_session();
+        let mut value = vec![0u8; value_bytes.max(8)];
         for key in 0..keys {
+            value[..8].copy_from_slice(&key.wrapping_mul(31).to_le_bytes());
             session
-                .upsert(&key.to_be_bytes(), &key.wrapping_mul(31).to_le_bytes())
+                .upsert(&key.to_be_bytes(), &value[..value_bytes])
                 .unwrap();
         }
     }

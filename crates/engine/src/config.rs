@@ -108,6 +108,12 @@ pub struct StoreConfig {
     /// weights are 110 against 1024), and all of an idle core. 0 runs them like request threads.
     /// Not applied under the `blocking` strategy, which stops the world anyway.
     pub checkpoint_thread_nice: i32,
+    /// Write checkpoint segments with direct I/O (`O_DIRECT`), bypassing the page cache: no kernel
+    /// copy of every byte into cache pages, and a checkpoint does not push the requests' data out
+    /// of the cache. On by default; where the file system has no direct I/O (tmpfs), segments go
+    /// through the page cache anyway. Off, a restart right after a process kill reads the newest
+    /// checkpoint from the page cache instead of the disk.
+    pub checkpoint_direct_io: bool,
     /// Where checkpoint files are written and read: the real disk by default; power-cut tests
     /// pass a `prefixkv_storage::SimDisk`. Used by the checkpoint writer and recovery only, never
     /// on a session's path.
@@ -204,6 +210,7 @@ impl Default for StoreConfig {
             keep_checkpoints: 2,
             checkpoint_write_bytes_per_s: None,
             checkpoint_thread_nice: DEFAULT_CHECKPOINT_THREAD_NICE,
+            checkpoint_direct_io: true,
             disk: prefixkv_storage::real_disk(),
             memory_wait_limit: Duration::from_secs(30),
         }

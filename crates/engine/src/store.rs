@@ -359,6 +359,7 @@ impl Store {
             crate::checkpoint_files::DecodeLimits::default(),
         )?;
         checkpoints.set_write_rate(config.checkpoint_write_bytes_per_s);
+        checkpoints.set_direct_io(config.checkpoint_direct_io);
         let latch_words = (config.index_buckets / 4)
             .clamp(1 << 10, 1 << 20)
             .next_power_of_two();

@@ -77,6 +77,9 @@ pub struct Flags {
     /// requests and makes saves longer [default: 10].
     #[arg(long = "checkpoint-nice")]
     pub checkpoint_nice: Option<i32>,
+    /// Write checkpoints with direct I/O, bypassing the page cache: yes or no [default: yes].
+    #[arg(long = "checkpoint-direct-io")]
+    pub checkpoint_direct_io: Option<String>,
 }
 
 /// The TOML file: the same names as the flags.
@@ -99,6 +102,7 @@ struct FileConfig {
     engine_memory: Option<toml::Value>,
     checkpoint_rate: Option<toml::Value>,
     checkpoint_nice: Option<i32>,
+    checkpoint_direct_io: Option<toml::Value>,
 }
 
 /// The resolved configuration.
@@ -138,6 +142,8 @@ pub struct Config {
     pub checkpoint_rate_bytes_per_s: u64,
     /// Niceness of checkpoint threads (`StoreConfig::checkpoint_thread_nice`).
     pub checkpoint_nice: i32,
+    /// Checkpoint segments bypass the page cache (`StoreConfig::checkpoint_direct_io`).
+    pub checkpoint_direct_io: bool,
 }
 
 /// Parses `100`, `100b`, `64kb`, `64k`, `100mb`, `2gb` (Redis's memory units: `k` = 1000,
@@ -211,13 +217,29 @@ impl Config {
             }
         };
         let port = flags.port.or(file.port);
-        let protected_mode = match (&flags.protected_mode, &file.protected_mode) {
-            (Some(text), _) => parse_yes_no(text)?,
-            (None, Some(toml::Value::Boolean(b))) => *b,
-            (None, Some(toml::Value::String(text))) => parse_yes_no(text)?,
-            (None, Some(_)) => bail!("config key protected-mode: expected yes or no"),
-            (None, None) => true,
+        let yes_no = |key: &str, flag: &Option<String>, file: &Option<toml::Value>| {
+            Ok::<_, anyhow::Error>(match (flag, file) {
+                (Some(text), _) => Some(parse_yes_no(text).with_context(|| format!("--{key}"))?),
+                (None, Some(toml::Value::Boolean(b))) => Some(*b),
+                (None, Some(toml::Value::String(text))) => {
+                    Some(parse_yes_no(text).with_context(|| format!("config key {key}"))?)
+                }
+                (None, Some(_)) => bail!("config key {key}: expected yes or no"),
+                (None, None) => None,
+            })
         };
+        let protected_mode = yes_no(
+            "protected-mode",
+            &flags.protected_mode,
+            &file.protected_mode,
+        )?
+        .unwrap_or(true);
+        let checkpoint_direct_io = yes_no(
+            "checkpoint-direct-io",
+            &flags.checkpoint_direct_io,
+            &file.checkpoint_direct_io,
+        )?
+        .unwrap_or(true);
         let threads = flags
             .threads
             .or(file.threads)
@@ -288,6 +310,7 @@ impl Config {
                 .checkpoint_nice
                 .or(file.checkpoint_nice)
                 .unwrap_or(prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE),
+            checkpoint_direct_io,
         };
         if !(0..=19).contains(&config.checkpoint_nice) {
             bail!(
@@ -344,7 +367,7 @@ mod tests {
             &path,
             "port = 7001\nappendfsync = \"always\"\nmaxmemory = \"100mb\"\nprotected-mode = \"yes\"\n\
              client-query-buffer-limit = 1048576\ncheckpoint-interval = 250\n\
-             checkpoint-rate = \"50mb\"\ncheckpoint-nice = 19\n",
+             checkpoint-rate = \"50mb\"\ncheckpoint-nice = 19\ncheckpoint-direct-io = \"no\"\n",
         )
         .unwrap();
         let flags = Flags {
@@ -365,6 +388,7 @@ mod tests {
         assert_eq!(config.checkpoint_interval_ms, 250);
         assert_eq!(config.checkpoint_rate_bytes_per_s, 50 << 20);
         assert_eq!(config.checkpoint_nice, 19);
+        assert!(!config.checkpoint_direct_io);
         let error = Config::resolve(Flags {
             checkpoint_nice: Some(20),
             ..Flags::default()
@@ -404,6 +428,7 @@ mod tests {
             config.checkpoint_nice,
             prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE
         );
+        assert!(config.checkpoint_direct_io);
     }
 
     #[test]

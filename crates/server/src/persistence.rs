@@ -64,6 +64,7 @@ fn store_options(config: &Config) -> Options {
         checkpoint_write_bytes_per_s: (config.checkpoint_rate_bytes_per_s != 0)
             .then_some(config.checkpoint_rate_bytes_per_s),
         checkpoint_thread_nice: config.checkpoint_nice,
+        checkpoint_direct_io: config.checkpoint_direct_io,
         ..StoreConfig::new(config.dir.clone())
     };
     options

@@ -32,7 +32,10 @@ mod real;
 mod sim;
 
 pub use catalog::{Catalog, CatalogError, Draft, Rejection, SelectError, Selected};
-pub use io::{DirEntry, Disk, DiskFile, FileReader, Metadata, OpenMode};
+pub use io::{
+    direct_io_aligned, DirEntry, Disk, DiskFile, FileReader, Metadata, OpenMode,
+    DIRECT_IO_ALIGNMENT,
+};
 pub use lock::{DirLock, LockError};
 pub use names::NumberedName;
 pub use real::{real_disk, RealDisk, RealFile};

@@ -148,6 +148,25 @@ impl DiskFile for RealFile {
         }
     }
 
+    fn set_direct_io(&self, on: bool) -> io::Result<bool> {
+        use rustix::fs::OFlags;
+        let flags = rustix::fs::fcntl_getfl(&self.file)?;
+        let wanted = if on {
+            flags | OFlags::DIRECT
+        } else {
+            flags - OFlags::DIRECT
+        };
+        if wanted == flags {
+            return Ok(on);
+        }
+        match rustix::fs::fcntl_setfl(&self.file, wanted) {
+            Ok(()) => Ok(on),
+            // The file system has no O_DIRECT (tmpfs, some FUSE): stay buffered.
+            Err(rustix::io::Errno::INVAL) if on => Ok(false),
+            Err(error) => Err(error.into()),
+        }
+    }
+
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.file.as_raw_fd())
     }

@@ -23,7 +23,8 @@ use prefixkv_storage::{real_disk, Catalog, CatalogError, Disk, Draft};
 use super::manifest::{encode_manifest, Manifest, ManifestContent};
 use super::pacer::WritePacer;
 use super::recovery::{self, VerifiedCheckpoint};
-use super::segment::{segment_file_name, DecodeLimits, SegmentSummary, SegmentWriter};
+use super::segment::{segment_file_name, DecodeLimits, SegmentSummary};
+use super::segment_writer::SegmentWriter;
 use super::MANIFEST_FILE_NAME;
 use crate::error::EngineError;
 
@@ -48,6 +49,8 @@ pub struct CheckpointDirectory {
     limits: DecodeLimits,
     /// Each checkpoint's writes together stay under this rate; `None`: as fast as the disk goes.
     write_bytes_per_s: Option<u64>,
+    /// Segment files bypass the page cache where the file system allows (see `segment_writer`).
+    direct_io: bool,
 }
 
 impl CheckpointDirectory {
@@ -77,6 +80,7 @@ impl CheckpointDirectory {
             catalog,
             limits,
             write_bytes_per_s: None,
+            direct_io: true,
         })
     }
 
@@ -106,6 +110,12 @@ impl CheckpointDirectory {
         self.write_bytes_per_s = bytes_per_s;
     }
 
+    /// Whether later checkpoints write their segments with direct I/O (`O_DIRECT`, the default)
+    /// where the file system has it, or through the page cache.
+    pub fn set_direct_io(&mut self, on: bool) {
+        self.direct_io = on;
+    }
+
     /// Starts writing checkpoint `version` in a fresh `.tmp` directory.
     pub fn begin(&self, version: u64) -> Result<PendingCheckpoint, EngineError> {
         let draft = self.catalog.begin(version).map_err(catalog_error)?;
@@ -115,6 +125,7 @@ impl CheckpointDirectory {
             pacer: self
                 .write_bytes_per_s
                 .map(|rate| Arc::new(WritePacer::new(rate))),
+            direct_io: self.direct_io,
         })
     }
 
@@ -143,6 +154,7 @@ pub struct PendingCheckpoint {
     limits: DecodeLimits,
     /// Shared by all segment writers of this checkpoint.
     pacer: Option<Arc<WritePacer>>,
+    direct_io: bool,
 }
 
 /// A checkpoint that is durable and visible to recovery.
@@ -180,6 +192,7 @@ impl PendingCheckpoint {
             self.draft.version(),
             self.limits,
             self.pacer.clone(),
+            self.direct_io,
         )
     }
 

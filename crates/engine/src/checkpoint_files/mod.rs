@@ -81,6 +81,7 @@ pub mod manifest;
 pub mod pacer;
 mod recovery;
 pub mod segment;
+mod segment_writer;
 
 pub use directory::{CheckpointDirectory, PendingCheckpoint, PublishedCheckpoint};
 pub use manifest::{
@@ -89,9 +90,9 @@ pub use manifest::{
 };
 pub use recovery::VerifiedCheckpoint;
 pub use segment::{
-    decode_segment_bytes, DecodeLimits, Entry, EntryRef, SegmentDecoder, SegmentSummary,
-    SegmentWriter, WriteTimes,
+    decode_segment_bytes, DecodeLimits, Entry, EntryRef, SegmentDecoder, SegmentSummary, WriteTimes,
 };
+pub use segment_writer::SegmentWriter;
 
 /// Name of the manifest file inside a checkpoint directory.
 pub const MANIFEST_FILE_NAME: &str = "MANIFEST";

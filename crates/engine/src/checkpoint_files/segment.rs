@@ -1,13 +1,10 @@
 //! Segment files: the entries of one checkpoint, written by one flusher thread.
 //!
 //! The byte layout is documented in the parent module (`checkpoint_files`). This module holds the
-//! writer, which streams entries through a bounded buffer and makes the file durable in
-//! [`SegmentWriter::finish`], and the decoder, which is shared by verification, loading, the
-//! property tests and the fuzz target, so there is exactly one parser of the format.
+//! decoder, which is shared by verification, loading, the property tests and the fuzz target, so
+//! there is exactly one parser of the format; the writer is in `segment_writer`.
 //!
 //! Invariants:
-//! - The writer's running CRC32C always equals the CRC32C of every byte handed to the file so far
-//!   (buffered or written), and `body_bytes` equals their count; the footer records both.
 //! - The decoder never allocates more than `DecodeLimits` allows, and never more than the bytes
 //!   that remain before the footer: a length read from disk is checked before it sizes a buffer.
 //! - The decoder reports success only after the footer's entry count, body length and CRC32C all
@@ -16,14 +13,12 @@
 
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use prefixkv_storage::{Disk, DiskFile, FileReader, NumberedName, OpenMode};
+use prefixkv_storage::{Disk, FileReader, NumberedName, OpenMode};
 
 use serde::{Deserialize, Serialize};
 
-use super::pacer::WritePacer;
 use crate::error::EngineError;
 
 /// First 8 bytes of every segment file.
@@ -38,13 +33,11 @@ pub const SEGMENT_HEADER_BYTES: u64 = 32;
 pub const ENTRY_HEADER_BYTES: u64 = 17;
 /// Size of the segment footer.
 pub const SEGMENT_FOOTER_BYTES: u64 = 32;
-/// The writer's buffer; entries are streamed to the file whenever it fills.
-const WRITE_BUFFER_BYTES: usize = 1 << 20;
 /// Buffer of the streaming reader used by verification and loading.
 const READ_BUFFER_BYTES: usize = 1 << 20;
 
-const KIND_PUT: u8 = 1;
-const KIND_TOMBSTONE: u8 = 2;
+pub(super) const KIND_PUT: u8 = 1;
+pub(super) const KIND_TOMBSTONE: u8 = 2;
 
 /// Upper bounds that the decoder enforces on lengths read from disk (and that the writer enforces
 /// on what it is given, so that everything written can be read back).
@@ -87,7 +80,8 @@ pub struct SegmentSummary {
 pub struct WriteTimes {
     /// Computing the body's CRC32C.
     pub crc: Duration,
-    /// In `pwrite` (handing buffers to the file; with the page cache, mostly a copy).
+    /// In `pwrite`: with direct I/O, waiting for the device; through the page cache, mostly the
+    /// kernel's copy into cache pages.
     pub write: Duration,
     /// Asleep in the checkpoint's write pacer.
     pub pacing: Duration,
@@ -176,7 +170,7 @@ pub struct SegmentFooter {
     pub crc32c: u32,
 }
 
-fn encode_header(header: SegmentHeader) -> [u8; SEGMENT_HEADER_BYTES as usize] {
+pub(super) fn encode_header(header: SegmentHeader) -> [u8; SEGMENT_HEADER_BYTES as usize] {
     let mut bytes = [0u8; SEGMENT_HEADER_BYTES as usize];
     bytes[0..8].copy_from_slice(&SEGMENT_MAGIC);
     bytes[8..12].copy_from_slice(&SEGMENT_FORMAT_VERSION.to_le_bytes());
@@ -188,7 +182,7 @@ fn encode_header(header: SegmentHeader) -> [u8; SEGMENT_HEADER_BYTES as usize] {
     bytes
 }
 
-fn encode_footer(footer: SegmentFooter) -> [u8; SEGMENT_FOOTER_BYTES as usize] {
+pub(super) fn encode_footer(footer: SegmentFooter) -> [u8; SEGMENT_FOOTER_BYTES as usize] {
     let mut bytes = [0u8; SEGMENT_FOOTER_BYTES as usize];
     bytes[0..8].copy_from_slice(&footer.entries.to_le_bytes());
     bytes[8..16].copy_from_slice(&footer.body_bytes.to_le_bytes());
@@ -205,246 +199,6 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8-byte slice"))
-}
-
-/// Streams the entries of one segment to its file. `Send`: each flusher thread owns one.
-///
-/// Dropping a writer without [`finish`](Self::finish) leaves an incomplete file inside the
-/// unpublished `.tmp` directory, which is never read and is removed with that directory.
-#[derive(Debug)]
-pub struct SegmentWriter {
-    file: Arc<dyn DiskFile>,
-    path: PathBuf,
-    /// Bytes handed to the file so far (where the next write goes).
-    written: u64,
-    index: u32,
-    buffer: Vec<u8>,
-    /// How many bytes at the start of `buffer` are already folded into `crc`.
-    buffer_checksummed: usize,
-    /// CRC32C of the body bytes folded in so far (in file order).
-    crc: u32,
-    entries: u64,
-    body_bytes: u64,
-    limits: DecodeLimits,
-    /// Set after a failed write: the file content is then unknown, so the writer refuses more.
-    failed: bool,
-    /// The checkpoint's shared rate limit, if any.
-    pacer: Option<Arc<WritePacer>>,
-    times: WriteTimes,
-}
-
-impl SegmentWriter {
-    /// Starts segment `index` of checkpoint `checkpoint_version` in the new, empty `file` (at
-    /// `path`) and writes its header into the buffer.
-    pub(crate) fn create(
-        file: Arc<dyn DiskFile>,
-        path: PathBuf,
-        index: u32,
-        checkpoint_version: u64,
-        limits: DecodeLimits,
-        pacer: Option<Arc<WritePacer>>,
-    ) -> Result<SegmentWriter, EngineError> {
-        let mut writer = SegmentWriter {
-            file,
-            path,
-            written: 0,
-            index,
-            buffer: Vec::with_capacity(WRITE_BUFFER_BYTES),
-            buffer_checksummed: 0,
-            crc: 0,
-            entries: 0,
-            body_bytes: 0,
-            limits,
-            failed: false,
-            pacer,
-            times: WriteTimes::default(),
-        };
-        let header = encode_header(SegmentHeader {
-            checkpoint_version,
-            segment_index: index,
-        });
-        writer.append_bytes(&header)?;
-        Ok(writer)
-    }
-
-    /// Appends a live record.
-    pub fn put(
-        &mut self,
-        record_version: u64,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<(), EngineError> {
-        self.append(KIND_PUT, record_version, key, value)
-    }
-
-    /// Appends a deletion marker.
-    pub fn tombstone(&mut self, record_version: u64, key: &[u8]) -> Result<(), EngineError> {
-        self.append(KIND_TOMBSTONE, record_version, key, &[])
-    }
-
-    /// Entries appended so far.
-    pub fn entries(&self) -> u64 {
-        self.entries
-    }
-
-    /// Where this writer's time went so far.
-    pub fn times(&self) -> WriteTimes {
-        self.times
-    }
-
-    /// The file being written.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn append(
-        &mut self,
-        kind: u8,
-        record_version: u64,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<(), EngineError> {
-        if key.len() > self.limits.max_key_bytes as usize {
-            return Err(EngineError::InvalidArgument(format!(
-                "key of {} bytes exceeds the checkpoint limit of {} bytes; use shorter keys",
-                key.len(),
-                self.limits.max_key_bytes
-            )));
-        }
-        if value.len() > self.limits.max_value_bytes as usize {
-            return Err(EngineError::InvalidArgument(format!(
-                "value of {} bytes exceeds the checkpoint limit of {} bytes; split the value",
-                value.len(),
-                self.limits.max_value_bytes
-            )));
-        }
-        let mut header = [0u8; ENTRY_HEADER_BYTES as usize];
-        header[0] = kind;
-        header[1..9].copy_from_slice(&record_version.to_le_bytes());
-        header[9..13].copy_from_slice(&(key.len() as u32).to_le_bytes());
-        header[13..17].copy_from_slice(&(value.len() as u32).to_le_bytes());
-        let total = header.len() + key.len() + value.len();
-        if total < WRITE_BUFFER_BYTES {
-            // The common case, one entry into the buffer at once (the CRC runs over whole
-            // buffers when they are flushed, not over each small piece).
-            if self.buffer.len() + total > WRITE_BUFFER_BYTES {
-                self.flush_buffer()?;
-            }
-            self.check_not_failed()?;
-            self.buffer.extend_from_slice(&header);
-            self.buffer.extend_from_slice(key);
-            self.buffer.extend_from_slice(value);
-            self.body_bytes += total as u64;
-        } else {
-            self.append_bytes(&header)?;
-            self.append_bytes(key)?;
-            self.append_bytes(value)?;
-        }
-        self.entries += 1;
-        Ok(())
-    }
-
-    fn check_not_failed(&self) -> Result<(), EngineError> {
-        if self.failed {
-            return Err(EngineError::InvalidArgument(format!(
-                "segment {} had a failed write earlier; abandon this checkpoint",
-                self.path.display()
-            )));
-        }
-        Ok(())
-    }
-
-    fn append_bytes(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
-        self.check_not_failed()?;
-        if self.buffer.len() + bytes.len() > WRITE_BUFFER_BYTES {
-            self.flush_buffer()?;
-        }
-        if bytes.len() >= WRITE_BUFFER_BYTES {
-            // Large values bypass the buffer instead of growing it (the buffer was flushed above,
-            // so the CRC still runs over the body in file order).
-            debug_assert!(self.buffer.is_empty());
-            let started = Instant::now();
-            self.crc = crc32c::crc32c_append(self.crc, bytes);
-            self.times.crc += started.elapsed();
-            self.write_to_file(bytes)?;
-        } else {
-            self.buffer.extend_from_slice(bytes);
-        }
-        self.body_bytes += bytes.len() as u64;
-        debug_assert!(self.buffer.len() <= WRITE_BUFFER_BYTES);
-        Ok(())
-    }
-
-    /// Folds the buffered body bytes into the CRC (once per buffer, in file order).
-    fn checksum_buffer(&mut self) {
-        let started = Instant::now();
-        self.crc = crc32c::crc32c_append(self.crc, &self.buffer[self.buffer_checksummed..]);
-        self.buffer_checksummed = self.buffer.len();
-        self.times.crc += started.elapsed();
-    }
-
-    fn flush_buffer(&mut self) -> Result<(), EngineError> {
-        self.checksum_buffer();
-        let buffer = std::mem::take(&mut self.buffer);
-        let result = self.write_to_file(&buffer);
-        self.buffer = buffer;
-        self.buffer.clear();
-        self.buffer_checksummed = 0;
-        result
-    }
-
-    fn write_to_file(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
-        let started = Instant::now();
-        let result = self.file.write_all_at(bytes, self.written);
-        self.times.write += started.elapsed();
-        result.map_err(|source| {
-            self.failed = true;
-            EngineError::io("write segment file", &self.path, source)
-        })?;
-        self.written += bytes.len() as u64;
-        if let Some(pacer) = &self.pacer {
-            let started = Instant::now();
-            pacer.pace(bytes.len() as u64);
-            self.times.pacing += started.elapsed();
-        }
-        Ok(())
-    }
-
-    /// Writes the footer, flushes and fdatasyncs the file; returns its summary for the MANIFEST
-    /// and where the writer's time went.
-    pub fn finish(mut self) -> Result<(SegmentSummary, WriteTimes), EngineError> {
-        // The body's CRC must cover every body byte and no footer byte.
-        self.checksum_buffer();
-        let footer = SegmentFooter {
-            entries: self.entries,
-            body_bytes: self.body_bytes,
-            crc32c: self.crc,
-        };
-        let footer_bytes = encode_footer(footer);
-        if self.buffer.len() + footer_bytes.len() > WRITE_BUFFER_BYTES {
-            self.flush_buffer()?;
-        }
-        self.buffer.extend_from_slice(&footer_bytes);
-        // The footer is not body: mark it folded so the final flush leaves the CRC alone.
-        self.buffer_checksummed = self.buffer.len();
-        self.flush_buffer()?;
-        debug_assert_eq!(self.crc, footer.crc32c);
-        // fdatasync also persists the file size, which a later read needs; the directory entry is
-        // made durable by the fsync of the checkpoint directory in `publish`.
-        let started = Instant::now();
-        self.file
-            .sync_data()
-            .map_err(|source| EngineError::io("fdatasync segment file", &self.path, source))?;
-        self.times.sync += started.elapsed();
-        let summary = SegmentSummary {
-            index: self.index,
-            file_name: segment_file_name(self.index),
-            entries: self.entries,
-            bytes: self.body_bytes + SEGMENT_FOOTER_BYTES,
-            crc32c: self.crc,
-        };
-        Ok((summary, self.times))
-    }
 }
 
 /// Decodes a segment from any reader, one entry at a time, verifying as it goes.

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// An open file of a [`SimDisk`].
@@ -20,6 +21,8 @@ pub(super) struct SimFile {
     pub(super) handle: u64,
     pub(super) path: PathBuf,
     pub(super) writable: bool,
+    /// Direct I/O is on: writes must be aligned as on a real device (see `set_direct_io`).
+    pub(super) direct: AtomicBool,
 }
 
 impl SimFile {
@@ -75,6 +78,17 @@ impl DiskFile for SimFile {
 
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
         self.check_writable()?;
+        if self.direct.load(Ordering::Relaxed) && !crate::io::direct_io_aligned(bufs, offset) {
+            // What Linux answers a misaligned O_DIRECT write (EINVAL), so that tests on the
+            // simulated disk hold writers to the same alignment as a real device.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "misaligned direct write to {} at offset {offset}",
+                    self.path.display()
+                ),
+            ));
+        }
         let mut guard = self.state.lock();
         let state = self.live(&mut guard)?;
         state.mutate()?;
@@ -128,6 +142,11 @@ impl DiskFile for SimFile {
                 Ok(true)
             }
         }
+    }
+
+    fn set_direct_io(&self, on: bool) -> io::Result<bool> {
+        self.direct.store(on, Ordering::Relaxed);
+        Ok(on)
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

@@ -404,6 +404,7 @@ impl Disk for SimDisk {
             handle: state.next_handle,
             path: path.to_path_buf(),
             writable: mode != OpenMode::Read,
+            direct: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
