@@ -80,8 +80,9 @@ pub struct SegmentSummary {
 pub struct WriteTimes {
     /// Computing the body's CRC32C.
     pub crc: Duration,
-    /// In `pwrite`: with direct I/O, waiting for the device; through the page cache, mostly the
-    /// kernel's copy into cache pages.
+    /// Waiting for the segment's I/O thread: to take a free buffer while both were in flight, and
+    /// at the end for the last writes. With direct I/O that is the device's time not hidden behind
+    /// the scan; through the page cache, mostly the kernel's copy into cache pages.
     pub write: Duration,
     /// Asleep in the checkpoint's write pacer.
     pub pacing: Duration,

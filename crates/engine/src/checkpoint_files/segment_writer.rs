@@ -1,5 +1,8 @@
-//! The segment writer: streams one segment's entries to its file through a bounded, 4 KiB-aligned
-//! buffer and makes the file durable in [`SegmentWriter::finish`].
+//! The segment writer: streams one segment's entries to its file through two 4 KiB-aligned
+//! buffers and makes the file durable in [`SegmentWriter::finish`].
+//!
+//! The segment thread fills one buffer while the segment's I/O thread writes the other, so the
+//! scan's CPU work and the device's time overlap instead of adding up.
 //!
 //! Writes bypass the page cache (`O_DIRECT`) where the file system allows it and the store asks
 //! for it (`StoreConfig::checkpoint_direct_io`). Through the page cache, `pwrite` of a checkpoint
@@ -10,17 +13,24 @@
 //! the requests.
 //!
 //! Invariants:
-//! - The running CRC32C equals the CRC32C of every body byte handed to the buffer so far, and
-//!   `body_bytes` equals their count; the footer records both.
-//! - Every write before the last starts at a multiple of [`DIRECT_IO_ALIGNMENT`] and is a whole
-//!   number of such blocks from the aligned buffer, so it is valid under `O_DIRECT`; the bytes
-//!   past the last whole block stay at the buffer's start for the next write.
+//! - The running CRC32C equals the CRC32C of every body byte handed to the buffers so far, and
+//!   `body_bytes` equals their count; the footer records both. The CRC is computed on the
+//!   segment thread, in file order, before a buffer is handed over.
+//! - Every write before the last is one full buffer of [`WRITE_BUFFER_BYTES`] (a whole number of
+//!   [`DIRECT_IO_ALIGNMENT`] blocks) at an offset that is a multiple of it, so it is valid under
+//!   `O_DIRECT`. The I/O thread writes in the order buffers were handed over.
 //! - The last write (the tail and the footer, usually not a whole block) is made with direct I/O
-//!   turned off, then the file is fdatasynced: durability never depends on the mode.
-//! - After a failed write the file's content is unknown, and the writer refuses more.
+//!   turned off, then the file is fdatasynced after the I/O thread has finished: durability never
+//!   depends on the mode.
+//! - After a failed write the file's content is unknown: the I/O thread drops every later write,
+//!   the writer refuses more, and `finish` returns the error.
+//! - At most two buffers exist per writer (bounded memory: 2 × (`WRITE_BUFFER_BYTES` + 4 KiB)).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use prefixkv_storage::{DiskFile, DIRECT_IO_ALIGNMENT};
@@ -32,8 +42,9 @@ use super::segment::{
 };
 use crate::error::EngineError;
 
-/// Bytes handed to the file per write: whole blocks, as many as fill this.
-const WRITE_BUFFER_BYTES: usize = 1 << 20;
+/// Bytes per write: large enough that one write per device round trip keeps a virtio disk
+/// busy, small enough that two per segment writer cost little memory.
+const WRITE_BUFFER_BYTES: usize = 4 << 20;
 
 /// A fixed-capacity byte buffer whose start is aligned for direct I/O.
 struct AlignedBuffer {
@@ -55,8 +66,12 @@ impl std::fmt::Debug for AlignedBuffer {
 }
 
 impl AlignedBuffer {
-    fn with_capacity(bytes: usize) -> AlignedBuffer {
-        let layout = crate::memory::region_layout(bytes, DIRECT_IO_ALIGNMENT);
+    /// Room for a full write plus the footer (`finish` appends it to a possibly full buffer).
+    fn new() -> AlignedBuffer {
+        let layout = crate::memory::region_layout(
+            WRITE_BUFFER_BYTES + DIRECT_IO_ALIGNMENT,
+            DIRECT_IO_ALIGNMENT,
+        );
         AlignedBuffer {
             pointer: crate::memory::allocate_zeroed(layout),
             len: 0,
@@ -81,14 +96,6 @@ impl AlignedBuffer {
         };
         self.len += bytes.len();
     }
-
-    /// Drops the first `count` bytes, moving the rest to the start.
-    fn consume_front(&mut self, count: usize) {
-        assert!(count <= self.len);
-        // SAFETY: both ranges lie within the first `len` bytes; `copy` allows overlap.
-        unsafe { std::ptr::copy(self.pointer.add(count), self.pointer, self.len - count) };
-        self.len -= count;
-    }
 }
 
 impl Drop for AlignedBuffer {
@@ -98,18 +105,105 @@ impl Drop for AlignedBuffer {
     }
 }
 
+/// A buffer on its way to the file.
+struct Job {
+    buffer: AlignedBuffer,
+    offset: u64,
+    /// The last write: made with direct I/O turned off.
+    last: bool,
+}
+
+/// The segment's I/O thread and the two channels that carry buffers to it and back.
+#[derive(Debug)]
+struct IoThread {
+    jobs: Option<SyncSender<Job>>,
+    free: Receiver<AlignedBuffer>,
+    /// Set by the I/O thread when a write failed (the error itself comes back from `join`).
+    failed: Arc<AtomicBool>,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("offset", &self.offset)
+            .field("bytes", &self.buffer.len)
+            .finish()
+    }
+}
+
+impl IoThread {
+    fn spawn(file: Arc<dyn DiskFile>, direct: bool) -> std::io::Result<IoThread> {
+        let (jobs, job_receiver) = sync_channel::<Job>(2);
+        let (free_sender, free) = sync_channel::<AlignedBuffer>(2);
+        free_sender
+            .send(AlignedBuffer::new())
+            .expect("the receiver is alive");
+        let failed = Arc::new(AtomicBool::new(false));
+        let thread_failed = Arc::clone(&failed);
+        let handle = std::thread::Builder::new()
+            .name("prefixkv-ckpt-io".into())
+            .spawn(move || {
+                let mut failure = None;
+                for mut job in job_receiver {
+                    if failure.is_none() {
+                        let result = if job.last && direct {
+                            file.set_direct_io(false).map(|_| ())
+                        } else {
+                            Ok(())
+                        }
+                        .and_then(|()| file.write_all_at(job.buffer.as_slice(), job.offset));
+                        if let Err(error) = result {
+                            thread_failed.store(true, Ordering::Release);
+                            failure = Some(error);
+                        }
+                    }
+                    job.buffer.len = 0;
+                    // The writer may be gone (dropped after an error): nothing to hand back.
+                    let _ = free_sender.send(job.buffer);
+                }
+                failure.map_or(Ok(()), Err)
+            })?;
+        Ok(IoThread {
+            jobs: Some(jobs),
+            free,
+            failed,
+            handle: Some(handle),
+        })
+    }
+
+    /// Waits for every write handed over so far and returns the first error.
+    fn join(&mut self) -> std::io::Result<()> {
+        drop(self.jobs.take());
+        match self.handle.take() {
+            Some(handle) => handle.join().expect("checkpoint I/O thread panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        // An abandoned writer: let the thread finish what it has and end (its error, if any, is
+        // moot: the unpublished checkpoint is removed).
+        let _ = self.join();
+    }
+}
+
 /// Streams the entries of one segment to its file. `Send`: each flusher thread owns one.
 ///
 /// Dropping a writer without [`finish`](Self::finish) leaves an incomplete file inside the
 /// unpublished `.tmp` directory, which is never read and is removed with that directory.
 #[derive(Debug)]
 pub struct SegmentWriter {
-    file: Arc<dyn DiskFile>,
     path: PathBuf,
-    /// Bytes handed to the file so far (where the next write goes); a multiple of
-    /// [`DIRECT_IO_ALIGNMENT`] until the last write.
+    file: Arc<dyn DiskFile>,
+    io: IoThread,
+    /// Bytes handed to the I/O thread so far (where the next write goes); a multiple of
+    /// `WRITE_BUFFER_BYTES` until the last write.
     written: u64,
     index: u32,
+    /// The buffer being filled.
     buffer: AlignedBuffer,
     /// How many bytes at the start of `buffer` are already folded into `crc`.
     buffer_checksummed: usize,
@@ -144,13 +238,15 @@ impl SegmentWriter {
             && file.set_direct_io(true).map_err(|source| {
                 EngineError::io("open segment file for direct I/O", &path, source)
             })?;
+        let io = IoThread::spawn(Arc::clone(&file), direct)
+            .map_err(|source| EngineError::io("start segment I/O thread", &path, source))?;
         let mut writer = SegmentWriter {
-            file,
             path,
+            file,
+            io,
             written: 0,
             index,
-            // One block of room past a full write: what stays behind after a write is less.
-            buffer: AlignedBuffer::with_capacity(WRITE_BUFFER_BYTES + DIRECT_IO_ALIGNMENT),
+            buffer: AlignedBuffer::new(),
             buffer_checksummed: 0,
             crc: 0,
             entries: 0,
@@ -233,7 +329,7 @@ impl SegmentWriter {
         let total = header.len() + key.len() + value.len();
         if self.buffer.len + total <= WRITE_BUFFER_BYTES {
             // The common case, one entry into the buffer at once (the CRC runs over whole
-            // buffers when they are written, not over each small piece).
+            // buffers when they are handed over, not over each small piece).
             self.check_not_failed()?;
             self.buffer.extend_from_slice(&header);
             self.buffer.extend_from_slice(key);
@@ -258,14 +354,14 @@ impl SegmentWriter {
         Ok(())
     }
 
-    /// Appends body bytes of any length, writing whole buffers as they fill (a value larger
+    /// Appends body bytes of any length, handing over each buffer as it fills (a value larger
     /// than the buffer passes through it in pieces, so every write stays aligned).
     fn append_bytes(&mut self, mut bytes: &[u8]) -> Result<(), EngineError> {
         self.check_not_failed()?;
         self.body_bytes += bytes.len() as u64;
         while !bytes.is_empty() {
-            if self.buffer.len >= WRITE_BUFFER_BYTES {
-                self.write_buffer(false)?;
+            if self.buffer.len == WRITE_BUFFER_BYTES {
+                self.hand_over(false)?;
             }
             let room = WRITE_BUFFER_BYTES - self.buffer.len;
             let (now, later) = bytes.split_at(room.min(bytes.len()));
@@ -284,46 +380,55 @@ impl SegmentWriter {
         self.times.crc += started.elapsed();
     }
 
-    /// Writes the buffer's whole blocks (`last`: all of it, with direct I/O turned off first).
-    fn write_buffer(&mut self, last: bool) -> Result<(), EngineError> {
+    /// Hands the buffer to the I/O thread (a full one, or with `last` the final one) and takes
+    /// the other, waiting while both are in flight.
+    fn hand_over(&mut self, last: bool) -> Result<(), EngineError> {
         self.checksum_buffer();
-        let count = if last {
-            if self.direct {
-                self.file
-                    .set_direct_io(false)
-                    .map_err(|source| self.fail("turn off direct I/O on segment file", source))?;
-                self.direct = false;
-            }
-            self.buffer.len
-        } else {
-            self.buffer.len / DIRECT_IO_ALIGNMENT * DIRECT_IO_ALIGNMENT
-        };
-        debug_assert!(last || self.written.is_multiple_of(DIRECT_IO_ALIGNMENT as u64));
-        let started = Instant::now();
-        let result = self
-            .file
-            .write_all_at(&self.buffer.as_slice()[..count], self.written);
-        self.times.write += started.elapsed();
-        result.map_err(|source| self.fail("write segment file", source))?;
-        self.written += count as u64;
-        self.buffer.consume_front(count);
-        // What stayed behind was folded into the CRC above.
-        self.buffer_checksummed = self.buffer.len;
+        let count = self.buffer.len;
+        assert!(last || count == WRITE_BUFFER_BYTES);
+        debug_assert!(self.written.is_multiple_of(WRITE_BUFFER_BYTES as u64));
         if let Some(pacer) = &self.pacer {
             let started = Instant::now();
             pacer.pace(count as u64);
             self.times.pacing += started.elapsed();
         }
+        let started = Instant::now();
+        let refused = self.io.failed.load(Ordering::Acquire) || {
+            match self.io.free.recv() {
+                Ok(next) => {
+                    let full = std::mem::replace(&mut self.buffer, next);
+                    let job = Job {
+                        buffer: full,
+                        offset: self.written,
+                        last,
+                    };
+                    let jobs = self.io.jobs.as_ref().expect("open until finish");
+                    jobs.send(job).is_err()
+                }
+                Err(_) => true,
+            }
+        };
+        self.times.write += started.elapsed();
+        if refused {
+            return Err(self.io_failure());
+        }
+        self.written += count as u64;
+        self.buffer_checksummed = 0;
         Ok(())
     }
 
-    fn fail(&mut self, what: &str, source: std::io::Error) -> EngineError {
+    /// The I/O thread's error, after it has stopped (the writer is then failed for good).
+    fn io_failure(&mut self) -> EngineError {
         self.failed = true;
-        EngineError::io(what, &self.path, source)
+        let error = match self.io.join() {
+            Err(error) => error,
+            Ok(()) => std::io::Error::other("the segment's I/O thread stopped"),
+        };
+        EngineError::io("write segment file", &self.path, error)
     }
 
-    /// Writes the footer, flushes and fdatasyncs the file; returns its summary for the MANIFEST
-    /// and where the writer's time went.
+    /// Writes the footer, waits for the I/O thread and fdatasyncs the file; returns its summary
+    /// for the MANIFEST and where the writer's time went.
     pub fn finish(mut self) -> Result<(SegmentSummary, WriteTimes), EngineError> {
         self.check_not_failed()?;
         // The body's CRC must cover every body byte and no footer byte.
@@ -333,16 +438,20 @@ impl SegmentWriter {
             body_bytes: self.body_bytes,
             crc32c: self.crc,
         };
-        let footer_bytes = encode_footer(footer);
-        if self.buffer.len + footer_bytes.len() > self.buffer.capacity() {
-            self.write_buffer(false)?;
-        }
-        self.buffer.extend_from_slice(&footer_bytes);
-        // The footer is not body: mark it folded so the last write leaves the CRC alone.
+        // The buffer holds at most WRITE_BUFFER_BYTES, and has one more block of room.
+        self.buffer.extend_from_slice(&encode_footer(footer));
+        // The footer is not body: mark it folded so the hand-over leaves the CRC alone.
         self.buffer_checksummed = self.buffer.len;
-        self.write_buffer(true)?;
+        self.hand_over(true)?;
         debug_assert_eq!(self.crc, footer.crc32c);
         debug_assert_eq!(self.written, self.body_bytes + SEGMENT_FOOTER_BYTES);
+        let started = Instant::now();
+        let written = self.io.join();
+        self.times.write += started.elapsed();
+        if let Err(error) = written {
+            self.failed = true;
+            return Err(EngineError::io("write segment file", &self.path, error));
+        }
         // fdatasync also persists the file size, which a later read needs; the directory entry is
         // made durable by the fsync of the checkpoint directory in `publish`.
         let started = Instant::now();
