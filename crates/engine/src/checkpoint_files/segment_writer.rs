@@ -549,4 +549,48 @@ mod tests {
         round_trip(real.as_ref(), &dir.path().join("segment-direct"), true);
         round_trip(real.as_ref(), &dir.path().join("segment-cached"), false);
     }
+
+    #[test]
+    fn a_failed_write_on_the_io_thread_fails_the_segment_and_names_the_error() {
+        use prefixkv_storage::{Fault, FaultError, FaultOp};
+        for skip in [0, 1, 2] {
+            let sim = SimDisk::new(11);
+            let disk = sim.as_disk();
+            let path = Path::new("/segment-failing");
+            let file = disk.open(path, OpenMode::CreateNew).unwrap();
+            let mut writer = SegmentWriter::create(
+                file,
+                path.to_path_buf(),
+                0,
+                1,
+                DecodeLimits::default(),
+                None,
+                true,
+            )
+            .unwrap();
+            // The (skip+1)-th write fails: a middle buffer or, with skip 2, the last one.
+            sim.inject(Fault {
+                skip,
+                ..Fault::once(FaultOp::Write, "segment-failing", FaultError::NoSpace)
+            });
+            let value = vec![7u8; 1000];
+            let mut outcome = Ok(());
+            for key in 0..(2 * WRITE_BUFFER_BYTES / 1000) as u64 {
+                outcome = writer.put(1, &key.to_le_bytes(), &value);
+                if outcome.is_err() {
+                    break;
+                }
+            }
+            let error = match outcome {
+                Err(error) => error,
+                Ok(()) => writer.finish().unwrap_err(),
+            };
+            let text = format!("{error:#}");
+            assert!(
+                text.contains("No space left") || text.contains("ENOSPC") || text.contains("space"),
+                "skip {skip}: {text}"
+            );
+            assert_eq!(sim.faults_hit(), 1, "skip {skip}");
+        }
+    }
 }
