@@ -1,8 +1,8 @@
 //! Where a checkpoint's time goes, for profiling (not a benchmark: `prefixkv-bench cpr` is):
-//! loads `keys` 8-byte keys and values, then takes `checkpoints` checkpoints of `strategy` with
-//! no writers, and reopens the store once (recovery). `VALUE_BYTES` (default 8) sets the value
-//! size (the server benchmark's dataset is 1,000-byte values), `LOG_PAGE_BYTES` the log page. Prints wall time, CPU time and bytes of each
-//! step. Run under `perf record -g` or `valgrind --tool=callgrind`.
+//! loads `keys` 8-byte keys with values of `VALUE_BYTES` (default 8; the server benchmark's dataset
+//! has 1,000-byte values), then takes `checkpoints` checkpoints of `strategy` with no writers, and
+//! reopens the store once (recovery). `LOG_PAGE_BYTES` sets the log page. Prints wall time, CPU
+//! time and bytes of each step. Run under `perf record -g` or `valgrind --tool=callgrind`.
 //! `cargo run --release -p prefixkv-engine --example checkpoint_cost -- [keys] [strategy] [checkpoints] [dir]`
 
 use std::time::{Duration, Instant};

@@ -16,7 +16,7 @@ use prefixkv_storage::{Catalog, Disk, OpenMode, Rejection, SelectError};
 
 use super::directory::catalog_error;
 use super::manifest::{decode_manifest_bytes, Manifest, ManifestKind, MAX_MANIFEST_BYTES};
-use super::segment::{read_segment_file, DecodeLimits, EntryRef};
+use super::segment::{read_segment_file, DecodeLimits, EntryRef, SegmentSummary};
 use super::MANIFEST_FILE_NAME;
 use crate::error::EngineError;
 
@@ -67,49 +67,16 @@ impl VerifiedCheckpoint {
                 self.manifest.content.kind
             )));
         }
-        let segments = &self.manifest.segments;
-        let threads = threads.clamp(1, segments.len().max(1));
-        let next_segment = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        let total_entries = AtomicU64::new(0);
-        let first_error: Mutex<Option<EngineError>> = Mutex::new(None);
-        std::thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(|| {
-                    while !stop.load(Ordering::Relaxed) {
-                        let position = next_segment.fetch_add(1, Ordering::Relaxed);
-                        let Some(summary) = segments.get(position) else {
-                            break;
-                        };
-                        let mut forward = |entry: EntryRef<'_>| sink(entry);
-                        match read_segment_file(
-                            &*self.disk,
-                            &self.dir,
-                            summary,
-                            self.version(),
-                            self.limits,
-                            &mut forward,
-                        ) {
-                            Ok(entries) => {
-                                total_entries.fetch_add(entries, Ordering::Relaxed);
-                            }
-                            Err(error) => {
-                                stop.store(true, Ordering::Relaxed);
-                                first_error
-                                    .lock()
-                                    .expect("error slot lock")
-                                    .get_or_insert(error);
-                                break;
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        match first_error.into_inner().expect("error slot lock") {
-            Some(error) => Err(error),
-            None => Ok(total_entries.into_inner()),
-        }
+        each_segment_in_parallel(&self.manifest.segments, threads, &|summary| {
+            read_segment_file(
+                &*self.disk,
+                &self.dir,
+                summary,
+                self.version(),
+                self.limits,
+                &mut |entry| sink(entry),
+            )
+        })
     }
 
     /// Loads the checkpoint on the calling thread: segments in index order, entries in file order.
@@ -178,6 +145,51 @@ fn read_manifest(disk: &dyn Disk, dir: &Path, version: u64) -> Result<Manifest, 
     Ok(manifest)
 }
 
+/// Runs `read` on every segment, up to `threads` at a time, segments handed out in index order;
+/// returns the sum of what the reads returned (their entries). After a failure no new segment is
+/// started, and the error returned is the lowest-index segment's whatever the threads' timing:
+/// every segment below a failed one was handed out before it, so each is read to the end.
+fn each_segment_in_parallel(
+    segments: &[SegmentSummary],
+    threads: usize,
+    read: &(dyn Fn(&SegmentSummary) -> Result<u64, EngineError> + Sync),
+) -> Result<u64, EngineError> {
+    let threads = threads.clamp(1, segments.len().max(1));
+    let next_segment = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let total_entries = AtomicU64::new(0);
+    let errors: Mutex<Vec<(usize, EngineError)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let position = next_segment.fetch_add(1, Ordering::Relaxed);
+                    let Some(summary) = segments.get(position) else {
+                        break;
+                    };
+                    match read(summary) {
+                        Ok(entries) => {
+                            total_entries.fetch_add(entries, Ordering::Relaxed);
+                        }
+                        Err(error) => {
+                            stop.store(true, Ordering::Relaxed);
+                            errors
+                                .lock()
+                                .expect("error list lock")
+                                .push((position, error));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let errors = errors.into_inner().expect("error list lock");
+    match errors.into_iter().min_by_key(|(position, _)| *position) {
+        Some((_, error)) => Err(error),
+        None => Ok(total_entries.into_inner()),
+    }
+}
+
 /// Fully verifies checkpoint `version` in `dir`: its segments in parallel (one thread per core at
 /// most), so that verifying costs a restart what one segment's read does, not all of them. When
 /// several segments fail, the error of the lowest segment index is reported, whatever the threads'
@@ -189,35 +201,10 @@ fn verify(
     limits: DecodeLimits,
 ) -> Result<VerifiedCheckpoint, EngineError> {
     let manifest = read_manifest(&**disk, dir, version)?;
-    let segments = &manifest.segments;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, segments.len().max(1));
-    let next_segment = AtomicUsize::new(0);
-    let errors: Mutex<Vec<(usize, EngineError)>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let position = next_segment.fetch_add(1, Ordering::Relaxed);
-                let Some(summary) = segments.get(position) else {
-                    break;
-                };
-                if let Err(error) =
-                    read_segment_file(&**disk, dir, summary, version, limits, &mut |_| Ok(()))
-                {
-                    errors
-                        .lock()
-                        .expect("error list lock")
-                        .push((position, error));
-                }
-            });
-        }
-    });
-    let mut errors = errors.into_inner().expect("error list lock");
-    errors.sort_by_key(|(position, _)| *position);
-    if let Some((_, error)) = errors.into_iter().next() {
-        return Err(error);
-    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    each_segment_in_parallel(&manifest.segments, threads, &|summary| {
+        read_segment_file(&**disk, dir, summary, version, limits, &mut |_| Ok(()))
+    })?;
     Ok(VerifiedCheckpoint {
         disk: Arc::clone(disk),
         dir: dir.to_path_buf(),

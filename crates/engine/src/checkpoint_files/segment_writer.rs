@@ -448,10 +448,7 @@ impl SegmentWriter {
         let started = Instant::now();
         let written = self.io.join();
         self.times.write += started.elapsed();
-        if let Err(error) = written {
-            self.failed = true;
-            return Err(EngineError::io("write segment file", &self.path, error));
-        }
+        written.map_err(|error| EngineError::io("write segment file", &self.path, error))?;
         // fdatasync also persists the file size, which a later read needs; the directory entry is
         // made durable by the fsync of the checkpoint directory in `publish`.
         let started = Instant::now();
