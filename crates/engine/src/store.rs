@@ -629,6 +629,32 @@ impl Store {
         }
     }
 
+    /// Waits until no operation of checkpoint `token`'s version can begin any more: the store's
+    /// version passed `token.version` (the non-blocking strategies switch at IN_PROGRESS, before
+    /// the image is written; `blocking` after it), at most `timeout`. From then on a session's
+    /// next operation adopts the new version before it runs.
+    ///
+    /// A caller that keeps its own writers out from the request until this returns (the durable
+    /// store's transaction barrier) gets a checkpoint that holds each of their multi-operation
+    /// writes whole or not at all: none of them can straddle the version switch.
+    pub fn wait_for_version_switch(
+        &self,
+        token: CheckpointToken,
+        timeout: Duration,
+    ) -> Result<(), EngineError> {
+        let deadline = Instant::now() + timeout;
+        while self.shared.state.load().version <= token.version {
+            if Instant::now() >= deadline {
+                return Err(EngineError::Timeout);
+            }
+            // Help the phase along: with the caller's writers parked (suspended), the epoch action
+            // that advances the phase may be waiting for any thread to drain it.
+            self.shared.epoch.drain();
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+
     /// Waits until checkpoint `token` is durable (or failed), at most `timeout`.
     pub fn wait_for_commit(
         &self,

@@ -3,7 +3,19 @@
 //! Directory layout: `<dir>/LOCK` (the directory lock), `<dir>/checkpoints/` (the engine's),
 //! `<dir>/oplog/` (the operation log, in the logging modes).
 //!
-//! The crash-safety argument, in four steps:
+//! The crash-safety argument, in steps:
+//! 0. *Whole transactions.* A checkpoint is requested with the exec gate held exclusively (no
+//!    write transaction runs: every one holds the gate shared from `begin` to its drop), and the
+//!    gate is held until the engine's version has switched
+//!    ([`prefixkv_engine::Store::wait_for_version_switch`]). A transaction that ran before the
+//!    request ran entirely in the checkpoint's version v; one that begins after the switch has
+//!    its first operation adopt v+1 (the state word changed), and the next switch waits for it to
+//!    end. So each session's CPR point falls between two of its transactions, and a checkpoint
+//!    holds every transaction whole or not at all: a crash that recovers the checkpoint alone
+//!    (the `checkpoint` mode, or `everysec` having lost the record's log tail) never brings back
+//!    half an MSET or half of a structure kept in several records (`tests/txn_atomicity.rs`).
+//!    Writers wait only for the phase changes (the image is written after the gate is released);
+//!    readers take no gate and never wait.
 //! 1. *Order.* A write transaction holds the stripe locks of its keys from its first engine write
 //!    until its log record is appended ([`crate::Txn`]), so for every key the log order of its
 //!    writes equals the engine order.
@@ -46,7 +58,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::sync::ShardedLock;
 use parking_lot::Mutex;
-use prefixkv_engine::{EngineError, RecoveryInfo, SessionId, Store as Engine, Strategy};
+use prefixkv_engine::{
+    CheckpointToken, EngineError, RecoveryInfo, SessionId, Store as Engine, Strategy,
+};
 use prefixkv_oplog::{AppendTicket, Oplog, OplogError, SyncPolicy};
 use prefixkv_storage::{real_disk, DirLock, Disk};
 
@@ -59,6 +73,9 @@ pub(crate) const STRIPES: usize = 1024;
 const COOKIE_TAG: &[u8; 4] = b"OPL1";
 /// How long a checkpoint request waits for one already running (a BGSAVE, the periodic one).
 const CHECKPOINT_START_WAIT: Duration = Duration::from_secs(60);
+/// How long writers may be held at a checkpoint request for the engine's version switch (the
+/// CPR phase changes; for `blocking`, the whole image) before the request reports a timeout.
+const CHECKPOINT_SWITCH_WAIT: Duration = Duration::from_secs(600);
 /// How long a checkpoint may take before [`DurableStore::checkpoint`] reports a timeout.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(3600);
 /// How long replacing a failed log waits for other handles to it (`oplog()` callers) to go.
@@ -503,28 +520,7 @@ impl DurableStore {
     /// time (a second caller waits for the first, up to a minute).
     pub fn checkpoint(&self) -> Result<CheckpointDone, StoreError> {
         let _one_at_a_time = self.checkpoint_lock.lock();
-        // Whether the log had failed before the covered LSN is read (module docs, step 6).
-        let failed_before = self
-            .oplog
-            .as_ref()
-            .is_some_and(|slot| slot.get().is_none_or(|log| log.failure().is_some()));
-        // Read before the request: every record up to here was appended after its operations
-        // completed, so the checkpoint holds them (module docs, step 2).
-        let covered_lsn = self.oplog.as_ref().map(|slot| slot.next_lsn() - 1);
-        let deadline = Instant::now() + CHECKPOINT_START_WAIT;
-        let token = loop {
-            match self
-                .engine
-                .checkpoint_with_cookie(self.strategy, cookie_of(covered_lsn))
-            {
-                Ok(token) => break token,
-                Err(EngineError::CheckpointInProgress) if Instant::now() < deadline => {
-                    // Someone used the engine directly; wait for it (bounded).
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(error) => return Err(error.into()),
-            }
-        };
+        let (token, covered_lsn, failed_before) = self.request_between_transactions()?;
         let report = self.engine.wait_for_commit(token, CHECKPOINT_WAIT)?;
         if let (Some(slot), Some(lsn)) = (&self.oplog, covered_lsn) {
             if failed_before {
@@ -545,6 +541,55 @@ impl DurableStore {
             report,
             covered_lsn,
         })
+    }
+
+    /// Requests the engine checkpoint with no write transaction running (module docs, step 0):
+    /// holds the exec gate exclusively from before the covered LSN is read until the engine's
+    /// version has switched, so every transaction runs entirely before the checkpoint's version
+    /// ends or entirely after. Returns the token, the covered LSN and whether the log had failed
+    /// before it was read. Writers wait meanwhile (for the CPR phase changes only, not for the
+    /// image); readers never do.
+    fn request_between_transactions(
+        &self,
+    ) -> Result<(CheckpointToken, Option<u64>, bool), StoreError> {
+        if crate::txn::running_exclusive() {
+            return Err(StoreError::Engine(EngineError::InvalidArgument(
+                "a checkpoint cannot be taken inside an exclusive body (it would wait for itself)"
+                    .into(),
+            )));
+        }
+        let deadline = Instant::now() + CHECKPOINT_START_WAIT;
+        loop {
+            let gate = self
+                .exec_gate
+                .write()
+                .expect("the exec gate is never poisoned");
+            // Whether the log had failed before the covered LSN is read (module docs, step 6).
+            let failed_before = self
+                .oplog
+                .as_ref()
+                .is_some_and(|slot| slot.get().is_none_or(|log| log.failure().is_some()));
+            // Read before the request, with no transaction running: every record up to here was
+            // appended after its operations completed, so the checkpoint holds them (step 2).
+            let covered_lsn = self.oplog.as_ref().map(|slot| slot.next_lsn() - 1);
+            match self
+                .engine
+                .checkpoint_with_cookie(self.strategy, cookie_of(covered_lsn))
+            {
+                Ok(token) => {
+                    self.engine
+                        .wait_for_version_switch(token, CHECKPOINT_SWITCH_WAIT)?;
+                    drop(gate);
+                    return Ok((token, covered_lsn, failed_before));
+                }
+                Err(EngineError::CheckpointInProgress) if Instant::now() < deadline => {
+                    // Someone used the engine directly; wait for it (bounded), letting writers on.
+                    drop(gate);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 
     /// Replaces a log that had failed before checkpoint `covered` was requested by a new one at

@@ -9,6 +9,9 @@
 //!   then stripes); [`StoreSession::exclusive`] holds it exclusively, so no other session's write
 //!   runs between the writes of an exclusive body (MULTI/EXEC). The thread running an exclusive
 //!   body skips the gate.
+//! - A checkpoint is requested only while the exec gate is held exclusively, until the engine's
+//!   version switched (`store` module docs, step 0): a transaction never straddles a checkpoint's
+//!   version, so a recovered checkpoint holds each transaction whole or not at all.
 //! - A session about to block on a contended lock suspends its engine session first: the holder
 //!   may be waiting inside the engine for every protected session to refresh (an epoch bump, a
 //!   checkpoint phase), which a blocked thread would never do.
@@ -34,6 +37,11 @@ pub const RECORD_SPLIT_BYTES: usize = 8 << 20;
 thread_local! {
     /// This thread holds the exec gate exclusively (it runs an exclusive body).
     static RUNNING_EXCLUSIVE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread runs an exclusive body (holds the exec gate exclusively).
+pub(crate) fn running_exclusive() -> bool {
+    RUNNING_EXCLUSIVE.with(Cell::get)
 }
 
 fn stripe_of(key: &[u8]) -> usize {
