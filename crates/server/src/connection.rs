@@ -42,6 +42,7 @@ pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
     );
     let _ = stream.set_nodelay(true);
     let result = serve_loop(&server, &mut stream, &mut client).await;
+    client.watch.unwatch_all(&server.keyspace.watches);
     if let Err(error) = result {
         if error.kind() != std::io::ErrorKind::ConnectionReset
             && error.kind() != std::io::ErrorKind::BrokenPipe

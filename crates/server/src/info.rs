@@ -33,9 +33,11 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
     if all || wanted == "clients" {
         let _ = write!(
             text,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n\
+             total_watched_keys:{}\r\n\r\n",
             server.stats.connected.load(Ordering::Relaxed),
-            settings.maxclients
+            settings.maxclients,
+            server.keyspace.watches.registrations()
         );
     }
     if all || wanted == "memory" {

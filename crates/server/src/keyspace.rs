@@ -13,6 +13,9 @@
 //!   keys not yet removed, as Redis's DBSIZE does.
 //! - `counts[db].expires` is what the last complete expiry sweep saw (the sweep visits every key
 //!   once per cycle), plus what recovery loaded: an estimate for INFO, documented as such.
+//! - Every write of a user key marks the clients that WATCH it (`crate::watch`), inside its
+//!   transaction, so an EXEC (which holds the exec gate exclusively) sees every mark of every
+//!   write that finished before it.
 //! - MULTI/EXEC isolation: `prefixkv_store::StoreSession::exclusive` (no other write runs while
 //!   an EXEC runs; reads take no locks, so a concurrent read may see part of an EXEC, as it may
 //!   see part of an MSET).
@@ -26,6 +29,7 @@ use prefixkv_engine::EngineError;
 use prefixkv_store::{DurableStore, StoreError, StoreSession};
 
 use crate::value::{self, Kind, Stored};
+use crate::watch::Watches;
 
 pub use prefixkv_store::WriteMark;
 
@@ -121,6 +125,7 @@ impl KeyCounts {
             sweeping_expires: Default::default(),
             expire_cursor: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
+            watches: Watches::default(),
         }
     }
 }
@@ -135,6 +140,8 @@ pub struct Keyspace {
     expire_cursor: AtomicU64,
     /// Keys removed by active or lazy expiry.
     pub expired_keys: AtomicU64,
+    /// WATCH registrations: every write below marks the clients watching its key.
+    pub watches: Watches,
 }
 
 thread_local! {
@@ -581,6 +588,7 @@ impl Txn<'_> {
             .put(&engine_key(database, key), &encoded)
             .map_err(store_error)?;
         self.keyspace.counts.count_write(database, true, existed);
+        self.keyspace.watches.touch(database, key);
         Ok(())
     }
 
@@ -591,6 +599,9 @@ impl Txn<'_> {
             .delete(&engine_key(database, key))
             .map_err(store_error)?;
         self.keyspace.counts.count_write(database, false, existed);
+        if existed {
+            self.keyspace.watches.touch(database, key);
+        }
         Ok(existed)
     }
 

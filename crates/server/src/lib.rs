@@ -13,6 +13,7 @@ pub mod persistence;
 pub mod signals;
 pub mod state;
 pub mod value;
+pub mod watch;
 
 /// The Redis version we report (clients gate features on it).
 pub const REDIS_VERSION: &str = "7.2.0";

@@ -24,6 +24,7 @@ use prefixkv_store::StoreSession as Session;
 use crate::config::Durability;
 use crate::keyspace::{WriteMark, OOM_ERROR};
 use crate::state::Server;
+use crate::watch::ClientWatch;
 
 /// Result of a command body: `Err` is a whole error line.
 pub type CommandResult = Result<(), String>;
@@ -96,6 +97,8 @@ pub struct Client {
     pub durability: Durability,
     /// Commands queued since MULTI, if a transaction is open.
     pub transaction: Option<Transaction>,
+    /// Keys this connection WATCHes.
+    pub watch: ClientWatch,
 }
 
 /// An open MULTI: the commands queued for EXEC.
@@ -124,6 +127,7 @@ impl Client {
             created: Instant::now(),
             durability,
             transaction: None,
+            watch: ClientWatch::default(),
         }
     }
 

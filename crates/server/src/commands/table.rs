@@ -119,7 +119,7 @@ pub static COMMANDS: &[Spec] = &[
     c("multi", 1, false, NONE, "transactions", "Starts a transaction."),
     c("exec", 1, false, NONE, "transactions", "Executes all commands in a transaction."),
     c("discard", 1, false, NONE, "transactions", "Discards a transaction."),
-    c("watch", -2, false, NONE, "transactions", "Monitors changes to keys to determine the execution of a transaction (not supported: answers an error)."),
+    c("watch", -2, false, ALL, "transactions", "Monitors changes to keys to determine the execution of a transaction."),
     c("unwatch", 1, false, NONE, "transactions", "Forgets about watched keys of a transaction."),
     c("shutdown", -1, false, NONE, "server", "Synchronously saves the database(s) to disk and shuts down the server."),
     c("save", 1, false, NONE, "server", "Synchronously saves the database(s) to disk."),

@@ -2,10 +2,14 @@
 //! other client's write in between (see the exec gate in `keyspace`). As in Redis, a command
 //! refused while queuing (unknown, wrong arity, not allowed in a transaction, over the size
 //! limit) makes EXEC answer EXECABORT; an error *during* EXEC is one element of its reply and the
-//! other commands still run. WATCH (optimistic locking) is not supported and says so.
+//! other commands still run. WATCH is Redis's optimistic locking (`crate::watch`): EXEC checks,
+//! with no other write running, whether a watched key was written since WATCH, and if so runs
+//! nothing and answers a null array.
 //!
-//! Invariant: the queue of one connection holds at most `client-query-buffer-limit` argument
-//! bytes, so a client cannot grow server memory without bound by never sending EXEC.
+//! Invariants: the queue of one connection holds at most `client-query-buffer-limit` argument
+//! bytes, and so do its watched keys, so a client cannot grow server memory without bound by
+//! never sending EXEC. EXEC, DISCARD, UNWATCH and RESET (and closing the connection) forget every
+//! watched key.
 
 use bytes::Bytes;
 
@@ -27,25 +31,34 @@ pub(super) fn handle(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Fl
             }
         }
         "discard" => match ctx.client.transaction.take() {
-            Some(_) => ctx.w.ok(),
+            Some(_) => {
+                ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
+                ctx.w.ok()
+            }
             None => ctx.w.error("ERR DISCARD without MULTI"),
         },
         "exec" => match ctx.client.transaction.take() {
             None => ctx.w.error("ERR EXEC without MULTI"),
-            Some(transaction) if transaction.failed => ctx
-                .w
-                .error("EXECABORT Transaction discarded because of previous errors."),
+            Some(transaction) if transaction.failed => {
+                ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
+                ctx.w
+                    .error("EXECABORT Transaction discarded because of previous errors.")
+            }
             Some(transaction) => exec(ctx, transaction.queued),
         },
         "watch" if ctx.client.transaction.is_some() => {
             ctx.w.error("ERR WATCH inside MULTI is not allowed");
         }
-        "watch" => ctx.w.error(
-            "ERR WATCH is not supported by prefixkv-server (no optimistic locking); MULTI/EXEC \
-             without WATCH runs isolated from other clients' writes",
-        ),
-        // Nothing is ever watched, so there is nothing to forget.
-        "unwatch" => ctx.w.ok(),
+        "watch" if args.len() < 2 => ctx.w.error(&super::arity_error("watch")),
+        "watch" => match watch(ctx, &args[1..]) {
+            Ok(()) => ctx.w.ok(),
+            Err(line) => ctx.w.error(&line),
+        },
+        // Inside MULTI it is queued, as in Redis (EXEC has forgotten the watches by then).
+        "unwatch" if ctx.client.transaction.is_none() => {
+            ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
+            ctx.w.ok()
+        }
         // These act at once even inside MULTI (RESET also discards the transaction).
         "quit" | "reset" => return None,
         _ => {
@@ -73,13 +86,43 @@ pub(super) fn handle(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Fl
     Some(Flow::Continue)
 }
 
-/// Runs the queued commands under the exec gate; their replies form EXEC's array.
+/// WATCH: registers the keys, after removing any already expired (an expiry before WATCH is no
+/// write after it, as in Redis).
+fn watch(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> Result<(), String> {
+    let database = ctx.db();
+    for key in keys {
+        ctx.server.keyspace.read(ctx.session, database, key)?;
+    }
+    let limit = ctx.server.settings.read().client_query_buffer_limit_bytes;
+    let refs: Vec<&[u8]> = keys.iter().map(|key| key.as_ref()).collect();
+    ctx.client
+        .watch
+        .watch(&ctx.server.keyspace.watches, database, &refs, limit)
+}
+
+/// Runs the queued commands under the exec gate; their replies form EXEC's array. If a watched
+/// key was written since WATCH (or expired since: reading it now removes it, which marks it),
+/// runs nothing and answers a null array.
 fn exec(ctx: &mut Ctx<'_>, queued: Vec<Vec<Bytes>>) {
-    ctx.w.array(queued.len());
     let server = ctx.server;
     let client = &mut *ctx.client;
+    let encoder = ctx.w.encoder;
     let out = &mut *ctx.w.out;
     server.keyspace.exclusive(ctx.session, |session| {
+        if client.watch.is_watching() {
+            let watched = client.watch.keys().to_vec();
+            for (database, key) in &watched {
+                // An error here (a damaged value) leaves the key as it is; EXEC goes on.
+                let _ = server.keyspace.read(session, *database, key);
+            }
+            let dirty = client.watch.is_dirty();
+            client.watch.unwatch_all(&server.keyspace.watches);
+            if dirty {
+                encoder.null_array(out);
+                return;
+            }
+        }
+        encoder.array_header(out, queued.len());
         for command in &queued {
             match execute(server, client, session, command, out) {
                 Flow::Continue => {}
