@@ -42,7 +42,7 @@ pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
     );
     let _ = stream.set_nodelay(true);
     let result = serve_loop(&server, &mut stream, &mut client).await;
-    client.watch.unwatch_all(&server.keyspace.watches);
+    client.forget_subscriptions_and_watches(&server);
     if let Err(error) = result {
         if error.kind() != std::io::ErrorKind::ConnectionReset
             && error.kind() != std::io::ErrorKind::BrokenPipe
@@ -74,7 +74,27 @@ async fn serve_loop(
         if input.capacity() - input.len() < READ_CHUNK_BYTES / 4 {
             input.reserve(READ_CHUNK_BYTES);
         }
-        let read = stream.read_buf(&mut input).await?;
+        let encoder = prefixkv_resp::Encoder::new(client.protocol);
+        let read = match client.subscriptions.as_mut() {
+            // A connection with subscriptions (or messages still queued) waits for a request or
+            // a message, whichever comes first (both are cancel safe: the loser takes nothing).
+            Some(subscriptions) if subscriptions.count() > 0 || subscriptions.has_queued() => {
+                tokio::select! {
+                    read = stream.read_buf(&mut input) => read?,
+                    message = subscriptions.next() => {
+                        if let Some(message) = message {
+                            commands::encode_message(encoder, &mut output, &message);
+                        }
+                        deliver_queued(client, &mut output);
+                        if !flush(server, stream, &mut output, client).await? {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                }
+            }
+            _ => stream.read_buf(&mut input).await?,
+        };
         if read == 0 {
             return Ok(());
         }
@@ -130,18 +150,59 @@ async fn serve_loop(
         if !await_ticket(client).await {
             return Ok(());
         }
-        if !output.is_empty() {
-            stream.write_all(&output).await?;
-            server
-                .stats
-                .output_bytes
-                .fetch_add(output.len() as u64, Ordering::Relaxed);
-            output.clear();
-        }
-        if close {
+        deliver_queued(client, &mut output);
+        if !flush(server, stream, &mut output, client).await? || close {
             return Ok(());
         }
     }
+}
+
+/// Appends every Pub/Sub message queued for this connection to `output`.
+fn deliver_queued(client: &mut Client, output: &mut BytesMut) {
+    let encoder = prefixkv_resp::Encoder::new(client.protocol);
+    if let Some(subscriptions) = client.subscriptions.as_mut() {
+        while let Some(message) = subscriptions.try_next() {
+            commands::encode_message(encoder, output, &message);
+        }
+    }
+}
+
+/// Writes `output` to the client; false when the connection must close instead: a publisher
+/// dropped a message for it because its queue passed client-output-buffer-limit (as Redis
+/// closes a slow Pub/Sub client; the messages it did get were delivered in order).
+async fn flush(
+    server: &Server,
+    stream: &mut TcpStream,
+    output: &mut BytesMut,
+    client: &Client,
+) -> std::io::Result<bool> {
+    if !output.is_empty() {
+        match client.subscriptions.as_ref() {
+            // A client that subscribes and stops reading would hold this write forever.
+            Some(subscriptions) => tokio::select! {
+                written = stream.write_all(output) => written?,
+                () = subscriptions.overflow_notified() => {}
+            },
+            None => stream.write_all(output).await?,
+        }
+        server
+            .stats
+            .output_bytes
+            .fetch_add(output.len() as u64, Ordering::Relaxed);
+        output.clear();
+    }
+    if client
+        .subscriptions
+        .as_ref()
+        .is_some_and(|s| s.overflowed())
+    {
+        eprintln!(
+            "prefixkv-server: closing client {}: Pub/Sub messages over client-output-buffer-limit",
+            client.id
+        );
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// Waits for the batch's newest oplog record; false if the oplog failed.

@@ -10,6 +10,7 @@ pub mod info;
 pub mod keyspace;
 pub mod net;
 pub mod persistence;
+pub mod pubsub;
 pub mod signals;
 pub mod state;
 pub mod value;

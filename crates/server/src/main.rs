@@ -45,6 +45,7 @@ fn run() -> anyhow::Result<()> {
         clients: Mutex::new(BTreeMap::new()),
         next_client_id: AtomicU64::new(1),
         stats: state::Stats::default(),
+        pubsub: Default::default(),
         started: Instant::now(),
         port,
     });

@@ -10,6 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::config::Config;
 use crate::keyspace::Keyspace;
 use crate::persistence::Persistence;
+use crate::pubsub::PubSub;
 
 /// What CLIENT LIST shows about a connection.
 #[derive(Clone, Debug)]
@@ -67,6 +68,8 @@ pub struct Server {
     pub next_client_id: AtomicU64,
     /// Counters.
     pub stats: Stats,
+    /// Pub/Sub channels and patterns.
+    pub pubsub: PubSub,
     /// Start time.
     pub started: Instant,
     /// The port actually bound.

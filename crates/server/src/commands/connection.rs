@@ -33,7 +33,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         }
         "reset" => {
             ctx.client.transaction = None;
-            ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
+            ctx.client.forget_subscriptions_and_watches(ctx.server);
             ctx.client.database = 0;
             ctx.client.protocol = Protocol::Resp2;
             ctx.client.name = None;

@@ -7,6 +7,8 @@
 mod connection;
 mod hashes;
 mod keys;
+mod pubsub;
+pub use pubsub::encode_message;
 mod server;
 mod strings;
 pub mod table;
@@ -23,6 +25,7 @@ use prefixkv_store::StoreSession as Session;
 
 use crate::config::Durability;
 use crate::keyspace::{WriteMark, OOM_ERROR};
+use crate::pubsub::ClientSubscriptions;
 use crate::state::Server;
 use crate::watch::ClientWatch;
 
@@ -99,6 +102,8 @@ pub struct Client {
     pub transaction: Option<Transaction>,
     /// Keys this connection WATCHes.
     pub watch: ClientWatch,
+    /// Pub/Sub subscriptions, from the first SUBSCRIBE or PSUBSCRIBE on.
+    pub subscriptions: Option<ClientSubscriptions>,
 }
 
 /// An open MULTI: the commands queued for EXEC.
@@ -128,6 +133,7 @@ impl Client {
             durability,
             transaction: None,
             watch: ClientWatch::default(),
+            subscriptions: None,
         }
     }
 
@@ -157,6 +163,19 @@ impl Client {
             }
         }
         (self.writes, self.durable_writes)
+    }
+
+    /// Whether the connection holds a Pub/Sub subscription.
+    pub fn is_subscribed(&self) -> bool {
+        self.subscriptions.as_ref().is_some_and(|s| s.count() > 0)
+    }
+
+    /// Drops every subscription and watch (RESET; the connection closing).
+    pub fn forget_subscriptions_and_watches(&mut self, server: &Server) {
+        if let Some(subscriptions) = self.subscriptions.as_mut() {
+            subscriptions.unsubscribe_all(&server.pubsub);
+        }
+        self.watch.unwatch_all(&server.keyspace.watches);
     }
 
     /// Highest LSN and serial among pending writes.
@@ -351,8 +370,19 @@ pub fn execute(
         ctx.w.error(&arity_error(spec.name));
         return Flow::Continue;
     }
+    let subscribed_resp2 = ctx.client.protocol == Protocol::Resp2 && ctx.client.is_subscribed();
+    if subscribed_resp2 && !pubsub::allowed_while_subscribed(&name) {
+        ctx.w.error(&pubsub::subscribed_context_error(&name));
+        return Flow::Continue;
+    }
     if let Some(flow) = transaction::handle(&mut ctx, &name, args) {
         return flow;
+    }
+    if subscribed_resp2 && name == "ping" {
+        if let Err(line) = pubsub::subscribed_ping(&mut ctx, args) {
+            ctx.w.error(&line);
+        }
+        return Flow::Continue;
     }
     if spec.write {
         let limit = server.settings.read().maxmemory_bytes;
@@ -388,6 +418,9 @@ pub fn execute(
         "hset" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists" | "hlen"
         | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" => {
             hashes::run(&mut ctx, &name, args)
+        }
+        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
+            pubsub::run(&mut ctx, &name, args)
         }
         "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"

@@ -16,7 +16,18 @@ use bytes::Bytes;
 use super::{execute, Ctx, Flow, Transaction};
 
 /// Commands that wait or change the connection in ways a queued batch cannot replay in place.
-const NOT_IN_TRANSACTION: &[&str] = &["save", "shutdown", "waitaof", "hello", "auth", "watch"];
+const NOT_IN_TRANSACTION: &[&str] = &[
+    "save",
+    "shutdown",
+    "waitaof",
+    "hello",
+    "auth",
+    "watch",
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+];
 
 /// Handles the transaction commands, and queues any other command while MULTI is open.
 /// `None`: not a transaction matter; run the command normally.

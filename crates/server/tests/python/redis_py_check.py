@@ -1,7 +1,7 @@
 """redis-py against a running prefixkv-server: `python3 redis_py_check.py <port>`.
 
 Run by crates/server/tests/redis_py.rs. Exercises strings, MSET/MGET, INCR, DEL, EXPIRE/TTL,
-pipelines, hashes and HELLO with redis-py's default protocol (RESP3 since redis-py 8) and with
+pipelines, hashes, HELLO, WATCH (Redis.transaction) and Pub/Sub with redis-py's default protocol (RESP3 since redis-py 8) and with
 protocol=2 and protocol=3 explicitly, checking every result. Prints `ok <checks>` and exits 0, or
 raises (non-zero exit) naming the failed check.
 """
@@ -129,6 +129,56 @@ def exercise(label, client, want_protocol):
     expect(f"{label} ECHO", client.echo("hi"), "hi")
 
 
+def next_message(pubsub):
+    """The next Pub/Sub frame, waiting at most 10 s for it."""
+    message = pubsub.get_message(timeout=10)
+    if message is None:
+        raise SystemExit("no Pub/Sub message within 10 s")
+    return message
+
+
+def exercise_watch_and_pubsub(label, port, protocol):
+    """WATCH through Redis.transaction, and Pub/Sub, each over connections of their own."""
+    prefix = f"{label}:w:"
+    a = redis.Redis(port=port, decode_responses=True, protocol=protocol)
+    b = redis.Redis(port=port, decode_responses=True, protocol=protocol)
+    a.set(prefix + "n", 0)
+    seen = []
+
+    def add_ten(pipe):
+        value = int(pipe.get(prefix + "n"))
+        if not seen:
+            # Another client writes between this read and EXEC: the first EXEC must abort.
+            b.incr(prefix + "n")
+        seen.append(value)
+        pipe.multi()
+        pipe.set(prefix + "n", value + 10)
+
+    a.transaction(add_ten, prefix + "n")
+    expect(f"{label} WATCH retried after another client's write", seen, [0, 1])
+    expect(f"{label} WATCH result", a.get(prefix + "n"), "11")
+
+    pubsub = a.pubsub()
+    pubsub.subscribe(prefix + "ch")
+    pubsub.psubscribe(prefix + "p*")
+    expect(f"{label} subscribe frame", next_message(pubsub)["type"], "subscribe")
+    expect(f"{label} psubscribe frame", next_message(pubsub)["type"], "psubscribe")
+    expect(f"{label} PUBLISH count", b.publish(prefix + "ch", "hello"), 1)
+    message = next_message(pubsub)
+    expect(f"{label} message", (message["type"], message["data"]), ("message", "hello"))
+    expect(f"{label} PUBLISH to a pattern", b.publish(prefix + "pq", "there"), 1)
+    message = next_message(pubsub)
+    expect(
+        f"{label} pmessage",
+        (message["type"], message["pattern"], message["channel"], message["data"]),
+        ("pmessage", prefix + "p*", prefix + "pq", "there"),
+    )
+    expect(f"{label} PUBSUB NUMSUB", b.pubsub_numsub(prefix + "ch"), [(prefix + "ch", 1)])
+    pubsub.close()
+    a.close()
+    b.close()
+
+
 def main():
     port = int(sys.argv[1])
     # single_connection_client keeps CLIENT SETNAME and HELLO on the connection they checked.
@@ -147,6 +197,8 @@ def main():
         redis.Redis(port=port, decode_responses=True, protocol=3, single_connection_client=True),
         3,
     )
+    for protocol in (2, 3):
+        exercise_watch_and_pubsub(f"wp{protocol}", port, protocol)
     print(f"ok {checks} checks (redis-py {redis.__version__}, default protocol {default_protocol})")
 
 

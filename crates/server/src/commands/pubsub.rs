@@ -1,0 +1,190 @@
+//! SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH and PUBSUB (the registry and its
+//! invariants are in `crate::pubsub`). Replies follow Redis: one `subscribe`/`unsubscribe` push
+//! per name with the connection's subscription count after it (RESP3 push frames, RESP2 arrays);
+//! a connection in RESP2 with a subscription accepts only the subscription commands, PING, QUIT
+//! and RESET ([`allowed_while_subscribed`]).
+
+use bytes::{Bytes, BytesMut};
+use prefixkv_resp::Encoder;
+
+use super::{arity_error, lower, Ctx};
+use crate::pubsub::{ClientSubscriptions, Kind, Message};
+
+/// Whether a RESP2 connection holding subscriptions may run `name`.
+pub fn allowed_while_subscribed(name: &str) -> bool {
+    matches!(
+        name,
+        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+    )
+}
+
+/// The error a RESP2 subscribed connection gets for any other command.
+pub fn subscribed_context_error(name: &str) -> String {
+    format!(
+        "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
+         RESET are allowed in this context"
+    )
+}
+
+/// Runs one Pub/Sub command.
+pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<(), String> {
+    match name {
+        "subscribe" => subscribe(ctx, Kind::Channel, &args[1..]),
+        "psubscribe" => subscribe(ctx, Kind::Pattern, &args[1..]),
+        "unsubscribe" => {
+            unsubscribe(ctx, Kind::Channel, &args[1..]);
+            Ok(())
+        }
+        "punsubscribe" => {
+            unsubscribe(ctx, Kind::Pattern, &args[1..]);
+            Ok(())
+        }
+        "publish" => {
+            let received = ctx.server.pubsub.publish(&args[1], &args[2]);
+            ctx.w.int(received as i64);
+            Ok(())
+        }
+        "pubsub" => pubsub(ctx, args),
+        _ => unreachable!("dispatch sends only Pub/Sub commands here"),
+    }
+}
+
+fn kind_words(kind: Kind) -> (&'static [u8], &'static [u8]) {
+    match kind {
+        Kind::Channel => (b"subscribe", b"unsubscribe"),
+        Kind::Pattern => (b"psubscribe", b"punsubscribe"),
+    }
+}
+
+fn subscribe(ctx: &mut Ctx<'_>, kind: Kind, names: &[Bytes]) -> Result<(), String> {
+    let (output_limit, name_limit) = {
+        let settings = ctx.server.settings.read();
+        (
+            settings.client_output_buffer_limit_bytes,
+            settings.client_query_buffer_limit_bytes,
+        )
+    };
+    let subscriptions = ctx
+        .client
+        .subscriptions
+        .get_or_insert_with(|| ClientSubscriptions::new(output_limit));
+    for name in names {
+        let count = subscriptions.subscribe(&ctx.server.pubsub, kind, name.clone(), name_limit)?;
+        ctx.w.encoder.push_header(ctx.w.out, 3);
+        ctx.w.bulk(kind_words(kind).0);
+        ctx.w.bulk(name);
+        ctx.w.int(count as i64);
+    }
+    Ok(())
+}
+
+fn unsubscribe(ctx: &mut Ctx<'_>, kind: Kind, names: &[Bytes]) {
+    let word = kind_words(kind).1;
+    let Some(subscriptions) = ctx.client.subscriptions.as_mut() else {
+        // Nothing subscribed: Redis still answers once, with a null name and count 0.
+        ctx.w.encoder.push_header(ctx.w.out, 3);
+        ctx.w.bulk(word);
+        ctx.w.null();
+        ctx.w.int(0);
+        return;
+    };
+    let names = if names.is_empty() {
+        subscriptions.names(kind)
+    } else {
+        names.to_vec()
+    };
+    if names.is_empty() {
+        ctx.w.encoder.push_header(ctx.w.out, 3);
+        ctx.w.bulk(word);
+        ctx.w.null();
+        ctx.w.int(subscriptions.count() as i64);
+        return;
+    }
+    for name in &names {
+        let count = subscriptions.unsubscribe(&ctx.server.pubsub, kind, name);
+        ctx.w.encoder.push_header(ctx.w.out, 3);
+        ctx.w.bulk(word);
+        ctx.w.bulk(name);
+        ctx.w.int(count as i64);
+    }
+}
+
+fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    let registry = &ctx.server.pubsub;
+    match (lower(&args[1]).as_str(), args.len()) {
+        ("channels", 2 | 3) => {
+            let names = registry.channels(args.get(2).map(|p| p.as_ref()));
+            ctx.w.array(names.len());
+            for name in &names {
+                ctx.w.bulk(name);
+            }
+        }
+        ("numsub", _) => {
+            ctx.w.array((args.len() - 2) * 2);
+            for channel in &args[2..] {
+                ctx.w.bulk(channel);
+                ctx.w.int(registry.subscribers(channel) as i64);
+            }
+        }
+        ("numpat", 2) => ctx.w.int(registry.pattern_count() as i64),
+        ("help", 2) => {
+            let lines = [
+                "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "CHANNELS [<pattern>]",
+                "    Return the currently active channels matching a <pattern> (default: '*').",
+                "NUMPAT",
+                "    Return number of subscriptions to patterns.",
+                "NUMSUB [<channel> ...]",
+                "    Return the number of subscribers for the specified channels.",
+                "HELP",
+                "    Print this help.",
+            ];
+            ctx.w.array(lines.len());
+            for line in lines {
+                ctx.w.simple(line);
+            }
+        }
+        ("channels" | "numpat" | "help", _) => {
+            return Err(format!(
+                "ERR wrong number of arguments for 'pubsub|{}' command",
+                lower(&args[1])
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "ERR unknown subcommand '{}'. Try PUBSUB HELP.",
+                String::from_utf8_lossy(&args[1]).replace(['\r', '\n'], " ")
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// PING on a RESP2 connection that holds subscriptions: `["pong", message or ""]`, as Redis.
+pub(super) fn subscribed_ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    if args.len() > 2 {
+        return Err(arity_error("ping"));
+    }
+    ctx.w.array(2);
+    ctx.w.bulk(b"pong");
+    ctx.w.bulk(args.get(1).map_or(&b""[..], |m| m.as_ref()));
+    Ok(())
+}
+
+/// Encodes one delivered message: `message channel payload` or `pmessage pattern channel
+/// payload`, a push frame in RESP3 and an array in RESP2.
+pub fn encode_message(encoder: Encoder, out: &mut BytesMut, message: &Message) {
+    match &message.pattern {
+        None => {
+            encoder.push_header(out, 3);
+            encoder.bulk_string(out, b"message");
+        }
+        Some(pattern) => {
+            encoder.push_header(out, 4);
+            encoder.bulk_string(out, b"pmessage");
+            encoder.bulk_string(out, pattern);
+        }
+    }
+    encoder.bulk_string(out, &message.channel);
+    encoder.bulk_string(out, &message.payload);
+}
