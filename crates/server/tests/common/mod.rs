@@ -65,6 +65,33 @@ impl Server {
         panic!("prefixkv-server did not start");
     }
 
+    /// Starts a real `redis-server` (no persistence) on `dir` and a free port, for differential
+    /// tests; it fails (never skips) when redis-server is missing: `./scripts/test` installs it.
+    pub fn start_redis(dir: &Path) -> Server {
+        for _attempt in 0..5 {
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("cannot run redis-server: ./scripts/test installs Debian's redis-server");
+            let mut server = Server {
+                child: Some(child),
+                port,
+                dir: dir.to_path_buf(),
+            };
+            if server.wait_ready(Duration::from_secs(30)) {
+                return server;
+            }
+            server.kill();
+        }
+        panic!("redis-server did not start");
+    }
+
     fn wait_ready(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
