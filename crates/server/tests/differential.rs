@@ -46,7 +46,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let v = |rng: &mut Rng| pick(rng, VALUES).to_string();
     let f = |rng: &mut Rng| pick(rng, FIELDS).to_string();
     let s = |text: &str| text.to_string();
-    match rng.below(34) {
+    match rng.below(39) {
         0 => vec![s("SET"), k(rng), v(rng)],
         1 => {
             let option = pick(rng, &["NX", "XX", "GET", "KEEPTTL", "EX"]);
@@ -102,6 +102,41 @@ fn command(rng: &mut Rng) -> Vec<String> {
             s(pick(rng, &["GET", "TYPE", "STRLEN"])),
             s(pick(rng, &["fl", "fl2"])),
         ],
+        33 => vec![
+            s("SETBIT"),
+            k(rng),
+            rng.below(48).to_string(),
+            s(pick(rng, &["0", "1"])),
+        ],
+        34 => vec![s("GETBIT"), k(rng), rng.below(64).to_string()],
+        35 => {
+            let mut args = vec![s("BITCOUNT"), k(rng)];
+            if rng.chance(2, 3) {
+                args.extend([small_int(rng), small_int(rng)]);
+                if rng.chance(1, 2) {
+                    args.push(s(pick(rng, &["BYTE", "BIT", "bit"])));
+                }
+            }
+            args
+        }
+        36 => {
+            let mut args = vec![s("BITPOS"), k(rng), s(pick(rng, &["0", "1"]))];
+            let extra = rng.below(4);
+            if extra >= 1 {
+                args.push(small_int(rng));
+            }
+            if extra >= 2 {
+                args.push(small_int(rng));
+            }
+            if extra >= 3 {
+                args.push(s(pick(rng, &["BYTE", "BIT"])));
+            }
+            args
+        }
+        37 => match pick(rng, &["AND", "OR", "XOR", "NOT"]) {
+            "NOT" => vec![s("BITOP"), s("NOT"), k(rng), k(rng)],
+            op => vec![s("BITOP"), s(op), k(rng), k(rng), k(rng)],
+        },
         _ => vec![s("DBSIZE")],
     }
 }

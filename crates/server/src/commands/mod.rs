@@ -4,6 +4,7 @@
 //!
 //! Errors are whole Redis error lines (`ERR ...`, `WRONGTYPE ...`), returned as `Err(String)`.
 
+mod bits;
 mod connection;
 mod hashes;
 mod keys;
@@ -419,6 +420,7 @@ pub fn execute(
         | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" => {
             hashes::run(&mut ctx, &name, args)
         }
+        "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(&mut ctx, &name, args),
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
             pubsub::run(&mut ctx, &name, args)
         }
