@@ -295,7 +295,21 @@ impl Keyspace {
         database: u8,
         keys: &[&[u8]],
     ) -> Txn<'a> {
-        let engine_keys: Vec<Vec<u8>> = keys.iter().map(|key| engine_key(database, key)).collect();
+        let pairs: Vec<(u8, &[u8])> = keys.iter().map(|key| (database, *key)).collect();
+        self.begin_across(session, &pairs)
+    }
+
+    /// Starts a write transaction over `(database, key)` pairs that may span databases (COPY
+    /// with DB, MOVE).
+    pub fn begin_across<'a>(
+        &'a self,
+        session: &'a mut StoreSession,
+        keys: &[(u8, &[u8])],
+    ) -> Txn<'a> {
+        let engine_keys: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|(database, key)| engine_key(*database, key))
+            .collect();
         let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
         Txn {
             inner: session.begin(&refs),

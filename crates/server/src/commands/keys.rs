@@ -3,7 +3,8 @@
 use bytes::Bytes;
 
 use super::{errors, lower, parse_int, CommandResult, Ctx};
-use crate::keyspace::now_ms;
+use crate::keyspace::{now_ms, DATABASES};
+use crate::value::{self, Kind, Stored};
 
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     let db = ctx.db();
@@ -116,12 +117,201 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
                 ctx.w.int(1);
             }
         }
+        "copy" => copy(ctx, args)?,
+        "move" => move_key(ctx, args)?,
+        "object" => object(ctx, args)?,
         "randomkey" => {
             let seed = now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.client.id;
             let key = ctx.server.keyspace.random_key(ctx.session, db, seed)?;
             ctx.w.bulk_or_null(key.as_deref());
         }
         _ => unreachable!("dispatch sends only key commands here"),
+    }
+    Ok(())
+}
+
+/// A database index argument: an integer (Redis's integer error otherwise) within 0..16.
+fn database_index(argument: &[u8]) -> Result<u8, String> {
+    let index = parse_int(argument)?;
+    if !(0..DATABASES as i64).contains(&index) {
+        return Err("ERR DB index is out of range".into());
+    }
+    Ok(index as u8)
+}
+
+const SAME_OBJECT: &str = "ERR source and destination objects are the same";
+
+/// COPY source destination [DB destination-db] [REPLACE]: the value and its expiry.
+fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let (source_db, mut target_db, mut replace) = (ctx.db(), ctx.db(), false);
+    let mut index = 3;
+    while index < args.len() {
+        match lower(&args[index]).as_str() {
+            "replace" => replace = true,
+            "db" if index + 1 < args.len() => {
+                target_db = database_index(&args[index + 1])?;
+                index += 1;
+            }
+            _ => return Err(errors::SYNTAX.into()),
+        }
+        index += 1;
+    }
+    let (source, target) = (&args[1][..], &args[2][..]);
+    if source_db == target_db && source == target {
+        return Err(SAME_OBJECT.into());
+    }
+    let mut txn = ctx
+        .server
+        .keyspace
+        .begin_across(ctx.session, &[(source_db, source), (target_db, target)]);
+    let Some(stored) = txn.get(source_db, source)? else {
+        drop(txn);
+        ctx.w.int(0);
+        return Ok(());
+    };
+    if txn.get(target_db, target)?.is_some() && !replace {
+        drop(txn);
+        ctx.w.int(0);
+        return Ok(());
+    }
+    txn.put(
+        target_db,
+        target,
+        stored.kind,
+        stored.expire_at_ms,
+        &stored.payload,
+    )?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(1);
+    Ok(())
+}
+
+/// MOVE key db: moves the key (with its expiry) unless the target database has it.
+fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let (source_db, target_db) = (ctx.db(), database_index(&args[2])?);
+    if source_db == target_db {
+        return Err(SAME_OBJECT.into());
+    }
+    let key = &args[1][..];
+    let mut txn = ctx
+        .server
+        .keyspace
+        .begin_across(ctx.session, &[(source_db, key), (target_db, key)]);
+    let moved = match txn.get(source_db, key)? {
+        Some(stored) if txn.get(target_db, key)?.is_none() => {
+            txn.put(
+                target_db,
+                key,
+                stored.kind,
+                stored.expire_at_ms,
+                &stored.payload,
+            )?;
+            txn.delete(source_db, key)?;
+            true
+        }
+        _ => false,
+    };
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(i64::from(moved));
+    Ok(())
+}
+
+/// The encoding Redis would report for a value of this content: `int` for a canonical 64-bit
+/// integer, `embstr` up to 44 bytes, `raw` above; a hash is `listpack` up to 128 entries of at
+/// most 64-byte fields and values (Redis's default thresholds), `hashtable` above. Redis keeps an
+/// encoding a value reached (APPEND makes `raw`; a hash that shrank stays `hashtable`); this
+/// reports the content's own.
+fn encoding_of(stored: &Stored) -> Result<&'static str, String> {
+    Ok(match stored.kind {
+        Kind::String => {
+            let text = &stored.payload;
+            let canonical_int = text.len() <= 20
+                && std::str::from_utf8(text)
+                    .ok()
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .is_some_and(|n| n.to_string().as_bytes() == &text[..]);
+            if canonical_int {
+                "int"
+            } else if text.len() <= 44 {
+                "embstr"
+            } else {
+                "raw"
+            }
+        }
+        Kind::Hash => {
+            let pairs = value::decode_hash(&stored.payload)
+                .map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
+            let small =
+                pairs.len() <= 128 && pairs.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64);
+            if small {
+                "listpack"
+            } else {
+                "hashtable"
+            }
+        }
+    })
+}
+
+/// OBJECT ENCODING | REFCOUNT | IDLETIME | FREQ | HELP.
+fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let subcommand = lower(&args[1]);
+    if subcommand == "help" && args.len() == 2 {
+        let lines = [
+            "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "ENCODING <key>",
+            "    Return the kind of internal representation used in order to store the value",
+            "    associated with a <key>.",
+            "FREQ <key>",
+            "    Return the access frequency index of the <key>. The returned integer is",
+            "    proportional to the logarithm of the recent access frequency of the key.",
+            "IDLETIME <key>",
+            "    Return the idle time of the <key>, that is the approximated number of",
+            "    seconds elapsed since the last access to the key.",
+            "REFCOUNT <key>",
+            "    Return the number of references of the value associated with the specified",
+            "    <key>.",
+            "HELP",
+            "    Print this help.",
+        ];
+        ctx.w.array(lines.len());
+        for line in lines {
+            ctx.w.simple(line);
+        }
+        return Ok(());
+    }
+    if !matches!(
+        subcommand.as_str(),
+        "encoding" | "refcount" | "idletime" | "freq"
+    ) {
+        return Err(format!(
+            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+            String::from_utf8_lossy(&args[1]).replace(['\r', '\n'], " ")
+        ));
+    }
+    if args.len() != 3 {
+        return Err(format!(
+            "ERR wrong number of arguments for 'object|{subcommand}' command"
+        ));
+    }
+    let Some(stored) = ctx.server.keyspace.read(ctx.session, ctx.db(), &args[2])? else {
+        ctx.w.null();
+        return Ok(());
+    };
+    match subcommand.as_str() {
+        "encoding" => ctx.w.bulk(encoding_of(&stored)?.as_bytes()),
+        "refcount" => ctx.w.int(1),
+        // Access times are not tracked: every key reads as just used.
+        "idletime" => ctx.w.int(0),
+        _ => {
+            return Err(
+                "ERR An LFU maxmemory policy is not selected, access frequency not \
+                        tracked. Please note that when switching between policies at runtime \
+                        LRU and LFU data will take some time to adjust."
+                    .into(),
+            )
+        }
     }
     Ok(())
 }

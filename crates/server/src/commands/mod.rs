@@ -417,16 +417,17 @@ pub fn execute(
         | "msetnx" | "mget" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "append"
         | "strlen" | "setrange" | "getrange" => strings::run(&mut ctx, &name, args),
         "hset" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists" | "hlen"
-        | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" => {
-            hashes::run(&mut ctx, &name, args)
-        }
+        | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" | "hincrbyfloat" | "hrandfield"
+        | "hscan" => hashes::run(&mut ctx, &name, args),
         "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(&mut ctx, &name, args),
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
             pubsub::run(&mut ctx, &name, args)
         }
         "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"
-        | "rename" | "renamenx" | "randomkey" => keys::run(&mut ctx, &name, args),
+        | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" => {
+            keys::run(&mut ctx, &name, args)
+        }
         _ => return server::run(&mut ctx, &name, args),
     };
     if let Err(line) = result {
