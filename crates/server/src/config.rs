@@ -3,7 +3,8 @@
 //!
 //! Precedence: built-in default < TOML file < flag. Names follow Redis where Redis has the
 //! setting (`port`, `bind`, `dir`, `requirepass`, `maxclients`, `maxmemory`, `appendfsync`,
-//! `protected-mode`, `client-query-buffer-limit`, `proto-max-bulk-len`), and the TOML keys are
+//! `protected-mode`, `client-query-buffer-limit`, `proto-max-bulk-len`, `slowlog-log-slower-than`,
+//! `slowlog-max-len`), and the TOML keys are
 //! exactly those names.
 
 use std::path::PathBuf;
@@ -63,6 +64,13 @@ pub struct Flags {
     /// Largest bulk string of a request; accepts 512mb [default: 512mb].
     #[arg(long = "proto-max-bulk-len")]
     pub proto_max_bulk_len: Option<String>,
+    /// Commands taking at least this many microseconds go to the slow log; negative turns it
+    /// off, 0 logs every command [default: 10000].
+    #[arg(long = "slowlog-log-slower-than", allow_hyphen_values = true)]
+    pub slowlog_log_slower_than: Option<i64>,
+    /// Entries the slow log keeps (the oldest go first) [default: 128].
+    #[arg(long = "slowlog-max-len")]
+    pub slowlog_max_len: Option<u64>,
     /// Request-handling threads, each with its own runtime [default: number of cores].
     #[arg(long)]
     pub threads: Option<usize>,
@@ -98,12 +106,18 @@ struct FileConfig {
     client_query_buffer_limit: Option<toml::Value>,
     client_output_buffer_limit: Option<toml::Value>,
     proto_max_bulk_len: Option<toml::Value>,
+    slowlog_log_slower_than: Option<i64>,
+    slowlog_max_len: Option<u64>,
     threads: Option<usize>,
     engine_memory: Option<toml::Value>,
     checkpoint_rate: Option<toml::Value>,
     checkpoint_nice: Option<i32>,
     checkpoint_direct_io: Option<toml::Value>,
 }
+
+/// The largest `slowlog-max-len` accepted: the slow log's memory stays bounded (an entry holds at
+/// most 32 arguments of 128 bytes).
+pub const MAX_SLOWLOG_LEN: u64 = 100_000;
 
 /// The resolved configuration.
 #[derive(Clone, Debug)]
@@ -134,6 +148,10 @@ pub struct Config {
     pub client_output_buffer_limit_bytes: u64,
     /// Largest request bulk string.
     pub proto_max_bulk_len_bytes: u64,
+    /// `slowlog-log-slower-than` in µs (negative: off).
+    pub slowlog_log_slower_than_us: i64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: u64,
     /// Request threads.
     pub threads: usize,
     /// Engine log memory budget.
@@ -293,6 +311,15 @@ impl Config {
                 "proto-max-bulk-len",
                 512 << 20,
             )?,
+            slowlog_log_slower_than_us: flags
+                .slowlog_log_slower_than
+                .or(file.slowlog_log_slower_than)
+                .unwrap_or(10_000),
+            slowlog_max_len: flags
+                .slowlog_max_len
+                .or(file.slowlog_max_len)
+                .unwrap_or(128)
+                .min(MAX_SLOWLOG_LEN),
             threads,
             engine_memory_bytes: memory(
                 &flags.engine_memory,

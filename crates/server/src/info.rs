@@ -137,7 +137,64 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
         }
         text.push_str("\r\n");
     }
+    // As in Redis, these two are in `all` and `everything` but not in the default INFO.
+    let every = matches!(wanted, "all" | "everything");
+    if every || wanted == "commandstats" {
+        write_commandstats(&mut text, server);
+    }
+    if every || wanted == "latencystats" {
+        write_latencystats(&mut text, server);
+    }
     text
+}
+
+/// `cmdstat_<name>:calls=…,usec=…,usec_per_call=…,rejected_calls=…,failed_calls=…` for every
+/// command that was called or rejected.
+fn write_commandstats(text: &mut String, server: &Server) {
+    text.push_str("# Commandstats\r\n");
+    for (index, spec) in crate::commands::table::COMMANDS.iter().enumerate() {
+        let counters = server.command_stats.command(index);
+        let calls = counters.calls.load(Ordering::Relaxed);
+        let rejected = counters.rejected_calls.load(Ordering::Relaxed);
+        if calls == 0 && rejected == 0 {
+            continue;
+        }
+        let usec = counters.usec.load(Ordering::Relaxed);
+        let per_call = if calls == 0 {
+            0.0
+        } else {
+            usec as f64 / calls as f64
+        };
+        let _ = write!(
+            text,
+            "cmdstat_{}:calls={calls},usec={usec},usec_per_call={per_call:.2},\
+             rejected_calls={rejected},failed_calls={}\r\n",
+            spec.name,
+            counters.failed_calls.load(Ordering::Relaxed)
+        );
+    }
+    text.push_str("\r\n");
+}
+
+/// `latency_percentiles_usec_<name>:p50=…,p99=…,p99.9=…` for every command that ran.
+fn write_latencystats(text: &mut String, server: &Server) {
+    text.push_str("# Latencystats\r\n");
+    for (index, spec) in crate::commands::table::COMMANDS.iter().enumerate() {
+        let latency = &server.command_stats.command(index).latency;
+        let (Some(p50), Some(p99), Some(p999)) = (
+            latency.percentile(50.0),
+            latency.percentile(99.0),
+            latency.percentile(99.9),
+        ) else {
+            continue;
+        };
+        let _ = write!(
+            text,
+            "latency_percentiles_usec_{}:p50={p50}.000,p99={p99}.000,p99.9={p999}.000\r\n",
+            spec.name
+        );
+    }
+    text.push_str("\r\n");
 }
 
 /// The last checkpoint's time breakdown (`prefixkv_engine::CheckpointBreakdown`) as

@@ -2,6 +2,7 @@
 //! that fuzz targets and tools can reach the decoders. See `docs/server.md`.
 #![warn(missing_docs)]
 
+pub mod command_stats;
 pub mod commands;
 pub mod config;
 pub mod connection;

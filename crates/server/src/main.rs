@@ -4,7 +4,8 @@
 //! when recovery is complete, so no client ever sees a partly loaded keyspace), bind, print
 //! how to connect, serve. See `docs/server.md`.
 
-use prefixkv_server::{config, net, persistence, signals, state};
+use prefixkv_server::command_stats::CommandStats;
+use prefixkv_server::{commands, config, net, persistence, signals, state};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -46,6 +47,11 @@ fn run() -> anyhow::Result<()> {
         next_client_id: AtomicU64::new(1),
         stats: state::Stats::default(),
         pubsub: Default::default(),
+        command_stats: CommandStats::new(
+            commands::table::COMMANDS.len(),
+            config.slowlog_log_slower_than_us,
+            config.slowlog_max_len as usize,
+        ),
         started: Instant::now(),
         port,
     });

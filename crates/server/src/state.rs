@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::command_stats::CommandStats;
 use crate::config::Config;
 use crate::keyspace::Keyspace;
 use crate::persistence::Persistence;
@@ -70,6 +71,8 @@ pub struct Server {
     pub stats: Stats,
     /// Pub/Sub channels and patterns.
     pub pubsub: PubSub,
+    /// Per-command counters, latency histograms and the slow log.
+    pub command_stats: CommandStats,
     /// Start time.
     pub started: Instant,
     /// The port actually bound.

@@ -112,3 +112,107 @@ fn object_encoding_reports_the_content_rule() {
         "ERR wrong number of arguments for 'object|encoding' command"
     );
 }
+
+/// INFO commandstats counts what the client did: calls, failed calls (an error reply) and
+/// rejected calls (refused before running); latencystats has a line for each command that ran;
+/// CONFIG RESETSTAT empties both.
+#[test]
+fn commandstats_count_what_the_client_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let mut raw = server.raw();
+    raw.call(&["CONFIG", "RESETSTAT"]);
+    for i in 0..5 {
+        raw.call(&["SET", &format!("k{i}"), "text"]);
+    }
+    for _ in 0..3 {
+        raw.call(&["GET", "k1"]);
+    }
+    raw.error(&["INCR", "k1"]);
+    raw.error(&["INCR", "k2"]);
+    raw.error(&["GET"]);
+    let info = match raw.call(&["INFO", "commandstats"]) {
+        Reply::BulkString(text) => String::from_utf8_lossy(&text).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    let line = |name: &str| {
+        info.lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+            .unwrap_or_else(|| panic!("no cmdstat_{name} in {info}"))
+            .to_string()
+    };
+    assert!(line("set").contains("calls=5,"), "{}", line("set"));
+    assert!(line("set").ends_with("rejected_calls=0,failed_calls=0"));
+    assert!(line("get").contains("calls=3,"), "{}", line("get"));
+    assert!(line("get").ends_with("rejected_calls=1,failed_calls=0"));
+    assert!(line("incr").contains("calls=2,"));
+    assert!(line("incr").ends_with("failed_calls=2"));
+    let latency = match raw.call(&["INFO", "latencystats"]) {
+        Reply::BulkString(text) => String::from_utf8_lossy(&text).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        latency.contains("latency_percentiles_usec_set:p50="),
+        "{latency}"
+    );
+    raw.call(&["CONFIG", "RESETSTAT"]);
+    let info = match raw.call(&["INFO", "commandstats"]) {
+        Reply::BulkString(text) => String::from_utf8_lossy(&text).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    assert!(!info.contains("cmdstat_set:"), "{info}");
+}
+
+/// SLOWLOG keeps the commands at or over the threshold, newest first, shortened as Redis does,
+/// at most slowlog-max-len of them; a negative threshold turns it off.
+#[test]
+fn slowlog_keeps_what_was_slow_and_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let mut raw = server.raw();
+    assert_eq!(
+        raw.call(&["CONFIG", "GET", "slowlog-*"]),
+        Reply::Array(vec![
+            Reply::bulk("slowlog-log-slower-than"),
+            Reply::bulk("10000"),
+            Reply::bulk("slowlog-max-len"),
+            Reply::bulk("128"),
+        ])
+    );
+    raw.call(&[
+        "CONFIG",
+        "SET",
+        "slowlog-log-slower-than",
+        "0",
+        "slowlog-max-len",
+        "3",
+    ]);
+    raw.call(&["SLOWLOG", "RESET"]);
+    let long = "v".repeat(200);
+    raw.call(&["SET", "a", &long]);
+    raw.call(&["GET", "a"]);
+    let entries = array(raw.call(&["SLOWLOG", "GET", "2"]));
+    assert_eq!(entries.len(), 2);
+    let newest = array(entries[0].clone());
+    assert_eq!(newest.len(), 6);
+    assert_eq!(
+        newest[3],
+        Reply::Array(vec![Reply::bulk("GET"), Reply::bulk("a")])
+    );
+    let older = array(array(entries[1].clone())[3].clone());
+    assert_eq!(
+        bulk_text(&older[2]),
+        format!("{}... (72 more bytes)", "v".repeat(128))
+    );
+    for _ in 0..5 {
+        raw.call(&["PING"]);
+    }
+    assert_eq!(raw.call(&["SLOWLOG", "LEN"]), Reply::Integer(3));
+    raw.call(&["CONFIG", "SET", "slowlog-log-slower-than", "-1"]);
+    raw.call(&["SLOWLOG", "RESET"]);
+    raw.call(&["SET", "b", "1"]);
+    assert_eq!(raw.call(&["SLOWLOG", "LEN"]), Reply::Integer(0));
+    assert!(raw
+        .error(&["CONFIG", "SET", "slowlog-max-len", "100000000"])
+        .contains("between 0 and"));
+}

@@ -339,7 +339,17 @@ fn refuse_in_transaction(client: &mut Client) {
     }
 }
 
-/// Runs one command.
+/// How a command ended, for its statistics.
+enum Outcome {
+    /// It ran (its reply may be an error).
+    Executed(Flow),
+    /// It was refused before running (arity, authentication, OOM, subscribed context).
+    Rejected,
+    /// MULTI queued it, or it was a transaction command handled on the way.
+    Queued(Flow),
+}
+
+/// Runs one command and keeps its statistics (`INFO commandstats`, `latencystats`, SLOWLOG).
 pub fn execute(
     server: &Server,
     client: &mut Client,
@@ -356,79 +366,115 @@ pub fn execute(
         session,
         w: Writer { encoder, out },
     };
-    let Some(spec) = table::find(&name) else {
+    let Some((index, spec)) = table::find_indexed(&name) else {
         refuse_in_transaction(ctx.client);
         ctx.w.error(&unknown_command(args));
         return Flow::Continue;
     };
-    if !ctx.client.authenticated && !matches!(name.as_str(), "auth" | "hello" | "quit" | "reset") {
+    let started = Instant::now();
+    let reply_start = ctx.w.out.len();
+    let counters = server.command_stats.command(index);
+    match run_command(&mut ctx, spec, &name, args) {
+        Outcome::Executed(flow) => {
+            let duration_us = started.elapsed().as_micros() as u64;
+            // Every reply that starts with '-' is an error line.
+            let failed = ctx.w.out.get(reply_start) == Some(&b'-');
+            let client = &*ctx.client;
+            server.command_stats.record(index, duration_us, failed, || {
+                let info = server.clients.lock().get(&client.id).cloned();
+                (
+                    args.iter().map(|a| a.to_vec()).collect(),
+                    info.as_ref().map_or_else(String::new, |i| i.addr.clone()),
+                    info.map_or_else(String::new, |i| i.name),
+                )
+            });
+            flow
+        }
+        Outcome::Rejected => {
+            counters.rejected_calls.fetch_add(1, Ordering::Relaxed);
+            Flow::Continue
+        }
+        Outcome::Queued(flow) => flow,
+    }
+}
+
+/// The checks before a command runs, then the command.
+fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]) -> Outcome {
+    let server = ctx.server;
+    if !ctx.client.authenticated && !matches!(name, "auth" | "hello" | "quit" | "reset") {
         refuse_in_transaction(ctx.client);
         ctx.w.error(errors::NOAUTH);
-        return Flow::Continue;
+        return Outcome::Rejected;
     }
     if !table::arity_ok(spec, args.len()) {
         refuse_in_transaction(ctx.client);
         ctx.w.error(&arity_error(spec.name));
-        return Flow::Continue;
+        return Outcome::Rejected;
     }
     let subscribed_resp2 = ctx.client.protocol == Protocol::Resp2 && ctx.client.is_subscribed();
-    if subscribed_resp2 && !pubsub::allowed_while_subscribed(&name) {
-        ctx.w.error(&pubsub::subscribed_context_error(&name));
-        return Flow::Continue;
+    if subscribed_resp2 && !pubsub::allowed_while_subscribed(name) {
+        ctx.w.error(&pubsub::subscribed_context_error(name));
+        return Outcome::Rejected;
     }
-    if let Some(flow) = transaction::handle(&mut ctx, &name, args) {
-        return flow;
+    let queuing = ctx.client.transaction.is_some() && !matches!(name, "exec" | "discard");
+    if let Some(flow) = transaction::handle(ctx, name, args) {
+        return if queuing {
+            Outcome::Queued(flow)
+        } else {
+            Outcome::Executed(flow)
+        };
     }
     if subscribed_resp2 && name == "ping" {
-        if let Err(line) = pubsub::subscribed_ping(&mut ctx, args) {
+        if let Err(line) = pubsub::subscribed_ping(ctx, args) {
             ctx.w.error(&line);
         }
-        return Flow::Continue;
+        return Outcome::Executed(Flow::Continue);
     }
     if spec.write {
         let limit = server.settings.read().maxmemory_bytes;
         if limit > 0
             && server.keyspace.used_memory_bytes() > limit
-            && !matches!(
-                name.as_str(),
-                "del" | "unlink" | "flushdb" | "flushall" | "getdel"
-            )
+            && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
         {
             ctx.w.error(OOM_ERROR);
-            return Flow::Continue;
+            return Outcome::Rejected;
         }
     }
+    Outcome::Executed(dispatch(ctx, name, args))
+}
+
+/// Runs a command that passed its checks.
+fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
+    let server = ctx.server;
     if let Some(info) = server.clients.lock().get_mut(&ctx.client.id) {
-        info.last_command.clone_from(&name);
+        info.last_command.clear();
+        info.last_command.push_str(name);
     }
-    if matches!(
-        name.as_str(),
-        "keys" | "scan" | "dbsize" | "randomkey" | "info"
-    ) {
+    if matches!(name, "keys" | "scan" | "dbsize" | "randomkey" | "info") {
         // These walk the registry stripes without the engine: never wait on a stripe mutex
         // while protected (see `Keyspace::lock_stripe`).
         ctx.session.suspend();
     }
-    let result = match name.as_str() {
+    let result = match name {
         "ping" | "echo" | "hello" | "auth" | "select" | "quit" | "reset" | "client" => {
-            return connection::run(&mut ctx, &name, args);
+            return connection::run(ctx, name, args);
         }
         "set" | "get" | "getset" | "getdel" | "getex" | "setnx" | "setex" | "psetex" | "mset"
         | "msetnx" | "mget" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "append"
-        | "strlen" | "setrange" | "getrange" => strings::run(&mut ctx, &name, args),
+        | "strlen" | "setrange" | "getrange" => strings::run(ctx, name, args),
         "hset" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists" | "hlen"
         | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" | "hincrbyfloat" | "hrandfield"
-        | "hscan" => hashes::run(&mut ctx, &name, args),
-        "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(&mut ctx, &name, args),
+        | "hscan" => hashes::run(ctx, name, args),
+        "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(ctx, name, args),
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
-            pubsub::run(&mut ctx, &name, args)
+            pubsub::run(ctx, name, args)
         }
         "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"
         | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" => {
-            keys::run(&mut ctx, &name, args)
+            keys::run(ctx, name, args)
         }
-        _ => return server::run(&mut ctx, &name, args),
+        _ => return server::run(ctx, name, args),
     };
     if let Err(line) = result {
         ctx.w.error(&line);

@@ -64,6 +64,7 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
                 ))
             }
         },
+        "slowlog" => slowlog(ctx, args)?,
         "time" => {
             let micros = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -224,9 +225,84 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
             "proto-max-bulk-len",
             config.proto_max_bulk_len_bytes.to_string(),
         ),
+        (
+            "slowlog-log-slower-than",
+            config.slowlog_log_slower_than_us.to_string(),
+        ),
+        ("slowlog-max-len", config.slowlog_max_len.to_string()),
         ("threads", config.threads.to_string()),
         ("engine-memory", config.engine_memory_bytes.to_string()),
     ]
+}
+
+/// SLOWLOG GET [count] | LEN | RESET | HELP.
+fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+    let stats = &ctx.server.command_stats;
+    match (lower(&args[1]).as_str(), args.len()) {
+        ("get", 2 | 3) => {
+            let count = match args.get(2) {
+                None => Some(10),
+                Some(text) => match parse_int(text)? {
+                    -1 => None,
+                    n if n < 0 => {
+                        return Err("ERR count should be greater than or equal to -1".into())
+                    }
+                    n => Some(n as usize),
+                },
+            };
+            let entries = stats.slow_entries(count);
+            ctx.w.array(entries.len());
+            for entry in &entries {
+                ctx.w.array(6);
+                ctx.w.int(entry.id as i64);
+                ctx.w.int(entry.unix_seconds as i64);
+                ctx.w.int(entry.duration_us as i64);
+                ctx.w.array(entry.args.len());
+                for arg in &entry.args {
+                    ctx.w.bulk(arg);
+                }
+                ctx.w.bulk(entry.client_addr.as_bytes());
+                ctx.w.bulk(entry.client_name.as_bytes());
+            }
+        }
+        ("len", 2) => ctx.w.int(stats.slow_len() as i64),
+        ("reset", 2) => {
+            stats.slow_reset();
+            ctx.w.ok();
+        }
+        ("help", 2) => {
+            let lines = [
+                "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GET [<count>]",
+                "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+                "    Entries are made of:",
+                "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+                "    client name",
+                "LEN",
+                "    Return the length of the slowlog.",
+                "RESET",
+                "    Reset the slowlog.",
+                "HELP",
+                "    Print this help.",
+            ];
+            ctx.w.array(lines.len());
+            for line in lines {
+                ctx.w.simple(line);
+            }
+        }
+        (sub @ ("get" | "len" | "reset" | "help"), _) => {
+            return Err(format!(
+                "ERR wrong number of arguments for 'slowlog|{sub}' command"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "ERR unknown subcommand '{}'. Try SLOWLOG HELP.",
+                String::from_utf8_lossy(&args[1]).replace(['\r', '\n'], " ")
+            ))
+        }
+    }
+    Ok(())
 }
 
 fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
@@ -291,6 +367,23 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                         updated.protected_mode =
                             parse_yes_no(&value).map_err(|e| failed(e.to_string()))?
                     }
+                    "slowlog-log-slower-than" => {
+                        updated.slowlog_log_slower_than_us = value.parse().map_err(|_| {
+                            failed("argument couldn't be parsed into an integer".into())
+                        })?
+                    }
+                    "slowlog-max-len" => {
+                        let len: u64 = value.parse().map_err(|_| {
+                            failed("argument couldn't be parsed into an integer".into())
+                        })?;
+                        if len > crate::config::MAX_SLOWLOG_LEN {
+                            return Err(failed(format!(
+                                "argument must be between 0 and {}",
+                                crate::config::MAX_SLOWLOG_LEN
+                            )));
+                        }
+                        updated.slowlog_max_len = len;
+                    }
                     "maxmemory-policy" if value == "noeviction" => {}
                     "save" | "appendonly" => {}
                     "port"
@@ -312,6 +405,11 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                     }
                 }
             }
+            let stats = &ctx.server.command_stats;
+            stats
+                .slower_than_us
+                .store(updated.slowlog_log_slower_than_us, Ordering::Relaxed);
+            stats.set_max_len(updated.slowlog_max_len as usize);
             *ctx.server.settings.write() = updated;
             ctx.w.ok();
         }
@@ -329,6 +427,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                 counter.store(0, Ordering::Relaxed);
             }
             ctx.server.keyspace.expired_keys.store(0, Ordering::Relaxed);
+            ctx.server.command_stats.reset();
             ctx.w.ok();
         }
         _ => {

@@ -122,6 +122,7 @@ pub static COMMANDS: &[Spec] = &[
     c("hincrbyfloat", 4, true, ONE, "hash", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist."),
     c("hrandfield", -2, false, ONE, "hash", "Returns one or more random fields from a hash."),
     c("hscan", -3, false, ONE, "hash", "Iterates over fields and values of a hash."),
+    c("slowlog", -2, false, NONE, "server", "A container for slow log commands."),
     c("copy", -3, true, TWO, "generic", "Copies the value of a key to a new key."),
     c("move", 3, true, ONE, "generic", "Moves a key to another database."),
     c("object", -2, false, NONE, "generic", "A container for object introspection commands."),
@@ -149,7 +150,15 @@ pub static COMMANDS: &[Spec] = &[
 
 /// Looks a command up by its lower-case name.
 pub fn find(name: &str) -> Option<&'static Spec> {
-    COMMANDS.iter().find(|spec| spec.name == name)
+    find_indexed(name).map(|(_, spec)| spec)
+}
+
+/// A command's place in [`COMMANDS`] (its statistics slot) and its description.
+pub fn find_indexed(name: &str) -> Option<(usize, &'static Spec)> {
+    COMMANDS
+        .iter()
+        .enumerate()
+        .find(|(_, spec)| spec.name == name)
 }
 
 /// Whether `argument_count` (name included) satisfies `arity`.
