@@ -356,3 +356,81 @@ fn fast_backfill_reads_misses_through_io_uring_and_the_pool() {
         assert_eq!(prefix_of(&mut model, &versions).unwrap(), 3, "{strategy:?}");
     }
 }
+
+/// Reads the database file itself (not through the store) and checks every page's image.
+fn db_file_versions(path: &std::path::Path, db_pages: u32) -> Vec<u32> {
+    let bytes = std::fs::read(path).unwrap();
+    (1..=db_pages)
+        .map(|page| {
+            let start = (page as usize - 1) * PAGE as usize;
+            check_image(&bytes[start..start + PAGE as usize], page).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn fast_backfill_with_a_wal_larger_than_the_cache_writes_each_page_once() {
+    for strategy in [BackfillStrategy::Fast, BackfillStrategy::FastThreadPool] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        // 48 cached pages against ~1500 distinct pages per checkpoint: mostly reads, some hits,
+        // several batches and early flushes of long runs (commit 1 writes every page in order).
+        let small_cache = Options {
+            cache_capacity_pages: 48,
+            ..options(strategy)
+        };
+        let (store, _) = PageStore::open(&path, small_cache).unwrap();
+        let seed = 33;
+        let db_pages = 1500;
+        let mut model = Model::new(seed, db_pages);
+        for commit in 1..=40 {
+            run_commit(&store, seed, commit, db_pages).unwrap();
+        }
+        let outcome = store.checkpoint(CheckpointMode::Full).unwrap();
+        assert_eq!(
+            outcome.pages_written, db_pages as u64,
+            "{strategy:?}: one write per page"
+        );
+        assert_eq!(outcome.cache_hits + outcome.wal_reads, db_pages as u64);
+        assert!(outcome.cache_hits > 0 && outcome.wal_reads > outcome.cache_hits);
+        assert!(
+            outcome.write_calls < db_pages as u64 / 2,
+            "{strategy:?}: {} calls for runs of consecutive pages",
+            outcome.write_calls
+        );
+        model.extend_to(40);
+        assert_eq!(
+            db_file_versions(&path, db_pages),
+            model.history[40],
+            "{strategy:?}"
+        );
+    }
+}
+
+/// A failed database write aborts the checkpoint before anything is published; the next
+/// checkpoint copies everything. On the simulated disk (no descriptor: the pool engine).
+#[test]
+fn a_failed_backfill_write_publishes_nothing() {
+    use prefixkv_storage::{Fault, FaultError, FaultOp, SimDisk};
+    for strategy in [BackfillStrategy::Fast, BackfillStrategy::FastThreadPool] {
+        let disk = SimDisk::new(5);
+        prefixkv_storage::durable::create_dir_all_durably(&disk, std::path::Path::new("/d"))
+            .unwrap();
+        let (store, _) = PageStore::open_on(disk.as_disk(), "/d/db", options(strategy)).unwrap();
+        let seed = 9;
+        let mut model = Model::new(seed, 300);
+        for commit in 1..=5 {
+            run_commit(&store, seed, commit, 300).unwrap();
+        }
+        disk.inject(Fault::once(FaultOp::Write, "/d/db", FaultError::Io));
+        let error = store.checkpoint(CheckpointMode::Full).unwrap_err();
+        assert!(error.to_string().contains("pwritev"), "{error}");
+        assert_eq!(store.wal_state().backfilled_frames, 0, "{strategy:?}");
+        let outcome = store.checkpoint(CheckpointMode::Truncate).unwrap();
+        assert_eq!(outcome.pages_written, 300);
+        drop(store);
+        let (store, _) = PageStore::open_on(disk.as_disk(), "/d/db", options(strategy)).unwrap();
+        let versions = read_versions(&store, 300).unwrap();
+        assert_eq!(prefix_of(&mut model, &versions).unwrap(), 5);
+    }
+}
