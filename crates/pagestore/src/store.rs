@@ -10,7 +10,14 @@
 //! `index[p]` lists, ascending, exactly the frames `f <= max_frame` with `frame_pages[f-1] == p`;
 //! every frame `<= max_frame` is on disk with a valid chain; `last_checksum` is the chain value
 //! at `max_frame`; the database file holds, for every page, the image of its newest frame
-//! `<= backfilled_frames` (or its pre-WAL image) and is fsynced up to there.
+//! `<= backfilled_frames` (or its pre-WAL image) and is fsynced up to there;
+//! `db_size_pages <= high_water_pages`, and no page above `high_water_pages` has an image in the
+//! database file or a frame in the index (so a page the database grows back into reads as zeros,
+//! see [`WriteTransaction::truncate`]).
+//!
+//! The database size is the commit size of the newest commit frame when the WAL has one (a
+//! shrink is only in the WAL until a complete checkpoint truncates the file), else the database
+//! file's length in pages.
 
 use crate::cache::{FrameTag, PageCache};
 use crate::error::{io_error, Error, Result};
@@ -98,6 +105,8 @@ pub(crate) struct Shared {
     pub backfilled_frames: u64,
     pub last_checksum: u32,
     pub db_size_pages: u32,
+    /// See the module doc: pages above it have no image anywhere.
+    pub high_water_pages: u32,
     pub index: HashMap<u32, Vec<u64>>,
     pub frame_pages: Vec<u32>,
     /// Bumped at every log restart; part of every cache tag.
@@ -218,6 +227,16 @@ impl PageStore {
                 (header, checksum, false)
             }
         };
+        // The newest commit's size is authoritative: after a shrink whose truncation of the
+        // database file did not happen (or was not durable), the file is longer than the database.
+        let db_size_pages = recovered.db_size_pages.unwrap_or(db_file_pages);
+        let high_water_pages = recovered
+            .index
+            .keys()
+            .copied()
+            .chain([db_size_pages, db_file_pages])
+            .max()
+            .unwrap_or(0);
         let shared = Shared {
             header,
             header_checksum,
@@ -229,10 +248,8 @@ impl PageStore {
             } else {
                 recovered.last_checksum
             },
-            db_size_pages: recovered
-                .db_size_pages
-                .unwrap_or(db_file_pages)
-                .max(db_file_pages),
+            db_size_pages,
+            high_water_pages,
             index: recovered.index,
             frame_pages: recovered.frame_pages,
             epoch: 0,
@@ -331,6 +348,7 @@ impl PageStore {
             store: self,
             _guard: guard,
             pages: BTreeMap::new(),
+            truncated_to_pages: None,
         })
     }
 
@@ -462,6 +480,10 @@ pub(crate) fn restart_shared(shared: &mut Shared) {
     shared.index.clear();
     shared.frame_pages.clear();
     shared.epoch += 1;
+    // Every frame was backfilled, and the checkpoint that backfilled the last one truncated the
+    // database file to `db_size_pages` (it was complete): with the index empty, nothing above
+    // the size is left anywhere.
+    shared.high_water_pages = shared.db_size_pages;
 }
 
 /// A read transaction: a stable snapshot until dropped.
@@ -510,6 +532,8 @@ pub struct WriteTransaction<'a> {
     store: &'a PageStore,
     _guard: MutexGuard<'a, ()>,
     pages: BTreeMap<u32, Arc<[u8]>>,
+    /// The size set by [`WriteTransaction::truncate`], raised by later writes above it.
+    truncated_to_pages: Option<u32>,
 }
 
 impl WriteTransaction<'_> {
@@ -533,7 +557,37 @@ impl WriteTransaction<'_> {
             .cache
             .mark_dirty(page_number, Arc::clone(&image));
         self.pages.insert(page_number, image);
+        if let Some(size) = &mut self.truncated_to_pages {
+            *size = (*size).max(page_number);
+        }
         Ok(())
+    }
+
+    /// Shrinks the database to `size_pages` pages (1 ..= the current size) at commit: pages
+    /// above it are gone (reads are refused), pages this transaction wrote above it are
+    /// dropped, and a page written above it later (in this or another transaction) brings the
+    /// pages between back as zeros. The database file itself is cut to the size by the first
+    /// checkpoint that backfills every frame (as SQLite does).
+    pub fn truncate(&mut self, size_pages: u32) -> Result<()> {
+        let current = self.size_pages();
+        if size_pages == 0 || size_pages > current {
+            return Err(Error::Invalid(format!(
+                "cannot truncate a database of {current} pages to {size_pages} pages (1..={current})"
+            )));
+        }
+        let dropped = self.pages.split_off(&(size_pages + 1));
+        for page in dropped.keys() {
+            self.store.inner.cache.discard_dirty(*page);
+        }
+        self.truncated_to_pages = Some(size_pages);
+        Ok(())
+    }
+
+    /// The database size in pages as this transaction sees it.
+    pub fn size_pages(&self) -> u32 {
+        let committed = self.store.inner.shared.read().db_size_pages;
+        let written = self.pages.keys().next_back().copied().unwrap_or(0);
+        self.truncated_to_pages.unwrap_or(committed.max(written))
     }
 
     /// Reads a page as this transaction sees it (its own writes, else the newest commit).
@@ -541,14 +595,20 @@ impl WriteTransaction<'_> {
         if let Some(page) = self.pages.get(&page_number) {
             return Ok(Arc::clone(page));
         }
-        let (max_frame, db_size_pages) = {
+        let (max_frame, committed_pages) = {
             let shared = self.store.inner.shared.read();
             (shared.max_frame, shared.db_size_pages)
         };
+        let db_size_pages = self.size_pages();
         if page_number == 0 || page_number > db_size_pages {
             return Err(Error::Invalid(format!(
                 "page {page_number} is outside the database of {db_size_pages} pages"
             )));
+        }
+        if page_number > self.truncated_to_pages.unwrap_or(committed_pages) {
+            // Above the committed size (or truncated away here) and not written: a page the
+            // database grows back into reads as zeros (the commit logs those zeros).
+            return Ok(Arc::from(vec![0u8; self.store.page_size_bytes() as usize]));
         }
         // The writer lock keeps restarts away, and a passive checkpoint only rewrites pages
         // that have frames, which this read takes from the WAL.
@@ -559,8 +619,10 @@ impl WriteTransaction<'_> {
     /// [`SyncPolicy::Full`], publishes them, then runs the auto-checkpoint if it is due.
     pub fn commit(mut self) -> Result<CommitInfo> {
         let store = self.store;
-        let pages = std::mem::take(&mut self.pages);
-        let info = store.append_commit(&pages);
+        let new_size_pages = self.size_pages();
+        let mut pages = std::mem::take(&mut self.pages);
+        let filled = store.fill_for_commit(&mut pages, self.truncated_to_pages, new_size_pages);
+        let info = filled.and_then(|()| store.append_commit(&pages, new_size_pages));
         if info.is_err() {
             for page in pages.keys() {
                 store.inner.cache.discard_dirty(*page);
@@ -592,7 +654,42 @@ impl Drop for WriteTransaction<'_> {
 }
 
 impl PageStore {
-    fn append_commit(&self, pages: &BTreeMap<u32, Arc<[u8]>>) -> Result<CommitInfo> {
+    /// Adds the frames a commit needs beyond the pages written: zero images for the pages a
+    /// growth brings back (between the old size, or the truncation size, and the new size, up to
+    /// the high-water mark: only those can have an old image somewhere), and page 1's current
+    /// image when a shrink wrote nothing (a commit needs a frame to carry its size).
+    fn fill_for_commit(
+        &self,
+        pages: &mut BTreeMap<u32, Arc<[u8]>>,
+        truncated_to_pages: Option<u32>,
+        new_size_pages: u32,
+    ) -> Result<()> {
+        let (old_size_pages, high_water_pages, max_frame) = {
+            let shared = self.inner.shared.read();
+            (
+                shared.db_size_pages,
+                shared.high_water_pages,
+                shared.max_frame,
+            )
+        };
+        let floor = truncated_to_pages.unwrap_or(old_size_pages);
+        let zeros: Arc<[u8]> = Arc::from(vec![0u8; self.inner.options.page_size_bytes as usize]);
+        for page in floor + 1..=new_size_pages.min(high_water_pages) {
+            pages.entry(page).or_insert_with(|| Arc::clone(&zeros));
+        }
+        if pages.is_empty() && new_size_pages != old_size_pages {
+            debug_assert!(new_size_pages >= 1, "truncate keeps at least one page");
+            let page_one = self.read_page_at(1, max_frame, true)?;
+            pages.insert(1, page_one);
+        }
+        Ok(())
+    }
+
+    fn append_commit(
+        &self,
+        pages: &BTreeMap<u32, Arc<[u8]>>,
+        new_db_size: u32,
+    ) -> Result<CommitInfo> {
         let inner = &self.inner;
         let page_size = inner.options.page_size_bytes;
         let (header, header_durable, max_frame, mut checksum, db_size_pages, epoch) = {
@@ -606,8 +703,11 @@ impl PageStore {
                 shared.epoch,
             )
         };
-        let last_page = match pages.keys().next_back() {
-            Some(&page) => page,
+        match pages.keys().next_back() {
+            Some(&last_page) => assert!(
+                last_page <= new_db_size,
+                "page {last_page} is above the committed size {new_db_size}"
+            ),
             None => {
                 return Ok(CommitInfo {
                     first_frame: max_frame + 1,
@@ -619,7 +719,6 @@ impl PageStore {
         if !header_durable {
             self.write_new_header(&header)?;
         }
-        let new_db_size = db_size_pages.max(last_page);
         let frame_bytes = FRAME_HEADER_BYTES + page_size as usize;
         let mut buffer = Vec::with_capacity(frame_bytes * pages.len());
         for (i, (&page_number, image)) in pages.iter().enumerate() {
@@ -671,6 +770,7 @@ impl PageStore {
             shared.max_frame = max_frame + pages.len() as u64;
             shared.last_checksum = checksum;
             shared.db_size_pages = new_db_size;
+            shared.high_water_pages = shared.high_water_pages.max(new_db_size);
             debug_assert_eq!(shared.frame_pages.len() as u64, shared.max_frame);
         }
         for (i, (&page_number, image)) in pages.iter().enumerate() {

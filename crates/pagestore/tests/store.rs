@@ -434,3 +434,71 @@ fn a_failed_backfill_write_publishes_nothing() {
         assert_eq!(prefix_of(&mut model, &versions).unwrap(), 5);
     }
 }
+
+#[test]
+fn truncate_shrinks_the_database_and_a_complete_checkpoint_cuts_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let page = PAGE as usize;
+    let file_pages = || std::fs::metadata(&path).unwrap().len() / PAGE as u64;
+    let (store, _) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
+    let mut txn = store.begin_write().unwrap();
+    for p in 1..=20 {
+        txn.write_page(p, &page_image(p, 1, page)).unwrap();
+    }
+    txn.commit().unwrap();
+    store.checkpoint(CheckpointMode::Full).unwrap();
+    assert_eq!(file_pages(), 20);
+
+    let mut txn = store.begin_write().unwrap();
+    assert!(matches!(txn.truncate(0), Err(Error::Invalid(_))));
+    assert!(matches!(txn.truncate(21), Err(Error::Invalid(_))));
+    txn.write_page(15, &page_image(15, 2, page)).unwrap();
+    txn.truncate(8).unwrap();
+    assert_eq!(txn.size_pages(), 8);
+    txn.write_page(3, &page_image(3, 2, page)).unwrap();
+    txn.commit().unwrap();
+    let check = |store: &PageStore, size: u32, versions: &[(u32, u32)]| {
+        let read = store.begin_read().unwrap();
+        assert_eq!(read.db_size_pages(), size);
+        assert!(read.read_page(size + 1).is_err());
+        for &(p, commit) in versions {
+            let bytes = read.read_page(p).unwrap();
+            if commit == 0 {
+                assert!(bytes.iter().all(|&b| b == 0), "page {p} must read as zeros");
+            } else {
+                assert_eq!(check_image(&bytes, p).unwrap(), commit, "page {p}");
+            }
+        }
+    };
+    check(&store, 8, &[(1, 1), (3, 2), (8, 1)]);
+    // Growing back before any checkpoint: page 9 has its old image in the file and in the WAL,
+    // but comes back as zeros.
+    let mut txn = store.begin_write().unwrap();
+    txn.write_page(10, &page_image(10, 3, page)).unwrap();
+    assert!(txn.read_page(9).unwrap().iter().all(|&b| b == 0));
+    txn.commit().unwrap();
+    let after_growth = [(1, 1), (3, 2), (8, 1), (9, 0), (10, 3)];
+    check(&store, 10, &after_growth);
+    // The sizes are in the WAL only: a reopen takes them from it, not from the longer file.
+    drop(store);
+    assert_eq!(file_pages(), 20);
+    let (store, _) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
+    check(&store, 10, &after_growth);
+    let outcome = store.checkpoint(CheckpointMode::Passive).unwrap();
+    assert_eq!(outcome.db_file_truncated_to_pages, Some(10));
+    assert_eq!(file_pages(), 10);
+    check(&store, 10, &after_growth);
+    // A shrink that writes nothing still commits (page 1's image carries the size).
+    let mut txn = store.begin_write().unwrap();
+    txn.truncate(6).unwrap();
+    txn.commit().unwrap();
+    check(&store, 6, &[(1, 1), (3, 2), (6, 1)]);
+    let outcome = store.checkpoint(CheckpointMode::Truncate).unwrap();
+    assert_eq!(outcome.db_file_truncated_to_pages, Some(6));
+    drop(store);
+    assert_eq!(file_pages(), 6);
+    let (store, report) = PageStore::open(&path, options(BackfillStrategy::Fast)).unwrap();
+    assert_eq!(report.frames_replayed, 0);
+    check(&store, 6, &[(1, 1), (3, 2), (6, 1)]);
+}
