@@ -348,7 +348,7 @@ impl PageStore {
             store: self,
             _guard: guard,
             pages: BTreeMap::new(),
-            truncated_to_pages: None,
+            truncation: None,
         })
     }
 
@@ -525,6 +525,15 @@ impl Drop for ReadTransaction {
     }
 }
 
+/// What [`WriteTransaction::truncate`] did: pages above `floor_pages` (the smallest size
+/// truncated to) that the transaction did not write read as zeros; `size_pages` is the size the
+/// commit sets.
+#[derive(Debug, Clone, Copy)]
+struct Truncation {
+    floor_pages: u32,
+    size_pages: u32,
+}
+
 /// The single write transaction. Pages written are buffered until [`WriteTransaction::commit`];
 /// dropping it without committing rolls back.
 #[derive(Debug)]
@@ -532,8 +541,8 @@ pub struct WriteTransaction<'a> {
     store: &'a PageStore,
     _guard: MutexGuard<'a, ()>,
     pages: BTreeMap<u32, Arc<[u8]>>,
-    /// The size set by [`WriteTransaction::truncate`], raised by later writes above it.
-    truncated_to_pages: Option<u32>,
+    /// Set by [`WriteTransaction::truncate`].
+    truncation: Option<Truncation>,
 }
 
 impl WriteTransaction<'_> {
@@ -557,8 +566,8 @@ impl WriteTransaction<'_> {
             .cache
             .mark_dirty(page_number, Arc::clone(&image));
         self.pages.insert(page_number, image);
-        if let Some(size) = &mut self.truncated_to_pages {
-            *size = (*size).max(page_number);
+        if let Some(truncation) = &mut self.truncation {
+            truncation.size_pages = truncation.size_pages.max(page_number);
         }
         Ok(())
     }
@@ -579,7 +588,13 @@ impl WriteTransaction<'_> {
         for page in dropped.keys() {
             self.store.inner.cache.discard_dirty(*page);
         }
-        self.truncated_to_pages = Some(size_pages);
+        let floor_pages = self
+            .truncation
+            .map_or(size_pages, |t| t.floor_pages.min(size_pages));
+        self.truncation = Some(Truncation {
+            floor_pages,
+            size_pages,
+        });
         Ok(())
     }
 
@@ -587,7 +602,8 @@ impl WriteTransaction<'_> {
     pub fn size_pages(&self) -> u32 {
         let committed = self.store.inner.shared.read().db_size_pages;
         let written = self.pages.keys().next_back().copied().unwrap_or(0);
-        self.truncated_to_pages.unwrap_or(committed.max(written))
+        self.truncation
+            .map_or(committed.max(written), |t| t.size_pages)
     }
 
     /// Reads a page as this transaction sees it (its own writes, else the newest commit).
@@ -605,7 +621,8 @@ impl WriteTransaction<'_> {
                 "page {page_number} is outside the database of {db_size_pages} pages"
             )));
         }
-        if page_number > self.truncated_to_pages.unwrap_or(committed_pages) {
+        let floor_pages = self.truncation.map_or(committed_pages, |t| t.floor_pages);
+        if page_number > floor_pages {
             // Above the committed size (or truncated away here) and not written: a page the
             // database grows back into reads as zeros (the commit logs those zeros).
             return Ok(Arc::from(vec![0u8; self.store.page_size_bytes() as usize]));
@@ -621,7 +638,8 @@ impl WriteTransaction<'_> {
         let store = self.store;
         let new_size_pages = self.size_pages();
         let mut pages = std::mem::take(&mut self.pages);
-        let filled = store.fill_for_commit(&mut pages, self.truncated_to_pages, new_size_pages);
+        let floor_pages = self.truncation.map(|t| t.floor_pages);
+        let filled = store.fill_for_commit(&mut pages, floor_pages, new_size_pages);
         let info = filled.and_then(|()| store.append_commit(&pages, new_size_pages));
         if info.is_err() {
             for page in pages.keys() {
@@ -661,7 +679,7 @@ impl PageStore {
     fn fill_for_commit(
         &self,
         pages: &mut BTreeMap<u32, Arc<[u8]>>,
-        truncated_to_pages: Option<u32>,
+        floor_pages: Option<u32>,
         new_size_pages: u32,
     ) -> Result<()> {
         let (old_size_pages, high_water_pages, max_frame) = {
@@ -672,7 +690,7 @@ impl PageStore {
                 shared.max_frame,
             )
         };
-        let floor = truncated_to_pages.unwrap_or(old_size_pages);
+        let floor = floor_pages.unwrap_or(old_size_pages);
         let zeros: Arc<[u8]> = Arc::from(vec![0u8; self.inner.options.page_size_bytes as usize]);
         for page in floor + 1..=new_size_pages.min(high_water_pages) {
             pages.entry(page).or_insert_with(|| Arc::clone(&zeros));
