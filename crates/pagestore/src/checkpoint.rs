@@ -20,7 +20,7 @@
 //! 8. `Restart`/`Truncate`, only if everything was backfilled: wait for slots 1..=4 to drain,
 //!    start a new log generation in memory (the next writer fsyncs its header before any
 //!    frame); `Truncate` then truncates the WAL file to 0 bytes and fsyncs it. Last, because
-//!    the log is the only copy of frames until step 6 is durable.
+//!    the log is the only copy of frames until step 7 is durable.
 //!
 //! Why the database truncation is crash-safe (a crash at any point of steps 5–8):
 //! - Recovery takes the database size from the newest commit frame in the WAL when there is one,
@@ -61,7 +61,8 @@ pub enum CheckpointMode {
     /// `Full`, then wait for all WAL readers to finish so the next writer restarts the log at
     /// frame 1.
     Restart,
-    /// `Restart`, and truncate the WAL file to 0 bytes.
+    /// `Restart`, and truncate the WAL file to 0 bytes (the database file is cut to its page
+    /// count, as by every checkpoint that backfills every frame).
     Truncate,
 }
 

@@ -49,10 +49,13 @@ pub enum BackfillStrategy {
     /// One synchronous read and one write per page, in frame order, no page-cache reuse (the
     /// Turso document's "before"); kept for the experiment.
     Naive,
-    /// Frame-ordered pipelined reads (io_uring, or a thread pool when io_uring is unavailable),
-    /// page-cache reuse, page-sorted batches, one `pwritev` per run of consecutive pages.
+    /// One loop with WAL reads (frame order) and database writes in flight together, on
+    /// io_uring (or the fallback engine when io_uring is unavailable or the files are simulated),
+    /// page-cache reuse, page-sorted batches flushed by a run-length heuristic, one vectored
+    /// write per run of consecutive pages.
     Fast,
-    /// [`BackfillStrategy::Fast`] with the thread-pool reader forced (tests the fallback).
+    /// [`BackfillStrategy::Fast`] with the fallback engine forced (two reader threads, `pwritev`
+    /// writes): tests the fallback and serves as a benchmark contender.
     FastThreadPool,
 }
 
@@ -134,7 +137,7 @@ pub(crate) struct Inner {
     pub writer: Mutex<()>,
     pub checkpointer: Mutex<()>,
     pub cache: PageCache,
-    /// The checkpointer's io_uring, created on first use and kept (setting up a 512-entry ring
+    /// The checkpointer's io_uring, created on first use and kept (setting up a 1024-entry ring
     /// costs more than a small checkpoint's copy); `Err` remembers that io_uring is unavailable.
     /// Only touched under the `checkpointer` lock.
     pub ring: Mutex<crate::backfill::RingSlot>,
