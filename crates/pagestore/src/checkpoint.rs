@@ -9,7 +9,7 @@
 //! 4. **WAL fsync** before the first database write: under `Normal` the frames may not be
 //!    durable yet, and a database page newer than the durable log would match no committed
 //!    prefix after a crash.
-//! 5. Copy ([`crate::backfill`]). A crash here leaves torn or partial database pages, but every
+//! 5. Copy (the private `backfill` module). A crash here leaves torn or partial database pages, but every
 //!    such page has a durable frame that recovery replays over it.
 //! 6. **Database truncation**, only when the copy covers every frame of the log (`safe` was the
 //!    newest frame when the worklist was taken): the database file is cut to the database size

@@ -5,7 +5,7 @@
 //! batches flushed by a run-length heuristic. The database can shrink
 //! ([`WriteTransaction::truncate`]); a checkpoint that backfills every frame cuts the file.
 //!
-//! Files: `<db>` (page `n` at byte `(n-1)·page_size`) and `<db>-wal` (see [`format`] for the byte
+//! Files: `<db>` (page `n` at byte `(n-1)·page_size`) and `<db>-wal` (see [`mod@format`] for the byte
 //! layout). Recovery on [`PageStore::open`] rebuilds the frame index from the WAL and stops at
 //! the first frame whose salts or checksum chain break; frames after the last commit are
 //! ignored. The fsync ordering and why it is safe are in [`checkpoint`]'s module comment and in
@@ -21,6 +21,7 @@ pub mod format;
 pub mod marks;
 mod store;
 mod wal;
+mod write;
 
 pub use checkpoint::{CheckpointMode, CheckpointOutcome};
 pub use error::{Error, Result};
