@@ -40,7 +40,7 @@ pub struct Args {
     /// Database size in pages (default 65536; 32768 with --quick).
     #[arg(long)]
     pub pages: Option<u32>,
-    /// Commits per run (default 12000; 2500 with --quick).
+    /// Commits per run (default 12000; 4000 with --quick).
     #[arg(long)]
     pub commits: Option<u32>,
     /// Page size in bytes.
@@ -97,7 +97,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         .unwrap_or(if common.quick { 32_768 } else { 65_536 });
     let commits = args
         .commits
-        .unwrap_or(if common.quick { 2500 } else { 12_000 });
+        .unwrap_or(if common.quick { 4000 } else { 12_000 });
     let sync = match args.sync.as_str() {
         "full" => SyncPolicy::Full,
         "normal" => SyncPolicy::Normal,
@@ -345,7 +345,11 @@ fn run_once(
         }
     }
     result.commits_per_s = commits as f64 / started.elapsed().as_secs_f64();
-    result.reader = store.backfill_reader();
+    result.reader = match strategy {
+        BackfillStrategy::Naive => "none (synchronous pread)",
+        BackfillStrategy::FastThreadPool => "thread pool (forced)",
+        BackfillStrategy::Fast => store.backfill_reader(),
+    };
     store.checkpoint(CheckpointMode::Truncate)?;
     drop(store);
 
