@@ -502,3 +502,38 @@ fn truncate_shrinks_the_database_and_a_complete_checkpoint_cuts_the_file() {
     assert_eq!(report.frames_replayed, 0);
     check(&store, 6, &[(1, 1), (3, 2), (6, 1)]);
 }
+
+/// A failed cut of the database file fails the checkpoint before its fsync: nothing is
+/// published, the shrunk size still comes from the WAL after a reopen, and the next complete
+/// checkpoint cuts the file.
+#[test]
+fn a_failed_database_cut_publishes_nothing() {
+    use prefixkv_storage::{Fault, FaultError, FaultOp, SimDisk};
+    let disk = SimDisk::new(6);
+    prefixkv_storage::durable::create_dir_all_durably(&disk, std::path::Path::new("/d")).unwrap();
+    let db = std::path::Path::new("/d/db");
+    let options = options(BackfillStrategy::Fast);
+    let (store, _) = PageStore::open_on(disk.as_disk(), db, options.clone()).unwrap();
+    let mut txn = store.begin_write().unwrap();
+    for p in 1..=10 {
+        txn.write_page(p, &page_image(p, 1, PAGE as usize)).unwrap();
+    }
+    txn.commit().unwrap();
+    store.checkpoint(CheckpointMode::Full).unwrap();
+    let mut txn = store.begin_write().unwrap();
+    txn.truncate(4).unwrap();
+    txn.commit().unwrap();
+    disk.inject(Fault::once(FaultOp::SetLen, "/d/db", FaultError::Io));
+    let error = store.checkpoint(CheckpointMode::Truncate).unwrap_err();
+    assert!(
+        error.to_string().contains("truncating to 4 pages"),
+        "{error}"
+    );
+    assert_eq!(store.wal_state().backfilled_frames, 0);
+    drop(store);
+    let (store, _) = PageStore::open_on(disk.as_disk(), db, options.clone()).unwrap();
+    assert_eq!(store.begin_read().unwrap().db_size_pages(), 4);
+    let outcome = store.checkpoint(CheckpointMode::Truncate).unwrap();
+    assert_eq!(outcome.db_file_truncated_to_pages, Some(4));
+    assert_eq!(disk.read_file(db).unwrap().len(), 4 * PAGE as usize);
+}
