@@ -81,6 +81,9 @@ pub struct CheckpointOutcome {
     pub cache_hits: u64,
     /// Pages read from the WAL.
     pub wal_reads: u64,
+    /// Read calls (or io_uring reads) those pages took: the fast backfill reads consecutive
+    /// frames with one vectored read.
+    pub wal_read_calls: u64,
     /// `pwritev`/`pwrite` calls issued.
     pub write_calls: u64,
     /// Whether the log was restarted (Restart/Truncate).
@@ -253,6 +256,7 @@ impl PageStore {
             pages_written: counts.pages_written,
             cache_hits: counts.cache_hits,
             wal_reads: counts.wal_reads,
+            wal_read_calls: counts.wal_read_calls,
             write_calls: counts.write_calls,
             log_restarted,
             db_file_truncated_to_pages,

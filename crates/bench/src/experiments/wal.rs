@@ -79,6 +79,7 @@ struct RunResult {
     db_sync_ms: Vec<f64>,
     cache_hits: u64,
     wal_reads: u64,
+    wal_read_calls: u64,
     pages_written: u64,
     write_calls: u64,
     commits_per_s: f64,
@@ -176,6 +177,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             let throughput: Vec<f64> = runs.iter().map(|r| r.commits_per_s).collect();
             let hits: u64 = runs.iter().map(|r| r.cache_hits).sum();
             let reads: u64 = runs.iter().map(|r| r.wal_reads).sum();
+            let read_calls: u64 = runs.iter().map(|r| r.wal_read_calls).sum();
             let written: u64 = runs.iter().map(|r| r.pages_written).sum();
             let calls: u64 = runs.iter().map(|r| r.write_calls).sum();
             p50[variant] = percentile(&all, 50.0);
@@ -200,6 +202,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                 (
                     "pages_per_checkpoint",
                     Value::from(ratio(written as f64, all.len() as f64)),
+                ),
+                (
+                    "wal_read_calls_per_checkpoint",
+                    Value::from(ratio(read_calls as f64, all.len() as f64)),
                 ),
                 (
                     "write_calls_per_checkpoint",
@@ -340,6 +346,7 @@ fn run_once(
                 .push(outcome.db_sync_duration.as_secs_f64() * 1e3);
             result.cache_hits += outcome.cache_hits;
             result.wal_reads += outcome.wal_reads;
+            result.wal_read_calls += outcome.wal_read_calls;
             result.pages_written += outcome.pages_written;
             result.write_calls += outcome.write_calls;
         }

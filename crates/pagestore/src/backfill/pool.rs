@@ -10,7 +10,7 @@
 //! that may still use it; the threads are scoped to the copy and exit when the request channel
 //! closes (at the end, or on an error), so nothing outlives the checkpoint.
 
-use super::{Engine, Event, WriteBatch};
+use super::{Engine, Event, ReadRun, WriteBatch};
 use crate::error::{io_error, Error, Result};
 use crate::store::PageStore;
 use crate::wal::read_frame_page;
@@ -88,13 +88,17 @@ impl PoolEngine<'_> {
 }
 
 impl Engine for PoolEngine<'_> {
-    fn read(&mut self, token: usize, frame_id: u64, buffer: Vec<u8>) -> Result<()> {
+    fn read(&mut self, run: ReadRun) -> Result<u64> {
+        // One request per frame: the trait has no vectored read, and two threads share the run.
         let requests = self.requests.as_ref().expect("open until the copy ends");
-        requests
-            .send((token, frame_id, buffer))
-            .map_err(|_| Error::Invalid("the backfill reader threads exited early".into()))?;
-        self.reads_in_flight += 1;
-        Ok(())
+        let calls = run.buffers.len() as u64;
+        for (i, buffer) in run.buffers.into_iter().enumerate() {
+            requests
+                .send((run.first_token + i, run.first_frame + i as u64, buffer))
+                .map_err(|_| Error::Invalid("the backfill reader threads exited early".into()))?;
+            self.reads_in_flight += 1;
+        }
+        Ok(calls)
     }
 
     fn write(&mut self, batch: WriteBatch) -> Result<()> {

@@ -8,7 +8,7 @@
 //! waiting for completions fails, the buffers still in flight are leaked, never freed, and the
 //! ring is dropped by [`with_engine`] so the next checkpoint starts afresh.
 
-use super::{check_transfer, Engine, Event, WriteBatch};
+use super::{check_transfer, Engine, Event, ReadRun, WriteBatch};
 use crate::error::{io_error, Result};
 use crate::format::{frame_offset, FRAME_HEADER_BYTES};
 use crate::store::PageStore;
@@ -77,8 +77,13 @@ pub(super) fn with_engine<R>(
     Some(result)
 }
 
-/// A read in flight: (worklist token, frame, buffer the kernel fills).
-type ReadSlot = (usize, u64, Vec<u8>);
+/// A read in flight: the run (buffers the kernel fills with pages), the frame headers between
+/// them (read and ignored), and the iovecs pointing at both.
+struct ReadSlot {
+    run: ReadRun,
+    _headers: Vec<u8>,
+    _iovecs: Vec<libc::iovec>,
+}
 
 /// A batch being written: its images, the iovecs pointing at them, runs not yet completed.
 struct WriteSlot {
@@ -161,17 +166,29 @@ impl UringEngine<'_> {
     }
 
     fn complete_read(&mut self, index: usize, result: i32, events: &mut Vec<Event>) -> Result<()> {
-        let (token, frame_id, buffer) = self.reads[index]
+        let ReadSlot { run, .. } = self.reads[index]
             .take()
             .expect("a completion for a read in flight");
         self.free_reads.push(index);
+        let frames = run.buffers.len();
         check_transfer(
             result,
-            self.page_size,
-            || format!("io_uring read of frame {frame_id} of"),
+            read_bytes(frames, self.page_size),
+            || {
+                format!(
+                    "io_uring read of frames {}..={} of",
+                    run.first_frame,
+                    run.first_frame + frames as u64 - 1
+                )
+            },
             self.wal_path,
         )?;
-        events.push(Event::Read { token, buffer });
+        for (i, buffer) in run.buffers.into_iter().enumerate() {
+            events.push(Event::Read {
+                token: run.first_token + i,
+                buffer,
+            });
+        }
         Ok(())
     }
 
@@ -207,20 +224,45 @@ impl UringEngine<'_> {
 }
 
 impl Engine for UringEngine<'_> {
-    fn read(&mut self, token: usize, frame_id: u64, mut buffer: Vec<u8>) -> Result<()> {
-        assert_eq!(buffer.len(), self.page_size);
-        let offset = frame_offset(frame_id, self.page_size as u32) + FRAME_HEADER_BYTES as u64;
+    fn read(&mut self, mut run: ReadRun) -> Result<u64> {
+        let frames = run.buffers.len();
+        assert!((1..=super::MAX_READ_RUN_FRAMES).contains(&frames));
+        assert!(run.buffers.iter().all(|b| b.len() == self.page_size));
+        let offset =
+            frame_offset(run.first_frame, self.page_size as u32) + FRAME_HEADER_BYTES as u64;
         let index = self.free_reads.pop().unwrap_or_else(|| {
             self.reads.push(None);
             self.reads.len() - 1
         });
-        let entry = opcode::Read::new(self.wal_fd, buffer.as_mut_ptr(), self.page_size as u32)
+        // Page of the first frame, then (header, page) for each next frame: the frames are
+        // contiguous in the WAL, so one read covers them; headers land in scratch space.
+        let mut headers = vec![0u8; FRAME_HEADER_BYTES * (frames - 1)];
+        let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(2 * frames - 1);
+        for (i, buffer) in run.buffers.iter_mut().enumerate() {
+            if i > 0 {
+                let header = &mut headers[(i - 1) * FRAME_HEADER_BYTES..i * FRAME_HEADER_BYTES];
+                iovecs.push(libc::iovec {
+                    iov_base: header.as_mut_ptr() as *mut libc::c_void,
+                    iov_len: FRAME_HEADER_BYTES,
+                });
+            }
+            iovecs.push(libc::iovec {
+                iov_base: buffer.as_mut_ptr() as *mut libc::c_void,
+                iov_len: self.page_size,
+            });
+        }
+        let entry = opcode::Readv::new(self.wal_fd, iovecs.as_ptr(), iovecs.len() as u32)
             .offset(offset)
             .build()
             .user_data(index as u64);
-        // The Vec moves into the slot; its heap buffer, which the entry points at, does not.
-        self.reads[index] = Some((token, frame_id, buffer));
-        self.push(&entry)
+        // The Vecs move into the slot; their heap contents, which the entry points at, do not.
+        self.reads[index] = Some(ReadSlot {
+            run,
+            _headers: headers,
+            _iovecs: iovecs,
+        });
+        self.push(&entry)?;
+        Ok(1)
     }
 
     fn write(&mut self, batch: WriteBatch) -> Result<()> {
@@ -318,6 +360,11 @@ impl Engine for UringEngine<'_> {
         self.completed = completed;
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// Bytes one read of `frames` consecutive frames' pages moves (the headers between them too).
+fn read_bytes(frames: usize, page_size: usize) -> usize {
+    frames * page_size + (frames - 1) * FRAME_HEADER_BYTES
 }
 
 impl Drop for UringEngine<'_> {
