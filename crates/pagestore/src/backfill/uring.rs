@@ -379,6 +379,74 @@ mod tests {
     use crate::backfill::{Image, Run};
     use crate::{Options, PageStore};
 
+    fn engine<'a>(
+        ring: &'a mut IoUring,
+        store: &'a PageStore,
+        db_fd: std::os::fd::RawFd,
+    ) -> UringEngine<'a> {
+        let inner = &store.inner;
+        UringEngine {
+            ring,
+            wal_fd: types::Fd(inner.wal_file.raw_fd().unwrap()),
+            db_fd: types::Fd(db_fd),
+            page_size: 4096,
+            wal_path: &inner.wal_path,
+            db_path: &inner.db_path,
+            reads: Vec::new(),
+            free_reads: Vec::new(),
+            writes: Vec::new(),
+            free_writes: Vec::new(),
+            in_flight: 0,
+            unsubmitted: 0,
+            completed: Vec::new(),
+        }
+    }
+
+    /// A run of frames that ends past the WAL's end is a short read: an error, no page reported.
+    #[test]
+    fn a_short_vectored_read_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = PageStore::open(dir.path().join("db"), Options::default()).unwrap();
+        let mut txn = store.begin_write().unwrap();
+        for page in 1..=3 {
+            txn.write_page(page, &[page as u8; 4096]).unwrap();
+        }
+        txn.commit().unwrap();
+        let Ok(mut ring) = IoUring::new(RING_ENTRIES) else {
+            eprintln!("io_uring unavailable; nothing to test");
+            return;
+        };
+        let db_fd = store.inner.db_file.raw_fd().unwrap();
+        let mut engine = engine(&mut ring, &store, db_fd);
+        let mut events = Vec::new();
+        // Frames 1..=3 exist: one read, three pages, each with its own image.
+        let run = |frames: usize| ReadRun {
+            first_token: 10,
+            first_frame: 1,
+            buffers: vec![vec![0u8; 4096]; frames],
+        };
+        assert_eq!(engine.read(run(3)).unwrap(), 1);
+        while engine.in_flight > 0 {
+            engine.reap(true, &mut events).unwrap();
+        }
+        assert_eq!(events.len(), 3);
+        for (i, event) in events.drain(..).enumerate() {
+            let Event::Read { token, buffer } = event else {
+                panic!("a read event expected")
+            };
+            assert_eq!(token, 10 + i);
+            assert!(buffer.iter().all(|&b| b == i as u8 + 1), "frame {}", i + 1);
+        }
+        // Frames 1..=4: the fourth is past the end.
+        engine.read(run(4)).unwrap();
+        let mut failed = false;
+        while engine.in_flight > 0 {
+            failed |= engine.reap(true, &mut events).is_err();
+        }
+        assert!(failed, "a short read must fail");
+        assert!(events.is_empty());
+    }
+
     /// A write error (here EBADF: the database descriptor is read-only) fails the engine, and
     /// every buffer is reclaimed only after the kernel is done with it.
     #[test]
@@ -393,22 +461,11 @@ mod tests {
                 return;
             }
         };
-        let inner = &store.inner;
-        let mut engine = UringEngine {
-            ring: &mut ring,
-            wal_fd: types::Fd(inner.wal_file.raw_fd().unwrap()),
-            db_fd: types::Fd(std::os::fd::AsRawFd::as_raw_fd(&read_only)),
-            page_size: 4096,
-            wal_path: &inner.wal_path,
-            db_path: &inner.db_path,
-            reads: Vec::new(),
-            free_reads: Vec::new(),
-            writes: Vec::new(),
-            free_writes: Vec::new(),
-            in_flight: 0,
-            unsubmitted: 0,
-            completed: Vec::new(),
-        };
+        let mut engine = engine(
+            &mut ring,
+            &store,
+            std::os::fd::AsRawFd::as_raw_fd(&read_only),
+        );
         let batch = WriteBatch {
             pages: vec![
                 (1, Image::Read(vec![1u8; 4096])),
