@@ -9,14 +9,35 @@
 //! 4. **WAL fsync** before the first database write: under `Normal` the frames may not be
 //!    durable yet, and a database page newer than the durable log would match no committed
 //!    prefix after a crash.
-//! 5. Copy ([`crate::backfill`]). A crash here leaves torn or partial database pages, but every
+//! 5. Copy (the private `backfill` module). A crash here leaves torn or partial database pages, but every
 //!    such page has a durable frame that recovery replays over it.
-//! 6. **Database fsync**, then publish `backfilled_frames = safe`. Publishing first would let a
-//!    later restart drop frames whose copies are not durable.
-//! 7. `Restart`/`Truncate`, only if everything was backfilled: wait for slots 1..=4 to drain,
+//! 6. **Database truncation**, only when the copy covers every frame of the log (`safe` was the
+//!    newest frame when the worklist was taken): the database file is cut to the database size
+//!    of that newest commit if it is longer (the database shrank, see
+//!    [`crate::WriteTransaction::truncate`]), as SQLite does, in every mode.
+//! 7. **Database fsync** (data and length), then publish `backfilled_frames = safe`. Publishing
+//!    first would let a later restart drop frames whose copies are not durable.
+//! 8. `Restart`/`Truncate`, only if everything was backfilled: wait for slots 1..=4 to drain,
 //!    start a new log generation in memory (the next writer fsyncs its header before any
 //!    frame); `Truncate` then truncates the WAL file to 0 bytes and fsyncs it. Last, because
-//!    the log is the only copy of frames until step 6 is durable.
+//!    the log is the only copy of frames until step 7 is durable.
+//!
+//! Why the database truncation is crash-safe (a crash at any point of steps 5–8):
+//! - Recovery takes the database size from the newest commit frame in the WAL when there is one,
+//!   and from the file's length only when the WAL has none. Truncation happens only after the
+//!   WAL fsync of step 4, so while the WAL holds the frames, a crash before, during, or after the
+//!   truncation (durable or not) recovers the size of the newest commit, and every page at or
+//!   below it has a durable frame or a durable database image it did not touch: the truncation
+//!   only removes bytes above that size, which no state from `safe` on can read.
+//! - A crash between the database fsync and the WAL reset: the file's length is durable (the
+//!   fsync covers it), the WAL still replays to the same size; nothing changes.
+//! - The WAL is reset (step 8, or the next writer's lazy restart) only after the database fsync
+//!   of step 7, so once the WAL has no commit, the file's durable length is the size already.
+//!   A WAL header rewritten for a new generation with no commit yet also leaves the file as the
+//!   only source of the size, for the same reason.
+//! - A passive checkpoint racing a writer: the size is the one of `safe`'s commit; a later
+//!   commit's pages above it live in the WAL (pages a growth brings back get zero frames), so
+//!   cutting the file below them loses nothing.
 //!
 //! Readers never see a torn or future page: a reader with mark `m >= safe` reads every page
 //! that has a frame `<= safe` from the WAL, not from the database file; no reader has a mark
@@ -40,7 +61,8 @@ pub enum CheckpointMode {
     /// `Full`, then wait for all WAL readers to finish so the next writer restarts the log at
     /// frame 1.
     Restart,
-    /// `Restart`, and truncate the WAL file to 0 bytes.
+    /// `Restart`, and truncate the WAL file to 0 bytes (the database file is cut to its page
+    /// count, as by every checkpoint that backfills every frame).
     Truncate,
 }
 
@@ -59,10 +81,16 @@ pub struct CheckpointOutcome {
     pub cache_hits: u64,
     /// Pages read from the WAL.
     pub wal_reads: u64,
+    /// Read calls (or io_uring reads) those pages took: the fast backfill reads consecutive
+    /// frames with one vectored read.
+    pub wal_read_calls: u64,
     /// `pwritev`/`pwrite` calls issued.
     pub write_calls: u64,
     /// Whether the log was restarted (Restart/Truncate).
     pub log_restarted: bool,
+    /// The database size in pages the database file was cut to, if it was longer (the
+    /// database shrank and this checkpoint backfilled every frame).
+    pub db_file_truncated_to_pages: Option<u32>,
     /// Wall time of the whole checkpoint.
     pub duration: Duration,
     /// Wall time of the copy alone (reads + writes, without the two fsyncs).
@@ -147,7 +175,7 @@ impl PageStore {
     ) -> Result<CheckpointOutcome> {
         let inner = &self.inner;
         // Step 3: worklist in frame order, newest frame per page only.
-        let (worklist, epoch, backfilled_before) = {
+        let (worklist, epoch, backfilled_before, size_if_complete) = {
             let shared = inner.shared.read();
             let start = shared.backfilled_frames;
             let mut seen = HashSet::new();
@@ -162,8 +190,10 @@ impl PageStore {
                 }
             }
             worklist.reverse();
-            (worklist, shared.epoch, start)
+            let size_if_complete = (safe == shared.max_frame).then_some(shared.db_size_pages);
+            (worklist, shared.epoch, start, size_if_complete)
         };
+        let mut db_file_truncated_to_pages = None;
         let mut counts = BackfillCounts::default();
         let mut copy_duration = Duration::ZERO;
         let mut wal_sync_duration = Duration::ZERO;
@@ -190,6 +220,10 @@ impl PageStore {
             counts = backfill::run(self, strategy, &worklist, epoch)?;
             copy_duration = copy_started.elapsed();
             // Step 6.
+            if let Some(size_pages) = size_if_complete {
+                db_file_truncated_to_pages = self.truncate_db_file(size_pages)?;
+            }
+            // Step 7.
             crate::fail_point::step("checkpoint:before_db_fsync");
             let db_sync_started = Instant::now();
             inner
@@ -222,8 +256,10 @@ impl PageStore {
             pages_written: counts.pages_written,
             cache_hits: counts.cache_hits,
             wal_reads: counts.wal_reads,
+            wal_read_calls: counts.wal_read_calls,
             write_calls: counts.write_calls,
             log_restarted,
+            db_file_truncated_to_pages,
             duration: Duration::ZERO,
             copy_duration,
             wal_sync_duration,
@@ -231,7 +267,30 @@ impl PageStore {
         })
     }
 
-    /// Step 7: waits for WAL readers to leave, starts a new log generation, and for Truncate
+    /// Step 6: cuts the database file to `size_pages` pages if it is longer; returns the size
+    /// if it cut. Not durable until the database fsync that follows.
+    fn truncate_db_file(&self, size_pages: u32) -> Result<Option<u32>> {
+        let inner = &self.inner;
+        let size_bytes = u64::from(size_pages) * u64::from(inner.options.page_size_bytes);
+        let length_bytes = inner
+            .db_file
+            .len()
+            .map_err(|e| io_error("reading the size of", &inner.db_path, e))?;
+        if length_bytes <= size_bytes {
+            return Ok(None);
+        }
+        crate::fail_point::step("checkpoint:before_db_truncate");
+        inner.db_file.set_len(size_bytes).map_err(|e| {
+            io_error(
+                format!("truncating to {size_pages} pages"),
+                &inner.db_path,
+                e,
+            )
+        })?;
+        Ok(Some(size_pages))
+    }
+
+    /// Step 8: waits for WAL readers to leave, starts a new log generation, and for Truncate
     /// truncates the file. Runs with the writer lock held (blocking modes only).
     fn restart_after_checkpoint(&self, mode: CheckpointMode, deadline: Instant) -> Result<()> {
         let inner = &self.inner;

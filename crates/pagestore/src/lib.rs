@@ -1,9 +1,11 @@
 //! `prefixkv-pagestore`: a database file of fixed-size pages plus a SQLite-shaped write-ahead
 //! log, with concurrent snapshot readers (five read marks), one writer, and a fast checkpoint
-//! after Turso's ("Making checkpointing fast"): frame-ordered pipelined reads, page-cache reuse
-//! validated by `(frame, epoch)` tags, page-sorted batches written with one `pwritev` per run.
+//! after Turso's ("Making checkpointing fast"): frame-ordered reads and page-sorted vectored
+//! writes in flight together on io_uring, page-cache reuse validated by `(frame, epoch)` tags,
+//! batches flushed by a run-length heuristic. The database can shrink
+//! ([`WriteTransaction::truncate`]); a checkpoint that backfills every frame cuts the file.
 //!
-//! Files: `<db>` (page `n` at byte `(n-1)·page_size`) and `<db>-wal` (see [`format`] for the byte
+//! Files: `<db>` (page `n` at byte `(n-1)·page_size`) and `<db>-wal` (see [`mod@format`] for the byte
 //! layout). Recovery on [`PageStore::open`] rebuilds the frame index from the WAL and stops at
 //! the first frame whose salts or checksum chain break; frames after the last commit are
 //! ignored. The fsync ordering and why it is safe are in [`checkpoint`]'s module comment and in
@@ -19,6 +21,7 @@ pub mod format;
 pub mod marks;
 mod store;
 mod wal;
+mod write;
 
 pub use checkpoint::{CheckpointMode, CheckpointOutcome};
 pub use error::{Error, Result};

@@ -10,18 +10,24 @@
 //! `index[p]` lists, ascending, exactly the frames `f <= max_frame` with `frame_pages[f-1] == p`;
 //! every frame `<= max_frame` is on disk with a valid chain; `last_checksum` is the chain value
 //! at `max_frame`; the database file holds, for every page, the image of its newest frame
-//! `<= backfilled_frames` (or its pre-WAL image) and is fsynced up to there.
+//! `<= backfilled_frames` (or its pre-WAL image) and is fsynced up to there;
+//! `db_size_pages <= high_water_pages`, and no page above `high_water_pages` has an image in the
+//! database file or a frame in the index (so a page the database grows back into reads as zeros,
+//! see [`WriteTransaction::truncate`]).
+//!
+//! The database size is the commit size of the newest commit frame when the WAL has one (a
+//! shrink is only in the WAL until a complete checkpoint truncates the file), else the database
+//! file's length in pages.
 
 use crate::cache::{FrameTag, PageCache};
 use crate::error::{io_error, Error, Result};
-use crate::format::{
-    encode_frame, frame_offset, valid_page_size, FrameHeader, WalHeader, FRAME_HEADER_BYTES,
-};
+use crate::format::{valid_page_size, WalHeader};
 use crate::marks::{ReadMarks, ReaderPin};
 use crate::wal::{self, RecoveryReport};
-use parking_lot::{Mutex, MutexGuard, RwLock};
+pub use crate::write::WriteTransaction;
+use parking_lot::{Mutex, RwLock};
 use prefixkv_storage::{real_disk, Disk, DiskFile, OpenMode};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,10 +48,13 @@ pub enum BackfillStrategy {
     /// One synchronous read and one write per page, in frame order, no page-cache reuse (the
     /// Turso document's "before"); kept for the experiment.
     Naive,
-    /// Frame-ordered pipelined reads (io_uring, or a thread pool when io_uring is unavailable),
-    /// page-cache reuse, page-sorted batches, one `pwritev` per run of consecutive pages.
+    /// One loop with WAL reads (frame order) and database writes in flight together, on
+    /// io_uring (or the fallback engine when io_uring is unavailable or the files are simulated),
+    /// page-cache reuse, page-sorted batches flushed by a run-length heuristic, one vectored
+    /// write per run of consecutive pages.
     Fast,
-    /// [`BackfillStrategy::Fast`] with the thread-pool reader forced (tests the fallback).
+    /// [`BackfillStrategy::Fast`] with the fallback engine forced (two reader threads, `pwritev`
+    /// writes): tests the fallback and serves as a benchmark contender.
     FastThreadPool,
 }
 
@@ -98,6 +107,8 @@ pub(crate) struct Shared {
     pub backfilled_frames: u64,
     pub last_checksum: u32,
     pub db_size_pages: u32,
+    /// See the module doc: pages above it have no image anywhere.
+    pub high_water_pages: u32,
     pub index: HashMap<u32, Vec<u64>>,
     pub frame_pages: Vec<u32>,
     /// Bumped at every log restart; part of every cache tag.
@@ -125,7 +136,7 @@ pub(crate) struct Inner {
     pub writer: Mutex<()>,
     pub checkpointer: Mutex<()>,
     pub cache: PageCache,
-    /// The checkpointer's io_uring, created on first use and kept (setting up a 512-entry ring
+    /// The checkpointer's io_uring, created on first use and kept (setting up a 1024-entry ring
     /// costs more than a small checkpoint's copy); `Err` remembers that io_uring is unavailable.
     /// Only touched under the `checkpointer` lock.
     pub ring: Mutex<crate::backfill::RingSlot>,
@@ -218,6 +229,16 @@ impl PageStore {
                 (header, checksum, false)
             }
         };
+        // The newest commit's size is authoritative: after a shrink whose truncation of the
+        // database file did not happen (or was not durable), the file is longer than the database.
+        let db_size_pages = recovered.db_size_pages.unwrap_or(db_file_pages);
+        let high_water_pages = recovered
+            .index
+            .keys()
+            .copied()
+            .chain([db_size_pages, db_file_pages])
+            .max()
+            .unwrap_or(0);
         let shared = Shared {
             header,
             header_checksum,
@@ -229,10 +250,8 @@ impl PageStore {
             } else {
                 recovered.last_checksum
             },
-            db_size_pages: recovered
-                .db_size_pages
-                .unwrap_or(db_file_pages)
-                .max(db_file_pages),
+            db_size_pages,
+            high_water_pages,
             index: recovered.index,
             frame_pages: recovered.frame_pages,
             epoch: 0,
@@ -327,11 +346,7 @@ impl PageStore {
             .try_lock_for(self.inner.options.busy_timeout)
             .ok_or_else(|| Error::Busy("another write transaction is running".into()))?;
         self.restart_log_if_backfilled()?;
-        Ok(WriteTransaction {
-            store: self,
-            _guard: guard,
-            pages: BTreeMap::new(),
-        })
+        Ok(WriteTransaction::new(self, guard))
     }
 
     /// Lazy restart (SQLite `walRestartLog`): when every frame is backfilled and no reader uses
@@ -395,7 +410,12 @@ impl PageStore {
     }
 
     /// Reads `page_number` as seen by a snapshot with mark `mark` (WAL frame or database file).
-    fn read_page_at(&self, page_number: u32, mark: u64, wal_allowed: bool) -> Result<Arc<[u8]>> {
+    pub(crate) fn read_page_at(
+        &self,
+        page_number: u32,
+        mark: u64,
+        wal_allowed: bool,
+    ) -> Result<Arc<[u8]>> {
         let (frame, epoch) = {
             let shared = self.inner.shared.read();
             (
@@ -462,6 +482,10 @@ pub(crate) fn restart_shared(shared: &mut Shared) {
     shared.index.clear();
     shared.frame_pages.clear();
     shared.epoch += 1;
+    // Every frame was backfilled, and the checkpoint that backfilled the last one truncated the
+    // database file to `db_size_pages` (it was complete): with the index empty, nothing above
+    // the size is left anywhere.
+    shared.high_water_pages = shared.db_size_pages;
 }
 
 /// A read transaction: a stable snapshot until dropped.
@@ -500,213 +524,5 @@ impl Drop for ReadTransaction {
     fn drop(&mut self) {
         self.store.inner.marks.lock().unpin_reader(self.pin);
         self.store.inner.marks.notify();
-    }
-}
-
-/// The single write transaction. Pages written are buffered until [`WriteTransaction::commit`];
-/// dropping it without committing rolls back.
-#[derive(Debug)]
-pub struct WriteTransaction<'a> {
-    store: &'a PageStore,
-    _guard: MutexGuard<'a, ()>,
-    pages: BTreeMap<u32, Arc<[u8]>>,
-}
-
-impl WriteTransaction<'_> {
-    /// Replaces page `page_number` (1-based; the database grows to include it).
-    pub fn write_page(&mut self, page_number: u32, bytes: &[u8]) -> Result<()> {
-        let page_size = self.store.page_size_bytes() as usize;
-        if page_number == 0 || page_number > MAX_PAGE_NUMBER {
-            return Err(Error::Invalid(format!(
-                "page number {page_number} is outside 1..={MAX_PAGE_NUMBER}"
-            )));
-        }
-        if bytes.len() != page_size {
-            return Err(Error::Invalid(format!(
-                "page image of {} bytes, the page size is {page_size}",
-                bytes.len()
-            )));
-        }
-        let image: Arc<[u8]> = Arc::from(bytes);
-        self.store
-            .inner
-            .cache
-            .mark_dirty(page_number, Arc::clone(&image));
-        self.pages.insert(page_number, image);
-        Ok(())
-    }
-
-    /// Reads a page as this transaction sees it (its own writes, else the newest commit).
-    pub fn read_page(&self, page_number: u32) -> Result<Arc<[u8]>> {
-        if let Some(page) = self.pages.get(&page_number) {
-            return Ok(Arc::clone(page));
-        }
-        let (max_frame, db_size_pages) = {
-            let shared = self.store.inner.shared.read();
-            (shared.max_frame, shared.db_size_pages)
-        };
-        if page_number == 0 || page_number > db_size_pages {
-            return Err(Error::Invalid(format!(
-                "page {page_number} is outside the database of {db_size_pages} pages"
-            )));
-        }
-        // The writer lock keeps restarts away, and a passive checkpoint only rewrites pages
-        // that have frames, which this read takes from the WAL.
-        self.store.read_page_at(page_number, max_frame, true)
-    }
-
-    /// Appends the pages as frames (the last one marked as the commit), fsyncs the WAL under
-    /// [`SyncPolicy::Full`], publishes them, then runs the auto-checkpoint if it is due.
-    pub fn commit(mut self) -> Result<CommitInfo> {
-        let store = self.store;
-        let pages = std::mem::take(&mut self.pages);
-        let info = store.append_commit(&pages);
-        if info.is_err() {
-            for page in pages.keys() {
-                store.inner.cache.discard_dirty(*page);
-            }
-        }
-        let info = info?;
-        drop(self);
-        let due = {
-            let shared = store.inner.shared.read();
-            let threshold = store.inner.options.auto_checkpoint_frames;
-            threshold > 0 && shared.max_frame - shared.backfilled_frames >= threshold
-        };
-        if due {
-            match store.checkpoint(crate::CheckpointMode::Passive) {
-                Ok(_) | Err(Error::Busy(_)) => {}
-                Err(other) => return Err(other),
-            }
-        }
-        Ok(info)
-    }
-}
-
-impl Drop for WriteTransaction<'_> {
-    fn drop(&mut self) {
-        for page in self.pages.keys() {
-            self.store.inner.cache.discard_dirty(*page);
-        }
-    }
-}
-
-impl PageStore {
-    fn append_commit(&self, pages: &BTreeMap<u32, Arc<[u8]>>) -> Result<CommitInfo> {
-        let inner = &self.inner;
-        let page_size = inner.options.page_size_bytes;
-        let (header, header_durable, max_frame, mut checksum, db_size_pages, epoch) = {
-            let shared = inner.shared.read();
-            (
-                shared.header,
-                shared.header_durable,
-                shared.max_frame,
-                shared.last_checksum,
-                shared.db_size_pages,
-                shared.epoch,
-            )
-        };
-        let last_page = match pages.keys().next_back() {
-            Some(&page) => page,
-            None => {
-                return Ok(CommitInfo {
-                    first_frame: max_frame + 1,
-                    last_frame: max_frame,
-                    db_size_pages,
-                })
-            }
-        };
-        if !header_durable {
-            self.write_new_header(&header)?;
-        }
-        let new_db_size = db_size_pages.max(last_page);
-        let frame_bytes = FRAME_HEADER_BYTES + page_size as usize;
-        let mut buffer = Vec::with_capacity(frame_bytes * pages.len());
-        for (i, (&page_number, image)) in pages.iter().enumerate() {
-            let commit_size_pages = if i + 1 == pages.len() { new_db_size } else { 0 };
-            let (frame_header, next) = encode_frame(
-                &FrameHeader {
-                    page_number,
-                    commit_size_pages,
-                },
-                &header,
-                checksum,
-                image,
-            );
-            checksum = next;
-            buffer.extend_from_slice(&frame_header);
-            buffer.extend_from_slice(image);
-        }
-        let offset = frame_offset(max_frame + 1, page_size);
-        crate::fail_point::step("commit:before_frames_write");
-        inner.wal_file.write_all_at(&buffer, offset).map_err(|e| {
-            io_error(
-                format!("appending frames at offset {offset} to"),
-                &inner.wal_path,
-                e,
-            )
-        })?;
-        crate::fail_point::step("commit:before_wal_fsync");
-        if inner.options.sync == SyncPolicy::Full {
-            inner
-                .wal_file
-                .sync_data()
-                .map_err(|e| io_error("fsync of", &inner.wal_path, e))?;
-        }
-        let first_frame = max_frame + 1;
-        {
-            let mut shared = inner.shared.write();
-            assert_eq!(
-                shared.max_frame, max_frame,
-                "only the writer appends frames"
-            );
-            for (i, &page_number) in pages.keys().enumerate() {
-                shared
-                    .index
-                    .entry(page_number)
-                    .or_default()
-                    .push(first_frame + i as u64);
-                shared.frame_pages.push(page_number);
-            }
-            shared.max_frame = max_frame + pages.len() as u64;
-            shared.last_checksum = checksum;
-            shared.db_size_pages = new_db_size;
-            debug_assert_eq!(shared.frame_pages.len() as u64, shared.max_frame);
-        }
-        for (i, (&page_number, image)) in pages.iter().enumerate() {
-            inner.cache.commit_dirty(
-                page_number,
-                Arc::clone(image),
-                FrameTag {
-                    frame_id: first_frame + i as u64,
-                    epoch,
-                },
-            );
-        }
-        Ok(CommitInfo {
-            first_frame,
-            last_frame: max_frame + pages.len() as u64,
-            db_size_pages: new_db_size,
-        })
-    }
-
-    /// Writes and fsyncs a new generation's header before its first frame, whatever the sync
-    /// policy: otherwise an old header could survive a crash beside new frames, and recovery
-    /// would replay a prefix of the old generation over a database that is already newer.
-    fn write_new_header(&self, header: &WalHeader) -> Result<()> {
-        let inner = &self.inner;
-        let (bytes, _) = header.encode();
-        crate::fail_point::step("restart:before_header_write");
-        inner
-            .wal_file
-            .write_all_at(&bytes, 0)
-            .map_err(|e| io_error("writing the header of", &inner.wal_path, e))?;
-        inner
-            .wal_file
-            .sync_data()
-            .map_err(|e| io_error("fsync of", &inner.wal_path, e))?;
-        crate::fail_point::step("restart:after_header_fsync");
-        inner.shared.write().header_durable = true;
-        Ok(())
     }
 }

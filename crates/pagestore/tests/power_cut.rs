@@ -7,7 +7,11 @@
 //! choices; reopen; and check that the database is exactly the state after the first `k`
 //! transactions for some `k` (never a mixture of two), with `k` at least every transaction that
 //! was durable by contract (`Full`: every acknowledged commit; `Normal`: every commit before an
-//! acknowledged checkpoint) and at most the transactions attempted.
+//! acknowledged checkpoint) and at most the transactions attempted. Some transactions shrink the
+//! database first ([`prefixkv_pagestore::WriteTransaction::truncate`]), so complete checkpoints
+//! cut the database file, and later growth brings truncated pages back as zeros.
+//!
+//! A second test cuts the power at every call of a shrinking `Truncate` checkpoint in turn.
 //!
 //! `PAGESTORE_POWER_CUT_SEEDS` (default 2000); `PAGESTORE_POWER_CUT_SEED=n` replays one seed.
 
@@ -52,13 +56,22 @@ fn page_image(txn: u64, page: u32) -> Vec<u8> {
     image
 }
 
+/// One transaction: an optional shrink first, then the pages written.
+#[derive(Default, Clone)]
+struct Txn {
+    truncate_to: Option<u32>,
+    pages: Vec<u32>,
+}
+
 /// What the writer knows: the pages of every attempted transaction, and what is durable.
 #[derive(Default)]
 struct Writer {
-    /// Pages written by transaction `i + 1`.
-    transactions: Vec<Vec<u32>>,
+    /// Transaction `i + 1`.
+    transactions: Vec<Txn>,
     /// Transactions durable by contract.
     durable: u64,
+    /// Checkpoints that cut the database file (the test must exercise them).
+    files_cut: u64,
 }
 
 impl Writer {
@@ -66,8 +79,14 @@ impl Writer {
     fn state(&self, k: u64) -> (u32, Vec<Vec<u8>>) {
         let mut size = 0;
         let mut pages = vec![vec![0u8; PAGE_BYTES]; PAGES as usize];
-        for (index, written) in self.transactions[..k as usize].iter().enumerate() {
-            for &page in written {
+        for (index, txn) in self.transactions[..k as usize].iter().enumerate() {
+            if let Some(n) = txn.truncate_to {
+                size = n;
+                for page in &mut pages[n as usize..] {
+                    page.fill(0);
+                }
+            }
+            for &page in &txn.pages {
                 pages[page as usize - 1] = page_image(index as u64 + 1, page);
                 size = size.max(page);
             }
@@ -86,10 +105,16 @@ impl Writer {
             let Ok(mut write) = store.begin_write() else {
                 return;
             };
+            let size = write.size_pages();
+            let truncate_to =
+                (size > 1 && rng.below(8) == 0).then(|| 1 + rng.below(size as u64) as u32);
+            if let Some(n) = truncate_to {
+                write.truncate(n).unwrap();
+            }
             for &page in &pages {
                 write.write_page(page, &page_image(txn, page)).unwrap();
             }
-            self.transactions.push(pages);
+            self.transactions.push(Txn { truncate_to, pages });
             if write.commit().is_err() {
                 return;
             }
@@ -104,7 +129,10 @@ impl Writer {
                     CheckpointMode::Truncate,
                 ][rng.below(4) as usize];
                 match store.checkpoint(mode) {
-                    Ok(_) => self.durable = txn,
+                    Ok(outcome) => {
+                        self.durable = txn;
+                        self.files_cut += u64::from(outcome.db_file_truncated_to_pages.is_some());
+                    }
                     Err(prefixkv_pagestore::Error::Busy(_)) => {}
                     Err(_) => return,
                 }
@@ -162,7 +190,8 @@ fn disk(seed: u64) -> SimDisk {
     disk
 }
 
-fn run_seed(seed: u64) {
+/// Runs one seed; returns how many checkpoints cut the database file.
+fn run_seed(seed: u64) -> u64 {
     let disk = disk(seed);
     let mut rng = Rng::new(seed);
     let options = options(seed);
@@ -181,6 +210,7 @@ fn run_seed(seed: u64) {
     }
     let (store, _) = PageStore::open_on(disk.as_disk(), DB, options).unwrap();
     writer.check(&store, seed);
+    writer.files_cut
 }
 
 #[test]
@@ -189,13 +219,18 @@ fn power_cuts_recover_a_committed_prefix_never_a_mixture() {
         .ok()
         .and_then(|s| s.parse().ok())
     {
-        return run_seed(seed);
+        run_seed(seed);
+        return;
     }
     let seeds = env_count("PAGESTORE_POWER_CUT_SEEDS", 2000);
-    for seed in 0..seeds {
-        run_seed(seed);
-    }
-    eprintln!("pagestore power cuts: {seeds} seeds x 2 generations");
+    let files_cut: u64 = (0..seeds).map(run_seed).sum();
+    assert!(
+        seeds < 100 || files_cut > seeds / 10,
+        "only {files_cut} checkpoints cut the database file"
+    );
+    eprintln!(
+        "pagestore power cuts: {seeds} seeds x 2 generations, {files_cut} checkpoints cut the database file"
+    );
 }
 
 /// The check is not vacuous: recovering a store whose last acknowledged (`Full`) commit is
@@ -211,15 +246,107 @@ fn the_check_catches_a_lost_acknowledged_commit() {
         let mut write = store.begin_write().unwrap();
         write.write_page(1, &page_image(txn, 1)).unwrap();
         write.commit().unwrap();
-        writer.transactions.push(vec![1]);
+        writer.transactions.push(Txn {
+            truncate_to: None,
+            pages: vec![1],
+        });
         writer.durable = txn;
     }
     drop(store);
     disk.crash(CrashMode::Random);
     // Tamper: the record claims a fourth acknowledged commit that the store never saw.
-    writer.transactions.push(vec![2]);
+    writer.transactions.push(Txn {
+        truncate_to: None,
+        pages: vec![2],
+    });
     writer.durable = 4;
     let (store, _) = PageStore::open_on(disk.as_disk(), DB, options).unwrap();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| writer.check(&store, 0)));
     assert!(caught.is_err());
+}
+
+/// Cuts the power at every call of a `Truncate` checkpoint that shrinks the database file, one
+/// cut per run, with every crash mode: the recovered database is always the shrunk one, and
+/// growing it back afterwards shows zeros for the truncated pages.
+#[test]
+fn a_power_cut_at_every_call_of_a_shrinking_truncate_checkpoint_recovers_the_shrunk_database() {
+    let modes = [
+        CrashMode::Random,
+        CrashMode::DropAll,
+        CrashMode::KeepAll,
+        CrashMode::TornLastSector,
+    ];
+    let mut writer = Writer::default();
+    let full: Vec<u32> = (1..=PAGES).collect();
+    writer.transactions.push(Txn {
+        truncate_to: None,
+        pages: full.clone(),
+    });
+    writer.transactions.push(Txn {
+        truncate_to: Some(5),
+        pages: vec![2],
+    });
+    writer.durable = 2;
+    let mut cuts_before_completion = 0;
+    for cut in 0.. {
+        let seed = cut * 2; // even: `Full` sync, so every commit is durable when acknowledged
+        let disk = disk(seed);
+        let mut options = options(seed);
+        options.auto_checkpoint_frames = 0;
+        let (store, _) = PageStore::open_on(disk.as_disk(), DB, options.clone()).unwrap();
+        let mut write = store.begin_write().unwrap();
+        for &page in &full {
+            write.write_page(page, &page_image(1, page)).unwrap();
+        }
+        write.commit().unwrap();
+        store.checkpoint(CheckpointMode::Full).unwrap();
+        let mut write = store.begin_write().unwrap();
+        write.truncate(5).unwrap();
+        write.write_page(2, &page_image(2, 2)).unwrap();
+        write.commit().unwrap();
+        disk.cut_after(cut);
+        let outcome = store.checkpoint(CheckpointMode::Truncate);
+        let completed = !disk.is_dead();
+        if completed {
+            let outcome = outcome.unwrap();
+            assert_eq!(outcome.db_file_truncated_to_pages, Some(5));
+        }
+        disk.kill();
+        drop(store);
+        disk.crash(modes[cut as usize % modes.len()]);
+        let (store, _) = PageStore::open_on(disk.as_disk(), DB, options.clone())
+            .unwrap_or_else(|e| panic!("cut {cut}: reopen: {e}"));
+        let mut check = Writer {
+            transactions: writer.transactions.clone(),
+            durable: writer.durable,
+            files_cut: 0,
+        };
+        assert_eq!(check.check(&store, seed), 2, "cut {cut}");
+        // Growing back: pages 6..=8 were truncated, so they return as zeros.
+        let mut write = store.begin_write().unwrap();
+        write.write_page(9, &page_image(3, 9)).unwrap();
+        write.commit().unwrap();
+        check.transactions.push(Txn {
+            truncate_to: None,
+            pages: vec![9],
+        });
+        check.durable = 3;
+        store.checkpoint(CheckpointMode::Truncate).unwrap();
+        drop(store);
+        let (store, _) = PageStore::open_on(disk.as_disk(), DB, options).unwrap();
+        assert_eq!(
+            check.check(&store, seed),
+            3,
+            "cut {cut}, after growing back"
+        );
+        let length = disk.read_file(std::path::Path::new(DB)).unwrap().len();
+        assert_eq!(length, 9 * PAGE_BYTES, "cut {cut}");
+        if completed {
+            break;
+        }
+        cuts_before_completion += 1;
+    }
+    // Backfill writes, the truncation, the database fsync, the WAL truncation and its fsync.
+    assert!(cuts_before_completion >= 4, "{cuts_before_completion} cuts");
+    eprintln!("shrinking truncate checkpoint: cut at each of its {cuts_before_completion} calls");
 }
