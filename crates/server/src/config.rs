@@ -71,6 +71,10 @@ pub struct Flags {
     /// Entries the slow log keeps (the oldest go first) [default: 128].
     #[arg(long = "slowlog-max-len")]
     pub slowlog_max_len: Option<u64>,
+    /// Port of the Prometheus endpoint (`GET /metrics` on the `bind` address); 0 = none
+    /// [default: 0].
+    #[arg(long = "metrics-port")]
+    pub metrics_port: Option<u16>,
     /// Request-handling threads, each with its own runtime [default: number of cores].
     #[arg(long)]
     pub threads: Option<usize>,
@@ -108,6 +112,7 @@ struct FileConfig {
     proto_max_bulk_len: Option<toml::Value>,
     slowlog_log_slower_than: Option<i64>,
     slowlog_max_len: Option<u64>,
+    metrics_port: Option<u16>,
     threads: Option<usize>,
     engine_memory: Option<toml::Value>,
     checkpoint_rate: Option<toml::Value>,
@@ -152,6 +157,8 @@ pub struct Config {
     pub slowlog_log_slower_than_us: i64,
     /// `slowlog-max-len`.
     pub slowlog_max_len: u64,
+    /// Port of the Prometheus endpoint (0: none).
+    pub metrics_port: u16,
     /// Request threads.
     pub threads: usize,
     /// Engine log memory budget.
@@ -320,6 +327,7 @@ impl Config {
                 .or(file.slowlog_max_len)
                 .unwrap_or(128)
                 .min(MAX_SLOWLOG_LEN),
+            metrics_port: flags.metrics_port.or(file.metrics_port).unwrap_or(0),
             threads,
             engine_memory_bytes: memory(
                 &flags.engine_memory,

@@ -9,6 +9,7 @@ pub mod connection;
 pub mod glob;
 pub mod info;
 pub mod keyspace;
+pub mod metrics;
 pub mod net;
 pub mod persistence;
 pub mod pubsub;

@@ -5,12 +5,13 @@
 //! how to connect, serve. See `docs/server.md`.
 
 use prefixkv_server::command_stats::CommandStats;
-use prefixkv_server::{commands, config, net, persistence, signals, state};
+use prefixkv_server::{commands, config, metrics, net, persistence, signals, state};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
+use anyhow::Context;
 use clap::Parser;
 use parking_lot::{Mutex, RwLock};
 
@@ -55,6 +56,20 @@ fn run() -> anyhow::Result<()> {
         started: Instant::now(),
         port,
     });
+    if config.metrics_port != 0 {
+        let address = (config.bind.as_str(), config.metrics_port);
+        let metrics_listener = std::net::TcpListener::bind(address).with_context(|| {
+            format!(
+                "binding the metrics endpoint on {}:{} (--metrics-port)",
+                config.bind, config.metrics_port
+            )
+        })?;
+        metrics::serve(server.clone(), metrics_listener)?;
+        println!(
+            "prefixkv-server: Prometheus metrics on http://{}:{}/metrics",
+            config.bind, config.metrics_port
+        );
+    }
     if port != config.port && config.port != 0 {
         println!(
             "prefixkv-server: port {} is taken; using {port}",

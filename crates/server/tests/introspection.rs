@@ -216,3 +216,85 @@ fn slowlog_keeps_what_was_slow_and_no_more() {
         .error(&["CONFIG", "SET", "slowlog-max-len", "100000000"])
         .contains("between 0 and"));
 }
+
+/// One HTTP request to the metrics endpoint; (status line, body).
+fn scrape(port: u16, request_line: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(stream, "{request_line}\r\nHost: test\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The Prometheus endpoint counts what the client sent, every sample line is `name{labels}
+/// value` with a declared family, and other paths and methods are refused.
+#[test]
+fn the_metrics_endpoint_serves_prometheus_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = common::free_port();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--engine-memory",
+            "64mb",
+            "--metrics-port",
+            &metrics_port.to_string(),
+        ],
+    );
+    let mut raw = server.raw();
+    for i in 0..4 {
+        raw.call(&["SET", &format!("k{i}"), "v"]);
+    }
+    raw.error(&["INCR", "k0"]);
+    raw.call(&["SAVE"]);
+    let (status, body) = scrape(metrics_port, "GET /metrics HTTP/1.1");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let mut declared = BTreeSet::new();
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            declared.insert(rest.split(' ').next().unwrap().to_string());
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        let (name_and_labels, value) = line.rsplit_once(' ').expect("a sample line");
+        value
+            .parse::<f64>()
+            .unwrap_or_else(|_| panic!("value of {line}"));
+        let name = name_and_labels.split('{').next().unwrap();
+        let family = name.trim_end_matches("_sum").trim_end_matches("_count");
+        assert!(declared.contains(family), "{name} has no TYPE line");
+    }
+    assert!(
+        body.contains("prefixkv_commands_total{cmd=\"set\"} 4\n"),
+        "{body}"
+    );
+    assert!(body.contains("prefixkv_command_failed_total{cmd=\"incr\"} 1\n"));
+    assert!(body.contains("prefixkv_command_latency_seconds_count{cmd=\"set\"} 4\n"));
+    assert!(body.contains("prefixkv_keyspace_keys{db=\"0\"} 4\n"));
+    let checkpoints: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("prefixkv_checkpoints_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        checkpoints >= 1.0,
+        "SAVE completed a checkpoint: {checkpoints}"
+    );
+    assert!(body.contains("prefixkv_oplog_syncs_total "));
+    assert_eq!(
+        scrape(metrics_port, "GET / HTTP/1.1").0,
+        "HTTP/1.1 404 Not Found"
+    );
+    assert_eq!(
+        scrape(metrics_port, "POST /metrics HTTP/1.1").0,
+        "HTTP/1.1 405 Method Not Allowed"
+    );
+}

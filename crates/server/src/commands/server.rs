@@ -230,6 +230,7 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
             config.slowlog_log_slower_than_us.to_string(),
         ),
         ("slowlog-max-len", config.slowlog_max_len.to_string()),
+        ("metrics-port", config.metrics_port.to_string()),
         ("threads", config.threads.to_string()),
         ("engine-memory", config.engine_memory_bytes.to_string()),
     ]
@@ -394,6 +395,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                     | "checkpoint-interval"
                     | "checkpoint-rate"
                     | "threads"
+                    | "metrics-port"
                     | "engine-memory" => {
                         return Err(failed("can't set immutable config".into()));
                     }

@@ -62,6 +62,9 @@ pub struct Stats {
     pub groups_written: u64,
     /// Data syncs (`fdatasync` or io_uring `Fsync(DATASYNC)`), roll syncs included.
     pub syncs: u64,
+    /// Time spent in the calls that made data durable: the sync, or the write that carried it
+    /// (io_uring links them); divided by `syncs`, the mean sync latency.
+    pub sync_time: std::time::Duration,
     /// Records written.
     pub records_written: u64,
 }
@@ -171,6 +174,7 @@ impl Log {
             written_lsn: AtomicU64::new(written),
             groups_written: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
+            sync_nanos: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
         });
         let kind = backend.kind();
@@ -324,6 +328,9 @@ impl Log {
         Stats {
             groups_written: self.shared.groups_written.load(Ordering::Relaxed),
             syncs: self.shared.syncs.load(Ordering::Relaxed),
+            sync_time: std::time::Duration::from_nanos(
+                self.shared.sync_nanos.load(Ordering::Relaxed),
+            ),
             records_written: self.shared.records_written.load(Ordering::Relaxed),
         }
     }

@@ -214,6 +214,7 @@ impl IoThread {
             let is_final_run = end_index == ends.len();
             // A run that is not final is followed by a roll, which syncs this segment anyway.
             let sync = group.sync && is_final_run;
+            let started = Instant::now();
             self.backend
                 .write_at(&*self.active.file, self.active.length_bytes, bytes, sync)
                 .map_err(|e| {
@@ -229,7 +230,7 @@ impl IoThread {
             self.active.length_bytes += bytes.len() as u64;
             written_lsn += (end_index - start_index) as u64;
             if sync {
-                self.note_sync();
+                self.note_sync(started);
                 durable_lsn = written_lsn;
             }
             start_index = end_index;
@@ -245,6 +246,7 @@ impl IoThread {
 
     /// Data sync of the active segment (never retried: a failure fails the log).
     fn sync_active(&mut self) -> Result<()> {
+        let started = Instant::now();
         self.backend.sync(&*self.active.file).map_err(|e| {
             LogError::io(
                 format!(
@@ -254,13 +256,19 @@ impl IoThread {
                 e,
             )
         })?;
-        self.note_sync();
+        self.note_sync(started);
         Ok(())
     }
 
-    fn note_sync(&mut self) {
+    /// Counts a completed data sync; `started` is when the call that made the data durable (the
+    /// sync, or a write carrying its sync) began.
+    fn note_sync(&mut self, started: Instant) {
         self.last_sync = Instant::now();
         self.shared.syncs.fetch_add(1, Ordering::Relaxed);
+        self.shared.sync_nanos.fetch_add(
+            self.last_sync.duration_since(started).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
     }
 
     /// Makes the active segment durable and starts a new one whose first record is `next_lsn`.
@@ -358,6 +366,7 @@ impl IoThread {
         };
         let cut = self.offset_of(&file, &kept, lsn + 1)?;
         let old_bytes = file.len().unwrap_or(cut);
+        let started = Instant::now();
         file.set_len(cut)
             .and_then(|()| file.sync_all())
             .map_err(|e| {
@@ -369,7 +378,7 @@ impl IoThread {
                     e,
                 )
             })?;
-        self.note_sync();
+        self.note_sync(started);
         self.active = ActiveSegment {
             file,
             first_lsn: kept.first_lsn,

@@ -73,6 +73,8 @@ pub(crate) struct Shared {
     /// Counters for reports: group writes, data syncs, records written.
     pub groups_written: AtomicU64,
     pub syncs: AtomicU64,
+    /// Nanoseconds spent in the calls that made data durable (see `Stats::sync_time`).
+    pub sync_nanos: AtomicU64,
     pub records_written: AtomicU64,
     /// 1 once `state.failure` is set (never cleared): a check without the state lock.
     pub failed: AtomicU64,
