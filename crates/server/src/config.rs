@@ -75,6 +75,11 @@ pub struct Flags {
     /// [default: 0].
     #[arg(long = "metrics-port")]
     pub metrics_port: Option<u16>,
+    /// Log verbosity, Redis's names: `debug`, `verbose`, `notice`, `warning`, `nothing`
+    /// [default: notice]. The environment variable PREFIXKV_LOG (tracing's filter syntax, e.g.
+    /// `prefixkv_server=debug`) overrides it.
+    #[arg(long)]
+    pub loglevel: Option<String>,
     /// Request-handling threads, each with its own runtime [default: number of cores].
     #[arg(long)]
     pub threads: Option<usize>,
@@ -113,11 +118,67 @@ struct FileConfig {
     slowlog_log_slower_than: Option<i64>,
     slowlog_max_len: Option<u64>,
     metrics_port: Option<u16>,
+    loglevel: Option<String>,
     threads: Option<usize>,
     engine_memory: Option<toml::Value>,
     checkpoint_rate: Option<toml::Value>,
     checkpoint_nice: Option<i32>,
     checkpoint_direct_io: Option<toml::Value>,
+}
+
+/// Log verbosity under Redis's names, and the tracing level each stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Everything (tracing `TRACE`).
+    Debug,
+    /// Per-connection events too (`DEBUG`).
+    Verbose,
+    /// Startup, shutdown, checkpoints' failures, clients closed for a limit (`INFO`).
+    Notice,
+    /// Only what went wrong (`WARN`).
+    Warning,
+    /// Nothing.
+    Nothing,
+}
+
+impl LogLevel {
+    /// The name CONFIG GET shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Verbose => "verbose",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Nothing => "nothing",
+        }
+    }
+
+    /// The tracing filter it stands for.
+    pub fn filter(self) -> tracing_subscriber::filter::LevelFilter {
+        use tracing_subscriber::filter::LevelFilter;
+        match self {
+            LogLevel::Debug => LevelFilter::TRACE,
+            LogLevel::Verbose => LevelFilter::DEBUG,
+            LogLevel::Notice => LevelFilter::INFO,
+            LogLevel::Warning => LevelFilter::WARN,
+            LogLevel::Nothing => LevelFilter::OFF,
+        }
+    }
+}
+
+impl std::str::FromStr for LogLevel {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> anyhow::Result<LogLevel> {
+        Ok(match text.to_ascii_lowercase().as_str() {
+            "debug" => LogLevel::Debug,
+            "verbose" => LogLevel::Verbose,
+            "notice" => LogLevel::Notice,
+            "warning" => LogLevel::Warning,
+            "nothing" => LogLevel::Nothing,
+            _ => bail!("loglevel: '{text}' is not one of debug, verbose, notice, warning, nothing"),
+        })
+    }
 }
 
 /// The largest `slowlog-max-len` accepted: the slow log's memory stays bounded (an entry holds at
@@ -159,6 +220,8 @@ pub struct Config {
     pub slowlog_max_len: u64,
     /// Port of the Prometheus endpoint (0: none).
     pub metrics_port: u16,
+    /// `loglevel` (Redis's name for it).
+    pub loglevel: LogLevel,
     /// Request threads.
     pub threads: usize,
     /// Engine log memory budget.
@@ -328,6 +391,10 @@ impl Config {
                 .unwrap_or(128)
                 .min(MAX_SLOWLOG_LEN),
             metrics_port: flags.metrics_port.or(file.metrics_port).unwrap_or(0),
+            loglevel: match flags.loglevel.or(file.loglevel) {
+                Some(name) => name.parse()?,
+                None => LogLevel::Notice,
+            },
             threads,
             engine_memory_bytes: memory(
                 &flags.engine_memory,

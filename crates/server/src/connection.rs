@@ -47,7 +47,7 @@ pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
         if error.kind() != std::io::ErrorKind::ConnectionReset
             && error.kind() != std::io::ErrorKind::BrokenPipe
         {
-            eprintln!("prefixkv-server: client {id}: {error}");
+            tracing::debug!("client {id}: {error}");
         }
     }
     server.clients.lock().remove(&id);
@@ -110,7 +110,7 @@ async fn serve_loop(
             )
         };
         if input.len() as u64 > query_limit {
-            eprintln!("prefixkv-server: closing client {}: query buffer over client-query-buffer-limit ({query_limit} bytes)", client.id);
+            tracing::info!("closing client {}: query buffer over client-query-buffer-limit ({query_limit} bytes)", client.id);
             return Ok(());
         }
         let mut close = false;
@@ -143,7 +143,7 @@ async fn serve_loop(
                 }
             }
             if output.len() as u64 > output_limit {
-                eprintln!("prefixkv-server: closing client {}: reply over client-output-buffer-limit ({output_limit} bytes)", client.id);
+                tracing::info!("closing client {}: reply over client-output-buffer-limit ({output_limit} bytes)", client.id);
                 return Ok(());
             }
         }
@@ -196,8 +196,8 @@ async fn flush(
         .as_ref()
         .is_some_and(|s| s.overflowed())
     {
-        eprintln!(
-            "prefixkv-server: closing client {}: Pub/Sub messages over client-output-buffer-limit",
+        tracing::info!(
+            "closing client {}: Pub/Sub messages over client-output-buffer-limit",
             client.id
         );
         return Ok(false);
@@ -216,8 +216,8 @@ async fn await_ticket(client: &mut Client) -> bool {
     match ticket.await {
         Ok(_) => true,
         Err(error) => {
-            eprintln!(
-                "prefixkv-server: closing client {} without acknowledging: oplog failed: {error}",
+            tracing::error!(
+                "closing client {} without acknowledging: oplog failed: {error}",
                 client.id
             );
             false
@@ -282,11 +282,11 @@ async fn run_async(
             let persistence = server.persistence.clone();
             match blocking(move || persistence.shutdown(save)).await {
                 Ok(()) => {
-                    eprintln!("prefixkv-server: SHUTDOWN (save: {save}); exiting");
+                    tracing::info!("SHUTDOWN (save: {save}); exiting");
                     std::process::exit(0);
                 }
                 Err(error) => {
-                    eprintln!("prefixkv-server: SHUTDOWN failed: {error}");
+                    tracing::error!("SHUTDOWN failed: {error}");
                     encoder.error(output, b"ERR Errors trying to SHUTDOWN. Check logs.");
                 }
             }

@@ -22,11 +22,23 @@ fn main() {
     }
 }
 
+/// Logs go to standard error at `loglevel`, or as PREFIXKV_LOG's filter says when it is set.
+fn init_logging(level: config::LogLevel) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PREFIXKV_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.filter().to_string()));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
 fn run() -> anyhow::Result<()> {
     let config = config::Config::resolve(config::Flags::parse())?;
+    init_logging(config.loglevel);
     signals::install()?;
     let (keyspace, loaded) = persistence::recover(&config)?;
-    eprintln!("prefixkv-server: loaded {loaded}");
+    tracing::info!("loaded {loaded}");
     let listener = net::bind(&config.bind, config.port, config.port_explicit)?;
     let port = listener.local_addr()?.port();
     let keyspace = Arc::new(keyspace);

@@ -68,7 +68,7 @@ pub fn run(server: Arc<Server>, listener: TcpListener, threads: usize) -> anyhow
         let stream = match accepted {
             Ok(stream) => stream,
             Err(error) => {
-                eprintln!("prefixkv-server: accept failed: {error}");
+                tracing::warn!("accept failed: {error}");
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -124,7 +124,7 @@ fn worker(
                         server.keyspace.expire_sweep(session, buckets)
                     });
                     if let Err(error) = result {
-                        eprintln!("prefixkv-server: active expiry: {error}");
+                        tracing::warn!("active expiry: {error}");
                     }
                 }
             });

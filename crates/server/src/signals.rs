@@ -32,24 +32,28 @@ pub fn install() -> std::io::Result<()> {
     if result != 0 {
         return Err(std::io::Error::from_raw_os_error(result));
     }
-    std::thread::Builder::new().name("prefixkv-signals".into()).spawn(move || {
-        let mut received: libc::c_int = 0;
-        // SAFETY: waits on a valid set that is blocked in every thread.
-        let result = unsafe { libc::sigwait(&set, &mut received) };
-        if result != 0 {
-            eprintln!("prefixkv-server: sigwait failed ({result}); signals will not stop the server cleanly");
-            return;
-        }
-        eprintln!("prefixkv-server: received signal {received}; shutting down");
-        if let Some(persistence) = PERSISTENCE.get() {
-            let save = persistence.durability == Durability::Checkpoint;
-            if let Err(error) = persistence.shutdown(save) {
-                eprintln!("prefixkv-server: clean shutdown failed: {error}");
-                std::process::exit(1);
+    std::thread::Builder::new()
+        .name("prefixkv-signals".into())
+        .spawn(move || {
+            let mut received: libc::c_int = 0;
+            // SAFETY: waits on a valid set that is blocked in every thread.
+            let result = unsafe { libc::sigwait(&set, &mut received) };
+            if result != 0 {
+                tracing::error!(
+                    "sigwait failed ({result}); signals will not stop the server cleanly"
+                );
+                return;
             }
-        }
-        std::process::exit(0);
-    })?;
+            tracing::info!("received signal {received}; shutting down");
+            if let Some(persistence) = PERSISTENCE.get() {
+                let save = persistence.durability == Durability::Checkpoint;
+                if let Err(error) = persistence.shutdown(save) {
+                    tracing::error!("clean shutdown failed: {error}");
+                    std::process::exit(1);
+                }
+            }
+            std::process::exit(0);
+        })?;
     Ok(())
 }
 

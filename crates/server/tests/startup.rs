@@ -91,3 +91,22 @@ fn a_second_server_on_the_same_directory_is_refused() {
         "{text}"
     );
 }
+
+/// A loglevel that is not one of Redis's names stops the start with a message naming them.
+#[test]
+fn an_unknown_loglevel_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
+    command
+        .args(["--port", "0", "--loglevel", "loud", "--dir"])
+        .arg(dir.path());
+    let output =
+        prefixkv_testkit::child::output_within(command, std::time::Duration::from_secs(60))
+            .unwrap();
+    assert!(!output.status.success());
+    let text = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        text.contains("'loud'") && text.contains("debug, verbose, notice, warning, nothing"),
+        "{text}"
+    );
+}

@@ -163,7 +163,7 @@ pub fn start_background(persistence: &Arc<Persistence>) -> bool {
         .name("prefixkv-bgsave".into())
         .spawn(move || {
             if let Err(error) = worker.checkpoint_now() {
-                eprintln!("prefixkv-server: background {error}");
+                tracing::error!("background {error}");
             }
             worker.background_running.store(false, Ordering::SeqCst);
         });
@@ -231,6 +231,7 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ),
         ("slowlog-max-len", config.slowlog_max_len.to_string()),
         ("metrics-port", config.metrics_port.to_string()),
+        ("loglevel", config.loglevel.name().into()),
         ("threads", config.threads.to_string()),
         ("engine-memory", config.engine_memory_bytes.to_string()),
     ]
@@ -396,6 +397,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                     | "checkpoint-rate"
                     | "threads"
                     | "metrics-port"
+                    | "loglevel"
                     | "engine-memory" => {
                         return Err(failed("can't set immutable config".into()));
                     }
