@@ -181,6 +181,49 @@ impl std::str::FromStr for LogLevel {
     }
 }
 
+/// Redis's encoding thresholds: (name, Redis's default, what it means here). Client libraries and
+/// tools read and set them; the hash ones decide what OBJECT ENCODING reports for a hash, the
+/// others are kept and shown but change nothing, since this server stores those types its own
+/// way or not at all.
+pub const ENCODING_THRESHOLDS: &[(&str, i64, &str)] = &[
+    (
+        "hash-max-listpack-entries",
+        128,
+        "OBJECT ENCODING of a hash",
+    ),
+    ("hash-max-listpack-value", 64, "OBJECT ENCODING of a hash"),
+    ("list-max-listpack-size", -2, "accepted, no effect"),
+    ("list-compress-depth", 0, "accepted, no effect"),
+    ("set-max-intset-entries", 512, "accepted, no effect"),
+    ("set-max-listpack-entries", 128, "accepted, no effect"),
+    ("set-max-listpack-value", 64, "accepted, no effect"),
+    ("zset-max-listpack-entries", 128, "accepted, no effect"),
+    ("zset-max-listpack-value", 64, "accepted, no effect"),
+    ("stream-node-max-bytes", 4096, "accepted, no effect"),
+    ("stream-node-max-entries", 100, "accepted, no effect"),
+    ("hll-sparse-max-bytes", 3000, "accepted, no effect"),
+];
+
+/// The canonical name of an encoding threshold, accepting Redis's older `ziplist` aliases.
+pub fn encoding_threshold_name(name: &str) -> Option<&'static str> {
+    let canonical = name.replace("ziplist", "listpack");
+    ENCODING_THRESHOLDS
+        .iter()
+        .map(|(known, _, _)| *known)
+        .find(|known| *known == canonical)
+}
+
+impl Config {
+    /// The current value of encoding threshold `name` (canonical).
+    pub fn encoding_threshold(&self, name: &str) -> i64 {
+        self.encoding_thresholds
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, value)| *value)
+            .expect("every threshold has a value")
+    }
+}
+
 /// The largest `slowlog-max-len` accepted: the slow log's memory stays bounded (an entry holds at
 /// most 32 arguments of 128 bytes).
 pub const MAX_SLOWLOG_LEN: u64 = 100_000;
@@ -222,6 +265,8 @@ pub struct Config {
     pub metrics_port: u16,
     /// `loglevel` (Redis's name for it).
     pub loglevel: LogLevel,
+    /// Redis's encoding thresholds, by name ([`ENCODING_THRESHOLDS`]), as CONFIG SET left them.
+    pub encoding_thresholds: Vec<(&'static str, i64)>,
     /// Request threads.
     pub threads: usize,
     /// Engine log memory budget.
@@ -391,6 +436,10 @@ impl Config {
                 .unwrap_or(128)
                 .min(MAX_SLOWLOG_LEN),
             metrics_port: flags.metrics_port.or(file.metrics_port).unwrap_or(0),
+            encoding_thresholds: ENCODING_THRESHOLDS
+                .iter()
+                .map(|(name, default, _)| (*name, *default))
+                .collect(),
             loglevel: match flags.loglevel.or(file.loglevel) {
                 Some(name) => name.parse()?,
                 None => LogLevel::Notice,

@@ -102,6 +102,42 @@ fn object_encoding_reports_the_content_rule() {
         raw.call(&["OBJECT", "ENCODING", "h"]),
         Reply::bulk("hashtable")
     );
+    // The thresholds are CONFIG names (Redis's older ziplist names too) and decide the answer.
+    assert_eq!(
+        raw.call(&["CONFIG", "GET", "hash-max-ziplist-entries"]),
+        Reply::Array(vec![
+            Reply::bulk("hash-max-ziplist-entries"),
+            Reply::bulk("128")
+        ])
+    );
+    raw.call(&["HDEL", "h", "big"]);
+    assert_eq!(
+        raw.call(&["OBJECT", "ENCODING", "h"]),
+        Reply::bulk("listpack")
+    );
+    raw.call(&["CONFIG", "SET", "hash-max-ziplist-entries", "0"]);
+    assert_eq!(
+        raw.call(&["OBJECT", "ENCODING", "h"]),
+        Reply::bulk("hashtable")
+    );
+    assert_eq!(
+        raw.call(&["CONFIG", "GET", "hash-max-listpack-entries"]),
+        Reply::Array(vec![
+            Reply::bulk("hash-max-listpack-entries"),
+            Reply::bulk("0")
+        ])
+    );
+    raw.call(&["CONFIG", "SET", "zset-max-listpack-entries", "7"]);
+    assert_eq!(
+        raw.call(&["CONFIG", "GET", "zset-max-listpack-entries"]),
+        Reply::Array(vec![
+            Reply::bulk("zset-max-listpack-entries"),
+            Reply::bulk("7")
+        ])
+    );
+    assert!(raw
+        .error(&["CONFIG", "SET", "set-max-intset-entries", "many"])
+        .contains("couldn't be parsed into an integer"));
     assert_eq!(raw.call(&["OBJECT", "REFCOUNT", "h"]), Reply::Integer(1));
     assert_eq!(
         raw.call(&["OBJECT", "ENCODING", "missing"]),

@@ -220,10 +220,11 @@ fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 
 /// The encoding Redis would report for a value of this content: `int` for a canonical 64-bit
 /// integer, `embstr` up to 44 bytes, `raw` above; a hash is `listpack` up to 128 entries of at
-/// most 64-byte fields and values (Redis's default thresholds), `hashtable` above. Redis keeps an
+/// most 64-byte fields and values (`hash-max-listpack-entries`/`-value`, Redis's defaults unless
+/// CONFIG SET changed them), `hashtable` above. Redis keeps an
 /// encoding a value reached (APPEND makes `raw`; a hash that shrank stays `hashtable`); this
 /// reports the content's own.
-fn encoding_of(stored: &Stored) -> Result<&'static str, String> {
+fn encoding_of(stored: &Stored, config: &crate::config::Config) -> Result<&'static str, String> {
     Ok(match stored.kind {
         Kind::String => {
             let text = &stored.payload;
@@ -243,8 +244,12 @@ fn encoding_of(stored: &Stored) -> Result<&'static str, String> {
         Kind::Hash => {
             let pairs = value::decode_hash(&stored.payload)
                 .map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
-            let small =
-                pairs.len() <= 128 && pairs.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64);
+            let entries = config.encoding_threshold("hash-max-listpack-entries");
+            let value_bytes = config.encoding_threshold("hash-max-listpack-value");
+            let small = pairs.len() as i64 <= entries
+                && pairs
+                    .iter()
+                    .all(|(f, v)| f.len() as i64 <= value_bytes && v.len() as i64 <= value_bytes);
             if small {
                 "listpack"
             } else {
@@ -300,7 +305,10 @@ fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         return Ok(());
     };
     match subcommand.as_str() {
-        "encoding" => ctx.w.bulk(encoding_of(&stored)?.as_bytes()),
+        "encoding" => {
+            let encoding = encoding_of(&stored, &ctx.server.settings.read())?;
+            ctx.w.bulk(encoding.as_bytes())
+        }
         "refcount" => ctx.w.int(1),
         // Access times are not tracked: every key reads as just used.
         "idletime" => ctx.w.int(0),

@@ -235,6 +235,14 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ("threads", config.threads.to_string()),
         ("engine-memory", config.engine_memory_bytes.to_string()),
     ]
+    .into_iter()
+    .chain(
+        config
+            .encoding_thresholds
+            .iter()
+            .map(|(name, value)| (*name, value.to_string())),
+    )
+    .collect()
 }
 
 /// SLOWLOG GET [count] | LEN | RESET | HELP.
@@ -316,7 +324,16 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             }
             let all = parameters(&ctx.server.settings.read());
             let mut found: Vec<(&str, String)> = Vec::new();
+            let mut alias_values: Vec<(String, String)> = Vec::new();
             for pattern in &args[2..] {
+                // Redis's older `ziplist` names answer under the name asked for.
+                let asked = String::from_utf8_lossy(pattern).to_ascii_lowercase();
+                if let Some(canonical) = crate::config::encoding_threshold_name(&asked) {
+                    if canonical != asked {
+                        let value = ctx.server.settings.read().encoding_threshold(canonical);
+                        alias_values.push((asked, value.to_string()));
+                    }
+                }
                 for (name, value) in &all {
                     if crate::glob::matches(pattern, name.as_bytes(), true)
                         && !found.iter().any(|(n, _)| n == name)
@@ -325,8 +342,12 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                     }
                 }
             }
-            ctx.w.map(found.len());
+            ctx.w.map(found.len() + alias_values.len());
             for (name, value) in found {
+                ctx.w.bulk(name.as_bytes());
+                ctx.w.bulk(value.as_bytes());
+            }
+            for (name, value) in alias_values {
                 ctx.w.bulk(name.as_bytes());
                 ctx.w.bulk(value.as_bytes());
             }
@@ -385,6 +406,18 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                             )));
                         }
                         updated.slowlog_max_len = len;
+                    }
+                    _ if crate::config::encoding_threshold_name(&name).is_some() => {
+                        let canonical = crate::config::encoding_threshold_name(&name)
+                            .expect("checked by the guard");
+                        let number: i64 = value.parse().map_err(|_| {
+                            failed("argument couldn't be parsed into an integer".into())
+                        })?;
+                        for (known, current) in &mut updated.encoding_thresholds {
+                            if *known == canonical {
+                                *current = number;
+                            }
+                        }
                     }
                     "maxmemory-policy" if value == "noeviction" => {}
                     "save" | "appendonly" => {}
