@@ -46,7 +46,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let v = |rng: &mut Rng| pick(rng, VALUES).to_string();
     let f = |rng: &mut Rng| pick(rng, FIELDS).to_string();
     let s = |text: &str| text.to_string();
-    match rng.below(47) {
+    match rng.below(49) {
         0 => vec![s("SET"), k(rng), v(rng)],
         1 => {
             let option = pick(rng, &["NX", "XX", "GET", "KEEPTTL", "EX"]);
@@ -179,6 +179,24 @@ fn command(rng: &mut Rng) -> Vec<String> {
             let sub = pick(rng, &["FREQ", "IDLETIME", "REFCOUNT", "ENCODING", "NOPE"]);
             // Missing keys only for the history-dependent answers.
             vec![s("OBJECT"), s(sub), s("missing")]
+        }
+        46 | 47 => {
+            let mut args = vec![s("LCS"), k(rng), k(rng)];
+            match rng.below(4) {
+                0 => args.push(s("LEN")),
+                1 => {
+                    args.push(s("IDX"));
+                    if rng.chance(1, 2) {
+                        args.extend([s("MINMATCHLEN"), s(pick(rng, &["0", "1", "2", "-1"]))]);
+                    }
+                    if rng.chance(1, 2) {
+                        args.push(s("WITHMATCHLEN"));
+                    }
+                }
+                2 => args.extend([s("LEN"), s("IDX")]),
+                _ => {}
+            }
+            args
         }
         _ => vec![s("DBSIZE")],
     }

@@ -8,6 +8,7 @@ mod bits;
 mod connection;
 mod hashes;
 mod keys;
+mod lcs;
 mod pubsub;
 pub use pubsub::encode_message;
 mod server;
@@ -466,6 +467,7 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" | "hincrbyfloat" | "hrandfield"
         | "hscan" => hashes::run(ctx, name, args),
         "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(ctx, name, args),
+        "lcs" => lcs::run(ctx, args),
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
             pubsub::run(ctx, name, args)
         }

@@ -126,6 +126,7 @@ pub static COMMANDS: &[Spec] = &[
     c("copy", -3, true, TWO, "generic", "Copies the value of a key to a new key."),
     c("move", 3, true, ONE, "generic", "Moves a key to another database."),
     c("object", -2, false, NONE, "generic", "A container for object introspection commands."),
+    c("lcs", -3, false, TWO, "string", "Finds the longest common substring."),
     c("setbit", 4, true, ONE, "bitmap", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist."),
     c("getbit", 3, false, ONE, "bitmap", "Returns a bit value by offset."),
     c("bitcount", -2, false, ONE, "bitmap", "Counts the number of set bits (population counting) in a string."),
