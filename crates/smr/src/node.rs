@@ -45,6 +45,9 @@ pub struct NodeConfig {
     pub election_timeout_min_ms: u64,
     /// Raft log segment size (at least 4096).
     pub log_segment_bytes: u64,
+    /// The longest one client command may take at this replica before it answers
+    /// `-CLUSTERDOWN` (no leader) or `-TIMEOUT` (write outcome unknown); see `forward.rs`.
+    pub request_timeout_ms: u64,
     /// Where the log and the checkpoints are written (the real disk; openraft's snapshot
     /// transfer needs it, see `state_machine.rs`).
     pub disk: Arc<dyn Disk>,
@@ -63,6 +66,7 @@ impl NodeConfig {
             heartbeat_ms: 100,
             election_timeout_min_ms: 500,
             log_segment_bytes: crate::log_store::SEGMENT_BYTES,
+            request_timeout_ms: 5_000,
             disk: real_disk(),
         }
     }
@@ -150,6 +154,9 @@ impl Node {
             config.id,
             raft.clone(),
             shared.clone(),
+            crate::forward::ServeConfig {
+                request_timeout: Duration::from_millis(config.request_timeout_ms),
+            },
         )));
         {
             let raft = raft.clone();
