@@ -18,7 +18,7 @@ use prefixkv_storage::{real_disk, Disk};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::log_store::{LogStore, LogStoreConfig};
+use crate::log_store::{LogStore, LogStoreConfig, LogSync};
 use crate::network::Network;
 use crate::state_machine::{Shared, StateMachine, StateMachineConfig};
 use crate::store::StateModel;
@@ -45,6 +45,9 @@ pub struct NodeConfig {
     pub election_timeout_min_ms: u64,
     /// Raft log segment size (at least 4096).
     pub log_segment_bytes: u64,
+    /// Whether the Raft log is synced before entries count as durable (`--log-sync`; what
+    /// `Off` may lose is in `log_store.rs`, "Crash safety").
+    pub log_sync: LogSync,
     /// The longest one client command may take at this replica before it answers
     /// `-CLUSTERDOWN` (no leader) or `-TIMEOUT` (write outcome unknown); see `forward.rs`.
     pub request_timeout_ms: u64,
@@ -67,6 +70,7 @@ impl NodeConfig {
             election_timeout_min_ms: 500,
             log_segment_bytes: crate::log_store::SEGMENT_BYTES,
             request_timeout_ms: 5_000,
+            log_sync: LogSync::On,
             disk: real_disk(),
         }
     }
@@ -111,6 +115,7 @@ impl Node {
             LogStoreConfig {
                 disk: Arc::clone(&config.disk),
                 segment_bytes: config.log_segment_bytes,
+                sync: config.log_sync,
             },
         )?;
         let (snapshot_requests, mut snapshot_requested) = tokio::sync::mpsc::unbounded_channel();
