@@ -11,6 +11,15 @@
 //! - `SMR.STATUS` → a bulk string of `name:value` lines (id, role, leader, applied index,
 //!   checkpoints, keys)
 //! - `SMR.DIGEST` → `keys sum` of this replica's local state (not linearizable; for tests)
+//! - `MGET key [key …]` (at most [`MAX_LOAD_PAIRS`] keys) → array; linearizable, one read index
+//!   for all keys
+//! - `SMR.LOAD key value [key value …]` (at most [`MAX_LOAD_PAIRS`] pairs) → `+OK`: one
+//!   replicated entry setting every pair (bulk load; counts as one command for Δ)
+//! - `SMR.CHECKPOINT` → `:index`: this replica checkpoints what it has applied, durable before
+//!   the reply
+//! - `SMR.CHECKPOINT-EVERY n` → `+OK`: this replica's Δ from now on (0: off)
+//! - `SMR.CHECKPOINTS from` → bulk string, one line per checkpoint of this replica from the
+//!   `from`-th on: `index started_unix_us finished_unix_us|- pairs file_bytes`
 //!
 //! A follower forwards `SET`/`DEL` to the leader over the Raft network and relays the answer,
 //! rather than redirecting the client: plain `redis-cli -p <any replica>` works without cluster
@@ -39,11 +48,19 @@ use crate::forward::{Forwarder, ServeConfig};
 use crate::state_machine::Shared;
 use crate::types::{Command, CommandResponse, NodeId, Raft, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
+/// Most pairs one `SMR.LOAD` carries (and most keys one `MGET` asks for): bounds one request
+/// to about `2 × MAX_LOAD_PAIRS` arguments of at most [`MAX_VALUE_BYTES`] each.
+pub const MAX_LOAD_PAIRS: usize = 256;
+
+/// How long `SMR.CHECKPOINT` waits for the checkpoint to be durable (a blocking checkpoint of
+/// several GB takes minutes on a slow disk).
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(1800);
+
 /// The RESP request limits of the client port (a value of up to [`MAX_VALUE_BYTES`] fits).
 pub fn request_limits() -> Limits {
     Limits {
         proto_max_bulk_len: MAX_VALUE_BYTES + 1024,
-        max_multibulk_len: 16,
+        max_multibulk_len: 1 + 2 * MAX_LOAD_PAIRS,
         ..Limits::default()
     }
 }
@@ -177,7 +194,37 @@ async fn handle(
                 Err(error) => encoder.error(out, error.resp_text().as_bytes()),
             }
         }
+        (b"MGET", n) if (2..=MAX_LOAD_PAIRS + 1).contains(&n) => {
+            if args[1..].iter().any(|key| key.len() > MAX_KEY_BYTES) {
+                encoder.error(out, b"ERR key exceeds the size limit");
+                return;
+            }
+            // One read barrier covers every key: all are read at one linearization point.
+            match forwarder.read_barrier(cx.raft).await {
+                Ok(()) => {
+                    encoder.array_header(out, args.len() - 1);
+                    for key in &args[1..] {
+                        match cx.shared.store.get(key) {
+                            Some(value) => encoder.bulk_string(out, &value),
+                            None => encoder.null_bulk_string(out),
+                        }
+                    }
+                }
+                Err(error) => encoder.error(out, error.resp_text().as_bytes()),
+            }
+        }
+        (b"SMR.LOAD", n) if n >= 3 && n % 2 == 1 => {
+            let pairs = args[1..]
+                .chunks(2)
+                .map(|pair| (pair[0].to_vec(), pair[1].to_vec()))
+                .collect();
+            match forwarder.write(cx.raft, Command::SetMany { pairs }).await {
+                Ok(_) => encoder.simple_string(out, b"OK"),
+                Err(error) => encoder.error(out, error.resp_text().as_bytes()),
+            }
+        }
         (b"SMR.STATUS", 1) => encoder.bulk_string(out, status_text(cx).as_bytes()),
+        (name, _) if name.starts_with(b"SMR.") => handle_admin(args, cx, out).await,
         (b"SMR.DIGEST", 1) => {
             let digest = cx.shared.store.digest();
             encoder.bulk_string(out, format!("{} {}", digest.keys, digest.sum).as_bytes());
@@ -191,6 +238,96 @@ async fn handle(
             .as_bytes(),
         ),
     }
+}
+
+/// The commands about this replica itself (not replicated): checkpoints and their timing.
+async fn handle_admin(args: &[&[u8]], cx: &ReplicaRefs<'_>, out: &mut BytesMut) {
+    let encoder = cx.encoder;
+    let name = args[0].to_ascii_uppercase();
+    match (&name[..], args.len()) {
+        (b"SMR.CHECKPOINT", 1) => {
+            // Everything applied so far, durable before the reply.
+            let index = cx.shared.applied_index();
+            let taken = async {
+                cx.raft
+                    .trigger()
+                    .snapshot()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                cx.raft
+                    .wait(Some(CHECKPOINT_WAIT))
+                    .metrics(
+                        |m| m.snapshot.is_some_and(|s| s.index >= index),
+                        "checkpoint",
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            match taken.await {
+                Ok(_) => encoder.integer(out, i64::try_from(index).unwrap_or(i64::MAX)),
+                Err(error) => encoder.error(out, format!("ERR checkpoint: {error}").as_bytes()),
+            }
+        }
+        (b"SMR.CHECKPOINT-EVERY", 2) => {
+            match std::str::from_utf8(args[1])
+                .ok()
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                Some(every) => {
+                    cx.shared.set_checkpoint_every(every);
+                    encoder.simple_string(out, b"OK");
+                }
+                None => encoder.error(out, b"ERR the interval must be a non-negative integer"),
+            }
+        }
+        (b"SMR.CHECKPOINTS", 2) => {
+            match std::str::from_utf8(args[1])
+                .ok()
+                .and_then(|n| n.parse::<usize>().ok())
+            {
+                Some(from) => {
+                    encoder.bulk_string(out, checkpoint_events(cx.shared, from).as_bytes())
+                }
+                None => encoder.error(out, b"ERR the first event must be a non-negative integer"),
+            }
+        }
+        _ => encoder.error(
+            out,
+            format!(
+                "ERR unknown command or wrong number of arguments for '{}'",
+                String::from_utf8_lossy(args[0])
+            )
+            .as_bytes(),
+        ),
+    }
+}
+
+/// This replica's checkpoints from the `from`-th on, one line each:
+/// `index started_unix_us finished_unix_us|- pairs file_bytes`. Wall-clock times, so that
+/// another process on the same machine can place them on its own timeline.
+fn checkpoint_events(shared: &Shared, from: usize) -> String {
+    let (now_instant, now_system) = (std::time::Instant::now(), std::time::SystemTime::now());
+    let unix_us = |at: std::time::Instant| {
+        let wall = now_system - now_instant.saturating_duration_since(at);
+        wall.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    };
+    let events = shared.events.lock().expect("poisoned");
+    let mut text = String::new();
+    for event in events.iter().skip(from) {
+        let finished = event
+            .finished
+            .map_or("-".to_string(), |f| unix_us(f).to_string());
+        text.push_str(&format!(
+            "{} {} {} {} {}\n",
+            event.index,
+            unix_us(event.started),
+            finished,
+            event.pairs,
+            event.file_bytes
+        ));
+    }
+    text
 }
 
 fn status_text(cx: &ReplicaRefs<'_>) -> String {

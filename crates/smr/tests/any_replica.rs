@@ -108,6 +108,55 @@ async fn every_replica_serves_writes_and_linearizable_reads() {
             );
         }
     }
+    // Bulk load through one follower, MGET (one read index) on the other, then a checkpoint on
+    // demand that the replica lists with its timing.
+    let reply = call(
+        connections.get_mut(&followers[0]).unwrap(),
+        &[b"SMR.LOAD", b"l1", b"a", b"l2", b"b"],
+    )
+    .await;
+    assert_eq!(reply, Reply::SimpleString("OK".into()));
+    let reply = call(
+        connections.get_mut(&followers[1]).unwrap(),
+        &[b"MGET", b"l1", b"missing", b"l2"],
+    )
+    .await;
+    assert_eq!(
+        reply,
+        Reply::Array(vec![
+            Reply::BulkString("a".into()),
+            Reply::NullBulkString,
+            Reply::BulkString("b".into())
+        ])
+    );
+    let checkpoint = call(
+        connections.get_mut(&followers[1]).unwrap(),
+        &[b"SMR.CHECKPOINT"],
+    )
+    .await;
+    let Reply::Integer(index) = checkpoint else {
+        panic!("SMR.CHECKPOINT: {checkpoint:?}")
+    };
+    let events = call(
+        connections.get_mut(&followers[1]).unwrap(),
+        &[b"SMR.CHECKPOINTS", b"0"],
+    )
+    .await;
+    let Reply::BulkString(events) = events else {
+        panic!("SMR.CHECKPOINTS: {events:?}")
+    };
+    let last = String::from_utf8_lossy(&events)
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
+    let fields: Vec<&str> = last.split(' ').collect();
+    assert_eq!(fields[0], index.to_string(), "{last}");
+    assert!(
+        fields[2] != "-" && fields[2] >= fields[1],
+        "finished after started: {last}"
+    );
+
     // And every key, from every replica.
     for (key, value) in &acknowledged {
         for id in &ids {
