@@ -90,6 +90,8 @@ pub enum ForwardReply {
 pub enum ServeError {
     /// No leader answered before the deadline; the command was not executed.
     NoLeader(Duration),
+    /// The leader named a read index but this replica did not apply it before the deadline.
+    Lagging(Duration),
     /// A write was handed to a leader but no outcome arrived in time; it may still commit.
     Unknown(String),
     /// The command is invalid (size limits); it was not executed.
@@ -102,6 +104,10 @@ impl ServeError {
         match self {
             ServeError::NoLeader(waited) => format!(
                 "CLUSTERDOWN no leader answered within {} ms; the command was not executed",
+                waited.as_millis()
+            ),
+            ServeError::Lagging(waited) => format!(
+                "CLUSTERDOWN this replica did not apply the leader's read index within {} ms",
                 waited.as_millis()
             ),
             ServeError::Unknown(why) => format!(
@@ -272,7 +278,7 @@ impl Forwarder {
                     .applied_index_at_least(Some(index), "read index applied")
                     .await
                     .map(|_| ())
-                    .map_err(|_| ServeError::NoLeader(self.config.request_timeout));
+                    .map_err(|_| ServeError::Lagging(self.config.request_timeout));
             }
             back_off(deadline).await;
         }
