@@ -252,6 +252,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                     &counts,
                     sweep_seconds,
                     &mut report,
+                    &common.out,
                 ))?;
             }
             let sizes = parse_list(args.fig6_state_mb.as_deref().unwrap_or(if quick {
@@ -270,7 +271,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                     clients: &fig6_clients,
                     seconds: sweep_seconds,
                 };
-                runtime.block_on(fig6(&env, setting, &setup, &plan, &mut report))?;
+                runtime.block_on(fig6(&env, setting, &setup, &plan, &mut report, &common.out))?;
             }
         }
         drop(runtime);
@@ -506,6 +507,7 @@ async fn fig2(
     counts: &[u64],
     seconds: f64,
     report: &mut Report,
+    out: &Path,
 ) -> Result<()> {
     let dir = env.root.join(format!("{}-fig2", setting.name));
     let mut cluster = Cluster::start(env.binary, &dir, StateModel::Concurrent, setting)?;
@@ -515,6 +517,7 @@ async fn fig2(
         loaded: loaded_value(setup.value_bytes),
         acknowledged: BTreeMap::new(),
     };
+    let mut points = Vec::new();
     for (phase_number, clients) in counts.iter().enumerate() {
         let plan = PhasePlan {
             phase: phase_number as u64,
@@ -528,6 +531,10 @@ async fn fig2(
         };
         let phase = run_phase(&cluster, leader, &plan).await?;
         let latency = &phase.latency_us;
+        points.push((
+            phase.operations as f64 / phase.elapsed,
+            latency.mean() / 1000.0,
+        ));
         report.rows.push(row([
             ("figure", Value::from("fig2")),
             ("setting", Value::from(setting.name)),
@@ -552,6 +559,21 @@ async fn fig2(
     }
     let (verified, verification) = verify(&mut cluster, leader, &expected).await?;
     record_sweep_verification(report, "fig2", verified, verification);
+    let chart = LineChart {
+        title: format!(
+            "prefixkv-smr ({} setting): latency against throughput, client counts {counts:?}",
+            setting.name
+        ),
+        x_label: "throughput (ops/s)".into(),
+        y_label: "mean latency (ms)".into(),
+        series: vec![Series {
+            label: "concurrent".into(),
+            points,
+        }],
+        markers: Vec::new(),
+        log_x: false,
+    };
+    write_line_chart(&chart, out, "smr-fig2")?;
     drop(cluster);
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
@@ -572,9 +594,12 @@ async fn fig6(
     setup: &Setup,
     plan: &Fig6<'_>,
     report: &mut Report,
+    out: &Path,
 ) -> Result<()> {
+    let mut series = Vec::new();
     for (size_number, size_mb) in plan.sizes_mb.iter().enumerate() {
         for model in MODELS {
+            let mut points = Vec::new();
             let keys = keys_for_mb(*size_mb, setup.value_bytes);
             let dir = env.root.join(format!(
                 "{}-fig6-{size_number}-{}",
@@ -601,6 +626,7 @@ async fn fig6(
                 };
                 let phase = run_phase(&cluster, leader, &phase_plan).await?;
                 let (during, outside) = split(&phase);
+                points.push((*clients as f64, phase.operations as f64 / phase.elapsed));
                 report.rows.push(row([
                     ("figure", Value::from("fig6")),
                     ("setting", Value::from(setting.name)),
@@ -630,9 +656,24 @@ async fn fig6(
             );
             drop(cluster);
             std::fs::remove_dir_all(&dir).ok();
+            series.push(Series {
+                label: format!("{} {size_mb} MB", model.name()),
+                points,
+            });
         }
     }
-    Ok(())
+    let chart = LineChart {
+        title: format!(
+            "prefixkv-smr ({} setting): throughput by clients and state size",
+            setting.name
+        ),
+        x_label: "clients (log scale)".into(),
+        y_label: "throughput (ops/s)".into(),
+        series,
+        markers: Vec::new(),
+        log_x: true,
+    };
+    write_line_chart(&chart, out, "smr-fig6")
 }
 
 fn record_sweep_verification(
