@@ -11,7 +11,10 @@
 //!   snapshot install, recovery;
 //! - [`checkpoint`]: the checkpoint file format (CRC32C) and the checkpoints published through
 //!   `prefixkv-storage`'s version catalog;
-//! - [`client`]: the RESP client protocol (redis-cli works) and a cluster-aware client;
+//! - [`client`]: the RESP client protocol (redis-cli works, on any replica) and a cluster-aware
+//!   client;
+//! - [`forward`]: followers forward writes to the leader and serve linearizable reads with the
+//!   leader's read index;
 //! - [`node`]: one replica wired together.
 //!
 //! `docs/smr.md` tells how to run a 3-replica cluster and what checkpoints and recovery do.
@@ -20,6 +23,7 @@
 
 pub mod checkpoint;
 pub mod client;
+pub mod forward;
 pub mod log_store;
 pub mod network;
 pub mod node;

@@ -8,8 +8,11 @@
 //! - `segments/`: the shared log (byte format and crash-safety argument in `docs/storage.md`,
 //!   "Log segments" and "Log"). One record per Raft entry, its payload the postcard encoding of
 //!   the openraft entry; the entry at Raft index `i` is the record with LSN `i + 1` (LSNs start
-//!   at 1, Raft indexes at 0). Written with the `always` policy: a group is synced before its
-//!   completions fire.
+//!   at 1, Raft indexes at 0). Written with the `always` policy by default ([`LogSync::On`]): a
+//!   group is synced before its completions fire. With [`LogSync::Off`] (the paper's "logging
+//!   disabled") the policy is `none`: completions fire once the group is written to the file
+//!   (the OS page cache), and the log is synced only when a segment rolls, a vote or purge point
+//!   is saved, or the log closes.
 //! - `vote`, `purged`: `crc32c u32 | JSON` of the vote and of the last purged log id, each
 //!   replaced by `write_file_durably` before the call that changed it returns.
 //! - `committed`: `crc32c u32 | len u32 | JSON` of the last committed log id, overwritten in place
@@ -38,7 +41,12 @@
 //! # Crash safety
 //! - `append`: openraft's callback fires from the shared log's completion, which under `always`
 //!   follows the sync of the group holding the entries. A cut loses only entries whose callback
-//!   never fired (the shared log drops the torn tail at open).
+//!   never fired (the shared log drops the torn tail at open). Under [`LogSync::Off`] a process
+//!   crash (SIGKILL) still loses no entry whose callback fired (the kernel holds the written
+//!   bytes), but a power cut or kernel crash may lose any suffix written since the last sync:
+//!   openraft was told those entries were durable, so this replica may have counted towards the
+//!   majority of a write it no longer holds. Everything else below (vote, purge, truncation)
+//!   stays durable under both settings.
 //! - `truncate`: `truncate_after` is durable before it returns; a cut during it leaves a longer,
 //!   dense log, which openraft truncates again.
 //! - `purge`: the purge point is written durably first, then whole segments at or below it are
@@ -84,6 +92,49 @@ const COMMITTED_FILE: &str = "committed";
 /// Largest `vote`, `purged` or `committed` file read back (they hold a few hundred bytes).
 const SMALL_FILE_LIMIT: u64 = 64 << 10;
 
+/// Whether appended entries are synced before openraft is told they are durable
+/// (`--log-sync`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub enum LogSync {
+    /// Every group of entries is fdatasynced before its callback fires: a power cut loses no
+    /// entry openraft was told is durable.
+    #[default]
+    On,
+    /// Entries are written to the file (the OS page cache) before their callback fires, and
+    /// synced only on segment roll, vote, purge and close: a process crash loses nothing
+    /// acknowledged, a power cut or kernel crash may lose the log's unsynced suffix (module
+    /// docs, "Crash safety").
+    Off,
+}
+
+impl LogSync {
+    /// The shared log's policy for this setting.
+    pub fn policy(self) -> SyncPolicy {
+        match self {
+            LogSync::On => SyncPolicy::Always,
+            LogSync::Off => SyncPolicy::None,
+        }
+    }
+
+    /// The setting's name as the CLI and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogSync::On => "on",
+            LogSync::Off => "off",
+        }
+    }
+}
+
 /// How a [`LogStore`] is opened.
 #[derive(Clone, Debug)]
 pub struct LogStoreConfig {
@@ -91,6 +142,8 @@ pub struct LogStoreConfig {
     pub disk: Arc<dyn Disk>,
     /// Segment size of the shared log (at least 4096).
     pub segment_bytes: u64,
+    /// Whether appends are synced before they are reported durable.
+    pub sync: LogSync,
 }
 
 impl Default for LogStoreConfig {
@@ -98,6 +151,7 @@ impl Default for LogStoreConfig {
         LogStoreConfig {
             disk: real_disk(),
             segment_bytes: SEGMENT_BYTES,
+            sync: LogSync::On,
         }
     }
 }
@@ -248,7 +302,7 @@ impl LogStore {
         remove_leftover(&*disk, &segments)?;
         let first_lsn = last_purged.map_or(1, |id| lsn_of(id.index) + 1);
         let log_config = LogConfig {
-            policy: SyncPolicy::Always,
+            policy: config.sync.policy(),
             segment_bytes: config.segment_bytes,
             max_record_bytes: MAX_RECORD_BYTES,
             queue_capacity_bytes: QUEUE_CAPACITY_BYTES,

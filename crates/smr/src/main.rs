@@ -17,6 +17,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use prefixkv_resp::Reply;
 use prefixkv_smr::client::{parse_address_map, ClusterClient};
+use prefixkv_smr::log_store::LogSync;
 use prefixkv_smr::{Node, NodeConfig, StateModel};
 
 #[derive(Parser, Debug)]
@@ -33,7 +34,7 @@ struct Cli {
 enum Mode {
     /// Run one replica until SIGINT/SIGTERM.
     Replica(ReplicaArgs),
-    /// Send one command (SET k v, GET k, DEL k, PING, SMR.STATUS) to the cluster's leader.
+    /// Send one command (SET k v, GET k, DEL k, PING, SMR.STATUS) to the cluster (its leader).
     Cli {
         /// Client addresses: `1=127.0.0.1:7001,2=...`.
         #[arg(long)]
@@ -88,6 +89,15 @@ struct ReplicaArgs {
     /// Start with an empty state even if checkpoint files exist and none verifies.
     #[arg(long)]
     allow_missing_checkpoint: bool,
+    /// The longest one client command may take here (waiting for a leader, forwarding,
+    /// committing) before the client gets `-CLUSTERDOWN` or `-TIMEOUT`.
+    #[arg(long, default_value_t = 5_000)]
+    request_timeout_ms: u64,
+    /// `on`: fdatasync the Raft log before an entry counts as durable. `off` (the paper's
+    /// "logging disabled"): written to the page cache only; a process crash loses nothing
+    /// acknowledged, a power cut or kernel crash may lose the log's unsynced suffix.
+    #[arg(long, value_enum, default_value_t = LogSync::On)]
+    log_sync: LogSync,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -126,6 +136,8 @@ async fn run_replica(args: ReplicaArgs) -> anyhow::Result<()> {
     config.model = args.model;
     config.checkpoint_every_commands = args.checkpoint_every;
     config.allow_missing_checkpoint = args.allow_missing_checkpoint;
+    config.request_timeout_ms = args.request_timeout_ms;
+    config.log_sync = args.log_sync;
     let node = Node::start(config, client_address).await?;
     // Tests and scripts wait for this line before connecting.
     println!("READY id={} client={}", args.id, node.client_address);

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::forward::{ForwardReply, ForwardRequest};
 use crate::types::{NodeId, Raft, TypeConfig};
 
 /// Largest accepted frame (an AppendEntries of up to `max_payload_entries` bounded entries, or a
@@ -37,6 +38,8 @@ pub enum RaftRequest {
     Vote(VoteRequest<NodeId>),
     /// One chunk of a snapshot.
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A client command a follower forwards to the leader (`forward.rs`).
+    Forward(ForwardRequest),
 }
 
 /// The answer to a [`RaftRequest`].
@@ -48,6 +51,8 @@ pub enum RaftReply {
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     /// InstallSnapshot.
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    /// The answer to a forwarded client command.
+    Forward(ForwardReply),
 }
 
 /// Writes one frame.
@@ -123,6 +128,9 @@ pub async fn serve(listener: TcpListener, raft: Arc<Raft>) {
                     RaftRequest::Vote(rpc) => RaftReply::Vote(raft.vote(rpc).await),
                     RaftRequest::Snapshot(rpc) => {
                         RaftReply::Snapshot(raft.install_snapshot(rpc).await)
+                    }
+                    RaftRequest::Forward(request) => {
+                        RaftReply::Forward(crate::forward::answer(&raft, request).await)
                     }
                 };
                 if write_frame(&mut stream, &reply).await.is_err() {

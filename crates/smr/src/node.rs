@@ -18,7 +18,7 @@ use prefixkv_storage::{real_disk, Disk};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::log_store::{LogStore, LogStoreConfig};
+use crate::log_store::{LogStore, LogStoreConfig, LogSync};
 use crate::network::Network;
 use crate::state_machine::{Shared, StateMachine, StateMachineConfig};
 use crate::store::StateModel;
@@ -45,6 +45,12 @@ pub struct NodeConfig {
     pub election_timeout_min_ms: u64,
     /// Raft log segment size (at least 4096).
     pub log_segment_bytes: u64,
+    /// Whether the Raft log is synced before entries count as durable (`--log-sync`; what
+    /// `Off` may lose is in `log_store.rs`, "Crash safety").
+    pub log_sync: LogSync,
+    /// The longest one client command may take at this replica before it answers
+    /// `-CLUSTERDOWN` (no leader) or `-TIMEOUT` (write outcome unknown); see `forward.rs`.
+    pub request_timeout_ms: u64,
     /// Where the log and the checkpoints are written (the real disk; openraft's snapshot
     /// transfer needs it, see `state_machine.rs`).
     pub disk: Arc<dyn Disk>,
@@ -63,6 +69,8 @@ impl NodeConfig {
             heartbeat_ms: 100,
             election_timeout_min_ms: 500,
             log_segment_bytes: crate::log_store::SEGMENT_BYTES,
+            request_timeout_ms: 5_000,
+            log_sync: LogSync::On,
             disk: real_disk(),
         }
     }
@@ -107,6 +115,7 @@ impl Node {
             LogStoreConfig {
                 disk: Arc::clone(&config.disk),
                 segment_bytes: config.log_segment_bytes,
+                sync: config.log_sync,
             },
         )?;
         let (snapshot_requests, mut snapshot_requested) = tokio::sync::mpsc::unbounded_channel();
@@ -150,6 +159,9 @@ impl Node {
             config.id,
             raft.clone(),
             shared.clone(),
+            crate::forward::ServeConfig {
+                request_timeout: Duration::from_millis(config.request_timeout_ms),
+            },
         )));
         {
             let raft = raft.clone();

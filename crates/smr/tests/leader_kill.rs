@@ -5,109 +5,20 @@
 //!
 //! `SMR_KILL_ROUNDS` (default 1) repeats the kill-and-restart cycle.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{leader_of, status_field, status_of, wait_for, Layout, Replica};
 use prefixkv_resp::Reply;
 use prefixkv_smr::client::ClusterClient;
 use prefixkv_smr::types::NodeId;
 
-const DEADLINE: Duration = Duration::from_secs(60);
-
-struct Replica {
-    child: Child,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `count` distinct free loopback ports: all listeners stay open until every port is chosen, so
-/// the kernel cannot hand the same port out twice.
-fn free_ports(count: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..count)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|listener| listener.local_addr().unwrap().port())
-        .collect()
-}
-
-fn spawn_replica(id: NodeId, peers: &str, dir: &Path, client_port: u16) -> Replica {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_prefixkv-smr"))
-        .args([
-            "replica",
-            "--id",
-            &id.to_string(),
-            "--peers",
-            peers,
-            "--client-port",
-            &client_port.to_string(),
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .args(["--checkpoint-every", "150", "--model", "concurrent"])
-        .stdout(Stdio::piped())
-        // Inherited: when a replica fails to start, its reason shows in the test output.
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn replica");
-    // The replica prints READY once it listens; wait for that line (bounded by the pipe closing).
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    assert!(
-        line.starts_with("READY"),
-        "replica {id} did not start: {line:?}"
-    );
-    Replica { child }
-}
-
-fn status_field(reply: &Reply, field: &str) -> Option<String> {
-    let Reply::BulkString(text) = reply else {
-        return None;
-    };
-    let text = String::from_utf8_lossy(text).into_owned();
-    text.lines().find_map(|line| {
-        line.strip_prefix(&format!("{field}:"))
-            .map(|v| v.trim().to_string())
-    })
-}
-
-async fn status_of(address: SocketAddr) -> Option<Reply> {
-    let mut connection = prefixkv_smr::client::Connection::connect(address)
-        .await
-        .ok()?;
-    tokio::time::timeout(Duration::from_secs(2), connection.call(&[b"SMR.STATUS"]))
-        .await
-        .ok()?
-        .ok()
-}
-
-async fn wait_for<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+const REPLICA_ARGS: &[&str] = &["--checkpoint-every", "150", "--model", "concurrent"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
@@ -117,30 +28,12 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
         .unwrap_or(1);
     let root = tempfile::tempdir().unwrap();
     let ids: Vec<NodeId> = vec![1, 2, 3];
-    let ports = free_ports(2 * ids.len());
-    let raft_ports: BTreeMap<NodeId, u16> = ids
-        .iter()
-        .copied()
-        .zip(ports[..3].iter().copied())
-        .collect();
-    let client_ports: BTreeMap<NodeId, u16> = ids
-        .iter()
-        .copied()
-        .zip(ports[3..].iter().copied())
-        .collect();
-    let peers = raft_ports
-        .iter()
-        .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let clients: BTreeMap<NodeId, SocketAddr> = client_ports
-        .iter()
-        .map(|(id, port)| (*id, format!("127.0.0.1:{port}").parse().unwrap()))
-        .collect();
+    let layout = Layout::new(&ids);
+    let clients: BTreeMap<NodeId, SocketAddr> = layout.clients.clone();
     let dir = |id: NodeId| root.path().join(format!("replica-{id}"));
     let mut replicas: BTreeMap<NodeId, Replica> = ids
         .iter()
-        .map(|id| (*id, spawn_replica(*id, &peers, &dir(*id), client_ports[id])))
+        .map(|id| (*id, layout.spawn(*id, &dir(*id), REPLICA_ARGS)))
         .collect();
 
     // Writers: unique keys, every acknowledged one recorded.
@@ -184,15 +77,7 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
             async move { count >= kill_after }
         })
         .await;
-        let mut leader = None;
-        for (id, address) in &clients {
-            if let Some(reply) = status_of(*address).await {
-                if status_field(&reply, "role").as_deref() == Some("Leader") {
-                    leader = Some(*id);
-                }
-            }
-        }
-        let leader = leader.expect("a leader");
+        let leader = leader_of(&clients).await.expect("a leader");
         let mut victim = replicas.remove(&leader).unwrap();
         victim.child.kill().unwrap(); // SIGKILL
         victim.child.wait().unwrap();
@@ -206,10 +91,7 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
         .await;
 
         // Restart the killed replica: newest checkpoint + its log, then catch up.
-        replicas.insert(
-            leader,
-            spawn_replica(leader, &peers, &dir(leader), client_ports[&leader]),
-        );
+        replicas.insert(leader, layout.spawn(leader, &dir(leader), REPLICA_ARGS));
         eprintln!("round {round}: killed leader {leader} after {acked_at_kill} acks");
     }
 
@@ -258,16 +140,14 @@ async fn sigkill_leader_under_load_loses_no_acknowledged_write() {
         digests.windows(2).all(|w| w[0] == w[1]),
         "replicas diverge: {digests:?}"
     );
-    let checkpoints: u64 = status_field(
-        &status_of(leader_address).await.unwrap(),
-        "checkpoints_completed",
-    )
-    .unwrap()
-    .parse()
-    .unwrap();
+    let leader_status = status_of(leader_address).await.unwrap();
+    let checkpoints: u64 = status_field(&leader_status, "checkpoints_completed")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(
         checkpoints >= 1,
-        "checkpoints ran on the leader during the test"
+        "checkpoints ran on the leader during the test: {leader_status:?}"
     );
     drop(replicas);
 }

@@ -37,7 +37,7 @@ use std::time::Duration;
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, EntryPayload, RaftSnapshotBuilder, Vote};
 use prefixkv_smr::checkpoint::{CheckpointHeader, Checkpoints};
-use prefixkv_smr::log_store::{LogStore, LogStoreConfig};
+use prefixkv_smr::log_store::{LogStore, LogStoreConfig, LogSync};
 use prefixkv_smr::state_machine::{StateMachine, StateMachineConfig};
 use prefixkv_smr::types::{Command, Entry, LogId, NodeId, SnapshotMeta};
 use prefixkv_smr::StateModel;
@@ -82,6 +82,7 @@ fn open_log(disk: &SimDisk) -> anyhow::Result<LogStore> {
         LogStoreConfig {
             disk: disk.as_disk(),
             segment_bytes: 4096,
+            ..LogStoreConfig::default()
         },
     )
 }
@@ -417,6 +418,72 @@ fn the_log_check_catches_a_lost_acknowledged_entry() {
         caught.is_err(),
         "a lost acknowledged entry must fail the check"
     );
+}
+
+/// Appends `count` single-entry batches from `next_index` on, each waited for; returns whether
+/// every callback reported success.
+fn append_acknowledged(store: &mut LogStore, rng: &mut Rng, next_index: u64, count: u64) -> bool {
+    let (sender, receiver) = mpsc::channel();
+    for index in next_index..next_index + count {
+        let sender = sender.clone();
+        store
+            .append_entries(
+                vec![entry(rng, 1, index)],
+                Box::new(move |outcome| {
+                    let _ = sender.send(outcome.is_ok());
+                }),
+            )
+            .unwrap();
+    }
+    (0..count).all(|_| receiver.recv_timeout(WAIT).unwrap())
+}
+
+/// The last index a reopened log holds.
+fn last_index(store: &LogStore) -> Option<u64> {
+    store.log_state().last_log_id.map(|id| id.index)
+}
+
+/// `--log-sync off` is honoured: entries are reported durable without a sync, so a process
+/// crash keeps them but a power cut that keeps only synced data loses them. `on` (the default)
+/// loses none of them to the same cut.
+#[test]
+fn log_sync_off_acknowledges_before_syncing_and_on_does_not() {
+    for sync in [LogSync::Off, LogSync::On] {
+        let disk = SimDisk::new(31);
+        let mut rng = Rng::new(31);
+        let open = || {
+            LogStore::open_with(
+                Path::new(LOG_DIR),
+                LogStoreConfig {
+                    disk: disk.as_disk(),
+                    segment_bytes: 1 << 20, // no segment roll (a roll syncs)
+                    sync,
+                },
+            )
+            .unwrap()
+        };
+        let mut store = open();
+        assert!(append_acknowledged(&mut store, &mut rng, 0, 20));
+        drop(store);
+        // A process crash: the page cache survives, every acknowledged entry is there.
+        disk.crash(CrashMode::KeepAll);
+        let mut store = open();
+        assert_eq!(last_index(&store), Some(19), "{sync:?}: process crash");
+        assert!(append_acknowledged(&mut store, &mut rng, 20, 20));
+        disk.kill();
+        drop(store);
+        // A power cut: only synced bytes survive.
+        disk.crash(CrashMode::DropAll);
+        let store = open();
+        match sync {
+            LogSync::On => assert_eq!(last_index(&store), Some(39), "on: power cut"),
+            LogSync::Off => assert_eq!(
+                last_index(&store),
+                Some(19),
+                "off: the 20 entries acknowledged since the last sync are lost to a power cut"
+            ),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

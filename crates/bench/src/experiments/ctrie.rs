@@ -14,9 +14,14 @@
 //! snapshot is alive, so it pays whatever copying the snapshot defers: `snapshot_after_write_ns`,
 //! `first_write_after_snapshot_ns`), alternating structures.
 //!
+//! Part 3 (SMaRtTrie's Fig. 3): per state size, one thread updating uniformly random loaded
+//! keys in the CTrie, dashmap, papaya and a `BTreeMap` behind a mutex (the blocking model's
+//! structure); rows `part: "fig3_updates"`, plot `ctrie-fig3`.
+//!
 //! Verification: a CTrie read-only snapshot kept from the smallest size must still iterate to
 //! that size's model at the end, and a final snapshot of the grown CTrie must iterate to the
-//! final model (every key and value, and `len`).
+//! final model (every key and value, and `len`); after part 3 every structure holds exactly the
+//! loaded key count.
 
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::progress;
@@ -28,7 +33,7 @@ use concread::hashtrie::HashTrie;
 use parking_lot::RwLock;
 use prefixkv_ctrie::{CTrie, DefaultHashBuilder};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -54,6 +59,10 @@ pub struct Args {
     /// Snapshots (each with its first write) per structure per round and size.
     #[arg(long, default_value_t = 301)]
     pub snapshots_per_round: usize,
+    /// State sizes (keys) of part 3, SMaRtTrie's Fig. 3 [default: 10000,100000,1000000,10000000;
+    /// quick: 10000,100000]; empty skips it.
+    #[arg(long)]
+    pub fig3_keys: Option<String>,
 }
 
 /// A map under test: gets and inserts of `u64` keys and values.
@@ -114,6 +123,84 @@ impl Contender for LockedImbl {
     fn insert(&self, key: u64, value: u64) {
         self.0.write().insert(key, value);
     }
+}
+
+/// `BTreeMap` behind a lock: SMaRtTrie's blocking model keeps its state in an ordered map.
+struct LockedBTree(parking_lot::Mutex<BTreeMap<u64, u64>>);
+
+impl Contender for LockedBTree {
+    fn get(&self, key: u64) -> Option<u64> {
+        self.0.lock().get(&key).copied()
+    }
+    fn insert(&self, key: u64, value: u64) {
+        self.0.lock().insert(key, value);
+    }
+}
+
+/// Part 3, SMaRtTrie's Fig. 3: one thread updating uniformly random loaded keys, per state
+/// size, in each structure the replicated store could hold its state in. Verified: every
+/// structure still holds exactly the loaded key count (updates never add or remove a key).
+fn fig3_updates(
+    report: &mut Report,
+    sizes: &[u64],
+    duration: Duration,
+    rounds: usize,
+) -> Vec<(String, Vec<(f64, f64)>)> {
+    let names = ["ctrie", "dashmap", "papaya", "btreemap_mutex"];
+    let mut series: Vec<Vec<(f64, f64)>> = vec![Vec::new(); names.len()];
+    let bar = progress::bar((sizes.len() * rounds * names.len()) as u64, "fig3 updates");
+    for &size in sizes {
+        let ctrie: CTrie<u64, u64> = CTrie::new();
+        let dash = dashmap::DashMap::with_hasher(DefaultHashBuilder::default());
+        let papaya_map = papaya::HashMap::with_hasher(DefaultHashBuilder::default());
+        let btree = LockedBTree(parking_lot::Mutex::new(BTreeMap::new()));
+        {
+            let papaya_pinned = papaya_map.pin();
+            let mut btree_locked = btree.0.lock();
+            for key in 0..size {
+                ctrie.insert(key, value_of(key));
+                dash.insert(key, value_of(key));
+                papaya_pinned.insert(key, value_of(key));
+                btree_locked.insert(key, value_of(key));
+            }
+        }
+        let contenders: [&dyn Contender; 4] = [&ctrie, &dash, &papaya_map, &btree];
+        let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+        for (round, contender) in alternating_schedule(names.len(), rounds) {
+            // One thread, 0 % reads: updates of existing keys only.
+            let ops = run_mix(contenders[contender], 1, size, 0, duration, round as u64);
+            throughput[contender].push(ops);
+            bar.inc(1);
+        }
+        let lengths = [
+            ctrie.len(),
+            dash.len(),
+            papaya_map.len(),
+            btree.0.lock().len(),
+        ];
+        for (index, name) in names.iter().enumerate() {
+            let spread = Spread::of(&throughput[index]);
+            series[index].push((size as f64, spread.median));
+            let mut entry = row([
+                ("variant", Value::from(*name)),
+                ("part", Value::from("fig3_updates")),
+                ("threads", Value::from(1u64)),
+                ("keys", Value::from(size)),
+            ]);
+            spread.insert_into(&mut entry, "throughput_ops_per_s");
+            report.rows.push(entry);
+            let intact = lengths[index] as u64 == size;
+            report.record_verification(intact);
+            if !intact {
+                report.notes.push(format!(
+                    "fig3: {name} holds {} keys after updates of {size} loaded keys",
+                    lengths[index]
+                ));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    names.iter().map(|n| n.to_string()).zip(series).collect()
 }
 
 fn value_of(key: u64) -> u64 {
@@ -535,5 +622,33 @@ pub fn run(common: &crate::Common, args: &Args) -> Result<Report> {
         log_x: true,
     };
     write_line_chart(&chart, &common.out, "ctrie")?;
+
+    let fig3_sizes: Vec<u64> = args
+        .fig3_keys
+        .as_deref()
+        .unwrap_or(if quick {
+            "10000,100000"
+        } else {
+            "10000,100000,1000000,10000000"
+        })
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| p.trim().parse::<u64>())
+        .collect::<std::result::Result<_, _>>()?;
+    if !fig3_sizes.is_empty() {
+        let series = fig3_updates(&mut report, &fig3_sizes, duration, rounds);
+        let chart = LineChart {
+            title: "Single-thread updates against state size (SMaRtTrie Fig. 3)".into(),
+            x_label: "keys loaded (log scale)".into(),
+            y_label: "updates per second (median)".into(),
+            series: series
+                .into_iter()
+                .map(|(label, points)| Series { label, points })
+                .collect(),
+            markers: Vec::new(),
+            log_x: true,
+        };
+        write_line_chart(&chart, &common.out, "ctrie-fig3")?;
+    }
     Ok(report)
 }

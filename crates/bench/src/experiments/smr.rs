@@ -1,73 +1,133 @@
-//! `prefixkv-bench smr`: the SMaRtTrie evaluation on prefixkv-smr.
+//! `prefixkv-bench smr`: the SMaRtTrie evaluation on prefixkv-smr, with the replicas as separate
+//! `prefixkv-smr replica` processes.
 //!
-//! Three replicas on loopback, in this process, each with its own directory, TCP listeners and
-//! disk log; closed-loop RESP clients (default 8) send update-only SETs on random loaded keys to
-//! the leader. Phases per run: load (bulk `SetMany` entries, no checkpoints) → one checkpoint on
-//! every replica → warm-up → benchmark, with a checkpoint every Δ commands. Both state models
-//! (concurrent = CTrie, blocking = BTreeMap) alternate over the rounds. Throughput is sampled
-//! every 100 ms at the clients (acknowledged by the leader); checkpoint start/end times come
-//! from the leader's state machine.
+//! Two settings (`--setting`):
+//! - **paper**: as the paper measured — one replica (the paper evaluates a single replica), Raft
+//!   log sync off (the paper's "logging disabled"), the replica pinned to its own core and the
+//!   bench's clients to the other cores (when the machine has at least two);
+//! - **shared**: this machine's earlier setting — three replicas, log fdatasync on, replicas,
+//!   clients and checkpoint writers sharing every core.
 //!
-//! Verification per run (`verified`): each client writes only its own keys (congruent to its
-//! number), each SET with a value unique to (client, sequence), and remembers each key's last
-//! acknowledged value. Once the load stops, a follower is stopped and restarted from its own
-//! directory (newest checkpoint + log replay, then catch-up), and every key is read back from
-//! it: each must hold its last acknowledged value, or the loaded one if no write to it was
-//! acknowledged. The replicas' digests are only reported.
+//! Per run: start the replicas, load `keys` pairs (`SMR.LOAD` batches through the leader), one
+//! checkpoint on every replica, warm-up (its throughput picks Δ unless given), then the measured
+//! phase with a checkpoint every Δ commands; closed-loop RESP clients send update-only SETs on
+//! random loaded keys to the leader. Throughput is sampled every 100 ms at the clients
+//! (acknowledged SETs); checkpoint start/end times come from the leader (`SMR.CHECKPOINTS`, wall
+//! clock). Both models alternate over the rounds (Figs. 4–5, Tables 1–2).
+//!
+//! Sweeps, in the paper setting: clients (Fig. 2: throughput and latency per client count,
+//! concurrent model, no checkpoints) and clients × state size (Fig. 6: mean throughput per
+//! model with checkpoints). Each writes JSON rows (`figure`).
+//!
+//! Verification (`verified`, every run and every sweep): the oracle of `smr/phase.rs` — values
+//! unique per (phase, client, sequence), a replica SIGKILLed (a follower, or the only replica)
+//! and restarted from its checkpoint and log, every key read back from it.
+
+mod cluster;
+mod phase;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context, Result};
-use prefixkv_resp::Reply;
-use prefixkv_smr::client::ClusterClient;
-use prefixkv_smr::types::{Command, NodeId};
-use prefixkv_smr::{Node, NodeConfig, StateModel};
+use anyhow::{Context, Result};
+use prefixkv_smr::log_store::LogSync;
+use prefixkv_smr::StateModel;
 use serde_json::Value;
-use tokio::net::TcpListener;
 
 use crate::plot::{write_line_chart, LineChart, Marker, Series};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, ratio, Spread};
 use crate::Common;
+use cluster::{Cluster, Setting};
+use phase::{key_bytes, run_phase, verify, Expected, PhasePlan, PhaseResult, BUCKET_SECONDS};
+
+/// Which settings to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SettingChoice {
+    /// The paper's and the shared one.
+    Both,
+    /// One replica, log sync off, pinned.
+    Paper,
+    /// Three replicas, log sync on, sharing the cores.
+    Shared,
+}
 
 /// Flags of `prefixkv-bench smr`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Keys loaded before the benchmark [default: 2,000,000; --quick: 100,000].
+    /// Keys loaded before the benchmark [default: 2,000,000; --quick: 50,000].
     #[arg(long)]
     pub keys: Option<u64>,
+    /// State size in MB (keys × (value + 16 B)); overrides --keys. Several GB need that much
+    /// memory per replica, several times over for the CTrie.
+    #[arg(long)]
+    pub state_mb: Option<u64>,
     /// Value size in bytes [default: 200; --quick: 100].
     #[arg(long)]
     pub value_bytes: Option<usize>,
-    /// Closed-loop clients.
+    /// Closed-loop clients of the main runs (the paper: 8).
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
-    /// Benchmark phase of each run, in seconds [default: 30; --quick: 3].
+    /// Measured phase of each run, in seconds [default: 30; --quick: 2].
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Warm-up of each run, in seconds [default: 5; --quick: 1].
+    /// Warm-up of each run, in seconds [default: 5; --quick: 0.5].
     #[arg(long)]
     pub warmup_seconds: Option<f64>,
     /// Δ, commands between checkpoints [default: from the first run's warm-up throughput, so
-    /// that about `--checkpoints` happen in the benchmark phase; then the same Δ for every run].
+    /// that about `--checkpoints` happen in the measured phase; then the same Δ for every run of
+    /// that setting].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// Checkpoints wanted per benchmark phase when Δ is chosen automatically.
+    /// Checkpoints wanted per measured phase when Δ is chosen automatically.
     #[arg(long, default_value_t = 4)]
     pub checkpoints: u64,
+    /// Settings to run.
+    #[arg(long, value_enum, default_value_t = SettingChoice::Both)]
+    pub setting: SettingChoice,
+    /// Client counts of the Fig. 2 sweep [default: 1,2,4,8,16,32,64; --quick: 1,4,16]; empty
+    /// skips it.
+    #[arg(long)]
+    pub sweep_clients: Option<String>,
+    /// Seconds per client count in the Fig. 2 sweep [default: 5; --quick: 1].
+    #[arg(long)]
+    pub sweep_seconds: Option<f64>,
+    /// State sizes (MB) of the Fig. 6 sweep [default: 100,500,1000; --quick: 4,8]; empty skips
+    /// it.
+    #[arg(long)]
+    pub fig6_state_mb: Option<String>,
+    /// Client counts of the Fig. 6 sweep [default: 1,4,8,16,32; --quick: 1,8].
+    #[arg(long)]
+    pub fig6_clients: Option<String>,
     /// Where replicas keep their data [default: a temporary directory, removed afterwards].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// The `prefixkv-smr` binary [default: next to this binary, else target/release/].
+    #[arg(long)]
+    pub smr_binary: Option<PathBuf>,
 }
 
 const MODELS: [StateModel; 2] = [StateModel::Concurrent, StateModel::Blocking];
-const BUCKET_SECONDS: f64 = 0.1;
-const WAIT: Duration = Duration::from_secs(300);
+
+fn paper_setting(machine_cores: &[usize]) -> Setting {
+    Setting {
+        name: "paper",
+        replicas: 1,
+        log_sync: LogSync::Off,
+        pin: true,
+        machine_cores: machine_cores.to_vec(),
+    }
+}
+
+fn shared_setting(machine_cores: &[usize]) -> Setting {
+    Setting {
+        name: "shared",
+        replicas: 3,
+        log_sync: LogSync::On,
+        pin: false,
+        machine_cores: machine_cores.to_vec(),
+    }
+}
 
 struct Setup {
     keys: u64,
@@ -75,85 +135,68 @@ struct Setup {
     clients: usize,
     seconds: f64,
     warmup_seconds: f64,
+    checkpoints: u64,
 }
 
-/// What one run measured.
+/// Everything a run needs besides its model and setting.
+struct Env<'a> {
+    binary: &'a Path,
+    root: &'a Path,
+}
+
+/// One main run: its phase and its verification.
 struct RunResult {
-    /// Ops/s per 100 ms bucket of the benchmark phase.
-    buckets: Vec<f64>,
-    /// Leader checkpoints (start, end) in seconds from the benchmark phase's start.
-    checkpoints: Vec<(f64, f64)>,
-    skipped: u64,
-    delta: u64,
+    phase: PhaseResult,
     verified: bool,
     verification: String,
 }
 
-impl RunResult {
-    fn during_mask(&self) -> Vec<bool> {
-        (0..self.buckets.len())
-            .map(|i| {
-                let (from, to) = (i as f64 * BUCKET_SECONDS, (i + 1) as f64 * BUCKET_SECONDS);
-                self.checkpoints
-                    .iter()
-                    .any(|(start, end)| *start < to && *end > from)
-            })
-            .collect()
-    }
+fn parse_list(text: &str) -> Result<Vec<u64>> {
+    text.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.trim()
+                .parse()
+                .with_context(|| format!("bad number {p:?}"))
+        })
+        .collect()
+}
 
-    fn mean(values: &[f64]) -> f64 {
-        if values.is_empty() {
-            return f64::NAN;
-        }
-        values.iter().sum::<f64>() / values.len() as f64
-    }
-
-    fn sd(values: &[f64]) -> f64 {
-        let mean = Self::mean(values);
-        (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / values.len().max(1) as f64).sqrt()
-    }
-
-    fn split(&self) -> (Vec<f64>, Vec<f64>) {
-        let mask = self.during_mask();
-        let during = self
-            .buckets
-            .iter()
-            .zip(&mask)
-            .filter(|(_, d)| **d)
-            .map(|(v, _)| *v)
-            .collect();
-        let outside = self
-            .buckets
-            .iter()
-            .zip(&mask)
-            .filter(|(_, d)| !**d)
-            .map(|(v, _)| *v)
-            .collect();
-        (during, outside)
-    }
+fn keys_for_mb(mb: u64, value_bytes: usize) -> u64 {
+    (mb << 20) / (value_bytes as u64 + 16)
 }
 
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
-    let setup = Setup {
-        keys: args
-            .keys
-            .unwrap_or(if common.quick { 100_000 } else { 2_000_000 }),
-        value_bytes: args
-            .value_bytes
-            .unwrap_or(if common.quick { 100 } else { 200 }),
-        clients: args.clients.max(1),
-        seconds: args
-            .seconds
-            .unwrap_or(if common.quick { 3.0 } else { 30.0 }),
-        warmup_seconds: args
-            .warmup_seconds
-            .unwrap_or(if common.quick { 1.0 } else { 5.0 }),
+    let quick = common.quick;
+    let value_bytes = args.value_bytes.unwrap_or(if quick { 100 } else { 200 });
+    let keys = match args.state_mb {
+        Some(mb) => keys_for_mb(mb, value_bytes),
+        None => args.keys.unwrap_or(if quick { 50_000 } else { 2_000_000 }),
     };
-    let rounds = common.rounds();
+    let setup = Setup {
+        keys,
+        value_bytes,
+        clients: args.clients.max(1),
+        seconds: args.seconds.unwrap_or(if quick { 2.0 } else { 30.0 }),
+        warmup_seconds: args.warmup_seconds.unwrap_or(if quick { 0.5 } else { 5.0 }),
+        checkpoints: args.checkpoints,
+    };
+    let rounds = common.rounds.unwrap_or(if quick { 1 } else { 3 }).max(1);
+    let binary = cluster::locate_binary(args.smr_binary.as_deref())?;
+    let root = match &args.data_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            tempfile::tempdir_in(dir)?
+        }
+        None => tempfile::tempdir()?,
+    };
+    let env = Env {
+        binary: &binary,
+        root: root.path(),
+    };
     let mut report = Report::new("smr");
-    report.config("quick", common.quick);
-    report.config("replicas", 3);
+    report.config("quick", quick);
     report.config("clients", setup.clients as u64);
     report.config("keys", setup.keys);
     report.config("value_bytes", setup.value_bytes as u64);
@@ -166,107 +209,256 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("rounds", rounds as u64);
     report.config(
         "workload",
-        "update-only SET on uniformly random loaded keys, closed loop",
+        "update-only SET on uniformly random loaded keys, closed loop, to the leader",
     );
-    report.config(
-        "durability",
-        "Raft log fdatasync per batch on every replica (group commit); checkpoints fsynced + renamed",
-    );
-    report.notes.push(format!(
-        "3 replicas, {} client tasks and the checkpoint writers share this machine's {} cores in one process; \
-         the paper ran one replica per machine",
-        setup.clients,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    ));
-    if !common.quick {
-        report.notes.push(
-            "state scaled from the paper's several GB to keys x value_bytes (see config)".into(),
-        );
-    }
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()?;
-    let root = match &args.data_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)?;
-            tempfile::tempdir_in(dir)?
-        }
-        None => tempfile::tempdir()?,
+    let all_cores = cluster::allowed_cores();
+    let settings: Vec<Setting> = match args.setting {
+        SettingChoice::Both => vec![paper_setting(&all_cores), shared_setting(&all_cores)],
+        SettingChoice::Paper => vec![paper_setting(&all_cores)],
+        SettingChoice::Shared => vec![shared_setting(&all_cores)],
     };
+    for setting in &settings {
+        let (replica_cores, client_cores) = setting.cores();
+        report.config(
+            &format!("setting_{}", setting.name),
+            format!(
+                "{} replica process(es), Raft log sync {}, replica cores {}, client cores {:?}",
+                setting.replicas,
+                setting.log_sync.name(),
+                if replica_cores.is_empty() {
+                    "unpinned (shared with everything)".to_string()
+                } else {
+                    format!("{replica_cores:?} (one each)")
+                },
+                client_cores
+            ),
+        );
+        let runtime = runtime_on(&client_cores)?;
+        let results = runtime.block_on(main_runs(&env, setting, &setup, args, rounds))?;
+        report_main(&mut report, setting, &results);
+        plot(common, setting, &results)?;
+        if setting.name == "paper" {
+            let sweep_clients = args
+                .sweep_clients
+                .clone()
+                .unwrap_or_else(|| if quick { "1,4,16" } else { "1,2,4,8,16,32,64" }.into());
+            let sweep_seconds = args.sweep_seconds.unwrap_or(if quick { 1.0 } else { 5.0 });
+            let counts = parse_list(&sweep_clients)?;
+            if !counts.is_empty() {
+                runtime.block_on(fig2(
+                    &env,
+                    setting,
+                    &setup,
+                    &counts,
+                    sweep_seconds,
+                    &mut report,
+                    &common.out,
+                ))?;
+            }
+            let sizes = parse_list(args.fig6_state_mb.as_deref().unwrap_or(if quick {
+                "4,8"
+            } else {
+                "100,500,1000"
+            }))?;
+            let fig6_clients = parse_list(args.fig6_clients.as_deref().unwrap_or(if quick {
+                "1,8"
+            } else {
+                "1,4,8,16,32"
+            }))?;
+            if !sizes.is_empty() && !fig6_clients.is_empty() {
+                let plan = Fig6 {
+                    sizes_mb: &sizes,
+                    clients: &fig6_clients,
+                    seconds: sweep_seconds,
+                };
+                runtime.block_on(fig6(&env, setting, &setup, &plan, &mut report, &common.out))?;
+            }
+        }
+        drop(runtime);
+    }
+    cluster::pin_current_thread(&all_cores)?;
+    Ok(report)
+}
+
+/// A runtime whose threads run on `cores` (the bench's clients stay off the replicas' cores).
+fn runtime_on(cores: &[usize]) -> Result<tokio::runtime::Runtime> {
+    cluster::pin_current_thread(cores).context("pinning the bench's client threads")?;
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores.len().clamp(1, 4))
+        .enable_all()
+        .build()?)
+}
+
+/// The rounds of Figs. 4–5 / Tables 1–2 in one setting: results per model.
+async fn main_runs(
+    env: &Env<'_>,
+    setting: &Setting,
+    setup: &Setup,
+    args: &Args,
+    rounds: usize,
+) -> Result<Vec<Vec<RunResult>>> {
     let schedule = alternating_schedule(MODELS.len(), rounds);
-    let progress = crate::progress::bar(schedule.len() as u64, "smr runs");
+    let progress =
+        crate::progress::bar(schedule.len() as u64, &format!("smr {} runs", setting.name));
     let mut results: Vec<Vec<RunResult>> = MODELS.iter().map(|_| Vec::new()).collect();
     let mut delta = args.checkpoint_every;
     for (run_number, (round, contender)) in schedule.into_iter().enumerate() {
         let model = MODELS[contender];
-        let dir = root
-            .path()
-            .join(format!("run-{run_number}-{}", model.name()));
-        let result = runtime
-            .block_on(run_once(model, &setup, &dir, delta, args.checkpoints))
-            .with_context(|| format!("round {round}, model {}", model.name()))?;
-        delta = Some(result.delta);
+        let dir = env.root.join(format!(
+            "{}-run-{run_number}-{}",
+            setting.name,
+            model.name()
+        ));
+        let mut cluster = Cluster::start(env.binary, &dir, model, setting)?;
+        let leader = load_and_checkpoint(&cluster, setup.keys, setup.value_bytes).await?;
+        let plan = PhasePlan {
+            phase: 0,
+            clients: setup.clients,
+            keys: setup.keys,
+            value_bytes: setup.value_bytes,
+            warmup_seconds: setup.warmup_seconds,
+            seconds: setup.seconds,
+            delta,
+            checkpoints_wanted: setup.checkpoints,
+        };
+        let phase = run_phase(&cluster, leader, &plan)
+            .await
+            .with_context(|| format!("{} round {round}, model {}", setting.name, model.name()))?;
+        delta = Some(phase.delta);
+        let expected = Expected {
+            keys: setup.keys,
+            loaded: loaded_value(setup.value_bytes),
+            acknowledged: phase.acknowledged.clone(),
+        };
+        let (verified, verification) = verify(&mut cluster, leader, &expected).await?;
+        drop(cluster);
         std::fs::remove_dir_all(&dir).ok();
         progress.inc(1);
-        results[contender].push(result);
+        results[contender].push(RunResult {
+            phase,
+            verified,
+            verification,
+        });
     }
     progress.finish_and_clear();
-    report.config("checkpoint_every_commands", delta.unwrap_or(0));
+    Ok(results)
+}
 
-    let mut per_model: BTreeMap<&str, BTreeMap<&str, f64>> = BTreeMap::new();
-    for (model, runs) in MODELS.iter().zip(&results) {
-        let spread =
-            |f: &dyn Fn(&RunResult) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
-        let mean = spread(&|r| RunResult::mean(&r.buckets));
-        let sd = spread(&|r| RunResult::sd(&r.buckets));
-        let during = spread(&|r| RunResult::mean(&r.split().0));
-        let outside = spread(&|r| RunResult::mean(&r.split().1));
-        let during_over_outside = spread(&|r| {
-            let (d, o) = r.split();
-            ratio(RunResult::mean(&d), RunResult::mean(&o))
+fn loaded_value(value_bytes: usize) -> Vec<u8> {
+    vec![b'v'; value_bytes]
+}
+
+/// Waits for a leader, loads `keys` pairs, checkpoints every replica; returns the leader.
+async fn load_and_checkpoint(cluster: &Cluster, keys: u64, value_bytes: usize) -> Result<u64> {
+    let leader = cluster.wait_for_leader().await?;
+    cluster
+        .load(leader, keys, &loaded_value(value_bytes), key_bytes)
+        .await?;
+    let loaded = cluster.status_number(leader, "applied_index").await?;
+    // One checkpoint everywhere after the load, so the log behind it can be purged and every
+    // run starts from the same shape of state.
+    cluster.checkpoint_all(loaded).await?;
+    Ok(leader)
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+fn sd(values: &[f64]) -> f64 {
+    let mean = mean(values);
+    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / values.len().max(1) as f64).sqrt()
+}
+
+/// The buckets that overlap a checkpoint, and the others.
+fn split(phase: &PhaseResult) -> (Vec<f64>, Vec<f64>) {
+    let (mut during, mut outside) = (Vec::new(), Vec::new());
+    for (i, value) in phase.buckets.iter().enumerate() {
+        let (from, to) = (i as f64 * BUCKET_SECONDS, (i + 1) as f64 * BUCKET_SECONDS);
+        let overlaps = phase.checkpoints.iter().any(|(s, e)| *s < to && *e > from);
+        if overlaps {
+            during.push(*value);
+        } else {
+            outside.push(*value);
+        }
+    }
+    (during, outside)
+}
+
+fn report_main(report: &mut Report, setting: &Setting, results: &[Vec<RunResult>]) {
+    let mut per_model: BTreeMap<&str, (f64, f64, f64)> = BTreeMap::new();
+    for (model, runs) in MODELS.iter().zip(results) {
+        let spread = |f: &dyn Fn(&PhaseResult) -> f64| {
+            Spread::of(&runs.iter().map(|r| f(&r.phase)).collect::<Vec<_>>())
+        };
+        let mean_spread = spread(&|p| mean(&p.buckets));
+        let sd_spread = spread(&|p| sd(&p.buckets));
+        let during_over_outside = spread(&|p| {
+            let (d, o) = split(p);
+            ratio(mean(&d), mean(&o))
         });
-        let checkpoints = spread(&|r| r.checkpoints.len() as f64);
-        let checkpoint_ms = spread(&|r| {
-            RunResult::mean(
-                &r.checkpoints
+        let mut model_row = row([
+            ("figure", Value::from("fig4-5")),
+            ("setting", Value::from(setting.name)),
+            ("variant", Value::from(model.name())),
+        ]);
+        mean_spread.insert_into(&mut model_row, "throughput_ops_per_s");
+        sd_spread.insert_into(&mut model_row, "throughput_sd_ops_per_s");
+        spread(&|p| mean(&split(p).0))
+            .insert_into(&mut model_row, "throughput_during_checkpoint_ops_per_s");
+        spread(&|p| mean(&split(p).1))
+            .insert_into(&mut model_row, "throughput_outside_checkpoint_ops_per_s");
+        during_over_outside.insert_into(&mut model_row, "during_over_outside");
+        spread(&|p| p.checkpoints.len() as f64).insert_into(&mut model_row, "checkpoints");
+        spread(&|p| {
+            mean(
+                &p.checkpoints
                     .iter()
                     .map(|(s, e)| (e - s) * 1000.0)
                     .collect::<Vec<_>>(),
             )
-        });
-        let verified = runs.iter().all(|r| r.verified);
+        })
+        .insert_into(&mut model_row, "checkpoint_duration_ms");
+        model_row.insert(
+            "checkpoints_skipped".into(),
+            Value::from(runs.iter().map(|r| r.phase.skipped).sum::<u64>()),
+        );
+        model_row.insert(
+            "checkpoint_every_commands".into(),
+            Value::from(runs.first().map_or(0, |r| r.phase.delta)),
+        );
         for run in runs {
             report.record_verification(run.verified);
             if !run.verified {
-                report
-                    .notes
-                    .push(format!("{}: {}", model.name(), run.verification));
+                report.notes.push(format!(
+                    "{} {}: {}",
+                    setting.name,
+                    model.name(),
+                    run.verification
+                ));
             }
         }
-        let mut model_row = row([("variant", Value::from(model.name()))]);
-        mean.insert_into(&mut model_row, "throughput_ops_per_s");
-        sd.insert_into(&mut model_row, "throughput_sd_ops_per_s");
-        during.insert_into(&mut model_row, "throughput_during_checkpoint_ops_per_s");
-        outside.insert_into(&mut model_row, "throughput_outside_checkpoint_ops_per_s");
-        during_over_outside.insert_into(&mut model_row, "during_over_outside");
-        checkpoints.insert_into(&mut model_row, "checkpoints");
-        checkpoint_ms.insert_into(&mut model_row, "checkpoint_duration_ms");
         model_row.insert(
-            "checkpoints_skipped".into(),
-            Value::from(runs.iter().map(|r| r.skipped).sum::<u64>()),
+            "verified".into(),
+            Value::from(runs.iter().all(|r| r.verified)),
         );
-        model_row.insert("verified".into(), Value::from(verified));
         if let Some(first) = runs.first() {
             model_row.insert(
+                "verification_round0".into(),
+                Value::from(first.verification.clone()),
+            );
+            model_row.insert(
                 "timeline_round0_ops_per_s".into(),
-                Value::from(first.buckets.clone()),
+                Value::from(first.phase.buckets.clone()),
             );
             model_row.insert(
                 "timeline_round0_checkpoints_s".into(),
                 Value::from(
                     first
+                        .phase
                         .checkpoints
                         .iter()
                         .map(|(s, e)| vec![*s, *e])
@@ -277,39 +469,231 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         report.rows.push(model_row);
         per_model.insert(
             model.name(),
-            BTreeMap::from([
-                ("mean", mean.median),
-                ("sd", sd.median),
-                ("during_over_outside", during_over_outside.median),
-            ]),
+            (
+                mean_spread.median,
+                sd_spread.median,
+                during_over_outside.median,
+            ),
         );
     }
-    let (concurrent, blocking) = (&per_model["concurrent"], &per_model["blocking"]);
+    // The paper's setting gets the plain names; the shared one the suffix, beside it.
+    let suffix = if setting.name == "paper" {
+        ""
+    } else {
+        "_shared_2core"
+    };
+    let (concurrent, blocking) = (per_model["concurrent"], per_model["blocking"]);
     report.summary(
-        "concurrent_during_over_outside",
-        concurrent["during_over_outside"],
+        &format!("concurrent_during_over_outside{suffix}"),
+        concurrent.2,
+    );
+    report.summary(&format!("blocking_during_over_outside{suffix}"), blocking.2);
+    report.summary(
+        &format!("concurrent_over_blocking_mean{suffix}"),
+        ratio(concurrent.0, blocking.0),
     );
     report.summary(
-        "blocking_during_over_outside",
-        blocking["during_over_outside"],
+        &format!("concurrent_sd_over_blocking_sd{suffix}"),
+        ratio(concurrent.1, blocking.1),
     );
-    report.summary(
-        "concurrent_over_blocking_mean",
-        ratio(concurrent["mean"], blocking["mean"]),
-    );
-    report.summary(
-        "concurrent_sd_over_blocking_sd",
-        ratio(concurrent["sd"], blocking["sd"]),
-    );
-
-    plot(common, &results)?;
-    Ok(report)
 }
 
-fn plot(common: &Common, results: &[Vec<RunResult>]) -> Result<()> {
+/// Fig. 2: throughput and latency by client count (concurrent model, no checkpoints), one
+/// loaded cluster, one phase per count, verified once at the end.
+async fn fig2(
+    env: &Env<'_>,
+    setting: &Setting,
+    setup: &Setup,
+    counts: &[u64],
+    seconds: f64,
+    report: &mut Report,
+    out: &Path,
+) -> Result<()> {
+    let dir = env.root.join(format!("{}-fig2", setting.name));
+    let mut cluster = Cluster::start(env.binary, &dir, StateModel::Concurrent, setting)?;
+    let leader = load_and_checkpoint(&cluster, setup.keys, setup.value_bytes).await?;
+    let mut expected = Expected {
+        keys: setup.keys,
+        loaded: loaded_value(setup.value_bytes),
+        acknowledged: BTreeMap::new(),
+    };
+    let mut points = Vec::new();
+    for (phase_number, clients) in counts.iter().enumerate() {
+        let plan = PhasePlan {
+            phase: phase_number as u64,
+            clients: *clients as usize,
+            keys: setup.keys,
+            value_bytes: setup.value_bytes,
+            warmup_seconds: (seconds / 4.0).max(0.2),
+            seconds,
+            delta: Some(0),
+            checkpoints_wanted: 0,
+        };
+        let phase = run_phase(&cluster, leader, &plan).await?;
+        let latency = &phase.latency_us;
+        points.push((
+            phase.operations as f64 / phase.elapsed,
+            latency.mean() / 1000.0,
+        ));
+        report.rows.push(row([
+            ("figure", Value::from("fig2")),
+            ("setting", Value::from(setting.name)),
+            ("variant", Value::from("concurrent")),
+            ("clients", Value::from(*clients)),
+            (
+                "throughput_ops_per_s",
+                Value::from(phase.operations as f64 / phase.elapsed),
+            ),
+            ("latency_mean_ms", Value::from(latency.mean() / 1000.0)),
+            (
+                "latency_p50_ms",
+                Value::from(latency.value_at_quantile(0.5) as f64 / 1000.0),
+            ),
+            (
+                "latency_p99_ms",
+                Value::from(latency.value_at_quantile(0.99) as f64 / 1000.0),
+            ),
+        ]));
+        // Phases run one after another, so later acknowledgements supersede earlier ones.
+        expected.acknowledged.extend(phase.acknowledged);
+    }
+    let (verified, verification) = verify(&mut cluster, leader, &expected).await?;
+    record_sweep_verification(report, "fig2", verified, verification);
+    let chart = LineChart {
+        title: format!(
+            "prefixkv-smr ({} setting): latency against throughput, client counts {counts:?}",
+            setting.name
+        ),
+        x_label: "throughput (ops/s)".into(),
+        y_label: "mean latency (ms)".into(),
+        series: vec![Series {
+            label: "concurrent".into(),
+            points,
+        }],
+        markers: Vec::new(),
+        log_x: false,
+    };
+    write_line_chart(&chart, out, "smr-fig2")?;
+    drop(cluster);
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+/// The grid of the Fig. 6 sweep.
+struct Fig6<'a> {
+    sizes_mb: &'a [u64],
+    clients: &'a [u64],
+    seconds: f64,
+}
+
+/// Fig. 6: mean throughput by client count × state size, both models, checkpoints every Δ (Δ
+/// from each phase's warm-up, about 2 checkpoints per phase).
+async fn fig6(
+    env: &Env<'_>,
+    setting: &Setting,
+    setup: &Setup,
+    plan: &Fig6<'_>,
+    report: &mut Report,
+    out: &Path,
+) -> Result<()> {
+    let mut series = Vec::new();
+    for (size_number, size_mb) in plan.sizes_mb.iter().enumerate() {
+        for model in MODELS {
+            let mut points = Vec::new();
+            let keys = keys_for_mb(*size_mb, setup.value_bytes);
+            let dir = env.root.join(format!(
+                "{}-fig6-{size_number}-{}",
+                setting.name,
+                model.name()
+            ));
+            let mut cluster = Cluster::start(env.binary, &dir, model, setting)?;
+            let leader = load_and_checkpoint(&cluster, keys, setup.value_bytes).await?;
+            let mut expected = Expected {
+                keys,
+                loaded: loaded_value(setup.value_bytes),
+                acknowledged: BTreeMap::new(),
+            };
+            for (phase_number, clients) in plan.clients.iter().enumerate() {
+                let phase_plan = PhasePlan {
+                    phase: phase_number as u64,
+                    clients: *clients as usize,
+                    keys,
+                    value_bytes: setup.value_bytes,
+                    warmup_seconds: (plan.seconds / 4.0).max(0.2),
+                    seconds: plan.seconds,
+                    delta: None,
+                    checkpoints_wanted: 2,
+                };
+                let phase = run_phase(&cluster, leader, &phase_plan).await?;
+                let (during, outside) = split(&phase);
+                points.push((*clients as f64, phase.operations as f64 / phase.elapsed));
+                report.rows.push(row([
+                    ("figure", Value::from("fig6")),
+                    ("setting", Value::from(setting.name)),
+                    ("variant", Value::from(model.name())),
+                    ("state_mb", Value::from(*size_mb)),
+                    ("keys", Value::from(keys)),
+                    ("clients", Value::from(*clients)),
+                    (
+                        "throughput_ops_per_s",
+                        Value::from(phase.operations as f64 / phase.elapsed),
+                    ),
+                    (
+                        "during_over_outside",
+                        Value::from(ratio(mean(&during), mean(&outside))),
+                    ),
+                    ("checkpoints", Value::from(phase.checkpoints.len() as u64)),
+                    ("checkpoint_every_commands", Value::from(phase.delta)),
+                ]));
+                expected.acknowledged.extend(phase.acknowledged);
+            }
+            let (verified, verification) = verify(&mut cluster, leader, &expected).await?;
+            record_sweep_verification(
+                report,
+                &format!("fig6 {size_mb} MB {}", model.name()),
+                verified,
+                verification,
+            );
+            drop(cluster);
+            std::fs::remove_dir_all(&dir).ok();
+            series.push(Series {
+                label: format!("{} {size_mb} MB", model.name()),
+                points,
+            });
+        }
+    }
+    let chart = LineChart {
+        title: format!(
+            "prefixkv-smr ({} setting): throughput by clients and state size",
+            setting.name
+        ),
+        x_label: "clients (log scale)".into(),
+        y_label: "throughput (ops/s)".into(),
+        series,
+        markers: Vec::new(),
+        log_x: true,
+    };
+    write_line_chart(&chart, out, "smr-fig6")
+}
+
+fn record_sweep_verification(
+    report: &mut Report,
+    what: &str,
+    verified: bool,
+    verification: String,
+) {
+    report.record_verification(verified);
+    if !verified {
+        report.notes.push(format!("{what}: {verification}"));
+    }
+}
+
+fn plot(common: &Common, setting: &Setting, results: &[Vec<RunResult>]) -> Result<()> {
     let mut chart = LineChart {
-        title: "prefixkv-smr: leader throughput per 100 ms (round 0), checkpoint start/end markers"
-            .into(),
+        title: format!(
+            "prefixkv-smr ({} setting): leader throughput per 100 ms (round 0), checkpoint start/end",
+            setting.name
+        ),
         x_label: "time in benchmark phase (s)".into(),
         y_label: "throughput (ops/s)".into(),
         series: Vec::new(),
@@ -321,391 +705,27 @@ fn plot(common: &Common, results: &[Vec<RunResult>]) -> Result<()> {
         chart.series.push(Series {
             label: model.name().to_string(),
             points: first
+                .phase
                 .buckets
                 .iter()
                 .enumerate()
                 .map(|(i, v)| ((i as f64 + 0.5) * BUCKET_SECONDS, *v))
                 .collect(),
         });
-        for (start, end) in &first.checkpoints {
-            chart.markers.push(Marker {
-                x: *start,
-                series: Some(index),
-                end: false,
-            });
-            chart.markers.push(Marker {
-                x: *end,
-                series: Some(index),
-                end: true,
-            });
-        }
-    }
-    write_line_chart(&chart, &common.out, "smr")
-}
-
-async fn run_once(
-    model: StateModel,
-    setup: &Setup,
-    dir: &std::path::Path,
-    delta: Option<u64>,
-    checkpoints_wanted: u64,
-) -> Result<RunResult> {
-    // Bind every listener first so that the peer map is known before any replica starts.
-    let mut raft_listeners = BTreeMap::new();
-    let mut client_listeners = BTreeMap::new();
-    for id in 1..=3u64 {
-        raft_listeners.insert(id, TcpListener::bind("127.0.0.1:0").await?);
-        client_listeners.insert(id, TcpListener::bind("127.0.0.1:0").await?);
-    }
-    let peers: BTreeMap<NodeId, SocketAddr> = raft_listeners
-        .iter()
-        .map(|(id, l)| (*id, l.local_addr().unwrap()))
-        .collect();
-    let client_addresses: BTreeMap<NodeId, SocketAddr> = client_listeners
-        .iter()
-        .map(|(id, l)| (*id, l.local_addr().unwrap()))
-        .collect();
-    let config = |id: NodeId| {
-        let mut config = NodeConfig::new(id, peers.clone(), dir.join(format!("replica-{id}")));
-        config.model = model;
-        config.checkpoint_every_commands = 0; // no checkpoints while loading
-        config.heartbeat_ms = 100;
-        config.election_timeout_min_ms = 1500;
-        config
-    };
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3u64 {
-        let node = Node::start_with_listeners(
-            config(id),
-            raft_listeners.remove(&id).unwrap(),
-            client_listeners.remove(&id).unwrap(),
-        )
-        .await?;
-        nodes.insert(id, node);
-    }
-    let phase = Instant::now();
-    let leader_id = nodes[&1].wait_for_leader(WAIT).await?;
-    tracing_phase("leader elected", phase);
-
-    // Load: bulk entries straight into the leader's Raft (replicated and fsynced like any other).
-    let batch = 1000u64;
-    let value = vec![b'v'; setup.value_bytes];
-    let loaders = 4u64;
-    let mut loading = Vec::new();
-    let rafts: BTreeMap<NodeId, _> = nodes
-        .iter()
-        .map(|(id, node)| (*id, node.raft.clone()))
-        .collect();
-    for loader in 0..loaders {
-        let rafts = rafts.clone();
-        let (keys, value) = (setup.keys, value.clone());
-        loading.push(tokio::spawn(async move {
-            let mut start = loader * batch;
-            let mut leader = leader_id;
-            while start < keys {
-                let pairs: Vec<_> = (start..(start + batch).min(keys))
-                    .map(|k| (key_bytes(k), value.clone()))
-                    .collect();
-                // A leader change under load is possible on a busy machine: follow it. SetMany
-                // is idempotent, so a retried batch is harmless.
-                let mut attempts = 0;
-                loop {
-                    match rafts[&leader]
-                        .client_write(Command::SetMany {
-                            pairs: pairs.clone(),
-                        })
-                        .await
-                    {
-                        Ok(_) => break,
-                        Err(error) => {
-                            attempts += 1;
-                            if attempts > 100 {
-                                return Err(anyhow!("load: {error}"));
-                            }
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            if let Some(current) = rafts[&leader].metrics().borrow().current_leader
-                            {
-                                leader = current;
-                            }
-                        }
-                    }
-                }
-                start += loaders * batch;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for loader in loading {
-        loader.await??;
-    }
-    tracing_phase("loaded", phase);
-    let leader_id = nodes[&1].wait_for_leader(WAIT).await?;
-    let loaded_index = nodes[&leader_id].shared.applied_index();
-    // One checkpoint on every replica after the load, so the log behind it can be purged and
-    // every run starts from the same shape of state.
-    for node in nodes.values() {
-        node.wait_applied(loaded_index, WAIT).await?;
-        node.checkpoint_now(loaded_index, WAIT).await?;
-    }
-
-    tracing_phase("checkpointed after load", phase);
-    // Clients (closed loop, RESP).
-    let acknowledged = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for client_number in 0..setup.clients {
-        let (acknowledged, stop, addresses) =
-            (acknowledged.clone(), stop.clone(), client_addresses.clone());
-        let (keys, value_bytes, clients_count) = (setup.keys, setup.value_bytes, setup.clients);
-        clients.push(tokio::spawn(async move {
-            let mut client = ClusterClient::new(addresses);
-            let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (client_number as u64 + 1);
-            // The oracle: each key's last acknowledged value. Client c writes only the keys
-            // congruent to c, so a key's last acknowledged write is its final value.
-            let mut last_acknowledged: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-            let owned = client_keys(keys, clients_count, client_number);
-            let mut sequence = 0u64;
-            while !stop.load(Ordering::Relaxed) && owned > 0 {
-                // xorshift: cheap, independent per client.
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let key = (state % owned) * clients_count as u64 + client_number as u64;
-                sequence += 1;
-                let value = unique_value(client_number, sequence, value_bytes);
-                match client.call(&[b"SET", &key_bytes(key), &value]).await? {
-                    Reply::SimpleString(_) => {
-                        acknowledged.fetch_add(1, Ordering::Relaxed);
-                        last_acknowledged.insert(key, value);
-                    }
-                    other => anyhow::bail!("SET answered {other:?}"),
-                }
-            }
-            anyhow::Ok(last_acknowledged)
-        }));
-    }
-    // Warm-up; its throughput picks Δ when not given.
-    let warmup_start_count = acknowledged.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_secs_f64(setup.warmup_seconds)).await;
-    let warmup_rate =
-        (acknowledged.load(Ordering::Relaxed) - warmup_start_count) as f64 / setup.warmup_seconds;
-    let delta = delta.unwrap_or_else(|| {
-        ((warmup_rate * setup.seconds / checkpoints_wanted.max(1) as f64) as u64).max(100)
-    });
-    for node in nodes.values() {
-        node.shared.set_checkpoint_every(delta);
-    }
-
-    // Benchmark: sample the acknowledgement counter every 100 ms.
-    let leader_shared = nodes[&leader_id].shared.clone();
-    let events_before = leader_shared.events.lock().unwrap().len();
-    let skipped_before = leader_shared.stats.skipped.load(Ordering::Relaxed);
-    let start = Instant::now();
-    let mut buckets = Vec::new();
-    let mut previous = acknowledged.load(Ordering::Relaxed);
-    let bucket_count = (setup.seconds / BUCKET_SECONDS).round() as u64;
-    let mut interval = tokio::time::interval_at(
-        tokio::time::Instant::from_std(start) + Duration::from_secs_f64(BUCKET_SECONDS),
-        Duration::from_secs_f64(BUCKET_SECONDS),
-    );
-    for _ in 0..bucket_count {
-        interval.tick().await;
-        let now = acknowledged.load(Ordering::Relaxed);
-        buckets.push((now - previous) as f64 / BUCKET_SECONDS);
-        previous = now;
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    let mut expected: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-    for client in clients {
-        expected.extend(client.await??);
-    }
-    for node in nodes.values() {
-        node.shared.set_checkpoint_every(0);
-    }
-    let checkpoints: Vec<(f64, f64)> = {
-        let events = leader_shared.events.lock().unwrap();
-        events[events_before..]
-            .iter()
-            .filter_map(|event| {
-                let started = event
-                    .started
-                    .checked_duration_since(start)
-                    .map_or(0.0, |d| d.as_secs_f64());
-                let finished = event.finished.map(|f| {
-                    f.checked_duration_since(start)
-                        .map_or(0.0, |d| d.as_secs_f64())
+        for (start, end) in &first.phase.checkpoints {
+            for (x, end) in [(*start, false), (*end, true)] {
+                chart.markers.push(Marker {
+                    x,
+                    series: Some(index),
+                    end,
                 });
-                (started < elapsed).then(|| (started, finished.unwrap_or(elapsed).min(elapsed)))
-            })
-            .collect()
-    };
-    let skipped = leader_shared.stats.skipped.load(Ordering::Relaxed) - skipped_before;
-
-    // Verification: restart a follower from its checkpoint + log; it must hold every key's
-    // last acknowledged value (and the loaded value where no write was acknowledged).
-    tracing_phase("benchmark done", phase);
-    let (verified, verification) = verify(
-        &mut nodes,
-        leader_id,
-        &config,
-        &client_addresses,
-        &Expected {
-            keys: setup.keys,
-            loaded: value,
-            acknowledged: expected,
-        },
-    )
-    .await?;
-    tracing_phase("verified", phase);
-    for (_, node) in nodes {
-        node.shutdown().await?;
-    }
-    tracing_phase("shut down", phase);
-    Ok(RunResult {
-        buckets,
-        checkpoints,
-        skipped,
-        delta,
-        verified,
-        verification,
-    })
-}
-
-/// What clients were told: the loaded keys and each written key's last acknowledged value.
-struct Expected {
-    keys: u64,
-    loaded: Vec<u8>,
-    acknowledged: BTreeMap<u64, Vec<u8>>,
-}
-
-/// Restarts a follower from its checkpoint and log, waits until it applied what the leader
-/// had, and reads every key back from it: each must hold its last acknowledged value (or the
-/// loaded one). The replicas' own digests are reported beside, never trusted.
-async fn verify(
-    nodes: &mut BTreeMap<NodeId, Node>,
-    leader_id: NodeId,
-    config: &dyn Fn(NodeId) -> NodeConfig,
-    client_addresses: &BTreeMap<NodeId, SocketAddr>,
-    expected: &Expected,
-) -> Result<(bool, String)> {
-    let follower = *nodes
-        .keys()
-        .find(|id| **id != leader_id)
-        .expect("3 replicas");
-    let leader_applied = nodes[&leader_id].shared.applied_index();
-    nodes.remove(&follower).unwrap().shutdown().await?;
-    let restarted = Node::start(config(follower), client_addresses[&follower]).await?;
-    let recovered_at = restarted
-        .shared
-        .current_checkpoint()
-        .and_then(|m| m.last_log_id)
-        .map_or(0, |l| l.index);
-    restarted.wait_applied(leader_applied, WAIT).await?;
-    let wrong = wrong_keys(expected, |key| restarted.shared.store.get(&key_bytes(key)));
-    let recovered = restarted.shared.store.digest();
-    nodes.insert(follower, restarted);
-    let verified = wrong.is_empty() && recovered_at > 0;
-    Ok((
-        verified,
-        format!(
-            "replica {follower} restarted from checkpoint {recovered_at} + log to index {leader_applied}: \
-             {} acknowledged writes and {} keys read back, {} wrong{}; digest {recovered:?}",
-            expected.acknowledged.len(),
-            expected.keys,
-            wrong.len(),
-            wrong
-                .first()
-                .map_or(String::new(), |k| format!(" (first: key {k})"))
-        ),
-    ))
-}
-
-/// Keys whose value in `read` is not what the clients were told.
-fn wrong_keys(
-    expected: &Expected,
-    read: impl Fn(u64) -> Option<prefixkv_smr::store::Value>,
-) -> Vec<u64> {
-    (0..expected.keys)
-        .filter(|key| {
-            let want = expected
-                .acknowledged
-                .get(key)
-                .map_or(expected.loaded.as_slice(), Vec::as_slice);
-            read(*key).as_deref() != Some(want)
-        })
-        .collect()
-}
-
-/// How many keys client `client` of `clients` owns (keys congruent to it).
-fn client_keys(keys: u64, clients: usize, client: usize) -> u64 {
-    let (clients, client) = (clients as u64, client as u64);
-    keys / clients + u64::from(client < keys % clients)
-}
-
-/// A value unique to (client, sequence), `value_bytes` long (longer if the tag needs it), so a
-/// lost or reordered write changes what is read back.
-fn unique_value(client: usize, sequence: u64, value_bytes: usize) -> Vec<u8> {
-    let mut value = format!("c{client}s{sequence}:").into_bytes();
-    value.resize(value.len().max(value_bytes), b'v');
-    value
-}
-
-fn tracing_phase(what: &str, since: Instant) {
-    if std::env::var_os("SMR_BENCH_PHASES").is_some() {
-        eprintln!(
-            "smr bench: {what} at {:.2} s",
-            since.elapsed().as_secs_f64()
-        );
-    }
-}
-
-fn key_bytes(key: u64) -> Vec<u8> {
-    format!("user{key:012}").into_bytes()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn expected() -> Expected {
-        let mut acknowledged = BTreeMap::new();
-        acknowledged.insert(3, unique_value(0, 7, 16));
-        acknowledged.insert(5, unique_value(1, 2, 16));
-        Expected {
-            keys: 8,
-            loaded: b"loaded".to_vec(),
-            acknowledged,
+            }
         }
     }
-
-    fn image(expected: &Expected) -> BTreeMap<u64, Vec<u8>> {
-        (0..expected.keys)
-            .map(|k| {
-                let v = expected.acknowledged.get(&k).unwrap_or(&expected.loaded);
-                (k, v.clone())
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_oracle_passes_an_intact_replica_and_catches_a_dropped_or_stale_write() {
-        let expected = expected();
-        let mut replica = image(&expected);
-        let read = |r: &BTreeMap<u64, Vec<u8>>, k: u64| r.get(&k).map(|v| v.as_slice().into());
-        assert!(wrong_keys(&expected, |k| read(&replica, k)).is_empty());
-        replica.insert(3, unique_value(0, 6, 16)); // an older write of the same client
-        assert_eq!(wrong_keys(&expected, |k| read(&replica, k)), vec![3]);
-        replica.insert(3, expected.acknowledged[&3].clone());
-        replica.remove(&5); // an acknowledged key lost
-        assert_eq!(wrong_keys(&expected, |k| read(&replica, k)), vec![5]);
-    }
-
-    #[test]
-    fn clients_own_every_key_once() {
-        let (keys, clients) = (10u64, 3usize);
-        let owned: u64 = (0..clients).map(|c| client_keys(keys, clients, c)).sum();
-        assert_eq!(owned, keys);
-        assert_ne!(unique_value(0, 1, 4), unique_value(1, 1, 4));
-    }
+    let name = if setting.name == "paper" {
+        "smr".to_string()
+    } else {
+        format!("smr-{}", setting.name)
+    };
+    write_line_chart(&chart, &common.out, &name)
 }
