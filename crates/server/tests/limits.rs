@@ -56,15 +56,7 @@ fn requirepass_gates_every_command() {
 #[test]
 fn non_loopback_bind_without_password_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
-    command
-        .args(["--bind", "0.0.0.0", "--port", "0", "--dir"])
-        .arg(dir.path());
-    let output =
-        prefixkv_testkit::child::output_within(command, std::time::Duration::from_secs(60))
-            .unwrap();
-    assert!(!output.status.success());
-    let text = String::from_utf8_lossy(&output.stderr);
+    let text = common::failed_start(&["--bind", "0.0.0.0", "--port", "0"], dir.path());
     assert!(
         text.contains("without a password") && text.contains("protected-mode no"),
         "{text}"

@@ -2,6 +2,8 @@
 //! on the same directory is refused. The servers run as `prefixkv_testkit::child::ChildProcess`
 //! (stdout lines read with bounded waits, SIGKILLed by PID on drop).
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -69,23 +71,17 @@ fn a_second_server_on_the_same_directory_is_refused() {
     let mut first = ChildProcess::spawn(command).unwrap();
     // Wait until the first one is serving (it prints PORT after recovery and the lock).
     lines_until_port(&mut first);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
-    command
-        .args([
+    let text = common::failed_start(
+        &[
             "--port",
             "0",
             "--engine-memory",
             "64mb",
             "--appendfsync",
             "checkpoint",
-            "--dir",
-        ])
-        .arg(dir.path());
-    let output =
-        prefixkv_testkit::child::output_within(command, std::time::Duration::from_secs(60))
-            .unwrap();
-    assert!(!output.status.success());
-    let text = String::from_utf8_lossy(&output.stderr);
+        ],
+        dir.path(),
+    );
     assert!(
         text.contains("LOCK") && text.contains("another prefixkv-server"),
         "{text}"
@@ -96,15 +92,7 @@ fn a_second_server_on_the_same_directory_is_refused() {
 #[test]
 fn an_unknown_loglevel_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
-    command
-        .args(["--port", "0", "--loglevel", "loud", "--dir"])
-        .arg(dir.path());
-    let output =
-        prefixkv_testkit::child::output_within(command, std::time::Duration::from_secs(60))
-            .unwrap();
-    assert!(!output.status.success());
-    let text = String::from_utf8_lossy(&output.stderr);
+    let text = common::failed_start(&["--port", "0", "--loglevel", "loud"], dir.path());
     assert!(
         text.contains("'loud'") && text.contains("debug, verbose, notice, warning, nothing"),
         "{text}"

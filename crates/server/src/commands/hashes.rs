@@ -265,10 +265,7 @@ fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     // Redis's order: the cursor, then the key (a missing key is an empty scan whatever the
     // options), then its type, then the options.
-    std::str::from_utf8(&args[2])
-        .ok()
-        .and_then(|text| text.parse::<u64>().ok())
-        .ok_or_else(|| "ERR invalid cursor".to_string())?;
+    super::parse_cursor(&args[2])?;
     let pairs = read_pairs(ctx, &args[1])?;
     if pairs.is_empty() {
         ctx.w.array(2);

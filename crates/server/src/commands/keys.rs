@@ -280,10 +280,7 @@ fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             "HELP",
             "    Print this help.",
         ];
-        ctx.w.array(lines.len());
-        for line in lines {
-            ctx.w.simple(line);
-        }
+        ctx.w.help(&lines);
         return Ok(());
     }
     if !matches!(
@@ -382,10 +379,7 @@ fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
 }
 
 fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
-    let cursor: u64 = std::str::from_utf8(&args[1])
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| "ERR invalid cursor".to_string())?;
+    let cursor = super::parse_cursor(&args[1])?;
     let mut pattern = None;
     let mut count = 10usize;
     let mut kind = None;

@@ -238,6 +238,13 @@ impl Writer<'_> {
     pub fn verbatim(&mut self, text: &[u8]) {
         self.encoder.verbatim_string(self.out, *b"txt", text);
     }
+    /// A HELP reply: one simple string per line.
+    pub fn help(&mut self, lines: &[&str]) {
+        self.array(lines.len());
+        for line in lines {
+            self.simple(line);
+        }
+    }
     /// Optional bulk.
     pub fn bulk_or_null(&mut self, bytes: Option<&[u8]>) {
         match bytes {
@@ -331,6 +338,14 @@ fn unknown_command(args: &[Bytes]) -> String {
 
 fn truncate(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
+}
+
+/// A SCAN-family cursor: an unsigned integer, else Redis's `ERR invalid cursor`.
+pub fn parse_cursor(argument: &[u8]) -> Result<u64, String> {
+    std::str::from_utf8(argument)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| "ERR invalid cursor".to_string())
 }
 
 /// A refused command inside MULTI makes the whole transaction fail at EXEC, as in Redis.

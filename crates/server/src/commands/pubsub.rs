@@ -139,10 +139,7 @@ fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                 "HELP",
                 "    Print this help.",
             ];
-            ctx.w.array(lines.len());
-            for line in lines {
-                ctx.w.simple(line);
-            }
+            ctx.w.help(&lines);
         }
         ("channels" | "numpat" | "help", _) => {
             return Err(format!(

@@ -295,10 +295,7 @@ fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                 "HELP",
                 "    Print this help.",
             ];
-            ctx.w.array(lines.len());
-            for line in lines {
-                ctx.w.simple(line);
-            }
+            ctx.w.help(&lines);
         }
         (sub @ ("get" | "len" | "reset" | "help"), _) => {
             return Err(format!(

@@ -25,6 +25,17 @@ pub struct Server {
     pub dir: PathBuf,
 }
 
+/// Starts the server with `args` and `--dir dir`, expecting it to refuse to start: asserts a
+/// failing exit (within a minute) and returns what it wrote to standard error.
+pub fn failed_start(args: &[&str], dir: &Path) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_prefixkv-server"));
+    command.args(args).arg("--dir").arg(dir);
+    let output = prefixkv_testkit::child::output_within(command, Duration::from_secs(60))
+        .expect("the server exits instead of serving");
+    assert!(!output.status.success(), "the server started: {args:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// A free loopback port (bound and released; the server binds it explicitly).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
