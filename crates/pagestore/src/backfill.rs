@@ -53,6 +53,7 @@ use crate::error::{io_error, Result};
 use crate::store::{BackfillStrategy, PageStore};
 use crate::wal::read_frame_page;
 use std::collections::BTreeMap;
+use std::io::IoSlice;
 use std::sync::Arc;
 
 pub(crate) use uring::RingSlot;
@@ -296,6 +297,46 @@ pub(crate) enum Event {
     Read { token: usize, buffer: Vec<u8> },
     /// Every run of `batch` was written in full, with `calls` write calls.
     Written { batch: WriteBatch, calls: u64 },
+}
+
+/// Writes every run of `batch` now, one `pwritev` per run (more if the kernel writes less);
+/// returns the write calls. Both engines write this way: buffered io_uring writes to ext4 are
+/// handed to io_uring's worker threads, and on a machine whose cores are busy each hand-off waits
+/// for a CPU, which measured slower than writing from the checkpointer's own thread
+/// (docs/results/wal.md). The reads stay asynchronous, so they still overlap these writes.
+pub(crate) fn write_batch_now(store: &PageStore, batch: &WriteBatch) -> Result<u64> {
+    let inner = &store.inner;
+    let page_size = inner.options.page_size_bytes as usize;
+    let mut calls = 0u64;
+    for run in &batch.runs {
+        let mut slices: Vec<IoSlice<'_>> = batch.pages[run.first..run.first + run.len]
+            .iter()
+            .map(|(_, image)| IoSlice::new(image.bytes()))
+            .collect();
+        let mut slices: &mut [IoSlice<'_>] = &mut slices;
+        let mut offset = batch.run_offset(*run, page_size);
+        while !slices.is_empty() {
+            crate::fail_point::step("backfill:write");
+            let written = inner.db_file.write_at(slices, offset).map_err(|e| {
+                io_error(
+                    format!("pwritev of {} pages at offset {offset} to", run.len),
+                    &inner.db_path,
+                    e,
+                )
+            })?;
+            calls += 1;
+            if written == 0 {
+                return Err(io_error(
+                    "pwritev wrote 0 bytes to",
+                    &inner.db_path,
+                    std::io::ErrorKind::WriteZero.into(),
+                ));
+            }
+            offset += written as u64;
+            IoSlice::advance_slices(&mut slices, written);
+        }
+    }
+    Ok(calls)
 }
 
 /// The I/O under the fast backfill's loop. Dropping an engine waits for whatever it still has

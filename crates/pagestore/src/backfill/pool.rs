@@ -11,10 +11,9 @@
 //! closes (at the end, or on an error), so nothing outlives the checkpoint.
 
 use super::{Engine, Event, ReadRun, WriteBatch};
-use crate::error::{io_error, Error, Result};
+use crate::error::{Error, Result};
 use crate::store::PageStore;
 use crate::wal::read_frame_page;
-use std::io::IoSlice;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
@@ -102,37 +101,7 @@ impl Engine for PoolEngine<'_> {
     }
 
     fn write(&mut self, batch: WriteBatch) -> Result<()> {
-        let inner = &self.store.inner;
-        let page_size = inner.options.page_size_bytes as usize;
-        let mut calls = 0u64;
-        for run in &batch.runs {
-            let mut slices: Vec<IoSlice<'_>> = batch.pages[run.first..run.first + run.len]
-                .iter()
-                .map(|(_, image)| IoSlice::new(image.bytes()))
-                .collect();
-            let mut slices: &mut [IoSlice<'_>] = &mut slices;
-            let mut offset = batch.run_offset(*run, page_size);
-            while !slices.is_empty() {
-                crate::fail_point::step("backfill:write");
-                let written = inner.db_file.write_at(slices, offset).map_err(|e| {
-                    io_error(
-                        format!("pwritev of {} pages at offset {offset} to", run.len),
-                        &inner.db_path,
-                        e,
-                    )
-                })?;
-                calls += 1;
-                if written == 0 {
-                    return Err(io_error(
-                        "pwritev wrote 0 bytes to",
-                        &inner.db_path,
-                        std::io::ErrorKind::WriteZero.into(),
-                    ));
-                }
-                offset += written as u64;
-                IoSlice::advance_slices(&mut slices, written);
-            }
-        }
+        let calls = super::write_batch_now(self.store, &batch)?;
         self.written.push(Event::Written { batch, calls });
         Ok(())
     }

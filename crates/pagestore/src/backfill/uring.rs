@@ -1,9 +1,16 @@
-//! The io_uring engine of the fast backfill: WAL reads and database `writev`s on one ring.
+//! The io_uring engine of the fast backfill: WAL reads on a ring, in flight while the
+//! checkpointer writes the database with `pwritev` from its own thread
+//! ([`super::write_batch_now`]).
 //!
-//! Invariants: a buffer (read buffer, page image, iovec array) handed to the kernel stays owned
-//! by this engine, unmoved on the heap, until its completion is reaped; `in_flight` counts the
-//! entries pushed and not yet reaped, and never reaches [`RING_ENTRIES`] (the caller's held-page
-//! limit is below it and every operation holds at least one page), so the submission queue
+//! Why the writes are not on the ring: buffered io_uring writes to ext4 are handed to io_uring's
+//! worker threads, and on this project's 2-core machines every hand-off waited for a CPU. In a
+//! quiet full run (docs/results/wal.md) io_uring `writev`s made the copy 1.5x slower than the
+//! naive loop (backfill_speedup_warm 0.88); the same loop writing with `pwritev` reached 1.02.
+//!
+//! Invariants: a buffer (read buffer, header scratch, iovec array) handed to the kernel stays
+//! owned by this engine, unmoved on the heap, until its completion is reaped; `in_flight` counts
+//! the entries pushed and not yet reaped, and never reaches [`RING_ENTRIES`] (the caller's
+//! held-page limit is below it and every read holds at least one page), so the submission queue
 //! cannot overflow and the completion queue (twice as large) never drops a completion. If
 //! waiting for completions fails, the buffers still in flight are leaked, never freed, and the
 //! ring is dropped by [`with_engine`] so the next checkpoint starts afresh.
@@ -17,9 +24,6 @@ use std::path::Path;
 
 /// Submission queue entries of the checkpointer's ring (the completion queue has twice this).
 pub(crate) const RING_ENTRIES: u32 = 1024;
-
-/// Marks a write in `user_data`: `WRITE_BIT | batch slot << 32 | run index`.
-const WRITE_BIT: u64 = 1 << 63;
 
 /// The checkpointer's cached io_uring (`Some(Err)` once it proved unavailable).
 pub(crate) struct RingSlot(pub Option<std::result::Result<IoUring, ()>>);
@@ -44,7 +48,6 @@ pub(super) fn with_engine<R>(
 ) -> Option<Result<R>> {
     let inner = &store.inner;
     let wal_fd = inner.wal_file.raw_fd()?;
-    let db_fd = inner.db_file.raw_fd()?;
     let mut slot = inner.ring.lock();
     let ring = slot
         .0
@@ -53,16 +56,14 @@ pub(super) fn with_engine<R>(
         return None;
     };
     let mut engine = UringEngine {
+        store,
+        written: Vec::new(),
         ring,
         wal_fd: types::Fd(wal_fd),
-        db_fd: types::Fd(db_fd),
         page_size: inner.options.page_size_bytes as usize,
         wal_path: &inner.wal_path,
-        db_path: &inner.db_path,
         reads: Vec::new(),
         free_reads: Vec::new(),
-        writes: Vec::new(),
-        free_writes: Vec::new(),
         in_flight: 0,
         unsubmitted: 0,
         completed: Vec::new(),
@@ -85,26 +86,17 @@ struct ReadSlot {
     _iovecs: Vec<libc::iovec>,
 }
 
-/// A batch being written: its images, the iovecs pointing at them, runs not yet completed.
-struct WriteSlot {
-    batch: WriteBatch,
-    _iovecs: Vec<libc::iovec>,
-    runs_left: usize,
-    failed: bool,
-}
-
 /// See the module doc.
 pub(super) struct UringEngine<'a> {
+    store: &'a PageStore,
+    /// Batches written since the last reap, reported by it.
+    written: Vec<Event>,
     ring: &'a mut IoUring,
     wal_fd: types::Fd,
-    db_fd: types::Fd,
     page_size: usize,
     wal_path: &'a Path,
-    db_path: &'a Path,
     reads: Vec<Option<ReadSlot>>,
     free_reads: Vec<usize>,
-    writes: Vec<Option<WriteSlot>>,
-    free_writes: Vec<usize>,
     in_flight: usize,
     unsubmitted: usize,
     completed: Vec<(u64, i32)>,
@@ -117,8 +109,7 @@ impl UringEngine<'_> {
             "more operations in flight than the ring holds"
         );
         loop {
-            // SAFETY: every buffer the entry points at is owned by `self.reads`/`self.writes`
-            // until its completion is reaped (or leaked by `drain`), see the module doc.
+            // SAFETY: every buffer the entry points at is owned by `self.reads` until its completion is reaped (or leaked by `drain`), see the module doc.
             if unsafe { self.ring.submission().push(entry) }.is_ok() {
                 break;
             }
@@ -139,26 +130,13 @@ impl UringEngine<'_> {
                 Err(_) => {
                     // The kernel may still write into these buffers: never free them.
                     std::mem::forget(std::mem::take(&mut self.reads));
-                    std::mem::forget(std::mem::take(&mut self.writes));
                     self.in_flight = 0;
                     return false;
                 }
             }
             for completion in self.ring.completion() {
                 self.in_flight -= 1;
-                let data = completion.user_data();
-                if data & WRITE_BIT == 0 {
-                    self.reads[data as usize] = None;
-                } else {
-                    let slot = ((data & !WRITE_BIT) >> 32) as usize;
-                    let write = self.writes[slot]
-                        .as_mut()
-                        .expect("a completion for a write in flight");
-                    write.runs_left -= 1;
-                    if write.runs_left == 0 {
-                        self.writes[slot] = None;
-                    }
-                }
+                self.reads[completion.user_data() as usize] = None;
             }
         }
         self.unsubmitted = 0;
@@ -190,36 +168,6 @@ impl UringEngine<'_> {
             });
         }
         Ok(())
-    }
-
-    fn complete_write(&mut self, data: u64, result: i32, events: &mut Vec<Event>) -> Result<()> {
-        let slot = ((data & !WRITE_BIT) >> 32) as usize;
-        let run_index = (data & 0xFFFF_FFFF) as usize;
-        let write = self.writes[slot]
-            .as_mut()
-            .expect("a completion for a write in flight");
-        let run = write.batch.runs[run_index];
-        let offset = write.batch.run_offset(run, self.page_size);
-        let checked = check_transfer(
-            result,
-            run.len * self.page_size,
-            || format!("io_uring writev of {} pages at offset {offset} to", run.len),
-            self.db_path,
-        );
-        write.failed |= checked.is_err();
-        write.runs_left -= 1;
-        if write.runs_left == 0 {
-            let done = self.writes[slot].take().expect("checked above");
-            self.free_writes.push(slot);
-            if !done.failed {
-                let calls = done.batch.runs.len() as u64;
-                events.push(Event::Written {
-                    batch: done.batch,
-                    calls,
-                });
-            }
-        }
-        checked
     }
 }
 
@@ -266,51 +214,9 @@ impl Engine for UringEngine<'_> {
     }
 
     fn write(&mut self, batch: WriteBatch) -> Result<()> {
-        let iovecs: Vec<libc::iovec> = batch
-            .pages
-            .iter()
-            .map(|(_, image)| libc::iovec {
-                iov_base: image.bytes().as_ptr() as *mut libc::c_void,
-                iov_len: image.bytes().len(),
-            })
-            .collect();
-        let slot = self.free_writes.pop().unwrap_or_else(|| {
-            self.writes.push(None);
-            self.writes.len() - 1
-        });
-        let entries: Vec<squeue::Entry> = batch
-            .runs
-            .iter()
-            .enumerate()
-            .map(|(run_index, run)| {
-                opcode::Writev::new(self.db_fd, iovecs[run.first..].as_ptr(), run.len as u32)
-                    .offset(batch.run_offset(*run, self.page_size))
-                    .build()
-                    .user_data(WRITE_BIT | (slot as u64) << 32 | run_index as u64)
-            })
-            .collect();
-        // Moving the Vecs into the slot keeps their heap contents (pointed at above) in place.
-        self.writes[slot] = Some(WriteSlot {
-            runs_left: batch.runs.len(),
-            batch,
-            _iovecs: iovecs,
-            failed: false,
-        });
-        for (pushed, entry) in entries.iter().enumerate() {
-            crate::fail_point::step("backfill:write");
-            if let Err(error) = self.push(entry) {
-                // Runs never pushed will never complete: count them out of the slot.
-                let write = self.writes[slot].as_mut().expect("just inserted");
-                write.runs_left -= entries.len() - pushed;
-                write.failed = true;
-                if write.runs_left == 0 {
-                    self.writes[slot] = None;
-                }
-                return Err(error);
-            }
-        }
-        // Writes start now rather than at the next reap: they overlap the reads still coming.
-        self.submit()
+        let calls = super::write_batch_now(self.store, &batch)?;
+        self.written.push(Event::Written { batch, calls });
+        Ok(())
     }
 
     fn submit(&mut self) -> Result<()> {
@@ -325,7 +231,8 @@ impl Engine for UringEngine<'_> {
     }
 
     fn reap(&mut self, block: bool, events: &mut Vec<Event>) -> Result<()> {
-        if block && self.in_flight > 0 {
+        events.append(&mut self.written);
+        if block && events.is_empty() && self.in_flight > 0 {
             loop {
                 match self.ring.submit_and_wait(1) {
                     Ok(_) => break,
@@ -347,12 +254,7 @@ impl Engine for UringEngine<'_> {
         // Handle every completion before failing, so no slot is left behind.
         let mut first_error = None;
         for &(data, result) in &completed {
-            let handled = if data & WRITE_BIT == 0 {
-                self.complete_read(data as usize, result, events)
-            } else {
-                self.complete_write(data, result, events)
-            };
-            if let Err(error) = handled {
+            if let Err(error) = self.complete_read(data as usize, result, events) {
                 first_error.get_or_insert(error);
             }
         }
@@ -376,26 +278,19 @@ impl Drop for UringEngine<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backfill::{Image, Run};
     use crate::{Options, PageStore};
 
-    fn engine<'a>(
-        ring: &'a mut IoUring,
-        store: &'a PageStore,
-        db_fd: std::os::fd::RawFd,
-    ) -> UringEngine<'a> {
+    fn engine<'a>(ring: &'a mut IoUring, store: &'a PageStore) -> UringEngine<'a> {
         let inner = &store.inner;
         UringEngine {
+            store,
+            written: Vec::new(),
             ring,
             wal_fd: types::Fd(inner.wal_file.raw_fd().unwrap()),
-            db_fd: types::Fd(db_fd),
             page_size: 4096,
             wal_path: &inner.wal_path,
-            db_path: &inner.db_path,
             reads: Vec::new(),
             free_reads: Vec::new(),
-            writes: Vec::new(),
-            free_writes: Vec::new(),
             in_flight: 0,
             unsubmitted: 0,
             completed: Vec::new(),
@@ -416,8 +311,7 @@ mod tests {
             eprintln!("io_uring unavailable; nothing to test");
             return;
         };
-        let db_fd = store.inner.db_file.raw_fd().unwrap();
-        let mut engine = engine(&mut ring, &store, db_fd);
+        let mut engine = engine(&mut ring, &store);
         let mut events = Vec::new();
         // Frames 1..=3 exist: one read, three pages, each with its own image.
         let run = |frames: usize| ReadRun {
@@ -445,47 +339,5 @@ mod tests {
         }
         assert!(failed, "a short read must fail");
         assert!(events.is_empty());
-    }
-
-    /// A write error (here EBADF: the database descriptor is read-only) fails the engine, and
-    /// every buffer is reclaimed only after the kernel is done with it.
-    #[test]
-    fn a_failed_writev_is_an_error_and_the_engine_drains() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = PageStore::open(dir.path().join("db"), Options::default()).unwrap();
-        let read_only = std::fs::File::open(dir.path().join("db")).unwrap();
-        let mut ring = match IoUring::new(RING_ENTRIES) {
-            Ok(ring) => ring,
-            Err(error) => {
-                eprintln!("io_uring unavailable ({error}); nothing to test");
-                return;
-            }
-        };
-        let mut engine = engine(
-            &mut ring,
-            &store,
-            std::os::fd::AsRawFd::as_raw_fd(&read_only),
-        );
-        let batch = WriteBatch {
-            pages: vec![
-                (1, Image::Read(vec![1u8; 4096])),
-                (2, Image::Read(vec![2u8; 4096])),
-                (7, Image::Read(vec![7u8; 4096])),
-            ],
-            runs: vec![Run { first: 0, len: 2 }, Run { first: 2, len: 1 }],
-        };
-        engine.write(batch).unwrap();
-        let mut events = Vec::new();
-        let mut failed = false;
-        while engine.in_flight > 0 {
-            failed |= engine.reap(true, &mut events).is_err();
-        }
-        assert!(failed, "a writev to a read-only descriptor must fail");
-        assert!(
-            events.is_empty(),
-            "a failed batch is never reported written"
-        );
-        assert!(engine.writes.iter().all(Option::is_none));
-        assert!(engine.drain());
     }
 }
