@@ -273,23 +273,7 @@ fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         ctx.w.array(0);
         return Ok(());
     }
-    let mut pattern = None;
-    let mut index = 3;
-    while index < args.len() {
-        if index + 1 >= args.len() {
-            return Err(errors::SYNTAX.into());
-        }
-        match lower(&args[index]).as_str() {
-            "match" => pattern = Some(args[index + 1].clone()),
-            "count" => {
-                if parse_int(&args[index + 1])? < 1 {
-                    return Err(errors::SYNTAX.into());
-                }
-            }
-            _ => return Err(errors::SYNTAX.into()),
-        }
-        index += 2;
-    }
+    let pattern = super::parse_scan_options(&args[3..], false)?.pattern;
     let matching: Vec<&(Vec<u8>, Vec<u8>)> = pairs
         .iter()
         .filter(|(field, _)| {

@@ -380,28 +380,11 @@ fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
 
 fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let cursor = super::parse_cursor(&args[1])?;
-    let mut pattern = None;
-    let mut count = 10usize;
-    let mut kind = None;
-    let mut index = 2;
-    while index < args.len() {
-        if index + 1 >= args.len() {
-            return Err(errors::SYNTAX.into());
-        }
-        match lower(&args[index]).as_str() {
-            "match" => pattern = Some(args[index + 1].clone()),
-            "count" => {
-                let n = parse_int(&args[index + 1])?;
-                if n < 1 {
-                    return Err(errors::SYNTAX.into());
-                }
-                count = n as usize;
-            }
-            "type" => kind = Some(lower(&args[index + 1])),
-            _ => return Err(errors::SYNTAX.into()),
-        }
-        index += 2;
-    }
+    let super::ScanOptions {
+        pattern,
+        count,
+        kind,
+    } = super::parse_scan_options(&args[2..], true)?;
     let db = ctx.db();
     let (next, mut keys) =
         ctx.server

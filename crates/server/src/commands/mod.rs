@@ -348,6 +348,41 @@ pub fn parse_cursor(argument: &[u8]) -> Result<u64, String> {
         .ok_or_else(|| "ERR invalid cursor".to_string())
 }
 
+/// The options of a SCAN-family command after its cursor.
+pub struct ScanOptions {
+    /// MATCH pattern.
+    pub pattern: Option<Bytes>,
+    /// COUNT (at least 1; 10 when not given).
+    pub count: usize,
+    /// TYPE name, lower-cased (SCAN only).
+    pub kind: Option<String>,
+}
+
+/// Parses `MATCH p`, `COUNT n` and, when `allow_type`, `TYPE t` pairs, as Redis does: a missing
+/// value, a COUNT below 1 or an unknown option is a syntax error.
+pub fn parse_scan_options(options: &[Bytes], allow_type: bool) -> Result<ScanOptions, String> {
+    let mut parsed = ScanOptions {
+        pattern: None,
+        count: 10,
+        kind: None,
+    };
+    for pair in options.chunks(2) {
+        let [name, value] = pair else {
+            return Err(errors::SYNTAX.into());
+        };
+        match lower(name).as_str() {
+            "match" => parsed.pattern = Some(value.clone()),
+            "count" => match parse_int(value)? {
+                n if n < 1 => return Err(errors::SYNTAX.into()),
+                n => parsed.count = n as usize,
+            },
+            "type" if allow_type => parsed.kind = Some(lower(value)),
+            _ => return Err(errors::SYNTAX.into()),
+        }
+    }
+    Ok(parsed)
+}
+
 /// A refused command inside MULTI makes the whole transaction fail at EXEC, as in Redis.
 fn refuse_in_transaction(client: &mut Client) {
     if let Some(transaction) = client.transaction.as_mut() {
