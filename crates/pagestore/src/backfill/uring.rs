@@ -55,19 +55,7 @@ pub(super) fn with_engine<R>(
     let Ok(ring) = ring else {
         return None;
     };
-    let mut engine = UringEngine {
-        store,
-        written: Vec::new(),
-        ring,
-        wal_fd: types::Fd(wal_fd),
-        page_size: inner.options.page_size_bytes as usize,
-        wal_path: &inner.wal_path,
-        reads: Vec::new(),
-        free_reads: Vec::new(),
-        in_flight: 0,
-        unsubmitted: 0,
-        completed: Vec::new(),
-    };
+    let mut engine = UringEngine::new(store, ring, wal_fd);
     let result = f(&mut engine);
     let drained = engine.drain();
     drop(engine);
@@ -102,7 +90,25 @@ pub(super) struct UringEngine<'a> {
     completed: Vec<(u64, i32)>,
 }
 
-impl UringEngine<'_> {
+impl<'a> UringEngine<'a> {
+    /// An engine with nothing in flight, reading the WAL through `wal_fd`.
+    fn new(store: &'a PageStore, ring: &'a mut IoUring, wal_fd: std::os::fd::RawFd) -> Self {
+        let inner = &store.inner;
+        UringEngine {
+            store,
+            written: Vec::new(),
+            ring,
+            wal_fd: types::Fd(wal_fd),
+            page_size: inner.options.page_size_bytes as usize,
+            wal_path: &inner.wal_path,
+            reads: Vec::new(),
+            free_reads: Vec::new(),
+            in_flight: 0,
+            unsubmitted: 0,
+            completed: Vec::new(),
+        }
+    }
+
     fn push(&mut self, entry: &squeue::Entry) -> Result<()> {
         assert!(
             self.in_flight < RING_ENTRIES as usize,
@@ -281,20 +287,7 @@ mod tests {
     use crate::{Options, PageStore};
 
     fn engine<'a>(ring: &'a mut IoUring, store: &'a PageStore) -> UringEngine<'a> {
-        let inner = &store.inner;
-        UringEngine {
-            store,
-            written: Vec::new(),
-            ring,
-            wal_fd: types::Fd(inner.wal_file.raw_fd().unwrap()),
-            page_size: 4096,
-            wal_path: &inner.wal_path,
-            reads: Vec::new(),
-            free_reads: Vec::new(),
-            in_flight: 0,
-            unsubmitted: 0,
-            completed: Vec::new(),
-        }
+        UringEngine::new(store, ring, store.inner.wal_file.raw_fd().unwrap())
     }
 
     /// A run of frames that ends past the WAL's end is a short read: an error, no page reported.
