@@ -224,11 +224,11 @@ async fn handle(
             }
         }
         (b"SMR.STATUS", 1) => encoder.bulk_string(out, status_text(cx).as_bytes()),
-        (name, _) if name.starts_with(b"SMR.") => handle_admin(args, cx, out).await,
         (b"SMR.DIGEST", 1) => {
             let digest = cx.shared.store.digest();
             encoder.bulk_string(out, format!("{} {}", digest.keys, digest.sum).as_bytes());
         }
+        (name, _) if name.starts_with(b"SMR.") => handle_admin(args, cx, out).await,
         _ => encoder.error(
             out,
             format!(
