@@ -247,6 +247,29 @@ impl Txn<'_> {
         Ok(existed)
     }
 
+    /// Writes `key`, a record that belongs to `owner` (a key this transaction named in `begin`):
+    /// the parts of a collection stored under its own keys. Whoever reads or writes them first
+    /// locks `owner`, so `owner`'s stripe guards them. Whether `key` existed before.
+    pub fn put_under(&mut self, owner: &[u8], key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
+        self.check_locked(owner);
+        self.store.check_writable()?;
+        let existed = self.session.upsert_existed(key, value)?;
+        self.log(key, Some(value))?;
+        Ok(existed)
+    }
+
+    /// Deletes `key`, a record that belongs to `owner` (see [`Txn::put_under`]); whether it
+    /// existed.
+    pub fn delete_under(&mut self, owner: &[u8], key: &[u8]) -> Result<bool, StoreError> {
+        self.check_locked(owner);
+        self.store.check_writable()?;
+        let existed = self.session.delete(key)?;
+        if existed {
+            self.log(key, None)?;
+        }
+        Ok(existed)
+    }
+
     fn log(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
         self.last_serial = self.session.serial();
         if !self.store.logs() {

@@ -1,0 +1,281 @@
+//! `prefixkv-collections`: collections (lists, sets, sorted sets, large hashes) stored as many
+//! engine records, so that an update costs what Redis documents for it and not the size of the
+//! whole collection.
+//!
+//! Two structures, each a set of records under one object id:
+//! - [`hash::Hash`]: a map of byte strings to byte strings by linear hashing. A bucket is one
+//!   record; the table grows (and shrinks) one bucket at a time, so an insert or removal reads and
+//!   writes O(1) records however large the map is. Used for hashes, sets (empty values) and the
+//!   member -> score side of sorted sets.
+//! - [`tree::Tree`]: a counted B+tree of byte strings. A node is one record and every child
+//!   pointer carries its subtree's entry count, so insertion, removal and lookup by position
+//!   (rank) or by byte order cost O(log n) records. Used for lists (by position) and for the
+//!   order side of sorted sets (entries `[sortable score][member]`, compared as bytes).
+//!
+//! The structures never own the record that names them: the application keeps each one's small
+//! fixed-size header ([`hash::Hash`], [`tree::Tree`]: object id, length, shape) inside its own
+//! root record (the user key's value) and writes the header back after every update that changed
+//! it. Because the root record and every record of the object are written in one
+//! `prefixkv_store::Txn`, a checkpoint and the operation log hold each update whole, and recovery
+//! brings back a root together with exactly the records its header describes.
+//!
+//! Record keys ([`record_key`]): `[0xFF][object id u64 BE][part u8][index u64 BE]`. The first
+//! byte 0xFF is never a database number of the server (0..=15), so these records are never
+//! mistaken for user keys by KEYS, SCAN or DBSIZE. Big-endian ids keep one object's records
+//! together in byte order (useful for reading dumps, not relied upon).
+//!
+//! Invariants (every structure, every update):
+//! - Every access to an object's records happens while the caller holds the lock of the object's
+//!   root key (for the server: the root key named in the `Txn`); records are written through
+//!   [`Records`], which writes them as records *under* that root.
+//! - A header describes exactly the records present: after an update returns `Ok`, the records
+//!   and the header written back by the caller agree. After an `Err` (a record too large, the
+//!   store refusing a write) the caller must not write the header back and must report the error;
+//!   the structure guarantees only that it wrote records the old header does not reach or that
+//!   the old header still describes (see each module for what an error can leave).
+//! - Decoding checks every length and count against the bytes present: a damaged record is
+//!   [`Error::Corrupt`], never a panic, an out-of-bounds read or an allocation sized by a stored
+//!   number.
+
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+
+pub mod hash;
+pub mod tree;
+
+/// The first byte of every record key of a collection object.
+pub const RECORD_TAG: u8 = 0xFF;
+/// Bytes of a record key: tag, object id, part, index.
+pub const RECORD_KEY_BYTES: usize = 1 + 8 + 1 + 8;
+
+/// Which structure of an object a record belongs to (an object may have one of each: a sorted
+/// set has a hash and a tree under the same id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Part {
+    /// A bucket of a [`hash::Hash`].
+    HashBucket = 1,
+    /// A node of a [`tree::Tree`].
+    TreeNode = 2,
+}
+
+/// The key of record `index` of `part` of object `id`.
+pub fn record_key(id: u64, part: Part, index: u64) -> [u8; RECORD_KEY_BYTES] {
+    let mut key = [0u8; RECORD_KEY_BYTES];
+    key[0] = RECORD_TAG;
+    key[1..9].copy_from_slice(&id.to_be_bytes());
+    key[9] = part as u8;
+    key[10..18].copy_from_slice(&index.to_be_bytes());
+    key
+}
+
+/// The object id of a collection record key, or `None` for any other key.
+pub fn object_of(key: &[u8]) -> Option<u64> {
+    (key.len() == RECORD_KEY_BYTES && key[0] == RECORD_TAG)
+        .then(|| u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")))
+}
+
+/// Why a collection operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store refused a write (a record too large for a log page, maxmemory, a failed log).
+    #[error(transparent)]
+    Store(#[from] prefixkv_store::StoreError),
+    /// A record or header does not decode: the data is damaged (or was written by another
+    /// program). Nothing was changed.
+    #[error("collection record damaged: {0}")]
+    Corrupt(String),
+}
+
+impl From<prefixkv_store::EngineError> for Error {
+    fn from(error: prefixkv_store::EngineError) -> Error {
+        Error::Store(prefixkv_store::StoreError::Engine(error))
+    }
+}
+
+/// Result of a collection operation.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Where an object's records live: the store inside a transaction ([`Owned`]), or a map in tests
+/// ([`MemRecords`]).
+pub trait Records {
+    /// Reads record `key` into `out` (cleared first); whether it exists.
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    /// Writes record `key`.
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Deletes record `key` (absent is fine).
+    fn delete(&mut self, key: &[u8]) -> Result<()>;
+}
+
+/// The records of an object whose root key `owner` is locked by `txn`: reads and writes go to
+/// the store as records under `owner` (`prefixkv_store::Txn::put_under`).
+pub struct Owned<'t, 'a> {
+    /// The transaction holding `owner`'s lock.
+    pub txn: &'t mut prefixkv_store::Txn<'a>,
+    /// The root's engine key.
+    pub owner: &'t [u8],
+}
+
+impl Records for Owned<'_, '_> {
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        out.clear();
+        Ok(self.txn.get(key, out)?)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.txn.put_under(self.owner, key, value)?;
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.txn.delete_under(self.owner, key)?;
+        Ok(())
+    }
+}
+
+/// Records in a map: for model tests and for tools that look at a collection without a store.
+/// Counts its operations so tests can check the per-update cost.
+#[derive(Default, Debug, Clone)]
+pub struct MemRecords {
+    /// The records.
+    pub map: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Records read so far.
+    pub gets: u64,
+    /// Records written or deleted so far.
+    pub writes: u64,
+    /// When set, a `put` of a value longer than this fails (to test what an error leaves).
+    pub max_value_bytes: Option<usize>,
+}
+
+impl Records for MemRecords {
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.gets += 1;
+        out.clear();
+        match self.map.get(key) {
+            Some(value) => {
+                out.extend_from_slice(value);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.max_value_bytes.is_some_and(|max| value.len() > max) {
+            return Err(Error::Store(prefixkv_store::StoreError::Storage(format!(
+                "value too large: {} bytes",
+                value.len()
+            ))));
+        }
+        self.writes += 1;
+        self.map.insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.writes += 1;
+        self.map.remove(key);
+        Ok(())
+    }
+}
+
+/// Reads a little-endian `u32` length or count from the front of `rest`.
+pub(crate) fn take_u32(rest: &mut &[u8], what: &str) -> Result<u32> {
+    let (head, tail) = rest
+        .split_first_chunk::<4>()
+        .ok_or_else(|| Error::Corrupt(format!("{what} cut short")))?;
+    *rest = tail;
+    Ok(u32::from_le_bytes(*head))
+}
+
+/// Reads a little-endian `u64` from the front of `rest`.
+pub(crate) fn take_u64(rest: &mut &[u8], what: &str) -> Result<u64> {
+    let (head, tail) = rest
+        .split_first_chunk::<8>()
+        .ok_or_else(|| Error::Corrupt(format!("{what} cut short")))?;
+    *rest = tail;
+    Ok(u64::from_le_bytes(*head))
+}
+
+/// Reads `[len u32][bytes]` from the front of `rest`, checking the length against what is there.
+pub(crate) fn take_bytes<'a>(rest: &mut &'a [u8], what: &str) -> Result<&'a [u8]> {
+    let length = take_u32(rest, what)? as usize;
+    if rest.len() < length {
+        return Err(Error::Corrupt(format!(
+            "{what}: length {length} but {} bytes left",
+            rest.len()
+        )));
+    }
+    let (bytes, tail) = rest.split_at(length);
+    *rest = tail;
+    Ok(bytes)
+}
+
+/// Appends `[len u32][bytes]`.
+pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Order-preserving encoding of a sorted-set score: the bytes of `score` compare (as unsigned
+/// bytes) as the scores compare numerically, -inf < ... < -0.0 = 0.0 < ... < +inf. NaN is refused
+/// by the caller (Redis never stores one). -0.0 is stored as 0.0.
+pub fn score_key(score: f64) -> [u8; 8] {
+    debug_assert!(!score.is_nan(), "a sorted-set score is never NaN");
+    let score = if score == 0.0 { 0.0 } else { score };
+    let bits = score.to_bits();
+    let ordered = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    };
+    ordered.to_be_bytes()
+}
+
+/// Inverse of [`score_key`].
+pub fn score_of_key(bytes: [u8; 8]) -> f64 {
+    let ordered = u64::from_be_bytes(bytes);
+    let bits = if ordered >> 63 == 1 {
+        ordered & !(1 << 63)
+    } else {
+        !ordered
+    };
+    f64::from_bits(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_keys_name_their_object() {
+        let key = record_key(0x0102_0304_0506_0708, Part::TreeNode, 9);
+        assert_eq!(object_of(&key), Some(0x0102_0304_0506_0708));
+        assert_eq!(object_of(b"\x00user key"), None);
+        assert_eq!(object_of(&key[..17]), None);
+    }
+
+    #[test]
+    fn score_keys_sort_as_scores() {
+        let scores = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -2.5,
+            -f64::MIN_POSITIVE,
+            0.0,
+            f64::MIN_POSITIVE,
+            1.0,
+            2.5,
+            1e300,
+            f64::INFINITY,
+        ];
+        for pair in scores.windows(2) {
+            assert!(score_key(pair[0]) < score_key(pair[1]), "{pair:?}");
+        }
+        for score in scores {
+            assert_eq!(score_of_key(score_key(score)), score);
+        }
+        assert_eq!(score_key(-0.0), score_key(0.0));
+    }
+}
