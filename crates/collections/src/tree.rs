@@ -1,14 +1,124 @@
 //! A counted B+tree of byte strings: one record per node, every child pointer carrying its
 //! subtree's entry count, so that position (rank) and byte order both cost O(log n) records.
 //!
-//! HELPER: the format, the invariants and the crash-safety argument go here.
+//! # Records
+//!
+//! Header ([`HEADER_BYTES`] = 33 bytes, little-endian, kept by the application):
+//! `[id u64][len u64][root u64][next_node u64][height u8]`. `root` is the root node's id (0 when
+//! the tree is empty), `height` the number of node levels (0 when empty, 1 for a lone leaf),
+//! `next_node` the id the next written node gets.
+//!
+//! Node `n` is the record [`crate::record_key`]`(id, Part::TreeNode, n)`. A leaf holds entries in
+//! rank order; an internal node holds, per child, its id, its subtree's entry count and a
+//! *separator*: the subtree's first entry, cut to `separator_bytes` (128) with a flag when cut
+//! (byte formats in the `node` module). Descending by rank subtracts counts; descending by order
+//! compares separators, and only a cut separator that is a prefix of the probe costs a read of
+//! that subtree's first entry (a descent along its left edge).
+//!
+//! # Invariants (after every update that returned `Ok`)
+//!
+//! 1. `len == 0` ⇔ `root == 0` ⇔ `height == 0`; otherwise every leaf is `height - 1` levels
+//!    below the root.
+//! 2. Each child pointer's count is its subtree's number of entries; the root's is `len`.
+//! 3. Each separator is `Separator::of` the subtree's first entry.
+//! 4. A leaf has at least one entry, an internal node at least two children. Hence a tree of
+//!    height `h` has at least `2^(h-1)` entries, and `h <= 64` (`MAX_HEIGHT`) for any `u64` length.
+//! 5. A node fits the limits (at most `max_items` items and `max_node_bytes` encoded bytes), or
+//!    holds a single item (one entry larger than the byte budget).
+//! 6. The object's `TreeNode` records are exactly the nodes reachable from `root`, all with ids
+//!    below `next_node`. Ids are never reused within a tree (`next_node` only grows, also across
+//!    [`Tree::clear`]).
+//! 7. A tree used in order (sorted sets) holds its entries strictly ascending in rank order;
+//!    the ordered operations rely on it and preserve it, as does [`Tree::remove_at`];
+//!    [`Tree::insert_at`] and [`Tree::replace_at`] preserve it only if the caller's entry
+//!    belongs at that rank (they do not check).
+//!
+//! Fill is a goal, not an invariant: a rewritten non-root node is *underfull* when it has fewer
+//! than `max(2, max_items / 4)` items and fewer than `max_node_bytes / 4` bytes; it is then merged
+//! with a neighbour, or both are split evenly again when the two do not fit in one node. A node
+//! over the limits is split in halves (by bytes when over the byte budget, else by items) until
+//! every piece fits or is a single item; a huge entry can so leave a small leaf beside it. A root
+//! with one child is replaced by that child; a root that splits gets a new root above it. Because
+//! a separator is at most 128 bytes, an internal node with one child is always underfull, so
+//! invariant 4 holds whatever the entries' sizes.
+//!
+//! Cost: an update reads and writes the nodes of one root-to-leaf path, plus at most one sibling
+//! per level it rebalances and one new root, so O(height) records. A range reads each node it
+//! passes once.
+//!
+//! # Errors and crash safety: copy-on-write
+//!
+//! An update never overwrites a node: every node it changes is written under a fresh id (from
+//! `next_node`), bottom-up, and the nodes it replaced are deleted only after every new node is
+//! written and the in-memory header points to the new root. So:
+//! - If a write fails (a node too large for the store, a refused write), the update deletes the
+//!   new nodes it already wrote (best effort), leaves `self` unchanged and returns the error; the
+//!   records the old header reaches were not touched, so the old header, which the caller keeps
+//!   by not writing the header back, still reads exactly the old content.
+//! - A delete fails only when the store refuses every write (a failed log); the header in `self`
+//!   is then already the new one and describes the records present (the old nodes not yet
+//!   deleted are unreachable garbage), but the transaction is lost with the store anyway.
+//! - Crashes: the application writes every record of one update and the header in one store
+//!   transaction, which the checkpoint and the operation log keep whole, so recovery brings back
+//!   a header with exactly the nodes it reaches.
+//!
+//! Damaged data (a missing node, a node that does not decode, a count or level that does not
+//! match its parent, an id at or above `next_node`) is [`Error::Corrupt`], never a panic; a
+//! descent is bounded by the header's height, so a cycle of node ids cannot loop.
+
+mod node;
+#[cfg(test)]
+mod tests;
+mod update;
 
 use std::ops::ControlFlow;
 
-use crate::{Records, Result};
+use crate::{record_key, take_u64, Error, Part, Records, Result, RECORD_KEY_BYTES};
+use node::{Child, Node, CHILD_OVERHEAD, NODE_HEAD_BYTES};
 
 /// Bytes of an encoded [`Tree`] header.
 pub const HEADER_BYTES: usize = 8 + 8 + 8 + 8 + 1;
+
+/// The largest height a tree can reach (invariant 4: height `h` needs `2^(h-1)` entries).
+const MAX_HEIGHT: u8 = 64;
+
+/// Node size limits. Not stored: every tree of a build uses the same ones, except in unit tests
+/// that shrink them to reach deep trees with few entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Limits {
+    /// Most entries of a leaf, children of an internal node.
+    max_items: usize,
+    /// Encoded bytes a node with more than one item may have.
+    max_node_bytes: usize,
+    /// Longest stored separator.
+    separator_bytes: usize,
+}
+
+impl Limits {
+    const DEFAULT: Limits = Limits {
+        max_items: 64,
+        max_node_bytes: 16 << 10,
+        separator_bytes: 128,
+    };
+
+    /// Whether the limits keep invariant 4: an internal node with one child must be underfull
+    /// (its bytes under a quarter of the budget), and halving an oversized node leaves two items
+    /// on each side.
+    const fn valid(&self) -> bool {
+        self.max_items >= 4
+            && NODE_HEAD_BYTES + CHILD_OVERHEAD + self.separator_bytes < self.max_node_bytes / 4
+    }
+
+    fn fits(&self, node: &Node) -> bool {
+        node.items() <= self.max_items && node.encoded_len() <= self.max_node_bytes
+    }
+
+    fn underfull(&self, node: &Node) -> bool {
+        node.items() < (self.max_items / 4).max(2) && node.encoded_len() < self.max_node_bytes / 4
+    }
+}
+
+const _: () = assert!(Limits::DEFAULT.valid());
 
 /// A tree's header: kept by the application in its root record (see the crate docs).
 ///
@@ -24,6 +134,26 @@ pub struct Tree {
     root: u64,
     next_node: u64,
     height: u8,
+    limits: Limits,
+}
+
+/// A node on a root-to-leaf path, with the child (internal) or entry (leaf) the path takes.
+struct Frame {
+    /// 0 for the empty leaf that stands for an empty tree's missing root.
+    id: u64,
+    node: Node,
+    index: usize,
+}
+
+impl Frame {
+    /// The path of an empty tree: an empty leaf that was never written.
+    fn empty_root() -> Frame {
+        Frame {
+            id: 0,
+            node: Node::Leaf(Vec::new()),
+            index: 0,
+        }
+    }
 }
 
 impl Tree {
@@ -35,6 +165,17 @@ impl Tree {
             root: 0,
             next_node: 1,
             height: 0,
+            limits: Limits::DEFAULT,
+        }
+    }
+
+    /// An empty tree with other node limits (tests: deep trees from few entries).
+    #[cfg(test)]
+    fn with_limits(id: u64, limits: Limits) -> Tree {
+        assert!(limits.valid(), "tree limits break invariant 4: {limits:?}");
+        Tree {
+            limits,
+            ..Tree::new(id)
         }
     }
 
@@ -50,28 +191,86 @@ impl Tree {
 
     /// Appends the header ([`HEADER_BYTES`] bytes).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        todo!()
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.root.to_le_bytes());
+        out.extend_from_slice(&self.next_node.to_le_bytes());
+        out.push(self.height);
     }
 
     /// Reads a header from the front of `rest`, checking it is consistent.
     pub fn decode(rest: &mut &[u8]) -> Result<Tree> {
-        todo!()
+        let mut bytes = *rest;
+        if bytes.len() < HEADER_BYTES {
+            return Err(Error::Corrupt(format!(
+                "tree header cut short: {} of {HEADER_BYTES} bytes",
+                bytes.len()
+            )));
+        }
+        let id = take_u64(&mut bytes, "tree header")?;
+        let len = take_u64(&mut bytes, "tree header")?;
+        let root = take_u64(&mut bytes, "tree header")?;
+        let next_node = take_u64(&mut bytes, "tree header")?;
+        let height = bytes[0];
+        let tree = Tree {
+            id,
+            len,
+            root,
+            next_node,
+            height,
+            limits: Limits::DEFAULT,
+        };
+        let empty = len == 0;
+        if empty != (root == 0)
+            || empty != (height == 0)
+            || height > MAX_HEIGHT
+            || next_node == 0
+            || (!empty && root >= next_node)
+        {
+            return Err(Error::Corrupt(format!("inconsistent tree header {tree:?}")));
+        }
+        *rest = &bytes[1..];
+        Ok(tree)
     }
 
     /// Reads the entry at `rank` (0-based) into `out`; false when `rank >= len`.
     pub fn get(&self, records: &mut impl Records, rank: u64, out: &mut Vec<u8>) -> Result<bool> {
-        todo!()
+        if rank >= self.len {
+            return Ok(false);
+        }
+        let mut frames = self.descend_rank(records, rank, false)?;
+        let leaf = frames.pop().expect("a path ends at a leaf");
+        out.clear();
+        out.extend_from_slice(&leaf.node.entries()[leaf.index]);
+        Ok(true)
     }
 
     /// Inserts `entry` so that it gets position `rank` (`rank <= len`, else panics).
     pub fn insert_at(&mut self, records: &mut impl Records, rank: u64, entry: &[u8]) -> Result<()> {
-        todo!()
+        assert!(
+            rank <= self.len,
+            "Tree::insert_at: rank {rank} past the end (len {})",
+            self.len
+        );
+        let mut frames = self.descend_rank(records, rank, true)?;
+        let leaf = frames.last_mut().expect("a path ends at a leaf");
+        leaf.node.entries_mut().insert(leaf.index, entry.to_vec());
+        self.rewrite(records, frames, self.len + 1)
     }
 
     /// Removes and returns the entry at `rank` (`rank < len`, else panics). Removing the last
     /// entry deletes every record.
     pub fn remove_at(&mut self, records: &mut impl Records, rank: u64) -> Result<Vec<u8>> {
-        todo!()
+        assert!(
+            rank < self.len,
+            "Tree::remove_at: rank {rank} out of range (len {})",
+            self.len
+        );
+        let mut frames = self.descend_rank(records, rank, false)?;
+        let leaf = frames.last_mut().expect("a path ends at a leaf");
+        let removed = leaf.node.entries_mut().remove(leaf.index);
+        self.rewrite(records, frames, self.len - 1)?;
+        Ok(removed)
     }
 
     /// Replaces the entry at `rank` (`rank < len`, else panics).
@@ -81,44 +280,81 @@ impl Tree {
         rank: u64,
         entry: &[u8],
     ) -> Result<()> {
-        todo!()
+        assert!(
+            rank < self.len,
+            "Tree::replace_at: rank {rank} out of range (len {})",
+            self.len
+        );
+        let mut frames = self.descend_rank(records, rank, false)?;
+        let leaf = frames.last_mut().expect("a path ends at a leaf");
+        leaf.node.entries_mut()[leaf.index] = entry.to_vec();
+        self.rewrite(records, frames, self.len)
     }
 
     /// Visits entries from `rank` upwards (`visit(rank, entry)`) until the end or until `visit`
-    /// breaks. Reads one node per `fanout` entries after the first descent.
+    /// breaks (nothing when `rank >= len`). Reads one node per `fanout` entries after the first
+    /// descent.
     pub fn range(
         &self,
         records: &mut impl Records,
         rank: u64,
         visit: impl FnMut(u64, &[u8]) -> ControlFlow<()>,
     ) -> Result<()> {
-        todo!()
+        if rank >= self.len {
+            return Ok(());
+        }
+        self.walk(records, rank, true, visit)
     }
 
-    /// Visits entries from `rank` downwards (`rank < len`; nothing when the tree is empty).
+    /// Visits entries from `rank` downwards (`rank < len`; nothing when the tree is empty; panics
+    /// when `rank >= len` on a non-empty tree), like [`Tree::range`].
     pub fn range_rev(
         &self,
         records: &mut impl Records,
         rank: u64,
         visit: impl FnMut(u64, &[u8]) -> ControlFlow<()>,
     ) -> Result<()> {
-        todo!()
+        if self.is_empty() {
+            return Ok(());
+        }
+        assert!(
+            rank < self.len,
+            "Tree::range_rev: rank {rank} out of range (len {})",
+            self.len
+        );
+        self.walk(records, rank, false, visit)
     }
 
     /// The rank of the first entry `>= probe` in byte order (`len` when none). Ordered trees.
     pub fn lower_bound(&self, records: &mut impl Records, probe: &[u8]) -> Result<u64> {
-        todo!()
+        Ok(self.descend_order(records, probe, false)?.1)
     }
 
     /// The rank of the first entry `> probe` in byte order (`len` when none). Ordered trees.
     pub fn upper_bound(&self, records: &mut impl Records, probe: &[u8]) -> Result<u64> {
-        todo!()
+        Ok(self.descend_order(records, probe, true)?.1)
     }
 
     /// Inserts `entry` at its place in byte order and returns its rank; an entry equal to it
     /// must not be present (panics in debug builds). Ordered trees.
     pub fn insert_sorted(&mut self, records: &mut impl Records, entry: &[u8]) -> Result<u64> {
-        todo!()
+        let (mut frames, rank) = self.descend_order(records, entry, true)?;
+        let leaf = frames.last_mut().expect("a path ends at a leaf");
+        let entries = leaf.node.entries_mut();
+        debug_assert!(
+            leaf.index == 0 || entries[leaf.index - 1] != entry,
+            "Tree::insert_sorted: an equal entry is present"
+        );
+        debug_assert!(
+            (leaf.index == 0 || entries[leaf.index - 1].as_slice() < entry)
+                && entries
+                    .get(leaf.index)
+                    .is_none_or(|next| entry < next.as_slice()),
+            "Tree::insert_sorted: the leaf is in order around the new entry"
+        );
+        entries.insert(leaf.index, entry.to_vec());
+        self.rewrite(records, frames, self.len + 1)?;
+        Ok(rank)
     }
 
     /// Removes the entry equal to `entry`; its rank, or `None` when absent. Ordered trees.
@@ -127,11 +363,297 @@ impl Tree {
         records: &mut impl Records,
         entry: &[u8],
     ) -> Result<Option<u64>> {
-        todo!()
+        // The path to the first entry greater than `entry`: an equal entry is the one before it,
+        // in the same leaf (the routing took the last child whose first entry is <= `entry`).
+        let (mut frames, after) = self.descend_order(records, entry, true)?;
+        let leaf = frames.last_mut().expect("a path ends at a leaf");
+        if leaf.index == 0 || leaf.node.entries()[leaf.index - 1] != entry {
+            return Ok(None);
+        }
+        leaf.index -= 1;
+        leaf.node.entries_mut().remove(leaf.index);
+        self.rewrite(records, frames, self.len - 1)?;
+        Ok(Some(after - 1))
     }
 
-    /// Deletes every record; the tree is empty afterwards.
+    /// Deletes every record; the tree is empty afterwards. Reads every internal node first (not
+    /// the leaves): a damaged tree is reported before anything is deleted.
     pub fn clear(&mut self, records: &mut impl Records) -> Result<()> {
-        todo!()
+        let mut doomed = Vec::new();
+        let mut level = Vec::new();
+        if !self.is_empty() {
+            level.push((self.root, self.len));
+        }
+        let mut buf = Vec::new();
+        for depth in 0..self.height as usize {
+            let leaves = depth + 1 == self.height as usize;
+            let mut next = Vec::new();
+            for &(id, count) in &level {
+                doomed.push(id);
+                if !leaves {
+                    let node = self.read(records, id, depth, count, &mut buf)?;
+                    next.extend(node.children().iter().map(|child| (child.id, child.count)));
+                }
+            }
+            level = next;
+        }
+        self.len = 0;
+        self.root = 0;
+        self.height = 0;
+        for id in doomed {
+            records.delete(&self.key(id))?;
+        }
+        Ok(())
+    }
+}
+
+// Reading and descending.
+impl Tree {
+    fn key(&self, node: u64) -> [u8; RECORD_KEY_BYTES] {
+        record_key(self.id, Part::TreeNode, node)
+    }
+
+    /// Reads node `id`, which its parent (or the header) says is `depth` levels below the root
+    /// and holds `entries` entries, and checks that it does.
+    fn read(
+        &self,
+        records: &mut impl Records,
+        id: u64,
+        depth: usize,
+        entries: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<Node> {
+        let damaged = |what: String| Error::Corrupt(format!("tree {} node {id}: {what}", self.id));
+        if id == 0 || id >= self.next_node {
+            return Err(damaged(format!(
+                "id not below next_node {}",
+                self.next_node
+            )));
+        }
+        if !records.get(&self.key(id), buf)? {
+            return Err(damaged("missing".into()));
+        }
+        let node = Node::decode(buf).map_err(|error| match error {
+            Error::Corrupt(what) => damaged(what),
+            other => other,
+        })?;
+        let leaf_depth = self.height as usize - 1;
+        if node.is_leaf() != (depth == leaf_depth) {
+            return Err(damaged(format!(
+                "a {} at depth {depth} of a tree of height {}",
+                if node.is_leaf() {
+                    "leaf"
+                } else {
+                    "internal node"
+                },
+                self.height
+            )));
+        }
+        if node.count() != entries {
+            return Err(damaged(format!(
+                "holds {} entries, its parent says {entries}",
+                node.count()
+            )));
+        }
+        Ok(node)
+    }
+
+    /// The path to the entry at `rank`; with `to_end`, `rank` may be one past an entry (an
+    /// insert position), and a position between two leaves is taken as the end of the first.
+    fn descend_rank(
+        &self,
+        records: &mut impl Records,
+        mut rank: u64,
+        to_end: bool,
+    ) -> Result<Vec<Frame>> {
+        if self.is_empty() {
+            return Ok(vec![Frame::empty_root()]);
+        }
+        let mut frames: Vec<Frame> = Vec::with_capacity(self.height as usize);
+        let mut buf = Vec::new();
+        let (mut id, mut count) = (self.root, self.len);
+        loop {
+            let node = self.read(records, id, frames.len(), count, &mut buf)?;
+            let index = match &node {
+                Node::Leaf(_) => rank as usize,
+                Node::Internal(children) => children
+                    .iter()
+                    .position(|child| {
+                        let inside = rank < child.count || (to_end && rank == child.count);
+                        if !inside {
+                            rank -= child.count;
+                        }
+                        inside
+                    })
+                    .expect("a rank within a node's count falls in one of its children"),
+            };
+            let leaf = node.is_leaf();
+            frames.push(Frame { id, node, index });
+            if leaf {
+                return Ok(frames);
+            }
+            let parent = frames.last().expect("just pushed");
+            let child = &parent.node.children()[parent.index];
+            (id, count) = (child.id, child.count);
+        }
+    }
+
+    /// The path to the first entry `> probe` (`inclusive`) or `>= probe`, and that entry's rank.
+    fn descend_order(
+        &self,
+        records: &mut impl Records,
+        probe: &[u8],
+        inclusive: bool,
+    ) -> Result<(Vec<Frame>, u64)> {
+        if self.is_empty() {
+            return Ok((vec![Frame::empty_root()], 0));
+        }
+        let mut frames: Vec<Frame> = Vec::with_capacity(self.height as usize);
+        let mut buf = Vec::new();
+        let mut rank = 0;
+        let (mut id, mut count) = (self.root, self.len);
+        loop {
+            let depth = frames.len();
+            let node = self.read(records, id, depth, count, &mut buf)?;
+            let index = match &node {
+                Node::Leaf(entries) => {
+                    let index = entries.partition_point(|entry| {
+                        let entry = entry.as_slice();
+                        entry < probe || (inclusive && entry == probe)
+                    });
+                    rank += index as u64;
+                    index
+                }
+                Node::Internal(children) => {
+                    let index = self.route(records, children, depth + 1, probe, inclusive)?;
+                    rank += children[..index]
+                        .iter()
+                        .map(|child| child.count)
+                        .sum::<u64>();
+                    index
+                }
+            };
+            let leaf = node.is_leaf();
+            frames.push(Frame { id, node, index });
+            if leaf {
+                return Ok((frames, rank));
+            }
+            let parent = frames.last().expect("just pushed");
+            let child = &parent.node.children()[parent.index];
+            (id, count) = (child.id, child.count);
+        }
+    }
+
+    /// The child an ordered descent takes: the last whose first entry is `< probe` (or `<=`
+    /// when `inclusive`), else the first. Every entry before that child is then below the probe
+    /// and every entry after it at or above it (ordered trees: invariant 7).
+    fn route(
+        &self,
+        records: &mut impl Records,
+        children: &[Child],
+        depth: usize,
+        probe: &[u8],
+        inclusive: bool,
+    ) -> Result<usize> {
+        // Children 1..low are before the probe, high.. are not; the predicate is monotone.
+        let (mut low, mut high) = (1, children.len());
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let order = match children[middle].first.compare(probe) {
+                Some(order) => order,
+                None => self
+                    .first_entry(records, &children[middle], depth)?
+                    .as_slice()
+                    .cmp(probe),
+            };
+            if order.is_lt() || (inclusive && order.is_eq()) {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        Ok(low - 1)
+    }
+
+    /// The first entry of `child`'s subtree (`depth` levels below the root), read along its
+    /// left edge: what a cut separator stands for.
+    fn first_entry(
+        &self,
+        records: &mut impl Records,
+        child: &Child,
+        mut depth: usize,
+    ) -> Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        let (mut id, mut count) = (child.id, child.count);
+        loop {
+            match self.read(records, id, depth, count, &mut buf)? {
+                Node::Leaf(mut entries) => return Ok(entries.swap_remove(0)),
+                Node::Internal(children) => (id, count) = (children[0].id, children[0].count),
+            }
+            depth += 1;
+        }
+    }
+
+    /// Visits entries from `rank` (below `len`) on, upwards (`forward`) or downwards: one
+    /// descent, then each further node is read once, when the walk enters it.
+    fn walk(
+        &self,
+        records: &mut impl Records,
+        rank: u64,
+        forward: bool,
+        mut visit: impl FnMut(u64, &[u8]) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let mut frames = self.descend_rank(records, rank, false)?;
+        let mut buf = Vec::new();
+        // Rank of the current leaf's first entry.
+        let mut base = rank - frames.last().expect("a path ends at a leaf").index as u64;
+        loop {
+            let leaf = frames.pop().expect("a path ends at a leaf");
+            let entries = leaf.node.entries();
+            let mut position = leaf.index;
+            loop {
+                if visit(base + position as u64, &entries[position]).is_break() {
+                    return Ok(());
+                }
+                match forward {
+                    true if position + 1 < entries.len() => position += 1,
+                    false if position > 0 => position -= 1,
+                    _ => break,
+                }
+            }
+            if forward {
+                base += entries.len() as u64;
+            }
+            // Up to the nearest node with a next (previous) child, then down its near edge.
+            loop {
+                let Some(top) = frames.last_mut() else {
+                    return Ok(());
+                };
+                if forward && top.index + 1 < top.node.items() {
+                    top.index += 1;
+                    break;
+                }
+                if !forward && top.index > 0 {
+                    top.index -= 1;
+                    break;
+                }
+                frames.pop();
+            }
+            loop {
+                let parent = frames.last().expect("the walk is below the root");
+                let child = &parent.node.children()[parent.index];
+                let id = child.id;
+                let node = self.read(records, id, frames.len(), child.count, &mut buf)?;
+                let index = if forward { 0 } else { node.items() - 1 };
+                let leaf = node.is_leaf();
+                frames.push(Frame { id, node, index });
+                if leaf {
+                    break;
+                }
+            }
+            if !forward {
+                base -= frames.last().expect("just pushed").node.items() as u64;
+            }
+        }
     }
 }
