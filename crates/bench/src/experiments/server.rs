@@ -4,7 +4,8 @@
 //! 1. **redis-benchmark.** For each durability (`none` = Redis `appendonly no`; `everysec`,
 //!    `always` = Redis `appendonly yes` with that `appendfsync`; Redis always with `save ""`), both
 //!    servers start on free loopback ports with fresh data directories; then
-//!    `redis-benchmark -t set,get -c 50 -r 1000000 -n N -P p --csv` runs at each pipeline depth,
+//!    `redis-benchmark -t set,get,lpush,sadd,zadd -c 50 -r 1000000 -n N -P p --csv` runs at each
+//!    pipeline depth (`--tests` chooses the tests),
 //!    alternating the servers over `--rounds` rounds (A B, B A, ...). Rows hold the median
 //!    requests/s with min and max.
 //! 2. **Snapshot under load** ([`snapshot`]). On each server: load a dataset, write from several
@@ -40,6 +41,9 @@ pub struct Args {
     /// Durability settings to compare in the redis-benchmark phase.
     #[arg(long, value_delimiter = ',', default_value = "none,everysec,always")]
     pub durabilities: Vec<String>,
+    /// redis-benchmark tests (`-t`); a summary ratio is reported for each.
+    #[arg(long, value_delimiter = ',', default_value = "set,get,lpush,sadd,zadd")]
+    pub tests: Vec<String>,
     /// redis-benchmark pipeline depths (`-P`).
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     pub pipelines: Vec<usize>,
@@ -150,8 +154,8 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config(
         "redis_benchmark",
         format!(
-            "redis-benchmark -t set,get -c {} -r {} -n {requests_p1} (-P 1) / -n {requests_pipelined} (deeper) -P <p> --csv",
-            args.clients, args.keyspace
+            "redis-benchmark -t {} -c {} -r {} -n {requests_p1} (-P 1) / -n {requests_pipelined} (deeper) -P <p> --csv",
+            args.tests.join(","), args.clients, args.keyspace
         ),
     );
     report.config("pipelines", args.pipelines.clone());
@@ -187,6 +191,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
 
     if args.phases.iter().any(|p| p == "benchmark") {
         let load = |pipeline: usize| benchmark::Load {
+            tests: args.tests.iter().map(|t| t.to_ascii_lowercase()).collect(),
             clients: args.clients,
             keyspace: args.keyspace,
             requests: if pipeline <= 1 {
@@ -327,14 +332,13 @@ fn run_benchmarks(
     for durability in durabilities {
         let name = durability.name();
         for pipeline in pipelines {
-            report.summary(
-                &format!("set_p{pipeline}_over_redis_{name}"),
-                over(name, *pipeline, "SET"),
-            );
-            report.summary(
-                &format!("get_p{pipeline}_over_redis_{name}"),
-                over(name, *pipeline, "GET"),
-            );
+            for test in &args.tests {
+                let test = test.to_ascii_lowercase();
+                report.summary(
+                    &format!("{test}_p{pipeline}_over_redis_{name}"),
+                    over(name, *pipeline, &test.to_ascii_uppercase()),
+                );
+            }
         }
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! Runs `redis-benchmark -t set,get -c <clients> -r <keyspace> -n <requests> -P <pipeline> --csv`
+//! Runs `redis-benchmark -t <tests> -c <clients> -r <keyspace> -n <requests> -P <pipeline> --csv`
 //! against one server and parses its CSV output.
 //!
 //! The CSV shape (Redis 7): a header line
@@ -13,7 +13,7 @@ use std::process::Command;
 /// One test's result line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Line {
-    /// `SET` or `GET`.
+    /// The test's name as redis-benchmark prints it (`SET`, `GET`, `LPUSH`, ...).
     pub test: String,
     /// Requests per second.
     pub requests_per_s: f64,
@@ -22,8 +22,10 @@ pub struct Line {
 }
 
 /// What to run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Load {
+    /// `-t`: redis-benchmark's test names, lower case (`set`, `lpush`, ...).
+    pub tests: Vec<String>,
     /// `-c`.
     pub clients: usize,
     /// `-r`.
@@ -34,10 +36,11 @@ pub struct Load {
     pub pipeline: usize,
 }
 
-/// Runs redis-benchmark against `127.0.0.1:port` and returns its SET and GET lines.
+/// Runs redis-benchmark against `127.0.0.1:port` and returns a line per test.
 pub fn run(redis_benchmark: &Path, port: u16, load: Load) -> Result<Vec<Line>> {
+    let tests = load.tests.join(",");
     let output = Command::new(redis_benchmark)
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", "set,get"])
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", &tests])
         .args(["-c", &load.clients.to_string()])
         .args(["-r", &load.keyspace.to_string()])
         .args(["-n", &load.requests.to_string()])
@@ -55,7 +58,8 @@ pub fn run(redis_benchmark: &Path, port: u16, load: Load) -> Result<Vec<Line>> {
         );
     }
     let lines = parse_csv(&stdout)?;
-    for wanted in ["SET", "GET"] {
+    for wanted in &load.tests {
+        let wanted = wanted.to_ascii_uppercase();
         if !lines.iter().any(|line| line.test == wanted) {
             bail!(
                 "redis-benchmark printed no {wanted} line: {}",
