@@ -36,7 +36,7 @@ pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
             created: client.created,
             lib_name: String::new(),
             lib_ver: String::new(),
-            last_command: "NULL".into(),
+            last_command: client.last_command.clone(),
             resp: 2,
         },
     );
@@ -135,6 +135,28 @@ async fn serve_loop(
                     close = true;
                     break;
                 }
+                Flow::Async(AsyncOp::Block {
+                    database,
+                    keys,
+                    timeout_ms,
+                }) => {
+                    if !await_ticket(client).await
+                        || !flush(server, stream, &mut output, client).await?
+                    {
+                        return Ok(());
+                    }
+                    let wait = BlockedWait {
+                        args: &command.args,
+                        database,
+                        keys: &keys,
+                        timeout_ms,
+                    };
+                    if !wait_unblocked(server, stream, client, &mut input, &mut output, wait)
+                        .await?
+                    {
+                        return Ok(());
+                    }
+                }
                 Flow::Async(operation) => {
                     if !await_ticket(client).await {
                         return Ok(());
@@ -153,6 +175,75 @@ async fn serve_loop(
         deliver_queued(client, &mut output);
         if !flush(server, stream, &mut output, client).await? || close {
             return Ok(());
+        }
+    }
+}
+
+/// A blocking command waiting for a push.
+struct BlockedWait<'a> {
+    args: &'a [bytes::Bytes],
+    database: u8,
+    keys: &'a [bytes::Bytes],
+    timeout_ms: u64,
+}
+
+/// Waits until the blocked command in `wait` completes (a push to one of its keys let it run)
+/// or its deadline passes (then answers null). Requests that arrive meanwhile stay in `input`
+/// for after it, as Redis leaves a blocked client's pipeline; false when the client closed.
+async fn wait_unblocked(
+    server: &Arc<Server>,
+    stream: &mut TcpStream,
+    client: &mut Client,
+    input: &mut BytesMut,
+    output: &mut BytesMut,
+    wait: BlockedWait<'_>,
+) -> std::io::Result<bool> {
+    let deadline = (wait.timeout_ms > 0)
+        .then(|| tokio::time::Instant::now() + std::time::Duration::from_millis(wait.timeout_ms));
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let _registration =
+        server
+            .keyspace
+            .blocked
+            .register(client.id, wait.database, wait.keys, &notify);
+    server.stats.blocked_clients.fetch_add(1, Ordering::Relaxed);
+    /// Counts the client as blocked however the wait ends.
+    struct Unblock<'a>(&'a Server);
+    impl Drop for Unblock<'_> {
+        fn drop(&mut self) {
+            self.0.stats.blocked_clients.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    let _unblock = Unblock(server);
+    let query_limit = server.settings.read().client_query_buffer_limit_bytes;
+    loop {
+        // Run again now that the registration exists: a push from before it is seen here, one
+        // after it leaves a permit in `notify`.
+        let flow = keyspace::with_session(&server.keyspace.store, |session| {
+            commands::execute(server, client, session, wait.args, output)
+        });
+        if !matches!(flow, Flow::Async(AsyncOp::Block { .. })) {
+            return Ok(true);
+        }
+        loop {
+            let expired = async {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = notify.notified() => break,
+                () = expired => {
+                    prefixkv_resp::Encoder::new(client.protocol).null_array(output);
+                    return Ok(true);
+                }
+                read = stream.read_buf(input) => {
+                    if read? == 0 || input.len() as u64 > query_limit {
+                        return Ok(false);
+                    }
+                }
+            }
         }
     }
 }
@@ -291,6 +382,7 @@ async fn run_async(
                 }
             }
         }
+        AsyncOp::Block { .. } => unreachable!("the serve loop waits for blocked commands itself"),
     }
 }
 

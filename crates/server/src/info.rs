@@ -33,10 +33,11 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
     if all || wanted == "clients" {
         let _ = write!(
             text,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n\
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\
              total_watched_keys:{}\r\n\r\n",
             server.stats.connected.load(Ordering::Relaxed),
             settings.maxclients,
+            server.stats.blocked_clients.load(Ordering::Relaxed),
             server.keyspace.watches.registrations()
         );
     }

@@ -63,12 +63,18 @@ struct Counts {
 #[derive(Default)]
 pub struct KeyCounts {
     counts: [Counts; DATABASES],
+    /// The highest object id of any collection record recovery met (ids are given out above it).
+    highest_object_id: AtomicU64,
 }
 
 impl KeyCounts {
     /// Counts one key recovery loaded from the checkpoint (called from recovery threads).
     /// A key that is not the server's (another database byte, a damaged value) is an error.
     pub fn count_loaded(&self, engine_key: &[u8], encoded: &[u8]) -> Result<(), String> {
+        if let Some(id) = prefixkv_collections::object_of(engine_key) {
+            self.highest_object_id.fetch_max(id, Ordering::Relaxed);
+            return Ok(());
+        }
         let (database, _) = split_key(engine_key)
             .ok_or_else(|| format!("engine key {engine_key:02x?} is not in a database 0..15"))?;
         let (_, expire) = value::decode_header(encoded).map_err(|m| m.0.to_string())?;
@@ -82,6 +88,10 @@ impl KeyCounts {
 
     /// Counts one operation recovery replayed from the oplog.
     pub fn count_replayed(&self, engine_key: &[u8], put: Option<&[u8]>, existed: bool) {
+        if let Some(id) = prefixkv_collections::object_of(engine_key) {
+            self.highest_object_id.fetch_max(id, Ordering::Relaxed);
+            return;
+        }
         if let Some((database, _)) = split_key(engine_key) {
             self.count_write(database, put.is_some(), existed);
             if put.is_some_and(|v| value::decode_header(v).is_ok_and(|(_, e)| e != 0)) {
@@ -119,7 +129,10 @@ impl KeyCounts {
 
     /// The keyspace over the opened store, keeping these counts.
     pub fn with_store(self, store: Arc<DurableStore>) -> Keyspace {
+        let next_object_id = AtomicU64::new(self.highest_object_id.load(Ordering::Relaxed) + 1);
         Keyspace {
+            next_object_id,
+            blocked: Default::default(),
             store,
             counts: self,
             sweeping_expires: Default::default(),
@@ -142,6 +155,11 @@ pub struct Keyspace {
     pub expired_keys: AtomicU64,
     /// WATCH registrations: every write below marks the clients watching its key.
     pub watches: Watches,
+    /// Clients blocked on lists: a write that creates or grows a list wakes them.
+    pub blocked: crate::blocking::Blocked,
+    /// The next collection object id: above every id recovery met, so an id is never shared by
+    /// two live objects. 1 until the first collection exists (see [`Keyspace::may_hold_records`]).
+    next_object_id: AtomicU64,
 }
 
 thread_local! {
@@ -242,6 +260,19 @@ impl Keyspace {
     /// Memory counted against maxmemory: everything the store holds for data.
     pub fn used_memory_bytes(&self) -> u64 {
         self.store.used_memory_bytes()
+    }
+
+    /// A fresh collection object id (never used by a live object).
+    pub fn new_object_id(&self) -> u64 {
+        self.next_object_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether any collection stored as records may exist. False only while no object id was
+    /// ever given out or recovered: then a write need not look at the value it replaces. A
+    /// transaction that sees false holds the key's lock, and an object is only ever created under
+    /// its root key's lock after its id was taken, so the lock orders the two.
+    fn may_hold_records(&self) -> bool {
+        self.next_object_id.load(Ordering::Relaxed) > 1
     }
 
     /// Committed write transactions since start (the periodic checkpointer skips idle periods).
@@ -586,8 +617,26 @@ impl Txn<'_> {
         Ok(Some(stored))
     }
 
-    /// Writes a key.
+    /// Writes a key. A collection the key held before is deleted with its records, unless the
+    /// new value is that same object (a changed expiry, a renamed key).
     pub fn put(
+        &mut self,
+        database: u8,
+        key: &[u8],
+        kind: Kind,
+        expire_at_ms: u64,
+        payload: &[u8],
+    ) -> Result<(), String> {
+        if self.keyspace.may_hold_records() {
+            let new_id = value::object_id(kind, payload);
+            self.drop_records(database, key, |old_id| old_id != new_id)?;
+        }
+        self.put_object(database, key, kind, expire_at_ms, payload)
+    }
+
+    /// Writes a key whose old value the caller knows is nothing, or the same collection object
+    /// (a collection command updating its header): nothing is looked at or deleted.
+    pub fn put_object(
         &mut self,
         database: u8,
         key: &[u8],
@@ -603,11 +652,27 @@ impl Txn<'_> {
             .map_err(store_error)?;
         self.keyspace.counts.count_write(database, true, existed);
         self.keyspace.watches.touch(database, key);
+        if kind == Kind::List {
+            self.keyspace.blocked.ready(database, key);
+        }
         Ok(())
     }
 
-    /// Deletes a key; whether it existed.
+    /// Deletes a key, and the records of a collection it holds; whether it existed.
     pub fn delete(&mut self, database: u8, key: &[u8]) -> Result<bool, String> {
+        if self.keyspace.may_hold_records() {
+            self.drop_records(database, key, |_| true)?;
+        }
+        self.delete_root(database, key)
+    }
+
+    /// Deletes a key but not the records of the collection it holds: the caller has just put
+    /// that object under another key (RENAME, MOVE). Whether it existed.
+    pub fn delete_keeping_records(&mut self, database: u8, key: &[u8]) -> Result<bool, String> {
+        self.delete_root(database, key)
+    }
+
+    fn delete_root(&mut self, database: u8, key: &[u8]) -> Result<bool, String> {
         let existed = self
             .inner
             .delete(&engine_key(database, key))
@@ -617,6 +682,51 @@ impl Txn<'_> {
             self.keyspace.watches.touch(database, key);
         }
         Ok(existed)
+    }
+
+    /// Deletes the records of the collection `key` holds (expired or not) when `doomed(its id)`.
+    fn drop_records(
+        &mut self,
+        database: u8,
+        key: &[u8],
+        doomed: impl FnOnce(Option<u64>) -> bool,
+    ) -> Result<(), String> {
+        let root = engine_key(database, key);
+        let mut old = Vec::new();
+        if !self.inner.get(&root, &mut old).map_err(engine_error)? {
+            return Ok(());
+        }
+        let stored =
+            value::decode(&old).map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
+        if stored.kind.in_records() && doomed(value::object_id(stored.kind, &stored.payload)) {
+            let mut records = prefixkv_collections::Owned {
+                txn: &mut self.inner,
+                owner: &root,
+            };
+            crate::objects::clear(&mut records, stored.kind, &stored.payload)?;
+        }
+        Ok(())
+    }
+
+    /// The records of the collection stored under `key` (locked by this transaction), for the
+    /// collection commands: `body` runs with them.
+    pub fn with_records<R>(
+        &mut self,
+        database: u8,
+        key: &[u8],
+        body: impl FnOnce(&mut prefixkv_collections::Owned<'_, '_>) -> R,
+    ) -> R {
+        let root = engine_key(database, key);
+        let mut records = prefixkv_collections::Owned {
+            txn: &mut self.inner,
+            owner: &root,
+        };
+        body(&mut records)
+    }
+
+    /// The keyspace this transaction writes (for a fresh object id).
+    pub fn keyspace(&self) -> &Keyspace {
+        self.keyspace
     }
 
     /// Appends the oplog record (still under the locks) and releases them. `None` when nothing

@@ -2,6 +2,7 @@
 //! that fuzz targets and tools can reach the decoders. See `docs/server.md`.
 #![warn(missing_docs)]
 
+pub mod blocking;
 pub mod command_stats;
 pub mod commands;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod info;
 pub mod keyspace;
 pub mod metrics;
 pub mod net;
+pub mod objects;
 pub mod persistence;
 pub mod pubsub;
 pub mod signals;

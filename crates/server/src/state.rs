@@ -28,8 +28,9 @@ pub struct ClientInfo {
     pub lib_name: String,
     /// CLIENT SETINFO lib-ver.
     pub lib_ver: String,
-    /// Last command name.
-    pub last_command: String,
+    /// The connection's last command: its index in `commands::table::COMMANDS` (`usize::MAX`
+    /// before the first), written by the connection without taking the clients lock.
+    pub last_command: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// RESP version.
     pub resp: u8,
 }
@@ -53,6 +54,8 @@ pub struct Stats {
     pub output_bytes: AtomicU64,
     /// Currently connected clients.
     pub connected: AtomicU64,
+    /// Clients waiting in a blocking list command (INFO `blocked_clients`).
+    pub blocked_clients: AtomicU64,
 }
 
 /// The server.

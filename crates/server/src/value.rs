@@ -4,24 +4,37 @@
 //!
 //! | Offset | Size | Field |
 //! |---|---|---|
-//! | 0 | 1 | type tag: 1 = string, 2 = hash |
+//! | 0 | 1 | type tag ([`Kind`]): 1 string, 2 small hash, 3 list, 4 set, 5 sorted set, 6 large hash |
 //! | 1 | 8 | absolute expiry, Unix milliseconds (0 = no expiry) |
-//! | 9 | n | payload: the string bytes, or the hash fields |
+//! | 9 | n | payload |
 //!
-//! A hash payload is a sequence of `[field length u32][field][value length u32][value]`, fields
-//! unique, in insertion order. Decoding checks every length against the bytes present, so a
-//! damaged value is an error, never an out-of-bounds read or an allocation sized by a length.
+//! Payloads: a string's bytes; a small hash's fields, a sequence of
+//! `[field length u32][field][value length u32][value]`, fields unique, in insertion order; for
+//! the kinds stored as records ([`Kind::in_records`]) the headers of their `prefixkv-collections`
+//! structures, whose records are keyed by the object id the payload starts with (a list: a
+//! `Tree`; a set and a large hash: a `Hash`; a sorted set: a `Hash` of member -> score, then a
+//! `Tree` of `[score key][member]`, both under one id). Decoding checks every length against the
+//! bytes present, so a damaged value is an error, never an out-of-bounds read or an allocation
+//! sized by a length.
 
 /// Bytes before the payload.
 pub const HEADER_BYTES: usize = 9;
 
-/// The Redis type of a stored value.
+/// The Redis type of a stored value, with how it is stored (the type tag).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// A string.
     String,
-    /// A hash of field -> value.
+    /// A small hash of field -> value, stored whole in the value (Redis's listpack encoding).
     Hash,
+    /// A list (records: a `Tree` by position).
+    List,
+    /// A set (records: a `Hash` of member -> empty).
+    Set,
+    /// A sorted set (records: a `Hash` of member -> score and a `Tree` in score order).
+    ZSet,
+    /// A large hash (records: a `Hash`; Redis's hashtable encoding).
+    HashTable,
 }
 
 impl Kind {
@@ -29,9 +42,39 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::String => "string",
-            Kind::Hash => "hash",
+            Kind::Hash | Kind::HashTable => "hash",
+            Kind::List => "list",
+            Kind::Set => "set",
+            Kind::ZSet => "zset",
         }
     }
+
+    /// Whether the value lives in records of its own under an object id (its payload is only
+    /// headers): deleting or overwriting it must delete them, copying it must copy them.
+    pub fn in_records(self) -> bool {
+        matches!(self, Kind::List | Kind::Set | Kind::ZSet | Kind::HashTable)
+    }
+
+    fn tag(self) -> u8 {
+        match self {
+            Kind::String => 1,
+            Kind::Hash => 2,
+            Kind::List => 3,
+            Kind::Set => 4,
+            Kind::ZSet => 5,
+            Kind::HashTable => 6,
+        }
+    }
+}
+
+/// The object id of a payload stored as records (every collection header starts with it).
+pub fn object_id(kind: Kind, payload: &[u8]) -> Option<u64> {
+    if !kind.in_records() {
+        return None;
+    }
+    payload
+        .first_chunk::<8>()
+        .map(|bytes| u64::from_le_bytes(*bytes))
 }
 
 /// A decoded stored value (owning its bytes).
@@ -57,6 +100,10 @@ pub fn decode_header(bytes: &[u8]) -> Result<(Kind, u64), Malformed> {
     let kind = match bytes[0] {
         1 => Kind::String,
         2 => Kind::Hash,
+        3 => Kind::List,
+        4 => Kind::Set,
+        5 => Kind::ZSet,
+        6 => Kind::HashTable,
         _ => return Err(Malformed("unknown type tag")),
     };
     let expire = u64::from_le_bytes(bytes[1..9].try_into().expect("8 bytes"));
@@ -77,10 +124,7 @@ pub fn decode(bytes: &[u8]) -> Result<Stored, Malformed> {
 pub fn encode(kind: Kind, expire_at_ms: u64, payload: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.reserve(HEADER_BYTES + payload.len());
-    out.push(match kind {
-        Kind::String => 1,
-        Kind::Hash => 2,
-    });
+    out.push(kind.tag());
     out.extend_from_slice(&expire_at_ms.to_le_bytes());
     out.extend_from_slice(payload);
 }
@@ -147,6 +191,8 @@ mod tests {
             vec![(b"f".to_vec(), b"v".to_vec())]
         );
         assert!(decode_hash(&[9, 0, 0, 0, 1]).is_err());
-        assert!(decode(&[3; 9]).is_err());
+        assert!(decode(&[7; 9]).is_err());
+        assert_eq!(object_id(Kind::List, &9u64.to_le_bytes()), Some(9));
+        assert_eq!(object_id(Kind::Hash, &9u64.to_le_bytes()), None);
     }
 }

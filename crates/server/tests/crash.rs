@@ -47,6 +47,40 @@ fn checkpoint_recovers_a_prefix_per_connection() {
     }
 }
 
+/// `checkpoint` mode with writes to every type (`load::Shape::Mixed`): a SIGKILL recovers, per
+/// connection, one prefix across its string, list, set, sorted set and hash writes (a checkpoint
+/// holds each collection update whole, with its records).
+#[test]
+fn checkpoint_recovers_a_prefix_across_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--appendfsync",
+        "checkpoint",
+        "--checkpoint-interval",
+        "50",
+        "--engine-memory",
+        "64mb",
+    ];
+    let mut server = Server::start(dir.path(), &flags);
+    let running = Writers::start_shaped(
+        server.port,
+        0..env_count("CRASH_WRITERS", 3),
+        7,
+        load::Shape::Mixed,
+    );
+    server.wait_for_checkpoints(3);
+    running.wait_acknowledged(800);
+    let (logs, _) = load::kill_under_load(&mut server, running);
+    let restarted = Server::start(dir.path(), &flags);
+    let recoveries = load::check_writers(restarted.port, &logs).unwrap_or_else(|e| panic!("{e}"));
+    for (log, recovery) in logs.iter().zip(&recoveries) {
+        eprintln!(
+            "checkpoint, every type, writer {}: acknowledged {} writes, {} claimed durable, {} recovered",
+            log.id, log.acknowledged, log.durable_claim, recovery.recovered
+        );
+    }
+}
+
 #[test]
 fn none_keeps_nothing_but_explicit_saves() {
     let dir = tempfile::tempdir().unwrap();

@@ -72,7 +72,7 @@ fn hrandfield_follows_its_rules_in_both_protocols() {
 }
 
 #[test]
-fn object_encoding_reports_the_content_rule() {
+fn object_encoding_reports_how_values_are_stored() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
     let mut raw = server.raw();
@@ -110,15 +110,33 @@ fn object_encoding_reports_the_content_rule() {
             Reply::bulk("128")
         ])
     );
+    // As in Redis, a hash that became a table stays one.
     raw.call(&["HDEL", "h", "big"]);
     assert_eq!(
         raw.call(&["OBJECT", "ENCODING", "h"]),
-        Reply::bulk("listpack")
+        Reply::bulk("hashtable")
+    );
+    assert_eq!(
+        raw.call(&["HGETALL", "h"]),
+        Reply::Array(vec![Reply::bulk("f"), Reply::bulk("v")])
     );
     raw.call(&["CONFIG", "SET", "hash-max-ziplist-entries", "0"]);
+    raw.call(&["HSET", "h2", "f", "v"]);
     assert_eq!(
-        raw.call(&["OBJECT", "ENCODING", "h"]),
+        raw.call(&["OBJECT", "ENCODING", "h2"]),
         Reply::bulk("hashtable")
+    );
+    for (command, key, encoding) in [("RPUSH", "l", "quicklist"), ("SADD", "st", "hashtable")] {
+        raw.call(&[command, key, "m"]);
+        assert_eq!(
+            raw.call(&["OBJECT", "ENCODING", key]),
+            Reply::bulk(encoding)
+        );
+    }
+    raw.call(&["ZADD", "z", "1", "m"]);
+    assert_eq!(
+        raw.call(&["OBJECT", "ENCODING", "z"]),
+        Reply::bulk("skiplist")
     );
     assert_eq!(
         raw.call(&["CONFIG", "GET", "hash-max-listpack-entries"]),

@@ -160,3 +160,54 @@ fn redis_benchmark_smoke_run_counts_every_incr() {
         other => panic!("GET counter:__rand_int__: {other:?}"),
     }
 }
+
+/// `redis-benchmark` on the collection tests: every test reports a rate, and what they leave is
+/// exact (each pops as many times as the pushes before it added, on one key each).
+#[test]
+fn redis_benchmark_runs_the_collection_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let port = server.port.to_string();
+    let output = tool(
+        "redis-benchmark",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin",
+            "-n",
+            "2000",
+            "-c",
+            "10",
+            "-P",
+            "4",
+            "--csv",
+        ],
+        None,
+    );
+    let csv = String::from_utf8_lossy(&output.stdout);
+    for test in [
+        "LPUSH", "RPUSH", "LPOP", "RPOP", "SADD", "HSET", "SPOP", "ZADD", "ZPOPMIN",
+    ] {
+        let line = csv
+            .lines()
+            .find(|line| line.starts_with(&format!("\"{test}\"")))
+            .unwrap_or_else(|| panic!("no {test} line in redis-benchmark output: {csv}"));
+        let requests_per_s: f64 = line
+            .split(',')
+            .nth(1)
+            .unwrap()
+            .trim_matches('"')
+            .parse()
+            .unwrap();
+        assert!(requests_per_s > 0.0, "{line}");
+    }
+    // 2,000 pushes at each end, then 2,000 pops at each: the list is gone. SADD and ZADD add the
+    // one member `element:__rand_int__`, which SPOP and ZPOPMIN take.
+    for (command, key) in [("LLEN", "mylist"), ("SCARD", "myset"), ("ZCARD", "myzset")] {
+        assert_eq!(cli(&server, &[command, key]), "0", "{command} {key}");
+    }
+    assert_eq!(cli(&server, &["HLEN", "myhash"]), "1");
+}

@@ -250,7 +250,12 @@ impl Txn<'_> {
     /// Writes `key`, a record that belongs to `owner` (a key this transaction named in `begin`):
     /// the parts of a collection stored under its own keys. Whoever reads or writes them first
     /// locks `owner`, so `owner`'s stripe guards them. Whether `key` existed before.
-    pub fn put_under(&mut self, owner: &[u8], key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
+    pub fn put_under(
+        &mut self,
+        owner: &[u8],
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool, StoreError> {
         self.check_locked(owner);
         self.store.check_writable()?;
         let existed = self.session.upsert_existed(key, value)?;

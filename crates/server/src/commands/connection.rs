@@ -186,7 +186,15 @@ pub(super) fn client_line(id: u64, info: &ClientInfo) -> String {
         "id={id} addr={} laddr=? fd=-1 name={} age={age} idle=0 flags=N db={} sub=0 psub=0 ssub=0 multi=-1 \
          qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default \
          redir=-1 resp={} lib-name={} lib-ver={}",
-        info.addr, info.name, info.database, info.last_command, info.resp, info.lib_name, info.lib_ver
+        info.addr,
+        info.name,
+        info.database,
+        super::table::COMMANDS
+            .get(info.last_command.load(std::sync::atomic::Ordering::Relaxed))
+            .map_or("NULL", |spec| spec.name),
+        info.resp,
+        info.lib_name,
+        info.lib_ver
     )
 }
 

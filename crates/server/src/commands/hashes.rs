@@ -1,185 +1,351 @@
-//! Hash commands. A hash is stored whole as one engine value (see `value`), so each write
-//! rewrites it: fine for the YCSB-style records these commands serve (tens of fields).
+//! Hash commands. A small hash is stored whole in its key's value (Redis's listpack encoding,
+//! `Kind::Hash`); once it passes `hash-max-listpack-entries` fields or a field or value passes
+//! `hash-max-listpack-value` bytes it moves into a linear-hashing table of records
+//! (`Kind::HashTable`, `prefixkv_collections::hash`), where HSET and HDEL cost O(1) records
+//! whatever the size. Like Redis, a hash never moves back.
+
+use std::collections::HashSet;
 
 use bytes::Bytes;
+use prefixkv_collections::hash::Hash;
+use prefixkv_collections::Records;
 
 use super::{errors, lower, parse_float, parse_int, strings, CommandResult, Ctx};
-use crate::keyspace::WRONGTYPE;
+use crate::keyspace::{Txn, WRONGTYPE};
+use crate::objects::{error, save_hash};
 use crate::value::{decode_hash, encode_hash, Kind, Stored};
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
-fn pairs_of(stored: Option<Stored>) -> Result<Option<(Pairs, u64)>, String> {
-    match stored {
-        Some(s) if s.kind != Kind::Hash => Err(WRONGTYPE.into()),
-        Some(s) => {
-            let pairs = decode_hash(&s.payload)
-                .map_err(|m| format!("ERR stored hash is damaged: {}", m.0))?;
-            Ok(Some((pairs, s.expire_at_ms)))
+/// A hash's fields: in the value, or in records.
+enum Table {
+    Inline(Pairs),
+    Records(Hash),
+}
+
+/// A hash read from its key under the key's lock.
+struct HashValue {
+    table: Table,
+    expire: u64,
+}
+
+impl HashValue {
+    fn load(stored: Option<Stored>) -> Result<Option<HashValue>, String> {
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        let table = match stored.kind {
+            Kind::Hash => Table::Inline(
+                decode_hash(&stored.payload)
+                    .map_err(|m| format!("ERR stored hash is damaged: {}", m.0))?,
+            ),
+            Kind::HashTable => {
+                Table::Records(Hash::decode(&mut &stored.payload[..]).map_err(error)?)
+            }
+            _ => return Err(WRONGTYPE.into()),
+        };
+        Ok(Some(HashValue {
+            table,
+            expire: stored.expire_at_ms,
+        }))
+    }
+
+    fn empty() -> HashValue {
+        HashValue {
+            table: Table::Inline(Vec::new()),
+            expire: 0,
         }
-        None => Ok(None),
+    }
+
+    fn len(&self) -> u64 {
+        match &self.table {
+            Table::Inline(pairs) => pairs.len() as u64,
+            Table::Records(hash) => hash.len(),
+        }
+    }
+
+    fn get(&self, records: &mut impl Records, field: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        match &self.table {
+            Table::Inline(pairs) => Ok(pairs
+                .iter()
+                .find(|(f, _)| f[..] == *field)
+                .map(|(_, v)| v.clone())),
+            Table::Records(hash) => {
+                let mut out = Vec::new();
+                Ok(hash
+                    .get(records, field, &mut out)
+                    .map_err(error)?
+                    .then_some(out))
+            }
+        }
+    }
+
+    /// Sets a field; whether it is new.
+    fn set(
+        &mut self,
+        records: &mut impl Records,
+        field: &[u8],
+        value: &[u8],
+    ) -> Result<bool, String> {
+        match &mut self.table {
+            Table::Inline(pairs) => match pairs.iter_mut().find(|(f, _)| f[..] == *field) {
+                Some((_, old)) => {
+                    *old = value.to_vec();
+                    Ok(false)
+                }
+                None => {
+                    pairs.push((field.to_vec(), value.to_vec()));
+                    Ok(true)
+                }
+            },
+            Table::Records(hash) => hash.insert(records, field, value).map_err(error),
+        }
+    }
+
+    /// Removes a field; whether it existed.
+    fn remove(&mut self, records: &mut impl Records, field: &[u8]) -> Result<bool, String> {
+        match &mut self.table {
+            Table::Inline(pairs) => {
+                let before = pairs.len();
+                pairs.retain(|(f, _)| f[..] != *field);
+                Ok(pairs.len() != before)
+            }
+            Table::Records(hash) => hash.remove(records, field).map_err(error),
+        }
+    }
+
+    /// Every (field, value), in insertion order for a small hash, bucket order for a table.
+    fn pairs(&self, records: &mut impl Records) -> Result<Pairs, String> {
+        match &self.table {
+            Table::Inline(pairs) => Ok(pairs.clone()),
+            Table::Records(hash) => {
+                let mut pairs = Vec::new();
+                hash.for_each(records, |f, v| pairs.push((f.to_vec(), v.to_vec())))
+                    .map_err(error)?;
+                Ok(pairs)
+            }
+        }
+    }
+
+    /// Moves a small hash that outgrew the thresholds into records (object `new_id()`).
+    fn grow_if_needed(
+        &mut self,
+        records: &mut impl Records,
+        (max_entries, max_value_bytes): (i64, i64),
+        new_id: impl FnOnce() -> u64,
+    ) -> Result<(), String> {
+        let Table::Inline(pairs) = &self.table else {
+            return Ok(());
+        };
+        let small = pairs.len() as i64 <= max_entries
+            && pairs.iter().all(|(f, v)| {
+                f.len() as i64 <= max_value_bytes && v.len() as i64 <= max_value_bytes
+            });
+        if small {
+            return Ok(());
+        }
+        let mut hash = Hash::new(new_id());
+        for (field, value) in pairs {
+            if let Err(failure) = hash.insert(records, field, value) {
+                // The hash stays small; the table built so far is not left behind.
+                let _ = hash.clear(records);
+                return Err(error(failure));
+            }
+        }
+        self.table = Table::Records(hash);
+        Ok(())
+    }
+
+    /// Writes the hash back under `key` (deletes the key when it became empty).
+    fn save(&self, txn: &mut Txn<'_>, db: u8, key: &[u8]) -> Result<(), String> {
+        match &self.table {
+            Table::Inline(pairs) if pairs.is_empty() => {
+                txn.delete(db, key)?;
+                Ok(())
+            }
+            Table::Inline(pairs) => {
+                txn.put_object(db, key, Kind::Hash, self.expire, &encode_hash(pairs))
+            }
+            Table::Records(hash) => save_hash(txn, db, key, Kind::HashTable, hash, self.expire),
+        }
     }
 }
 
-fn read_pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Pairs, String> {
-    let stored = ctx
-        .server
-        .keyspace
-        .read(ctx.session, ctx.client.database, key)?;
-    Ok(pairs_of(stored)?.map(|(p, _)| p).unwrap_or_default())
+/// The thresholds past which a small hash becomes a table.
+fn thresholds(ctx: &Ctx<'_>) -> (i64, i64) {
+    let settings = ctx.server.settings.read();
+    (
+        settings.encoding_threshold("hash-max-listpack-entries"),
+        settings.encoding_threshold("hash-max-listpack-value"),
+    )
+}
+
+/// Runs `body` on the hash at `key` (`None` when there is none) under the key's lock, with its
+/// records; then commits (a read writes nothing unless the key had expired).
+fn with_hash<R>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    body: impl FnOnce(Option<&HashValue>, &mut prefixkv_collections::Owned<'_, '_>) -> Result<R, String>,
+) -> Result<R, String> {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let hash = HashValue::load(txn.get(db, key)?)?;
+    let result = txn.with_records(db, key, |records| body(hash.as_ref(), records))?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    Ok(result)
+}
+
+/// Changes the hash at `key` with `body` (which gets it, or an empty one, and answers its result
+/// and whether it changed anything), grows it into records if it passed the thresholds, writes it
+/// back and commits.
+fn update_hash<R>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    body: impl FnOnce(
+        &mut HashValue,
+        &mut prefixkv_collections::Owned<'_, '_>,
+    ) -> Result<(R, bool), String>,
+) -> Result<R, String> {
+    let db = ctx.db();
+    let limits = thresholds(ctx);
+    let keyspace = &ctx.server.keyspace;
+    let mut txn = keyspace.begin(ctx.session, db, &[key]);
+    let mut hash = HashValue::load(txn.get(db, key)?)?.unwrap_or_else(HashValue::empty);
+    let before = hash.len();
+    let outcome = txn.with_records(db, key, |records| {
+        let (result, changed) = body(&mut hash, records)?;
+        if changed {
+            hash.grow_if_needed(records, limits, || keyspace.new_object_id())?;
+        }
+        Ok::<(R, bool), String>((result, changed))
+    });
+    // Written back after an error too: a table's header describes its records after a failed
+    // step, and holds the steps that succeeded (`crate::objects`); a small hash changed nothing
+    // stored yet, and a table that failed to grow out of it is discarded with its records.
+    let save = match &outcome {
+        Ok((_, changed)) => *changed,
+        Err(_) => matches!(hash.table, Table::Records(_)) && hash.len() != before,
+    };
+    if save {
+        hash.save(&mut txn, db, key)?;
+    }
+    let (result, _) = outcome?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    Ok(result)
 }
 
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    let db = ctx.db();
     let key = &args[1][..];
     match name {
         "hset" | "hmset" | "hsetnx" => {
             if name != "hsetnx" && !args.len().is_multiple_of(2) {
                 return Err(super::arity_error(name));
             }
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-            let (mut pairs, expire) = pairs_of(txn.get(db, key)?)?.unwrap_or_default();
-            let mut added = 0;
-            for pair in args[2..].chunks(2) {
-                match pairs.iter_mut().find(|(f, _)| f[..] == pair[0][..]) {
-                    Some(_) if name == "hsetnx" => {
-                        drop(txn);
-                        ctx.w.int(0);
-                        return Ok(());
-                    }
-                    Some((_, value)) => *value = pair[1].to_vec(),
-                    None => {
-                        pairs.push((pair[0].to_vec(), pair[1].to_vec()));
-                        added += 1;
-                    }
+            let added = update_hash(ctx, key, |hash, records| {
+                if name == "hsetnx" && hash.get(records, &args[2])?.is_some() {
+                    return Ok((0, false));
                 }
-            }
-            txn.put(db, key, Kind::Hash, expire, &encode_hash(&pairs))?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
+                let mut added = 0;
+                for pair in args[2..].chunks(2) {
+                    added += i64::from(hash.set(records, &pair[0], &pair[1])?);
+                }
+                Ok((added, true))
+            })?;
             match name {
                 "hmset" => ctx.w.ok(),
-                "hsetnx" => ctx.w.int(1),
                 _ => ctx.w.int(added),
             }
         }
-        "hget" => {
-            let pairs = read_pairs(ctx, key)?;
-            let value = pairs
-                .iter()
-                .find(|(f, _)| f[..] == args[2][..])
-                .map(|(_, v)| &v[..]);
-            ctx.w.bulk_or_null(value);
+        "hget" | "hstrlen" | "hexists" => {
+            let value = with_hash(ctx, key, |hash, records| match hash {
+                Some(hash) => hash.get(records, &args[2]),
+                None => Ok(None),
+            })?;
+            match name {
+                "hget" => ctx.w.bulk_or_null(value.as_deref()),
+                "hstrlen" => ctx.w.int(value.map_or(0, |v| v.len() as i64)),
+                _ => ctx.w.int(i64::from(value.is_some())),
+            }
         }
         "hmget" => {
-            let pairs = read_pairs(ctx, key)?;
-            ctx.w.array(args.len() - 2);
-            for field in &args[2..] {
-                let value = pairs
+            let values = with_hash(ctx, key, |hash, records| {
+                args[2..]
                     .iter()
-                    .find(|(f, _)| f[..] == field[..])
-                    .map(|(_, v)| &v[..]);
-                ctx.w.bulk_or_null(value);
+                    .map(|field| match hash {
+                        Some(hash) => hash.get(records, field),
+                        None => Ok(None),
+                    })
+                    .collect::<Result<Vec<_>, String>>()
+            })?;
+            ctx.w.array(values.len());
+            for value in &values {
+                ctx.w.bulk_or_null(value.as_deref());
             }
         }
-        "hgetall" => {
+        "hgetall" | "hkeys" | "hvals" => {
             let pairs = read_pairs(ctx, key)?;
-            ctx.w.map(pairs.len());
-            for (field, value) in &pairs {
-                ctx.w.bulk(field);
-                ctx.w.bulk(value);
+            if name == "hgetall" {
+                ctx.w.map(pairs.len());
+            } else {
+                ctx.w.array(pairs.len());
             }
-        }
-        "hkeys" | "hvals" => {
-            let pairs = read_pairs(ctx, key)?;
-            ctx.w.array(pairs.len());
             for (field, value) in &pairs {
-                ctx.w.bulk(if name == "hkeys" { field } else { value });
+                if name != "hvals" {
+                    ctx.w.bulk(field);
+                }
+                if name != "hkeys" {
+                    ctx.w.bulk(value);
+                }
             }
         }
         "hlen" => {
-            let pairs = read_pairs(ctx, key)?;
-            ctx.w.int(pairs.len() as i64);
-        }
-        "hexists" => {
-            let pairs = read_pairs(ctx, key)?;
-            ctx.w
-                .int(pairs.iter().any(|(f, _)| f[..] == args[2][..]) as i64);
-        }
-        "hstrlen" => {
-            let pairs = read_pairs(ctx, key)?;
-            let length = pairs
-                .iter()
-                .find(|(f, _)| f[..] == args[2][..])
-                .map_or(0, |(_, v)| v.len());
-            ctx.w.int(length as i64);
+            let len = with_hash(ctx, key, |hash, _| Ok(hash.map_or(0, HashValue::len)))?;
+            ctx.w.int(len as i64);
         }
         "hdel" => {
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-            let Some((mut pairs, expire)) = pairs_of(txn.get(db, key)?)? else {
-                drop(txn);
-                ctx.w.int(0);
-                return Ok(());
-            };
-            let before = pairs.len();
-            pairs.retain(|(f, _)| !args[2..].iter().any(|a| a[..] == f[..]));
-            let removed = before - pairs.len();
-            if removed > 0 {
-                if pairs.is_empty() {
-                    txn.delete(db, key)?;
-                } else {
-                    txn.put(db, key, Kind::Hash, expire, &encode_hash(&pairs))?;
+            let removed = update_hash(ctx, key, |hash, records| {
+                let mut removed = 0;
+                for field in &args[2..] {
+                    removed += i64::from(hash.remove(records, field)?);
                 }
-            }
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.int(removed as i64);
+                Ok((removed, removed > 0))
+            })?;
+            ctx.w.int(removed);
         }
         "hincrby" => {
             let delta = parse_int(&args[3])?;
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-            let (mut pairs, expire) = pairs_of(txn.get(db, key)?)?.unwrap_or_default();
-            let position = pairs.iter().position(|(f, _)| f[..] == args[2][..]);
-            let current = match position {
-                Some(i) => parse_int(&pairs[i].1)
-                    .map_err(|_| "ERR hash value is not an integer".to_string())?,
-                None => 0,
-            };
-            let result = current
-                .checked_add(delta)
-                .ok_or_else(|| errors::OVERFLOW.to_string())?;
-            let text = result.to_string().into_bytes();
-            match position {
-                Some(i) => pairs[i].1 = text,
-                None => pairs.push((args[2].to_vec(), text)),
-            }
-            txn.put(db, key, Kind::Hash, expire, &encode_hash(&pairs))?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
+            let result = update_hash(ctx, key, |hash, records| {
+                let current = match hash.get(records, &args[2])? {
+                    Some(text) => parse_int(&text)
+                        .map_err(|_| "ERR hash value is not an integer".to_string())?,
+                    None => 0,
+                };
+                let result = current
+                    .checked_add(delta)
+                    .ok_or_else(|| errors::OVERFLOW.to_string())?;
+                hash.set(records, &args[2], result.to_string().as_bytes())?;
+                Ok((result, true))
+            })?;
             ctx.w.int(result);
         }
         "hincrbyfloat" => {
             let delta = parse_float(&args[3])?;
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-            let (mut pairs, expire) = pairs_of(txn.get(db, key)?)?.unwrap_or_default();
-            let position = pairs.iter().position(|(f, _)| f[..] == args[2][..]);
-            let current = match position {
-                Some(i) => parse_float(&pairs[i].1)
-                    .map_err(|_| "ERR hash value is not a float".to_string())?,
-                None => 0.0,
-            };
-            let result = current + delta;
-            if !result.is_finite() {
-                return Err("ERR increment would produce NaN or Infinity".into());
-            }
-            let text = strings::format_float(result).into_bytes();
-            match position {
-                Some(i) => pairs[i].1 = text.clone(),
-                None => pairs.push((args[2].to_vec(), text.clone())),
-            }
-            txn.put(db, key, Kind::Hash, expire, &encode_hash(&pairs))?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
+            let text = update_hash(ctx, key, |hash, records| {
+                let current = match hash.get(records, &args[2])? {
+                    Some(text) => parse_float(&text)
+                        .map_err(|_| "ERR hash value is not a float".to_string())?,
+                    None => 0.0,
+                };
+                let result = current + delta;
+                if !result.is_finite() {
+                    return Err("ERR increment would produce NaN or Infinity".into());
+                }
+                let text = strings::format_float(result).into_bytes();
+                hash.set(records, &args[2], &text)?;
+                Ok((text, true))
+            })?;
             ctx.w.bulk(&text);
         }
         "hrandfield" => hrandfield(ctx, args)?,
@@ -193,99 +359,147 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
 /// may repeat them. A repeating count is bounded: its reply must fit client-output-buffer-limit
 /// (at least 16 bytes a field), so a client cannot make the server build an unbounded reply.
 fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
-    let Some(count_argument) = args.get(2) else {
-        let pairs = read_pairs(ctx, &args[1])?;
-        let mut rng = Xorshift::new(ctx.client.id);
-        let pick = (!pairs.is_empty()).then(|| &pairs[rng.below(pairs.len())].0[..]);
-        ctx.w.bulk_or_null(pick);
-        return Ok(());
-    };
-    let count = parse_int(count_argument)?;
+    let count = args.get(2).map(|c| parse_int(c)).transpose()?;
     let with_values = match args.get(3) {
         None => false,
         Some(word) if args.len() == 4 && lower(word) == "withvalues" => true,
         Some(_) => return Err(errors::SYNTAX.into()),
     };
     let limit = ctx.server.settings.read().client_output_buffer_limit_bytes;
-    if count.unsigned_abs() > (limit / 16).max(1) {
+    if count.is_some_and(|count| count.unsigned_abs() > (limit / 16).max(1)) {
         return Err(format!(
             "ERR count is out of range: its reply would exceed client-output-buffer-limit \
              ({limit} bytes)"
         ));
     }
-    let pairs = read_pairs(ctx, &args[1])?;
     let mut rng = Xorshift::new(ctx.client.id);
-    let chosen: Vec<usize> = if pairs.is_empty() || count == 0 {
-        Vec::new()
-    } else if count < 0 {
-        (0..count.unsigned_abs())
-            .map(|_| rng.below(pairs.len()))
-            .collect()
-    } else {
-        // Distinct: a partial Fisher-Yates shuffle of the indexes.
-        let mut indexes: Vec<usize> = (0..pairs.len()).collect();
-        let take = (count as usize).min(pairs.len());
-        for i in 0..take {
-            let j = i + rng.below(pairs.len() - i);
-            indexes.swap(i, j);
-        }
-        indexes.truncate(take);
-        indexes
+    let chosen = with_hash(ctx, &args[1], |hash, records| match hash {
+        None => Ok(Vec::new()),
+        Some(hash) => pick_random(hash, records, count.unwrap_or(1), &mut rng),
+    })?;
+    let Some(count) = count else {
+        ctx.w
+            .bulk_or_null(chosen.first().map(|(field, _)| &field[..]));
+        return Ok(());
     };
+    debug_assert!(count < 0 || chosen.len() as u64 <= count as u64);
     let resp3 = ctx.w.encoder.protocol() == prefixkv_resp::Protocol::Resp3;
     match (with_values, resp3) {
         (true, true) => {
             ctx.w.array(chosen.len());
-            for &i in &chosen {
+            for (field, value) in &chosen {
                 ctx.w.array(2);
-                ctx.w.bulk(&pairs[i].0);
-                ctx.w.bulk(&pairs[i].1);
+                ctx.w.bulk(field);
+                ctx.w.bulk(value);
             }
         }
         (true, false) => {
             ctx.w.array(chosen.len() * 2);
-            for &i in &chosen {
-                ctx.w.bulk(&pairs[i].0);
-                ctx.w.bulk(&pairs[i].1);
+            for (field, value) in &chosen {
+                ctx.w.bulk(field);
+                ctx.w.bulk(value);
             }
         }
         (false, _) => {
             ctx.w.array(chosen.len());
-            for &i in &chosen {
-                ctx.w.bulk(&pairs[i].0);
+            for (field, _) in &chosen {
+                ctx.w.bulk(field);
             }
         }
     }
     Ok(())
 }
 
-/// HSCAN key cursor [MATCH pattern] [COUNT count]: a hash is one stored value, so one step
+/// HRANDFIELD's picks: `count` distinct fields (all when `count` passes the size), or with a
+/// negative count `-count` fields that may repeat.
+fn pick_random(
+    hash: &HashValue,
+    records: &mut impl Records,
+    count: i64,
+    rng: &mut Xorshift,
+) -> Result<Pairs, String> {
+    let len = hash.len();
+    if len == 0 || count == 0 {
+        return Ok(Vec::new());
+    }
+    match &hash.table {
+        Table::Inline(pairs) if count < 0 => Ok((0..count.unsigned_abs())
+            .map(|_| pairs[rng.below(pairs.len())].clone())
+            .collect()),
+        Table::Inline(pairs) => {
+            // Distinct: a partial Fisher-Yates shuffle of the indexes.
+            let mut indexes: Vec<usize> = (0..pairs.len()).collect();
+            let take = (count as usize).min(pairs.len());
+            for i in 0..take {
+                let j = i + rng.below(pairs.len() - i);
+                indexes.swap(i, j);
+            }
+            Ok(indexes[..take].iter().map(|&i| pairs[i].clone()).collect())
+        }
+        Table::Records(_) if count > 0 && count as u64 >= len => hash.pairs(records),
+        Table::Records(table) => {
+            let mut picked = Vec::new();
+            let mut seen = HashSet::new();
+            while (picked.len() as u64) < count.unsigned_abs() {
+                let Some(pair) = table.random(records, rng.next()).map_err(error)? else {
+                    break;
+                };
+                if count > 0 && !seen.insert(pair.0.clone()) {
+                    continue;
+                }
+                picked.push(pair);
+            }
+            Ok(picked)
+        }
+    }
+}
+
+/// Every (field, value) of the hash at `key` (empty when there is none).
+fn read_pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Pairs, String> {
+    with_hash(ctx, key, |hash, records| match hash {
+        Some(hash) => hash.pairs(records),
+        None => Ok(Vec::new()),
+    })
+}
+
+/// A seed for the random picks of one command (SRANDMEMBER, SPOP).
+pub(super) fn random_seed(salt: u64) -> u64 {
+    Xorshift::new(salt).next()
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count]: a small hash is one stored value, so one step
 /// returns every matching field with its value and cursor 0 (as Redis does for its small
-/// hashes).
+/// hashes); a table is scanned a few buckets per step.
 fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     // Redis's order: the cursor, then the key (a missing key is an empty scan whatever the
     // options), then its type, then the options.
-    super::parse_cursor(&args[2])?;
-    let pairs = read_pairs(ctx, &args[1])?;
-    if pairs.is_empty() {
-        ctx.w.array(2);
-        ctx.w.bulk(b"0");
-        ctx.w.array(0);
-        return Ok(());
-    }
-    let pattern = super::parse_scan_options(&args[3..], false)?.pattern;
-    let matching: Vec<&(Vec<u8>, Vec<u8>)> = pairs
-        .iter()
-        .filter(|(field, _)| {
-            pattern
+    let cursor = super::parse_cursor(&args[2])?;
+    let options = super::parse_scan_options(&args[3..], false);
+    let (next, matching) = with_hash(ctx, &args[1], |hash, records| {
+        let Some(hash) = hash else {
+            return Ok((0, Vec::new()));
+        };
+        let options = options?;
+        let keep = |field: &[u8], _: &[u8]| {
+            options
+                .pattern
                 .as_ref()
                 .is_none_or(|p| crate::glob::matches(p, field, false))
-        })
-        .collect();
+        };
+        match &hash.table {
+            Table::Inline(pairs) => Ok((
+                0,
+                pairs.iter().filter(|(f, v)| keep(f, v)).cloned().collect(),
+            )),
+            Table::Records(table) => {
+                super::sets::scan_table(table, records, cursor, options.count, keep)
+            }
+        }
+    })?;
     ctx.w.array(2);
-    ctx.w.bulk(b"0");
+    ctx.w.bulk(next.to_string().as_bytes());
     ctx.w.array(matching.len() * 2);
-    for (field, value) in matching {
+    for (field, value) in &matching {
         ctx.w.bulk(field);
         ctx.w.bulk(value);
     }
@@ -303,11 +517,16 @@ impl Xorshift {
         Xorshift((time ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1)
     }
 
-    /// Uniform-enough in `0..bound` (bound > 0).
-    fn below(&mut self, bound: usize) -> usize {
+    /// The next 64 random bits.
+    fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        (self.0 % bound as u64) as usize
+        self.0
+    }
+
+    /// Uniform-enough in `0..bound` (bound > 0).
+    fn below(&mut self, bound: usize) -> usize {
+        (self.next() % bound as u64) as usize
     }
 }

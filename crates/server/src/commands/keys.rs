@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::{errors, lower, parse_int, CommandResult, Ctx};
 use crate::keyspace::{now_ms, DATABASES};
-use crate::value::{self, Kind, Stored};
+use crate::value::{Kind, Stored};
 
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     let db = ctx.db();
@@ -108,7 +108,8 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
                 stored.expire_at_ms,
                 &stored.payload,
             )?;
-            txn.delete(db, source)?;
+            // The value (a collection's records too) now belongs to the target.
+            txn.delete_keeping_records(db, source)?;
             let mark = txn.commit()?;
             ctx.client.note_write(mark);
             if name == "rename" {
@@ -174,12 +175,26 @@ fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         ctx.w.int(0);
         return Ok(());
     }
+    // A collection's records are copied into a new object owned by the target.
+    let payload = if stored.kind.in_records() {
+        let new_id = txn.keyspace().new_object_id();
+        crate::objects::copy(
+            &mut txn,
+            (source_db, source),
+            (target_db, target),
+            stored.kind,
+            &stored.payload,
+            new_id,
+        )?
+    } else {
+        stored.payload
+    };
     txn.put(
         target_db,
         target,
         stored.kind,
         stored.expire_at_ms,
-        &stored.payload,
+        &payload,
     )?;
     let mark = txn.commit()?;
     ctx.client.note_write(mark);
@@ -207,7 +222,7 @@ fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 stored.expire_at_ms,
                 &stored.payload,
             )?;
-            txn.delete(source_db, key)?;
+            txn.delete_keeping_records(source_db, key)?;
             true
         }
         _ => false,
@@ -218,14 +233,14 @@ fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-/// The encoding Redis would report for a value of this content: `int` for a canonical 64-bit
-/// integer, `embstr` up to 44 bytes, `raw` above; a hash is `listpack` up to 128 entries of at
-/// most 64-byte fields and values (`hash-max-listpack-entries`/`-value`, Redis's defaults unless
-/// CONFIG SET changed them), `hashtable` above. Redis keeps an
-/// encoding a value reached (APPEND makes `raw`; a hash that shrank stays `hashtable`); this
-/// reports the content's own.
-fn encoding_of(stored: &Stored, config: &crate::config::Config) -> Result<&'static str, String> {
-    Ok(match stored.kind {
+/// The encoding Redis 7.0 reports: for a string, the one its content gets (`int` for a canonical
+/// 64-bit integer, `embstr` up to 44 bytes, `raw` above; Redis keeps an encoding a value reached,
+/// so APPEND makes `raw` there); for a hash, `listpack` while it is stored whole, `hashtable`
+/// once it moved into records (as in Redis, it never moves back); `quicklist` for a list,
+/// `hashtable` for a set and `skiplist` for a sorted set (Redis's small-collection encodings,
+/// `intset` and `listpack`, have no counterpart here).
+fn encoding_of(stored: &Stored) -> &'static str {
+    match stored.kind {
         Kind::String => {
             let text = &stored.payload;
             let canonical_int = text.len() <= 20
@@ -241,22 +256,11 @@ fn encoding_of(stored: &Stored, config: &crate::config::Config) -> Result<&'stat
                 "raw"
             }
         }
-        Kind::Hash => {
-            let pairs = value::decode_hash(&stored.payload)
-                .map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
-            let entries = config.encoding_threshold("hash-max-listpack-entries");
-            let value_bytes = config.encoding_threshold("hash-max-listpack-value");
-            let small = pairs.len() as i64 <= entries
-                && pairs
-                    .iter()
-                    .all(|(f, v)| f.len() as i64 <= value_bytes && v.len() as i64 <= value_bytes);
-            if small {
-                "listpack"
-            } else {
-                "hashtable"
-            }
-        }
-    })
+        Kind::Hash => "listpack",
+        Kind::HashTable | Kind::Set => "hashtable",
+        Kind::List => "quicklist",
+        Kind::ZSet => "skiplist",
+    }
 }
 
 /// OBJECT ENCODING | REFCOUNT | IDLETIME | FREQ | HELP.
@@ -302,10 +306,7 @@ fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         return Ok(());
     };
     match subcommand.as_str() {
-        "encoding" => {
-            let encoding = encoding_of(&stored, &ctx.server.settings.read())?;
-            ctx.w.bulk(encoding.as_bytes())
-        }
+        "encoding" => ctx.w.bulk(encoding_of(&stored).as_bytes()),
         "refcount" => ctx.w.int(1),
         // Access times are not tracked: every key reads as just used.
         "idletime" => ctx.w.int(0),

@@ -9,12 +9,15 @@ mod connection;
 mod hashes;
 mod keys;
 mod lcs;
+mod lists;
 mod pubsub;
 pub use pubsub::encode_message;
 mod server;
+mod sets;
 mod strings;
 pub mod table;
 mod transaction;
+mod zsets;
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -74,6 +77,17 @@ pub enum AsyncOp {
         /// Take a checkpoint first.
         save: bool,
     },
+    /// A blocking list command found every key empty: wait for a push to one of `keys`, then
+    /// run the same command again; at the deadline answer a null array (Redis does so for every
+    /// blocking list command, BLMOVE included).
+    Block {
+        /// The database of `keys`.
+        database: u8,
+        /// The keys waited for.
+        keys: Vec<Bytes>,
+        /// Give up after this many ms (0 = wait forever).
+        timeout_ms: u64,
+    },
 }
 
 /// Per-connection state.
@@ -106,6 +120,11 @@ pub struct Client {
     pub watch: ClientWatch,
     /// Pub/Sub subscriptions, from the first SUBSCRIBE or PSUBSCRIBE on.
     pub subscriptions: Option<ClientSubscriptions>,
+    /// EXEC is running this connection's queued commands (blocking commands do not wait).
+    pub in_exec: bool,
+    /// The last command's index in the command table, shared with CLIENT LIST's view of this
+    /// connection (`usize::MAX` before the first).
+    pub last_command: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// An open MULTI: the commands queued for EXEC.
@@ -136,6 +155,8 @@ impl Client {
             transaction: None,
             watch: ClientWatch::default(),
             subscriptions: None,
+            in_exec: false,
+            last_command: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
         }
     }
 
@@ -422,6 +443,7 @@ pub fn execute(
         ctx.w.error(&unknown_command(args));
         return Flow::Continue;
     };
+    ctx.client.last_command.store(index, Ordering::Relaxed);
     let started = Instant::now();
     let reply_start = ctx.w.out.len();
     let counters = server.command_stats.command(index);
@@ -496,11 +518,6 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
 
 /// Runs a command that passed its checks.
 fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    let server = ctx.server;
-    if let Some(info) = server.clients.lock().get_mut(&ctx.client.id) {
-        info.last_command.clear();
-        info.last_command.push_str(name);
-    }
     if matches!(name, "keys" | "scan" | "dbsize" | "randomkey" | "info") {
         // These walk the registry stripes without the engine: never wait on a stripe mutex
         // while protected (see `Keyspace::lock_stripe`).
@@ -518,6 +535,20 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         | "hscan" => hashes::run(ctx, name, args),
         "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(ctx, name, args),
         "lcs" => lcs::run(ctx, args),
+        "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "llen" | "lrange"
+        | "lindex" | "lset" | "linsert" | "lrem" | "ltrim" | "lpos" | "lmove" | "rpoplpush" => {
+            lists::run(ctx, name, args)
+        }
+        "blpop" | "brpop" | "blmove" | "brpoplpush" => return lists::run_blocking(ctx, name, args),
+        "sadd" | "srem" | "sismember" | "smismember" | "scard" | "smembers" | "srandmember"
+        | "spop" | "smove" | "sinter" | "sunion" | "sdiff" | "sinterstore" | "sunionstore"
+        | "sdiffstore" | "sintercard" | "sscan" => sets::run(ctx, name, args),
+        "zadd" | "zincrby" | "zrem" | "zscore" | "zmscore" | "zcard" | "zcount" | "zrank"
+        | "zrevrank" | "zrange" | "zrangebyscore" | "zrevrangebyscore" | "zrevrange"
+        | "zrangebylex" | "zrevrangebylex" | "zpopmin" | "zpopmax" | "zremrangebyrank"
+        | "zremrangebyscore" | "zunionstore" | "zinterstore" | "zscan" => {
+            zsets::run(ctx, name, args)
+        }
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
             pubsub::run(ctx, name, args)
         }

@@ -127,6 +127,65 @@ pub static COMMANDS: &[Spec] = &[
     c("move", 3, true, ONE, "generic", "Moves a key to another database."),
     c("object", -2, false, NONE, "generic", "A container for object introspection commands."),
     c("lcs", -3, false, TWO, "string", "Finds the longest common substring."),
+    c("lpush", -3, true, ONE, "list", "Prepends one or more elements to a list. Creates the key if it doesn't exist."),
+    c("rpush", -3, true, ONE, "list", "Appends one or more elements to a list. Creates the key if it doesn't exist."),
+    c("lpushx", -3, true, ONE, "list", "Prepends one or more elements to a list only when the list exists."),
+    c("rpushx", -3, true, ONE, "list", "Appends an element to a list only when the list exists."),
+    c("lpop", -2, true, ONE, "list", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped."),
+    c("rpop", -2, true, ONE, "list", "Returns and removes the last elements of a list. Deletes the list if the last element was popped."),
+    c("llen", 2, false, ONE, "list", "Returns the length of a list."),
+    c("lrange", 4, false, ONE, "list", "Returns a range of elements from a list."),
+    c("lindex", 3, false, ONE, "list", "Returns an element from a list by its index."),
+    c("lset", 4, true, ONE, "list", "Sets the value of an element in a list by its index."),
+    c("linsert", 5, true, ONE, "list", "Inserts an element before or after another element in a list."),
+    c("lrem", 4, true, ONE, "list", "Removes elements from a list. Deletes the list if the last element was removed."),
+    c("ltrim", 4, true, ONE, "list", "Removes elements from both ends a list. Deletes the list if all elements were trimmed."),
+    c("lpos", -3, false, ONE, "list", "Returns the index of matching elements in a list."),
+    c("lmove", 5, true, TWO, "list", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved."),
+    c("rpoplpush", 3, true, TWO, "list", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped."),
+    c("blpop", -3, true, (1, -2, 1), "list", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped."),
+    c("brpop", -3, true, (1, -2, 1), "list", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped."),
+    c("blmove", 6, true, TWO, "list", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved."),
+    c("brpoplpush", 4, true, TWO, "list", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped."),
+    c("sadd", -3, true, ONE, "set", "Adds one or more members to a set. Creates the key if it doesn't exist."),
+    c("srem", -3, true, ONE, "set", "Removes one or more members from a set. Deletes the set if the last member was removed."),
+    c("sismember", 3, false, ONE, "set", "Determines whether a member belongs to a set."),
+    c("smismember", -3, false, ONE, "set", "Determines whether multiple members belong to a set."),
+    c("scard", 2, false, ONE, "set", "Returns the number of members in a set."),
+    c("smembers", 2, false, ONE, "set", "Returns all members of a set."),
+    c("srandmember", -2, false, ONE, "set", "Get one or multiple random members from a set"),
+    c("spop", -2, true, ONE, "set", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped."),
+    c("smove", 4, true, TWO, "set", "Moves a member from one set to another."),
+    c("sinter", -2, false, ALL, "set", "Returns the intersect of multiple sets."),
+    c("sunion", -2, false, ALL, "set", "Returns the union of multiple sets."),
+    c("sdiff", -2, false, ALL, "set", "Returns the difference of multiple sets."),
+    c("sinterstore", -3, true, ALL, "set", "Stores the intersect of multiple sets in a key."),
+    c("sunionstore", -3, true, ALL, "set", "Stores the union of multiple sets in a key."),
+    c("sdiffstore", -3, true, ALL, "set", "Stores the difference of multiple sets in a key."),
+    c("sintercard", -3, false, NONE, "set", "Returns the number of members of the intersect of multiple sets."),
+    c("sscan", -3, false, ONE, "set", "Iterates over members of a set."),
+    c("zadd", -4, true, ONE, "sorted-set", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist."),
+    c("zincrby", 4, true, ONE, "sorted-set", "Increments the score of a member in a sorted set."),
+    c("zrem", -3, true, ONE, "sorted-set", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed."),
+    c("zscore", 3, false, ONE, "sorted-set", "Returns the score of a member in a sorted set."),
+    c("zmscore", -3, false, ONE, "sorted-set", "Returns the score of one or more members in a sorted set."),
+    c("zcard", 2, false, ONE, "sorted-set", "Returns the number of members in a sorted set."),
+    c("zcount", 4, false, ONE, "sorted-set", "Returns the count of members in a sorted set that have scores within a range."),
+    c("zrank", 3, false, ONE, "sorted-set", "Returns the index of a member in a sorted set ordered by ascending scores."),
+    c("zrevrank", 3, false, ONE, "sorted-set", "Returns the index of a member in a sorted set ordered by descending scores."),
+    c("zrange", -4, false, ONE, "sorted-set", "Returns members in a sorted set within a range of indexes."),
+    c("zrangebyscore", -4, false, ONE, "sorted-set", "Returns members in a sorted set within a range of scores."),
+    c("zrevrangebyscore", -4, false, ONE, "sorted-set", "Returns members in a sorted set within a range of scores in reverse order."),
+    c("zrevrange", -4, false, ONE, "sorted-set", "Returns members in a sorted set within a range of indexes in reverse order."),
+    c("zrangebylex", -4, false, ONE, "sorted-set", "Returns members in a sorted set within a lexicographical range."),
+    c("zrevrangebylex", -4, false, ONE, "sorted-set", "Returns members in a sorted set within a lexicographical range in reverse order."),
+    c("zpopmin", -2, true, ONE, "sorted-set", "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped."),
+    c("zpopmax", -2, true, ONE, "sorted-set", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped."),
+    c("zremrangebyrank", 4, true, ONE, "sorted-set", "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed."),
+    c("zremrangebyscore", 4, true, ONE, "sorted-set", "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed."),
+    c("zunionstore", -4, true, ONE, "sorted-set", "Stores the union of multiple sorted sets in a key."),
+    c("zinterstore", -4, true, ONE, "sorted-set", "Stores the intersect of multiple sorted sets in a key."),
+    c("zscan", -3, false, ONE, "sorted-set", "Iterates over members and scores of a sorted set."),
     c("setbit", 4, true, ONE, "bitmap", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist."),
     c("getbit", 3, false, ONE, "bitmap", "Returns a bit value by offset."),
     c("bitcount", -2, false, ONE, "bitmap", "Counts the number of set bits (population counting) in a string."),
@@ -154,12 +213,21 @@ pub fn find(name: &str) -> Option<&'static Spec> {
     find_indexed(name).map(|(_, spec)| spec)
 }
 
-/// A command's place in [`COMMANDS`] (its statistics slot) and its description.
+/// A command's place in [`COMMANDS`] (its statistics slot) and its description: one hash lookup
+/// (the table has some 200 names, so a linear search costs commands near its end more).
 pub fn find_indexed(name: &str) -> Option<(usize, &'static Spec)> {
-    COMMANDS
-        .iter()
-        .enumerate()
-        .find(|(_, spec)| spec.name == name)
+    static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static str, usize>> =
+        std::sync::OnceLock::new();
+    let by_name = BY_NAME.get_or_init(|| {
+        let map: std::collections::HashMap<&'static str, usize> = COMMANDS
+            .iter()
+            .enumerate()
+            .map(|(index, spec)| (spec.name, index))
+            .collect();
+        assert_eq!(map.len(), COMMANDS.len(), "command names are unique");
+        map
+    });
+    by_name.get(name).map(|&index| (index, &COMMANDS[index]))
 }
 
 /// Whether `argument_count` (name included) satisfies `arity`.

@@ -134,6 +134,7 @@ fn exec(ctx: &mut Ctx<'_>, queued: Vec<Vec<Bytes>>) {
             }
         }
         encoder.array_header(out, queued.len());
+        client.in_exec = true;
         for command in &queued {
             match execute(server, client, session, command, out) {
                 Flow::Continue => {}
@@ -143,5 +144,6 @@ fn exec(ctx: &mut Ctx<'_>, queued: Vec<Vec<Bytes>>) {
                 }
             }
         }
+        client.in_exec = false;
     });
 }

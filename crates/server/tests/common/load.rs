@@ -44,11 +44,58 @@ pub fn value(id: u64, write: u64) -> String {
     format!("{id}:{write}")
 }
 
+/// What a writer's writes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Write `i` is `SET ack:{id}:{i} {id}:{i}`.
+    Strings,
+    /// Write `i` goes to one of five keys of the writer, by `i % 5`: the string above, `RPUSH
+    /// list:{id}`, `SADD set:{id}`, `ZADD zset:{id} i` or `HSET hash:{id} f{i}`, each with the
+    /// element `{id}:{i}`; so a crash must keep one prefix across every type.
+    Mixed,
+}
+
+/// The command of write `write` of writer `id` in `shape`.
+fn write_command(shape: Shape, id: u64, write: u64) -> Vec<Vec<u8>> {
+    let element = value(id, write).into_bytes();
+    let owned = |parts: &[&[u8]]| parts.iter().map(|p| p.to_vec()).collect::<Vec<_>>();
+    match (shape, write % 5) {
+        (Shape::Strings, _) | (Shape::Mixed, 0) => {
+            owned(&[b"SET", key(id, write).as_bytes(), &element])
+        }
+        (_, 1) => owned(&[b"RPUSH", format!("list:{id}").as_bytes(), &element]),
+        (_, 2) => owned(&[b"SADD", format!("set:{id}").as_bytes(), &element]),
+        (_, 3) => owned(&[
+            b"ZADD",
+            format!("zset:{id}").as_bytes(),
+            write.to_string().as_bytes(),
+            &element,
+        ]),
+        _ => owned(&[
+            b"HSET",
+            format!("hash:{id}").as_bytes(),
+            format!("f{write}").as_bytes(),
+            &element,
+        ]),
+    }
+}
+
+/// Whether `reply` acknowledges a write of `shape`.
+fn acknowledges(reply: &Reply) -> bool {
+    match reply {
+        Reply::SimpleString(text) => text.as_ref() == b"OK",
+        Reply::Integer(n) => *n >= 1,
+        _ => false,
+    }
+}
+
 /// What one writer's client saw.
 #[derive(Debug)]
 pub struct WriterLog {
     /// The writer's identity.
     pub id: u64,
+    /// What its writes are.
+    pub shape: Shape,
     /// Writes sent (counted before each send, so an upper bound of what the server received).
     pub issued: u64,
     /// Writes whose `+OK` arrived; they were acknowledged in order `0..acknowledged`.
@@ -73,6 +120,11 @@ impl Writers {
     /// Starts one writer per identity in `ids`, connected to `127.0.0.1:port`; batch sizes come
     /// from an [`Rng`] seeded with `seed` and the identity.
     pub fn start(port: u16, ids: std::ops::Range<u64>, seed: u64) -> Writers {
+        Writers::start_shaped(port, ids, seed, Shape::Strings)
+    }
+
+    /// [`Writers::start`] with writes of `shape`.
+    pub fn start_shaped(port: u16, ids: std::ops::Range<u64>, seed: u64, shape: Shape) -> Writers {
         let count = (ids.end - ids.start) as usize;
         let stop = Arc::new(AtomicBool::new(false));
         let acknowledged: Arc<Vec<AtomicU64>> =
@@ -87,7 +139,7 @@ impl Writers {
                 let mut raw = Raw::connect(port).expect("writer connects");
                 let rng = Rng::new(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
                 std::thread::spawn(move || {
-                    let log = write_loop(&mut raw, id, rng, &stop, &acknowledged[slot]);
+                    let log = write_loop(&mut raw, id, shape, rng, &stop, &acknowledged[slot]);
                     ended[slot].store(true, Ordering::SeqCst);
                     log
                 })
@@ -137,12 +189,14 @@ impl Writers {
 fn write_loop(
     raw: &mut Raw,
     id: u64,
+    shape: Shape,
     mut rng: Rng,
     stop: &AtomicBool,
     progress: &AtomicU64,
 ) -> WriterLog {
     let mut log = WriterLog {
         id,
+        shape,
         issued: 0,
         acknowledged: 0,
         acknowledged_at: Vec::new(),
@@ -155,8 +209,9 @@ fn write_loop(
         let batch = rng.in_range(1..MAX_BATCH + 1);
         request.clear();
         for write in log.issued..log.issued + batch {
-            let (key, value) = (key(id, write), value(id, write));
-            encode_request(&mut request, &[b"SET", key.as_bytes(), value.as_bytes()]);
+            let command = write_command(shape, id, write);
+            let parts: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+            encode_request(&mut request, &parts);
         }
         // Counted before sending: part of a failed send may still have reached the server.
         log.issued += batch;
@@ -166,13 +221,13 @@ fn write_loop(
         }
         for _ in 0..batch {
             match raw.read() {
-                Some(Reply::SimpleString(text)) if text.as_ref() == b"OK" => {
+                Some(reply) if acknowledges(&reply) => {
                     log.acknowledged += 1;
                     log.acknowledged_at.push(Instant::now());
                     progress.store(log.acknowledged, Ordering::SeqCst);
                 }
                 other => {
-                    log.ended = Some((Instant::now(), format!("SET answered {other:?}")));
+                    log.ended = Some((Instant::now(), format!("a write answered {other:?}")));
                     return log;
                 }
             }
@@ -223,7 +278,11 @@ pub fn check_writers(port: u16, logs: &[WriterLog]) -> Result<Vec<Recovery>, Str
     let mut raw = Raw::connect(port).map_err(|e| format!("connect for the check: {e}"))?;
     let mut recoveries = Vec::with_capacity(logs.len());
     for log in logs {
-        let visible = visible_writes(&mut raw, log.id, log.issued + PROBE_PAST_ISSUED)?;
+        let count = log.issued + PROBE_PAST_ISSUED;
+        let mut visible = visible_writes(&mut raw, log.id, count)?;
+        if log.shape == Shape::Mixed {
+            visible_in_collections(&mut raw, log.id, &mut visible)?;
+        }
         let recovery = check_connection(log.issued, log.acknowledged, &visible).map_err(|v| {
             let missing = match v {
                 prefixkv_testkit::acknowledged::Violation::Hole { missing, .. } => {
@@ -281,6 +340,85 @@ fn visible_writes(raw: &mut Raw, id: u64, count: u64) -> Result<Vec<bool>, Strin
         }
     }
     Ok(visible)
+}
+
+/// Marks in `visible` the writes of writer `id` that its list, set, sorted set and hash hold
+/// (the strings were read already). Any element that is not exactly what its write sent is an
+/// error, and so is a list whose elements are not in write order.
+fn visible_in_collections(raw: &mut Raw, id: u64, visible: &mut [bool]) -> Result<(), String> {
+    let bulk = |reply: &Reply| match reply {
+        Reply::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        other => Err(format!("expected a bulk string, got {other:?}")),
+    };
+    // `{id}:{i}` of this writer, with `i % 5 == class`.
+    let write_of = |element: &str, class: u64| -> Result<u64, String> {
+        element
+            .strip_prefix(&format!("{id}:"))
+            .and_then(|i| i.parse::<u64>().ok())
+            .filter(|i| i % 5 == class)
+            .ok_or_else(|| {
+                format!("writer {id}: element {element:?} is no write of this writer and key")
+            })
+    };
+    let mark = |write: u64, visible: &mut [bool]| -> Result<(), String> {
+        let slot = visible
+            .get_mut(write as usize)
+            .ok_or_else(|| format!("writer {id}: element of write {write}, never issued"))?;
+        *slot = true;
+        Ok(())
+    };
+    let list_key = format!("list:{id}");
+    let Reply::Array(items) = raw.call(&["LRANGE", &list_key, "0", "-1"]) else {
+        return Err(format!("LRANGE {list_key}: no array"));
+    };
+    let mut previous = None;
+    for item in &items {
+        let write = write_of(&bulk(item)?, 1)?;
+        if previous.is_some_and(|p| p >= write) {
+            return Err(format!(
+                "{list_key}: write {write} after write {previous:?}"
+            ));
+        }
+        previous = Some(write);
+        mark(write, visible)?;
+    }
+    let set_key = format!("set:{id}");
+    match raw.call(&["SMEMBERS", &set_key]) {
+        Reply::Array(items) | Reply::Set(items) => {
+            for item in &items {
+                mark(write_of(&bulk(item)?, 2)?, visible)?;
+            }
+        }
+        other => return Err(format!("SMEMBERS {set_key}: {other:?}")),
+    }
+    let zset_key = format!("zset:{id}");
+    let Reply::Array(items) = raw.call(&["ZRANGE", &zset_key, "0", "-1", "WITHSCORES"]) else {
+        return Err(format!("ZRANGE {zset_key}: no array"));
+    };
+    for pair in items.chunks(2) {
+        let write = write_of(&bulk(&pair[0])?, 3)?;
+        if bulk(&pair[1])? != write.to_string() {
+            return Err(format!("{zset_key}: write {write} has score {:?}", pair[1]));
+        }
+        mark(write, visible)?;
+    }
+    let hash_key = format!("hash:{id}");
+    match raw.call(&["HGETALL", &hash_key]) {
+        Reply::Array(items) => {
+            for pair in items.chunks(2) {
+                let write = write_of(&bulk(&pair[1])?, 4)?;
+                if bulk(&pair[0])? != format!("f{write}") {
+                    return Err(format!(
+                        "{hash_key}: write {write} under field {:?}",
+                        pair[0]
+                    ));
+                }
+                mark(write, visible)?;
+            }
+        }
+        other => return Err(format!("HGETALL {hash_key}: {other:?}")),
+    }
+    Ok(())
 }
 
 /// Fails if any writer lost an acknowledged write (the promise of `always`, and of `everysec` on

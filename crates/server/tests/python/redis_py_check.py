@@ -1,7 +1,7 @@
 """redis-py against a running prefixkv-server: `python3 redis_py_check.py <port>`.
 
 Run by crates/server/tests/redis_py.rs. Exercises strings, MSET/MGET, INCR, DEL, EXPIRE/TTL,
-pipelines, hashes, HELLO, WATCH (Redis.transaction) and Pub/Sub with redis-py's default protocol (RESP3 since redis-py 8) and with
+pipelines, hashes, lists (BLPOP too), sets, sorted sets, HELLO, WATCH (Redis.transaction) and Pub/Sub with redis-py's default protocol (RESP3 since redis-py 8) and with
 protocol=2 and protocol=3 explicitly, checking every result. Prints `ok <checks>` and exits 0, or
 raises (non-zero exit) naming the failed check.
 """
@@ -84,6 +84,46 @@ def exercise(label, client, want_protocol):
     expect(f"{label} HINCRBY", client.hincrby(prefix + "h", "n", 5), 5)
     expect(f"{label} HLEN", client.hlen(prefix + "h"), 3)
     expect(f"{label} HDEL", client.hdel(prefix + "h", "f1", "zz"), 1)
+
+    # Lists, sets and sorted sets, directly and inside a MULTI/EXEC pipeline.
+    expect(f"{label} RPUSH", client.rpush(prefix + "l", "a", "b", "c"), 3)
+    expect(f"{label} LPUSH", client.lpush(prefix + "l", "z"), 4)
+    expect(f"{label} LRANGE", client.lrange(prefix + "l", 0, -1), ["z", "a", "b", "c"])
+    expect(f"{label} LPOP count", client.lpop(prefix + "l", 2), ["z", "a"])
+    expect(f"{label} LMOVE", client.lmove(prefix + "l", prefix + "l2", "RIGHT", "LEFT"), "c")
+    expect(f"{label} LPOS", client.lpos(prefix + "l", "b"), 0)
+    # redis-py turns BLPOP's reply into a tuple in RESP2 and leaves a list in RESP3.
+    expect(f"{label} BLPOP ready", list(client.blpop([prefix + "l"], timeout=1)), [prefix + "l", "b"])
+    expect(f"{label} BLPOP timeout", client.blpop([prefix + "l"], timeout=0.05), None)
+    expect(f"{label} SADD", client.sadd(prefix + "st", "x", "y", "z"), 3)
+    expect(f"{label} SMEMBERS", client.smembers(prefix + "st"), {"x", "y", "z"})
+    expect(f"{label} SISMEMBER", client.sismember(prefix + "st", "y"), True)
+    expect(f"{label} SINTER", client.sinter(prefix + "st", prefix + "nope"), set())
+    expect(f"{label} ZADD", client.zadd(prefix + "z", {"a": 1, "b": 2.5, "c": -1}), 3)
+    expect(
+        f"{label} ZRANGE WITHSCORES",
+        # redis-py gives pairs as tuples in RESP2 and lists in RESP3 (against Redis too).
+        [tuple(pair) for pair in client.zrange(prefix + "z", 0, -1, withscores=True)],
+        [("c", -1.0), ("a", 1.0), ("b", 2.5)],
+    )
+    expect(f"{label} ZSCORE", client.zscore(prefix + "z", "b"), 2.5)
+    expect(f"{label} ZRANK", client.zrank(prefix + "z", "b"), 2)
+    expect(f"{label} ZINCRBY", client.zincrby(prefix + "z", 0.5, "a"), 1.5)
+    expect(f"{label} ZRANGEBYSCORE", client.zrangebyscore(prefix + "z", "(0", "+inf"), ["a", "b"])
+    # Without a count, RESP3 (Redis 7.0 too) answers one flat pair, which redis-py leaves flat.
+    popped = client.zpopmin(prefix + "z")
+    if popped and not isinstance(popped[0], (list, tuple)):
+        popped = [popped]
+    expect(f"{label} ZPOPMIN", [tuple(p) for p in popped], [("c", -1.0)])
+    try:
+        client.lpush(prefix + "st", "x")
+        raise AssertionError(f"{label} LPUSH on a set did not fail")
+    except redis.ResponseError as error:
+        expect(f"{label} WRONGTYPE", str(error), "WRONGTYPE Operation against a key holding the wrong kind of value")
+    pipe = client.pipeline()
+    pipe.rpush(prefix + "ql", 1, 2).sadd(prefix + "qs", "m").zadd(prefix + "qz", {"m": 3})
+    pipe.lrange(prefix + "ql", 0, -1).scard(prefix + "qs").zscore(prefix + "qz", "m")
+    expect(f"{label} collections in MULTI/EXEC", pipe.execute(), [2, 1, 1, ["1", "2"], 1, 3.0])
 
     # Pipelines: the default one wraps the batch in MULTI/EXEC; a plain one does not.
     pipe = client.pipeline()

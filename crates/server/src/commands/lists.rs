@@ -1,0 +1,618 @@
+//! List commands. A list is a counted B+tree of its elements by position
+//! (`prefixkv_collections::tree`, `crate::objects`): a push or pop at either end, LINDEX and LSET
+//! cost O(log n) records, LRANGE O(log n + elements returned).
+//!
+//! The blocking commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH) first try what their non-blocking
+//! forms do; when every key is empty they return [`Flow::Async`] with [`AsyncOp::Block`], and the
+//! connection waits for a push to one of the keys (`crate::blocking`) and runs them again.
+
+use std::ops::ControlFlow;
+
+use bytes::Bytes;
+use prefixkv_collections::tree::Tree;
+
+use super::{errors, lower, parse_float, parse_int, AsyncOp, CommandResult, Ctx, Flow};
+use crate::keyspace::Txn;
+use crate::objects::{error, list_of, save_list};
+
+/// Which end of a list.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum End {
+    /// The head (index 0).
+    Left,
+    /// The tail.
+    Right,
+}
+
+fn parse_end(argument: &[u8]) -> Result<End, String> {
+    match lower(argument).as_str() {
+        "left" => Ok(End::Left),
+        "right" => Ok(End::Right),
+        _ => Err(errors::SYNTAX.into()),
+    }
+}
+
+/// The position of `end` in a list of `len` elements (for an insertion: `len` at the right).
+fn rank_at(end: End, len: u64, inserting: bool) -> u64 {
+    match end {
+        End::Left => 0,
+        End::Right if inserting => len,
+        End::Right => len - 1,
+    }
+}
+
+/// Resolves a Redis index (negative from the end) into a rank, if in range.
+fn resolve_index(index: i64, len: u64) -> Option<u64> {
+    let resolved = if index < 0 { len as i64 + index } else { index };
+    (resolved >= 0 && (resolved as u64) < len).then_some(resolved as u64)
+}
+
+/// Resolves LRANGE/LTRIM's start and stop into an inclusive rank range, `None` when empty.
+fn resolve_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
+    let len = len as i64;
+    let start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
+    let stop = if stop < 0 {
+        len + stop
+    } else {
+        stop.min(len - 1)
+    };
+    (start <= stop && start < len).then_some((start as u64, stop as u64))
+}
+
+pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    match name {
+        "lpush" | "rpush" | "lpushx" | "rpushx" => push(ctx, name, args),
+        "lpop" | "rpop" => pop(ctx, name, args),
+        "llen" => {
+            let db = ctx.db();
+            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+            let len = list_of(txn.get(db, &args[1])?)?.map_or(0, |(tree, _)| tree.len());
+            txn.commit()?;
+            ctx.w.int(len as i64);
+            Ok(())
+        }
+        "lrange" => lrange(ctx, args),
+        "lindex" => lindex(ctx, args),
+        "lset" => lset(ctx, args),
+        "linsert" => linsert(ctx, args),
+        "lrem" => lrem(ctx, args),
+        "ltrim" => ltrim(ctx, args),
+        "lpos" => lpos(ctx, args),
+        "lmove" | "rpoplpush" => {
+            let (from, to) = if name == "lmove" {
+                (parse_end(&args[3])?, parse_end(&args[4])?)
+            } else {
+                (End::Right, End::Left)
+            };
+            let moved = lmove(ctx, &args[1], &args[2], from, to)?;
+            ctx.w.bulk_or_null(moved.as_deref());
+            Ok(())
+        }
+        _ => unreachable!("dispatch sends only list commands here"),
+    }
+}
+
+fn push(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let key = &args[1][..];
+    let end = if name.starts_with('l') {
+        End::Left
+    } else {
+        End::Right
+    };
+    let keyspace = &ctx.server.keyspace;
+    let mut txn = keyspace.begin(ctx.session, db, &[key]);
+    let (mut tree, expire) = match list_of(txn.get(db, key)?)? {
+        Some(found) => found,
+        None if name.ends_with('x') => {
+            txn.commit()?;
+            ctx.w.int(0);
+            return Ok(());
+        }
+        None => (Tree::new(keyspace.new_object_id()), 0),
+    };
+    let pushed = txn.with_records(db, key, |records| {
+        args[2..].iter().try_for_each(|element| {
+            let rank = rank_at(end, tree.len(), true);
+            tree.insert_at(records, rank, element)
+        })
+    });
+    // Written back even after an error: it holds the pushes that succeeded (`crate::objects`).
+    save_list(&mut txn, db, key, &tree, expire)?;
+    pushed.map_err(error)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(tree.len() as i64);
+    Ok(())
+}
+
+/// Pops up to `count` elements from `end` of the list at `key` under `txn` (which locked it);
+/// `None` when there is no list.
+fn pop_in(
+    txn: &mut Txn<'_>,
+    db: u8,
+    key: &[u8],
+    end: End,
+    count: u64,
+) -> Result<Option<Vec<Vec<u8>>>, String> {
+    let Some((mut tree, expire)) = list_of(txn.get(db, key)?)? else {
+        return Ok(None);
+    };
+    let mut popped = Vec::new();
+    let outcome = txn.with_records(db, key, |records| {
+        while (popped.len() as u64) < count && !tree.is_empty() {
+            let rank = rank_at(end, tree.len(), false);
+            popped.push(tree.remove_at(records, rank)?);
+        }
+        Ok(())
+    });
+    if !popped.is_empty() {
+        save_list(txn, db, key, &tree, expire)?;
+    }
+    outcome.map_err(error)?;
+    Ok(Some(popped))
+}
+
+fn pop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    if args.len() > 3 {
+        return Err(super::arity_error(name));
+    }
+    let db = ctx.db();
+    let end = if name == "lpop" {
+        End::Left
+    } else {
+        End::Right
+    };
+    let count = match args.get(2) {
+        Some(argument) => {
+            let count = parse_int(argument)
+                .map_err(|_| "ERR value is out of range, must be positive".to_string())?;
+            if count < 0 {
+                return Err("ERR value is out of range, must be positive".into());
+            }
+            Some(count as u64)
+        }
+        None => None,
+    };
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let popped = pop_in(&mut txn, db, &args[1], end, count.unwrap_or(1))?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    match (popped, count) {
+        (None, None) => ctx.w.null(),
+        (None, Some(_)) => ctx.w.null_array(),
+        (Some(popped), None) => ctx.w.bulk_or_null(popped.first().map(Vec::as_slice)),
+        (Some(popped), Some(_)) => {
+            ctx.w.array(popped.len());
+            for element in &popped {
+                ctx.w.bulk(element);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads a list under its lock: runs `body` with the tree and its records.
+fn read_list<R>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    body: impl FnOnce(&Tree, &mut prefixkv_collections::Owned<'_, '_>) -> Result<R, String>,
+) -> Result<Option<R>, String> {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let result = match list_of(txn.get(db, key)?)? {
+        Some((tree, _)) => Some(txn.with_records(db, key, |records| body(&tree, records))?),
+        None => None,
+    };
+    // A read writes nothing but may have removed the key because it expired.
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    Ok(result)
+}
+
+fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let (start, stop) = (parse_int(&args[2])?, parse_int(&args[3])?);
+    let elements = read_list(ctx, &args[1], |tree, records| {
+        let mut elements = Vec::new();
+        if let Some((first, last)) = resolve_range(start, stop, tree.len()) {
+            tree.range(records, first, |rank, element| {
+                elements.push(element.to_vec());
+                if rank >= last {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
+            .map_err(error)?;
+        }
+        Ok(elements)
+    })?
+    .unwrap_or_default();
+    ctx.w.array(elements.len());
+    for element in &elements {
+        ctx.w.bulk(element);
+    }
+    Ok(())
+}
+
+fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let index = parse_int(&args[2])?;
+    let element = read_list(ctx, &args[1], |tree, records| {
+        let Some(rank) = resolve_index(index, tree.len()) else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        tree.get(records, rank, &mut out).map_err(error)?;
+        Ok(Some(out))
+    })?
+    .flatten();
+    ctx.w.bulk_or_null(element.as_deref());
+    Ok(())
+}
+
+fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let key = &args[1][..];
+    let index = parse_int(&args[2])?;
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let Some((mut tree, expire)) = list_of(txn.get(db, key)?)? else {
+        return Err("ERR no such key".into());
+    };
+    let Some(rank) = resolve_index(index, tree.len()) else {
+        return Err("ERR index out of range".into());
+    };
+    let outcome = txn.with_records(db, key, |records| tree.replace_at(records, rank, &args[3]));
+    save_list(&mut txn, db, key, &tree, expire)?;
+    outcome.map_err(error)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.ok();
+    Ok(())
+}
+
+/// The ranks of the elements equal to `element`, scanning from the head (`from_head`) or the
+/// tail, at most `limit` of them, looking at no more than `max_len` elements (0 = all).
+fn find(
+    tree: &Tree,
+    records: &mut impl prefixkv_collections::Records,
+    element: &[u8],
+    from_head: bool,
+    limit: u64,
+    max_len: u64,
+) -> Result<Vec<u64>, String> {
+    let mut found = Vec::new();
+    let mut seen = 0u64;
+    let mut visit = |rank: u64, candidate: &[u8]| {
+        seen += 1;
+        if candidate == element {
+            found.push(rank);
+        }
+        if found.len() as u64 >= limit || (max_len != 0 && seen >= max_len) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    if tree.is_empty() || limit == 0 {
+        return Ok(found);
+    }
+    if from_head {
+        tree.range(records, 0, &mut visit).map_err(error)?;
+    } else {
+        tree.range_rev(records, tree.len() - 1, &mut visit)
+            .map_err(error)?;
+    }
+    Ok(found)
+}
+
+fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let after = match lower(&args[2]).as_str() {
+        "before" => false,
+        "after" => true,
+        _ => return Err(errors::SYNTAX.into()),
+    };
+    let db = ctx.db();
+    let key = &args[1][..];
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let Some((mut tree, expire)) = list_of(txn.get(db, key)?)? else {
+        txn.commit()?;
+        ctx.w.int(0);
+        return Ok(());
+    };
+    let outcome = txn.with_records(db, key, |records| {
+        let Some(&pivot) = find(&tree, records, &args[3], true, 1, 0)?.first() else {
+            return Ok(false);
+        };
+        tree.insert_at(records, pivot + u64::from(after), &args[4])
+            .map_err(error)?;
+        Ok::<bool, String>(true)
+    });
+    save_list(&mut txn, db, key, &tree, expire)?;
+    if !outcome? {
+        txn.commit()?;
+        ctx.w.int(-1);
+        return Ok(());
+    }
+    save_list(&mut txn, db, key, &tree, expire)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(tree.len() as i64);
+    Ok(())
+}
+
+fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let count = parse_int(&args[2])?;
+    let db = ctx.db();
+    let key = &args[1][..];
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let Some((mut tree, expire)) = list_of(txn.get(db, key)?)? else {
+        txn.commit()?;
+        ctx.w.int(0);
+        return Ok(());
+    };
+    let limit = if count == 0 {
+        u64::MAX
+    } else {
+        count.unsigned_abs()
+    };
+    let outcome = txn.with_records(db, key, |records| {
+        let mut ranks = find(&tree, records, &args[3], count >= 0, limit, 0)?;
+        // Highest rank first, so the ranks still to remove do not move.
+        ranks.sort_unstable_by(|a, b| b.cmp(a));
+        for &rank in &ranks {
+            tree.remove_at(records, rank).map_err(error)?;
+        }
+        Ok::<usize, String>(ranks.len())
+    });
+    save_list(&mut txn, db, key, &tree, expire)?;
+    let removed = outcome?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(removed as i64);
+    Ok(())
+}
+
+fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let (start, stop) = (parse_int(&args[2])?, parse_int(&args[3])?);
+    let db = ctx.db();
+    let key = &args[1][..];
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    if let Some((mut tree, expire)) = list_of(txn.get(db, key)?)? {
+        let keep = resolve_range(start, stop, tree.len());
+        let outcome = txn.with_records(db, key, |records| match keep {
+            None => tree.clear(records),
+            Some((first, last)) => {
+                while tree.len() > last + 1 {
+                    tree.remove_at(records, tree.len() - 1)?;
+                }
+                for _ in 0..first {
+                    tree.remove_at(records, 0)?;
+                }
+                Ok(())
+            }
+        });
+        save_list(&mut txn, db, key, &tree, expire)?;
+        outcome.map_err(error)?;
+    }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.ok();
+    Ok(())
+}
+
+/// LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len].
+fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let (mut rank, mut count, mut max_len) = (1i64, None, 0u64);
+    for pair in args[3..].chunks(2) {
+        let [option, value] = pair else {
+            return Err(errors::SYNTAX.into());
+        };
+        match lower(option).as_str() {
+            "rank" => {
+                rank = parse_int(value)?;
+                if rank == 0 || rank == i64::MIN {
+                    return Err(
+                        "ERR RANK can't be zero: use 1 to start from the first match, \
+                                2 from the second ... or use negative to start from the end \
+                                of the list"
+                            .into(),
+                    );
+                }
+            }
+            "count" => match parse_int(value)? {
+                n if n < 0 => return Err("ERR COUNT can't be negative".into()),
+                n => count = Some(n as u64),
+            },
+            "maxlen" => match parse_int(value)? {
+                n if n < 0 => return Err("ERR MAXLEN can't be negative".into()),
+                n => max_len = n as u64,
+            },
+            _ => return Err(errors::SYNTAX.into()),
+        }
+    }
+    let skip = rank.unsigned_abs() - 1;
+    let wanted = match count {
+        Some(0) => u64::MAX,
+        Some(n) => n,
+        None => 1,
+    };
+    let ranks = read_list(ctx, &args[1], |tree, records| {
+        let found = find(
+            tree,
+            records,
+            &args[2],
+            rank > 0,
+            wanted.saturating_add(skip),
+            max_len,
+        )?;
+        Ok(found.into_iter().skip(skip as usize).collect::<Vec<u64>>())
+    })?
+    .unwrap_or_default();
+    match count {
+        None => match ranks.first() {
+            Some(&found) => ctx.w.int(found as i64),
+            None => ctx.w.null(),
+        },
+        Some(_) => {
+            ctx.w.array(ranks.len());
+            for found in ranks {
+                ctx.w.int(found as i64);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// LMOVE source destination: pops at `from` of `source`, pushes at `to` of `destination`, in one
+/// transaction; the element, or `None` when `source` is empty.
+fn lmove(
+    ctx: &mut Ctx<'_>,
+    source: &[u8],
+    destination: &[u8],
+    from: End,
+    to: End,
+) -> Result<Option<Vec<u8>>, String> {
+    let db = ctx.db();
+    let keyspace = &ctx.server.keyspace;
+    let mut txn = keyspace.begin(ctx.session, db, &[source, destination]);
+    let Some((mut tree, expire)) = list_of(txn.get(db, source)?)? else {
+        txn.commit()?;
+        return Ok(None);
+    };
+    // Then the destination's type (as Redis: a missing source answers null whatever the
+    // destination is): a wrong type moves nothing.
+    let target = list_of(txn.get(db, destination)?)?;
+    let rank = rank_at(from, tree.len(), false);
+    let element = txn
+        .with_records(db, source, |records| tree.remove_at(records, rank))
+        .map_err(error)?;
+    // The destination may be the source: then it is the tree just popped from.
+    let same = source == destination;
+    let (mut target, target_expire) = match target {
+        _ if same => (tree, expire),
+        Some(found) => found,
+        None => (Tree::new(keyspace.new_object_id()), 0),
+    };
+    let rank = rank_at(to, target.len(), true);
+    let pushed = txn.with_records(db, destination, |records| {
+        target.insert_at(records, rank, &element)
+    });
+    if let Err(failure) = pushed {
+        // Put the element back where it was, so a refused push loses nothing.
+        let mut source_tree = if same { target } else { tree };
+        let rank = rank_at(from, source_tree.len(), true);
+        let back = txn.with_records(db, source, |records| {
+            source_tree.insert_at(records, rank, &element)
+        });
+        save_list(&mut txn, db, source, &source_tree, expire)?;
+        back.map_err(error)?;
+        return Err(error(failure));
+    }
+    if !same {
+        save_list(&mut txn, db, source, &tree, expire)?;
+    }
+    save_list(&mut txn, db, destination, &target, target_expire)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    Ok(Some(element))
+}
+
+/// Parses a blocking timeout in seconds (a float; 0 = forever) into milliseconds.
+fn parse_timeout(argument: &[u8]) -> Result<u64, String> {
+    let seconds = parse_float(argument)
+        .map_err(|_| "ERR timeout is not a float or out of range".to_string())?;
+    if seconds < 0.0 {
+        return Err("ERR timeout is negative".into());
+    }
+    if !seconds.is_finite() || seconds > 1e12 {
+        return Err("ERR timeout is out of range".into());
+    }
+    Ok((seconds * 1000.0).ceil() as u64)
+}
+
+/// BLPOP/BRPOP key [key ...] timeout, BLMOVE source destination from to timeout, BRPOPLPUSH
+/// source destination timeout. Inside MULTI/EXEC they do not wait: an empty result answers null
+/// at once, as in Redis.
+pub(super) fn run_blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
+    match blocking(ctx, name, args) {
+        Ok(flow) => flow,
+        Err(line) => {
+            ctx.w.error(&line);
+            Flow::Continue
+        }
+    }
+}
+
+fn blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, String> {
+    let timeout_ms = parse_timeout(&args[args.len() - 1])?;
+    let db = ctx.db();
+    let keys: Vec<Bytes> = match name {
+        "blpop" | "brpop" => {
+            for key in &args[1..args.len() - 1] {
+                let end = if name == "blpop" {
+                    End::Left
+                } else {
+                    End::Right
+                };
+                let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+                let popped = pop_in(&mut txn, db, key, end, 1)?;
+                let mark = txn.commit()?;
+                ctx.client.note_write(mark);
+                if let Some(element) = popped.and_then(|mut p| p.pop()) {
+                    ctx.w.array(2);
+                    ctx.w.bulk(key);
+                    ctx.w.bulk(&element);
+                    return Ok(Flow::Continue);
+                }
+            }
+            args[1..args.len() - 1].to_vec()
+        }
+        _ => {
+            let (from, to) = if name == "blmove" {
+                (parse_end(&args[3])?, parse_end(&args[4])?)
+            } else {
+                (End::Right, End::Left)
+            };
+            if let Some(element) = lmove(ctx, &args[1], &args[2], from, to)? {
+                ctx.w.bulk(&element);
+                return Ok(Flow::Continue);
+            }
+            vec![args[1].clone()]
+        }
+    };
+    if ctx.client.in_exec {
+        if matches!(name, "blpop" | "brpop") {
+            ctx.w.null_array();
+        } else {
+            ctx.w.null();
+        }
+        return Ok(Flow::Continue);
+    }
+    Ok(Flow::Async(AsyncOp::Block {
+        database: db,
+        keys,
+        timeout_ms,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_resolve_as_redis() {
+        assert_eq!(resolve_range(0, -1, 5), Some((0, 4)));
+        assert_eq!(resolve_range(-2, -1, 5), Some((3, 4)));
+        assert_eq!(resolve_range(-100, 100, 5), Some((0, 4)));
+        assert_eq!(resolve_range(3, 1, 5), None);
+        assert_eq!(resolve_range(5, 10, 5), None);
+        assert_eq!(resolve_range(0, -6, 5), None);
+        assert_eq!(resolve_index(-1, 3), Some(2));
+        assert_eq!(resolve_index(3, 3), None);
+        assert_eq!(resolve_index(-4, 3), None);
+    }
+}

@@ -1,0 +1,868 @@
+//! Sorted-set commands. A sorted set is a member -> score table and a counted B+tree of
+//! `[score key][member]` entries under one object id (`crate::objects::ZSet`): ZADD, ZREM,
+//! ZINCRBY, ZRANK and ZSCORE cost O(log n) records, range queries O(log n + elements returned).
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
+use bytes::Bytes;
+use prefixkv_collections::tree::Tree;
+use prefixkv_collections::{score_key, Owned, Records};
+
+use super::{errors, lower, parse_float, parse_int, CommandResult, Ctx, Writer};
+use crate::keyspace::{Txn, WRONGTYPE};
+use crate::objects::{error, save_zset, set_of, split_entry, zset_of, ZSet};
+use crate::value::Kind;
+
+const NOT_FLOAT_RANGE: &str = "ERR min or max is not a float";
+const NOT_LEX_RANGE: &str = "ERR min or max not valid string range item";
+
+/// Formats a score as Redis 7.0 does (`%.17g`: `1.1000000000000001`, `3`, `1e+21`, `inf`).
+pub fn format_score(score: f64) -> String {
+    if score.is_infinite() {
+        return if score > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let scientific = format!("{score:.16e}");
+    let (mantissa, exponent) = scientific
+        .split_once('e')
+        .expect("{:e} always writes an exponent");
+    let exponent: i32 = exponent.parse().expect("{:e} writes a decimal exponent");
+    if !(-4..17).contains(&exponent) {
+        let mantissa = strip_zeros(mantissa);
+        let sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exponent.abs());
+    }
+    let fixed = format!("{score:.*}", (16 - exponent) as usize);
+    strip_zeros(&fixed).to_string()
+}
+
+fn strip_zeros(text: &str) -> &str {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        text
+    }
+}
+
+impl Writer<'_> {
+    /// A score: a bulk string in RESP2, a double in RESP3, in Redis 7.0's text.
+    pub fn score(&mut self, score: f64) {
+        let text = format_score(score);
+        if self.encoder.protocol() == prefixkv_resp::Protocol::Resp3 {
+            self.out.extend_from_slice(b",");
+            self.out.extend_from_slice(text.as_bytes());
+            self.out.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text.as_bytes());
+        }
+    }
+}
+
+pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    match name {
+        "zadd" => zadd(ctx, args),
+        "zincrby" => {
+            let increment = parse_float(&args[2])?;
+            let options = AddOptions {
+                incr: true,
+                ..AddOptions::default()
+            };
+            let (_, result) = add(ctx, &args[1], &options, &[(increment, &args[3][..])])?;
+            match result {
+                Some(score) => ctx.w.score(score),
+                None => ctx.w.null(),
+            }
+            Ok(())
+        }
+        "zrem" => {
+            let db = ctx.db();
+            let key = &args[1][..];
+            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+            let mut removed = 0;
+            if let Some((mut zset, expire)) = zset_of(txn.get(db, key)?)? {
+                let outcome = txn.with_records(db, key, |records| {
+                    for member in &args[2..] {
+                        removed += i64::from(zset.remove(records, member)?.is_some());
+                    }
+                    Ok::<(), String>(())
+                });
+                // Written back even after an error: it holds what succeeded (`crate::objects`).
+                if removed > 0 {
+                    save_zset(&mut txn, db, key, &zset, expire)?;
+                }
+                outcome?;
+            }
+            let mark = txn.commit()?;
+            ctx.client.note_write(mark);
+            ctx.w.int(removed);
+            Ok(())
+        }
+        "zscore" | "zmscore" => {
+            let scores = read_zset(ctx, &args[1], |zset, records| {
+                args[2..]
+                    .iter()
+                    .map(|member| zset.score(records, member))
+                    .collect::<Result<Vec<Option<f64>>, String>>()
+            })?
+            .unwrap_or_else(|| vec![None; args.len() - 2]);
+            if name == "zmscore" {
+                ctx.w.array(scores.len());
+            }
+            for score in scores {
+                match score {
+                    Some(score) => ctx.w.score(score),
+                    None => ctx.w.null(),
+                }
+            }
+            Ok(())
+        }
+        "zcard" => {
+            let len = read_zset(ctx, &args[1], |zset, _| Ok(zset.len()))?.unwrap_or(0);
+            ctx.w.int(len as i64);
+            Ok(())
+        }
+        "zcount" => {
+            let (min, max) = (parse_score_bound(&args[2])?, parse_score_bound(&args[3])?);
+            let count = read_zset(ctx, &args[1], |zset, records| {
+                let (first, end) = score_ranks(&zset.order, records, min, max)?;
+                Ok(end.saturating_sub(first))
+            })?
+            .unwrap_or(0);
+            ctx.w.int(count as i64);
+            Ok(())
+        }
+        "zrank" | "zrevrank" => {
+            let rank = read_zset(ctx, &args[1], |zset, records| {
+                Ok(zset.rank(records, &args[2])?.map(|rank| {
+                    if name == "zrank" {
+                        rank
+                    } else {
+                        zset.len() - 1 - rank
+                    }
+                }))
+            })?
+            .flatten();
+            match rank {
+                Some(rank) => ctx.w.int(rank as i64),
+                None => ctx.w.null(),
+            }
+            Ok(())
+        }
+        "zrange" | "zrangebyscore" | "zrevrangebyscore" | "zrevrange" | "zrangebylex"
+        | "zrevrangebylex" => {
+            let query = parse_range(name, args)?;
+            let entries = read_zset(ctx, &args[1], |zset, records| {
+                range_entries(zset, records, &query)
+            })?
+            .unwrap_or_default();
+            write_entries(ctx, &entries, query.with_scores);
+            Ok(())
+        }
+        "zpopmin" | "zpopmax" => zpop(ctx, name, args),
+        "zremrangebyrank" | "zremrangebyscore" => zremrange(ctx, name, args),
+        "zunionstore" | "zinterstore" => zstore(ctx, name, args),
+        "zscan" => zscan(ctx, args),
+        _ => unreachable!("dispatch sends only sorted-set commands here"),
+    }
+}
+
+/// Reads a sorted set under its key's lock; `None` when there is none.
+fn read_zset<R>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    body: impl FnOnce(&ZSet, &mut Owned<'_, '_>) -> Result<R, String>,
+) -> Result<Option<R>, String> {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let result = match zset_of(txn.get(db, key)?)? {
+        Some((zset, _)) => Some(txn.with_records(db, key, |records| body(&zset, records))?),
+        None => None,
+    };
+    // Nothing is written, unless the key had expired and was removed.
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    Ok(result)
+}
+
+#[derive(Default)]
+struct AddOptions {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+    ch: bool,
+    incr: bool,
+}
+
+fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let mut options = AddOptions::default();
+    let mut index = 2;
+    while index < args.len() {
+        match lower(&args[index]).as_str() {
+            "nx" => options.nx = true,
+            "xx" => options.xx = true,
+            "gt" => options.gt = true,
+            "lt" => options.lt = true,
+            "ch" => options.ch = true,
+            "incr" => options.incr = true,
+            _ => break,
+        }
+        index += 1;
+    }
+    let pairs = &args[index..];
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+        return Err(errors::SYNTAX.into());
+    }
+    if options.nx && options.xx {
+        return Err("ERR XX and NX options at the same time are not compatible".into());
+    }
+    if (options.nx && (options.gt || options.lt)) || (options.gt && options.lt) {
+        return Err("ERR GT, LT, and/or NX options at the same time are not compatible".into());
+    }
+    if options.incr && pairs.len() > 2 {
+        return Err("ERR INCR option supports a single increment-element pair".into());
+    }
+    let parsed: Vec<(f64, &[u8])> = pairs
+        .chunks(2)
+        .map(|pair| Ok((parse_float(&pair[0])?, &pair[1][..])))
+        .collect::<Result<_, String>>()?;
+    let (changed, result) = add(ctx, &args[1], &options, &parsed)?;
+    if options.incr {
+        match result {
+            Some(score) => ctx.w.score(score),
+            None => ctx.w.null(),
+        }
+    } else {
+        ctx.w.int(changed);
+    }
+    Ok(())
+}
+
+/// Applies ZADD's pairs; (members added, or added and changed with CH; the new score of the last
+/// pair when INCR, `None` when the options refused it).
+fn add(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    options: &AddOptions,
+    pairs: &[(f64, &[u8])],
+) -> Result<(i64, Option<f64>), String> {
+    let db = ctx.db();
+    let keyspace = &ctx.server.keyspace;
+    let mut txn = keyspace.begin(ctx.session, db, &[key]);
+    let found = zset_of(txn.get(db, key)?)?;
+    if found.is_none() && options.xx {
+        txn.commit()?;
+        return Ok((0, None));
+    }
+    let (mut zset, expire) = found.unwrap_or_else(|| (ZSet::new(keyspace.new_object_id()), 0));
+    let mut counted = 0;
+    let mut last = None;
+    let outcome = txn.with_records(db, key, |records| {
+        for &(score, member) in pairs {
+            let old = zset.score(records, member)?;
+            if (old.is_some() && options.nx) || (old.is_none() && options.xx) {
+                last = None;
+                continue;
+            }
+            let mut new = score;
+            if options.incr {
+                new += old.unwrap_or(0.0);
+                if new.is_nan() {
+                    return Err("ERR resulting score is not a number (NaN)".to_string());
+                }
+            }
+            if let Some(old) = old {
+                if (options.gt && new <= old) || (options.lt && new >= old) {
+                    last = None;
+                    continue;
+                }
+            }
+            zset.insert(records, member, new)?;
+            last = Some(new);
+            match old {
+                None => counted += 1,
+                Some(old) if options.ch && old != new => counted += 1,
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    });
+    // Written back even after an error: it holds what succeeded (`crate::objects`).
+    if !zset.is_empty() {
+        save_zset(&mut txn, db, key, &zset, expire)?;
+    }
+    outcome?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    Ok((counted, last))
+}
+
+/// One end of a score range.
+#[derive(Clone, Copy, Debug)]
+struct ScoreBound {
+    score: f64,
+    exclusive: bool,
+}
+
+fn parse_score_bound(argument: &[u8]) -> Result<ScoreBound, String> {
+    let (exclusive, text) = match argument.strip_prefix(b"(") {
+        Some(rest) => (true, rest),
+        None => (false, argument),
+    };
+    // Redis parses a bound with strtod and checks only that it consumed everything, so an empty
+    // text (`(` or ``) is 0.
+    let score = if text.is_empty() {
+        0.0
+    } else {
+        parse_float(text).map_err(|_| NOT_FLOAT_RANGE.to_string())?
+    };
+    Ok(ScoreBound { score, exclusive })
+}
+
+/// The key just above every entry with `score`'s key: the next 8-byte value (not necessarily a
+/// score's; it only serves as a bound). `None` past the largest.
+fn after_score(score: f64) -> Option<[u8; 8]> {
+    u64::from_be_bytes(score_key(score))
+        .checked_add(1)
+        .map(u64::to_be_bytes)
+}
+
+/// The ranks `first..end` of the entries within [min, max].
+fn score_ranks(
+    order: &Tree,
+    records: &mut impl Records,
+    min: ScoreBound,
+    max: ScoreBound,
+) -> Result<(u64, u64), String> {
+    let len = order.len();
+    let bound = |records: &mut _, score: f64, after: bool| -> Result<u64, String> {
+        if !after {
+            return order.lower_bound(records, &score_key(score)).map_err(error);
+        }
+        match after_score(score) {
+            Some(probe) => order.lower_bound(records, &probe).map_err(error),
+            None => Ok(len),
+        }
+    };
+    let first = bound(records, min.score, min.exclusive)?;
+    let end = bound(records, max.score, !max.exclusive)?;
+    Ok((first, end.max(first)))
+}
+
+/// One end of a lex range.
+#[derive(Clone, Debug)]
+enum LexBound {
+    Min,
+    Max,
+    Inclusive(Vec<u8>),
+    Exclusive(Vec<u8>),
+}
+
+fn parse_lex_bound(argument: &[u8]) -> Result<LexBound, String> {
+    match argument.split_first() {
+        Some((b'-', [])) => Ok(LexBound::Min),
+        Some((b'+', [])) => Ok(LexBound::Max),
+        Some((b'[', rest)) => Ok(LexBound::Inclusive(rest.to_vec())),
+        Some((b'(', rest)) => Ok(LexBound::Exclusive(rest.to_vec())),
+        _ => Err(NOT_LEX_RANGE.into()),
+    }
+}
+
+/// The ranks `first..end` of the members within a lex range. Lex ranges assume every member has
+/// the same score (as Redis documents); the first entry's score is used.
+fn lex_ranks(
+    order: &Tree,
+    records: &mut impl Records,
+    min: &LexBound,
+    max: &LexBound,
+) -> Result<(u64, u64), String> {
+    let mut first_entry = Vec::new();
+    if !order.get(records, 0, &mut first_entry).map_err(error)? {
+        return Ok((0, 0));
+    }
+    let prefix = &first_entry[..8.min(first_entry.len())];
+    let mut rank_of = |bound: &LexBound, lower_side: bool| -> Result<u64, String> {
+        let probe = |member: &[u8]| [prefix, member].concat();
+        match bound {
+            LexBound::Min => Ok(0),
+            LexBound::Max => Ok(order.len()),
+            LexBound::Inclusive(member) if lower_side => order.lower_bound(records, &probe(member)),
+            LexBound::Inclusive(member) => order.upper_bound(records, &probe(member)),
+            LexBound::Exclusive(member) if lower_side => order.upper_bound(records, &probe(member)),
+            LexBound::Exclusive(member) => order.lower_bound(records, &probe(member)),
+        }
+        .map_err(error)
+    };
+    let first = rank_of(min, true)?;
+    let end = rank_of(max, false)?;
+    Ok((first, end.max(first)))
+}
+
+enum RangeBy {
+    Rank(i64, i64),
+    Score(ScoreBound, ScoreBound),
+    Lex(LexBound, LexBound),
+}
+
+struct RangeQuery {
+    by: RangeBy,
+    rev: bool,
+    limit: Option<(i64, i64)>,
+    with_scores: bool,
+}
+
+/// Parses ZRANGE and its older forms into one query.
+fn parse_range(name: &str, args: &[Bytes]) -> Result<RangeQuery, String> {
+    let (mut by_score, mut by_lex, mut rev) = (false, false, false);
+    match name {
+        "zrangebyscore" => by_score = true,
+        "zrevrangebyscore" => (by_score, rev) = (true, true),
+        "zrangebylex" => by_lex = true,
+        "zrevrangebylex" => (by_lex, rev) = (true, true),
+        "zrevrange" => rev = true,
+        _ => {}
+    }
+    let (mut limit, mut with_scores) = (None, false);
+    let mut index = 4;
+    while index < args.len() {
+        match lower(&args[index]).as_str() {
+            "byscore" if name == "zrange" => by_score = true,
+            "bylex" if name == "zrange" => by_lex = true,
+            "rev" if name == "zrange" => rev = true,
+            "withscores" if !matches!(name, "zrangebylex" | "zrevrangebylex") => with_scores = true,
+            "limit" if index + 2 < args.len() && name != "zrevrange" => {
+                limit = Some((parse_int(&args[index + 1])?, parse_int(&args[index + 2])?));
+                index += 2;
+            }
+            _ => return Err(errors::SYNTAX.into()),
+        }
+        index += 1;
+    }
+    if by_score && by_lex {
+        return Err(errors::SYNTAX.into());
+    }
+    // Redis refuses only a LIMIT count other than -1 on a rank range (and then ignores LIMIT).
+    if limit.is_some_and(|(_, count)| count != -1) && !by_score && !by_lex {
+        return Err(
+            "ERR syntax error, LIMIT is only supported in combination with either \
+                    BYSCORE or BYLEX"
+                .into(),
+        );
+    }
+    if with_scores && by_lex {
+        return Err("ERR syntax error, WITHSCORES not supported in combination with BYLEX".into());
+    }
+    // With REV the score and lex forms take (max, min).
+    let (low, high) = if rev && (by_score || by_lex) {
+        (&args[3], &args[2])
+    } else {
+        (&args[2], &args[3])
+    };
+    let by = if by_score {
+        RangeBy::Score(parse_score_bound(low)?, parse_score_bound(high)?)
+    } else if by_lex {
+        RangeBy::Lex(parse_lex_bound(low)?, parse_lex_bound(high)?)
+    } else {
+        RangeBy::Rank(parse_int(&args[2])?, parse_int(&args[3])?)
+    };
+    Ok(RangeQuery {
+        by,
+        rev,
+        limit,
+        with_scores,
+    })
+}
+
+/// The (member, score) entries a range query selects, in reply order.
+fn range_entries(
+    zset: &ZSet,
+    records: &mut impl Records,
+    query: &RangeQuery,
+) -> Result<Vec<(Vec<u8>, f64)>, String> {
+    let len = zset.len();
+    // `first..end` in ascending rank order.
+    let (first, end) = match &query.by {
+        RangeBy::Rank(start, stop) => {
+            let (start, stop) = (*start, *stop);
+            // Ranks count from the end of the reply order, so REV mirrors them.
+            let normalize = |i: i64| if i < 0 { len as i64 + i } else { i };
+            let (start, stop) = (normalize(start).max(0), normalize(stop).min(len as i64 - 1));
+            if start > stop || start >= len as i64 {
+                return Ok(Vec::new());
+            }
+            if query.rev {
+                (len - 1 - stop as u64, len - start as u64)
+            } else {
+                (start as u64, stop as u64 + 1)
+            }
+        }
+        RangeBy::Score(min, max) => score_ranks(&zset.order, records, *min, *max)?,
+        RangeBy::Lex(min, max) => lex_ranks(&zset.order, records, min, max)?,
+    };
+    let limit = match query.by {
+        RangeBy::Rank(..) => None,
+        _ => query.limit,
+    };
+    let (offset, count) = match limit {
+        // A negative offset selects nothing; a negative count means all.
+        Some((offset, _)) if offset < 0 => return Ok(Vec::new()),
+        Some((offset, count)) => (
+            offset as u64,
+            if count < 0 { u64::MAX } else { count as u64 },
+        ),
+        None => (0, u64::MAX),
+    };
+    let available = end.saturating_sub(first).saturating_sub(offset);
+    let take = available.min(count);
+    let mut entries = Vec::new();
+    if take == 0 {
+        return Ok(entries);
+    }
+    let mut failure = None;
+    let mut collect = |_: u64, entry: &[u8]| match split_entry(entry) {
+        Ok((score, member)) => {
+            entries.push((member.to_vec(), score));
+            if entries.len() as u64 >= take {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }
+        Err(line) => {
+            failure = Some(line);
+            ControlFlow::Break(())
+        }
+    };
+    if query.rev {
+        zset.order
+            .range_rev(records, end - 1 - offset, &mut collect)
+            .map_err(error)?;
+    } else {
+        zset.order
+            .range(records, first + offset, &mut collect)
+            .map_err(error)?;
+    }
+    match failure {
+        Some(line) => Err(line),
+        None => Ok(entries),
+    }
+}
+
+fn write_entries(ctx: &mut Ctx<'_>, entries: &[(Vec<u8>, f64)], with_scores: bool) {
+    let resp3 = ctx.w.encoder.protocol() == prefixkv_resp::Protocol::Resp3;
+    match (with_scores, resp3) {
+        (true, true) => {
+            ctx.w.array(entries.len());
+            for (member, score) in entries {
+                ctx.w.array(2);
+                ctx.w.bulk(member);
+                ctx.w.score(*score);
+            }
+        }
+        (true, false) => {
+            ctx.w.array(entries.len() * 2);
+            for (member, score) in entries {
+                ctx.w.bulk(member);
+                ctx.w.score(*score);
+            }
+        }
+        (false, _) => {
+            ctx.w.array(entries.len());
+            for (member, _) in entries {
+                ctx.w.bulk(member);
+            }
+        }
+    }
+}
+
+/// ZPOPMIN/ZPOPMAX key [count].
+fn zpop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    if args.len() > 3 {
+        return Err(errors::SYNTAX.into());
+    }
+    let count = match args.get(2) {
+        Some(argument) => match parse_int(argument) {
+            Ok(count) if count >= 0 => count as u64,
+            _ => return Err("ERR value is out of range, must be positive".into()),
+        },
+        None => 1,
+    };
+    let db = ctx.db();
+    let key = &args[1][..];
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let mut popped = Vec::new();
+    if let Some((mut zset, expire)) = zset_of(txn.get(db, key)?)? {
+        let outcome = txn.with_records(db, key, |records| {
+            while (popped.len() as u64) < count && !zset.is_empty() {
+                let rank = if name == "zpopmin" { 0 } else { zset.len() - 1 };
+                let mut entry = Vec::new();
+                zset.order.get(records, rank, &mut entry).map_err(error)?;
+                let (score, member) = split_entry(&entry)?;
+                zset.remove(records, member)?;
+                popped.push((member.to_vec(), score));
+            }
+            Ok::<(), String>(())
+        });
+        // Written back even after an error: it holds what succeeded (`crate::objects`).
+        if !popped.is_empty() {
+            save_zset(&mut txn, db, key, &zset, expire)?;
+        }
+        outcome?;
+    }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    let resp3 = ctx.w.encoder.protocol() == prefixkv_resp::Protocol::Resp3;
+    if resp3 && args.len() == 3 {
+        // RESP3 with a count: an array of [member, score] pairs.
+        write_entries(ctx, &popped, true);
+    } else {
+        ctx.w.array(popped.len() * 2);
+        for (member, score) in &popped {
+            ctx.w.bulk(member);
+            ctx.w.score(*score);
+        }
+    }
+    Ok(())
+}
+
+/// ZREMRANGEBYRANK key start stop, ZREMRANGEBYSCORE key min max.
+fn zremrange(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    let by = if name == "zremrangebyrank" {
+        RangeBy::Rank(parse_int(&args[2])?, parse_int(&args[3])?)
+    } else {
+        RangeBy::Score(parse_score_bound(&args[2])?, parse_score_bound(&args[3])?)
+    };
+    let query = RangeQuery {
+        by,
+        rev: false,
+        limit: None,
+        with_scores: false,
+    };
+    let db = ctx.db();
+    let key = &args[1][..];
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let mut removed = 0;
+    if let Some((mut zset, expire)) = zset_of(txn.get(db, key)?)? {
+        let outcome = txn.with_records(db, key, |records| {
+            let doomed = range_entries(&zset, records, &query)?;
+            for (member, _) in &doomed {
+                zset.remove(records, member)?;
+                removed += 1;
+            }
+            Ok::<(), String>(())
+        });
+        // Written back even after an error: it holds what succeeded (`crate::objects`).
+        if removed > 0 {
+            save_zset(&mut txn, db, key, &zset, expire)?;
+        }
+        outcome?;
+    }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(removed as i64);
+    Ok(())
+}
+
+/// The (member, score) pairs of a sorted set or a set (score 1) at `key`; empty when missing.
+fn weighted_members(txn: &mut Txn<'_>, db: u8, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>, String> {
+    let stored = txn.get(db, key)?;
+    match stored.as_ref().map(|s| s.kind) {
+        None => Ok(Vec::new()),
+        Some(Kind::ZSet) => {
+            let (zset, _) = zset_of(stored)?.expect("checked kind");
+            txn.with_records(db, key, |records| {
+                let mut members = Vec::new();
+                let mut failure = None;
+                if !zset.is_empty() {
+                    zset.order
+                        .range(records, 0, |_, entry| match split_entry(entry) {
+                            Ok((score, member)) => {
+                                members.push((member.to_vec(), score));
+                                ControlFlow::Continue(())
+                            }
+                            Err(line) => {
+                                failure = Some(line);
+                                ControlFlow::Break(())
+                            }
+                        })
+                        .map_err(error)?;
+                }
+                failure.map_or(Ok(members), Err)
+            })
+        }
+        Some(Kind::Set) => {
+            let (set, _) = set_of(stored)?.expect("checked kind");
+            txn.with_records(db, key, |records| {
+                let mut members = Vec::new();
+                set.for_each(records, |member, _| members.push((member.to_vec(), 1.0)))
+                    .map_err(error)?;
+                Ok(members)
+            })
+        }
+        Some(_) => Err(WRONGTYPE.into()),
+    }
+}
+
+/// ZUNIONSTORE/ZINTERSTORE destination numkeys key [key ...] [WEIGHTS w ...]
+/// [AGGREGATE SUM|MIN|MAX].
+fn zstore(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+    let count = parse_int(&args[2])?;
+    if count < 1 {
+        return Err(format!(
+            "ERR at least 1 input key is needed for '{name}' command"
+        ));
+    }
+    let count = count as usize;
+    if count > args.len() - 3 {
+        return Err(errors::SYNTAX.into());
+    }
+    let sources = &args[3..3 + count];
+    let db = ctx.db();
+    let destination = &args[1][..];
+    let mut keys: Vec<&[u8]> = sources.iter().map(|k| &k[..]).collect();
+    keys.push(destination);
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
+    // Redis checks the sources' types before it reads the options.
+    for source in sources {
+        if let Some(stored) = txn.get(db, source)? {
+            if !matches!(stored.kind, Kind::ZSet | Kind::Set) {
+                return Err(WRONGTYPE.into());
+            }
+        }
+    }
+    let (weights, aggregate) = parse_store_options(&args[3 + count..], count)?;
+    let combine = |a: f64, b: f64| {
+        let value = match aggregate.as_str() {
+            "min" => a.min(b),
+            "max" => a.max(b),
+            _ => a + b,
+        };
+        // inf + -inf: Redis stores 0.
+        if value.is_nan() {
+            0.0
+        } else {
+            value
+        }
+    };
+    let mut result: HashMap<Vec<u8>, (f64, usize)> = HashMap::new();
+    for (i, source) in sources.iter().enumerate() {
+        for (member, score) in weighted_members(&mut txn, db, source)? {
+            let weighted = {
+                let value = score * weights[i];
+                if value.is_nan() {
+                    0.0
+                } else {
+                    value
+                }
+            };
+            result
+                .entry(member)
+                .and_modify(|(total, seen)| {
+                    *total = combine(*total, weighted);
+                    *seen += 1;
+                })
+                .or_insert((weighted, 1));
+        }
+    }
+    if name == "zinterstore" {
+        result.retain(|_, (_, seen)| *seen == count);
+    }
+    txn.delete(db, destination)?;
+    if !result.is_empty() {
+        let mut zset = ZSet::new(txn.keyspace().new_object_id());
+        let outcome = txn.with_records(db, destination, |records| {
+            result.iter().try_for_each(|(member, (score, _))| {
+                zset.insert(records, member, *score).map(|_| ())
+            })
+        });
+        save_zset(&mut txn, db, destination, &zset, 0)?;
+        outcome?;
+    }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(result.len() as i64);
+    Ok(())
+}
+
+/// ZUNIONSTORE/ZINTERSTORE's options after the keys: the weights (1 each by default) and the
+/// aggregate function (`sum`, `min` or `max`).
+fn parse_store_options(options: &[Bytes], count: usize) -> Result<(Vec<f64>, String), String> {
+    let mut weights = vec![1.0; count];
+    let mut aggregate = "sum".to_string();
+    let mut index = 0;
+    while index < options.len() {
+        match lower(&options[index]).as_str() {
+            "weights" if index + count < options.len() => {
+                for (i, weight) in weights.iter_mut().enumerate() {
+                    *weight = parse_float(&options[index + 1 + i])
+                        .map_err(|_| "ERR weight value is not a float".to_string())?;
+                }
+                index += count;
+            }
+            "aggregate" if index + 1 < options.len() => {
+                aggregate = lower(&options[index + 1]);
+                if !matches!(aggregate.as_str(), "sum" | "min" | "max") {
+                    return Err(errors::SYNTAX.into());
+                }
+                index += 1;
+            }
+            _ => return Err(errors::SYNTAX.into()),
+        }
+        index += 1;
+    }
+    Ok((weights, aggregate))
+}
+
+/// ZSCAN key cursor [MATCH pattern] [COUNT count]: member, score pairs.
+fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let cursor = super::parse_cursor(&args[2])?;
+    let options = super::parse_scan_options(&args[3..], false)?;
+    let (next, entries) = read_zset(ctx, &args[1], |zset, records| {
+        super::sets::scan_table(
+            &zset.members,
+            records,
+            cursor,
+            options.count,
+            |member, _| {
+                options
+                    .pattern
+                    .as_ref()
+                    .is_none_or(|p| crate::glob::matches(p, member, false))
+            },
+        )
+    })?
+    .unwrap_or((0, Vec::new()));
+    ctx.w.array(2);
+    ctx.w.bulk(next.to_string().as_bytes());
+    ctx.w.array(entries.len() * 2);
+    for (member, score) in &entries {
+        ctx.w.bulk(member);
+        let score = score
+            .as_slice()
+            .try_into()
+            .map(f64::from_le_bytes)
+            .map_err(|_| "ERR stored value is damaged: a score is not 8 bytes".to_string())?;
+        ctx.w.bulk(format_score(score).as_bytes());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_format_as_redis_7_0() {
+        assert_eq!(format_score(1.1), "1.1000000000000001");
+        assert_eq!(format_score(3.0), "3");
+        assert_eq!(format_score(1e21), "1e+21");
+        assert_eq!(format_score(0.1), "0.10000000000000001");
+        assert_eq!(format_score(0.30000000000000004), "0.30000000000000004");
+        assert_eq!(format_score(0.0), "0");
+        assert_eq!(format_score(-2.5), "-2.5");
+        assert_eq!(format_score(1.5e-7), "1.4999999999999999e-07");
+        assert_eq!(format_score(f64::INFINITY), "inf");
+        assert_eq!(format_score(f64::NEG_INFINITY), "-inf");
+        assert_eq!(format_score(123456789012345680.0), "1.2345678901234568e+17");
+    }
+}

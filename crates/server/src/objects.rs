@@ -1,0 +1,418 @@
+//! Collections stored as records (lists, sets, sorted sets, large hashes): reading their headers
+//! out of a key's value, writing them back, deleting and copying a whole object.
+//!
+//! A collection key's value holds only headers (`value` module docs); its elements live in
+//! `prefixkv-collections` records keyed by the object id. Invariants:
+//! - Every object has one owner key, and every access to its records happens in a keyspace
+//!   transaction that locked that key, so the key's stripe guards the object as it guards a
+//!   string.
+//! - A header is written back (or the key deleted, when the collection became empty) in the same
+//!   transaction as the records the update wrote, so the log and every checkpoint hold both or
+//!   neither.
+//! - A command writes its headers back even when a step failed: a structure whose update
+//!   returned an error still describes its records exactly (`prefixkv-collections`: a failed
+//!   step changed nothing), so the header written back holds the steps that succeeded (an
+//!   RPUSH of three elements whose third is refused keeps the first two, and answers the
+//!   error). Not writing it would leave the old header, which may no longer describe the
+//!   records the earlier steps rewrote.
+//! - An empty collection does not exist: the command that removes the last element deletes the
+//!   key (its structure has already deleted its records), as Redis does.
+
+use std::ops::ControlFlow;
+
+use prefixkv_collections::hash::Hash;
+use prefixkv_collections::tree::Tree;
+use prefixkv_collections::{score_key, score_of_key, Records};
+
+use crate::keyspace::{store_error, Txn, WRONGTYPE};
+use crate::value::{Kind, Stored};
+
+/// Elements moved per batch when a whole object is copied (bounds the memory a COPY holds).
+const COPY_BATCH: usize = 512;
+
+/// Maps a collection error to a reply line.
+pub fn error(error: prefixkv_collections::Error) -> String {
+    match error {
+        prefixkv_collections::Error::Store(error) => store_error(error),
+        prefixkv_collections::Error::Corrupt(detail) => {
+            format!("ERR stored value is damaged: {detail}")
+        }
+    }
+}
+
+/// A sorted set: member -> score in a hash, `[score key][member]` in a tree, one object id.
+#[derive(Clone, Copy, Debug)]
+pub struct ZSet {
+    /// Member -> score (8 bytes, f64 little-endian).
+    pub members: Hash,
+    /// Entries in (score, member) order.
+    pub order: Tree,
+}
+
+impl ZSet {
+    /// An empty sorted set under object id `id`.
+    pub fn new(id: u64) -> ZSet {
+        ZSet {
+            members: Hash::new(id),
+            order: Tree::new(id),
+        }
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> u64 {
+        self.members.len()
+    }
+
+    /// Whether it has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The header payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.members.encode(&mut out);
+        self.order.encode(&mut out);
+        out
+    }
+
+    fn decode(payload: &[u8]) -> Result<ZSet, String> {
+        let mut rest = payload;
+        let members = Hash::decode(&mut rest).map_err(error)?;
+        let order = Tree::decode(&mut rest).map_err(error)?;
+        if members.id != order.id || members.len() != order.len() || !rest.is_empty() {
+            return Err("ERR stored value is damaged: sorted set headers disagree".into());
+        }
+        Ok(ZSet { members, order })
+    }
+
+    /// `member`'s score.
+    pub fn score(&self, records: &mut impl Records, member: &[u8]) -> Result<Option<f64>, String> {
+        let mut out = Vec::new();
+        if !self.members.get(records, member, &mut out).map_err(error)? {
+            return Ok(None);
+        }
+        let bytes: [u8; 8] = out
+            .as_slice()
+            .try_into()
+            .map_err(|_| "ERR stored value is damaged: a score is not 8 bytes".to_string())?;
+        Ok(Some(f64::from_le_bytes(bytes)))
+    }
+
+    /// Sets `member`'s score; its old score, if it had one. On an error the sorted set is as
+    /// before: a step that failed changed nothing (`prefixkv-collections`), and the steps before
+    /// it are undone (the undo can fail only if the store refuses every write, which it reports
+    /// on its own).
+    pub fn insert(
+        &mut self,
+        records: &mut impl Records,
+        member: &[u8],
+        score: f64,
+    ) -> Result<Option<f64>, String> {
+        let old = self.score(records, member)?;
+        if old == Some(score) {
+            return Ok(old);
+        }
+        let old_entry = old.map(|old| entry(old, member));
+        let new_entry = entry(score, member);
+        if let Some(old_entry) = &old_entry {
+            self.order
+                .remove_sorted(records, old_entry)
+                .map_err(error)?;
+        }
+        if let Err(failure) = self.order.insert_sorted(records, &new_entry) {
+            if let Some(old_entry) = &old_entry {
+                let _ = self.order.insert_sorted(records, old_entry);
+            }
+            return Err(error(failure));
+        }
+        if let Err(failure) = self.members.insert(records, member, &score.to_le_bytes()) {
+            let _ = self.order.remove_sorted(records, &new_entry);
+            if let Some(old_entry) = &old_entry {
+                let _ = self.order.insert_sorted(records, old_entry);
+            }
+            return Err(error(failure));
+        }
+        Ok(old)
+    }
+
+    /// Removes `member`; its score, if it was there. On an error the sorted set is as before
+    /// (see [`ZSet::insert`]).
+    pub fn remove(
+        &mut self,
+        records: &mut impl Records,
+        member: &[u8],
+    ) -> Result<Option<f64>, String> {
+        let Some(score) = self.score(records, member)? else {
+            return Ok(None);
+        };
+        let old_entry = entry(score, member);
+        self.order
+            .remove_sorted(records, &old_entry)
+            .map_err(error)?;
+        if let Err(failure) = self.members.remove(records, member) {
+            let _ = self.order.insert_sorted(records, &old_entry);
+            return Err(error(failure));
+        }
+        Ok(Some(score))
+    }
+
+    /// `member`'s rank (0 = lowest score), if it is a member.
+    pub fn rank(&self, records: &mut impl Records, member: &[u8]) -> Result<Option<u64>, String> {
+        let Some(score) = self.score(records, member)? else {
+            return Ok(None);
+        };
+        let rank = self
+            .order
+            .lower_bound(records, &entry(score, member))
+            .map_err(error)?;
+        Ok(Some(rank))
+    }
+
+    /// Deletes every record.
+    pub fn clear(&mut self, records: &mut impl Records) -> Result<(), String> {
+        self.members.clear(records).map_err(error)?;
+        self.order.clear(records).map_err(error)
+    }
+}
+
+/// The tree entry of (score, member).
+pub fn entry(score: f64, member: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + member.len());
+    out.extend_from_slice(&score_key(score));
+    out.extend_from_slice(member);
+    out
+}
+
+/// Splits a tree entry into (score, member).
+pub fn split_entry(entry: &[u8]) -> Result<(f64, &[u8]), String> {
+    let (score, member) = entry.split_first_chunk::<8>().ok_or_else(|| {
+        "ERR stored value is damaged: a sorted-set entry is too short".to_string()
+    })?;
+    Ok((score_of_key(*score), member))
+}
+
+/// The list in a key's value: `None` when the key does not exist, WRONGTYPE for another type.
+pub fn list_of(stored: Option<Stored>) -> Result<Option<(Tree, u64)>, String> {
+    match stored {
+        None => Ok(None),
+        Some(s) if s.kind == Kind::List => {
+            let mut rest = &s.payload[..];
+            let tree = Tree::decode(&mut rest).map_err(error)?;
+            Ok(Some((tree, s.expire_at_ms)))
+        }
+        Some(_) => Err(WRONGTYPE.into()),
+    }
+}
+
+/// The set in a key's value (see [`list_of`]).
+pub fn set_of(stored: Option<Stored>) -> Result<Option<(Hash, u64)>, String> {
+    match stored {
+        None => Ok(None),
+        Some(s) if s.kind == Kind::Set => {
+            let mut rest = &s.payload[..];
+            let hash = Hash::decode(&mut rest).map_err(error)?;
+            Ok(Some((hash, s.expire_at_ms)))
+        }
+        Some(_) => Err(WRONGTYPE.into()),
+    }
+}
+
+/// The sorted set in a key's value (see [`list_of`]).
+pub fn zset_of(stored: Option<Stored>) -> Result<Option<(ZSet, u64)>, String> {
+    match stored {
+        None => Ok(None),
+        Some(s) if s.kind == Kind::ZSet => Ok(Some((ZSet::decode(&s.payload)?, s.expire_at_ms))),
+        Some(_) => Err(WRONGTYPE.into()),
+    }
+}
+
+/// Writes a list's header back, or deletes the key when the list became empty.
+pub fn save_list(
+    txn: &mut Txn<'_>,
+    db: u8,
+    key: &[u8],
+    tree: &Tree,
+    expire: u64,
+) -> Result<(), String> {
+    if tree.is_empty() {
+        txn.delete_keeping_records(db, key)?;
+        return Ok(());
+    }
+    let mut header = Vec::new();
+    tree.encode(&mut header);
+    txn.put_object(db, key, Kind::List, expire, &header)
+}
+
+/// Writes a set's (or a large hash's, `kind`) header back, or deletes the key when empty.
+pub fn save_hash(
+    txn: &mut Txn<'_>,
+    db: u8,
+    key: &[u8],
+    kind: Kind,
+    hash: &Hash,
+    expire: u64,
+) -> Result<(), String> {
+    debug_assert!(matches!(kind, Kind::Set | Kind::HashTable));
+    if hash.is_empty() {
+        txn.delete_keeping_records(db, key)?;
+        return Ok(());
+    }
+    let mut header = Vec::new();
+    hash.encode(&mut header);
+    txn.put_object(db, key, kind, expire, &header)
+}
+
+/// Writes a sorted set's headers back, or deletes the key when empty.
+pub fn save_zset(
+    txn: &mut Txn<'_>,
+    db: u8,
+    key: &[u8],
+    zset: &ZSet,
+    expire: u64,
+) -> Result<(), String> {
+    if zset.is_empty() {
+        txn.delete_keeping_records(db, key)?;
+        return Ok(());
+    }
+    txn.put_object(db, key, Kind::ZSet, expire, &zset.encode())
+}
+
+/// Deletes every record of the object a `kind` value with `payload` describes.
+pub fn clear(records: &mut impl Records, kind: Kind, payload: &[u8]) -> Result<(), String> {
+    let mut rest = payload;
+    match kind {
+        Kind::List => Tree::decode(&mut rest)
+            .and_then(|mut t| t.clear(records))
+            .map_err(error),
+        Kind::Set | Kind::HashTable => Hash::decode(&mut rest)
+            .and_then(|mut h| h.clear(records))
+            .map_err(error),
+        Kind::ZSet => ZSet::decode(payload)?.clear(records),
+        Kind::String | Kind::Hash => Ok(()),
+    }
+}
+
+/// Copies the object of a `kind` value with `payload` (owned by `source`) to a new object
+/// `new_id` owned by `target` (both locked by `txn`); returns the new value's payload. Moves
+/// [`COPY_BATCH`] elements at a time, so it holds little memory whatever the size.
+pub fn copy(
+    txn: &mut Txn<'_>,
+    source: (u8, &[u8]),
+    target: (u8, &[u8]),
+    kind: Kind,
+    payload: &[u8],
+    new_id: u64,
+) -> Result<Vec<u8>, String> {
+    let mut rest = payload;
+    let mut out = Vec::new();
+    match kind {
+        Kind::List => {
+            let tree = Tree::decode(&mut rest).map_err(error)?;
+            let mut copy = Tree::new(new_id);
+            let copied = copy_tree(txn, source, target, &tree, &mut copy);
+            discard_on_error(txn, target, copied, |r| copy.clear(r).map_err(error))?;
+            copy.encode(&mut out);
+        }
+        Kind::Set | Kind::HashTable => {
+            let hash = Hash::decode(&mut rest).map_err(error)?;
+            let mut copy = Hash::new(new_id);
+            let copied = copy_hash(txn, source, target, &hash, &mut copy);
+            discard_on_error(txn, target, copied, |r| copy.clear(r).map_err(error))?;
+            copy.encode(&mut out);
+        }
+        Kind::ZSet => {
+            let zset = ZSet::decode(payload)?;
+            let mut copy = ZSet::new(new_id);
+            let copied = copy_hash(txn, source, target, &zset.members, &mut copy.members)
+                .and_then(|()| copy_tree(txn, source, target, &zset.order, &mut copy.order));
+            discard_on_error(txn, target, copied, |r| copy.clear(r))?;
+            out = copy.encode();
+        }
+        Kind::String | Kind::Hash => out.extend_from_slice(payload),
+    }
+    Ok(out)
+}
+
+/// After a failed copy, deletes what it wrote (best effort: the copy's header is never written,
+/// so what remains is unreachable space) and returns the error.
+fn discard_on_error(
+    txn: &mut Txn<'_>,
+    target: (u8, &[u8]),
+    copied: Result<(), String>,
+    clear: impl FnOnce(&mut prefixkv_collections::Owned<'_, '_>) -> Result<(), String>,
+) -> Result<(), String> {
+    if copied.is_err() {
+        let _ = txn.with_records(target.0, target.1, clear);
+    }
+    copied
+}
+
+fn copy_tree(
+    txn: &mut Txn<'_>,
+    source: (u8, &[u8]),
+    target: (u8, &[u8]),
+    tree: &Tree,
+    copy: &mut Tree,
+) -> Result<(), String> {
+    let mut rank = 0;
+    while rank < tree.len() {
+        let mut batch = Vec::new();
+        txn.with_records(source.0, source.1, |records| {
+            tree.range(records, rank, |_, entry| {
+                batch.push(entry.to_vec());
+                if batch.len() == COPY_BATCH {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
+        })
+        .map_err(error)?;
+        rank += batch.len() as u64;
+        txn.with_records(target.0, target.1, |records| {
+            batch
+                .iter()
+                .try_for_each(|entry| copy.insert_at(records, copy.len(), entry))
+        })
+        .map_err(error)?;
+    }
+    Ok(())
+}
+
+fn copy_hash(
+    txn: &mut Txn<'_>,
+    source: (u8, &[u8]),
+    target: (u8, &[u8]),
+    hash: &Hash,
+    copy: &mut Hash,
+) -> Result<(), String> {
+    let mut cursor = 0;
+    loop {
+        let mut batch = Vec::new();
+        cursor = txn
+            .with_records(source.0, source.1, |records| {
+                hash.scan(records, cursor, |field, value| {
+                    batch.push((field.to_vec(), value.to_vec()))
+                })
+            })
+            .map_err(error)?;
+        txn.with_records(target.0, target.1, |records| {
+            batch
+                .iter()
+                .try_for_each(|(field, value)| copy.insert(records, field, value).map(|_| ()))
+        })
+        .map_err(error)?;
+        if cursor == 0 {
+            break;
+        }
+    }
+    if copy.len() != hash.len() {
+        return Err(format!(
+            "ERR stored value is damaged: copied {} of {} entries",
+            copy.len(),
+            hash.len()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! The blocking list commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH) through real connections: a
+//! blocked client is woken by a push from another client and gets exactly the pushed element;
+//! the timeout answers null; the replies before a blocking command arrive before it blocks and
+//! the requests after it wait for it; a client that closes while blocked frees its registration;
+//! inside MULTI the commands do not block. Waits are bounded by socket timeouts and deadlines on
+//! conditions, never by sleeps that a slow machine could outrun.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Raw, Server};
+use prefixkv_resp::Reply;
+
+/// Waits (at most 10 s) until `INFO clients` reports `count` blocked clients: the server's own
+/// report, used only to know a client is blocked before pushing, never as a check's reference.
+fn wait_blocked(raw: &mut Raw, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let blocked: u64 = raw
+            .info_field("clients", "blocked_clients")
+            .parse()
+            .unwrap();
+        if blocked == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{blocked} blocked clients, waiting for {count}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn send(raw: &mut Raw, args: &[&str]) {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    raw.send(&args);
+}
+
+fn server() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    (dir, server)
+}
+
+#[test]
+fn a_push_wakes_the_blocked_client_with_that_element() {
+    let (_dir, server) = server();
+    let mut blocked = server.raw();
+    blocked
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut other = server.raw();
+    // A pipeline: PING's reply must arrive before BLPOP blocks, ECHO's only after it.
+    send(&mut blocked, &["PING"]);
+    send(&mut blocked, &["BLPOP", "q1", "q2", "0"]);
+    send(&mut blocked, &["ECHO", "after"]);
+    assert_eq!(blocked.read(), Some(Reply::simple("PONG")));
+    wait_blocked(&mut other, 1);
+    assert_eq!(other.call(&["RPUSH", "q2", "x", "y"]), Reply::Integer(2));
+    assert_eq!(
+        blocked.read(),
+        Some(Reply::Array(vec![Reply::bulk("q2"), Reply::bulk("x")]))
+    );
+    assert_eq!(blocked.read(), Some(Reply::bulk("after")));
+    assert_eq!(
+        other.call(&["LRANGE", "q2", "0", "-1"]),
+        Reply::Array(vec![Reply::bulk("y")])
+    );
+    wait_blocked(&mut other, 0);
+}
+
+#[test]
+fn blmove_waits_and_moves() {
+    let (_dir, server) = server();
+    let mut blocked = server.raw();
+    blocked
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut other = server.raw();
+    send(
+        &mut blocked,
+        &["BLMOVE", "src", "dst", "LEFT", "RIGHT", "0"],
+    );
+    wait_blocked(&mut other, 1);
+    other.call(&["LPUSH", "src", "e"]);
+    assert_eq!(blocked.read(), Some(Reply::bulk("e")));
+    assert_eq!(
+        other.call(&["LRANGE", "dst", "0", "-1"]),
+        Reply::Array(vec![Reply::bulk("e")])
+    );
+    assert_eq!(other.call(&["EXISTS", "src"]), Reply::Integer(0));
+}
+
+#[test]
+fn the_timeout_answers_null() {
+    let (_dir, server) = server();
+    let mut raw = server.raw();
+    let started = Instant::now();
+    assert_eq!(raw.call(&["BLPOP", "none", "0.2"]), Reply::NullArray);
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "answered before its timeout"
+    );
+    // Redis answers a null array to every timed-out blocking list command.
+    assert_eq!(
+        raw.call(&["BRPOPLPUSH", "none", "d", "0.05"]),
+        Reply::NullArray
+    );
+    assert_eq!(raw.error(&["BLPOP", "k", "-1"]), "ERR timeout is negative");
+    assert_eq!(
+        raw.error(&["BLPOP", "k", "x"]),
+        "ERR timeout is not a float or out of range"
+    );
+    raw.call(&["SET", "s", "v"]);
+    assert_eq!(
+        raw.error(&["BLPOP", "s", "0"]),
+        "WRONGTYPE Operation against a key holding the wrong kind of value"
+    );
+}
+
+#[test]
+fn a_client_closing_while_blocked_is_forgotten() {
+    let (_dir, server) = server();
+    let mut other = server.raw();
+    {
+        let mut blocked = server.raw();
+        send(&mut blocked, &["BRPOP", "q", "0"]);
+        wait_blocked(&mut other, 1);
+    }
+    // The closed client is no longer blocked, and a push is not taken by it.
+    wait_blocked(&mut other, 0);
+    other.call(&["RPUSH", "q", "kept"]);
+    assert_eq!(other.call(&["LLEN", "q"]), Reply::Integer(1));
+}
+
+#[test]
+fn inside_exec_they_do_not_block() {
+    let (_dir, server) = server();
+    let mut raw = server.raw();
+    assert_eq!(raw.call(&["MULTI"]), Reply::simple("OK"));
+    assert_eq!(raw.call(&["BLPOP", "empty", "0"]), Reply::simple("QUEUED"));
+    assert_eq!(raw.call(&["RPUSH", "full", "a"]), Reply::simple("QUEUED"));
+    assert_eq!(raw.call(&["BRPOP", "full", "0"]), Reply::simple("QUEUED"));
+    assert_eq!(
+        raw.call(&["EXEC"]),
+        Reply::Array(vec![
+            Reply::NullArray,
+            Reply::Integer(1),
+            Reply::Array(vec![Reply::bulk("full"), Reply::bulk("a")]),
+        ])
+    );
+}
+
+#[test]
+fn each_push_serves_one_of_several_blocked_clients() {
+    let (_dir, server) = server();
+    let mut other = server.raw();
+    let mut clients: Vec<Raw> = (0..4).map(|_| server.raw()).collect();
+    for client in &mut clients {
+        client
+            .stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        send(client, &["BLPOP", "jobs", "0"]);
+    }
+    wait_blocked(&mut other, 4);
+    for job in 0..4 {
+        other.call(&["RPUSH", "jobs", &format!("job{job}")]);
+    }
+    let mut served: Vec<String> = clients
+        .iter_mut()
+        .map(|client| match client.read() {
+            Some(Reply::Array(items)) => match &items[1] {
+                Reply::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    served.sort();
+    assert_eq!(served, ["job0", "job1", "job2", "job3"], "every job once");
+    assert_eq!(other.call(&["EXISTS", "jobs"]), Reply::Integer(0));
+}
