@@ -186,6 +186,9 @@ fn list_step(raw: &mut Raw, model: &mut HashMap<String, Value>, rng: &mut Rng, k
                 raw.call(&["LTRIM", key, &start.to_string(), &stop.to_string()]),
                 Reply::simple("OK")
             );
+            // Redis's indexes: a negative stop counts from the end (on a short list `len - 1 - 2`
+            // can be -1, the last element).
+            let stop = if stop < 0 { stop + len } else { stop };
             let kept: VecDeque<String> = list
                 .iter()
                 .enumerate()
