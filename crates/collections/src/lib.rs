@@ -2,7 +2,7 @@
 //! engine records, so that an update costs what Redis documents for it and not the size of the
 //! whole collection.
 //!
-//! Two structures, each a set of records under one object id:
+//! Three structures, each a set of records under one object id:
 //! - [`hash::Hash`]: a map of byte strings to byte strings by linear hashing. A bucket is one
 //!   record; the table grows (and shrinks) one bucket at a time, so an insert or removal reads and
 //!   writes O(1) records however large the map is. Used for hashes, sets (empty values) and the
@@ -11,11 +11,15 @@
 //!   pointer carries its subtree's entry count, so insertion, removal and lookup by position
 //!   (rank) or by byte order cost O(log n) records. Used for lists (by position) and for the
 //!   order side of sorted sets (entries `[sortable score][member]`, compared as bytes).
+//! - [`list::List`]: a deque of chunks of byte strings, linked both ways (like Redis's
+//!   quicklist). A push or pop at either end reads and writes O(1) small records; access by
+//!   position walks chunk by chunk from the nearer end. Same positional API as [`tree::Tree`];
+//!   meant for lists used as queues.
 //!
 //! The structures never own the record that names them: the application keeps each one's small
-//! fixed-size header ([`hash::Hash`], [`tree::Tree`]: object id, length, shape) inside its own
-//! root record (the user key's value) and writes the header back after every update that changed
-//! it. Because the root record and every record of the object are written in one
+//! fixed-size header ([`hash::Hash`], [`tree::Tree`], [`list::List`]: object id, length, shape)
+//! inside its own root record (the user key's value) and writes the header back after every
+//! update that changed it. Because the root record and every record of the object are written in one
 //! `prefixkv_store::Txn`, a checkpoint and the operation log hold each update whole, and recovery
 //! brings back a root together with exactly the records its header describes.
 //!
@@ -42,6 +46,7 @@
 use std::collections::BTreeMap;
 
 pub mod hash;
+pub mod list;
 pub mod tree;
 
 /// The first byte of every record key of a collection object.
@@ -58,6 +63,8 @@ pub enum Part {
     HashBucket = 1,
     /// A node of a [`tree::Tree`].
     TreeNode = 2,
+    /// A chunk of a [`list::List`].
+    ListChunk = 3,
 }
 
 /// The key of record `index` of `part` of object `id`.
