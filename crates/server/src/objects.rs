@@ -21,6 +21,7 @@
 use std::ops::ControlFlow;
 
 use prefixkv_collections::hash::Hash;
+use prefixkv_collections::list::List;
 use prefixkv_collections::tree::Tree;
 use prefixkv_collections::{score_key, score_of_key, Records};
 
@@ -193,13 +194,13 @@ pub fn split_entry(entry: &[u8]) -> Result<(f64, &[u8]), String> {
 }
 
 /// The list in a key's value: `None` when the key does not exist, WRONGTYPE for another type.
-pub fn list_of(stored: Option<Stored>) -> Result<Option<(Tree, u64)>, String> {
+pub fn list_of(stored: Option<Stored>) -> Result<Option<(List, u64)>, String> {
     match stored {
         None => Ok(None),
         Some(s) if s.kind == Kind::List => {
             let mut rest = &s.payload[..];
-            let tree = Tree::decode(&mut rest).map_err(error)?;
-            Ok(Some((tree, s.expire_at_ms)))
+            let list = List::decode(&mut rest).map_err(error)?;
+            Ok(Some((list, s.expire_at_ms)))
         }
         Some(_) => Err(WRONGTYPE.into()),
     }
@@ -232,15 +233,15 @@ pub fn save_list(
     txn: &mut Txn<'_>,
     db: u8,
     key: &[u8],
-    tree: &Tree,
+    list: &List,
     expire: u64,
 ) -> Result<(), String> {
-    if tree.is_empty() {
+    if list.is_empty() {
         txn.delete_keeping_records(db, key)?;
         return Ok(());
     }
     let mut header = Vec::new();
-    tree.encode(&mut header);
+    list.encode(&mut header);
     txn.put_object(db, key, Kind::List, expire, &header)
 }
 
@@ -282,8 +283,8 @@ pub fn save_zset(
 pub fn clear(records: &mut impl Records, kind: Kind, payload: &[u8]) -> Result<(), String> {
     let mut rest = payload;
     match kind {
-        Kind::List => Tree::decode(&mut rest)
-            .and_then(|mut t| t.clear(records))
+        Kind::List => List::decode(&mut rest)
+            .and_then(|mut l| l.clear(records))
             .map_err(error),
         Kind::Set | Kind::HashTable => Hash::decode(&mut rest)
             .and_then(|mut h| h.clear(records))
@@ -308,9 +309,9 @@ pub fn copy(
     let mut out = Vec::new();
     match kind {
         Kind::List => {
-            let tree = Tree::decode(&mut rest).map_err(error)?;
-            let mut copy = Tree::new(new_id);
-            let copied = copy_tree(txn, source, target, &tree, &mut copy);
+            let list = List::decode(&mut rest).map_err(error)?;
+            let mut copy = List::new(new_id);
+            let copied = copy_sequence(txn, source, target, &list, &mut copy);
             discard_on_error(txn, target, copied, |r| copy.clear(r).map_err(error))?;
             copy.encode(&mut out);
         }
@@ -325,7 +326,7 @@ pub fn copy(
             let zset = ZSet::decode(payload)?;
             let mut copy = ZSet::new(new_id);
             let copied = copy_hash(txn, source, target, &zset.members, &mut copy.members)
-                .and_then(|()| copy_tree(txn, source, target, &zset.order, &mut copy.order));
+                .and_then(|()| copy_sequence(txn, source, target, &zset.order, &mut copy.order));
             discard_on_error(txn, target, copied, |r| copy.clear(r))?;
             out = copy.encode();
         }
@@ -348,18 +349,64 @@ fn discard_on_error(
     copied
 }
 
-fn copy_tree(
+/// What a copy needs of a sequence (a list, or a sorted set's order, copied in order).
+trait Sequence {
+    fn len(&self) -> u64;
+    fn range(
+        &self,
+        records: &mut impl Records,
+        rank: u64,
+        visit: impl FnMut(u64, &[u8]) -> ControlFlow<()>,
+    ) -> prefixkv_collections::Result<()>;
+    fn insert_at(
+        &mut self,
+        records: &mut impl Records,
+        rank: u64,
+        entry: &[u8],
+    ) -> prefixkv_collections::Result<()>;
+}
+
+/// Implements [`Sequence`] by the structure's own methods of the same names.
+macro_rules! sequence {
+    ($type:ty) => {
+        impl Sequence for $type {
+            fn len(&self) -> u64 {
+                <$type>::len(self)
+            }
+            fn range(
+                &self,
+                records: &mut impl Records,
+                rank: u64,
+                visit: impl FnMut(u64, &[u8]) -> ControlFlow<()>,
+            ) -> prefixkv_collections::Result<()> {
+                <$type>::range(self, records, rank, visit)
+            }
+            fn insert_at(
+                &mut self,
+                records: &mut impl Records,
+                rank: u64,
+                entry: &[u8],
+            ) -> prefixkv_collections::Result<()> {
+                <$type>::insert_at(self, records, rank, entry)
+            }
+        }
+    };
+}
+sequence!(List);
+sequence!(Tree);
+
+fn copy_sequence<S: Sequence>(
     txn: &mut Txn<'_>,
     source: (u8, &[u8]),
     target: (u8, &[u8]),
-    tree: &Tree,
-    copy: &mut Tree,
+    sequence: &S,
+    copy: &mut S,
 ) -> Result<(), String> {
     let mut rank = 0;
-    while rank < tree.len() {
+    while rank < sequence.len() {
         let mut batch = Vec::new();
         txn.with_records(source.0, source.1, |records| {
-            tree.range(records, rank, |_, entry| {
+            sequence.range(records, rank, |_, entry| {
                 batch.push(entry.to_vec());
                 if batch.len() == COPY_BATCH {
                     ControlFlow::Break(())

@@ -12,7 +12,7 @@
 //! `[field length u32][field][value length u32][value]`, fields unique, in insertion order; for
 //! the kinds stored as records ([`Kind::in_records`]) the headers of their `prefixkv-collections`
 //! structures, whose records are keyed by the object id the payload starts with (a list: a
-//! `Tree`; a set and a large hash: a `Hash`; a sorted set: a `Hash` of member -> score, then a
+//! `List`; a set and a large hash: a `Hash`; a sorted set: a `Hash` of member -> score, then a
 //! `Tree` of `[score key][member]`, both under one id). Decoding checks every length against the
 //! bytes present, so a damaged value is an error, never an out-of-bounds read or an allocation
 //! sized by a length.
@@ -27,7 +27,7 @@ pub enum Kind {
     String,
     /// A small hash of field -> value, stored whole in the value (Redis's listpack encoding).
     Hash,
-    /// A list (records: a `Tree` by position).
+    /// A list (records: a `List`, a deque of chunks).
     List,
     /// A set (records: a `Hash` of member -> empty).
     Set,

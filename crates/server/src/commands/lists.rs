@@ -1,6 +1,7 @@
-//! List commands. A list is a counted B+tree of its elements by position
-//! (`prefixkv_collections::tree`, `crate::objects`): a push or pop at either end, LINDEX and LSET
-//! cost O(log n) records, LRANGE O(log n + elements returned).
+//! List commands. A list is a deque of chunks of up to 128 elements (`prefixkv_collections::list`,
+//! `crate::objects`), as Redis's quicklist: a push or pop at either end reads and writes one or two
+//! small records whatever the length; LINDEX, LSET, LINSERT and LRANGE walk chunk by chunk from
+//! the nearer end (O(n / 128) records, O(n) in Redis).
 //!
 //! The blocking commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH) first try what their non-blocking
 //! forms do; when every key is empty they return [`Flow::Async`] with [`AsyncOp::Block`], and the
@@ -9,7 +10,7 @@
 use std::ops::ControlFlow;
 
 use bytes::Bytes;
-use prefixkv_collections::tree::Tree;
+use prefixkv_collections::list::List;
 
 use super::{errors, lower, parse_float, parse_int, AsyncOp, CommandResult, Ctx, Flow};
 use crate::keyspace::Txn;
@@ -113,7 +114,7 @@ fn push(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
             ctx.w.int(0);
             return Ok(());
         }
-        None => (Tree::new(keyspace.new_object_id()), 0),
+        None => (List::new(keyspace.new_object_id()), 0),
     };
     let pushed = txn.with_records(db, key, |records| {
         args[2..].iter().try_for_each(|element| {
@@ -200,7 +201,7 @@ fn pop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
 fn read_list<R>(
     ctx: &mut Ctx<'_>,
     key: &[u8],
-    body: impl FnOnce(&Tree, &mut prefixkv_collections::Owned<'_, '_>) -> Result<R, String>,
+    body: impl FnOnce(&List, &mut prefixkv_collections::Owned<'_, '_>) -> Result<R, String>,
 ) -> Result<Option<R>, String> {
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
@@ -277,7 +278,7 @@ fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 /// The ranks of the elements equal to `element`, scanning from the head (`from_head`) or the
 /// tail, at most `limit` of them, looking at no more than `max_len` elements (0 = all).
 fn find(
-    tree: &Tree,
+    tree: &List,
     records: &mut impl prefixkv_collections::Records,
     element: &[u8],
     from_head: bool,
@@ -495,7 +496,7 @@ fn lmove(
     let (mut target, target_expire) = match target {
         _ if same => (tree, expire),
         Some(found) => found,
-        None => (Tree::new(keyspace.new_object_id()), 0),
+        None => (List::new(keyspace.new_object_id()), 0),
     };
     let rank = rank_at(to, target.len(), true);
     let pushed = txn.with_records(db, destination, |records| {
