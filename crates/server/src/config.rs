@@ -188,10 +188,14 @@ impl std::str::FromStr for LogLevel {
 pub const ENCODING_THRESHOLDS: &[(&str, i64, &str)] = &[
     (
         "hash-max-listpack-entries",
-        128,
-        "OBJECT ENCODING of a hash",
+        512,
+        "a hash past it moves into records",
     ),
-    ("hash-max-listpack-value", 64, "OBJECT ENCODING of a hash"),
+    (
+        "hash-max-listpack-value",
+        64,
+        "a hash with a longer field or value moves into records",
+    ),
     ("list-max-listpack-size", -2, "accepted, no effect"),
     ("list-compress-depth", 0, "accepted, no effect"),
     ("set-max-intset-entries", 512, "accepted, no effect"),

@@ -121,8 +121,9 @@ fn always_keeps_every_acknowledged_write_of_every_type() {
         rng.next_u64(),
         load::Shape::Mixed,
     );
-    // Past 5 * 128 writes, each writer's hash holds more than 128 fields.
-    writers.wait_acknowledged(700 + rng.in_range(0..300));
+    // Past 5 * 512 writes, each writer's hash holds more than hash-max-listpack-entries (512)
+    // fields, so it lives in records.
+    writers.wait_acknowledged(2700 + rng.in_range(0..300));
     let (logs, _) = load::kill_under_load(&mut server, writers);
     let restarted = Server::start(dir.path(), &flags("always"));
     let recoveries = load::check_writers(restarted.port, &logs)

@@ -107,7 +107,7 @@ fn object_encoding_reports_how_values_are_stored() {
         raw.call(&["CONFIG", "GET", "hash-max-ziplist-entries"]),
         Reply::Array(vec![
             Reply::bulk("hash-max-ziplist-entries"),
-            Reply::bulk("128")
+            Reply::bulk("512")
         ])
     );
     // As in Redis, a hash that became a table stays one.

@@ -219,6 +219,120 @@ def exercise_watch_and_pubsub(label, port, protocol):
     b.close()
 
 
+def collection_steps(p):
+    """Every list, set and sorted-set command through redis-py's own method, on keys under `p`.
+    Each step takes a client or a pipeline; the results are compared run against run."""
+    return [
+        lambda c: c.rpush(p + "l", "a", "b", "c", "b"),
+        lambda c: c.lpush(p + "l", "z"),
+        lambda c: c.lpushx(p + "l", "y"),
+        lambda c: c.rpushx(p + "none", "x"),
+        lambda c: c.llen(p + "l"),
+        lambda c: c.lrange(p + "l", 0, -1),
+        lambda c: c.lindex(p + "l", -1),
+        lambda c: c.lset(p + "l", 0, "Y"),
+        lambda c: c.linsert(p + "l", "BEFORE", "c", "bc"),
+        lambda c: c.lpos(p + "l", "b"),
+        lambda c: c.lpos(p + "l", "b", rank=-1, count=2),
+        lambda c: c.lrem(p + "l", 1, "b"),
+        lambda c: c.ltrim(p + "l", 0, 4),
+        lambda c: c.lpop(p + "l"),
+        lambda c: c.rpop(p + "l", 2),
+        lambda c: c.lmove(p + "l", p + "l2", "LEFT", "RIGHT"),
+        lambda c: c.rpoplpush(p + "l", p + "l2"),
+        lambda c: c.blpop([p + "none", p + "l2"], timeout=1),
+        lambda c: c.brpop([p + "l2"], timeout=1),
+        lambda c: c.rpush(p + "l3", "q"),
+        lambda c: c.blmove(p + "l3", p + "l4", 1, "LEFT", "LEFT"),
+        lambda c: c.brpoplpush(p + "l4", p + "l3", 1),
+        lambda c: c.lrange(p + "l3", 0, -1),
+        lambda c: c.sadd(p + "s", "a", "b", "c"),
+        lambda c: c.sadd(p + "t", "b", "c", "d"),
+        lambda c: c.srem(p + "s", "a", "zz"),
+        lambda c: c.sismember(p + "s", "b"),
+        lambda c: c.smismember(p + "s", ["b", "q"]),
+        lambda c: c.scard(p + "s"),
+        lambda c: c.smembers(p + "t"),
+        lambda c: c.srandmember(p + "s", 5),
+        lambda c: c.smove(p + "t", p + "s", "d"),
+        lambda c: c.sinter([p + "s", p + "t"]),
+        lambda c: c.sunion([p + "s", p + "t"]),
+        lambda c: c.sdiff([p + "s", p + "t"]),
+        lambda c: c.sinterstore(p + "si", [p + "s", p + "t"]),
+        lambda c: c.sunionstore(p + "su", [p + "s", p + "t"]),
+        lambda c: c.sdiffstore(p + "sd", [p + "s", p + "t"]),
+        lambda c: c.sintercard(2, [p + "s", p + "t"], limit=1),
+        lambda c: c.sadd(p + "one", "only"),
+        lambda c: c.spop(p + "one"),
+        lambda c: c.zadd(p + "z", {"a": 1, "b": 2, "c": 3, "d": 4}),
+        lambda c: c.zadd(p + "z", {"a": 5}, xx=True, ch=True),
+        lambda c: c.zadd(p + "z", {"b": 1}, gt=True),
+        lambda c: c.zadd(p + "z", {"e": 2}, nx=True),
+        lambda c: c.zincrby(p + "z", 2.5, "b"),
+        lambda c: c.zrem(p + "z", "e", "nope"),
+        lambda c: c.zscore(p + "z", "c"),
+        lambda c: c.zmscore(p + "z", ["c", "nope"]),
+        lambda c: c.zcard(p + "z"),
+        lambda c: c.zcount(p + "z", "(1", "+inf"),
+        lambda c: c.zrank(p + "z", "b"),
+        lambda c: c.zrevrank(p + "z", "b"),
+        lambda c: c.zrange(p + "z", 0, -1, withscores=True),
+        lambda c: c.zrange(p + "z", 3, 5, byscore=True, offset=0, num=1),
+        lambda c: c.zrange(p + "z", 0, 1, desc=True),
+        lambda c: c.zrangebyscore(p + "z", 2, "+inf", withscores=True),
+        lambda c: c.zrevrange(p + "z", 0, 0),
+        lambda c: c.zadd(p + "lex", {"a": 0, "b": 0, "c": 0}),
+        lambda c: c.zrangebylex(p + "lex", "[b", "+"),
+        lambda c: c.zpopmin(p + "z"),
+        lambda c: c.zpopmax(p + "z", 1),
+        lambda c: c.zunionstore(p + "zu", [p + "z", p + "lex"], aggregate="MAX"),
+        lambda c: c.zinterstore(p + "zi", {p + "z": 2, p + "zu": 1}),
+        lambda c: c.zremrangebyrank(p + "zu", 0, 0),
+        lambda c: c.zremrangebyscore(p + "zu", "-inf", 0),
+        lambda c: c.hset(p + "h", mapping={f"f{i}": str(i) for i in range(600)}),
+        lambda c: c.hlen(p + "h"),
+        lambda c: c.hget(p + "h", "f550"),
+        lambda c: c.hincrbyfloat(p + "h", "f1", 0.5),
+        lambda c: c.hdel(p + "h", "f2", "nope"),
+        lambda c: c.object("encoding", p + "h"),
+        lambda c: c.type(p + "z"),
+    ]
+
+
+def normalize(value, own, reference):
+    """A result with the key prefix `own` written as `reference`; tuples as lists (redis-py gives
+    tuples in some replies and lists in others depending on the path it parsed them through)."""
+    if isinstance(value, str):
+        return value.replace(own, reference)
+    if isinstance(value, (list, tuple)):
+        return [normalize(v, own, reference) for v in value]
+    if isinstance(value, set):
+        return {normalize(v, own, reference) for v in value}
+    if isinstance(value, dict):
+        return {normalize(k, own, reference): normalize(v, own, reference) for k, v in value.items()}
+    return value
+
+
+def exercise_collections(label, client):
+    """Every collection command directly, then the same steps in one MULTI/EXEC pipeline and in
+    a plain pipeline on fresh keys: all three runs must give the same results."""
+    direct_prefix, multi_prefix, plain_prefix = f"{label}:cd:", f"{label}:cm:", f"{label}:cp:"
+    direct = [step(client) for step in collection_steps(direct_prefix)]
+    expect(f"{label} collections LRANGE", direct[5], ["y", "z", "a", "b", "c", "b"])
+    expect(f"{label} collections ZMSCORE", direct[48], [3.0, None])
+    expect(f"{label} collections hash encoding", direct[-2], "hashtable")
+    for prefix, transaction in ((multi_prefix, True), (plain_prefix, False)):
+        pipe = client.pipeline(transaction=transaction)
+        for step in collection_steps(prefix):
+            step(pipe)
+        results = pipe.execute()
+        expect(
+            f"{label} collections through a pipeline (transaction={transaction})",
+            normalize(results, prefix, direct_prefix),
+            normalize(direct, direct_prefix, direct_prefix),
+        )
+
+
 def main():
     port = int(sys.argv[1])
     # single_connection_client keeps CLIENT SETNAME and HELLO on the connection they checked.
@@ -239,6 +353,10 @@ def main():
     )
     for protocol in (2, 3):
         exercise_watch_and_pubsub(f"wp{protocol}", port, protocol)
+        exercise_collections(
+            f"coll{protocol}",
+            redis.Redis(port=port, decode_responses=True, protocol=protocol),
+        )
     print(f"ok {checks} checks (redis-py {redis.__version__}, default protocol {default_protocol})")
 
 
