@@ -44,10 +44,13 @@
 //!
 //! # Costs (records read / written or deleted)
 //!
-//! - Push at either end (`insert_at(0)`, `insert_at(len)`): 1 read, 1 write; 2 writes when the
-//!   end chunk is full (the new chunk, then the old end chunk's link).
-//! - Pop at either end (`remove_at(0)`, `remove_at(len - 1)`): 1 read, 1 write; when the chunk
-//!   empties: 2 reads, 2 writes (the neighbour's link, the delete).
+//! - Push at either end (`insert_at(0)`, `insert_at(len)`): 1 read, 1 write, done on the end
+//!   chunk's bytes without decoding its entries (`push_in_place`); when the end chunk is full, 2
+//!   reads (the in-place attempt, then the general path) and 2 writes (the new chunk, then the
+//!   old end chunk's link).
+//! - Pop at either end (`remove_at(0)`, `remove_at(len - 1)`): 1 read, 1 write, on the bytes
+//!   (`pop_in_place`); when the chunk empties: 3 reads, 2 writes (the neighbour's link, the
+//!   delete).
 //! - Elsewhere: the walk from the nearer end (one read per chunk passed), then at most 3 reads
 //!   (neighbours whose links change), and 1 write, or 3 for a merge or an emptied chunk, or one
 //!   per piece plus up to 2 links for a split (2 pieces; more when big entries need their own).
@@ -95,8 +98,8 @@ mod update;
 
 use std::ops::ControlFlow;
 
-use crate::{record_key, take_u64, Error, Part, Records, Result, RECORD_KEY_BYTES};
-use chunk::{Chunk, Limits};
+use crate::{put_bytes, record_key, take_u64, Error, Part, Records, Result, RECORD_KEY_BYTES};
+use chunk::{Chunk, Limits, CHUNK_HEAD_BYTES};
 use update::Write;
 
 /// Bytes of an encoded [`List`] header.
@@ -264,6 +267,9 @@ impl List {
                 next,
             );
         }
+        if (rank == 0 || rank == self.len) && self.push_in_place(records, rank == 0, entry)? {
+            return Ok(());
+        }
         let mut spot = self.locate(records, rank, true)?;
         let (count, index) = (spot.chunk.entries.len(), spot.index);
         if self.limits.room(&spot.chunk, entry) {
@@ -315,6 +321,11 @@ impl List {
             "List::remove_at: rank {rank} out of range (len {})",
             self.len
         );
+        if rank == 0 || rank + 1 == self.len {
+            if let Some(removed) = self.pop_in_place(records, rank == 0)? {
+                return Ok(removed);
+            }
+        }
         let mut spot = self.locate(records, rank, false)?;
         let removed = spot.chunk.entries.remove(spot.index);
         let mut next = List {
@@ -439,6 +450,103 @@ impl List {
 
 // Reading and walking.
 impl List {
+    /// The common case of a push at an end, on the end chunk's bytes: when it has room, the entry
+    /// is spliced in and the chunk written back (one read, one write, one allocation; decoding
+    /// the chunk into its entries cost most of an LPUSH). `false` when the general path must run
+    /// (no room, or anything unexpected, which that path reads again and reports). One write, so
+    /// an error leaves everything as it was.
+    fn push_in_place(
+        &mut self,
+        records: &mut impl Records,
+        front: bool,
+        entry: &[u8],
+    ) -> Result<bool> {
+        let id = if front { self.head } else { self.tail };
+        let Some((raw, layout)) = self.read_end(records, id)? else {
+            return Ok(false);
+        };
+        if layout.count >= self.limits.max_entries
+            || raw.len() + 4 + entry.len() > self.limits.max_bytes
+        {
+            return Ok(false);
+        }
+        let mut bytes = Vec::with_capacity(raw.len() + 4 + entry.len());
+        bytes.extend_from_slice(&raw[..16]);
+        bytes.extend_from_slice(&(layout.count as u32 + 1).to_le_bytes());
+        if front {
+            put_bytes(&mut bytes, entry);
+            bytes.extend_from_slice(&raw[CHUNK_HEAD_BYTES..]);
+        } else {
+            bytes.extend_from_slice(&raw[CHUNK_HEAD_BYTES..]);
+            put_bytes(&mut bytes, entry);
+        }
+        let next = List {
+            len: self.len + 1,
+            ..*self
+        };
+        self.check_next(&next)?;
+        records.put(&self.key(id), &bytes)?;
+        *self = next;
+        Ok(true)
+    }
+
+    /// The common case of a pop at an end, on the end chunk's bytes: when the chunk keeps at
+    /// least one entry, the first (or last) is cut out and the chunk written back. `None` when
+    /// the general path must run (the chunk would empty, or anything unexpected).
+    fn pop_in_place(&mut self, records: &mut impl Records, front: bool) -> Result<Option<Vec<u8>>> {
+        let id = if front { self.head } else { self.tail };
+        let Some((raw, layout)) = self.read_end(records, id)? else {
+            return Ok(None);
+        };
+        if layout.count < 2 {
+            return Ok(None);
+        }
+        let mut bytes = Vec::with_capacity(raw.len());
+        bytes.extend_from_slice(&raw[..16]);
+        bytes.extend_from_slice(&(layout.count as u32 - 1).to_le_bytes());
+        let removed = if front {
+            let first_end = CHUNK_HEAD_BYTES + 4 + layout.first_len;
+            bytes.extend_from_slice(&raw[first_end..]);
+            raw[CHUNK_HEAD_BYTES + 4..first_end].to_vec()
+        } else {
+            bytes.extend_from_slice(&raw[CHUNK_HEAD_BYTES..layout.last_start]);
+            raw[layout.last_start + 4..].to_vec()
+        };
+        let next = List {
+            len: self.len - 1,
+            ..*self
+        };
+        self.check_next(&next)?;
+        records.put(&self.key(id), &bytes)?;
+        *self = next;
+        Ok(Some(removed))
+    }
+
+    /// An end chunk's bytes and their layout, checked as [`List::read`] checks a chunk (lengths,
+    /// count, nothing after, links to the header) but without copying the entries out; `None`
+    /// for anything unexpected, which the general path then reads again and reports.
+    fn read_end(
+        &self,
+        records: &mut impl Records,
+        id: u64,
+    ) -> Result<Option<(Vec<u8>, RawLayout)>> {
+        if id == 0 || id >= self.next_chunk {
+            return Ok(None);
+        }
+        let mut raw = Vec::new();
+        if !records.get(&self.key(id), &mut raw)? {
+            return Ok(None);
+        }
+        let Some(layout) = RawLayout::of(&raw) else {
+            return Ok(None);
+        };
+        let linked = layout.prev != id
+            && layout.next != id
+            && (layout.prev == 0) == (id == self.head)
+            && (layout.next == 0) == (id == self.tail);
+        Ok(linked.then_some((raw, layout)))
+    }
+
     fn key(&self, chunk: u64) -> [u8; RECORD_KEY_BYTES] {
         record_key(self.id, Part::ListChunk, chunk)
     }
@@ -576,5 +684,45 @@ impl List {
             (id, chunk) = (onward, step);
         }
         Err(self.damaged(id, "more chunks than the header counts"))
+    }
+}
+
+/// Where things are in a chunk record's bytes (format in the module docs).
+struct RawLayout {
+    prev: u64,
+    next: u64,
+    count: usize,
+    /// Length of the first entry.
+    first_len: usize,
+    /// Offset of the last entry's length prefix.
+    last_start: usize,
+}
+
+impl RawLayout {
+    /// Walks the entries' lengths (no copy); `None` unless the record is well formed.
+    fn of(raw: &[u8]) -> Option<RawLayout> {
+        let mut rest = raw;
+        let prev = crate::take_u64(&mut rest, "").ok()?;
+        let next = crate::take_u64(&mut rest, "").ok()?;
+        let count = crate::take_u32(&mut rest, "").ok()? as usize;
+        if count == 0 {
+            return None;
+        }
+        let (mut first_len, mut last_start) = (0, 0);
+        for index in 0..count {
+            let start = raw.len() - rest.len();
+            let entry = crate::take_bytes(&mut rest, "").ok()?;
+            if index == 0 {
+                first_len = entry.len();
+            }
+            last_start = start;
+        }
+        rest.is_empty().then_some(RawLayout {
+            prev,
+            next,
+            count,
+            first_len,
+            last_start,
+        })
     }
 }

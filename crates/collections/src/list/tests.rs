@@ -58,7 +58,9 @@ fn check(list: &List, records: &MemRecords) -> Vec<Vec<u8>> {
     entries
 }
 
-/// Runs an end operation, checking it read at most 2 records and wrote at most 2.
+/// Runs an end operation, checking it read at most 3 records and wrote at most 2 (the in-place
+/// path reads the end chunk; when the chunk is full or would empty, the general path reads it
+/// again, and a pop that empties it reads the neighbour).
 fn at_end<T>(
     list: &mut List,
     records: &mut MemRecords,
@@ -67,7 +69,7 @@ fn at_end<T>(
     let (gets, writes) = (records.gets, records.writes);
     let out = op(list, records);
     let (read, written) = (records.gets - gets, records.writes - writes);
-    assert!(read <= 2 && written <= 2, "{read} reads, {written} writes");
+    assert!(read <= 3 && written <= 2, "{read} reads, {written} writes");
     out
 }
 
