@@ -8,20 +8,14 @@ use std::sync::Arc;
 
 use prefixkv_collections::hash::Hash;
 use prefixkv_collections::Owned;
-use prefixkv_store::{Durability, DurableStore, Options};
+use prefixkv_store::DurableStore;
+
+mod common;
+use common::options;
 
 /// The user key whose value holds the header.
 const ROOT: &[u8] = b"\x00big hash";
 const ID: u64 = 77;
-
-fn options(dir: &std::path::Path) -> Options {
-    let mut options = Options::new(dir, Durability::EverySec);
-    options.engine.index_buckets = 1 << 12;
-    options.engine.log_memory_bytes = 32 << 20;
-    options.engine.log_page_bytes = 64 << 10;
-    options.oplog_segment_bytes = 64 << 10;
-    options
-}
 
 fn field(i: u64) -> Vec<u8> {
     format!("field:{i}").into_bytes()

@@ -11,40 +11,21 @@ use std::sync::Arc;
 
 use prefixkv_collections::list::List;
 use prefixkv_collections::{object_of, Owned};
-use prefixkv_store::{Durability, DurableStore, Options, Txn};
+use prefixkv_store::{DurableStore, Txn};
+
+mod common;
+use common::options;
 
 const ROOT: &[u8] = b"\x00myqueue";
 const ID: u64 = 0x52;
 
-fn options(dir: &std::path::Path) -> Options {
-    let mut options = Options::new(dir, Durability::EverySec);
-    options.engine.index_buckets = 1 << 12;
-    options.engine.log_memory_bytes = 32 << 20;
-    options.engine.log_page_bytes = 64 << 10;
-    options
-}
-
 /// The list whose header the root key holds (a new one when the key is absent).
 fn header(txn: &mut Txn<'_>) -> List {
-    let mut value = Vec::new();
-    if txn.get(ROOT, &mut value).unwrap() {
-        let mut rest = value.as_slice();
-        let list = List::decode(&mut rest).unwrap();
-        assert!(rest.is_empty());
-        list
-    } else {
-        List::new(ID)
-    }
+    common::read_header(txn, ROOT, List::decode, || List::new(ID))
 }
 
 fn store_header(txn: &mut Txn<'_>, list: &List) {
-    if list.is_empty() {
-        txn.delete(ROOT).unwrap();
-    } else {
-        let mut value = Vec::new();
-        list.encode(&mut value);
-        txn.put(ROOT, &value).unwrap();
-    }
+    common::write_header(txn, ROOT, list.is_empty(), |out| list.encode(out));
 }
 
 /// Runs operations `first..first + count`, eight per transaction: pushes at the head and the

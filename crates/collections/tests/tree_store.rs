@@ -9,40 +9,21 @@ use std::sync::Arc;
 
 use prefixkv_collections::tree::Tree;
 use prefixkv_collections::{object_of, Owned};
-use prefixkv_store::{Durability, DurableStore, Options, Txn};
+use prefixkv_store::{DurableStore, Txn};
+
+mod common;
+use common::options;
 
 const ROOT: &[u8] = b"\x00mylist";
 const ID: u64 = 0x51;
 
-fn options(dir: &std::path::Path) -> Options {
-    let mut options = Options::new(dir, Durability::EverySec);
-    options.engine.index_buckets = 1 << 12;
-    options.engine.log_memory_bytes = 32 << 20;
-    options.engine.log_page_bytes = 64 << 10;
-    options
-}
-
 /// The tree whose header the root key holds (a new one when the key is absent).
 fn header(txn: &mut Txn<'_>) -> Tree {
-    let mut value = Vec::new();
-    if txn.get(ROOT, &mut value).unwrap() {
-        let mut rest = value.as_slice();
-        let tree = Tree::decode(&mut rest).unwrap();
-        assert!(rest.is_empty());
-        tree
-    } else {
-        Tree::new(ID)
-    }
+    common::read_header(txn, ROOT, Tree::decode, || Tree::new(ID))
 }
 
 fn store_header(txn: &mut Txn<'_>, tree: &Tree) {
-    if tree.is_empty() {
-        txn.delete(ROOT).unwrap();
-    } else {
-        let mut value = Vec::new();
-        tree.encode(&mut value);
-        txn.put(ROOT, &value).unwrap();
-    }
+    common::write_header(txn, ROOT, tree.is_empty(), |out| tree.encode(out));
 }
 
 /// Writes `count` elements from number `first`, eight per transaction: at the head, the tail

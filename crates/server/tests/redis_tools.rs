@@ -110,6 +110,25 @@ fn redis_cli_commands_resp3_pipe_and_scan() {
     assert_eq!(cli(&server, &["DBSIZE"]), "1003");
 }
 
+/// Checks that redis-benchmark's `--csv` output has a positive rate for every one of `tests`.
+fn require_rates(output: &Output, tests: &[&str]) {
+    let csv = String::from_utf8_lossy(&output.stdout);
+    for test in tests {
+        let line = csv
+            .lines()
+            .find(|line| line.starts_with(&format!("\"{test}\"")))
+            .unwrap_or_else(|| panic!("no {test} line in redis-benchmark output: {csv}"));
+        let requests_per_s: f64 = line
+            .split(',')
+            .nth(1)
+            .unwrap()
+            .trim_matches('"')
+            .parse()
+            .unwrap();
+        assert!(requests_per_s > 0.0, "{line}");
+    }
+}
+
 #[test]
 fn redis_benchmark_smoke_run_counts_every_incr() {
     let dir = tempfile::tempdir().unwrap();
@@ -138,21 +157,7 @@ fn redis_benchmark_smoke_run_counts_every_incr() {
         ],
         None,
     );
-    let csv = String::from_utf8_lossy(&output.stdout);
-    for test in ["SET", "GET", "INCR", "MSET (10 keys)"] {
-        let line = csv
-            .lines()
-            .find(|line| line.starts_with(&format!("\"{test}\"")))
-            .unwrap_or_else(|| panic!("no {test} line in redis-benchmark output: {csv}"));
-        let requests_per_s: f64 = line
-            .split(',')
-            .nth(1)
-            .unwrap()
-            .trim_matches('"')
-            .parse()
-            .unwrap();
-        assert!(requests_per_s > 0.0, "{line}");
-    }
+    require_rates(&output, &["SET", "GET", "INCR", "MSET (10 keys)"]);
     // Without -r every INCR hits the one key `counter:__rand_int__`: exactly `requests` of them.
     let mut raw = server.raw();
     match raw.call(&["GET", "counter:__rand_int__"]) {
@@ -187,23 +192,12 @@ fn redis_benchmark_runs_the_collection_tests() {
         ],
         None,
     );
-    let csv = String::from_utf8_lossy(&output.stdout);
-    for test in [
-        "LPUSH", "RPUSH", "LPOP", "RPOP", "SADD", "HSET", "SPOP", "ZADD", "ZPOPMIN",
-    ] {
-        let line = csv
-            .lines()
-            .find(|line| line.starts_with(&format!("\"{test}\"")))
-            .unwrap_or_else(|| panic!("no {test} line in redis-benchmark output: {csv}"));
-        let requests_per_s: f64 = line
-            .split(',')
-            .nth(1)
-            .unwrap()
-            .trim_matches('"')
-            .parse()
-            .unwrap();
-        assert!(requests_per_s > 0.0, "{line}");
-    }
+    require_rates(
+        &output,
+        &[
+            "LPUSH", "RPUSH", "LPOP", "RPOP", "SADD", "HSET", "SPOP", "ZADD", "ZPOPMIN",
+        ],
+    );
     // 2,000 pushes at each end, then 2,000 pops at each: the list is gone. SADD and ZADD add the
     // one member `element:__rand_int__`, which SPOP and ZPOPMIN take.
     for (command, key) in [("LLEN", "mylist"), ("SCARD", "myset"), ("ZCARD", "myzset")] {

@@ -12,7 +12,9 @@ use std::ops::ControlFlow;
 use bytes::Bytes;
 use prefixkv_collections::list::List;
 
-use super::{errors, lower, parse_float, parse_int, AsyncOp, CommandResult, Ctx, Flow};
+use super::{
+    errors, lower, parse_float, parse_int, read_collection, AsyncOp, CommandResult, Ctx, Flow,
+};
 use crate::keyspace::Txn;
 use crate::objects::{error, list_of, save_list};
 
@@ -197,27 +199,9 @@ fn pop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-/// Reads a list under its lock: runs `body` with the tree and its records.
-fn read_list<R>(
-    ctx: &mut Ctx<'_>,
-    key: &[u8],
-    body: impl FnOnce(&List, &mut prefixkv_collections::Owned<'_, '_>) -> Result<R, String>,
-) -> Result<Option<R>, String> {
-    let db = ctx.db();
-    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-    let result = match list_of(txn.get(db, key)?)? {
-        Some((tree, _)) => Some(txn.with_records(db, key, |records| body(&tree, records))?),
-        None => None,
-    };
-    // A read writes nothing but may have removed the key because it expired.
-    let mark = txn.commit()?;
-    ctx.client.note_write(mark);
-    Ok(result)
-}
-
 fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (start, stop) = (parse_int(&args[2])?, parse_int(&args[3])?);
-    let elements = read_list(ctx, &args[1], |tree, records| {
+    let elements = read_collection(ctx, list_of, &args[1], |tree, records| {
         let mut elements = Vec::new();
         if let Some((first, last)) = resolve_range(start, stop, tree.len()) {
             tree.range(records, first, |rank, element| {
@@ -242,7 +226,7 @@ fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 
 fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let index = parse_int(&args[2])?;
-    let element = read_list(ctx, &args[1], |tree, records| {
+    let element = read_collection(ctx, list_of, &args[1], |tree, records| {
         let Some(rank) = resolve_index(index, tree.len()) else {
             return Ok(None);
         };
@@ -441,7 +425,7 @@ fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         Some(n) => n,
         None => 1,
     };
-    let ranks = read_list(ctx, &args[1], |tree, records| {
+    let ranks = read_collection(ctx, list_of, &args[1], |tree, records| {
         let found = find(
             tree,
             records,

@@ -404,6 +404,29 @@ pub fn parse_scan_options(options: &[Bytes], allow_type: bool) -> Result<ScanOpt
     Ok(parsed)
 }
 
+/// Reads a collection under its key's lock: `of` takes the key's value apart (`None` for no key,
+/// WRONGTYPE for another type: `crate::objects::list_of` and its siblings), `body` runs with the
+/// structure and its records; `None` when there is no such collection. Then commits: a read
+/// writes nothing, unless the key had expired and was removed.
+pub fn read_collection<T, R>(
+    ctx: &mut Ctx<'_>,
+    of: impl FnOnce(Option<crate::value::Stored>) -> Result<Option<(T, u64)>, String>,
+    key: &[u8],
+    body: impl FnOnce(&T, &mut prefixkv_collections::Owned<'_, '_>) -> Result<R, String>,
+) -> Result<Option<R>, String> {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let result = match of(txn.get(db, key)?)? {
+        Some((structure, _)) => {
+            Some(txn.with_records(db, key, |records| body(&structure, records))?)
+        }
+        None => None,
+    };
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    Ok(result)
+}
+
 /// A refused command inside MULTI makes the whole transaction fail at EXEC, as in Redis.
 fn refuse_in_transaction(client: &mut Client) {
     if let Some(transaction) = client.transaction.as_mut() {

@@ -6,9 +6,8 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use prefixkv_collections::hash::Hash;
-use prefixkv_collections::Owned;
 
-use super::{errors, lower, parse_int, CommandResult, Ctx};
+use super::{errors, lower, parse_int, read_collection, CommandResult, Ctx};
 use crate::keyspace::Txn;
 use crate::objects::{error, save_hash, set_of};
 use crate::value::Kind;
@@ -51,7 +50,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             ctx.w.int(changed);
         }
         "sismember" | "smismember" => {
-            let found = read_set(ctx, &args[1], |set, records| {
+            let found = read_collection(ctx, set_of, &args[1], |set, records| {
                 args[2..]
                     .iter()
                     .map(|member| set.get(records, member, &mut Vec::new()).map_err(error))
@@ -68,12 +67,14 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             }
         }
         "scard" => {
-            let len = read_set(ctx, &args[1], |set, _| Ok(set.len()))?.unwrap_or(0);
+            let len = read_collection(ctx, set_of, &args[1], |set, _| Ok(set.len()))?.unwrap_or(0);
             ctx.w.int(len as i64);
         }
         "smembers" => {
-            let members = read_set(ctx, &args[1], |set, records| members_of(set, records))?
-                .unwrap_or_default();
+            let members = read_collection(ctx, set_of, &args[1], |set, records| {
+                members_of(set, records)
+            })?
+            .unwrap_or_default();
             write_members(ctx, &members);
         }
         "srandmember" | "spop" => random_members(ctx, name, args)?,
@@ -100,25 +101,6 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         _ => unreachable!("dispatch sends only set commands here"),
     }
     Ok(())
-}
-
-/// Reads a set under its key's lock: `body` runs with its table and records; `None` when there is
-/// no set.
-fn read_set<R>(
-    ctx: &mut Ctx<'_>,
-    key: &[u8],
-    body: impl FnOnce(&Hash, &mut Owned<'_, '_>) -> Result<R, String>,
-) -> Result<Option<R>, String> {
-    let db = ctx.db();
-    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-    let result = match set_of(txn.get(db, key)?)? {
-        Some((set, _)) => Some(txn.with_records(db, key, |records| body(&set, records))?),
-        None => None,
-    };
-    // Nothing is written, unless the key had expired and was removed.
-    let mark = txn.commit()?;
-    ctx.client.note_write(mark);
-    Ok(result)
 }
 
 fn members_of(
@@ -401,7 +383,7 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
 fn sscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let cursor = super::parse_cursor(&args[2])?;
     let options = super::parse_scan_options(&args[3..], false)?;
-    let (next, members) = read_set(ctx, &args[1], |set, records| {
+    let (next, members) = read_collection(ctx, set_of, &args[1], |set, records| {
         scan_table(set, records, cursor, options.count, |member, _| {
             options
                 .pattern

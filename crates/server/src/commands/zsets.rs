@@ -7,9 +7,9 @@ use std::ops::ControlFlow;
 
 use bytes::Bytes;
 use prefixkv_collections::tree::Tree;
-use prefixkv_collections::{score_key, Owned, Records};
+use prefixkv_collections::{score_key, Records};
 
-use super::{errors, lower, parse_float, parse_int, CommandResult, Ctx, Writer};
+use super::{errors, lower, parse_float, parse_int, read_collection, CommandResult, Ctx, Writer};
 use crate::keyspace::{Txn, WRONGTYPE};
 use crate::objects::{error, save_zset, set_of, split_entry, zset_of, ZSet};
 use crate::value::Kind;
@@ -98,7 +98,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             Ok(())
         }
         "zscore" | "zmscore" => {
-            let scores = read_zset(ctx, &args[1], |zset, records| {
+            let scores = read_collection(ctx, zset_of, &args[1], |zset, records| {
                 args[2..]
                     .iter()
                     .map(|member| zset.score(records, member))
@@ -117,13 +117,14 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             Ok(())
         }
         "zcard" => {
-            let len = read_zset(ctx, &args[1], |zset, _| Ok(zset.len()))?.unwrap_or(0);
+            let len =
+                read_collection(ctx, zset_of, &args[1], |zset, _| Ok(zset.len()))?.unwrap_or(0);
             ctx.w.int(len as i64);
             Ok(())
         }
         "zcount" => {
             let (min, max) = (parse_score_bound(&args[2])?, parse_score_bound(&args[3])?);
-            let count = read_zset(ctx, &args[1], |zset, records| {
+            let count = read_collection(ctx, zset_of, &args[1], |zset, records| {
                 let (first, end) = score_ranks(&zset.order, records, min, max)?;
                 Ok(end.saturating_sub(first))
             })?
@@ -132,7 +133,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             Ok(())
         }
         "zrank" | "zrevrank" => {
-            let rank = read_zset(ctx, &args[1], |zset, records| {
+            let rank = read_collection(ctx, zset_of, &args[1], |zset, records| {
                 Ok(zset.rank(records, &args[2])?.map(|rank| {
                     if name == "zrank" {
                         rank
@@ -151,7 +152,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         "zrange" | "zrangebyscore" | "zrevrangebyscore" | "zrevrange" | "zrangebylex"
         | "zrevrangebylex" => {
             let query = parse_range(name, args)?;
-            let entries = read_zset(ctx, &args[1], |zset, records| {
+            let entries = read_collection(ctx, zset_of, &args[1], |zset, records| {
                 range_entries(zset, records, &query)
             })?
             .unwrap_or_default();
@@ -164,24 +165,6 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         "zscan" => zscan(ctx, args),
         _ => unreachable!("dispatch sends only sorted-set commands here"),
     }
-}
-
-/// Reads a sorted set under its key's lock; `None` when there is none.
-fn read_zset<R>(
-    ctx: &mut Ctx<'_>,
-    key: &[u8],
-    body: impl FnOnce(&ZSet, &mut Owned<'_, '_>) -> Result<R, String>,
-) -> Result<Option<R>, String> {
-    let db = ctx.db();
-    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-    let result = match zset_of(txn.get(db, key)?)? {
-        Some((zset, _)) => Some(txn.with_records(db, key, |records| body(&zset, records))?),
-        None => None,
-    };
-    // Nothing is written, unless the key had expired and was removed.
-    let mark = txn.commit()?;
-    ctx.client.note_write(mark);
-    Ok(result)
 }
 
 #[derive(Default)]
@@ -817,7 +800,7 @@ fn parse_store_options(options: &[Bytes], count: usize) -> Result<(Vec<f64>, Str
 fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let cursor = super::parse_cursor(&args[2])?;
     let options = super::parse_scan_options(&args[3..], false)?;
-    let (next, entries) = read_zset(ctx, &args[1], |zset, records| {
+    let (next, entries) = read_collection(ctx, zset_of, &args[1], |zset, records| {
         super::sets::scan_table(
             &zset.members,
             records,
