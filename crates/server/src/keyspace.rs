@@ -663,16 +663,13 @@ impl Txn<'_> {
         if self.keyspace.may_hold_records() {
             self.drop_records(database, key, |_| true)?;
         }
-        self.delete_root(database, key)
+        self.delete_keeping_records(database, key)
     }
 
     /// Deletes a key but not the records of the collection it holds: the caller has just put
-    /// that object under another key (RENAME, MOVE). Whether it existed.
+    /// that object under another key (RENAME, MOVE), or the collection already deleted them (it
+    /// became empty). Whether it existed.
     pub fn delete_keeping_records(&mut self, database: u8, key: &[u8]) -> Result<bool, String> {
-        self.delete_root(database, key)
-    }
-
-    fn delete_root(&mut self, database: u8, key: &[u8]) -> Result<bool, String> {
         let existed = self
             .inner
             .delete(&engine_key(database, key))

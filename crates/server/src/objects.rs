@@ -100,19 +100,20 @@ impl ZSet {
         Ok(Some(f64::from_le_bytes(bytes)))
     }
 
-    /// Sets `member`'s score; its old score, if it had one. On an error the sorted set is as
-    /// before: a step that failed changed nothing (`prefixkv-collections`), and the steps before
-    /// it are undone (the undo can fail only if the store refuses every write, which it reports
-    /// on its own).
-    pub fn insert(
+    /// Sets `member`'s score, given its current one (`old`, as [`ZSet::score`] just read it under
+    /// the same lock; `None` for a new member), so the caller's read is not repeated. On an error
+    /// the sorted set is as before: a step that failed changed nothing (`prefixkv-collections`),
+    /// and the steps before it are undone (the undo can fail only if the store refuses every
+    /// write, which it reports on its own).
+    pub fn set(
         &mut self,
         records: &mut impl Records,
         member: &[u8],
+        old: Option<f64>,
         score: f64,
-    ) -> Result<Option<f64>, String> {
-        let old = self.score(records, member)?;
+    ) -> Result<(), String> {
         if old == Some(score) {
-            return Ok(old);
+            return Ok(());
         }
         let old_entry = old.map(|old| entry(old, member));
         let new_entry = entry(score, member);
@@ -134,7 +135,7 @@ impl ZSet {
             }
             return Err(error(failure));
         }
-        Ok(old)
+        Ok(())
     }
 
     /// Removes `member`; its score, if it was there. On an error the sorted set is as before

@@ -229,22 +229,12 @@ impl Txn<'_> {
 
     /// Writes `key`; whether it held a live value before.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
-        self.check_locked(key);
-        self.store.check_writable()?;
-        let existed = self.session.upsert_existed(key, value)?;
-        self.log(key, Some(value))?;
-        Ok(existed)
+        self.put_under(key, key, value)
     }
 
     /// Deletes `key`; whether it existed (nothing is logged when it did not).
     pub fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        self.check_locked(key);
-        self.store.check_writable()?;
-        let existed = self.session.delete(key)?;
-        if existed {
-            self.log(key, None)?;
-        }
-        Ok(existed)
+        self.delete_under(key, key)
     }
 
     /// Writes `key`, a record that belongs to `owner` (a key this transaction named in `begin`):

@@ -316,13 +316,15 @@ fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             .map_err(error)?;
         Ok::<bool, String>(true)
     });
-    save_list(&mut txn, db, key, &tree, expire)?;
-    if !outcome? {
+    if let Ok(false) = outcome {
+        // No pivot: nothing was written.
         txn.commit()?;
         ctx.w.int(-1);
         return Ok(());
     }
+    // Written back even after an error (`crate::objects`).
     save_list(&mut txn, db, key, &tree, expire)?;
+    outcome?;
     let mark = txn.commit()?;
     ctx.client.note_write(mark);
     ctx.w.int(tree.len() as i64);
@@ -353,7 +355,10 @@ fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         }
         Ok::<usize, String>(ranks.len())
     });
-    save_list(&mut txn, db, key, &tree, expire)?;
+    // Written back when something was removed, or after an error (`crate::objects`).
+    if !matches!(outcome, Ok(0)) {
+        save_list(&mut txn, db, key, &tree, expire)?;
+    }
     let removed = outcome?;
     let mark = txn.commit()?;
     ctx.client.note_write(mark);

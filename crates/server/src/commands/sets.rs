@@ -120,11 +120,16 @@ fn write_members(ctx: &mut Ctx<'_>, members: &[Vec<u8>]) {
     }
 }
 
-/// The members of the set at `key` under `txn`; empty for a missing key, WRONGTYPE for another
-/// type.
-fn members_at(txn: &mut Txn<'_>, db: u8, key: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    match set_of(txn.get(db, key)?)? {
-        Some((set, _)) => txn.with_records(db, key, |records| members_of(&set, records)),
+/// The members of `set`, the set at `key` (its header already read under `txn`); empty for
+/// none.
+fn members_at(
+    txn: &mut Txn<'_>,
+    db: u8,
+    key: &[u8],
+    set: Option<Hash>,
+) -> Result<Vec<Vec<u8>>, String> {
+    match set {
+        Some(set) => txn.with_records(db, key, |records| members_of(&set, records)),
         None => Ok(Vec::new()),
     }
 }
@@ -145,14 +150,15 @@ fn combine(
     }
     if operation.starts_with("sunio") {
         let mut union: HashSet<Vec<u8>> = HashSet::new();
-        for key in keys {
-            union.extend(members_at(txn, db, key)?);
+        for (key, set) in keys.iter().zip(&sets) {
+            union.extend(members_at(txn, db, key, *set)?);
         }
         return Ok(union.into_iter().collect());
     }
-    let Some(Some(first)) = sets.first().copied() else {
+    // No first set: the difference and the intersection are both empty.
+    if !matches!(sets.first(), Some(Some(_))) {
         return Ok(Vec::new());
-    };
+    }
     let intersect = operation.starts_with("sinte");
     if intersect && sets.iter().any(Option::is_none) {
         return Ok(Vec::new());
@@ -165,8 +171,7 @@ fn combine(
     } else {
         0
     };
-    debug_assert!(sets[walk].is_some() || !intersect || first.is_empty());
-    let candidates = members_at(txn, db, keys[walk])?;
+    let candidates = members_at(txn, db, keys[walk], sets[walk])?;
     let mut result = Vec::new();
     let mut scratch = Vec::new();
     for member in candidates {

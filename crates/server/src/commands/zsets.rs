@@ -12,7 +12,7 @@ use prefixkv_collections::{score_key, Records};
 use super::{errors, lower, parse_float, parse_int, read_collection, CommandResult, Ctx, Writer};
 use crate::keyspace::{Txn, WRONGTYPE};
 use crate::objects::{error, save_zset, set_of, split_entry, zset_of, ZSet};
-use crate::value::Kind;
+use crate::value::{Kind, Stored};
 
 const NOT_FLOAT_RANGE: &str = "ERR min or max is not a float";
 const NOT_LEX_RANGE: &str = "ERR min or max not valid string range item";
@@ -260,7 +260,7 @@ fn add(
                     continue;
                 }
             }
-            zset.insert(records, member, new)?;
+            zset.set(records, member, old, new)?;
             last = Some(new);
             match old {
                 None => counted += 1,
@@ -646,9 +646,14 @@ fn zremrange(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-/// The (member, score) pairs of a sorted set or a set (score 1) at `key`; empty when missing.
-fn weighted_members(txn: &mut Txn<'_>, db: u8, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>, String> {
-    let stored = txn.get(db, key)?;
+/// The (member, score) pairs of a sorted set or a set (score 1) at `key`, whose value the caller
+/// read under the lock (`stored`); empty when missing.
+fn weighted_members(
+    txn: &mut Txn<'_>,
+    db: u8,
+    key: &[u8],
+    stored: Option<Stored>,
+) -> Result<Vec<(Vec<u8>, f64)>, String> {
     match stored.as_ref().map(|s| s.kind) {
         None => Ok(Vec::new()),
         Some(Kind::ZSet) => {
@@ -706,12 +711,16 @@ fn zstore(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     keys.push(destination);
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
     // Redis checks the sources' types before it reads the options.
+    let mut values = Vec::with_capacity(sources.len());
     for source in sources {
-        if let Some(stored) = txn.get(db, source)? {
-            if !matches!(stored.kind, Kind::ZSet | Kind::Set) {
-                return Err(WRONGTYPE.into());
-            }
+        let stored = txn.get(db, source)?;
+        if stored
+            .as_ref()
+            .is_some_and(|s| !matches!(s.kind, Kind::ZSet | Kind::Set))
+        {
+            return Err(WRONGTYPE.into());
         }
+        values.push(stored);
     }
     let (weights, aggregate) = parse_store_options(&args[3 + count..], count)?;
     let combine = |a: f64, b: f64| {
@@ -728,8 +737,8 @@ fn zstore(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
         }
     };
     let mut result: HashMap<Vec<u8>, (f64, usize)> = HashMap::new();
-    for (i, source) in sources.iter().enumerate() {
-        for (member, score) in weighted_members(&mut txn, db, source)? {
+    for (i, (source, stored)) in sources.iter().zip(values).enumerate() {
+        for (member, score) in weighted_members(&mut txn, db, source, stored)? {
             let weighted = {
                 let value = score * weights[i];
                 if value.is_nan() {
@@ -755,7 +764,8 @@ fn zstore(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
         let mut zset = ZSet::new(txn.keyspace().new_object_id());
         let outcome = txn.with_records(db, destination, |records| {
             result.iter().try_for_each(|(member, (score, _))| {
-                zset.insert(records, member, *score).map(|_| ())
+                // A new sorted set: no member has a score yet.
+                zset.set(records, member, None, *score)
             })
         });
         save_zset(&mut txn, db, destination, &zset, 0)?;
