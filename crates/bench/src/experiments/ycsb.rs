@@ -154,14 +154,12 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             .tempdir_in(&plan.data_dir)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (map, store) = contenders::load(contender, plan.keys, cores, dir.path())?;
-        for (point, ops) in operations.iter().enumerate() {
-            for &threads in &plan.threads {
-                let measured = measure(&plan, &*map, store.as_deref(), ops, threads)
-                    .with_context(|| format!("{} at {threads} threads", contender.name()))?;
-                runs.entry((index, point, threads))
-                    .or_default()
-                    .push(measured);
-            }
+        for (key, measured) in measure_round(&plan, &*map, store.as_deref(), &operations)
+            .with_context(|| format!("{} round {round}", contender.name()))?
+        {
+            runs.entry((index, key.0, key.1))
+                .or_default()
+                .push(measured);
         }
         let present = count_present(&*map, plan.keys);
         report.record_verification(present == plan.keys);
@@ -259,39 +257,68 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
     })
 }
 
-/// One run, with the checkpoint driver beside it for the checkpointed engine.
-fn measure(
+/// Every (point, threads) run of one loaded contender, in order. For the checkpointed engine a
+/// checkpoint driver runs beside the whole round, so checkpoints keep their cadence across runs.
+fn measure_round(
     plan: &Plan,
     map: &dyn contenders::Loaded,
     store: Option<&prefixkv_engine::Store>,
+    operations: &[Operations],
+) -> Result<Vec<((usize, usize), Run)>> {
+    let stop = AtomicBool::new(false);
+    let counts = contenders::CheckpointCounts::default();
+    std::thread::scope(|scope| -> Result<Vec<((usize, usize), Run)>> {
+        let driver = store.map(|store| {
+            let (stop, counts) = (&stop, &counts);
+            scope.spawn(move || {
+                contenders::checkpoint_driver(store, plan.checkpoint_interval, stop, counts)
+            })
+        });
+        let mut measured = Vec::new();
+        let mut failure = None;
+        'points: for (point, ops) in operations.iter().enumerate() {
+            for &threads in &plan.threads {
+                match measure(plan, map, &counts, ops, threads) {
+                    Ok(run) => measured.push(((point, threads), run)),
+                    Err(error) => {
+                        failure = Some(error.context(format!("at {threads} threads")));
+                        break 'points;
+                    }
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        if let Some(handle) = driver {
+            handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("the checkpoint driver panicked"))??;
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(measured),
+        }
+    })
+}
+
+/// One run; its `checkpoints` are those of the round's driver that overlapped it (in progress
+/// at some point of the run; 0 without a driver).
+fn measure(
+    plan: &Plan,
+    map: &dyn contenders::Loaded,
+    counts: &contenders::CheckpointCounts,
     operations: &Operations,
     threads: usize,
 ) -> Result<Run> {
-    let stop = AtomicBool::new(false);
+    let completed_before = counts.completed.load(Ordering::Relaxed);
     let counters = counters::Counters::start();
-    let (ops_per_s, checkpoints) = std::thread::scope(|scope| -> Result<(f64, u64)> {
-        let driver = store.map(|store| {
-            let stop = &stop;
-            scope
-                .spawn(move || contenders::checkpoint_driver(store, plan.checkpoint_interval, stop))
-        });
-        let ops_per_s = driver::run(threads, plan.duration, operations, &|_| map.worker());
-        stop.store(true, Ordering::Relaxed);
-        let checkpoints = match driver {
-            Some(handle) => handle
-                .join()
-                .map_err(|_| anyhow::anyhow!("the checkpoint driver panicked"))??,
-            None => 0,
-        };
-        Ok((ops_per_s, checkpoints))
-    })?;
-    let counts = counters.and_then(counters::Counters::read);
+    let ops_per_s = driver::run(threads, plan.duration, operations, &|_| map.worker());
+    let hardware = counters.and_then(counters::Counters::read);
     let total_ops = ops_per_s * plan.duration.as_secs_f64();
     Ok(Run {
         ops_per_s,
-        instructions_per_op: counts.map(|c| c.instructions as f64 / total_ops),
-        cache_misses_per_op: counts.map(|c| c.cache_misses as f64 / total_ops),
-        checkpoints,
+        instructions_per_op: hardware.map(|c| c.instructions as f64 / total_ops),
+        cache_misses_per_op: hardware.map(|c| c.cache_misses as f64 / total_ops),
+        checkpoints: counts.started.load(Ordering::Relaxed) - completed_before,
     })
 }
 
