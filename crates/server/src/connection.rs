@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 
 use crate::commands::{self, AsyncOp, Client, Flow};
 use crate::config::Durability;
+use crate::error::CommandError;
 use crate::keyspace;
 use crate::state::{ClientInfo, Server};
 
@@ -334,10 +335,7 @@ async fn run_async(
             let persistence = server.persistence.clone();
             match blocking(move || persistence.checkpoint_now()).await {
                 Ok(_) => encoder.simple_string(output, b"OK"),
-                Err(error) => encoder.error(
-                    output,
-                    format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes(),
-                ),
+                Err(error) => write_error(encoder, output, &CommandError::persistence(&error)),
             }
         }
         AsyncOp::WaitAof { timeout_ms } => {
@@ -363,10 +361,9 @@ async fn run_async(
                     encoder.integer(output, 0);
                     encoder.integer(output, 0);
                 }
-                Some(Err(error)) => encoder.error(
-                    output,
-                    format!("ERR {error}").replace(['\r', '\n'], " ").as_bytes(),
-                ),
+                Some(Err(error)) => {
+                    write_error(encoder, output, &CommandError::persistence(&error))
+                }
             }
         }
         AsyncOp::Shutdown { save } => {
@@ -378,12 +375,18 @@ async fn run_async(
                 }
                 Err(error) => {
                     tracing::error!("SHUTDOWN failed: {error}");
-                    encoder.error(output, b"ERR Errors trying to SHUTDOWN. Check logs.");
+                    let error = CommandError::err("Errors trying to SHUTDOWN. Check logs.");
+                    write_error(encoder, output, &error);
                 }
             }
         }
         AsyncOp::Block { .. } => unreachable!("the serve loop waits for blocked commands itself"),
     }
+}
+
+/// Encodes `error` as the reply.
+fn write_error(encoder: prefixkv_resp::Encoder, output: &mut BytesMut, error: &CommandError) {
+    encoder.error(output, error.to_string().as_bytes());
 }
 
 /// Returns once every earlier write of this connection is durable: oplog modes sync the log;

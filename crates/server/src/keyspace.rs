@@ -26,8 +26,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prefixkv_engine::EngineError;
-use prefixkv_store::{DurableStore, StoreError, StoreSession};
+use prefixkv_store::{DurableStore, StoreSession};
 
+use crate::error::CommandError;
 use crate::value::{self, Kind, Stored};
 use crate::watch::Watches;
 
@@ -38,11 +39,6 @@ pub const DATABASES: usize = 16;
 /// Index buckets one SCAN step, FLUSHDB step or expiry step visits at most (bounds the memory a
 /// step holds whatever COUNT a client sends).
 pub const MAX_BUCKETS_PER_STEP: usize = 1 << 16;
-
-/// The Redis error line for maxmemory.
-pub const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
-/// The Redis error line for a type mismatch.
-pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// Wall-clock Unix time in milliseconds.
 pub fn now_ms() -> u64 {
@@ -201,38 +197,6 @@ pub fn end_thread_session() {
     });
 }
 
-/// Maps an engine error to a reply line.
-pub fn engine_error(error: EngineError) -> String {
-    match error {
-        EngineError::OutOfMemory { .. } => OOM_ERROR.to_string(),
-        EngineError::RecordTooLarge {
-            value_bytes,
-            max_value_bytes,
-            ..
-        } => format!(
-            "ERR value too large: {value_bytes} bytes stored for this key, at most \
-             {max_value_bytes} fit; split the value across several keys"
-        ),
-        EngineError::InvalidArgument(text) => format!("ERR {}", one_line(&text)),
-        other => format!("ERR engine failure: {}", one_line(&other.to_string())),
-    }
-}
-
-/// Maps a store error to a reply line.
-pub fn store_error(error: StoreError) -> String {
-    match error {
-        StoreError::Engine(error) => engine_error(error),
-        StoreError::Oplog(error) => {
-            format!("ERR oplog append failed: {}", one_line(&error.to_string()))
-        }
-        other => format!("ERR {}", one_line(&other.to_string())),
-    }
-}
-
-fn one_line(text: &str) -> String {
-    text.replace(['\r', '\n'], " ")
-}
-
 fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + key.len());
     out.push(database);
@@ -286,16 +250,13 @@ impl Keyspace {
         session: &mut StoreSession,
         database: u8,
         key: &[u8],
-    ) -> Result<Option<Stored>, String> {
+    ) -> Result<Option<Stored>, CommandError> {
         let mut buffer = Vec::new();
-        let found = session
-            .read(&engine_key(database, key), &mut buffer)
-            .map_err(engine_error)?;
+        let found = session.read(&engine_key(database, key), &mut buffer)?;
         if !found {
             return Ok(None);
         }
-        let stored =
-            value::decode(&buffer).map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
+        let stored = value::decode(&buffer)?;
         if stored.expire_at_ms != 0 && stored.expire_at_ms <= now_ms() {
             // Lazy expiry, as Redis: the first command that meets an expired key removes it,
             // so DBSIZE does not wait for the active sweep to come round.
@@ -312,7 +273,7 @@ impl Keyspace {
         session: &mut StoreSession,
         database: u8,
         key: &[u8],
-    ) -> Result<bool, String> {
+    ) -> Result<bool, CommandError> {
         let mut txn = self.begin(session, database, &[key]);
         let removed = txn.get(database, key)?.is_none() && txn.expired_now;
         txn.commit()?;
@@ -370,7 +331,7 @@ impl Keyspace {
         cursor: u64,
         buckets: usize,
         mut visit: impl FnMut(&[u8], &[u8]),
-    ) -> Result<u64, String> {
+    ) -> Result<u64, CommandError> {
         let buckets = buckets.clamp(1, MAX_BUCKETS_PER_STEP);
         session
             .scan(cursor, buckets, |engine_key, encoded| {
@@ -381,8 +342,8 @@ impl Keyspace {
                 }
             })
             .map_err(|error| match error {
-                EngineError::InvalidArgument(_) => "ERR invalid cursor".to_string(),
-                other => engine_error(other),
+                EngineError::InvalidArgument(_) => CommandError::InvalidCursor,
+                other => other.into(),
             })
     }
 
@@ -392,7 +353,7 @@ impl Keyspace {
         session: &mut StoreSession,
         database: u8,
         pattern: &[u8],
-    ) -> Result<Vec<Vec<u8>>, String> {
+    ) -> Result<Vec<Vec<u8>>, CommandError> {
         let now = now_ms();
         let all = pattern == b"*";
         let mut out = Vec::new();
@@ -429,7 +390,7 @@ impl Keyspace {
         mut cursor: u64,
         count: usize,
         pattern: Option<&[u8]>,
-    ) -> Result<(u64, Vec<Vec<u8>>), String> {
+    ) -> Result<(u64, Vec<Vec<u8>>), CommandError> {
         let now = now_ms();
         let count = count.max(1);
         let chunk_buckets = count.clamp(64, MAX_BUCKETS_PER_STEP);
@@ -466,7 +427,7 @@ impl Keyspace {
         session: &mut StoreSession,
         database: u8,
         seed: u64,
-    ) -> Result<Option<Vec<u8>>, String> {
+    ) -> Result<Option<Vec<u8>>, CommandError> {
         if self.dbsize(database) == 0 {
             return Ok(None);
         }
@@ -503,7 +464,7 @@ impl Keyspace {
         &self,
         session: &mut StoreSession,
         database: u8,
-    ) -> Result<Option<WriteMark>, String> {
+    ) -> Result<Option<WriteMark>, CommandError> {
         let mut last = None;
         let mut cursor = 0;
         loop {
@@ -530,29 +491,31 @@ impl Keyspace {
 
     /// Active expiry: examines `buckets` index buckets (rotating over the whole index) in every
     /// database and deletes their expired keys. Returns how many were removed.
-    pub fn expire_sweep(&self, session: &mut StoreSession, buckets: usize) -> Result<u64, String> {
+    pub fn expire_sweep(
+        &self,
+        session: &mut StoreSession,
+        buckets: usize,
+    ) -> Result<u64, CommandError> {
         let now = now_ms();
         let cursor = self.expire_cursor.load(Ordering::Relaxed);
         let mut expired: Vec<(u8, Vec<u8>)> = Vec::new();
         let mut with_expiry = [0i64; DATABASES];
-        let next = session
-            .scan(
-                cursor,
-                buckets.clamp(1, MAX_BUCKETS_PER_STEP),
-                |engine_key, encoded| {
-                    if let (Some((db, key)), Ok((_, expire))) =
-                        (split_key(engine_key), value::decode_header(encoded))
-                    {
-                        if expire != 0 {
-                            with_expiry[db as usize] += 1;
-                            if expire <= now {
-                                expired.push((db, key.to_vec()));
-                            }
+        let next = session.scan(
+            cursor,
+            buckets.clamp(1, MAX_BUCKETS_PER_STEP),
+            |engine_key, encoded| {
+                if let (Some((db, key)), Ok((_, expire))) =
+                    (split_key(engine_key), value::decode_header(encoded))
+                {
+                    if expire != 0 {
+                        with_expiry[db as usize] += 1;
+                        if expire <= now {
+                            expired.push((db, key.to_vec()));
                         }
                     }
-                },
-            )
-            .map_err(engine_error)?;
+                }
+            },
+        )?;
         self.expire_cursor.store(next, Ordering::Relaxed);
         for (db, count) in with_expiry.iter().enumerate() {
             self.sweeping_expires[db].fetch_add(*count, Ordering::Relaxed);
@@ -596,18 +559,16 @@ pub struct Txn<'a> {
 
 impl Txn<'_> {
     /// Reads a key; an expired value is deleted now (lazy expiry) and reads as absent.
-    pub fn get(&mut self, database: u8, key: &[u8]) -> Result<Option<Stored>, String> {
+    pub fn get(&mut self, database: u8, key: &[u8]) -> Result<Option<Stored>, CommandError> {
         self.expired_now = false;
         self.scratch.clear();
         let found = self
             .inner
-            .get(&engine_key(database, key), &mut self.scratch)
-            .map_err(engine_error)?;
+            .get(&engine_key(database, key), &mut self.scratch)?;
         if !found {
             return Ok(None);
         }
-        let stored = value::decode(&self.scratch)
-            .map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
+        let stored = value::decode(&self.scratch)?;
         if stored.expire_at_ms != 0 && stored.expire_at_ms <= self.now_ms {
             self.delete(database, key)?;
             self.keyspace.expired_keys.fetch_add(1, Ordering::Relaxed);
@@ -626,7 +587,7 @@ impl Txn<'_> {
         kind: Kind,
         expire_at_ms: u64,
         payload: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), CommandError> {
         if self.keyspace.may_hold_records() {
             let new_id = value::object_id(kind, payload);
             self.drop_records(database, key, |old_id| old_id != new_id)?;
@@ -643,13 +604,10 @@ impl Txn<'_> {
         kind: Kind,
         expire_at_ms: u64,
         payload: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), CommandError> {
         let mut encoded = Vec::new();
         value::encode(kind, expire_at_ms, payload, &mut encoded);
-        let existed = self
-            .inner
-            .put(&engine_key(database, key), &encoded)
-            .map_err(store_error)?;
+        let existed = self.inner.put(&engine_key(database, key), &encoded)?;
         self.keyspace.counts.count_write(database, true, existed);
         self.keyspace.watches.touch(database, key);
         if kind == Kind::List {
@@ -659,7 +617,7 @@ impl Txn<'_> {
     }
 
     /// Deletes a key, and the records of a collection it holds; whether it existed.
-    pub fn delete(&mut self, database: u8, key: &[u8]) -> Result<bool, String> {
+    pub fn delete(&mut self, database: u8, key: &[u8]) -> Result<bool, CommandError> {
         if self.keyspace.may_hold_records() {
             self.drop_records(database, key, |_| true)?;
         }
@@ -669,11 +627,12 @@ impl Txn<'_> {
     /// Deletes a key but not the records of the collection it holds: the caller has just put
     /// that object under another key (RENAME, MOVE), or the collection already deleted them (it
     /// became empty). Whether it existed.
-    pub fn delete_keeping_records(&mut self, database: u8, key: &[u8]) -> Result<bool, String> {
-        let existed = self
-            .inner
-            .delete(&engine_key(database, key))
-            .map_err(store_error)?;
+    pub fn delete_keeping_records(
+        &mut self,
+        database: u8,
+        key: &[u8],
+    ) -> Result<bool, CommandError> {
+        let existed = self.inner.delete(&engine_key(database, key))?;
         self.keyspace.counts.count_write(database, false, existed);
         if existed {
             self.keyspace.watches.touch(database, key);
@@ -687,14 +646,13 @@ impl Txn<'_> {
         database: u8,
         key: &[u8],
         doomed: impl FnOnce(Option<u64>) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), CommandError> {
         let root = engine_key(database, key);
         let mut old = Vec::new();
-        if !self.inner.get(&root, &mut old).map_err(engine_error)? {
+        if !self.inner.get(&root, &mut old)? {
             return Ok(());
         }
-        let stored =
-            value::decode(&old).map_err(|m| format!("ERR stored value is damaged: {}", m.0))?;
+        let stored = value::decode(&old)?;
         if stored.kind.in_records() && doomed(value::object_id(stored.kind, &stored.payload)) {
             let mut records = prefixkv_collections::Owned {
                 txn: &mut self.inner,
@@ -728,7 +686,7 @@ impl Txn<'_> {
 
     /// Appends the oplog record (still under the locks) and releases them. `None` when nothing
     /// was written.
-    pub fn commit(self) -> Result<Option<WriteMark>, String> {
-        self.inner.commit().map_err(store_error)
+    pub fn commit(self) -> Result<Option<WriteMark>, CommandError> {
+        self.inner.commit().map_err(CommandError::from)
     }
 }

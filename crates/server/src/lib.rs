@@ -7,6 +7,7 @@ pub mod command_stats;
 pub mod commands;
 pub mod config;
 pub mod connection;
+pub mod error;
 pub mod glob;
 pub mod info;
 pub mod keyspace;

@@ -25,21 +25,12 @@ use prefixkv_collections::list::List;
 use prefixkv_collections::tree::Tree;
 use prefixkv_collections::{score_key, score_of_key, Records};
 
-use crate::keyspace::{store_error, Txn, WRONGTYPE};
+use crate::error::{CommandError, CommandResult};
+use crate::keyspace::Txn;
 use crate::value::{Kind, Stored};
 
 /// Elements moved per batch when a whole object is copied (bounds the memory a COPY holds).
 const COPY_BATCH: usize = 512;
-
-/// Maps a collection error to a reply line.
-pub fn error(error: prefixkv_collections::Error) -> String {
-    match error {
-        prefixkv_collections::Error::Store(error) => store_error(error),
-        prefixkv_collections::Error::Corrupt(detail) => {
-            format!("ERR stored value is damaged: {detail}")
-        }
-    }
-}
 
 /// A sorted set: member -> score in a hash, `[score key][member]` in a tree, one object id.
 #[derive(Clone, Copy, Debug)]
@@ -77,26 +68,26 @@ impl ZSet {
         out
     }
 
-    fn decode(payload: &[u8]) -> Result<ZSet, String> {
+    fn decode(payload: &[u8]) -> CommandResult<ZSet> {
         let mut rest = payload;
-        let members = Hash::decode(&mut rest).map_err(error)?;
-        let order = Tree::decode(&mut rest).map_err(error)?;
+        let members = Hash::decode(&mut rest)?;
+        let order = Tree::decode(&mut rest)?;
         if members.id != order.id || members.len() != order.len() || !rest.is_empty() {
-            return Err("ERR stored value is damaged: sorted set headers disagree".into());
+            return Err(CommandError::damaged("sorted set headers disagree"));
         }
         Ok(ZSet { members, order })
     }
 
     /// `member`'s score.
-    pub fn score(&self, records: &mut impl Records, member: &[u8]) -> Result<Option<f64>, String> {
+    pub fn score(&self, records: &mut impl Records, member: &[u8]) -> CommandResult<Option<f64>> {
         let mut out = Vec::new();
-        if !self.members.get(records, member, &mut out).map_err(error)? {
+        if !self.members.get(records, member, &mut out)? {
             return Ok(None);
         }
         let bytes: [u8; 8] = out
             .as_slice()
             .try_into()
-            .map_err(|_| "ERR stored value is damaged: a score is not 8 bytes".to_string())?;
+            .map_err(|_| CommandError::damaged("a score is not 8 bytes"))?;
         Ok(Some(f64::from_le_bytes(bytes)))
     }
 
@@ -111,29 +102,27 @@ impl ZSet {
         member: &[u8],
         old: Option<f64>,
         score: f64,
-    ) -> Result<(), String> {
+    ) -> CommandResult {
         if old == Some(score) {
             return Ok(());
         }
         let old_entry = old.map(|old| entry(old, member));
         let new_entry = entry(score, member);
         if let Some(old_entry) = &old_entry {
-            self.order
-                .remove_sorted(records, old_entry)
-                .map_err(error)?;
+            self.order.remove_sorted(records, old_entry)?;
         }
         if let Err(failure) = self.order.insert_sorted(records, &new_entry) {
             if let Some(old_entry) = &old_entry {
                 let _ = self.order.insert_sorted(records, old_entry);
             }
-            return Err(error(failure));
+            return Err(failure.into());
         }
         if let Err(failure) = self.members.insert(records, member, &score.to_le_bytes()) {
             let _ = self.order.remove_sorted(records, &new_entry);
             if let Some(old_entry) = &old_entry {
                 let _ = self.order.insert_sorted(records, old_entry);
             }
-            return Err(error(failure));
+            return Err(failure.into());
         }
         Ok(())
     }
@@ -144,37 +133,32 @@ impl ZSet {
         &mut self,
         records: &mut impl Records,
         member: &[u8],
-    ) -> Result<Option<f64>, String> {
+    ) -> CommandResult<Option<f64>> {
         let Some(score) = self.score(records, member)? else {
             return Ok(None);
         };
         let old_entry = entry(score, member);
-        self.order
-            .remove_sorted(records, &old_entry)
-            .map_err(error)?;
+        self.order.remove_sorted(records, &old_entry)?;
         if let Err(failure) = self.members.remove(records, member) {
             let _ = self.order.insert_sorted(records, &old_entry);
-            return Err(error(failure));
+            return Err(failure.into());
         }
         Ok(Some(score))
     }
 
     /// `member`'s rank (0 = lowest score), if it is a member.
-    pub fn rank(&self, records: &mut impl Records, member: &[u8]) -> Result<Option<u64>, String> {
+    pub fn rank(&self, records: &mut impl Records, member: &[u8]) -> CommandResult<Option<u64>> {
         let Some(score) = self.score(records, member)? else {
             return Ok(None);
         };
-        let rank = self
-            .order
-            .lower_bound(records, &entry(score, member))
-            .map_err(error)?;
+        let rank = self.order.lower_bound(records, &entry(score, member))?;
         Ok(Some(rank))
     }
 
     /// Deletes every record.
-    pub fn clear(&mut self, records: &mut impl Records) -> Result<(), String> {
-        self.members.clear(records).map_err(error)?;
-        self.order.clear(records).map_err(error)
+    pub fn clear(&mut self, records: &mut impl Records) -> CommandResult {
+        self.members.clear(records)?;
+        self.order.clear(records).map_err(CommandError::from)
     }
 }
 
@@ -187,56 +171,50 @@ pub fn entry(score: f64, member: &[u8]) -> Vec<u8> {
 }
 
 /// Splits a tree entry into (score, member).
-pub fn split_entry(entry: &[u8]) -> Result<(f64, &[u8]), String> {
-    let (score, member) = entry.split_first_chunk::<8>().ok_or_else(|| {
-        "ERR stored value is damaged: a sorted-set entry is too short".to_string()
-    })?;
+pub fn split_entry(entry: &[u8]) -> CommandResult<(f64, &[u8])> {
+    let (score, member) = entry
+        .split_first_chunk::<8>()
+        .ok_or_else(|| CommandError::damaged("a sorted-set entry is too short"))?;
     Ok((score_of_key(*score), member))
 }
 
 /// The list in a key's value: `None` when the key does not exist, WRONGTYPE for another type.
-pub fn list_of(stored: Option<Stored>) -> Result<Option<(List, u64)>, String> {
+pub fn list_of(stored: Option<Stored>) -> CommandResult<Option<(List, u64)>> {
     match stored {
         None => Ok(None),
         Some(s) if s.kind == Kind::List => {
             let mut rest = &s.payload[..];
-            let list = List::decode(&mut rest).map_err(error)?;
+            let list = List::decode(&mut rest)?;
             Ok(Some((list, s.expire_at_ms)))
         }
-        Some(_) => Err(WRONGTYPE.into()),
+        Some(_) => Err(CommandError::WrongType),
     }
 }
 
 /// The set in a key's value (see [`list_of`]).
-pub fn set_of(stored: Option<Stored>) -> Result<Option<(Hash, u64)>, String> {
+pub fn set_of(stored: Option<Stored>) -> CommandResult<Option<(Hash, u64)>> {
     match stored {
         None => Ok(None),
         Some(s) if s.kind == Kind::Set => {
             let mut rest = &s.payload[..];
-            let hash = Hash::decode(&mut rest).map_err(error)?;
+            let hash = Hash::decode(&mut rest)?;
             Ok(Some((hash, s.expire_at_ms)))
         }
-        Some(_) => Err(WRONGTYPE.into()),
+        Some(_) => Err(CommandError::WrongType),
     }
 }
 
 /// The sorted set in a key's value (see [`list_of`]).
-pub fn zset_of(stored: Option<Stored>) -> Result<Option<(ZSet, u64)>, String> {
+pub fn zset_of(stored: Option<Stored>) -> CommandResult<Option<(ZSet, u64)>> {
     match stored {
         None => Ok(None),
         Some(s) if s.kind == Kind::ZSet => Ok(Some((ZSet::decode(&s.payload)?, s.expire_at_ms))),
-        Some(_) => Err(WRONGTYPE.into()),
+        Some(_) => Err(CommandError::WrongType),
     }
 }
 
 /// Writes a list's header back, or deletes the key when the list became empty.
-pub fn save_list(
-    txn: &mut Txn<'_>,
-    db: u8,
-    key: &[u8],
-    list: &List,
-    expire: u64,
-) -> Result<(), String> {
+pub fn save_list(txn: &mut Txn<'_>, db: u8, key: &[u8], list: &List, expire: u64) -> CommandResult {
     if list.is_empty() {
         txn.delete_keeping_records(db, key)?;
         return Ok(());
@@ -254,7 +232,7 @@ pub fn save_hash(
     kind: Kind,
     hash: &Hash,
     expire: u64,
-) -> Result<(), String> {
+) -> CommandResult {
     debug_assert!(matches!(kind, Kind::Set | Kind::HashTable));
     if hash.is_empty() {
         txn.delete_keeping_records(db, key)?;
@@ -266,13 +244,7 @@ pub fn save_hash(
 }
 
 /// Writes a sorted set's headers back, or deletes the key when empty.
-pub fn save_zset(
-    txn: &mut Txn<'_>,
-    db: u8,
-    key: &[u8],
-    zset: &ZSet,
-    expire: u64,
-) -> Result<(), String> {
+pub fn save_zset(txn: &mut Txn<'_>, db: u8, key: &[u8], zset: &ZSet, expire: u64) -> CommandResult {
     if zset.is_empty() {
         txn.delete_keeping_records(db, key)?;
         return Ok(());
@@ -281,15 +253,15 @@ pub fn save_zset(
 }
 
 /// Deletes every record of the object a `kind` value with `payload` describes.
-pub fn clear(records: &mut impl Records, kind: Kind, payload: &[u8]) -> Result<(), String> {
+pub fn clear(records: &mut impl Records, kind: Kind, payload: &[u8]) -> CommandResult {
     let mut rest = payload;
     match kind {
         Kind::List => List::decode(&mut rest)
             .and_then(|mut l| l.clear(records))
-            .map_err(error),
+            .map_err(CommandError::from),
         Kind::Set | Kind::HashTable => Hash::decode(&mut rest)
             .and_then(|mut h| h.clear(records))
-            .map_err(error),
+            .map_err(CommandError::from),
         Kind::ZSet => ZSet::decode(payload)?.clear(records),
         Kind::String | Kind::Hash => Ok(()),
     }
@@ -305,22 +277,26 @@ pub fn copy(
     kind: Kind,
     payload: &[u8],
     new_id: u64,
-) -> Result<Vec<u8>, String> {
+) -> CommandResult<Vec<u8>> {
     let mut rest = payload;
     let mut out = Vec::new();
     match kind {
         Kind::List => {
-            let list = List::decode(&mut rest).map_err(error)?;
+            let list = List::decode(&mut rest)?;
             let mut copy = List::new(new_id);
             let copied = copy_sequence(txn, source, target, &list, &mut copy);
-            discard_on_error(txn, target, copied, |r| copy.clear(r).map_err(error))?;
+            discard_on_error(txn, target, copied, |r| {
+                copy.clear(r).map_err(CommandError::from)
+            })?;
             copy.encode(&mut out);
         }
         Kind::Set | Kind::HashTable => {
-            let hash = Hash::decode(&mut rest).map_err(error)?;
+            let hash = Hash::decode(&mut rest)?;
             let mut copy = Hash::new(new_id);
             let copied = copy_hash(txn, source, target, &hash, &mut copy);
-            discard_on_error(txn, target, copied, |r| copy.clear(r).map_err(error))?;
+            discard_on_error(txn, target, copied, |r| {
+                copy.clear(r).map_err(CommandError::from)
+            })?;
             copy.encode(&mut out);
         }
         Kind::ZSet => {
@@ -341,9 +317,9 @@ pub fn copy(
 fn discard_on_error(
     txn: &mut Txn<'_>,
     target: (u8, &[u8]),
-    copied: Result<(), String>,
-    clear: impl FnOnce(&mut prefixkv_collections::Owned<'_, '_>) -> Result<(), String>,
-) -> Result<(), String> {
+    copied: CommandResult,
+    clear: impl FnOnce(&mut prefixkv_collections::Owned<'_, '_>) -> CommandResult,
+) -> CommandResult {
     if copied.is_err() {
         let _ = txn.with_records(target.0, target.1, clear);
     }
@@ -402,7 +378,7 @@ fn copy_sequence<S: Sequence>(
     target: (u8, &[u8]),
     sequence: &S,
     copy: &mut S,
-) -> Result<(), String> {
+) -> CommandResult {
     let mut rank = 0;
     while rank < sequence.len() {
         let mut batch = Vec::new();
@@ -415,15 +391,13 @@ fn copy_sequence<S: Sequence>(
                     ControlFlow::Continue(())
                 }
             })
-        })
-        .map_err(error)?;
+        })?;
         rank += batch.len() as u64;
         txn.with_records(target.0, target.1, |records| {
             batch
                 .iter()
                 .try_for_each(|entry| copy.insert_at(records, copy.len(), entry))
-        })
-        .map_err(error)?;
+        })?;
     }
     Ok(())
 }
@@ -434,33 +408,30 @@ fn copy_hash(
     target: (u8, &[u8]),
     hash: &Hash,
     copy: &mut Hash,
-) -> Result<(), String> {
+) -> CommandResult {
     let mut cursor = 0;
     loop {
         let mut batch = Vec::new();
-        cursor = txn
-            .with_records(source.0, source.1, |records| {
-                hash.scan(records, cursor, |field, value| {
-                    batch.push((field.to_vec(), value.to_vec()))
-                })
+        cursor = txn.with_records(source.0, source.1, |records| {
+            hash.scan(records, cursor, |field, value| {
+                batch.push((field.to_vec(), value.to_vec()))
             })
-            .map_err(error)?;
+        })?;
         txn.with_records(target.0, target.1, |records| {
             batch
                 .iter()
                 .try_for_each(|(field, value)| copy.insert(records, field, value).map(|_| ()))
-        })
-        .map_err(error)?;
+        })?;
         if cursor == 0 {
             break;
         }
     }
     if copy.len() != hash.len() {
-        return Err(format!(
-            "ERR stored value is damaged: copied {} of {} entries",
+        return Err(CommandError::damaged(format!(
+            "copied {} of {} entries",
             copy.len(),
             hash.len()
-        ));
+        )));
     }
     Ok(())
 }

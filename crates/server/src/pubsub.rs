@@ -21,6 +21,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+use crate::error::CommandError;
 use crate::glob;
 
 /// One message on its way to a subscriber.
@@ -201,14 +202,14 @@ impl ClientSubscriptions {
     }
 
     /// Subscribes to `name` unless already subscribed or over `limit_bytes` of names; returns
-    /// the count after it, or an error line.
+    /// the count after it, or the error to answer.
     pub fn subscribe(
         &mut self,
         registry: &PubSub,
         kind: Kind,
         name: Bytes,
         limit_bytes: u64,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, CommandError> {
         let set = match kind {
             Kind::Channel => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
@@ -216,10 +217,10 @@ impl ClientSubscriptions {
         if !set.contains(&name) {
             let bytes = name.len() as u64 + 1;
             if self.name_bytes + bytes > limit_bytes {
-                return Err(format!(
-                    "ERR too many subscriptions: their names would exceed \
+                return Err(CommandError::err(format!(
+                    "too many subscriptions: their names would exceed \
                      client-query-buffer-limit ({limit_bytes} bytes)"
-                ));
+                )));
             }
             self.name_bytes += bytes;
             set.insert(name.clone());
@@ -399,6 +400,9 @@ mod tests {
         let error = slow
             .subscribe(&registry, Kind::Channel, b("a-long-name"), 8)
             .unwrap_err();
-        assert!(error.contains("too many subscriptions"), "{error}");
+        assert!(
+            error.to_string().contains("too many subscriptions"),
+            "{error}"
+        );
     }
 }

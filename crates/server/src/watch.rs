@@ -21,6 +21,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::error::CommandError;
+
 /// Registry shards (a power of two): writes to different keys rarely share a lock.
 const SHARDS: usize = 64;
 
@@ -121,21 +123,21 @@ pub struct ClientWatch {
 
 impl ClientWatch {
     /// Watches `keys` of `database` unless that would take the watched bytes past
-    /// `limit_bytes`; an error line otherwise (nothing registered).
+    /// `limit_bytes`; the error to answer otherwise (nothing registered).
     pub fn watch(
         &mut self,
         watches: &Watches,
         database: u8,
         keys: &[&[u8]],
         limit_bytes: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), CommandError> {
         let adding: u64 = keys.iter().map(|key| key.len() as u64 + 1).sum();
         if self.key_bytes + adding > limit_bytes {
-            return Err(format!(
-                "ERR too many watched keys: {} bytes would exceed client-query-buffer-limit \
+            return Err(CommandError::err(format!(
+                "too many watched keys: {} bytes would exceed client-query-buffer-limit \
                  ({limit_bytes}); UNWATCH or EXEC first",
                 self.key_bytes + adding
-            ));
+            )));
         }
         for key in keys {
             if self.keys.iter().any(|(db, k)| *db == database && k == key) {
@@ -207,7 +209,10 @@ mod tests {
         client.watch(&watches, 0, &[b"abc", b"abc"], 8).unwrap();
         assert_eq!(watches.registrations(), 1);
         let error = client.watch(&watches, 0, &[b"defgh"], 8).unwrap_err();
-        assert!(error.contains("too many watched keys"), "{error}");
+        assert!(
+            error.to_string().contains("too many watched keys"),
+            "{error}"
+        );
         assert_eq!(watches.registrations(), 1);
         client.unwatch_all(&watches);
         assert_eq!(watches.registrations(), 0);

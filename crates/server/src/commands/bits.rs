@@ -7,12 +7,13 @@
 
 use bytes::Bytes;
 
-use super::{lower, parse_int, strings, CommandResult, Ctx};
-use crate::keyspace::WRONGTYPE;
+use super::{lower, parse_int, strings, CommandError, CommandResult, Ctx};
 use crate::value::Kind;
 
-const BIT_OFFSET_ERROR: &str = "ERR bit offset is not an integer or out of range";
-const SYNTAX_ERROR: &str = "ERR syntax error";
+/// Two checks answer it; one constructor keeps the wording in one place.
+fn bit_offset_error() -> CommandError {
+    CommandError::err("bit offset is not an integer or out of range")
+}
 
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     match name {
@@ -31,11 +32,11 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
 }
 
 /// Redis's bit offset: 0 ≤ offset and offset / 8 < proto-max-bulk-len.
-fn bit_offset(ctx: &Ctx<'_>, argument: &[u8]) -> Result<u64, String> {
-    let offset = parse_int(argument).map_err(|_| BIT_OFFSET_ERROR.to_string())?;
+fn bit_offset(ctx: &Ctx<'_>, argument: &[u8]) -> CommandResult<u64> {
+    let offset = parse_int(argument).map_err(|_| bit_offset_error())?;
     let limit = ctx.server.settings.read().proto_max_bulk_len_bytes;
     if offset < 0 || (offset as u64 >> 3) >= limit {
-        return Err(BIT_OFFSET_ERROR.into());
+        return Err(bit_offset_error());
     }
     Ok(offset as u64)
 }
@@ -50,12 +51,12 @@ fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let on = match &args[3][..] {
         b"0" => false,
         b"1" => true,
-        _ => return Err("ERR bit is not an integer or out of range".into()),
+        _ => return Err(CommandError::err("bit is not an integer or out of range")),
     };
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
     let (mut value, expire) = match txn.get(db, &args[1])? {
-        Some(stored) if stored.kind != Kind::String => return Err(WRONGTYPE.into()),
+        Some(stored) if stored.kind != Kind::String => return Err(CommandError::WrongType),
         Some(stored) => (stored.payload, stored.expire_at_ms),
         None => (Vec::new(), 0),
     };
@@ -78,12 +79,12 @@ fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 }
 
 /// Whether a range is in BITs (else BYTEs), from an optional `BYTE|BIT` argument.
-fn unit_is_bit(argument: Option<&Bytes>) -> Result<bool, String> {
+fn unit_is_bit(argument: Option<&Bytes>) -> CommandResult<bool> {
     match argument.map(|a| lower(a)) {
         None => Ok(false),
         Some(word) if word == "byte" => Ok(false),
         Some(word) if word == "bit" => Ok(true),
-        Some(_) => Err(SYNTAX_ERROR.into()),
+        Some(_) => Err(CommandError::Syntax),
     }
 }
 
@@ -152,7 +153,7 @@ fn bitcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             parse_int(&args[3])?,
             unit_is_bit(args.get(4))?,
         )),
-        _ => return Err(SYNTAX_ERROR.into()),
+        _ => return Err(CommandError::Syntax),
     };
     let value = strings::read_string(ctx, &args[1])?.unwrap_or_default();
     let count = match range {
@@ -171,10 +172,10 @@ fn bitpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let wanted = match parse_int(&args[2])? {
         0 => false,
         1 => true,
-        _ => return Err("ERR The bit argument must be 1 or 0.".into()),
+        _ => return Err(CommandError::err("The bit argument must be 1 or 0.")),
     };
     if args.len() > 6 {
-        return Err(SYNTAX_ERROR.into());
+        return Err(CommandError::Syntax);
     }
     let start = args.get(3).map(|a| parse_int(a)).transpose()?;
     let end = args.get(4).map(|a| parse_int(a)).transpose()?;
@@ -217,11 +218,13 @@ fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         "or" => Op::Or,
         "xor" => Op::Xor,
         "not" => Op::Not,
-        _ => return Err(SYNTAX_ERROR.into()),
+        _ => return Err(CommandError::Syntax),
     };
     let (destination, sources) = (&args[2], &args[3..]);
     if op == Op::Not && sources.len() != 1 {
-        return Err("ERR BITOP NOT must be called with a single source key.".into());
+        return Err(CommandError::err(
+            "BITOP NOT must be called with a single source key.",
+        ));
     }
     let db = ctx.db();
     let mut keys: Vec<&[u8]> = vec![destination];
@@ -230,7 +233,7 @@ fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let mut values = Vec::with_capacity(sources.len());
     for source in sources {
         values.push(match txn.get(db, source)? {
-            Some(stored) if stored.kind != Kind::String => return Err(WRONGTYPE.into()),
+            Some(stored) if stored.kind != Kind::String => return Err(CommandError::WrongType),
             Some(stored) => stored.payload,
             None => Vec::new(),
         });

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use prefixkv_resp::Protocol;
 
-use super::{arity_error, errors, lower, parse_int, Ctx, Flow};
+use super::{lower, parse_int, CommandError, CommandResult, Ctx, Flow};
 use crate::keyspace::DATABASES;
 use crate::state::ClientInfo;
 
@@ -18,7 +18,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
                 ctx.w.bulk(&args[1]);
                 Ok(())
             }
-            _ => Err(arity_error("ping")),
+            _ => Err(CommandError::arity("ping")),
         },
         "echo" => {
             ctx.w.bulk(&args[1]);
@@ -49,8 +49,8 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         "client" => client(ctx, args),
         _ => unreachable!("dispatch sends only connection commands here"),
     };
-    if let Err(line) = result {
-        ctx.w.error(&line);
+    if let Err(error) = result {
+        ctx.w.error(&error);
     }
     Flow::Continue
 }
@@ -61,7 +61,7 @@ fn update_info(ctx: &Ctx<'_>, change: impl FnOnce(&mut ClientInfo)) {
     }
 }
 
-fn check_password(ctx: &mut Ctx<'_>, user: &[u8], password: &[u8]) -> Result<(), String> {
+fn check_password(ctx: &mut Ctx<'_>, user: &[u8], password: &[u8]) -> CommandResult {
     let required = ctx.server.settings.read().requirepass.clone();
     let good = match &required {
         Some(expected) => user == b"default" && password == expected.as_bytes(),
@@ -71,18 +71,21 @@ fn check_password(ctx: &mut Ctx<'_>, user: &[u8], password: &[u8]) -> Result<(),
         ctx.client.authenticated = true;
         Ok(())
     } else {
-        Err(errors::WRONGPASS.into())
+        Err(CommandError::WrongPass)
     }
 }
 
-fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (user, password) = match args.len() {
         2 => (&b"default"[..], &args[1][..]),
         3 => (&args[1][..], &args[2][..]),
-        _ => return Err(errors::SYNTAX.into()),
+        _ => return Err(CommandError::Syntax),
     };
     if args.len() == 2 && ctx.server.settings.read().requirepass.is_none() {
-        return Err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into());
+        return Err(CommandError::err(
+            "AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        ));
     }
     check_password(ctx, user, password)?;
     ctx.w.ok();
@@ -93,16 +96,21 @@ fn valid_name(name: &[u8]) -> bool {
     name.iter().all(|&b| (b'!'..=b'~').contains(&b))
 }
 
-fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let mut protocol = ctx.client.protocol;
     let mut index = 1;
     if args.len() > 1 {
         let version = parse_int(&args[1])
-            .map_err(|_| "ERR Protocol version is not an integer or out of range".to_string())?;
+            .map_err(|_| CommandError::err("Protocol version is not an integer or out of range"))?;
         protocol = match version {
             2 => Protocol::Resp2,
             3 => Protocol::Resp3,
-            _ => return Err("NOPROTO unsupported protocol version".into()),
+            _ => {
+                return Err(CommandError::other(
+                    "NOPROTO",
+                    "unsupported protocol version",
+                ))
+            }
         };
         index = 2;
     }
@@ -115,24 +123,26 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             }
             "setname" if index + 1 < args.len() => {
                 if !valid_name(&args[index + 1]) {
-                    return Err(
-                        "ERR Client names cannot contain spaces, newlines or special characters."
-                            .into(),
-                    );
+                    return Err(CommandError::InvalidClientName);
                 }
                 setname = Some(String::from_utf8_lossy(&args[index + 1]).into_owned());
                 index += 2;
             }
             _ => {
-                return Err(format!(
-                    "ERR Syntax error in HELLO option '{}'",
+                return Err(CommandError::err(format!(
+                    "Syntax error in HELLO option '{}'",
                     String::from_utf8_lossy(&args[index])
-                ))
+                )))
             }
         }
     }
     if !ctx.client.authenticated {
-        return Err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into());
+        return Err(CommandError::other(
+            "NOAUTH",
+            "HELLO must be called with the client already authenticated, otherwise the \
+             HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+             select the RESP protocol version at the same time",
+        ));
     }
     ctx.client.protocol = protocol;
     if let Some(name) = setname {
@@ -168,10 +178,10 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
     Ok(())
 }
 
-fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let index = parse_int(&args[1])?;
     if !(0..DATABASES as i64).contains(&index) {
-        return Err("ERR DB index is out of range".into());
+        return Err(CommandError::DbIndexOutOfRange);
     }
     ctx.client.database = index as u8;
     update_info(ctx, |info| info.database = index as u8);
@@ -198,16 +208,13 @@ pub(super) fn client_line(id: u64, info: &ClientInfo) -> String {
     )
 }
 
-fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = lower(&args[1]);
     match (sub.as_str(), args.len()) {
         ("id", 2) => ctx.w.int(ctx.client.id as i64),
         ("setname", 3) => {
             if !valid_name(&args[2]) {
-                return Err(
-                    "ERR Client names cannot contain spaces, newlines or special characters."
-                        .into(),
-                );
+                return Err(CommandError::InvalidClientName);
             }
             let name = String::from_utf8_lossy(&args[2]).into_owned();
             ctx.client.name = if name.is_empty() {
@@ -225,19 +232,19 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
         ("setinfo", 4) => {
             let attribute = lower(&args[2]);
             if !valid_name(&args[3]) {
-                return Err(format!(
-                    "ERR {attribute} cannot contain spaces, newlines or special characters."
-                ));
+                return Err(CommandError::err(format!(
+                    "{attribute} cannot contain spaces, newlines or special characters."
+                )));
             }
             let value = String::from_utf8_lossy(&args[3]).into_owned();
             match attribute.as_str() {
                 "lib-name" => update_info(ctx, |info| info.lib_name = value),
                 "lib-ver" => update_info(ctx, |info| info.lib_ver = value),
                 _ => {
-                    return Err(format!(
-                        "ERR Unrecognized option '{}'",
+                    return Err(CommandError::err(format!(
+                        "Unrecognized option '{}'",
                         String::from_utf8_lossy(&args[2])
-                    ))
+                    )))
                 }
             }
             ctx.w.ok();
@@ -262,14 +269,9 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             ctx.w.verbatim(text.as_bytes());
         }
         ("id" | "setname" | "getname" | "setinfo" | "info", _) => {
-            return Err(arity_error(&format!("client|{sub}")))
+            return Err(CommandError::arity(format!("client|{sub}")))
         }
-        _ => {
-            return Err(format!(
-                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-                String::from_utf8_lossy(&args[1])
-            ))
-        }
+        _ => return Err(CommandError::unknown_subcommand("CLIENT", &args[1])),
     }
     Ok(())
 }

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use prefixkv_collections::hash::Hash;
 use prefixkv_collections::Records;
 
-use super::{errors, lower, parse_float, parse_int, strings, CommandResult, Ctx};
-use crate::keyspace::{Txn, WRONGTYPE};
-use crate::objects::{error, save_hash};
+use super::{lower, parse_float, parse_int, strings, CommandError, CommandResult, Ctx};
+use crate::keyspace::Txn;
+use crate::objects::save_hash;
 use crate::value::{decode_hash, encode_hash, Kind, Stored};
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -30,19 +30,17 @@ struct HashValue {
 }
 
 impl HashValue {
-    fn load(stored: Option<Stored>) -> Result<Option<HashValue>, String> {
+    fn load(stored: Option<Stored>) -> CommandResult<Option<HashValue>> {
         let Some(stored) = stored else {
             return Ok(None);
         };
         let table = match stored.kind {
             Kind::Hash => Table::Inline(
                 decode_hash(&stored.payload)
-                    .map_err(|m| format!("ERR stored hash is damaged: {}", m.0))?,
+                    .map_err(|m| CommandError::err(format!("stored hash is damaged: {}", m.0)))?,
             ),
-            Kind::HashTable => {
-                Table::Records(Hash::decode(&mut &stored.payload[..]).map_err(error)?)
-            }
-            _ => return Err(WRONGTYPE.into()),
+            Kind::HashTable => Table::Records(Hash::decode(&mut &stored.payload[..])?),
+            _ => return Err(CommandError::WrongType),
         };
         Ok(Some(HashValue {
             table,
@@ -64,7 +62,7 @@ impl HashValue {
         }
     }
 
-    fn get(&self, records: &mut impl Records, field: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    fn get(&self, records: &mut impl Records, field: &[u8]) -> CommandResult<Option<Vec<u8>>> {
         match &self.table {
             Table::Inline(pairs) => Ok(pairs
                 .iter()
@@ -72,10 +70,7 @@ impl HashValue {
                 .map(|(_, v)| v.clone())),
             Table::Records(hash) => {
                 let mut out = Vec::new();
-                Ok(hash
-                    .get(records, field, &mut out)
-                    .map_err(error)?
-                    .then_some(out))
+                Ok(hash.get(records, field, &mut out)?.then_some(out))
             }
         }
     }
@@ -86,7 +81,7 @@ impl HashValue {
         records: &mut impl Records,
         field: &[u8],
         value: &[u8],
-    ) -> Result<bool, String> {
+    ) -> CommandResult<bool> {
         match &mut self.table {
             Table::Inline(pairs) => match pairs.iter_mut().find(|(f, _)| f[..] == *field) {
                 Some((_, old)) => {
@@ -98,30 +93,31 @@ impl HashValue {
                     Ok(true)
                 }
             },
-            Table::Records(hash) => hash.insert(records, field, value).map_err(error),
+            Table::Records(hash) => hash
+                .insert(records, field, value)
+                .map_err(CommandError::from),
         }
     }
 
     /// Removes a field; whether it existed.
-    fn remove(&mut self, records: &mut impl Records, field: &[u8]) -> Result<bool, String> {
+    fn remove(&mut self, records: &mut impl Records, field: &[u8]) -> CommandResult<bool> {
         match &mut self.table {
             Table::Inline(pairs) => {
                 let before = pairs.len();
                 pairs.retain(|(f, _)| f[..] != *field);
                 Ok(pairs.len() != before)
             }
-            Table::Records(hash) => hash.remove(records, field).map_err(error),
+            Table::Records(hash) => hash.remove(records, field).map_err(CommandError::from),
         }
     }
 
     /// Every (field, value), in insertion order for a small hash, bucket order for a table.
-    fn pairs(&self, records: &mut impl Records) -> Result<Pairs, String> {
+    fn pairs(&self, records: &mut impl Records) -> CommandResult<Pairs> {
         match &self.table {
             Table::Inline(pairs) => Ok(pairs.clone()),
             Table::Records(hash) => {
                 let mut pairs = Vec::new();
-                hash.for_each(records, |f, v| pairs.push((f.to_vec(), v.to_vec())))
-                    .map_err(error)?;
+                hash.for_each(records, |f, v| pairs.push((f.to_vec(), v.to_vec())))?;
                 Ok(pairs)
             }
         }
@@ -133,7 +129,7 @@ impl HashValue {
         records: &mut impl Records,
         (max_entries, max_value_bytes): (i64, i64),
         new_id: impl FnOnce() -> u64,
-    ) -> Result<(), String> {
+    ) -> CommandResult {
         let Table::Inline(pairs) = &self.table else {
             return Ok(());
         };
@@ -149,7 +145,7 @@ impl HashValue {
             if let Err(failure) = hash.insert(records, field, value) {
                 // The hash stays small; the table built so far is not left behind.
                 let _ = hash.clear(records);
-                return Err(error(failure));
+                return Err(failure.into());
             }
         }
         self.table = Table::Records(hash);
@@ -157,7 +153,7 @@ impl HashValue {
     }
 
     /// Writes the hash back under `key` (deletes the key when it became empty).
-    fn save(&self, txn: &mut Txn<'_>, db: u8, key: &[u8]) -> Result<(), String> {
+    fn save(&self, txn: &mut Txn<'_>, db: u8, key: &[u8]) -> CommandResult {
         match &self.table {
             Table::Inline(pairs) if pairs.is_empty() => {
                 txn.delete(db, key)?;
@@ -185,8 +181,8 @@ fn thresholds(ctx: &Ctx<'_>) -> (i64, i64) {
 fn with_hash<R>(
     ctx: &mut Ctx<'_>,
     key: &[u8],
-    body: impl FnOnce(Option<&HashValue>, &mut prefixkv_collections::Owned<'_, '_>) -> Result<R, String>,
-) -> Result<R, String> {
+    body: impl FnOnce(Option<&HashValue>, &mut prefixkv_collections::Owned<'_, '_>) -> CommandResult<R>,
+) -> CommandResult<R> {
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
     let hash = HashValue::load(txn.get(db, key)?)?;
@@ -205,8 +201,8 @@ fn update_hash<R>(
     body: impl FnOnce(
         &mut HashValue,
         &mut prefixkv_collections::Owned<'_, '_>,
-    ) -> Result<(R, bool), String>,
-) -> Result<R, String> {
+    ) -> CommandResult<(R, bool)>,
+) -> CommandResult<R> {
     let db = ctx.db();
     let limits = thresholds(ctx);
     let keyspace = &ctx.server.keyspace;
@@ -218,7 +214,7 @@ fn update_hash<R>(
         if changed {
             hash.grow_if_needed(records, limits, || keyspace.new_object_id())?;
         }
-        Ok::<(R, bool), String>((result, changed))
+        Ok::<(R, bool), CommandError>((result, changed))
     });
     // Written back after an error too: a table's header describes its records after a failed
     // step, and holds the steps that succeeded (`crate::objects`); a small hash changed nothing
@@ -241,7 +237,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
     match name {
         "hset" | "hmset" | "hsetnx" => {
             if name != "hsetnx" && !args.len().is_multiple_of(2) {
-                return Err(super::arity_error(name));
+                return Err(CommandError::arity(name.to_string()));
             }
             let added = update_hash(ctx, key, |hash, records| {
                 if name == "hsetnx" && hash.get(records, &args[2])?.is_some() {
@@ -277,7 +273,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
                         Some(hash) => hash.get(records, field),
                         None => Ok(None),
                     })
-                    .collect::<Result<Vec<_>, String>>()
+                    .collect::<CommandResult<Vec<_>>>()
             })?;
             ctx.w.array(values.len());
             for value in &values {
@@ -319,12 +315,10 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             let result = update_hash(ctx, key, |hash, records| {
                 let current = match hash.get(records, &args[2])? {
                     Some(text) => parse_int(&text)
-                        .map_err(|_| "ERR hash value is not an integer".to_string())?,
+                        .map_err(|_| CommandError::err("hash value is not an integer"))?,
                     None => 0,
                 };
-                let result = current
-                    .checked_add(delta)
-                    .ok_or_else(|| errors::OVERFLOW.to_string())?;
+                let result = current.checked_add(delta).ok_or(CommandError::Overflow)?;
                 hash.set(records, &args[2], result.to_string().as_bytes())?;
                 Ok((result, true))
             })?;
@@ -335,12 +329,12 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             let text = update_hash(ctx, key, |hash, records| {
                 let current = match hash.get(records, &args[2])? {
                     Some(text) => parse_float(&text)
-                        .map_err(|_| "ERR hash value is not a float".to_string())?,
+                        .map_err(|_| CommandError::err("hash value is not a float"))?,
                     None => 0.0,
                 };
                 let result = current + delta;
                 if !result.is_finite() {
-                    return Err("ERR increment would produce NaN or Infinity".into());
+                    return Err(CommandError::NotFinite);
                 }
                 let text = strings::format_float(result).into_bytes();
                 hash.set(records, &args[2], &text)?;
@@ -363,14 +357,11 @@ fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let with_values = match args.get(3) {
         None => false,
         Some(word) if args.len() == 4 && lower(word) == "withvalues" => true,
-        Some(_) => return Err(errors::SYNTAX.into()),
+        Some(_) => return Err(CommandError::Syntax),
     };
     let limit = ctx.server.settings.read().client_output_buffer_limit_bytes;
     if count.is_some_and(|count| count.unsigned_abs() > (limit / 16).max(1)) {
-        return Err(format!(
-            "ERR count is out of range: its reply would exceed client-output-buffer-limit \
-             ({limit} bytes)"
-        ));
+        return Err(CommandError::ReplyTooLarge { limit_bytes: limit });
     }
     let mut rng = Xorshift::new(ctx.client.id);
     let chosen = with_hash(ctx, &args[1], |hash, records| match hash {
@@ -417,7 +408,7 @@ fn pick_random(
     records: &mut impl Records,
     count: i64,
     rng: &mut Xorshift,
-) -> Result<Pairs, String> {
+) -> CommandResult<Pairs> {
     let len = hash.len();
     if len == 0 || count == 0 {
         return Ok(Vec::new());
@@ -441,7 +432,7 @@ fn pick_random(
             let mut picked = Vec::new();
             let mut seen = HashSet::new();
             while (picked.len() as u64) < count.unsigned_abs() {
-                let Some(pair) = table.random(records, rng.next()).map_err(error)? else {
+                let Some(pair) = table.random(records, rng.next())? else {
                     break;
                 };
                 if count > 0 && !seen.insert(pair.0.clone()) {
@@ -455,7 +446,7 @@ fn pick_random(
 }
 
 /// Every (field, value) of the hash at `key` (empty when there is none).
-fn read_pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Pairs, String> {
+fn read_pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> CommandResult<Pairs> {
     with_hash(ctx, key, |hash, records| match hash {
         Some(hash) => hash.pairs(records),
         None => Ok(Vec::new()),

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::{errors, lower, parse_int, CommandResult, Ctx};
+use super::{lower, parse_int, CommandError, CommandResult, Ctx};
 use crate::keyspace::{now_ms, DATABASES};
 use crate::value::{Kind, Stored};
 
@@ -85,7 +85,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
                 .keyspace
                 .begin(ctx.session, db, &[source, target]);
             let Some(stored) = txn.get(db, source)? else {
-                return Err("ERR no such key".into());
+                return Err(CommandError::NoSuchKey);
             };
             if source == target {
                 drop(txn);
@@ -132,15 +132,13 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
 }
 
 /// A database index argument: an integer (Redis's integer error otherwise) within 0..16.
-fn database_index(argument: &[u8]) -> Result<u8, String> {
+fn database_index(argument: &[u8]) -> CommandResult<u8> {
     let index = parse_int(argument)?;
     if !(0..DATABASES as i64).contains(&index) {
-        return Err("ERR DB index is out of range".into());
+        return Err(CommandError::DbIndexOutOfRange);
     }
     Ok(index as u8)
 }
-
-const SAME_OBJECT: &str = "ERR source and destination objects are the same";
 
 /// COPY source destination [DB destination-db] [REPLACE]: the value and its expiry.
 fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
@@ -153,13 +151,13 @@ fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 target_db = database_index(&args[index + 1])?;
                 index += 1;
             }
-            _ => return Err(errors::SYNTAX.into()),
+            _ => return Err(CommandError::Syntax),
         }
         index += 1;
     }
     let (source, target) = (&args[1][..], &args[2][..]);
     if source_db == target_db && source == target {
-        return Err(SAME_OBJECT.into());
+        return Err(CommandError::SameObject);
     }
     let mut txn = ctx
         .server
@@ -206,7 +204,7 @@ fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (source_db, target_db) = (ctx.db(), database_index(&args[2])?);
     if source_db == target_db {
-        return Err(SAME_OBJECT.into());
+        return Err(CommandError::SameObject);
     }
     let key = &args[1][..];
     let mut txn = ctx
@@ -291,15 +289,10 @@ fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         subcommand.as_str(),
         "encoding" | "refcount" | "idletime" | "freq"
     ) {
-        return Err(format!(
-            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
-            String::from_utf8_lossy(&args[1]).replace(['\r', '\n'], " ")
-        ));
+        return Err(CommandError::unknown_subcommand("OBJECT", &args[1]));
     }
     if args.len() != 3 {
-        return Err(format!(
-            "ERR wrong number of arguments for 'object|{subcommand}' command"
-        ));
+        return Err(CommandError::arity(format!("object|{subcommand}")));
     }
     let Some(stored) = ctx.server.keyspace.read(ctx.session, ctx.db(), &args[2])? else {
         ctx.w.null();
@@ -311,12 +304,11 @@ fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         // Access times are not tracked: every key reads as just used.
         "idletime" => ctx.w.int(0),
         _ => {
-            return Err(
-                "ERR An LFU maxmemory policy is not selected, access frequency not \
-                        tracked. Please note that when switching between policies at runtime \
-                        LRU and LFU data will take some time to adjust."
-                    .into(),
-            )
+            return Err(CommandError::err(
+                "An LFU maxmemory policy is not selected, access frequency not \
+                 tracked. Please note that when switching between policies at runtime \
+                 LRU and LFU data will take some time to adjust.",
+            ))
         }
     }
     Ok(())
@@ -331,21 +323,25 @@ fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
             "xx" => xx = true,
             "gt" => gt = true,
             "lt" => lt = true,
-            other => return Err(format!("ERR Unsupported option {other}")),
+            other => return Err(CommandError::err(format!("Unsupported option {other}"))),
         }
     }
     if nx && (xx || gt || lt) {
-        return Err("ERR NX and XX, GT or LT options at the same time are not compatible".into());
+        return Err(CommandError::err(
+            "NX and XX, GT or LT options at the same time are not compatible",
+        ));
     }
     if gt && lt {
-        return Err("ERR GT and LT options at the same time are not compatible".into());
+        return Err(CommandError::err(
+            "GT and LT options at the same time are not compatible",
+        ));
     }
     let unit: i64 = if name == "expire" || name == "expireat" {
         1000
     } else {
         1
     };
-    let invalid = || format!("ERR invalid expire time in '{name}' command");
+    let invalid = || CommandError::invalid_expire_time(name);
     let mut at = amount.checked_mul(unit).ok_or_else(invalid)?;
     if !name.ends_with("at") {
         at = at.checked_add(now_ms() as i64).ok_or_else(invalid)?;

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 
-use super::{errors, lower, parse_int, CommandResult, Ctx};
+use super::{lower, parse_int, CommandError, CommandResult, Ctx};
 use crate::value::Kind;
 
 /// One matching range: `a[a_start..=a_end] == b[b_start..=b_end]`.
@@ -92,7 +92,9 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     for key in &args[1..3] {
         match ctx.server.keyspace.read(ctx.session, db, key)? {
             Some(stored) if stored.kind != Kind::String => {
-                return Err("ERR The specified keys must contain string values".into())
+                return Err(CommandError::err(
+                    "The specified keys must contain string values",
+                ))
             }
             Some(stored) => values.push(stored.payload),
             None => values.push(Vec::new()),
@@ -109,19 +111,21 @@ pub(super) fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 min_length = parse_int(&args[index + 1])?.max(0) as usize;
                 index += 1;
             }
-            _ => return Err(errors::SYNTAX.into()),
+            _ => return Err(CommandError::Syntax),
         }
         index += 1;
     }
     if length_only && indexes {
-        return Err("ERR If you want both the length and indexes, please just use IDX.".into());
+        return Err(CommandError::err(
+            "If you want both the length and indexes, please just use IDX.",
+        ));
     }
     let (a, b) = (&values[0], &values[1]);
     let table_bytes = (a.len() as u64 + 1) * (b.len() as u64 + 1) * 4;
     if table_bytes > ctx.server.settings.read().proto_max_bulk_len_bytes {
-        return Err(
-            "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len".into(),
-        );
+        return Err(CommandError::err(
+            "Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
+        ));
     }
     let (sequence, ranges) = longest_common(a, b);
     if length_only {

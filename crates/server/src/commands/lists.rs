@@ -13,10 +13,10 @@ use bytes::Bytes;
 use prefixkv_collections::list::List;
 
 use super::{
-    errors, lower, parse_float, parse_int, read_collection, AsyncOp, CommandResult, Ctx, Flow,
+    lower, parse_float, parse_int, read_collection, AsyncOp, CommandError, CommandResult, Ctx, Flow,
 };
 use crate::keyspace::Txn;
-use crate::objects::{error, list_of, save_list};
+use crate::objects::{list_of, save_list};
 
 /// Which end of a list.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -27,11 +27,11 @@ pub enum End {
     Right,
 }
 
-fn parse_end(argument: &[u8]) -> Result<End, String> {
+fn parse_end(argument: &[u8]) -> CommandResult<End> {
     match lower(argument).as_str() {
         "left" => Ok(End::Left),
         "right" => Ok(End::Right),
-        _ => Err(errors::SYNTAX.into()),
+        _ => Err(CommandError::Syntax),
     }
 }
 
@@ -126,7 +126,7 @@ fn push(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     });
     // Written back even after an error: it holds the pushes that succeeded (`crate::objects`).
     save_list(&mut txn, db, key, &tree, expire)?;
-    pushed.map_err(error)?;
+    pushed?;
     let mark = txn.commit()?;
     ctx.client.note_write(mark);
     ctx.w.int(tree.len() as i64);
@@ -141,7 +141,7 @@ fn pop_in(
     key: &[u8],
     end: End,
     count: u64,
-) -> Result<Option<Vec<Vec<u8>>>, String> {
+) -> CommandResult<Option<Vec<Vec<u8>>>> {
     let Some((mut tree, expire)) = list_of(txn.get(db, key)?)? else {
         return Ok(None);
     };
@@ -151,18 +151,18 @@ fn pop_in(
             let rank = rank_at(end, tree.len(), false);
             popped.push(tree.remove_at(records, rank)?);
         }
-        Ok(())
+        Ok::<(), CommandError>(())
     });
     if !popped.is_empty() {
         save_list(txn, db, key, &tree, expire)?;
     }
-    outcome.map_err(error)?;
+    outcome?;
     Ok(Some(popped))
 }
 
 fn pop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     if args.len() > 3 {
-        return Err(super::arity_error(name));
+        return Err(CommandError::arity(name.to_string()));
     }
     let db = ctx.db();
     let end = if name == "lpop" {
@@ -172,10 +172,9 @@ fn pop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     };
     let count = match args.get(2) {
         Some(argument) => {
-            let count = parse_int(argument)
-                .map_err(|_| "ERR value is out of range, must be positive".to_string())?;
+            let count = parse_int(argument).map_err(|_| CommandError::NotPositive)?;
             if count < 0 {
-                return Err("ERR value is out of range, must be positive".into());
+                return Err(CommandError::NotPositive);
             }
             Some(count as u64)
         }
@@ -211,8 +210,7 @@ fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 } else {
                     ControlFlow::Continue(())
                 }
-            })
-            .map_err(error)?;
+            })?;
         }
         Ok(elements)
     })?
@@ -231,7 +229,7 @@ fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             return Ok(None);
         };
         let mut out = Vec::new();
-        tree.get(records, rank, &mut out).map_err(error)?;
+        tree.get(records, rank, &mut out)?;
         Ok(Some(out))
     })?
     .flatten();
@@ -245,14 +243,14 @@ fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let index = parse_int(&args[2])?;
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
     let Some((mut tree, expire)) = list_of(txn.get(db, key)?)? else {
-        return Err("ERR no such key".into());
+        return Err(CommandError::NoSuchKey);
     };
     let Some(rank) = resolve_index(index, tree.len()) else {
-        return Err("ERR index out of range".into());
+        return Err(CommandError::err("index out of range"));
     };
     let outcome = txn.with_records(db, key, |records| tree.replace_at(records, rank, &args[3]));
     save_list(&mut txn, db, key, &tree, expire)?;
-    outcome.map_err(error)?;
+    outcome?;
     let mark = txn.commit()?;
     ctx.client.note_write(mark);
     ctx.w.ok();
@@ -268,7 +266,7 @@ fn find(
     from_head: bool,
     limit: u64,
     max_len: u64,
-) -> Result<Vec<u64>, String> {
+) -> CommandResult<Vec<u64>> {
     let mut found = Vec::new();
     let mut seen = 0u64;
     let mut visit = |rank: u64, candidate: &[u8]| {
@@ -286,10 +284,9 @@ fn find(
         return Ok(found);
     }
     if from_head {
-        tree.range(records, 0, &mut visit).map_err(error)?;
+        tree.range(records, 0, &mut visit)?;
     } else {
-        tree.range_rev(records, tree.len() - 1, &mut visit)
-            .map_err(error)?;
+        tree.range_rev(records, tree.len() - 1, &mut visit)?;
     }
     Ok(found)
 }
@@ -298,7 +295,7 @@ fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let after = match lower(&args[2]).as_str() {
         "before" => false,
         "after" => true,
-        _ => return Err(errors::SYNTAX.into()),
+        _ => return Err(CommandError::Syntax),
     };
     let db = ctx.db();
     let key = &args[1][..];
@@ -312,9 +309,8 @@ fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         let Some(&pivot) = find(&tree, records, &args[3], true, 1, 0)?.first() else {
             return Ok(false);
         };
-        tree.insert_at(records, pivot + u64::from(after), &args[4])
-            .map_err(error)?;
-        Ok::<bool, String>(true)
+        tree.insert_at(records, pivot + u64::from(after), &args[4])?;
+        Ok::<bool, CommandError>(true)
     });
     if let Ok(false) = outcome {
         // No pivot: nothing was written.
@@ -351,9 +347,9 @@ fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         // Highest rank first, so the ranks still to remove do not move.
         ranks.sort_unstable_by(|a, b| b.cmp(a));
         for &rank in &ranks {
-            tree.remove_at(records, rank).map_err(error)?;
+            tree.remove_at(records, rank)?;
         }
-        Ok::<usize, String>(ranks.len())
+        Ok::<usize, CommandError>(ranks.len())
     });
     // Written back when something was removed, or after an error (`crate::objects`).
     if !matches!(outcome, Ok(0)) {
@@ -386,7 +382,7 @@ fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             }
         });
         save_list(&mut txn, db, key, &tree, expire)?;
-        outcome.map_err(error)?;
+        outcome?;
     }
     let mark = txn.commit()?;
     ctx.client.note_write(mark);
@@ -399,29 +395,28 @@ fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (mut rank, mut count, mut max_len) = (1i64, None, 0u64);
     for pair in args[3..].chunks(2) {
         let [option, value] = pair else {
-            return Err(errors::SYNTAX.into());
+            return Err(CommandError::Syntax);
         };
         match lower(option).as_str() {
             "rank" => {
                 rank = parse_int(value)?;
                 if rank == 0 || rank == i64::MIN {
-                    return Err(
-                        "ERR RANK can't be zero: use 1 to start from the first match, \
-                                2 from the second ... or use negative to start from the end \
-                                of the list"
-                            .into(),
-                    );
+                    return Err(CommandError::err(
+                        "RANK can't be zero: use 1 to start from the first match, \
+                         2 from the second ... or use negative to start from the end \
+                         of the list",
+                    ));
                 }
             }
             "count" => match parse_int(value)? {
-                n if n < 0 => return Err("ERR COUNT can't be negative".into()),
+                n if n < 0 => return Err(CommandError::err("COUNT can't be negative")),
                 n => count = Some(n as u64),
             },
             "maxlen" => match parse_int(value)? {
-                n if n < 0 => return Err("ERR MAXLEN can't be negative".into()),
+                n if n < 0 => return Err(CommandError::err("MAXLEN can't be negative")),
                 n => max_len = n as u64,
             },
-            _ => return Err(errors::SYNTAX.into()),
+            _ => return Err(CommandError::Syntax),
         }
     }
     let skip = rank.unsigned_abs() - 1;
@@ -465,7 +460,7 @@ fn lmove(
     destination: &[u8],
     from: End,
     to: End,
-) -> Result<Option<Vec<u8>>, String> {
+) -> CommandResult<Option<Vec<u8>>> {
     let db = ctx.db();
     let keyspace = &ctx.server.keyspace;
     let mut txn = keyspace.begin(ctx.session, db, &[source, destination]);
@@ -477,9 +472,7 @@ fn lmove(
     // destination is): a wrong type moves nothing.
     let target = list_of(txn.get(db, destination)?)?;
     let rank = rank_at(from, tree.len(), false);
-    let element = txn
-        .with_records(db, source, |records| tree.remove_at(records, rank))
-        .map_err(error)?;
+    let element = txn.with_records(db, source, |records| tree.remove_at(records, rank))?;
     // The destination may be the source: then it is the tree just popped from.
     let same = source == destination;
     let (mut target, target_expire) = match target {
@@ -499,8 +492,8 @@ fn lmove(
             source_tree.insert_at(records, rank, &element)
         });
         save_list(&mut txn, db, source, &source_tree, expire)?;
-        back.map_err(error)?;
-        return Err(error(failure));
+        back?;
+        return Err(failure.into());
     }
     if !same {
         save_list(&mut txn, db, source, &tree, expire)?;
@@ -512,14 +505,14 @@ fn lmove(
 }
 
 /// Parses a blocking timeout in seconds (a float; 0 = forever) into milliseconds.
-fn parse_timeout(argument: &[u8]) -> Result<u64, String> {
+fn parse_timeout(argument: &[u8]) -> CommandResult<u64> {
     let seconds = parse_float(argument)
-        .map_err(|_| "ERR timeout is not a float or out of range".to_string())?;
+        .map_err(|_| CommandError::err("timeout is not a float or out of range"))?;
     if seconds < 0.0 {
-        return Err("ERR timeout is negative".into());
+        return Err(CommandError::NegativeTimeout);
     }
     if !seconds.is_finite() || seconds > 1e12 {
-        return Err("ERR timeout is out of range".into());
+        return Err(CommandError::err("timeout is out of range"));
     }
     Ok((seconds * 1000.0).ceil() as u64)
 }
@@ -530,14 +523,14 @@ fn parse_timeout(argument: &[u8]) -> Result<u64, String> {
 pub(super) fn run_blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
     match blocking(ctx, name, args) {
         Ok(flow) => flow,
-        Err(line) => {
-            ctx.w.error(&line);
+        Err(error) => {
+            ctx.w.error(&error);
             Flow::Continue
         }
     }
 }
 
-fn blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, String> {
+fn blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flow> {
     let timeout_ms = parse_timeout(&args[args.len() - 1])?;
     let db = ctx.db();
     let keys: Vec<Bytes> = match name {

@@ -2,7 +2,10 @@
 //! session and encodes its reply; commands that must wait (SAVE, WAITAOF, SHUTDOWN) return an
 //! [`AsyncOp`] that the connection loop awaits, in order.
 //!
-//! Errors are whole Redis error lines (`ERR ...`, `WRONGTYPE ...`), returned as `Err(String)`.
+//! A command body returns a [`CommandResult`]: its `Err` is a typed [`CommandError`]
+//! (`crate::error`, one variant per kind of Redis error), and the dispatcher writes that
+//! error's line (`ERR ...`, `WRONGTYPE ...`, its `Display`) as the reply. Error lines are never
+//! built as strings here: a new one is a variant, or `CommandError::err` for a one-off.
 
 mod bits;
 mod connection;
@@ -29,29 +32,11 @@ use prefixkv_resp::{Encoder, Protocol};
 use prefixkv_store::StoreSession as Session;
 
 use crate::config::Durability;
-use crate::keyspace::{WriteMark, OOM_ERROR};
+pub use crate::error::{CommandError, CommandResult};
+use crate::keyspace::WriteMark;
 use crate::pubsub::ClientSubscriptions;
 use crate::state::Server;
 use crate::watch::ClientWatch;
-
-/// Result of a command body: `Err` is a whole error line.
-pub type CommandResult = Result<(), String>;
-
-/// Standard error lines.
-pub mod errors {
-    /// Bad option combination.
-    pub const SYNTAX: &str = "ERR syntax error";
-    /// Not an integer.
-    pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
-    /// Not a float.
-    pub const NOT_FLOAT: &str = "ERR value is not a valid float";
-    /// Overflow.
-    pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
-    /// NOAUTH.
-    pub const NOAUTH: &str = "NOAUTH Authentication required.";
-    /// Bad password.
-    pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
-}
 
 /// What the connection loop does after a command.
 pub enum Flow {
@@ -223,9 +208,9 @@ impl Writer<'_> {
     pub fn simple(&mut self, text: &str) {
         self.encoder.simple_string(self.out, text.as_bytes());
     }
-    /// An error line.
-    pub fn error(&mut self, line: &str) {
-        self.encoder.error(self.out, line.as_bytes());
+    /// An error reply: the error's line.
+    pub fn error(&mut self, error: &CommandError) {
+        self.encoder.error(self.out, error.to_string().as_bytes());
     }
     /// An integer.
     pub fn int(&mut self, value: i64) {
@@ -300,7 +285,7 @@ pub fn lower(argument: &[u8]) -> String {
 }
 
 /// Parses an integer argument as Redis does: optional `-`, no `+`, no leading zeros, no `-0`.
-pub fn parse_int(argument: &[u8]) -> Result<i64, String> {
+pub fn parse_int(argument: &[u8]) -> CommandResult<i64> {
     std::str::from_utf8(argument)
         .ok()
         .filter(|text| {
@@ -313,60 +298,31 @@ pub fn parse_int(argument: &[u8]) -> Result<i64, String> {
             canonical && digits.bytes().all(|b| b.is_ascii_digit())
         })
         .and_then(|text| text.parse::<i64>().ok())
-        .ok_or_else(|| errors::NOT_INTEGER.to_string())
+        .ok_or(CommandError::NotInteger)
 }
 
 /// Parses a float argument (no NaN).
-pub fn parse_float(argument: &[u8]) -> Result<f64, String> {
-    let text = std::str::from_utf8(argument).map_err(|_| errors::NOT_FLOAT.to_string())?;
+pub fn parse_float(argument: &[u8]) -> CommandResult<f64> {
+    let text = std::str::from_utf8(argument).map_err(|_| CommandError::NotFloat)?;
     let lowered = text.to_ascii_lowercase();
     let value = match lowered.as_str() {
         "inf" | "+inf" | "infinity" => f64::INFINITY,
         "-inf" | "-infinity" => f64::NEG_INFINITY,
-        _ if text.is_empty() || text.trim() != text => return Err(errors::NOT_FLOAT.into()),
-        _ => text
-            .parse::<f64>()
-            .map_err(|_| errors::NOT_FLOAT.to_string())?,
+        _ if text.is_empty() || text.trim() != text => return Err(CommandError::NotFloat),
+        _ => text.parse::<f64>().map_err(|_| CommandError::NotFloat)?,
     };
     if value.is_nan() {
-        return Err(errors::NOT_FLOAT.into());
+        return Err(CommandError::NotFloat);
     }
     Ok(value)
 }
 
-/// `ERR wrong number of arguments for '<name>' command`.
-pub fn arity_error(name: &str) -> String {
-    format!("ERR wrong number of arguments for '{name}' command")
-}
-
-fn unknown_command(args: &[Bytes]) -> String {
-    let name = String::from_utf8_lossy(&args[0]);
-    let mut line = format!(
-        "ERR unknown command '{}', with args beginning with: ",
-        truncate(&name, 128)
-    );
-    for argument in args.iter().skip(1) {
-        if line.len() > 1024 {
-            break;
-        }
-        line.push_str(&format!(
-            "'{}' ",
-            truncate(&String::from_utf8_lossy(argument), 128)
-        ));
-    }
-    line.replace(['\r', '\n'], " ")
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    text.chars().take(max).collect()
-}
-
 /// A SCAN-family cursor: an unsigned integer, else Redis's `ERR invalid cursor`.
-pub fn parse_cursor(argument: &[u8]) -> Result<u64, String> {
+pub fn parse_cursor(argument: &[u8]) -> CommandResult<u64> {
     std::str::from_utf8(argument)
         .ok()
         .and_then(|text| text.parse().ok())
-        .ok_or_else(|| "ERR invalid cursor".to_string())
+        .ok_or(CommandError::InvalidCursor)
 }
 
 /// The options of a SCAN-family command after its cursor.
@@ -381,7 +337,7 @@ pub struct ScanOptions {
 
 /// Parses `MATCH p`, `COUNT n` and, when `allow_type`, `TYPE t` pairs, as Redis does: a missing
 /// value, a COUNT below 1 or an unknown option is a syntax error.
-pub fn parse_scan_options(options: &[Bytes], allow_type: bool) -> Result<ScanOptions, String> {
+pub fn parse_scan_options(options: &[Bytes], allow_type: bool) -> CommandResult<ScanOptions> {
     let mut parsed = ScanOptions {
         pattern: None,
         count: 10,
@@ -389,16 +345,16 @@ pub fn parse_scan_options(options: &[Bytes], allow_type: bool) -> Result<ScanOpt
     };
     for pair in options.chunks(2) {
         let [name, value] = pair else {
-            return Err(errors::SYNTAX.into());
+            return Err(CommandError::Syntax);
         };
         match lower(name).as_str() {
             "match" => parsed.pattern = Some(value.clone()),
             "count" => match parse_int(value)? {
-                n if n < 1 => return Err(errors::SYNTAX.into()),
+                n if n < 1 => return Err(CommandError::Syntax),
                 n => parsed.count = n as usize,
             },
             "type" if allow_type => parsed.kind = Some(lower(value)),
-            _ => return Err(errors::SYNTAX.into()),
+            _ => return Err(CommandError::Syntax),
         }
     }
     Ok(parsed)
@@ -410,10 +366,10 @@ pub fn parse_scan_options(options: &[Bytes], allow_type: bool) -> Result<ScanOpt
 /// writes nothing, unless the key had expired and was removed.
 pub fn read_collection<T, R>(
     ctx: &mut Ctx<'_>,
-    of: impl FnOnce(Option<crate::value::Stored>) -> Result<Option<(T, u64)>, String>,
+    of: impl FnOnce(Option<crate::value::Stored>) -> CommandResult<Option<(T, u64)>>,
     key: &[u8],
-    body: impl FnOnce(&T, &mut prefixkv_collections::Owned<'_, '_>) -> Result<R, String>,
-) -> Result<Option<R>, String> {
+    body: impl FnOnce(&T, &mut prefixkv_collections::Owned<'_, '_>) -> CommandResult<R>,
+) -> CommandResult<Option<R>> {
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
     let result = match of(txn.get(db, key)?)? {
@@ -463,7 +419,7 @@ pub fn execute(
     };
     let Some((index, spec)) = table::find_indexed(&name) else {
         refuse_in_transaction(ctx.client);
-        ctx.w.error(&unknown_command(args));
+        ctx.w.error(&CommandError::unknown_command(args));
         return Flow::Continue;
     };
     ctx.client.last_command.store(index, Ordering::Relaxed);
@@ -499,17 +455,19 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
     let server = ctx.server;
     if !ctx.client.authenticated && !matches!(name, "auth" | "hello" | "quit" | "reset") {
         refuse_in_transaction(ctx.client);
-        ctx.w.error(errors::NOAUTH);
+        ctx.w.error(&CommandError::NoAuth);
         return Outcome::Rejected;
     }
     if !table::arity_ok(spec, args.len()) {
         refuse_in_transaction(ctx.client);
-        ctx.w.error(&arity_error(spec.name));
+        ctx.w.error(&CommandError::arity(spec.name));
         return Outcome::Rejected;
     }
     let subscribed_resp2 = ctx.client.protocol == Protocol::Resp2 && ctx.client.is_subscribed();
     if subscribed_resp2 && !pubsub::allowed_while_subscribed(name) {
-        ctx.w.error(&pubsub::subscribed_context_error(name));
+        ctx.w.error(&CommandError::SubscribedContext {
+            command: name.to_string(),
+        });
         return Outcome::Rejected;
     }
     let queuing = ctx.client.transaction.is_some() && !matches!(name, "exec" | "discard");
@@ -521,8 +479,8 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
         };
     }
     if subscribed_resp2 && name == "ping" {
-        if let Err(line) = pubsub::subscribed_ping(ctx, args) {
-            ctx.w.error(&line);
+        if let Err(error) = pubsub::subscribed_ping(ctx, args) {
+            ctx.w.error(&error);
         }
         return Outcome::Executed(Flow::Continue);
     }
@@ -532,7 +490,7 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
             && server.keyspace.used_memory_bytes() > limit
             && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
         {
-            ctx.w.error(OOM_ERROR);
+            ctx.w.error(&CommandError::OutOfMemory);
             return Outcome::Rejected;
         }
     }
@@ -582,8 +540,8 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         }
         _ => return server::run(ctx, name, args),
     };
-    if let Err(line) = result {
-        ctx.w.error(&line);
+    if let Err(error) = result {
+        ctx.w.error(&error);
     }
     Flow::Continue
 }

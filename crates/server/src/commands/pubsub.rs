@@ -7,7 +7,7 @@
 use bytes::{Bytes, BytesMut};
 use prefixkv_resp::Encoder;
 
-use super::{arity_error, lower, Ctx};
+use super::{lower, CommandError, CommandResult, Ctx};
 use crate::pubsub::{ClientSubscriptions, Kind, Message};
 
 /// Whether a RESP2 connection holding subscriptions may run `name`.
@@ -18,16 +18,8 @@ pub fn allowed_while_subscribed(name: &str) -> bool {
     )
 }
 
-/// The error a RESP2 subscribed connection gets for any other command.
-pub fn subscribed_context_error(name: &str) -> String {
-    format!(
-        "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
-         RESET are allowed in this context"
-    )
-}
-
 /// Runs one Pub/Sub command.
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<(), String> {
+pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     match name {
         "subscribe" => subscribe(ctx, Kind::Channel, &args[1..]),
         "psubscribe" => subscribe(ctx, Kind::Pattern, &args[1..]),
@@ -56,7 +48,7 @@ fn kind_words(kind: Kind) -> (&'static [u8], &'static [u8]) {
     }
 }
 
-fn subscribe(ctx: &mut Ctx<'_>, kind: Kind, names: &[Bytes]) -> Result<(), String> {
+fn subscribe(ctx: &mut Ctx<'_>, kind: Kind, names: &[Bytes]) -> CommandResult {
     let (output_limit, name_limit) = {
         let settings = ctx.server.settings.read();
         (
@@ -109,7 +101,7 @@ fn unsubscribe(ctx: &mut Ctx<'_>, kind: Kind, names: &[Bytes]) {
     }
 }
 
-fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let registry = &ctx.server.pubsub;
     match (lower(&args[1]).as_str(), args.len()) {
         ("channels", 2 | 3) => {
@@ -142,25 +134,17 @@ fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             ctx.w.help(&lines);
         }
         ("channels" | "numpat" | "help", _) => {
-            return Err(format!(
-                "ERR wrong number of arguments for 'pubsub|{}' command",
-                lower(&args[1])
-            ))
+            return Err(CommandError::arity(format!("pubsub|{}", lower(&args[1]))))
         }
-        _ => {
-            return Err(format!(
-                "ERR unknown subcommand '{}'. Try PUBSUB HELP.",
-                String::from_utf8_lossy(&args[1]).replace(['\r', '\n'], " ")
-            ))
-        }
+        _ => return Err(CommandError::unknown_subcommand("PUBSUB", &args[1])),
     }
     Ok(())
 }
 
 /// PING on a RESP2 connection that holds subscriptions: `["pong", message or ""]`, as Redis.
-pub(super) fn subscribed_ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+pub(super) fn subscribed_ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     if args.len() > 2 {
-        return Err(arity_error("ping"));
+        return Err(CommandError::arity("ping"));
     }
     ctx.w.array(2);
     ctx.w.bulk(b"pong");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{arity_error, errors, lower, parse_int, table, AsyncOp, Ctx, Flow};
+use super::{lower, parse_int, table, AsyncOp, CommandError, CommandResult, Ctx, Flow};
 use crate::config::{parse_memory, parse_yes_no, Config, Durability};
 use crate::keyspace::DATABASES;
 use crate::persistence::Persistence;
@@ -15,14 +15,14 @@ use crate::persistence::Persistence;
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
     match run_inner(ctx, name, args) {
         Ok(flow) => flow,
-        Err(line) => {
-            ctx.w.error(&line);
+        Err(error) => {
+            ctx.w.error(&error);
             Flow::Continue
         }
     }
 }
 
-fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, String> {
+fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flow> {
     match name {
         "info" => {
             let text = crate::info::render(ctx.server, args.get(1).map(|a| lower(a)).as_deref());
@@ -38,7 +38,7 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
             if args.len() > 2
                 || (args.len() == 2 && !matches!(lower(&args[1]).as_str(), "async" | "sync"))
             {
-                return Err(errors::SYNTAX.into());
+                return Err(CommandError::Syntax);
             }
             let databases: Vec<u8> = if name == "flushdb" {
                 vec![ctx.db()]
@@ -56,13 +56,8 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
         "function" => match (lower(&args[1]).as_str(), args.len()) {
             ("flush", 2) => ctx.w.ok(),
             ("flush", 3) if matches!(lower(&args[2]).as_str(), "async" | "sync") => ctx.w.ok(),
-            ("flush", _) => return Err(errors::SYNTAX.into()),
-            _ => {
-                return Err(format!(
-                    "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
-                    String::from_utf8_lossy(&args[1])
-                ))
-            }
+            ("flush", _) => return Err(CommandError::Syntax),
+            _ => return Err(CommandError::unknown_subcommand("FUNCTION", &args[1])),
         },
         "slowlog" => slowlog(ctx, args)?,
         "time" => {
@@ -80,8 +75,8 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
                     "save" => save = true,
                     "nosave" => save = false,
                     "now" | "force" => {}
-                    "abort" => return Err("ERR No shutdown in progress.".into()),
-                    _ => return Err(errors::SYNTAX.into()),
+                    "abort" => return Err(CommandError::err("No shutdown in progress.")),
+                    _ => return Err(CommandError::Syntax),
                 }
             }
             return Ok(Flow::Async(AsyncOp::Shutdown { save }));
@@ -91,15 +86,15 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
             if args.len() > 2
                 || (args.len() == 2 && (name == "bgrewriteaof" || lower(&args[1]) != "schedule"))
             {
-                return Err(errors::SYNTAX.into());
+                return Err(CommandError::Syntax);
             }
             let persistence = ctx.server.persistence.clone();
             if !start_background(&persistence) {
-                return Err(if name == "bgsave" {
-                    "ERR Background save already in progress".into()
+                return Err(CommandError::err(if name == "bgsave" {
+                    "Background save already in progress"
                 } else {
-                    "ERR Background append only file rewriting already in progress".into()
-                });
+                    "Background append only file rewriting already in progress"
+                }));
             }
             ctx.w.simple(if name == "bgsave" {
                 "Background saving started"
@@ -120,19 +115,20 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
             let replicas = parse_int(&args[2])?;
             let timeout = parse_int(&args[3])?;
             if timeout < 0 {
-                return Err("ERR timeout is negative".into());
+                return Err(CommandError::NegativeTimeout);
             }
             if local < 0 || replicas < 0 {
-                return Err(errors::NOT_INTEGER.into());
+                return Err(CommandError::NotInteger);
             }
             if local > 0 && ctx.server.persistence.durability == Durability::None {
-                return Err(
-                    "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled."
-                        .into(),
-                );
+                return Err(CommandError::err(
+                    "WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
+                ));
             }
             if local > 1 {
-                return Err("ERR WAITAOF numlocal can only be 0 or 1 (one local store)".into());
+                return Err(CommandError::err(
+                    "WAITAOF numlocal can only be 0 or 1 (one local store)",
+                ));
             }
             return Ok(Flow::Async(AsyncOp::WaitAof {
                 timeout_ms: timeout as u64,
@@ -145,7 +141,7 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Result<Flow, Stri
             ctx.w.int(durable as i64);
         }
         _ => {
-            return Err(format!("ERR unknown command '{name}'"));
+            return Err(CommandError::err(format!("unknown command '{name}'")));
         }
     }
     Ok(Flow::Continue)
@@ -246,7 +242,7 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
 }
 
 /// SLOWLOG GET [count] | LEN | RESET | HELP.
-fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let stats = &ctx.server.command_stats;
     match (lower(&args[1]).as_str(), args.len()) {
         ("get", 2 | 3) => {
@@ -255,7 +251,9 @@ fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                 Some(text) => match parse_int(text)? {
                     -1 => None,
                     n if n < 0 => {
-                        return Err("ERR count should be greater than or equal to -1".into())
+                        return Err(CommandError::err(
+                            "count should be greater than or equal to -1",
+                        ))
                     }
                     n => Some(n as usize),
                 },
@@ -298,26 +296,19 @@ fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             ctx.w.help(&lines);
         }
         (sub @ ("get" | "len" | "reset" | "help"), _) => {
-            return Err(format!(
-                "ERR wrong number of arguments for 'slowlog|{sub}' command"
-            ))
+            return Err(CommandError::arity(format!("slowlog|{sub}")))
         }
-        _ => {
-            return Err(format!(
-                "ERR unknown subcommand '{}'. Try SLOWLOG HELP.",
-                String::from_utf8_lossy(&args[1]).replace(['\r', '\n'], " ")
-            ))
-        }
+        _ => return Err(CommandError::unknown_subcommand("SLOWLOG", &args[1])),
     }
     Ok(())
 }
 
-fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = lower(&args[1]);
     match sub.as_str() {
         "get" => {
             if args.len() < 3 {
-                return Err(arity_error("config|get"));
+                return Err(CommandError::arity("config|get"));
             }
             let all = parameters(&ctx.server.settings.read());
             let mut found: Vec<(&str, String)> = Vec::new();
@@ -349,104 +340,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                 ctx.w.bulk(value.as_bytes());
             }
         }
-        "set" => {
-            if args.len() < 4 || !args.len().is_multiple_of(2) {
-                return Err(arity_error("config|set"));
-            }
-            let mut updated = ctx.server.settings.read().clone();
-            for pair in args[2..].chunks(2) {
-                let name = lower(&pair[0]);
-                let value = String::from_utf8_lossy(&pair[1]).into_owned();
-                let failed = |why: String| {
-                    format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}")
-                };
-                match name.as_str() {
-                    "requirepass" => updated.requirepass = (!value.is_empty()).then_some(value),
-                    "maxclients" => {
-                        updated.maxclients = value.parse().map_err(|_| {
-                            failed("argument couldn't be parsed into an integer".into())
-                        })?
-                    }
-                    "maxmemory" => {
-                        updated.maxmemory_bytes =
-                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
-                    }
-                    "client-query-buffer-limit" => {
-                        updated.client_query_buffer_limit_bytes =
-                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
-                    }
-                    "client-output-buffer-limit" => {
-                        updated.client_output_buffer_limit_bytes =
-                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
-                    }
-                    "proto-max-bulk-len" => {
-                        updated.proto_max_bulk_len_bytes =
-                            parse_memory(&value).map_err(|e| failed(e.to_string()))?
-                    }
-                    "protected-mode" => {
-                        updated.protected_mode =
-                            parse_yes_no(&value).map_err(|e| failed(e.to_string()))?
-                    }
-                    "slowlog-log-slower-than" => {
-                        updated.slowlog_log_slower_than_us = value.parse().map_err(|_| {
-                            failed("argument couldn't be parsed into an integer".into())
-                        })?
-                    }
-                    "slowlog-max-len" => {
-                        let len: u64 = value.parse().map_err(|_| {
-                            failed("argument couldn't be parsed into an integer".into())
-                        })?;
-                        if len > crate::config::MAX_SLOWLOG_LEN {
-                            return Err(failed(format!(
-                                "argument must be between 0 and {}",
-                                crate::config::MAX_SLOWLOG_LEN
-                            )));
-                        }
-                        updated.slowlog_max_len = len;
-                    }
-                    _ if crate::config::encoding_threshold_name(&name).is_some() => {
-                        let canonical = crate::config::encoding_threshold_name(&name)
-                            .expect("checked by the guard");
-                        let number: i64 = value.parse().map_err(|_| {
-                            failed("argument couldn't be parsed into an integer".into())
-                        })?;
-                        for (known, current) in &mut updated.encoding_thresholds {
-                            if *known == canonical {
-                                *current = number;
-                            }
-                        }
-                    }
-                    "maxmemory-policy" if value == "noeviction" => {}
-                    "save" | "appendonly" => {}
-                    "port"
-                    | "bind"
-                    | "dir"
-                    | "appendfsync"
-                    | "databases"
-                    | "checkpoint-interval"
-                    | "checkpoint-rate"
-                    | "threads"
-                    | "metrics-port"
-                    | "loglevel"
-                    | "engine-memory" => {
-                        return Err(failed("can't set immutable config".into()));
-                    }
-                    _ => {
-                        return Err(format!(
-                            "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-                            String::from_utf8_lossy(&pair[0])
-                        ))
-                    }
-                }
-            }
-            let stats = &ctx.server.command_stats;
-            stats
-                .slower_than_us
-                .store(updated.slowlog_log_slower_than_us, Ordering::Relaxed);
-            stats.set_max_len(updated.slowlog_max_len as usize);
-            *ctx.server.settings.write() = updated;
-            ctx.w.ok();
-        }
+        "set" => config_set(ctx, args)?,
         "resetstat" => {
             let stats = &ctx.server.stats;
             for counter in [
@@ -464,13 +358,109 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
             ctx.server.command_stats.reset();
             ctx.w.ok();
         }
-        _ => {
-            return Err(format!(
-                "ERR unknown subcommand '{}'. Try CONFIG HELP.",
-                String::from_utf8_lossy(&args[1])
+        _ => return Err(CommandError::unknown_subcommand("CONFIG", &args[1])),
+    }
+    Ok(())
+}
+
+/// CONFIG SET name value [name value ...]: every pair is checked before any takes effect.
+fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    if args.len() < 4 || !args.len().is_multiple_of(2) {
+        return Err(CommandError::arity("config|set"));
+    }
+    let mut updated = ctx.server.settings.read().clone();
+    for pair in args[2..].chunks(2) {
+        let name = lower(&pair[0]);
+        let value = String::from_utf8_lossy(&pair[1]).into_owned();
+        let failed = |why: String| {
+            CommandError::err(format!(
+                "CONFIG SET failed (possibly related to argument '{name}') - {why}"
             ))
+        };
+        match name.as_str() {
+            "requirepass" => updated.requirepass = (!value.is_empty()).then_some(value),
+            "maxclients" => {
+                updated.maxclients = value
+                    .parse()
+                    .map_err(|_| failed("argument couldn't be parsed into an integer".into()))?
+            }
+            "maxmemory" => {
+                updated.maxmemory_bytes = parse_memory(&value).map_err(|e| failed(e.to_string()))?
+            }
+            "client-query-buffer-limit" => {
+                updated.client_query_buffer_limit_bytes =
+                    parse_memory(&value).map_err(|e| failed(e.to_string()))?
+            }
+            "client-output-buffer-limit" => {
+                updated.client_output_buffer_limit_bytes =
+                    parse_memory(&value).map_err(|e| failed(e.to_string()))?
+            }
+            "proto-max-bulk-len" => {
+                updated.proto_max_bulk_len_bytes =
+                    parse_memory(&value).map_err(|e| failed(e.to_string()))?
+            }
+            "protected-mode" => {
+                updated.protected_mode = parse_yes_no(&value).map_err(|e| failed(e.to_string()))?
+            }
+            "slowlog-log-slower-than" => {
+                updated.slowlog_log_slower_than_us = value
+                    .parse()
+                    .map_err(|_| failed("argument couldn't be parsed into an integer".into()))?
+            }
+            "slowlog-max-len" => {
+                let len: u64 = value
+                    .parse()
+                    .map_err(|_| failed("argument couldn't be parsed into an integer".into()))?;
+                if len > crate::config::MAX_SLOWLOG_LEN {
+                    return Err(failed(format!(
+                        "argument must be between 0 and {}",
+                        crate::config::MAX_SLOWLOG_LEN
+                    )));
+                }
+                updated.slowlog_max_len = len;
+            }
+            _ if crate::config::encoding_threshold_name(&name).is_some() => {
+                let canonical =
+                    crate::config::encoding_threshold_name(&name).expect("checked by the guard");
+                let number: i64 = value
+                    .parse()
+                    .map_err(|_| failed("argument couldn't be parsed into an integer".into()))?;
+                for (known, current) in &mut updated.encoding_thresholds {
+                    if *known == canonical {
+                        *current = number;
+                    }
+                }
+            }
+            "maxmemory-policy" if value == "noeviction" => {}
+            "save" | "appendonly" => {}
+            "port"
+            | "bind"
+            | "dir"
+            | "appendfsync"
+            | "databases"
+            | "checkpoint-interval"
+            | "checkpoint-rate"
+            | "threads"
+            | "metrics-port"
+            | "loglevel"
+            | "engine-memory" => {
+                return Err(failed("can't set immutable config".into()));
+            }
+            _ => {
+                return Err(CommandError::err(format!(
+                    "Unknown option or number of arguments for CONFIG SET - '{}'",
+                    String::from_utf8_lossy(&pair[0])
+                )))
+            }
         }
     }
+    let stats = &ctx.server.command_stats;
+    stats
+        .slower_than_us
+        .store(updated.slowlog_log_slower_than_us, Ordering::Relaxed);
+    stats.set_max_len(updated.slowlog_max_len as usize);
+    *ctx.server.settings.write() = updated;
+    ctx.w.ok();
     Ok(())
 }
 
@@ -490,7 +480,7 @@ fn command_info(ctx: &mut Ctx<'_>, spec: &table::Spec) {
     ctx.w.array(0);
 }
 
-fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
+fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = args.get(1).map(|a| lower(a));
     match sub.as_deref() {
         None => {
@@ -541,9 +531,11 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<(), String> {
                 ctx.w.bulk(spec.group.as_bytes());
             }
         }
+        // The subcommand as lower-cased above (Redis echoes it as sent).
         Some(other) => {
-            return Err(format!(
-                "ERR unknown subcommand '{other}'. Try COMMAND HELP."
+            return Err(CommandError::unknown_subcommand(
+                "COMMAND",
+                other.as_bytes(),
             ));
         }
     }

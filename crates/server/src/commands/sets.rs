@@ -7,9 +7,9 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use prefixkv_collections::hash::Hash;
 
-use super::{errors, lower, parse_int, read_collection, CommandResult, Ctx};
+use super::{lower, parse_int, read_collection, CommandError, CommandResult, Ctx};
 use crate::keyspace::Txn;
-use crate::objects::{error, save_hash, set_of};
+use crate::objects::{save_hash, set_of};
 use crate::value::Kind;
 
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
@@ -38,13 +38,13 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
                     };
                     changed += i64::from(hit);
                 }
-                Ok(())
+                Ok::<(), CommandError>(())
             });
             // Written back even after an error: it holds what succeeded (`crate::objects`).
             if changed > 0 {
                 save_hash(&mut txn, db, key, Kind::Set, &set, expire)?;
             }
-            outcome.map_err(error)?;
+            outcome?;
             let mark = txn.commit()?;
             ctx.client.note_write(mark);
             ctx.w.int(changed);
@@ -53,8 +53,11 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             let found = read_collection(ctx, set_of, &args[1], |set, records| {
                 args[2..]
                     .iter()
-                    .map(|member| set.get(records, member, &mut Vec::new()).map_err(error))
-                    .collect::<Result<Vec<bool>, String>>()
+                    .map(|member| {
+                        set.get(records, member, &mut Vec::new())
+                            .map_err(CommandError::from)
+                    })
+                    .collect::<CommandResult<Vec<bool>>>()
             })?;
             let found = found.unwrap_or_else(|| vec![false; args.len() - 2]);
             if name == "sismember" {
@@ -106,10 +109,9 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
 fn members_of(
     set: &Hash,
     records: &mut impl prefixkv_collections::Records,
-) -> Result<Vec<Vec<u8>>, String> {
+) -> CommandResult<Vec<Vec<u8>>> {
     let mut members = Vec::new();
-    set.for_each(records, |member, _| members.push(member.to_vec()))
-        .map_err(error)?;
+    set.for_each(records, |member, _| members.push(member.to_vec()))?;
     Ok(members)
 }
 
@@ -127,7 +129,7 @@ fn members_at(
     db: u8,
     key: &[u8],
     set: Option<Hash>,
-) -> Result<Vec<Vec<u8>>, String> {
+) -> CommandResult<Vec<Vec<u8>>> {
     match set {
         Some(set) => txn.with_records(db, key, |records| members_of(&set, records)),
         None => Ok(Vec::new()),
@@ -143,7 +145,7 @@ fn combine(
     keys: &[&[u8]],
     operation: &str,
     limit: u64,
-) -> Result<Vec<Vec<u8>>, String> {
+) -> CommandResult<Vec<Vec<u8>>> {
     let mut sets = Vec::with_capacity(keys.len());
     for key in keys {
         sets.push(set_of(txn.get(db, key)?)?.map(|(set, _)| set));
@@ -181,11 +183,9 @@ fn combine(
                 continue;
             }
             let Some(set) = set else { continue };
-            let present = txn
-                .with_records(db, keys[index], |records| {
-                    set.get(records, &member, &mut scratch)
-                })
-                .map_err(error)?;
+            let present = txn.with_records(db, keys[index], |records| {
+                set.get(records, &member, &mut scratch)
+            })?;
             if present != intersect {
                 keep = false;
                 break;
@@ -202,7 +202,7 @@ fn combine(
 }
 
 /// Replaces `key` with a set of `members` (deletes it when there are none).
-fn store(txn: &mut Txn<'_>, db: u8, key: &[u8], members: &[Vec<u8>]) -> Result<(), String> {
+fn store(txn: &mut Txn<'_>, db: u8, key: &[u8], members: &[Vec<u8>]) -> CommandResult {
     txn.delete(db, key)?;
     if members.is_empty() {
         return Ok(());
@@ -214,7 +214,7 @@ fn store(txn: &mut Txn<'_>, db: u8, key: &[u8], members: &[Vec<u8>]) -> Result<(
             .try_for_each(|member| set.insert(records, member, b"").map(|_| ()))
     });
     save_hash(txn, db, key, Kind::Set, &set, 0)?;
-    outcome.map_err(error)
+    outcome.map_err(CommandError::from)
 }
 
 /// SINTERCARD numkeys key [key ...] [LIMIT limit].
@@ -222,11 +222,13 @@ fn sintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let count = parse_int(&args[1])
         .ok()
         .filter(|n| *n > 0)
-        .ok_or_else(|| "ERR numkeys should be greater than 0".to_string())?
+        .ok_or_else(|| CommandError::err("numkeys should be greater than 0"))?
         as usize;
     let rest = &args[2..];
     if count > rest.len() {
-        return Err("ERR Number of keys can't be greater than number of args".into());
+        return Err(CommandError::err(
+            "Number of keys can't be greater than number of args",
+        ));
     }
     let mut limit = u64::MAX;
     match &rest[count..] {
@@ -234,13 +236,13 @@ fn sintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         [word, value] if lower(word) == "limit" => {
             limit = match parse_int(value) {
                 Ok(n) if n >= 0 => n as u64,
-                _ => return Err("ERR LIMIT can't be negative".into()),
+                _ => return Err(CommandError::err("LIMIT can't be negative")),
             };
             if limit == 0 {
                 limit = u64::MAX;
             }
         }
-        _ => return Err(errors::SYNTAX.into()),
+        _ => return Err(CommandError::Syntax),
     }
     let db = ctx.db();
     let keys: Vec<&[u8]> = rest[..count].iter().map(|k| &k[..]).collect();
@@ -266,18 +268,14 @@ fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let target = set_of(txn.get(db, destination)?)?;
     if source == destination {
         // Redis answers whether it is a member and changes nothing.
-        let member_there = txn
-            .with_records(db, source, |records| {
-                set.get(records, member, &mut Vec::new())
-            })
-            .map_err(error)?;
+        let member_there = txn.with_records(db, source, |records| {
+            set.get(records, member, &mut Vec::new())
+        })?;
         txn.commit()?;
         ctx.w.int(i64::from(member_there));
         return Ok(());
     }
-    let removed = txn
-        .with_records(db, source, |records| set.remove(records, member))
-        .map_err(error)?;
+    let removed = txn.with_records(db, source, |records| set.remove(records, member))?;
     if !removed {
         txn.commit()?;
         ctx.w.int(0);
@@ -292,8 +290,8 @@ fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         // Put the member back, so a refused add loses nothing.
         let back = txn.with_records(db, source, |records| set.insert(records, member, b""));
         save_hash(&mut txn, db, source, Kind::Set, &set, expire)?;
-        back.map_err(error)?;
-        return Err(error(failure));
+        back?;
+        return Err(failure.into());
     }
     save_hash(&mut txn, db, source, Kind::Set, &set, expire)?;
     save_hash(&mut txn, db, destination, Kind::Set, &target, target_expire)?;
@@ -308,15 +306,14 @@ fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 /// client-output-buffer-limit (16 bytes a member at least), as HRANDFIELD's.
 fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     if args.len() > 3 {
-        return Err(errors::SYNTAX.into());
+        return Err(CommandError::Syntax);
     }
     let count = match args.get(2) {
         None => None,
         Some(argument) => {
-            const NOT_POSITIVE: &str = "ERR value is out of range, must be positive";
             let count = match parse_int(argument) {
-                Ok(count) if name == "spop" && count < 0 => return Err(NOT_POSITIVE.into()),
-                Err(_) if name == "spop" => return Err(NOT_POSITIVE.into()),
+                Ok(count) if name == "spop" && count < 0 => return Err(CommandError::NotPositive),
+                Err(_) if name == "spop" => return Err(CommandError::NotPositive),
                 parsed => parsed?,
             };
             Some(count)
@@ -324,10 +321,7 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
     };
     let limit = ctx.server.settings.read().client_output_buffer_limit_bytes;
     if count.is_some_and(|c| c < 0 && c.unsigned_abs() > (limit / 16).max(1)) {
-        return Err(format!(
-            "ERR count is out of range: its reply would exceed client-output-buffer-limit \
-             ({limit} bytes)"
-        ));
+        return Err(CommandError::ReplyTooLarge { limit_bytes: limit });
     }
     let db = ctx.db();
     let key = &args[1][..];
@@ -352,17 +346,17 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         let mut chosen: HashSet<Vec<u8>> = HashSet::new();
         while (picked.len() as u64) < wanted && !set.is_empty() {
             seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let Some((member, _)) = set.random(records, seed).map_err(error)? else {
+            let Some((member, _)) = set.random(records, seed)? else {
                 break;
             };
             if name == "spop" {
-                set.remove(records, &member).map_err(error)?;
+                set.remove(records, &member)?;
             } else if distinct && !chosen.insert(member.clone()) {
                 continue;
             }
             picked.push(member);
         }
-        Ok::<(), String>(())
+        Ok::<(), CommandError>(())
     });
     // Written back even after an error: it holds the pops that succeeded (`crate::objects`).
     if name == "spop" && !picked.is_empty() {
@@ -417,18 +411,16 @@ pub(super) fn scan_table(
     mut cursor: u64,
     count: usize,
     mut keep: impl FnMut(&[u8], &[u8]) -> bool,
-) -> Result<(u64, Vec<Entry>), String> {
+) -> CommandResult<(u64, Vec<Entry>)> {
     let mut seen = 0;
     let mut entries = Vec::new();
     loop {
-        cursor = table
-            .scan(records, cursor, |field, value| {
-                seen += 1;
-                if keep(field, value) {
-                    entries.push((field.to_vec(), value.to_vec()));
-                }
-            })
-            .map_err(error)?;
+        cursor = table.scan(records, cursor, |field, value| {
+            seen += 1;
+            if keep(field, value) {
+                entries.push((field.to_vec(), value.to_vec()));
+            }
+        })?;
         if cursor == 0 || seen >= count {
             return Ok((cursor, entries));
         }

@@ -4,8 +4,8 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use super::{errors, lower, parse_float, parse_int, CommandResult, Ctx};
-use crate::keyspace::{now_ms, WRONGTYPE};
+use super::{lower, parse_float, parse_int, CommandError, CommandResult, Ctx};
+use crate::keyspace::now_ms;
 use crate::value::{Kind, Stored};
 
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
@@ -23,7 +23,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             let amount = parse_int(&args[2])?;
             let unit = if name == "setex" { 1000 } else { 1 };
             let expire = absolute_expiry(amount, unit, false)
-                .ok_or_else(|| format!("ERR invalid expire time in '{name}' command"))?;
+                .ok_or_else(|| CommandError::invalid_expire_time(name))?;
             set_plain(ctx, &args[1], &args[3], Condition::Always, expire)?;
             ctx.w.ok();
         }
@@ -50,7 +50,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         "getex" => getex(ctx, args)?,
         "mset" | "msetnx" => {
             if args.len().is_multiple_of(2) {
-                return Err(super::arity_error(name));
+                return Err(CommandError::arity(name.to_string()));
             }
             let db = ctx.db();
             let keys: Vec<&[u8]> = args[1..].iter().step_by(2).map(|k| &k[..]).collect();
@@ -96,38 +96,16 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         "decrby" => {
             let delta = parse_int(&args[2])?;
             if delta == i64::MIN {
-                return Err("ERR decrement would overflow".into());
+                return Err(CommandError::err("decrement would overflow"));
             }
             incr_by(ctx, &args[1], -delta)?
         }
-        "incrbyfloat" => {
-            let delta = parse_float(&args[2])?;
-            let db = ctx.db();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-            let old = txn.get(db, &args[1])?;
-            let (current, expire) = match &old {
-                Some(s) if s.kind != Kind::String => return Err(WRONGTYPE.into()),
-                Some(s) => (
-                    parse_float(&s.payload).map_err(|_| errors::NOT_FLOAT.to_string())?,
-                    s.expire_at_ms,
-                ),
-                None => (0.0, 0),
-            };
-            let result = current + delta;
-            if !result.is_finite() {
-                return Err("ERR increment would produce NaN or Infinity".into());
-            }
-            let text = format_float(result);
-            txn.put(db, &args[1], Kind::String, expire, text.as_bytes())?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.bulk(text.as_bytes());
-        }
+        "incrbyfloat" => incr_by_float(ctx, args)?,
         "append" => {
             let db = ctx.db();
             let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
             let (mut current, expire) = match txn.get(db, &args[1])? {
-                Some(s) if s.kind != Kind::String => return Err(WRONGTYPE.into()),
+                Some(s) if s.kind != Kind::String => return Err(CommandError::WrongType),
                 Some(s) => (s.payload, s.expire_at_ms),
                 None => (Vec::new(), 0),
             };
@@ -142,34 +120,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             let value = read_string(ctx, &args[1])?;
             ctx.w.int(value.map_or(0, |v| v.len() as i64));
         }
-        "setrange" => {
-            let offset = parse_int(&args[2])?;
-            if offset < 0 {
-                return Err("ERR offset is out of range".into());
-            }
-            let db = ctx.db();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-            let (mut current, expire) = match txn.get(db, &args[1])? {
-                Some(s) if s.kind != Kind::String => return Err(WRONGTYPE.into()),
-                Some(s) => (s.payload, s.expire_at_ms),
-                None => (Vec::new(), 0),
-            };
-            if args[3].is_empty() {
-                ctx.w.int(current.len() as i64);
-                return Ok(());
-            }
-            let end = offset as u64 + args[3].len() as u64;
-            check_size(ctx.server, end)?;
-            let (offset, end) = (offset as usize, end as usize);
-            if current.len() < end {
-                current.resize(end, 0);
-            }
-            current[offset..end].copy_from_slice(&args[3]);
-            txn.put(db, &args[1], Kind::String, expire, &current)?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.int(current.len() as i64);
-        }
+        "setrange" => setrange(ctx, args)?,
         "getrange" => {
             let start = parse_int(&args[2])?;
             let end = parse_int(&args[3])?;
@@ -178,6 +129,60 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         }
         _ => unreachable!("dispatch sends only string commands here"),
     }
+    Ok(())
+}
+
+/// INCRBYFLOAT key increment: the sum, written back in its shortest text.
+fn incr_by_float(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let delta = parse_float(&args[2])?;
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let old = txn.get(db, &args[1])?;
+    let (current, expire) = match &old {
+        Some(s) if s.kind != Kind::String => return Err(CommandError::WrongType),
+        Some(s) => (parse_float(&s.payload)?, s.expire_at_ms),
+        None => (0.0, 0),
+    };
+    let result = current + delta;
+    if !result.is_finite() {
+        return Err(CommandError::NotFinite);
+    }
+    let text = format_float(result);
+    txn.put(db, &args[1], Kind::String, expire, text.as_bytes())?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.bulk(text.as_bytes());
+    Ok(())
+}
+
+/// SETRANGE key offset value: zero-padded, within proto-max-bulk-len.
+fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let offset = parse_int(&args[2])?;
+    if offset < 0 {
+        return Err(CommandError::err("offset is out of range"));
+    }
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let (mut current, expire) = match txn.get(db, &args[1])? {
+        Some(s) if s.kind != Kind::String => return Err(CommandError::WrongType),
+        Some(s) => (s.payload, s.expire_at_ms),
+        None => (Vec::new(), 0),
+    };
+    if args[3].is_empty() {
+        ctx.w.int(current.len() as i64);
+        return Ok(());
+    }
+    let end = offset as u64 + args[3].len() as u64;
+    check_size(ctx.server, end)?;
+    let (offset, end) = (offset as usize, end as usize);
+    if current.len() < end {
+        current.resize(end, 0);
+    }
+    current[offset..end].copy_from_slice(&args[3]);
+    txn.put(db, &args[1], Kind::String, expire, &current)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(current.len() as i64);
     Ok(())
 }
 
@@ -203,7 +208,9 @@ fn range(value: &[u8], start: i64, end: i64) -> &[u8] {
 
 fn check_size(server: &crate::state::Server, bytes: u64) -> CommandResult {
     if bytes > server.settings.read().proto_max_bulk_len_bytes {
-        return Err("ERR string exceeds maximum allowed size (proto-max-bulk-len)".into());
+        return Err(CommandError::err(
+            "string exceeds maximum allowed size (proto-max-bulk-len)",
+        ));
     }
     Ok(())
 }
@@ -217,16 +224,16 @@ pub fn format_float(value: f64) -> String {
     }
 }
 
-fn string_of(stored: Option<Stored>) -> Result<Option<Vec<u8>>, String> {
+fn string_of(stored: Option<Stored>) -> CommandResult<Option<Vec<u8>>> {
     match stored {
-        Some(s) if s.kind != Kind::String => Err(WRONGTYPE.into()),
+        Some(s) if s.kind != Kind::String => Err(CommandError::WrongType),
         Some(s) => Ok(Some(s.payload)),
         None => Ok(None),
     }
 }
 
 /// Reads a string (WRONGTYPE for a hash), counting hits and misses.
-pub(super) fn read_string(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+pub(super) fn read_string(ctx: &mut Ctx<'_>, key: &[u8]) -> CommandResult<Option<Vec<u8>>> {
     let stored = ctx
         .server
         .keyspace
@@ -268,7 +275,7 @@ fn set_plain(
     value: &[u8],
     condition: Condition,
     expire: u64,
-) -> Result<bool, String> {
+) -> CommandResult<bool> {
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
     let exists = condition != Condition::Always && txn.get(db, key)?.is_some();
@@ -313,12 +320,12 @@ fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                     1
                 };
                 let at = absolute_expiry(amount, unit, option.ends_with("at"))
-                    .ok_or_else(|| "ERR invalid expire time in 'set' command".to_string())?;
+                    .ok_or_else(|| CommandError::invalid_expire_time("set"))?;
                 expiry = Expiry::At(at);
                 expiry_given = true;
                 index += 1;
             }
-            _ => return Err(errors::SYNTAX.into()),
+            _ => return Err(CommandError::Syntax),
         }
         index += 1;
     }
@@ -332,7 +339,7 @@ fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     if get {
         if let Some(s) = &old {
             if s.kind != Kind::String {
-                return Err(WRONGTYPE.into());
+                return Err(CommandError::WrongType);
             }
         }
     }
@@ -380,11 +387,11 @@ fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                     1
                 };
                 let at = absolute_expiry(amount, unit, option.ends_with("at"))
-                    .ok_or_else(|| "ERR invalid expire time in 'getex' command".to_string())?;
+                    .ok_or_else(|| CommandError::invalid_expire_time("getex"))?;
                 change = Some(Expiry::At(at));
                 index += 1;
             }
-            _ => return Err(errors::SYNTAX.into()),
+            _ => return Err(CommandError::Syntax),
         }
         index += 1;
     }
@@ -414,13 +421,11 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CommandResult {
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
     let (current, expire) = match txn.get(db, key)? {
-        Some(s) if s.kind != Kind::String => return Err(WRONGTYPE.into()),
+        Some(s) if s.kind != Kind::String => return Err(CommandError::WrongType),
         Some(s) => (parse_int(&s.payload)?, s.expire_at_ms),
         None => (0, 0),
     };
-    let result = current
-        .checked_add(delta)
-        .ok_or_else(|| errors::OVERFLOW.to_string())?;
+    let result = current.checked_add(delta).ok_or(CommandError::Overflow)?;
     txn.put(db, key, Kind::String, expire, result.to_string().as_bytes())?;
     let mark = txn.commit()?;
     ctx.client.note_write(mark);

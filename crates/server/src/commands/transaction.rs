@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 
-use super::{execute, Ctx, Flow, Transaction};
+use super::{execute, CommandError, CommandResult, Ctx, Flow, Transaction};
 
 /// Commands that wait or change the connection in ways a queued batch cannot replay in place.
 const NOT_IN_TRANSACTION: &[&str] = &[
@@ -35,7 +35,8 @@ pub(super) fn handle(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Fl
     match name {
         "multi" => {
             if ctx.client.transaction.is_some() {
-                ctx.w.error("ERR MULTI calls can not be nested");
+                ctx.w
+                    .error(&CommandError::err("MULTI calls can not be nested"));
             } else {
                 ctx.client.transaction = Some(Transaction::default());
                 ctx.w.ok();
@@ -46,24 +47,24 @@ pub(super) fn handle(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Fl
                 ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
                 ctx.w.ok()
             }
-            None => ctx.w.error("ERR DISCARD without MULTI"),
+            None => ctx.w.error(&CommandError::err("DISCARD without MULTI")),
         },
         "exec" => match ctx.client.transaction.take() {
-            None => ctx.w.error("ERR EXEC without MULTI"),
+            None => ctx.w.error(&CommandError::err("EXEC without MULTI")),
             Some(transaction) if transaction.failed => {
                 ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
-                ctx.w
-                    .error("EXECABORT Transaction discarded because of previous errors.")
+                ctx.w.error(&CommandError::ExecAbort)
             }
             Some(transaction) => exec(ctx, transaction.queued),
         },
         "watch" if ctx.client.transaction.is_some() => {
-            ctx.w.error("ERR WATCH inside MULTI is not allowed");
+            ctx.w
+                .error(&CommandError::err("WATCH inside MULTI is not allowed"));
         }
-        "watch" if args.len() < 2 => ctx.w.error(&super::arity_error("watch")),
+        "watch" if args.len() < 2 => ctx.w.error(&CommandError::arity("watch")),
         "watch" => match watch(ctx, &args[1..]) {
             Ok(()) => ctx.w.ok(),
-            Err(line) => ctx.w.error(&line),
+            Err(error) => ctx.w.error(&error),
         },
         // Inside MULTI it is queued, as in Redis (EXEC has forgotten the watches by then).
         "unwatch" if ctx.client.transaction.is_none() => {
@@ -76,17 +77,19 @@ pub(super) fn handle(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Fl
             let transaction = ctx.client.transaction.as_mut()?;
             if NOT_IN_TRANSACTION.contains(&name) {
                 transaction.failed = true;
-                ctx.w.error("ERR Command not allowed inside a transaction");
+                ctx.w.error(&CommandError::err(
+                    "Command not allowed inside a transaction",
+                ));
                 return Some(Flow::Continue);
             }
             let bytes: u64 = args.iter().map(|argument| argument.len() as u64).sum();
             let limit = ctx.server.settings.read().client_query_buffer_limit_bytes;
             if transaction.queued_bytes + bytes > limit {
                 transaction.failed = true;
-                ctx.w.error(
-                    "ERR transaction too large: the queued commands exceed \
+                ctx.w.error(&CommandError::err(
+                    "transaction too large: the queued commands exceed \
                      client-query-buffer-limit; EXEC will be refused, send DISCARD",
-                );
+                ));
                 return Some(Flow::Continue);
             }
             transaction.queued_bytes += bytes;
@@ -99,7 +102,7 @@ pub(super) fn handle(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Fl
 
 /// WATCH: registers the keys, after removing any already expired (an expiry before WATCH is no
 /// write after it, as in Redis).
-fn watch(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> Result<(), String> {
+fn watch(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> CommandResult {
     let database = ctx.db();
     for key in keys {
         ctx.server.keyspace.read(ctx.session, database, key)?;

@@ -9,13 +9,12 @@ use bytes::Bytes;
 use prefixkv_collections::tree::Tree;
 use prefixkv_collections::{score_key, Records};
 
-use super::{errors, lower, parse_float, parse_int, read_collection, CommandResult, Ctx, Writer};
-use crate::keyspace::{Txn, WRONGTYPE};
-use crate::objects::{error, save_zset, set_of, split_entry, zset_of, ZSet};
+use super::{
+    lower, parse_float, parse_int, read_collection, CommandError, CommandResult, Ctx, Writer,
+};
+use crate::keyspace::Txn;
+use crate::objects::{save_zset, set_of, split_entry, zset_of, ZSet};
 use crate::value::{Kind, Stored};
-
-const NOT_FLOAT_RANGE: &str = "ERR min or max is not a float";
-const NOT_LEX_RANGE: &str = "ERR min or max not valid string range item";
 
 /// Formats a score as Redis 7.0 does (`%.17g`: `1.1000000000000001`, `3`, `1e+21`, `inf`).
 pub fn format_score(score: f64) -> String {
@@ -84,7 +83,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
                     for member in &args[2..] {
                         removed += i64::from(zset.remove(records, member)?.is_some());
                     }
-                    Ok::<(), String>(())
+                    Ok::<(), CommandError>(())
                 });
                 // Written back even after an error: it holds what succeeded (`crate::objects`).
                 if removed > 0 {
@@ -102,7 +101,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
                 args[2..]
                     .iter()
                     .map(|member| zset.score(records, member))
-                    .collect::<Result<Vec<Option<f64>>, String>>()
+                    .collect::<CommandResult<Vec<Option<f64>>>>()
             })?
             .unwrap_or_else(|| vec![None; args.len() - 2]);
             if name == "zmscore" {
@@ -194,21 +193,27 @@ fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     }
     let pairs = &args[index..];
     if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
-        return Err(errors::SYNTAX.into());
+        return Err(CommandError::Syntax);
     }
     if options.nx && options.xx {
-        return Err("ERR XX and NX options at the same time are not compatible".into());
+        return Err(CommandError::err(
+            "XX and NX options at the same time are not compatible",
+        ));
     }
     if (options.nx && (options.gt || options.lt)) || (options.gt && options.lt) {
-        return Err("ERR GT, LT, and/or NX options at the same time are not compatible".into());
+        return Err(CommandError::err(
+            "GT, LT, and/or NX options at the same time are not compatible",
+        ));
     }
     if options.incr && pairs.len() > 2 {
-        return Err("ERR INCR option supports a single increment-element pair".into());
+        return Err(CommandError::err(
+            "INCR option supports a single increment-element pair",
+        ));
     }
     let parsed: Vec<(f64, &[u8])> = pairs
         .chunks(2)
         .map(|pair| Ok((parse_float(&pair[0])?, &pair[1][..])))
-        .collect::<Result<_, String>>()?;
+        .collect::<CommandResult<_>>()?;
     let (changed, result) = add(ctx, &args[1], &options, &parsed)?;
     if options.incr {
         match result {
@@ -228,7 +233,7 @@ fn add(
     key: &[u8],
     options: &AddOptions,
     pairs: &[(f64, &[u8])],
-) -> Result<(i64, Option<f64>), String> {
+) -> CommandResult<(i64, Option<f64>)> {
     let db = ctx.db();
     let keyspace = &ctx.server.keyspace;
     let mut txn = keyspace.begin(ctx.session, db, &[key]);
@@ -251,7 +256,7 @@ fn add(
             if options.incr {
                 new += old.unwrap_or(0.0);
                 if new.is_nan() {
-                    return Err("ERR resulting score is not a number (NaN)".to_string());
+                    return Err(CommandError::err("resulting score is not a number (NaN)"));
                 }
             }
             if let Some(old) = old {
@@ -287,7 +292,7 @@ struct ScoreBound {
     exclusive: bool,
 }
 
-fn parse_score_bound(argument: &[u8]) -> Result<ScoreBound, String> {
+fn parse_score_bound(argument: &[u8]) -> CommandResult<ScoreBound> {
     let (exclusive, text) = match argument.strip_prefix(b"(") {
         Some(rest) => (true, rest),
         None => (false, argument),
@@ -297,7 +302,7 @@ fn parse_score_bound(argument: &[u8]) -> Result<ScoreBound, String> {
     let score = if text.is_empty() {
         0.0
     } else {
-        parse_float(text).map_err(|_| NOT_FLOAT_RANGE.to_string())?
+        parse_float(text).map_err(|_| CommandError::err("min or max is not a float"))?
     };
     Ok(ScoreBound { score, exclusive })
 }
@@ -316,14 +321,18 @@ fn score_ranks(
     records: &mut impl Records,
     min: ScoreBound,
     max: ScoreBound,
-) -> Result<(u64, u64), String> {
+) -> CommandResult<(u64, u64)> {
     let len = order.len();
-    let bound = |records: &mut _, score: f64, after: bool| -> Result<u64, String> {
+    let bound = |records: &mut _, score: f64, after: bool| -> CommandResult<u64> {
         if !after {
-            return order.lower_bound(records, &score_key(score)).map_err(error);
+            return order
+                .lower_bound(records, &score_key(score))
+                .map_err(CommandError::from);
         }
         match after_score(score) {
-            Some(probe) => order.lower_bound(records, &probe).map_err(error),
+            Some(probe) => order
+                .lower_bound(records, &probe)
+                .map_err(CommandError::from),
             None => Ok(len),
         }
     };
@@ -341,13 +350,13 @@ enum LexBound {
     Exclusive(Vec<u8>),
 }
 
-fn parse_lex_bound(argument: &[u8]) -> Result<LexBound, String> {
+fn parse_lex_bound(argument: &[u8]) -> CommandResult<LexBound> {
     match argument.split_first() {
         Some((b'-', [])) => Ok(LexBound::Min),
         Some((b'+', [])) => Ok(LexBound::Max),
         Some((b'[', rest)) => Ok(LexBound::Inclusive(rest.to_vec())),
         Some((b'(', rest)) => Ok(LexBound::Exclusive(rest.to_vec())),
-        _ => Err(NOT_LEX_RANGE.into()),
+        _ => Err(CommandError::err("min or max not valid string range item")),
     }
 }
 
@@ -358,13 +367,13 @@ fn lex_ranks(
     records: &mut impl Records,
     min: &LexBound,
     max: &LexBound,
-) -> Result<(u64, u64), String> {
+) -> CommandResult<(u64, u64)> {
     let mut first_entry = Vec::new();
-    if !order.get(records, 0, &mut first_entry).map_err(error)? {
+    if !order.get(records, 0, &mut first_entry)? {
         return Ok((0, 0));
     }
     let prefix = &first_entry[..8.min(first_entry.len())];
-    let mut rank_of = |bound: &LexBound, lower_side: bool| -> Result<u64, String> {
+    let mut rank_of = |bound: &LexBound, lower_side: bool| -> CommandResult<u64> {
         let probe = |member: &[u8]| [prefix, member].concat();
         match bound {
             LexBound::Min => Ok(0),
@@ -374,7 +383,7 @@ fn lex_ranks(
             LexBound::Exclusive(member) if lower_side => order.upper_bound(records, &probe(member)),
             LexBound::Exclusive(member) => order.lower_bound(records, &probe(member)),
         }
-        .map_err(error)
+        .map_err(CommandError::from)
     };
     let first = rank_of(min, true)?;
     let end = rank_of(max, false)?;
@@ -395,7 +404,7 @@ struct RangeQuery {
 }
 
 /// Parses ZRANGE and its older forms into one query.
-fn parse_range(name: &str, args: &[Bytes]) -> Result<RangeQuery, String> {
+fn parse_range(name: &str, args: &[Bytes]) -> CommandResult<RangeQuery> {
     let (mut by_score, mut by_lex, mut rev) = (false, false, false);
     match name {
         "zrangebyscore" => by_score = true,
@@ -417,23 +426,23 @@ fn parse_range(name: &str, args: &[Bytes]) -> Result<RangeQuery, String> {
                 limit = Some((parse_int(&args[index + 1])?, parse_int(&args[index + 2])?));
                 index += 2;
             }
-            _ => return Err(errors::SYNTAX.into()),
+            _ => return Err(CommandError::Syntax),
         }
         index += 1;
     }
     if by_score && by_lex {
-        return Err(errors::SYNTAX.into());
+        return Err(CommandError::Syntax);
     }
     // Redis refuses only a LIMIT count other than -1 on a rank range (and then ignores LIMIT).
     if limit.is_some_and(|(_, count)| count != -1) && !by_score && !by_lex {
-        return Err(
-            "ERR syntax error, LIMIT is only supported in combination with either \
-                    BYSCORE or BYLEX"
-                .into(),
-        );
+        return Err(CommandError::err(
+            "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ));
     }
     if with_scores && by_lex {
-        return Err("ERR syntax error, WITHSCORES not supported in combination with BYLEX".into());
+        return Err(CommandError::err(
+            "syntax error, WITHSCORES not supported in combination with BYLEX",
+        ));
     }
     // With REV the score and lex forms take (max, min).
     let (low, high) = if rev && (by_score || by_lex) {
@@ -461,7 +470,7 @@ fn range_entries(
     zset: &ZSet,
     records: &mut impl Records,
     query: &RangeQuery,
-) -> Result<Vec<(Vec<u8>, f64)>, String> {
+) -> CommandResult<Vec<(Vec<u8>, f64)>> {
     let len = zset.len();
     // `first..end` in ascending rank order.
     let (first, end) = match &query.by {
@@ -511,22 +520,19 @@ fn range_entries(
                 ControlFlow::Continue(())
             }
         }
-        Err(line) => {
-            failure = Some(line);
+        Err(damaged) => {
+            failure = Some(damaged);
             ControlFlow::Break(())
         }
     };
     if query.rev {
         zset.order
-            .range_rev(records, end - 1 - offset, &mut collect)
-            .map_err(error)?;
+            .range_rev(records, end - 1 - offset, &mut collect)?;
     } else {
-        zset.order
-            .range(records, first + offset, &mut collect)
-            .map_err(error)?;
+        zset.order.range(records, first + offset, &mut collect)?;
     }
     match failure {
-        Some(line) => Err(line),
+        Some(damaged) => Err(damaged),
         None => Ok(entries),
     }
 }
@@ -561,12 +567,12 @@ fn write_entries(ctx: &mut Ctx<'_>, entries: &[(Vec<u8>, f64)], with_scores: boo
 /// ZPOPMIN/ZPOPMAX key [count].
 fn zpop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     if args.len() > 3 {
-        return Err(errors::SYNTAX.into());
+        return Err(CommandError::Syntax);
     }
     let count = match args.get(2) {
         Some(argument) => match parse_int(argument) {
             Ok(count) if count >= 0 => count as u64,
-            _ => return Err("ERR value is out of range, must be positive".into()),
+            _ => return Err(CommandError::NotPositive),
         },
         None => 1,
     };
@@ -579,12 +585,12 @@ fn zpop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
             while (popped.len() as u64) < count && !zset.is_empty() {
                 let rank = if name == "zpopmin" { 0 } else { zset.len() - 1 };
                 let mut entry = Vec::new();
-                zset.order.get(records, rank, &mut entry).map_err(error)?;
+                zset.order.get(records, rank, &mut entry)?;
                 let (score, member) = split_entry(&entry)?;
                 zset.remove(records, member)?;
                 popped.push((member.to_vec(), score));
             }
-            Ok::<(), String>(())
+            Ok::<(), CommandError>(())
         });
         // Written back even after an error: it holds what succeeded (`crate::objects`).
         if !popped.is_empty() {
@@ -632,7 +638,7 @@ fn zremrange(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
                 zset.remove(records, member)?;
                 removed += 1;
             }
-            Ok::<(), String>(())
+            Ok::<(), CommandError>(())
         });
         // Written back even after an error: it holds what succeeded (`crate::objects`).
         if removed > 0 {
@@ -653,7 +659,7 @@ fn weighted_members(
     db: u8,
     key: &[u8],
     stored: Option<Stored>,
-) -> Result<Vec<(Vec<u8>, f64)>, String> {
+) -> CommandResult<Vec<(Vec<u8>, f64)>> {
     match stored.as_ref().map(|s| s.kind) {
         None => Ok(Vec::new()),
         Some(Kind::ZSet) => {
@@ -668,12 +674,11 @@ fn weighted_members(
                                 members.push((member.to_vec(), score));
                                 ControlFlow::Continue(())
                             }
-                            Err(line) => {
-                                failure = Some(line);
+                            Err(damaged) => {
+                                failure = Some(damaged);
                                 ControlFlow::Break(())
                             }
-                        })
-                        .map_err(error)?;
+                        })?;
                 }
                 failure.map_or(Ok(members), Err)
             })
@@ -682,12 +687,11 @@ fn weighted_members(
             let (set, _) = set_of(stored)?.expect("checked kind");
             txn.with_records(db, key, |records| {
                 let mut members = Vec::new();
-                set.for_each(records, |member, _| members.push((member.to_vec(), 1.0)))
-                    .map_err(error)?;
+                set.for_each(records, |member, _| members.push((member.to_vec(), 1.0)))?;
                 Ok(members)
             })
         }
-        Some(_) => Err(WRONGTYPE.into()),
+        Some(_) => Err(CommandError::WrongType),
     }
 }
 
@@ -696,13 +700,13 @@ fn weighted_members(
 fn zstore(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     let count = parse_int(&args[2])?;
     if count < 1 {
-        return Err(format!(
-            "ERR at least 1 input key is needed for '{name}' command"
-        ));
+        return Err(CommandError::err(format!(
+            "at least 1 input key is needed for '{name}' command"
+        )));
     }
     let count = count as usize;
     if count > args.len() - 3 {
-        return Err(errors::SYNTAX.into());
+        return Err(CommandError::Syntax);
     }
     let sources = &args[3..3 + count];
     let db = ctx.db();
@@ -718,7 +722,7 @@ fn zstore(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
             .as_ref()
             .is_some_and(|s| !matches!(s.kind, Kind::ZSet | Kind::Set))
         {
-            return Err(WRONGTYPE.into());
+            return Err(CommandError::WrongType);
         }
         values.push(stored);
     }
@@ -779,7 +783,7 @@ fn zstore(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
 
 /// ZUNIONSTORE/ZINTERSTORE's options after the keys: the weights (1 each by default) and the
 /// aggregate function (`sum`, `min` or `max`).
-fn parse_store_options(options: &[Bytes], count: usize) -> Result<(Vec<f64>, String), String> {
+fn parse_store_options(options: &[Bytes], count: usize) -> CommandResult<(Vec<f64>, String)> {
     let mut weights = vec![1.0; count];
     let mut aggregate = "sum".to_string();
     let mut index = 0;
@@ -788,18 +792,18 @@ fn parse_store_options(options: &[Bytes], count: usize) -> Result<(Vec<f64>, Str
             "weights" if index + count < options.len() => {
                 for (i, weight) in weights.iter_mut().enumerate() {
                     *weight = parse_float(&options[index + 1 + i])
-                        .map_err(|_| "ERR weight value is not a float".to_string())?;
+                        .map_err(|_| CommandError::err("weight value is not a float"))?;
                 }
                 index += count;
             }
             "aggregate" if index + 1 < options.len() => {
                 aggregate = lower(&options[index + 1]);
                 if !matches!(aggregate.as_str(), "sum" | "min" | "max") {
-                    return Err(errors::SYNTAX.into());
+                    return Err(CommandError::Syntax);
                 }
                 index += 1;
             }
-            _ => return Err(errors::SYNTAX.into()),
+            _ => return Err(CommandError::Syntax),
         }
         index += 1;
     }
@@ -834,7 +838,7 @@ fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             .as_slice()
             .try_into()
             .map(f64::from_le_bytes)
-            .map_err(|_| "ERR stored value is damaged: a score is not 8 bytes".to_string())?;
+            .map_err(|_| CommandError::damaged("a score is not 8 bytes"))?;
         ctx.w.bulk(format_score(score).as_bytes());
     }
     Ok(())

@@ -1,10 +1,12 @@
 //! Test harness: starts the real `prefixkv-server` binary on a free port with a data directory
 //! in a tempdir, waits (bounded) until it accepts connections, and kills it by PID on drop.
-//! Also a raw RESP client for exact error lines, and ([`load`]) writer connections whose
-//! acknowledged writes are checked after a restart.
+//! Also a raw RESP client for exact error lines, ([`load`]) writer connections whose
+//! acknowledged writes are checked after a restart, and ([`clients`]) client-library check
+//! programs run against this server and a real redis-server.
 
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod load;
 
 use std::io::{Read, Write};
