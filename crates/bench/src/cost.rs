@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::report::Report;
-use crate::stats::{ratio, Spread};
+use crate::stats::ratio;
 
 /// One checkpoint's cost figures.
 pub fn cycles_per_byte(breakdown: &CheckpointBreakdown, bytes: u64, cpu_mhz: f64) -> f64 {
@@ -108,7 +108,7 @@ pub fn summarise(report: &mut Report, dir: &Path, median: &MedianOver) -> Result
 }
 
 fn insert_median(row: &mut Map<String, Value>, name: &str, values: &[f64]) {
-    let median = Spread::of(values).median;
+    let median = crate::stats::median(values);
     row.insert(
         name.into(),
         if median.is_finite() {

@@ -2,9 +2,15 @@
 //!
 //! Each experiment is a module under [`experiments`] with an `Args` type (its flags) and a
 //! `run(&Common, &Args) -> Result<Report>` function. The harness modules here are shared:
-//! [`report`] (the JSON result shape), [`stats`] (median/min/max over alternated rounds),
-//! [`plot`] (PNG + SVG line charts), [`cost`] (what a checkpoint costs, and the raw write rate it is compared with), [`workload`] (uniform and zipfian keys), [`memory`] (RSS)
-//! and [`progress`] (terminal-only progress bars).
+//! [`report`] (the JSON result shape), [`stats`] (medians and percentiles over rounds, latency
+//! histograms, the alternating round schedule), [`plot`] (PNG + SVG line charts), [`cost`] (what
+//! a checkpoint costs, and the raw write rate it is compared with), [`workload`] (uniform and
+//! zipfian keys, FASTER's pre-generated operations, the maps `ycsb` and `cpr` share),
+//! [`memory`] (RSS) and [`progress`] (terminal-only progress bars).
+//!
+//! Shape of an experiment: `plan` (flags and `--quick` defaults into sizes), rounds (each
+//! contender once per round, in [`stats::alternating_schedule`] order, one function per round or
+//! cell), then the report (config, rows, summary, plots), each step its own function.
 
 pub mod cost;
 pub mod experiments;

@@ -1,8 +1,13 @@
-//! Key generators shared by the experiments: uniform and zipfian over `0..keys`.
+//! Workloads shared by the experiments: key generators, uniform and zipfian over `0..keys`
+//! ([`KeyGenerator`]); FASTER's pre-generated operations and shared chunk cursor
+//! ([`operations`]); and the maps that `ycsb` and `cpr` both measure ([`maps`]).
 //!
 //! Zipfian keys are scrambled (multiplied by an odd constant modulo the key count's power of two
 //! and folded back) so the hot keys are spread over the hash index rather than clustered, as
 //! YCSB's "scrambled zipfian" does.
+
+pub mod maps;
+pub mod operations;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};

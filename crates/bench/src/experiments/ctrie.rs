@@ -26,12 +26,12 @@
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::progress;
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::stats::{alternating_schedule, ratio, Latencies, Spread};
 use crate::workload::{KeyDistribution, KeyGenerator};
 use anyhow::{bail, Result};
 use concread::hashtrie::HashTrie;
 use parking_lot::RwLock;
-use prefixkv_ctrie::{CTrie, DefaultHashBuilder};
+use prefixkv_ctrie::{CTrie, DefaultHashBuilder, ReadOnlySnapshot};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -352,277 +352,61 @@ impl Snapshotting for LockedImbl {
     }
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+/// Sizes after applying `--quick` defaults.
+struct Plan {
+    quick: bool,
+    threads: usize,
+    read_percent: u32,
+    /// The mix's name, `r{reads}w{writes}`.
+    mix: String,
+    keys: u64,
+    duration: Duration,
+    max_snapshot_keys: u64,
+    snapshots_per_round: usize,
+    rounds: usize,
+    /// Map sizes of part 2: 10 000 up by factors of 10 to `max_snapshot_keys`.
+    snapshot_sizes: Vec<u64>,
+    /// State sizes of part 3 (empty: skipped).
+    fig3_sizes: Vec<u64>,
 }
+
+/// The names of part 1's contenders, in the order they are built.
+const THROUGHPUT_NAMES: [&str; 5] = [
+    "ctrie",
+    "dashmap",
+    "papaya",
+    "concread_hashtrie",
+    "imbl_rwlock",
+];
 
 /// Runs the experiment.
 pub fn run(common: &crate::Common, args: &Args) -> Result<Report> {
+    let plan = plan(common, args)?;
+    let mut report = Report::new("ctrie");
+    write_config(&mut report, &plan);
+    let medians = throughput_part(&mut report, &plan);
+    let snapshots = snapshot_part(&mut report, &plan);
+    write_summary(&mut report, &plan, &medians, &snapshots);
+    write_snapshot_chart(common, snapshots.series)?;
+    if !plan.fig3_sizes.is_empty() {
+        let series = fig3_updates(&mut report, &plan.fig3_sizes, plan.duration, plan.rounds);
+        write_fig3_chart(common, series)?;
+    }
+    Ok(report)
+}
+
+fn plan(common: &crate::Common, args: &Args) -> Result<Plan> {
     if args.threads == 0 || args.read_percent > 100 || args.snapshots_per_round == 0 {
         bail!("--threads and --snapshots-per-round must be at least 1, --read-percent at most 100");
     }
     let quick = common.quick;
-    let keys = args
-        .keys
-        .unwrap_or(if quick { 100_000 } else { 1_000_000 })
-        .max(1);
-    let duration =
-        Duration::from_millis(args.duration_ms.unwrap_or(if quick { 300 } else { 2000 }));
     let max_snapshot_keys =
         args.max_snapshot_keys
             .unwrap_or(if quick { 1_000_000 } else { 10_000_000 });
-    let rounds = common.rounds();
-    let mix = format!("r{}w{}", args.read_percent, 100 - args.read_percent);
-
-    let mut report = Report::new("ctrie");
-    report.config("quick", quick);
-    report.config("threads", args.threads as u64);
-    report.config("mix", mix.clone());
-    report.config("key_bytes", 8u64);
-    report.config("keys", keys);
-    report.config("duration_ms", duration.as_millis() as u64);
-    report.config("rounds", rounds as u64);
-    report.config("max_snapshot_keys", max_snapshot_keys);
-    report.config("snapshots_per_round", args.snapshots_per_round as u64);
-    report.config("hasher", "foldhash (quality) for ctrie, dashmap, papaya, imbl; concread: its built-in foldhash (fast)");
-    report.config(
-        "snapshot_semantics",
-        "ctrie: read_only_snapshot (O(1), lock-free); concread: read transaction (writers serialised); imbl: clone() under a RwLock",
-    );
-
-    // Part 1: throughput.
-    let names = [
-        "ctrie",
-        "dashmap",
-        "papaya",
-        "concread_hashtrie",
-        "imbl_rwlock",
-    ];
-    let ctrie: CTrie<u64, u64> = CTrie::new();
-    let dash = dashmap::DashMap::with_hasher(DefaultHashBuilder::default());
-    let papaya_map = papaya::HashMap::with_hasher(DefaultHashBuilder::default());
-    let concread_map: HashTrie<u64, u64> = HashTrie::new();
-    let imbl_map = LockedImbl(RwLock::new(ImblMap::with_hasher(
-        DefaultHashBuilder::default(),
-    )));
-    ctrie.fill(0..keys);
-    for key in 0..keys {
-        dash.insert(key, value_of(key));
-        papaya_map.pin().insert(key, value_of(key));
+    let mut snapshot_sizes = vec![10_000u64];
+    while snapshot_sizes.last().copied().unwrap_or(0) * 10 <= max_snapshot_keys {
+        snapshot_sizes.push(snapshot_sizes.last().copied().unwrap_or(0) * 10);
     }
-    concread_map.fill(0..keys);
-    imbl_map.fill(0..keys);
-    let contenders: [&dyn Contender; 5] = [&ctrie, &dash, &papaya_map, &concread_map, &imbl_map];
-    let schedule = alternating_schedule(contenders.len(), rounds);
-    let bar = progress::bar(schedule.len() as u64, "throughput");
-    let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
-    for (round, contender) in schedule {
-        let ops = run_mix(
-            contenders[contender],
-            args.threads,
-            keys,
-            args.read_percent,
-            duration,
-            round as u64,
-        );
-        throughput[contender].push(ops);
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    let mut medians = HashMap::new();
-    for (index, name) in names.iter().enumerate() {
-        let spread = Spread::of(&throughput[index]);
-        medians.insert(*name, spread.median);
-        let mut entry = row([
-            ("variant", Value::from(*name)),
-            ("part", Value::from("throughput")),
-            ("threads", Value::from(args.threads as u64)),
-            ("mix", Value::from(mix.clone())),
-            ("keys", Value::from(keys)),
-        ]);
-        spread.insert_into(&mut entry, "throughput_ops_per_s");
-        report.rows.push(entry);
-    }
-    drop((dash, papaya_map));
-
-    // Part 2: snapshot cost as the maps grow. The throughput part's CTrie, concread and imbl
-    // maps are reused (their first `keys` keys were overwritten by the mix with other values),
-    // so start fresh ones with known contents for the model check.
-    drop((ctrie, concread_map, imbl_map));
-    let ctrie: CTrie<u64, u64> = CTrie::new();
-    let concread_map: HashTrie<u64, u64> = HashTrie::new();
-    let imbl_map = LockedImbl(RwLock::new(ImblMap::with_hasher(
-        DefaultHashBuilder::default(),
-    )));
-    let structures: [(&str, &dyn Snapshotting); 3] = [
-        ("ctrie", &ctrie),
-        ("concread_hashtrie", &concread_map),
-        ("imbl_rwlock", &imbl_map),
-    ];
-    let mut sizes = vec![10_000u64];
-    while sizes.last().copied().unwrap_or(0) * 10 <= max_snapshot_keys {
-        sizes.push(sizes.last().copied().unwrap_or(0) * 10);
-    }
-    let mut model: HashMap<u64, u64> = HashMap::new();
-    let mut kept: Option<(
-        prefixkv_ctrie::ReadOnlySnapshot<u64, u64>,
-        HashMap<u64, u64>,
-    )> = None;
-    let mut snapshot_series: Vec<Vec<(f64, f64)>> = vec![Vec::new(); structures.len()];
-    let mut ctrie_snapshot_ns_by_size = Vec::new();
-    let mut ctrie_interleaved_ns_by_size = Vec::new();
-    let mut filled = 0u64;
-    let bar = progress::bar(
-        (sizes.len() * rounds * structures.len()) as u64,
-        "snapshots",
-    );
-    let mut write_key = 0u64;
-    for &size in &sizes {
-        for (_, structure) in &structures {
-            structure.fill(filled..size);
-        }
-        for key in filled..size {
-            model.insert(key, value_of(key));
-        }
-        filled = size;
-        if kept.is_none() {
-            kept = Some((ctrie.read_only_snapshot(), model.clone()));
-        }
-        // Per structure: medians per round of the snapshot call alone (back to back), of the
-        // snapshot call taken right after the previous round trip's write, and of that write.
-        let mut alone_rounds: Vec<Vec<f64>> = vec![Vec::new(); structures.len()];
-        let mut interleaved_rounds: Vec<Vec<f64>> = vec![Vec::new(); structures.len()];
-        let mut write_rounds: Vec<Vec<f64>> = vec![Vec::new(); structures.len()];
-        let round_start_key = write_key;
-        for (round, index) in alternating_schedule(structures.len(), rounds) {
-            let (_, structure) = structures[index];
-            let mut alone_ns: Vec<f64> = (0..args.snapshots_per_round)
-                .map(|_| structure.snapshot_only())
-                .collect();
-            let mut snapshot_ns = Vec::with_capacity(args.snapshots_per_round);
-            let mut write_ns = Vec::with_capacity(args.snapshots_per_round);
-            // Every structure writes the same keys in the same round, spread over the map.
-            for step in 0..args.snapshots_per_round as u64 {
-                let key = (round_start_key + round as u64 * args.snapshots_per_round as u64 + step)
-                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    % size;
-                let value = key ^ 0xFFFF_0000 ^ round as u64;
-                let (snapshot, write) = structure.snapshot_then_write(key, value);
-                snapshot_ns.push(snapshot);
-                write_ns.push(write);
-                if index == 0 {
-                    model.insert(key, value);
-                }
-            }
-            alone_rounds[index].push(median(&mut alone_ns));
-            interleaved_rounds[index].push(median(&mut snapshot_ns));
-            write_rounds[index].push(median(&mut write_ns));
-            bar.inc(1);
-        }
-        write_key += (rounds * args.snapshots_per_round) as u64;
-        for (index, (name, _)) in structures.iter().enumerate() {
-            let alone = Spread::of(&alone_rounds[index]);
-            let interleaved = Spread::of(&interleaved_rounds[index]);
-            let write = Spread::of(&write_rounds[index]);
-            snapshot_series[index].push((size as f64, alone.median));
-            if index == 0 {
-                ctrie_snapshot_ns_by_size.push(alone.median);
-                ctrie_interleaved_ns_by_size.push(interleaved.median);
-            }
-            let mut entry = row([
-                ("variant", Value::from(*name)),
-                ("part", Value::from("snapshot")),
-                ("keys", Value::from(size)),
-            ]);
-            alone.insert_into(&mut entry, "snapshot_ns");
-            interleaved.insert_into(&mut entry, "snapshot_after_write_ns");
-            write.insert_into(&mut entry, "first_write_after_snapshot_ns");
-            report.rows.push(entry);
-        }
-    }
-    bar.finish_and_clear();
-
-    // Verification against the models.
-    let final_snapshot = ctrie.read_only_snapshot();
-    let final_entries: HashMap<u64, u64> = final_snapshot.iter().collect();
-    let final_ok = final_entries == model && final_snapshot.len() == model.len();
-    let kept_ok = kept.as_ref().is_some_and(|(snapshot, expected)| {
-        snapshot.len() == expected.len()
-            && snapshot.iter().collect::<HashMap<u64, u64>>() == *expected
-    });
-    report.record_verification(final_ok);
-    report.record_verification(kept_ok);
-    report.config(
-        "verified_final_snapshot_entries",
-        final_entries.len() as u64,
-    );
-
-    // Summary.
-    let smallest = *ctrie_snapshot_ns_by_size.first().unwrap_or(&f64::NAN);
-    let largest = *ctrie_snapshot_ns_by_size.last().unwrap_or(&f64::NAN);
-    report.summary("snapshot_time_10m_over_10k", ratio(largest, smallest));
-    let smallest_interleaved = *ctrie_interleaved_ns_by_size.first().unwrap_or(&f64::NAN);
-    let largest_interleaved = *ctrie_interleaved_ns_by_size.last().unwrap_or(&f64::NAN);
-    report.summary(
-        "snapshot_after_write_time_10m_over_10k",
-        ratio(largest_interleaved, smallest_interleaved),
-    );
-    report.notes.push(
-        "snapshot_ns: the snapshot call alone, back to back (what the O(1) claim is about); \
-         snapshot_after_write_ns: the snapshot call right after a write that renewed a path, \
-         whose cache misses grow with the map; first_write_after_snapshot_ns: that write"
-            .to_string(),
-    );
-    report.config(
-        "snapshot_time_10m_over_10k_largest_keys",
-        *sizes.last().unwrap_or(&0),
-    );
-    report.summary(
-        &format!("ctrie_over_dashmap_{mix}"),
-        ratio(medians["ctrie"], medians["dashmap"]),
-    );
-    report.summary(
-        &format!("ctrie_over_papaya_{mix}"),
-        ratio(medians["ctrie"], medians["papaya"]),
-    );
-    report.summary(
-        &format!("ctrie_over_concread_{mix}"),
-        ratio(medians["ctrie"], medians["concread_hashtrie"]),
-    );
-    report.summary(
-        &format!("ctrie_over_imbl_{mix}"),
-        ratio(medians["ctrie"], medians["imbl_rwlock"]),
-    );
-    if quick {
-        report.notes.push(format!(
-            "quick: snapshot sizes stop at {} keys; snapshot_time_10m_over_10k holds largest/smallest ({} / 10000)",
-            sizes.last().unwrap_or(&0),
-            sizes.last().unwrap_or(&0)
-        ));
-    }
-    report.notes.push(format!(
-        "{} threads on a {}-core machine; snapshot costs are medians of {} snapshots per round",
-        args.threads, report.host.cpus, args.snapshots_per_round
-    ));
-
-    let chart = LineChart {
-        title: "Snapshot time against map size".into(),
-        x_label: "keys in the map (log scale)".into(),
-        y_label: "snapshot time (ns, median)".into(),
-        series: structures
-            .iter()
-            .zip(snapshot_series)
-            .map(|((name, _), points)| Series {
-                label: (*name).to_string(),
-                points,
-            })
-            .collect(),
-        markers: Vec::new(),
-        log_x: true,
-    };
-    write_line_chart(&chart, &common.out, "ctrie")?;
-
     let fig3_sizes: Vec<u64> = args
         .fig3_keys
         .as_deref()
@@ -635,20 +419,333 @@ pub fn run(common: &crate::Common, args: &Args) -> Result<Report> {
         .filter(|p| !p.trim().is_empty())
         .map(|p| p.trim().parse::<u64>())
         .collect::<std::result::Result<_, _>>()?;
-    if !fig3_sizes.is_empty() {
-        let series = fig3_updates(&mut report, &fig3_sizes, duration, rounds);
-        let chart = LineChart {
-            title: "Single-thread updates against state size (SMaRtTrie Fig. 3)".into(),
-            x_label: "keys loaded (log scale)".into(),
-            y_label: "updates per second (median)".into(),
-            series: series
-                .into_iter()
-                .map(|(label, points)| Series { label, points })
-                .collect(),
-            markers: Vec::new(),
-            log_x: true,
-        };
-        write_line_chart(&chart, &common.out, "ctrie-fig3")?;
+    Ok(Plan {
+        quick,
+        threads: args.threads,
+        read_percent: args.read_percent,
+        mix: format!("r{}w{}", args.read_percent, 100 - args.read_percent),
+        keys: args
+            .keys
+            .unwrap_or(if quick { 100_000 } else { 1_000_000 })
+            .max(1),
+        duration: Duration::from_millis(args.duration_ms.unwrap_or(if quick { 300 } else { 2000 })),
+        max_snapshot_keys,
+        snapshots_per_round: args.snapshots_per_round,
+        rounds: common.rounds(),
+        snapshot_sizes,
+        fig3_sizes,
+    })
+}
+
+fn write_config(report: &mut Report, plan: &Plan) {
+    report.config("quick", plan.quick);
+    report.config("threads", plan.threads as u64);
+    report.config("mix", plan.mix.clone());
+    report.config("key_bytes", 8u64);
+    report.config("keys", plan.keys);
+    report.config("duration_ms", plan.duration.as_millis() as u64);
+    report.config("rounds", plan.rounds as u64);
+    report.config("max_snapshot_keys", plan.max_snapshot_keys);
+    report.config("snapshots_per_round", plan.snapshots_per_round as u64);
+    report.config("hasher", "foldhash (quality) for ctrie, dashmap, papaya, imbl; concread: its built-in foldhash (fast)");
+    report.config(
+        "snapshot_semantics",
+        "ctrie: read_only_snapshot (O(1), lock-free); concread: read transaction (writers serialised); imbl: clone() under a RwLock",
+    );
+}
+
+/// Part 1: every contender filled with the same keys, then the mix for `plan.duration`,
+/// alternated over rounds. Returns each contender's median throughput by name.
+fn throughput_part(report: &mut Report, plan: &Plan) -> HashMap<&'static str, f64> {
+    let ctrie: CTrie<u64, u64> = CTrie::new();
+    let dash = dashmap::DashMap::with_hasher(DefaultHashBuilder::default());
+    let papaya_map = papaya::HashMap::with_hasher(DefaultHashBuilder::default());
+    let concread_map: HashTrie<u64, u64> = HashTrie::new();
+    let imbl_map = LockedImbl(RwLock::new(ImblMap::with_hasher(
+        DefaultHashBuilder::default(),
+    )));
+    ctrie.fill(0..plan.keys);
+    for key in 0..plan.keys {
+        dash.insert(key, value_of(key));
+        papaya_map.pin().insert(key, value_of(key));
     }
-    Ok(report)
+    concread_map.fill(0..plan.keys);
+    imbl_map.fill(0..plan.keys);
+    let contenders: [&dyn Contender; 5] = [&ctrie, &dash, &papaya_map, &concread_map, &imbl_map];
+    let schedule = alternating_schedule(contenders.len(), plan.rounds);
+    let bar = progress::bar(schedule.len() as u64, "throughput");
+    let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+    for (round, contender) in schedule {
+        let ops = run_mix(
+            contenders[contender],
+            plan.threads,
+            plan.keys,
+            plan.read_percent,
+            plan.duration,
+            round as u64,
+        );
+        throughput[contender].push(ops);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let mut medians = HashMap::new();
+    for (index, name) in THROUGHPUT_NAMES.iter().enumerate() {
+        let spread = Spread::of(&throughput[index]);
+        medians.insert(*name, spread.median);
+        let mut entry = row([
+            ("variant", Value::from(*name)),
+            ("part", Value::from("throughput")),
+            ("threads", Value::from(plan.threads as u64)),
+            ("mix", Value::from(plan.mix.clone())),
+            ("keys", Value::from(plan.keys)),
+        ]);
+        spread.insert_into(&mut entry, "throughput_ops_per_s");
+        report.rows.push(entry);
+    }
+    medians
+}
+
+/// What part 2 hands to the summary and the chart.
+struct SnapshotPart {
+    /// The CTrie's median snapshot call alone, per size.
+    ctrie_snapshot_ns_by_size: Vec<f64>,
+    /// The CTrie's median snapshot call right after a write, per size.
+    ctrie_interleaved_ns_by_size: Vec<f64>,
+    /// Per structure: (size, median snapshot ns) points.
+    series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// Per structure and round at one size: the medians of the snapshot call alone (back to back),
+/// of the snapshot call right after the previous round trip's write, and of that write.
+#[derive(Default, Clone)]
+struct SizeRounds {
+    alone_ns: Vec<f64>,
+    interleaved_ns: Vec<f64>,
+    write_ns: Vec<f64>,
+}
+
+/// A CTrie snapshot kept from the smallest size, and the model it must still iterate to.
+type KeptSnapshot = (ReadOnlySnapshot<u64, u64>, HashMap<u64, u64>);
+
+/// Part 2: snapshot cost as the structures grow together through the sizes, then the check of
+/// the CTrie against its models (a snapshot kept from the smallest size, and the final state).
+/// Fresh structures with known contents: part 1's were overwritten by its mix.
+fn snapshot_part(report: &mut Report, plan: &Plan) -> SnapshotPart {
+    let ctrie: CTrie<u64, u64> = CTrie::new();
+    let concread_map: HashTrie<u64, u64> = HashTrie::new();
+    let imbl_map = LockedImbl(RwLock::new(ImblMap::with_hasher(
+        DefaultHashBuilder::default(),
+    )));
+    let structures: [(&str, &dyn Snapshotting); 3] = [
+        ("ctrie", &ctrie),
+        ("concread_hashtrie", &concread_map),
+        ("imbl_rwlock", &imbl_map),
+    ];
+    let mut model: HashMap<u64, u64> = HashMap::new();
+    let mut kept: Option<KeptSnapshot> = None;
+    let mut part = SnapshotPart {
+        ctrie_snapshot_ns_by_size: Vec::new(),
+        ctrie_interleaved_ns_by_size: Vec::new(),
+        series: structures
+            .iter()
+            .map(|(name, _)| (name.to_string(), Vec::new()))
+            .collect(),
+    };
+    let bar = progress::bar(
+        (plan.snapshot_sizes.len() * plan.rounds * structures.len()) as u64,
+        "snapshots",
+    );
+    let (mut filled, mut write_key) = (0u64, 0u64);
+    for &size in &plan.snapshot_sizes {
+        for (_, structure) in &structures {
+            structure.fill(filled..size);
+        }
+        model.extend((filled..size).map(|key| (key, value_of(key))));
+        filled = size;
+        if kept.is_none() {
+            kept = Some((ctrie.read_only_snapshot(), model.clone()));
+        }
+        let rounds = snapshot_rounds(plan, &structures, size, write_key, &mut model, &bar);
+        write_key += (plan.rounds * plan.snapshots_per_round) as u64;
+        snapshot_rows(report, &structures, size, &rounds, &mut part);
+    }
+    bar.finish_and_clear();
+    verify_models(report, &ctrie, &model, kept.as_ref());
+    part
+}
+
+/// The rounds at one size, structures alternated; every structure writes the same keys in the
+/// same round, spread over the map (the CTrie's writes also go into `model`).
+fn snapshot_rounds(
+    plan: &Plan,
+    structures: &[(&str, &dyn Snapshotting)],
+    size: u64,
+    round_start_key: u64,
+    model: &mut HashMap<u64, u64>,
+    bar: &indicatif::ProgressBar,
+) -> Vec<SizeRounds> {
+    let per_round = plan.snapshots_per_round as u64;
+    let mut rounds = vec![SizeRounds::default(); structures.len()];
+    for (round, index) in alternating_schedule(structures.len(), plan.rounds) {
+        let (_, structure) = structures[index];
+        let mut alone = Latencies::new();
+        for _ in 0..per_round {
+            alone.record_ns(structure.snapshot_only() as u64);
+        }
+        let (mut interleaved, mut write) = (Latencies::new(), Latencies::new());
+        for step in 0..per_round {
+            let key = (round_start_key + round as u64 * per_round + step)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                % size;
+            let value = key ^ 0xFFFF_0000 ^ round as u64;
+            let (snapshot_ns, write_ns) = structure.snapshot_then_write(key, value);
+            interleaved.record_ns(snapshot_ns as u64);
+            write.record_ns(write_ns as u64);
+            if index == 0 {
+                model.insert(key, value);
+            }
+        }
+        rounds[index].alone_ns.push(alone.quantile_ns(0.5));
+        rounds[index]
+            .interleaved_ns
+            .push(interleaved.quantile_ns(0.5));
+        rounds[index].write_ns.push(write.quantile_ns(0.5));
+        bar.inc(1);
+    }
+    rounds
+}
+
+/// One row per structure at `size` (spreads over rounds), and the chart's and summary's points.
+fn snapshot_rows(
+    report: &mut Report,
+    structures: &[(&str, &dyn Snapshotting)],
+    size: u64,
+    rounds: &[SizeRounds],
+    part: &mut SnapshotPart,
+) {
+    for (index, (name, _)) in structures.iter().enumerate() {
+        let alone = Spread::of(&rounds[index].alone_ns);
+        let interleaved = Spread::of(&rounds[index].interleaved_ns);
+        let write = Spread::of(&rounds[index].write_ns);
+        part.series[index].1.push((size as f64, alone.median));
+        if index == 0 {
+            part.ctrie_snapshot_ns_by_size.push(alone.median);
+            part.ctrie_interleaved_ns_by_size.push(interleaved.median);
+        }
+        let mut entry = row([
+            ("variant", Value::from(*name)),
+            ("part", Value::from("snapshot")),
+            ("keys", Value::from(size)),
+        ]);
+        alone.insert_into(&mut entry, "snapshot_ns");
+        interleaved.insert_into(&mut entry, "snapshot_after_write_ns");
+        write.insert_into(&mut entry, "first_write_after_snapshot_ns");
+        report.rows.push(entry);
+    }
+}
+
+/// The CTrie's kept snapshot must still iterate to its model, and a final snapshot to the final
+/// model (every key and value, and `len`).
+fn verify_models(
+    report: &mut Report,
+    ctrie: &CTrie<u64, u64>,
+    model: &HashMap<u64, u64>,
+    kept: Option<&KeptSnapshot>,
+) {
+    let final_snapshot = ctrie.read_only_snapshot();
+    let final_entries: HashMap<u64, u64> = final_snapshot.iter().collect();
+    let final_ok = final_entries == *model && final_snapshot.len() == model.len();
+    let kept_ok = kept.is_some_and(|(snapshot, expected)| {
+        snapshot.len() == expected.len()
+            && snapshot.iter().collect::<HashMap<u64, u64>>() == *expected
+    });
+    report.record_verification(final_ok);
+    report.record_verification(kept_ok);
+    report.config(
+        "verified_final_snapshot_entries",
+        final_entries.len() as u64,
+    );
+}
+
+fn write_summary(
+    report: &mut Report,
+    plan: &Plan,
+    medians: &HashMap<&'static str, f64>,
+    snapshots: &SnapshotPart,
+) {
+    let largest_over_smallest = |by_size: &[f64]| {
+        let smallest = *by_size.first().unwrap_or(&f64::NAN);
+        let largest = *by_size.last().unwrap_or(&f64::NAN);
+        ratio(largest, smallest)
+    };
+    report.summary(
+        "snapshot_time_10m_over_10k",
+        largest_over_smallest(&snapshots.ctrie_snapshot_ns_by_size),
+    );
+    report.summary(
+        "snapshot_after_write_time_10m_over_10k",
+        largest_over_smallest(&snapshots.ctrie_interleaved_ns_by_size),
+    );
+    report.notes.push(
+        "snapshot_ns: the snapshot call alone, back to back (what the O(1) claim is about); \
+         snapshot_after_write_ns: the snapshot call right after a write that renewed a path, \
+         whose cache misses grow with the map; first_write_after_snapshot_ns: that write"
+            .to_string(),
+    );
+    let largest_size = *plan.snapshot_sizes.last().unwrap_or(&0);
+    report.config("snapshot_time_10m_over_10k_largest_keys", largest_size);
+    let mix = &plan.mix;
+    for (field, other) in [
+        ("dashmap", "dashmap"),
+        ("papaya", "papaya"),
+        ("concread", "concread_hashtrie"),
+        ("imbl", "imbl_rwlock"),
+    ] {
+        report.summary(
+            &format!("ctrie_over_{field}_{mix}"),
+            ratio(medians["ctrie"], medians[other]),
+        );
+    }
+    if plan.quick {
+        report.notes.push(format!(
+            "quick: snapshot sizes stop at {largest_size} keys; snapshot_time_10m_over_10k holds largest/smallest ({largest_size} / 10000)"
+        ));
+    }
+    report.notes.push(format!(
+        "{} threads on a {}-core machine; snapshot costs are medians of {} snapshots per round",
+        plan.threads, report.host.cpus, plan.snapshots_per_round
+    ));
+}
+
+fn write_snapshot_chart(
+    common: &crate::Common,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+) -> Result<()> {
+    let chart = LineChart {
+        title: "Snapshot time against map size".into(),
+        x_label: "keys in the map (log scale)".into(),
+        y_label: "snapshot time (ns, median)".into(),
+        series: series
+            .into_iter()
+            .map(|(label, points)| Series { label, points })
+            .collect(),
+        markers: Vec::new(),
+        log_x: true,
+    };
+    write_line_chart(&chart, &common.out, "ctrie")
+}
+
+fn write_fig3_chart(common: &crate::Common, series: Vec<(String, Vec<(f64, f64)>)>) -> Result<()> {
+    let chart = LineChart {
+        title: "Single-thread updates against state size (SMaRtTrie Fig. 3)".into(),
+        x_label: "keys loaded (log scale)".into(),
+        y_label: "updates per second (median)".into(),
+        series: series
+            .into_iter()
+            .map(|(label, points)| Series { label, points })
+            .collect(),
+        markers: Vec::new(),
+        log_x: true,
+    };
+    write_line_chart(&chart, &common.out, "ctrie-fig3")
 }

@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use hdrhistogram::Histogram;
 use prefixkv_dpr::session::CommitPoint;
 use prefixkv_dredis::client::{shard_for_key, ClientError, Fate, RollbackReport};
 use prefixkv_dredis::redis::{encode_command, RedisConnection, RedisProcess, RedisServerConfig};
@@ -43,7 +42,7 @@ use prefixkv_resp::Reply;
 
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::stats::{alternating_schedule, median, ratio, Latencies, Spread};
 use crate::workload::{KeyDistribution, KeyGenerator};
 use crate::Common;
 
@@ -221,12 +220,10 @@ impl Driver {
 struct RunResult {
     operations: u64,
     elapsed: Duration,
-    latency_us: Histogram<u64>,
-    commit_latency_us: Histogram<u64>,
-}
-
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+    /// Push to reply, per operation.
+    latency: Latencies,
+    /// Reply to the commit point covering it, per operation (D-Redis only).
+    commit_latency: Latencies,
 }
 
 /// One client thread's run: YCSB-A for `run` on `driver`.
@@ -240,8 +237,8 @@ fn client_run(
     commit_poll: Duration,
 ) -> Result<RunResult> {
     let mut generator = KeyGenerator::new(distribution, keys, seed);
-    let mut latency_us = histogram();
-    let mut commit_latency_us = histogram();
+    let mut latency = Latencies::new();
+    let mut commit_latency = Latencies::new();
     let mut pushed_at: VecDeque<Instant> = VecDeque::new();
     let mut first_tag = 0u64;
     let mut awaiting_commit: VecDeque<(u64, Instant)> = VecDeque::new();
@@ -266,7 +263,7 @@ fn client_run(
         for completion in completions.drain(..) {
             let index = (completion.tag - first_tag) as usize;
             if let Some(pushed) = pushed_at.get(index) {
-                latency_us.saturating_record(now.duration_since(*pushed).as_micros() as u64);
+                latency.record(now.duration_since(*pushed));
             }
             operations += 1;
             if measure_commits {
@@ -291,8 +288,7 @@ fn client_run(
                     if sequence >= point.until_sequence || excluded {
                         break;
                     }
-                    commit_latency_us
-                        .saturating_record(now.duration_since(completed_at).as_micros() as u64);
+                    commit_latency.record(now.duration_since(completed_at));
                     awaiting_commit.pop_front();
                 }
             }
@@ -304,8 +300,8 @@ fn client_run(
     Ok(RunResult {
         operations,
         elapsed: started.elapsed(),
-        latency_us,
-        commit_latency_us,
+        latency,
+        commit_latency,
     })
 }
 
@@ -542,9 +538,58 @@ fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<Stri
     Ok((recovery_ms, verified, notes))
 }
 
+/// Sizes after applying `--quick` defaults.
+struct Plan {
+    shard_counts: Vec<usize>,
+    keys: u64,
+    run: Duration,
+    rounds: usize,
+}
+
+/// What the runs gather over shard counts and distributions, for the summary and the chart.
+struct Totals {
+    /// "contender distribution" → (shards, median ops/s) points.
+    series: BTreeMap<String, Vec<(f64, f64)>>,
+    dredis_over_passthrough: Vec<f64>,
+    dredis_over_direct: Vec<f64>,
+    commit_latency: Latencies,
+    recovery_ms: f64,
+}
+
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
-    // D-Redis logs slow latch holds and recoveries; RUST_LOG=warn (the default here) shows them.
+    init_logging();
+    let plan = plan(common, args);
+    let mut report = Report::new("dredis");
+    write_config(&mut report, common, args, &plan)?;
+    let mut totals = Totals {
+        series: BTreeMap::new(),
+        dredis_over_passthrough: Vec::new(),
+        dredis_over_direct: Vec::new(),
+        commit_latency: Latencies::new(),
+        recovery_ms: f64::NAN,
+    };
+    for (shard_index, &shards) in plan.shard_counts.iter().enumerate() {
+        let deployment = Deployment::start(shards, args)?;
+        deployment.load(plan.keys, args)?;
+        for &distribution in &args.distributions {
+            let point = (shards, distribution);
+            run_point(&mut report, &mut totals, &deployment, args, &plan, point)?;
+        }
+        if shard_index == 0 {
+            let (measured, verified, notes) = recovery(&deployment, args)?;
+            totals.recovery_ms = measured;
+            report.record_verification(verified);
+            report.notes.extend(notes);
+        }
+    }
+    write_summary(&mut report, &totals);
+    write_chart(common, totals.series)?;
+    Ok(report)
+}
+
+/// D-Redis logs slow latch holds and recoveries; RUST_LOG=warn (the default here) shows them.
+fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -552,25 +597,33 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let shard_counts =
-        args.shards
-            .clone()
-            .unwrap_or(if common.quick { vec![2] } else { vec![2, 4] });
-    let keys = args
-        .keys
-        .unwrap_or(if common.quick { 10_000 } else { 100_000 });
-    let run = Duration::from_millis(
-        args.run_ms
-            .unwrap_or(if common.quick { 1000 } else { 5000 }),
-    );
-    let rounds = common.rounds();
-    let mut report = Report::new("dredis");
+}
+
+fn plan(common: &Common, args: &Args) -> Plan {
+    Plan {
+        shard_counts: args.shards.clone().unwrap_or(if common.quick {
+            vec![2]
+        } else {
+            vec![2, 4]
+        }),
+        keys: args
+            .keys
+            .unwrap_or(if common.quick { 10_000 } else { 100_000 }),
+        run: Duration::from_millis(
+            args.run_ms
+                .unwrap_or(if common.quick { 1000 } else { 5000 }),
+        ),
+        rounds: common.rounds(),
+    }
+}
+
+fn write_config(report: &mut Report, common: &Common, args: &Args, plan: &Plan) -> Result<()> {
     report.config("quick", common.quick);
-    report.config("shards", shard_counts.clone());
+    report.config("shards", plan.shard_counts.clone());
     report.config("distributions", serde_json::to_value(&args.distributions)?);
-    report.config("keys", keys);
-    report.config("run_ms", run.as_millis() as u64);
-    report.config("rounds", rounds);
+    report.config("keys", plan.keys);
+    report.config("run_ms", plan.run.as_millis() as u64);
+    report.config("rounds", plan.rounds);
     report.config("clients", args.clients);
     report.config("batch", args.batch);
     report.config("window", args.window);
@@ -586,90 +639,108 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         "client threads and redis-servers share the machine's {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     ));
-    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    let mut dredis_over_passthrough = Vec::new();
-    let mut dredis_over_direct = Vec::new();
-    let mut commit_latency_us = histogram();
-    let mut recovery_ms = f64::NAN;
-    for (shard_index, &shards) in shard_counts.iter().enumerate() {
-        let deployment = Deployment::start(shards, args)?;
-        deployment.load(keys, args)?;
-        for &distribution in &args.distributions {
-            let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); CONTENDERS.len()];
-            let mut latency: Vec<Histogram<u64>> =
-                (0..CONTENDERS.len()).map(|_| histogram()).collect();
-            for (round, contender) in alternating_schedule(CONTENDERS.len(), rounds) {
-                let name = CONTENDERS[contender];
-                let mut handles = Vec::new();
-                for client in 0..args.clients {
-                    let driver = deployment.driver(name, args, (round * 100 + client) as u64)?;
-                    let seed = (round * 1000 + client) as u64 + 1;
-                    let measure = name == "dredis";
-                    let commit_poll = Duration::from_millis(args.commit_poll_ms);
-                    handles.push(std::thread::spawn(move || {
-                        client_run(driver, distribution, keys, seed, run, measure, commit_poll)
-                    }));
-                }
-                let mut operations = 0;
-                let mut elapsed = Duration::ZERO;
-                for handle in handles {
-                    let result = handle.join().expect("client thread")?;
-                    operations += result.operations;
-                    elapsed = elapsed.max(result.elapsed);
-                    latency[contender].add(&result.latency_us)?;
-                    commit_latency_us.add(&result.commit_latency_us)?;
-                }
-                throughput[contender].push(operations as f64 / elapsed.as_secs_f64());
-                eprintln!(
-                    "dredis: shards {shards} {distribution:?} round {round} {name}: {:.0} ops/s",
-                    operations as f64 / elapsed.as_secs_f64()
-                );
-            }
-            let medians: Vec<f64> = throughput.iter().map(|t| Spread::of(t).median).collect();
-            dredis_over_passthrough.push(ratio(medians[2], medians[1]));
-            dredis_over_direct.push(ratio(medians[2], medians[0]));
-            for (contender, name) in CONTENDERS.iter().enumerate() {
-                let mut r = row([
-                    ("variant", serde_json::Value::from(*name)),
-                    ("shards", shards.into()),
-                    ("distribution", serde_json::to_value(distribution)?),
-                    (
-                        "p50_latency_us",
-                        latency[contender].value_at_quantile(0.5).into(),
-                    ),
-                    (
-                        "p99_latency_us",
-                        latency[contender].value_at_quantile(0.99).into(),
-                    ),
-                ]);
-                Spread::of(&throughput[contender]).insert_into(&mut r, "throughput_ops_per_s");
-                report.rows.push(r);
-                series
-                    .entry(format!("{name} {distribution:?}"))
-                    .or_default()
-                    .push((shards as f64, medians[contender]));
-            }
+    Ok(())
+}
+
+/// Every contender at one (shards, distribution), alternated over the rounds; one row each.
+fn run_point(
+    report: &mut Report,
+    totals: &mut Totals,
+    deployment: &Deployment,
+    args: &Args,
+    plan: &Plan,
+    (shards, distribution): (usize, KeyDistribution),
+) -> Result<()> {
+    let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); CONTENDERS.len()];
+    let mut latency: Vec<Latencies> = (0..CONTENDERS.len()).map(|_| Latencies::new()).collect();
+    for (round, contender) in alternating_schedule(CONTENDERS.len(), plan.rounds) {
+        let name = CONTENDERS[contender];
+        let results = run_clients(deployment, args, plan, distribution, round, name)?;
+        let mut operations = 0;
+        let mut elapsed = Duration::ZERO;
+        for result in results {
+            operations += result.operations;
+            elapsed = elapsed.max(result.elapsed);
+            latency[contender].merge(&result.latency);
+            totals.commit_latency.merge(&result.commit_latency);
         }
-        if shard_index == 0 {
-            let (measured, verified, notes) = recovery(&deployment, args)?;
-            recovery_ms = measured;
-            report.record_verification(verified);
-            report.notes.extend(notes);
-        }
+        let ops_per_s = operations as f64 / elapsed.as_secs_f64();
+        throughput[contender].push(ops_per_s);
+        eprintln!(
+            "dredis: shards {shards} {distribution:?} round {round} {name}: {ops_per_s:.0} ops/s"
+        );
     }
-    let overall = |values: &[f64]| Spread::of(values).median;
-    report.summary("dredis_over_passthrough", overall(&dredis_over_passthrough));
-    report.summary("dredis_over_direct", overall(&dredis_over_direct));
+    let medians: Vec<f64> = throughput.iter().map(|t| median(t)).collect();
+    totals
+        .dredis_over_passthrough
+        .push(ratio(medians[2], medians[1]));
+    totals
+        .dredis_over_direct
+        .push(ratio(medians[2], medians[0]));
+    for (contender, name) in CONTENDERS.iter().enumerate() {
+        let mut r = row([
+            ("variant", serde_json::Value::from(*name)),
+            ("shards", shards.into()),
+            ("distribution", serde_json::to_value(distribution)?),
+            ("p50_latency_us", latency[contender].quantile_us(0.5).into()),
+            (
+                "p99_latency_us",
+                latency[contender].quantile_us(0.99).into(),
+            ),
+        ]);
+        Spread::of(&throughput[contender]).insert_into(&mut r, "throughput_ops_per_s");
+        report.rows.push(r);
+        totals
+            .series
+            .entry(format!("{name} {distribution:?}"))
+            .or_default()
+            .push((shards as f64, medians[contender]));
+    }
+    Ok(())
+}
+
+/// One round of one contender: `args.clients` client threads, each its own session.
+fn run_clients(
+    deployment: &Deployment,
+    args: &Args,
+    plan: &Plan,
+    distribution: KeyDistribution,
+    round: usize,
+    name: &str,
+) -> Result<Vec<RunResult>> {
+    let mut handles = Vec::new();
+    for client in 0..args.clients {
+        let driver = deployment.driver(name, args, (round * 100 + client) as u64)?;
+        let seed = (round * 1000 + client) as u64 + 1;
+        let measure = name == "dredis";
+        let commit_poll = Duration::from_millis(args.commit_poll_ms);
+        let (keys, run) = (plan.keys, plan.run);
+        handles.push(std::thread::spawn(move || {
+            client_run(driver, distribution, keys, seed, run, measure, commit_poll)
+        }));
+    }
+    handles
+        .into_iter()
+        .map(|handle| handle.join().expect("client thread"))
+        .collect()
+}
+
+fn write_summary(report: &mut Report, totals: &Totals) {
+    report.summary(
+        "dredis_over_passthrough",
+        median(&totals.dredis_over_passthrough),
+    );
+    report.summary("dredis_over_direct", median(&totals.dredis_over_direct));
     report.summary(
         "commit_latency_p50_ms",
-        commit_latency_us.value_at_quantile(0.5) as f64 / 1000.0,
+        totals.commit_latency.quantile_ms(0.5),
     );
     report.summary(
         "commit_latency_p99_ms",
-        commit_latency_us.value_at_quantile(0.99) as f64 / 1000.0,
+        totals.commit_latency.quantile_ms(0.99),
     );
-    report.summary("recovery_ms", recovery_ms);
-    if commit_latency_us.is_empty() {
+    report.summary("recovery_ms", totals.recovery_ms);
+    if totals.commit_latency.is_empty() {
         report
             .notes
             .push("no D-Redis operation was observed committed".into());
@@ -678,6 +749,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report
         .summary
         .insert("verified".into(), report.verified.into());
+}
+
+fn write_chart(common: &Common, series: BTreeMap<String, Vec<(f64, f64)>>) -> Result<()> {
     write_line_chart(
         &LineChart {
             title: "D-Redis YCSB-A throughput (median over rounds)".into(),
@@ -692,8 +766,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         },
         &common.out,
         "dredis",
-    )?;
-    Ok(report)
+    )
 }
 
 /// What the recovery check found for one client.

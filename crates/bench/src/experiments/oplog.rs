@@ -14,10 +14,9 @@
 
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::stats::{alternating_schedule, ratio, Latencies, Spread};
 use crate::Common;
 use anyhow::{anyhow, bail, Context, Result};
-use hdrhistogram::Histogram;
 use prefixkv_oplog::format::{encode_frame, encode_segment_header, segment_file_name};
 use prefixkv_oplog::{BackendChoice, Config, Oplog, OplogError, SyncPolicy};
 use serde_json::Value;
@@ -62,8 +61,8 @@ impl Variant {
     }
 }
 
-/// One appender thread's latencies (ns) and acknowledged (LSN, seq) pairs.
-type AppenderResult = (Histogram<u64>, Vec<(u64, u64)>);
+/// One appender thread's latencies and acknowledged (LSN, seq) pairs.
+type AppenderResult = (Latencies, Vec<(u64, u64)>);
 
 /// What one cell measured.
 struct Cell {
@@ -188,18 +187,18 @@ fn run_cell(
             .map(|thread| {
                 let contender = &contender;
                 scope.spawn(move || -> Result<AppenderResult> {
-                    let mut latency_ns = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+                    let mut latency = Latencies::new();
                     let mut acknowledged = Vec::new();
                     let mut seq = 0u64;
                     while Instant::now() < deadline {
                         let body = payload(thread, seq, record_bytes);
                         let begin = Instant::now();
                         let lsn = contender.append(&body)?;
-                        latency_ns.saturating_record(begin.elapsed().as_nanos().max(1) as u64);
+                        latency.record(begin.elapsed());
                         acknowledged.push((lsn, seq));
                         seq += 1;
                     }
-                    Ok((latency_ns, acknowledged))
+                    Ok((latency, acknowledged))
                 })
             })
             .collect();
@@ -212,11 +211,11 @@ fn run_cell(
             .collect()
     });
     let elapsed = start.elapsed().as_secs_f64();
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    let mut latency = Latencies::new();
     let mut acknowledged: BTreeMap<u64, (usize, u64)> = BTreeMap::new();
     for (thread, result) in results.into_iter().enumerate() {
         let (histogram, acks) = result?;
-        latency.add(&histogram)?;
+        latency.merge(&histogram);
         for (lsn, seq) in acks {
             if acknowledged.insert(lsn, (thread, seq)).is_some() {
                 bail!("{}: LSN {lsn} acknowledged twice", variant.name());
@@ -236,8 +235,8 @@ fn run_cell(
     Ok(Cell {
         appends_per_s: total / elapsed,
         appends_per_fsync,
-        p50_us: latency.value_at_quantile(0.50) as f64 / 1000.0,
-        p99_us: latency.value_at_quantile(0.99) as f64 / 1000.0,
+        p50_us: latency.quantile_us(0.50),
+        p99_us: latency.quantile_us(0.99),
         verified,
     })
 }
@@ -280,17 +279,39 @@ fn verify(
     Ok(true)
 }
 
+/// Sizes after applying `--quick` defaults, and the variants this machine can run.
+struct Plan {
+    rounds: usize,
+    seconds: f64,
+    base_dir: PathBuf,
+    variants: Vec<Variant>,
+}
+
+/// (variant index, appenders) → one cell per round.
+type Cells = BTreeMap<(usize, usize), Vec<Cell>>;
+
+/// (variant, appenders) → (median appends/s, median appends per fsync).
+type Medians = BTreeMap<(Variant, usize), (f64, f64)>;
+
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
-    let rounds = common.rounds();
-    let seconds = args
-        .seconds_per_cell
-        .unwrap_or(if common.quick { 0.4 } else { 3.0 });
-    let duration = Duration::from_secs_f64(seconds);
+    let mut report = Report::new("oplog");
+    let plan = plan(common, args, &mut report)?;
+    write_config(&mut report, common, args, &plan);
+    let cells = run_cells(&mut report, args, &plan)?;
+    let _ = std::fs::remove_dir_all(&plan.base_dir);
+    let (medians, series) = write_rows(&mut report, args, &plan, &cells);
+    write_summary(&mut report, args, &plan, &medians);
+    write_chart(common, args, series)?;
+    Ok(report)
+}
+
+/// The flags with `--quick` defaults applied; io_uring is probed, and its variant dropped (with
+/// a note) where it is unavailable.
+fn plan(common: &Common, args: &Args, report: &mut Report) -> Result<Plan> {
     let base_dir = args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("prefixkv-bench-oplog-{}", std::process::id()))
     });
-    let mut report = Report::new("oplog");
     let mut variants = vec![
         Variant::GroupCommitIoUring,
         Variant::GroupCommitPwritev,
@@ -308,14 +329,25 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         }
     }
     std::fs::remove_dir_all(&probe_dir)?;
+    Ok(Plan {
+        rounds: common.rounds(),
+        seconds: args
+            .seconds_per_cell
+            .unwrap_or(if common.quick { 0.4 } else { 3.0 }),
+        base_dir,
+        variants,
+    })
+}
+
+fn write_config(report: &mut Report, common: &Common, args: &Args, plan: &Plan) {
     report.config("quick", common.quick);
-    report.config("rounds", rounds as u64);
+    report.config("rounds", plan.rounds as u64);
     report.config(
         "appenders",
         Value::from(args.appenders.iter().map(|&n| n as u64).collect::<Vec<_>>()),
     );
     report.config("record_bytes", args.record_bytes as u64);
-    report.config("seconds_per_cell", seconds);
+    report.config("seconds_per_cell", plan.seconds);
     report.config(
         "policy",
         "always (every append acknowledged only after its data sync)",
@@ -328,21 +360,24 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         "group_commit",
         "prefixkv-oplog: one vectored write + one data sync per group, one I/O thread",
     );
-    report.config("dir", base_dir.display().to_string());
+    report.config("dir", plan.base_dir.display().to_string());
     report.config(
         "variants",
-        Value::from(variants.iter().map(|v| v.name()).collect::<Vec<_>>()),
+        Value::from(plan.variants.iter().map(|v| v.name()).collect::<Vec<_>>()),
     );
+}
 
-    let schedule = alternating_schedule(variants.len(), rounds);
+/// Every variant at every appender count, alternated over the rounds.
+fn run_cells(report: &mut Report, args: &Args, plan: &Plan) -> Result<Cells> {
+    let duration = Duration::from_secs_f64(plan.seconds);
+    let schedule = alternating_schedule(plan.variants.len(), plan.rounds);
     let bar = crate::progress::bar((schedule.len() * args.appenders.len()) as u64, "oplog");
-    // (variant, appenders) -> per-round cells
-    let mut cells: BTreeMap<(usize, usize), Vec<Cell>> = BTreeMap::new();
+    let mut cells = Cells::new();
     for &appenders in &args.appenders {
         for &(_, contender) in &schedule {
-            let variant = variants[contender];
+            let variant = plan.variants[contender];
             bar.set_message(format!("{} x{appenders}", variant.name()));
-            let dir = base_dir.join(variant.name());
+            let dir = plan.base_dir.join(variant.name());
             let cell = run_cell(variant, appenders, args.record_bytes, duration, &dir)
                 .with_context(|| format!("{} with {appenders} appenders", variant.name()))?;
             report.record_verification(cell.verified);
@@ -351,25 +386,39 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         }
     }
     bar.finish_and_clear();
-    let _ = std::fs::remove_dir_all(&base_dir);
+    Ok(cells)
+}
 
-    let mut medians: BTreeMap<(Variant, usize), (f64, f64)> = BTreeMap::new();
+/// One row per (variant, appenders), medians over rounds; returns the medians the summary needs
+/// and the chart's series.
+fn write_rows(
+    report: &mut Report,
+    args: &Args,
+    plan: &Plan,
+    cells: &Cells,
+) -> (Medians, Vec<Series>) {
+    let mut medians = Medians::new();
     let mut series = Vec::new();
-    for (index, variant) in variants.iter().enumerate() {
+    for (index, variant) in plan.variants.iter().enumerate() {
         let mut points = Vec::new();
         for &appenders in &args.appenders {
             let runs = &cells[&(index, appenders)];
-            let throughput = Spread::of(&runs.iter().map(|c| c.appends_per_s).collect::<Vec<_>>());
-            let per_fsync =
-                Spread::of(&runs.iter().map(|c| c.appends_per_fsync).collect::<Vec<_>>());
-            let p50 = Spread::of(&runs.iter().map(|c| c.p50_us).collect::<Vec<_>>());
-            let p99 = Spread::of(&runs.iter().map(|c| c.p99_us).collect::<Vec<_>>());
+            let over_rounds =
+                |figure: fn(&Cell) -> f64| Spread::of(&runs.iter().map(figure).collect::<Vec<_>>());
+            let throughput = over_rounds(|c| c.appends_per_s);
+            let per_fsync = over_rounds(|c| c.appends_per_fsync);
             let mut fields = row([
                 ("variant", Value::from(variant.name())),
                 ("appenders", Value::from(appenders as u64)),
                 ("appends_per_fsync", Value::from(per_fsync.median)),
-                ("p50_append_latency_us", Value::from(p50.median)),
-                ("p99_append_latency_us", Value::from(p99.median)),
+                (
+                    "p50_append_latency_us",
+                    Value::from(over_rounds(|c| c.p50_us).median),
+                ),
+                (
+                    "p99_append_latency_us",
+                    Value::from(over_rounds(|c| c.p99_us).median),
+                ),
                 ("verified", Value::from(runs.iter().all(|c| c.verified))),
             ]);
             throughput.insert_into(&mut fields, "appends_per_s");
@@ -382,9 +431,14 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             points,
         });
     }
+    (medians, series)
+}
 
-    // Group commit as deployed: io_uring where available (what BackendChoice::Auto picks).
-    let group = if variants.contains(&Variant::GroupCommitIoUring) {
+/// Group commit (as deployed: io_uring where available, what `BackendChoice::Auto` picks)
+/// against the naive log at the largest appender count, and io_uring against pwritev.
+fn write_summary(report: &mut Report, args: &Args, plan: &Plan, medians: &Medians) {
+    let has_io_uring = plan.variants.contains(&Variant::GroupCommitIoUring);
+    let group = if has_io_uring {
         Variant::GroupCommitIoUring
     } else {
         Variant::GroupCommitPwritev
@@ -401,21 +455,18 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         ratio(at(group, top).0, at(Variant::Naive, top).0),
     );
     report.summary(&format!("appends_per_fsync_at_{top}"), at(group, top).1);
-    if variants.contains(&Variant::GroupCommitIoUring) {
-        report.summary(
-            "io_uring_over_pwritev",
+    if has_io_uring {
+        let io_uring_over_pwritev = |n: usize| {
             ratio(
-                at(Variant::GroupCommitIoUring, top).0,
-                at(Variant::GroupCommitPwritev, top).0,
-            ),
-        );
+                at(Variant::GroupCommitIoUring, n).0,
+                at(Variant::GroupCommitPwritev, n).0,
+            )
+        };
+        report.summary("io_uring_over_pwritev", io_uring_over_pwritev(top));
         for &n in &args.appenders {
             report.summary(
                 &format!("io_uring_over_pwritev_at_{n}"),
-                ratio(
-                    at(Variant::GroupCommitIoUring, n).0,
-                    at(Variant::GroupCommitPwritev, n).0,
-                ),
+                io_uring_over_pwritev(n),
             );
         }
     }
@@ -427,6 +478,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         "{} cores: appender threads, the I/O thread and the fsyncs share them",
         report.host.cpus
     ));
+}
+
+fn write_chart(common: &Common, args: &Args, series: Vec<Series>) -> Result<()> {
     write_line_chart(
         &LineChart {
             title: format!(
@@ -441,6 +495,5 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         },
         &common.out,
         "oplog",
-    )?;
-    Ok(report)
+    )
 }

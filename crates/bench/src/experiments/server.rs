@@ -26,7 +26,7 @@ mod snapshot;
 
 use crate::plot::{write_line_chart, LineChart, Marker, Series};
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::stats::{alternating_schedule, median, ratio, Spread};
 use crate::Common;
 use anyhow::{bail, Context, Result};
 use processes::{Binaries, Durability, Kind, Launch, ServerProcess};
@@ -296,7 +296,7 @@ fn run_benchmarks(
             test.to_string(),
         );
         cells.get(&key).map_or(f64::NAN, |values| {
-            Spread::of(&values.iter().map(|v| v.0).collect::<Vec<_>>()).median
+            median(&values.iter().map(|v| v.0).collect::<Vec<_>>())
         })
     };
     for ((server, durability, pipeline, test), values) in &cells {
@@ -360,10 +360,11 @@ fn summarise_checkpoint_costs(
     report: &mut Report,
 ) -> Result<()> {
     crate::cost::summarise(report, temp, &|figure| {
-        Spread::of(&ours.checkpoints.iter().map(figure).collect::<Vec<_>>()).median
+        median(&ours.checkpoints.iter().map(figure).collect::<Vec<_>>())
     })
 }
 
+/// Phase 2: the snapshot phase on each server in turn, then its rows, summary and chart.
 fn run_snapshots(
     binaries: &Binaries,
     plan: &snapshot::Plan,
@@ -384,105 +385,119 @@ fn run_snapshots(
         outcomes.push(outcome);
     }
     bar.finish_and_clear();
-
-    let dataset = plan.dataset_bytes() as f64;
     for outcome in &outcomes {
         report.record_verification(outcome.verified);
-        let mut cell = row([
-            ("phase", Value::from("bgsave-under-load")),
-            ("variant", Value::from(outcome.kind.name())),
-            ("durability", Value::from(plan.durability.name())),
-            ("dataset_bytes", Value::from(plan.dataset_bytes())),
-            ("load_s", Value::from(outcome.load_seconds)),
-            (
-                "throughput_outside_bgsave_ops_per_s",
-                Value::from(outcome.outside_ops_per_s),
-            ),
-            (
-                "throughput_during_bgsave_ops_per_s",
-                Value::from(outcome.during_ops_per_s),
-            ),
-            (
-                "during_bgsave_over_outside",
-                finite(ratio(outcome.during_ops_per_s, outcome.outside_ops_per_s)),
-            ),
-            ("p99_outside_bgsave_us", Value::from(outcome.outside_p99_us)),
-            ("p99_during_bgsave_us", Value::from(outcome.during_p99_us)),
-            ("bgsave_s", Value::from(outcome.bgsave_seconds.clone())),
-            (
-                "baseline_pss_bytes",
-                Value::from(outcome.baseline_pss_bytes),
-            ),
-            (
-                "bgsave_memory_growth_bytes",
-                Value::from(outcome.growth_pss_bytes),
-            ),
-            (
-                "bgsave_memory_growth_ratio",
-                finite(outcome.growth_pss_bytes as f64 / dataset),
-            ),
-            (
-                "bgsave_rss_with_children_growth_bytes",
-                Value::from(outcome.growth_rss_with_children_bytes),
-            ),
-            ("restart_s", finite(outcome.restart_seconds)),
-            (
-                "recovery_gb_per_s",
-                finite(dataset / outcome.restart_seconds / 1e9),
-            ),
-            ("verified", Value::from(outcome.verified)),
-            ("verify_note", Value::from(outcome.verify_note.as_str())),
-        ]);
-        if !outcome.checkpoints.is_empty() {
-            crate::cost::insert_into(&mut cell, &outcome.checkpoints, report.host.cpu_mhz);
-        }
+        let cell = snapshot_row(plan, outcome, report.host.cpu_mhz);
         report.rows.push(cell);
     }
     let find = |kind: Kind| outcomes.iter().find(|o| o.kind == kind);
     if let (Some(ours), Some(redis)) = (find(Kind::Prefixkv), find(Kind::Redis)) {
-        report.summary(
-            "during_bgsave_over_outside",
-            ratio(ours.during_ops_per_s, ours.outside_ops_per_s),
-        );
-        report.summary(
-            "redis_during_bgsave_over_outside",
-            ratio(redis.during_ops_per_s, redis.outside_ops_per_s),
-        );
-        report.summary(
-            "bgsave_memory_growth_ratio",
-            ours.growth_pss_bytes as f64 / dataset,
-        );
-        report.summary(
-            "redis_bgsave_memory_growth_ratio",
-            redis.growth_pss_bytes as f64 / dataset,
-        );
-        report.summary(
-            "p99_during_bgsave_over_outside",
-            ratio(ours.during_p99_us, ours.outside_p99_us),
-        );
-        report.summary(
-            "redis_p99_during_bgsave_over_outside",
-            ratio(redis.during_p99_us, redis.outside_p99_us),
-        );
-        report.summary(
-            "bgsave_duration_over_redis",
-            ratio(
-                Spread::of(&ours.bgsave_seconds).median,
-                Spread::of(&redis.bgsave_seconds).median,
-            ),
-        );
-        report.summary(
-            "restart_over_redis",
-            ratio(ours.restart_seconds, redis.restart_seconds),
-        );
-        report.summary("recovery_gb_per_s", dataset / ours.restart_seconds / 1e9);
-        report.summary(
-            "redis_recovery_gb_per_s",
-            dataset / redis.restart_seconds / 1e9,
-        );
+        write_snapshot_summary(report, plan, ours, redis);
         summarise_checkpoint_costs(ours, temp, report)?;
     }
+    write_snapshot_chart(plan, &outcomes, out)
+}
 
+/// The row of one server's snapshot phase.
+fn snapshot_row(
+    plan: &snapshot::Plan,
+    outcome: &snapshot::Outcome,
+    cpu_mhz: f64,
+) -> serde_json::Map<String, Value> {
+    let dataset = plan.dataset_bytes() as f64;
+    let mut cell = row([
+        ("phase", Value::from("bgsave-under-load")),
+        ("variant", Value::from(outcome.kind.name())),
+        ("durability", Value::from(plan.durability.name())),
+        ("dataset_bytes", Value::from(plan.dataset_bytes())),
+        ("load_s", Value::from(outcome.load_seconds)),
+        (
+            "throughput_outside_bgsave_ops_per_s",
+            Value::from(outcome.outside_ops_per_s),
+        ),
+        (
+            "throughput_during_bgsave_ops_per_s",
+            Value::from(outcome.during_ops_per_s),
+        ),
+        (
+            "during_bgsave_over_outside",
+            finite(ratio(outcome.during_ops_per_s, outcome.outside_ops_per_s)),
+        ),
+        ("p99_outside_bgsave_us", Value::from(outcome.outside_p99_us)),
+        ("p99_during_bgsave_us", Value::from(outcome.during_p99_us)),
+        ("bgsave_s", Value::from(outcome.bgsave_seconds.clone())),
+        (
+            "baseline_pss_bytes",
+            Value::from(outcome.baseline_pss_bytes),
+        ),
+        (
+            "bgsave_memory_growth_bytes",
+            Value::from(outcome.growth_pss_bytes),
+        ),
+        (
+            "bgsave_memory_growth_ratio",
+            finite(outcome.growth_pss_bytes as f64 / dataset),
+        ),
+        (
+            "bgsave_rss_with_children_growth_bytes",
+            Value::from(outcome.growth_rss_with_children_bytes),
+        ),
+        ("restart_s", finite(outcome.restart_seconds)),
+        (
+            "recovery_gb_per_s",
+            finite(dataset / outcome.restart_seconds / 1e9),
+        ),
+        ("verified", Value::from(outcome.verified)),
+        ("verify_note", Value::from(outcome.verify_note.as_str())),
+    ]);
+    if !outcome.checkpoints.is_empty() {
+        crate::cost::insert_into(&mut cell, &outcome.checkpoints, cpu_mhz);
+    }
+    cell
+}
+
+/// Our server against Redis during the saves: throughput, p99, memory, save and restart time.
+fn write_snapshot_summary(
+    report: &mut Report,
+    plan: &snapshot::Plan,
+    ours: &snapshot::Outcome,
+    redis: &snapshot::Outcome,
+) {
+    let dataset = plan.dataset_bytes() as f64;
+    for (prefix, outcome) in [("", ours), ("redis_", redis)] {
+        report.summary(
+            &format!("{prefix}during_bgsave_over_outside"),
+            ratio(outcome.during_ops_per_s, outcome.outside_ops_per_s),
+        );
+        report.summary(
+            &format!("{prefix}bgsave_memory_growth_ratio"),
+            outcome.growth_pss_bytes as f64 / dataset,
+        );
+        report.summary(
+            &format!("{prefix}p99_during_bgsave_over_outside"),
+            ratio(outcome.during_p99_us, outcome.outside_p99_us),
+        );
+        report.summary(
+            &format!("{prefix}recovery_gb_per_s"),
+            dataset / outcome.restart_seconds / 1e9,
+        );
+    }
+    report.summary(
+        "bgsave_duration_over_redis",
+        ratio(median(&ours.bgsave_seconds), median(&redis.bgsave_seconds)),
+    );
+    report.summary(
+        "restart_over_redis",
+        ratio(ours.restart_seconds, redis.restart_seconds),
+    );
+}
+
+/// SET throughput over time on each server, with the saves marked.
+fn write_snapshot_chart(
+    plan: &snapshot::Plan,
+    outcomes: &[snapshot::Outcome],
+    out: &std::path::Path,
+) -> Result<()> {
     let series: Vec<Series> = outcomes
         .iter()
         .map(|o| Series {
@@ -492,23 +507,20 @@ fn run_snapshots(
         .collect();
     let mut markers = Vec::new();
     for (index, outcome) in outcomes.iter().enumerate() {
-        for (start, end) in &outcome.windows {
-            markers.push(Marker {
-                x: *start,
-                series: Some(index),
-                end: false,
-            });
-            markers.push(Marker {
-                x: *end,
-                series: Some(index),
-                end: true,
-            });
+        for &(start, end) in &outcome.windows {
+            for (x, end) in [(start, false), (end, true)] {
+                markers.push(Marker {
+                    x,
+                    series: Some(index),
+                    end,
+                });
+            }
         }
     }
     let chart = LineChart {
         title: format!(
             "SET throughput while BGSAVE runs ({:.0} MB dataset, {} writers x {} pipelined)",
-            dataset / 1e6,
+            plan.dataset_bytes() as f64 / 1e6,
             plan.writers,
             plan.pipeline
         ),
@@ -518,6 +530,5 @@ fn run_snapshots(
         markers,
         log_x: false,
     };
-    write_line_chart(&chart, out, "server")?;
-    Ok(())
+    write_line_chart(&chart, out, "server")
 }

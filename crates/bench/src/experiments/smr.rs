@@ -530,11 +530,8 @@ async fn fig2(
             checkpoints_wanted: 0,
         };
         let phase = run_phase(&cluster, leader, &plan).await?;
-        let latency = &phase.latency_us;
-        points.push((
-            phase.operations as f64 / phase.elapsed,
-            latency.mean() / 1000.0,
-        ));
+        let latency = &phase.latency;
+        points.push((phase.operations as f64 / phase.elapsed, latency.mean_ms()));
         report.rows.push(row([
             ("figure", Value::from("fig2")),
             ("setting", Value::from(setting.name)),
@@ -544,15 +541,9 @@ async fn fig2(
                 "throughput_ops_per_s",
                 Value::from(phase.operations as f64 / phase.elapsed),
             ),
-            ("latency_mean_ms", Value::from(latency.mean() / 1000.0)),
-            (
-                "latency_p50_ms",
-                Value::from(latency.value_at_quantile(0.5) as f64 / 1000.0),
-            ),
-            (
-                "latency_p99_ms",
-                Value::from(latency.value_at_quantile(0.99) as f64 / 1000.0),
-            ),
+            ("latency_mean_ms", Value::from(latency.mean_ms())),
+            ("latency_p50_ms", Value::from(latency.quantile_ms(0.5))),
+            ("latency_p99_ms", Value::from(latency.quantile_ms(0.99))),
         ]));
         // Phases run one after another, so later acknowledgements supersede earlier ones.
         expected.acknowledged.extend(phase.acknowledged);

@@ -25,7 +25,7 @@
 
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::Report;
-use crate::stats::{ratio, Spread};
+use crate::stats::ratio;
 use crate::Common;
 use anyhow::{bail, Context, Result};
 use prefixkv_tickstate::{huge_pages_status, AlgorithmKind, ImageStore};
@@ -287,10 +287,6 @@ fn image_crc(image: &[u64]) -> u32 {
     crc
 }
 
-fn median(values: &[f64]) -> f64 {
-    Spread::of(values).median
-}
-
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let setup = Setup::new(common, args)?;
@@ -521,7 +517,7 @@ fn summarise(
     let top_updates_per_tick = rates[top] as f64 * setup.tick.as_millis() as f64 / 1000.0;
     report.summary(
         "baseline_max_updates_per_s",
-        top_updates_per_tick / (Spread::of(&sweep.baseline_tick_ns[top]).median / 1e9),
+        top_updates_per_tick / (crate::stats::median(&sweep.baseline_tick_ns[top]) / 1e9),
     );
     if let Some(mmo) = mmo {
         report.summary("mmo_updates_per_s", mmo.updates_per_s);

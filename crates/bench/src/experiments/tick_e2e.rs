@@ -13,7 +13,7 @@ use super::tick_updates;
 use super::Setup;
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::stats::{alternating_schedule, median, percentile, ratio, Spread};
 use anyhow::{bail, Context, Result};
 use prefixkv_tickstate::algo::*;
 use prefixkv_tickstate::{
@@ -292,7 +292,7 @@ pub(super) fn end_to_end_row(
 
 /// Median over rounds of a per-run figure.
 pub(super) fn median_over(runs: &[EndToEnd], value: fn(&EndToEnd) -> f64) -> f64 {
-    Spread::of(&runs.iter().map(value).collect::<Vec<_>>()).median
+    median(&runs.iter().map(value).collect::<Vec<_>>())
 }
 
 /// Mutator time of every tick of a run, for the over-time chart.
@@ -564,15 +564,6 @@ pub(super) fn thread_cpu_ns() -> f64 {
     // SAFETY: valid pointer to a timespec; CLOCK_THREAD_CPUTIME_ID is always available on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
     time.tv_sec as f64 * 1e9 + time.tv_nsec as f64
-}
-
-pub(super) fn percentile(values: &[f64], fraction: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
 }
 
 #[cfg(test)]

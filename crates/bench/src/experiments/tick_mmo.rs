@@ -446,7 +446,7 @@ pub(super) fn run_part(
         updates_per_s,
     };
     for (contender, kind) in algorithms.iter().enumerate() {
-        part.overhead_median[contender] = Spread::of(&overheads[contender]).median;
+        part.overhead_median[contender] = crate::stats::median(&overheads[contender]);
         let mut line = row([
             ("part", Value::from("mmo_overhead")),
             ("algorithm", Value::from(kind.short_name())),

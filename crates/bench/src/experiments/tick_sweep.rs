@@ -11,9 +11,9 @@
 //! untimed between ticks; every fourth image is compared (CRC32C) with the state at its point of
 //! consistency, and the final state with the baseline's. Contenders alternate over rounds.
 
-use super::{image_crc, median, tick_updates, WARMUP_TICKS};
+use super::{image_crc, tick_updates, WARMUP_TICKS};
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, Spread};
+use crate::stats::{alternating_schedule, median, Spread};
 use anyhow::{Context, Result};
 use prefixkv_tickstate::algo::*;
 use prefixkv_tickstate::{Algorithm, AlgorithmKind};
@@ -51,14 +51,14 @@ impl CycleTimer {
             let ticks = timer.now() - start;
             timer.ns_per_tick = wall.elapsed().as_nanos() as f64 / ticks.max(1) as f64;
         }
-        let mut pairs: Vec<u64> = (0..2001)
+        // An odd count, so the median is one of the readings.
+        let pairs: Vec<f64> = (0..2001)
             .map(|_| {
                 let start = timer.now();
-                timer.now() - start
+                (timer.now() - start) as f64
             })
             .collect();
-        pairs.sort_unstable();
-        timer.overhead = pairs[pairs.len() / 2];
+        timer.overhead = median(&pairs) as u64;
         timer
     }
 
@@ -233,7 +233,7 @@ pub(super) struct Sweep {
 impl Sweep {
     /// Median overhead (ns) of `algorithm` at rate number `rate`.
     pub(super) fn overhead_median(&self, algorithm: usize, rate: usize) -> f64 {
-        Spread::of(&self.overhead[algorithm][rate]).median
+        median(&self.overhead[algorithm][rate])
     }
 }
 

@@ -22,11 +22,10 @@
 //! equal the reference — the population and the same inputs executed on a plain vector, no
 //! durability code involved — or the run is not verified.
 
-use super::e2e::percentile;
 use super::Setup;
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::stats::{alternating_schedule, median, ratio, Latencies, Spread};
 use anyhow::{bail, Context, Result};
 use prefixkv_oplog::{AppendTicket, Config as OplogConfig, Oplog};
 use prefixkv_tickstate::algo::{InterleavedPingPong, NaiveSnapshot};
@@ -355,12 +354,23 @@ struct TpccRun {
     verified: bool,
 }
 
+/// Every transaction latency of `runs` as one distribution.
+fn latencies(runs: &[TpccRun]) -> Latencies {
+    let mut all = Latencies::new();
+    for run in runs {
+        for &latency_ns in &run.latency_ns {
+            all.record_ns(latency_ns as u64);
+        }
+    }
+    all
+}
+
 impl TpccRun {
     fn txns_per_s(&self) -> f64 {
         self.txns as f64 / self.elapsed_s
     }
     fn latency_us(&self, fraction: f64) -> f64 {
-        percentile(&self.latency_ns, fraction) / 1e3
+        latencies(std::slice::from_ref(self)).quantile_us(fraction)
     }
     /// Per window of `WINDOW_NS`: (window start s, transactions per second, max latency µs).
     fn windows(&self) -> Vec<(f64, f64, f64)> {
@@ -595,19 +605,13 @@ fn tpcc_row(contender: Contender, runs: &[TpccRun]) -> serde_json::Map<String, V
     let per_run =
         |value: &dyn Fn(&TpccRun) -> f64| Spread::of(&runs.iter().map(value).collect::<Vec<_>>());
     per_run(&|run| run.txns_per_s()).insert_into(&mut line, "txns_per_s");
-    let latencies: Vec<f64> = runs
-        .iter()
-        .flat_map(|run| run.latency_ns.iter().copied())
-        .collect();
+    let all = latencies(runs);
     for (name, fraction) in [
         ("latency_p50_us", 0.5),
         ("latency_p99_us", 0.99),
         ("latency_max_us", 1.0),
     ] {
-        line.insert(
-            name.into(),
-            Value::from(percentile(&latencies, fraction) / 1e3),
-        );
+        line.insert(name.into(), Value::from(all.quantile_us(fraction)));
     }
     per_run(&|run| run.latency_us(0.99)).insert_into(&mut line, "latency_p99_us_per_round");
     per_run(&|run| run.checkpoints as f64 / run.elapsed_s)
@@ -643,27 +647,17 @@ fn tpcc_summary(report: &mut Report, runs: &[Vec<TpccRun>], memory_only: f64) {
             .expect("listed")
     };
     let throughput = |contender: Contender| {
-        Spread::of(
+        median(
             &runs[index(contender)]
                 .iter()
                 .map(TpccRun::txns_per_s)
                 .collect::<Vec<_>>(),
         )
-        .median
     };
-    let p99 = |contender: Contender| {
-        let latencies: Vec<f64> = runs[index(contender)]
-            .iter()
-            .flat_map(|run| run.latency_ns.iter().copied())
-            .collect();
-        percentile(&latencies, 0.99)
-    };
+    let p99 = |contender: Contender| latencies(&runs[index(contender)]).quantile_ns(0.99);
     let spike = |contender: Contender| {
-        let latencies: Vec<f64> = runs[index(contender)]
-            .iter()
-            .flat_map(|run| run.latency_ns.iter().copied())
-            .collect();
-        ratio(percentile(&latencies, 1.0), percentile(&latencies, 0.5))
+        let all = latencies(&runs[index(contender)]);
+        ratio(all.quantile_ns(1.0), all.quantile_ns(0.5))
     };
     // Overhead per transaction: time per transaction beyond the logical log alone.
     let overhead_ns =

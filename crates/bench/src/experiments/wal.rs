@@ -25,7 +25,7 @@
 
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::stats::{alternating_schedule, percentile, quantile_points, ratio, Spread};
 use crate::Common;
 use anyhow::{bail, Context, Result};
 use prefixkv_pagestore::{BackfillStrategy, CheckpointMode, Options, PageStore, SyncPolicy};
@@ -91,30 +91,85 @@ fn flatten(runs: &[RunResult], field: impl Fn(&RunResult) -> &Vec<f64>) -> Vec<f
     runs.iter().flat_map(|r| field(r).iter().copied()).collect()
 }
 
+/// Sizes and settings after applying `--quick` defaults.
+struct Plan {
+    pages: u32,
+    commits: u32,
+    sync: SyncPolicy,
+    /// OS-cache states of the WAL to measure: (name, evict the WAL before each backfill).
+    caches: Vec<(&'static str, bool)>,
+    rounds: usize,
+}
+
+/// Every run of one OS-cache state: per variant (in [`VARIANTS`] order), one result per round.
+type CacheResults = [Vec<RunResult>; VARIANTS.len()];
+
+/// The median checkpoint and copy times and the cache hit ratio of each variant, for the summary.
+#[derive(Default)]
+struct VariantFigures {
+    checkpoint_ms_p50: f64,
+    copy_ms_p50: f64,
+    cache_hit_ratio: f64,
+}
+
 /// Runs the experiment.
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
-    let pages = args
-        .pages
-        .unwrap_or(if common.quick { 32_768 } else { 65_536 });
-    let commits = args
-        .commits
-        .unwrap_or(if common.quick { 4000 } else { 12_000 });
+    let plan = plan(common, args)?;
+    let mut report = Report::new("wal");
+    write_config(&mut report, common, args, &plan);
+    let results = run_rounds(&mut report, args, &plan)?;
+    let mut series = Vec::new();
+    for (&(cache_name, cold), results) in plan.caches.iter().zip(&results) {
+        let mut figures: [VariantFigures; VARIANTS.len()] = Default::default();
+        for (variant, (name, _)) in VARIANTS.iter().enumerate() {
+            let runs = &results[variant];
+            let (row, variant_figures) = variant_row(name, cache_name, runs);
+            report.rows.push(row);
+            figures[variant] = variant_figures;
+            series.push(Series {
+                label: format!("{name} backfill, WAL {cache_name} in OS cache"),
+                points: quantile_points(&flatten(runs, |r| &r.checkpoint_ms)),
+            });
+        }
+        write_cache_summary(&mut report, cold, &figures);
+    }
+    report
+        .summary
+        .insert("verified".into(), Value::from(report.verified));
+    write_notes(&mut report);
+    write_chart(common, &plan, series)?;
+    Ok(report)
+}
+
+fn plan(common: &Common, args: &Args) -> Result<Plan> {
     let sync = match args.sync.as_str() {
         "full" => SyncPolicy::Full,
         "normal" => SyncPolicy::Normal,
         other => bail!("--sync must be `full` or `normal`, not `{other}`"),
     };
-    let caches: &[(&str, bool)] = match args.wal_os_cache.as_str() {
-        "warm" => &[("warm", false)],
-        "cold" => &[("cold", true)],
-        "both" => &[("warm", false), ("cold", true)],
+    let caches = match args.wal_os_cache.as_str() {
+        "warm" => vec![("warm", false)],
+        "cold" => vec![("cold", true)],
+        "both" => vec![("warm", false), ("cold", true)],
         other => bail!("--wal-os-cache must be `warm`, `cold` or `both`, not `{other}`"),
     };
-    let rounds = common.rounds();
-    let mut report = Report::new("wal");
+    Ok(Plan {
+        pages: args
+            .pages
+            .unwrap_or(if common.quick { 32_768 } else { 65_536 }),
+        commits: args
+            .commits
+            .unwrap_or(if common.quick { 4000 } else { 12_000 }),
+        sync,
+        caches,
+        rounds: common.rounds(),
+    })
+}
+
+fn write_config(report: &mut Report, common: &Common, args: &Args, plan: &Plan) {
     report.config("quick", common.quick);
-    report.config("db_pages", pages);
-    report.config("commits_per_run", commits);
+    report.config("db_pages", plan.pages);
+    report.config("commits_per_run", plan.commits);
     report.config("pages_per_commit", "uniform 1..=16, uniform random pages");
     report.config("page_size_bytes", args.page_size_bytes);
     report.config("cache_capacity_pages", args.cache_pages as u64);
@@ -129,124 +184,120 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     );
     report.config("sync", args.sync.clone());
     report.config("wal_os_cache", args.wal_os_cache.clone());
-    report.config("rounds", rounds as u64);
+    report.config("rounds", plan.rounds as u64);
     report.config("filesystem_dir", std::env::temp_dir().display().to_string());
+}
 
-    let bar = crate::progress::bar((rounds * VARIANTS.len() * caches.len()) as u64, "wal runs");
-    let mut series = Vec::new();
-    // Every (cache state, variant) pair is one contender of the alternating schedule, so machine
-    // drift (other jobs on the shared cores) spreads over all of them alike.
-    let mut all_results: Vec<[Vec<RunResult>; VARIANTS.len()]> = caches
+/// Every (cache state, variant) pair is one contender of the alternating schedule, so machine
+/// drift (other jobs on the shared cores) spreads over all of them alike. Returns the runs per
+/// cache state.
+fn run_rounds(report: &mut Report, args: &Args, plan: &Plan) -> Result<Vec<CacheResults>> {
+    let contenders = VARIANTS.len() * plan.caches.len();
+    let bar = crate::progress::bar((plan.rounds * contenders) as u64, "wal runs");
+    let mut results: Vec<CacheResults> = plan
+        .caches
         .iter()
         .map(|_| std::array::from_fn(|_| Vec::new()))
         .collect();
-    for (round, contender) in alternating_schedule(VARIANTS.len() * caches.len(), rounds) {
+    for (round, contender) in alternating_schedule(contenders, plan.rounds) {
         let (cache_index, variant) = (contender / VARIANTS.len(), contender % VARIANTS.len());
-        let (cache_name, cold) = caches[cache_index];
-        {
-            let (name, strategy) = VARIANTS[variant];
-            let result = run_once(
-                args,
-                pages,
-                commits,
-                sync,
-                strategy,
-                cold,
-                0xC0FFEE + round as u64,
-            )
+        let (cache_name, cold) = plan.caches[cache_index];
+        let (name, strategy) = VARIANTS[variant];
+        let result = run_once(args, plan, strategy, cold, 0xC0FFEE + round as u64)
             .with_context(|| format!("round {round}, variant {name}, WAL {cache_name}"))?;
-            report.record_verification(result.verified);
-            all_results[cache_index][variant].push(result);
-            bar.inc(1);
-        }
-    }
-    for (&(cache_name, cold), results) in caches.iter().zip(&all_results) {
-        let mut p50 = [0.0f64; VARIANTS.len()];
-        let mut copy_p50 = [0.0f64; VARIANTS.len()];
-        let mut hit_ratio = [0.0f64; VARIANTS.len()];
-        for (variant, (name, _)) in VARIANTS.iter().enumerate() {
-            let runs = &results[variant];
-            let all = flatten(runs, |r| &r.checkpoint_ms);
-            let copies = flatten(runs, |r| &r.copy_ms);
-            let wal_syncs = flatten(runs, |r| &r.wal_sync_ms);
-            let db_syncs = flatten(runs, |r| &r.db_sync_ms);
-            let per_round_p50: Vec<f64> = runs
-                .iter()
-                .map(|r| percentile(&r.checkpoint_ms, 50.0))
-                .collect();
-            let throughput: Vec<f64> = runs.iter().map(|r| r.commits_per_s).collect();
-            let hits: u64 = runs.iter().map(|r| r.cache_hits).sum();
-            let reads: u64 = runs.iter().map(|r| r.wal_reads).sum();
-            let read_calls: u64 = runs.iter().map(|r| r.wal_read_calls).sum();
-            let written: u64 = runs.iter().map(|r| r.pages_written).sum();
-            let calls: u64 = runs.iter().map(|r| r.write_calls).sum();
-            p50[variant] = percentile(&all, 50.0);
-            copy_p50[variant] = percentile(&copies, 50.0);
-            hit_ratio[variant] = ratio(hits as f64, (hits + reads) as f64);
-            let mut fields = row([
-                ("variant", Value::from(*name)),
-                ("wal_os_cache", Value::from(cache_name)),
-                ("checkpoints", Value::from(all.len() as u64)),
-                ("checkpoint_ms_p50", Value::from(p50[variant])),
-                ("checkpoint_ms_p99", Value::from(percentile(&all, 99.0))),
-                ("checkpoint_ms_min", Value::from(percentile(&all, 0.0))),
-                ("checkpoint_ms_max", Value::from(percentile(&all, 100.0))),
-                ("copy_ms_p50", Value::from(copy_p50[variant])),
-                ("copy_ms_p99", Value::from(percentile(&copies, 99.0))),
-                (
-                    "wal_fsync_ms_p50",
-                    Value::from(percentile(&wal_syncs, 50.0)),
-                ),
-                ("db_fsync_ms_p50", Value::from(percentile(&db_syncs, 50.0))),
-                ("cache_hit_ratio", Value::from(hit_ratio[variant])),
-                (
-                    "pages_per_checkpoint",
-                    Value::from(ratio(written as f64, all.len() as f64)),
-                ),
-                (
-                    "wal_read_calls_per_checkpoint",
-                    Value::from(ratio(read_calls as f64, all.len() as f64)),
-                ),
-                (
-                    "write_calls_per_checkpoint",
-                    Value::from(ratio(calls as f64, all.len() as f64)),
-                ),
-                ("verified", Value::from(runs.iter().all(|r| r.verified))),
-            ]);
-            Spread::of(&per_round_p50).insert_into(&mut fields, "checkpoint_ms_p50_per_round");
-            Spread::of(&throughput).insert_into(&mut fields, "commits_per_s");
-            fields.insert(
-                "backfill_reader".into(),
-                Value::from(runs.first().map_or("none", |r| r.reader)),
-            );
-            report.rows.push(fields);
-            series.push(Series {
-                label: format!("{name} backfill, WAL {cache_name} in OS cache"),
-                points: quantile_points(&all),
-            });
-        }
-        let suffix = if cold { "_cold" } else { "_warm" };
-        report.summary(&format!("backfill_speedup{suffix}"), ratio(p50[0], p50[1]));
-        report.summary(
-            &format!("copy_speedup{suffix}"),
-            ratio(copy_p50[0], copy_p50[1]),
-        );
-        report.summary(&format!("cache_hit_ratio{suffix}"), hit_ratio[1]);
-        report.summary(&format!("checkpoint_ms_p50_fast{suffix}"), p50[1]);
-        report.summary(&format!("checkpoint_ms_p50_naive{suffix}"), p50[0]);
-        report.summary(
-            &format!("backfill_speedup_pool{suffix}"),
-            ratio(p50[0], p50[2]),
-        );
-        report.summary(
-            &format!("copy_speedup_pool{suffix}"),
-            ratio(copy_p50[0], copy_p50[2]),
-        );
+        report.record_verification(result.verified);
+        results[cache_index][variant].push(result);
+        bar.inc(1);
     }
     bar.finish_and_clear();
-    report
-        .summary
-        .insert("verified".into(), Value::from(report.verified));
+    Ok(results)
+}
+
+/// The row of one variant in one cache state (every checkpoint of every round pooled), and the
+/// figures the summary compares.
+fn variant_row(
+    name: &str,
+    cache_name: &str,
+    runs: &[RunResult],
+) -> (serde_json::Map<String, Value>, VariantFigures) {
+    let all = flatten(runs, |r| &r.checkpoint_ms);
+    let copies = flatten(runs, |r| &r.copy_ms);
+    let wal_syncs = flatten(runs, |r| &r.wal_sync_ms);
+    let db_syncs = flatten(runs, |r| &r.db_sync_ms);
+    let per_round_p50: Vec<f64> = runs
+        .iter()
+        .map(|r| percentile(&r.checkpoint_ms, 0.5))
+        .collect();
+    let throughput: Vec<f64> = runs.iter().map(|r| r.commits_per_s).collect();
+    let total = |field: fn(&RunResult) -> u64| runs.iter().map(field).sum::<u64>() as f64;
+    let (hits, reads) = (total(|r| r.cache_hits), total(|r| r.wal_reads));
+    let checkpoints = all.len() as f64;
+    let figures = VariantFigures {
+        checkpoint_ms_p50: percentile(&all, 0.5),
+        copy_ms_p50: percentile(&copies, 0.5),
+        cache_hit_ratio: ratio(hits, hits + reads),
+    };
+    let mut fields = row([
+        ("variant", Value::from(name)),
+        ("wal_os_cache", Value::from(cache_name)),
+        ("checkpoints", Value::from(all.len() as u64)),
+        ("checkpoint_ms_p50", Value::from(figures.checkpoint_ms_p50)),
+        ("checkpoint_ms_p99", Value::from(percentile(&all, 0.99))),
+        ("checkpoint_ms_min", Value::from(percentile(&all, 0.0))),
+        ("checkpoint_ms_max", Value::from(percentile(&all, 1.0))),
+        ("copy_ms_p50", Value::from(figures.copy_ms_p50)),
+        ("copy_ms_p99", Value::from(percentile(&copies, 0.99))),
+        ("wal_fsync_ms_p50", Value::from(percentile(&wal_syncs, 0.5))),
+        ("db_fsync_ms_p50", Value::from(percentile(&db_syncs, 0.5))),
+        ("cache_hit_ratio", Value::from(figures.cache_hit_ratio)),
+        (
+            "pages_per_checkpoint",
+            Value::from(ratio(total(|r| r.pages_written), checkpoints)),
+        ),
+        (
+            "wal_read_calls_per_checkpoint",
+            Value::from(ratio(total(|r| r.wal_read_calls), checkpoints)),
+        ),
+        (
+            "write_calls_per_checkpoint",
+            Value::from(ratio(total(|r| r.write_calls), checkpoints)),
+        ),
+        ("verified", Value::from(runs.iter().all(|r| r.verified))),
+    ]);
+    Spread::of(&per_round_p50).insert_into(&mut fields, "checkpoint_ms_p50_per_round");
+    Spread::of(&throughput).insert_into(&mut fields, "commits_per_s");
+    fields.insert(
+        "backfill_reader".into(),
+        Value::from(runs.first().map_or("none", |r| r.reader)),
+    );
+    (fields, figures)
+}
+
+/// The summary ratios of one cache state: naive over fast (and over the fast path's thread
+/// pool), `figures` in [`VARIANTS`] order.
+fn write_cache_summary(report: &mut Report, cold: bool, figures: &[VariantFigures]) {
+    let suffix = if cold { "_cold" } else { "_warm" };
+    let (naive, fast, pool) = (&figures[0], &figures[1], &figures[2]);
+    let mut summary = |name: &str, value: f64| report.summary(&format!("{name}{suffix}"), value);
+    summary(
+        "backfill_speedup",
+        ratio(naive.checkpoint_ms_p50, fast.checkpoint_ms_p50),
+    );
+    summary("copy_speedup", ratio(naive.copy_ms_p50, fast.copy_ms_p50));
+    summary("cache_hit_ratio", fast.cache_hit_ratio);
+    summary("checkpoint_ms_p50_fast", fast.checkpoint_ms_p50);
+    summary("checkpoint_ms_p50_naive", naive.checkpoint_ms_p50);
+    summary(
+        "backfill_speedup_pool",
+        ratio(naive.checkpoint_ms_p50, pool.checkpoint_ms_p50),
+    );
+    summary(
+        "copy_speedup_pool",
+        ratio(naive.copy_ms_p50, pool.copy_ms_p50),
+    );
+}
+
+fn write_notes(report: &mut Report) {
     report.notes.push(
         "The OS page cache cannot be dropped globally here. Both variants are measured identically: fresh \
          store per run, same seeded load, same page-cache capacity, the populate pass checkpointed with the \
@@ -264,9 +315,14 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
          the fast backfill's fallback engine (2 reader threads, pwritev writes) with naive the same way."
             .into(),
     );
+}
+
+/// The distribution of checkpoint durations, one line per (variant, cache state).
+fn write_chart(common: &Common, plan: &Plan, series: Vec<Series>) -> Result<()> {
     let chart = LineChart {
         title: format!(
-            "Distribution of passive checkpoint durations, {pages} pages, {rounds} rounds: naive vs fast backfill"
+            "Distribution of passive checkpoint durations, {} pages, {} rounds: naive vs fast backfill",
+            plan.pages, plan.rounds
         ),
         x_label: "checkpoints at or below this duration (%)".into(),
         y_label: "checkpoint duration (ms)".into(),
@@ -274,19 +330,19 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         markers: Vec::new(),
         log_x: false,
     };
-    write_line_chart(&chart, &common.out, "wal")?;
-    Ok(report)
+    write_line_chart(&chart, &common.out, "wal")
 }
 
+/// One run: populate, the write load with its passive checkpoints (each timed), then the
+/// independent verification of the database file.
 fn run_once(
     args: &Args,
-    pages: u32,
-    commits: u32,
-    sync: SyncPolicy,
+    plan: &Plan,
     strategy: BackfillStrategy,
     cold_wal: bool,
     seed: u64,
 ) -> Result<RunResult> {
+    let (pages, commits, sync) = (plan.pages, plan.commits, plan.sync);
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let path = dir.path().join("db");
     let page_size = args.page_size_bytes as usize;
@@ -384,26 +440,4 @@ fn fill(image: &mut [u8], page: u32, commit: u32) {
     image[4..8].copy_from_slice(&commit.to_le_bytes());
     let byte = (page.wrapping_mul(31) ^ commit.wrapping_mul(17)) as u8;
     image[8..].fill(byte);
-}
-
-/// (percent of checkpoints, duration) pairs of the sorted durations: the distribution's quantiles.
-fn quantile_points(values: &[f64]) -> Vec<(f64, f64)> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let last = sorted.len().saturating_sub(1).max(1) as f64;
-    sorted
-        .iter()
-        .enumerate()
-        .map(|(i, ms)| (i as f64 * 100.0 / last, *ms))
-        .collect()
-}
-
-fn percentile(values: &[f64], percent: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((percent / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }

@@ -1,6 +1,7 @@
 //! `prefixkv-bench ycsb`: the engine's hot path against the maps people use, measured the way
-//! FASTER measures itself (see [`driver`]): pre-generated keys and operations, pinned threads
-//! taking 3,200-operation chunks from a shared cursor, a fixed duration per run.
+//! FASTER measures itself (see [`driver`] and [`crate::workload::operations`]): pre-generated
+//! keys and operations, pinned threads taking 3,200-operation chunks from a shared cursor, a
+//! fixed duration per run. `cpr` measures its engine and maps with the same pieces.
 //!
 //! Contenders (alternated over rounds, BENCHMARKS.md rule 1): the engine without checkpoints and
 //! with a Persian checkpoint every `--checkpoint-interval-ms`, `dashmap` with SipHash and with
@@ -30,11 +31,13 @@ use serde_json::Value;
 
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
-use crate::stats::{alternating_schedule, ratio, Spread};
+use crate::stats::{alternating_schedule, median, ratio, Spread};
+use crate::workload::maps::Loaded;
+use crate::workload::operations::{self, encode_key, Operations};
 use crate::workload::KeyDistribution;
 use crate::Common;
 use contenders::Contender;
-use driver::{Operations, Workload};
+use driver::Workload;
 
 /// Flags of `prefixkv-bench ycsb`.
 #[derive(Debug, Clone, clap::Args)]
@@ -101,6 +104,40 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         std::process::exit(0);
     }
     let mut report = Report::new("ycsb");
+    write_config(&mut report, common, &plan);
+    let operations: Vec<Operations> = plan
+        .points
+        .iter()
+        .enumerate()
+        .map(|(index, &(workload, distribution))| {
+            Operations::generate(
+                workload.mix(),
+                distribution,
+                plan.keys,
+                plan.operations,
+                0x5EED_0000 + index as u64,
+            )
+        })
+        .collect();
+    // runs[(contender, point, threads)] = one Run per round.
+    let mut runs: BTreeMap<(usize, usize, usize), Vec<Run>> = BTreeMap::new();
+    let schedule = alternating_schedule(plan.contenders.len(), common.rounds());
+    let progress = crate::progress::bar(schedule.len() as u64, "ycsb");
+    for &(round, index) in &schedule {
+        progress.set_message(format!("{} round {round}", plan.contenders[index].name()));
+        run_round(&mut report, &plan, &operations, (round, index), &mut runs)?;
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+
+    let memory = measure_memory(&plan)?;
+    write_rows(&mut report, &plan, &runs, &memory);
+    write_summary(&mut report, &plan, &runs, &memory);
+    write_plot(common, &plan, &runs)?;
+    Ok(report)
+}
+
+fn write_config(report: &mut Report, common: &Common, plan: &Plan) {
     report.config("quick", common.quick);
     report.config("keys", plan.keys);
     report.config("key_bytes", 8);
@@ -108,7 +145,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("operations_per_point", plan.operations);
     report.config("seconds_per_run", plan.duration.as_secs_f64());
     report.config("threads", plan.threads.clone());
-    report.config("chunk_operations", driver::CHUNK_OPS);
+    report.config("chunk_operations", operations::CHUNK_OPS);
     report.config(
         "checkpoint_interval_ms",
         plan.checkpoint_interval.as_millis() as u64,
@@ -127,73 +164,56 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
          offers none"
             .into(),
     );
+}
 
-    let operations: Vec<Operations> = plan
-        .points
-        .iter()
-        .enumerate()
-        .map(|(index, &(workload, distribution))| {
-            Operations::generate(
-                workload,
-                distribution,
-                plan.keys,
-                plan.operations,
-                0x5EED_0000 + index as u64,
-            )
-        })
-        .collect();
-    // runs[(contender, point, threads)] = one Run per round.
-    let mut runs: BTreeMap<(usize, usize, usize), Vec<Run>> = BTreeMap::new();
-    let schedule = alternating_schedule(plan.contenders.len(), common.rounds());
-    let progress = crate::progress::bar(schedule.len() as u64, "ycsb");
-    for &(round, index) in &schedule {
-        let contender = plan.contenders[index];
-        progress.set_message(format!("{} round {round}", contender.name()));
-        let dir = tempfile::Builder::new()
-            .prefix("prefixkv-bench-ycsb-")
-            .tempdir_in(&plan.data_dir)?;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let (map, store) = contenders::load(contender, plan.keys, cores, dir.path())?;
-        for (key, measured) in measure_round(&plan, &*map, store.as_deref(), &operations)
-            .with_context(|| format!("{} round {round}", contender.name()))?
-        {
-            runs.entry((index, key.0, key.1))
-                .or_default()
-                .push(measured);
-        }
-        let present = count_present(&*map, plan.keys);
-        report.record_verification(present == plan.keys);
-        if present != plan.keys {
+/// One round of one contender: load it, run every (point, threads), then verify that every key
+/// is still there (and, for the checkpointed engine, that its newest checkpoint recovers them).
+fn run_round(
+    report: &mut Report,
+    plan: &Plan,
+    operations: &[Operations],
+    (round, index): (usize, usize),
+    runs: &mut BTreeMap<(usize, usize, usize), Vec<Run>>,
+) -> Result<()> {
+    let contender = plan.contenders[index];
+    let dir = tempfile::Builder::new()
+        .prefix("prefixkv-bench-ycsb-")
+        .tempdir_in(&plan.data_dir)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (map, store) = contenders::load(contender, plan.keys, cores, dir.path())?;
+    for (key, measured) in measure_round(plan, &*map, store.as_deref(), operations)
+        .with_context(|| format!("{} round {round}", contender.name()))?
+    {
+        runs.entry((index, key.0, key.1))
+            .or_default()
+            .push(measured);
+    }
+    let present = count_present(&*map, plan.keys);
+    report.record_verification(present == plan.keys);
+    if present != plan.keys {
+        report.notes.push(format!(
+            "{} round {round}: {} of {} keys present after the runs",
+            contender.name(),
+            present,
+            plan.keys
+        ));
+    }
+    drop(map);
+    if let Some(store) = store {
+        drop(store);
+        let recovered = verify_checkpoint(plan, dir.path())?;
+        report.record_verification(recovered == plan.keys);
+        if recovered != plan.keys {
             report.notes.push(format!(
-                "{} round {round}: {} of {} keys present after the runs",
-                contender.name(),
-                present,
+                "engine-persian round {round}: the newest checkpoint recovered {recovered} of {} keys",
                 plan.keys
             ));
         }
-        drop(map);
-        if let Some(store) = store {
-            drop(store);
-            let recovered = verify_checkpoint(&plan, dir.path())?;
-            report.record_verification(recovered == plan.keys);
-            if recovered != plan.keys {
-                report.notes.push(format!(
-                    "engine-persian round {round}: the newest checkpoint recovered {recovered} of {} keys",
-                    plan.keys
-                ));
-            }
-        }
-        progress.inc(1);
     }
-    progress.finish_and_clear();
-
-    let memory = measure_memory(&plan)?;
-    write_rows(&mut report, &plan, &runs, &memory);
-    write_summary(&mut report, &plan, &runs, &memory);
-    write_plot(common, &plan, &runs)?;
-    Ok(report)
+    Ok(())
 }
 
+/// Sizes after applying `--quick` defaults.
 fn plan(common: &Common, args: &Args) -> Result<Plan> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let contenders = match &args.variants {
@@ -261,7 +281,7 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
 /// checkpoint driver runs beside the whole round, so checkpoints keep their cadence across runs.
 fn measure_round(
     plan: &Plan,
-    map: &dyn contenders::Loaded,
+    map: &dyn Loaded,
     store: Option<&prefixkv_engine::Store>,
     operations: &[Operations],
 ) -> Result<Vec<((usize, usize), Run)>> {
@@ -304,7 +324,7 @@ fn measure_round(
 /// at some point of the run; 0 without a driver).
 fn measure(
     plan: &Plan,
-    map: &dyn contenders::Loaded,
+    map: &dyn Loaded,
     counts: &contenders::CheckpointCounts,
     operations: &Operations,
     threads: usize,
@@ -323,10 +343,10 @@ fn measure(
 }
 
 /// How many of the loaded keys a map still holds.
-fn count_present(map: &dyn contenders::Loaded, keys: u64) -> u64 {
+fn count_present(map: &dyn Loaded, keys: u64) -> u64 {
     let mut worker = map.worker();
     (0..keys)
-        .filter(|&index| worker.contains(driver::key(index)))
+        .filter(|&index| worker.contains(operations::key(index)))
         .count() as u64
 }
 
@@ -337,7 +357,8 @@ fn verify_checkpoint(plan: &Plan, dir: &std::path::Path) -> Result<u64> {
     let mut value = Vec::new();
     let mut present = 0;
     for index in 0..plan.keys {
-        present += u64::from(session.read(&driver::key(index).to_le_bytes(), &mut value)?);
+        let key = encode_key(operations::key(index));
+        present += u64::from(session.read(&key, &mut value)?);
     }
     Ok(present)
 }
@@ -408,7 +429,7 @@ fn write_rows(
         ]);
         let throughput: Vec<f64> = rounds.iter().map(|run| run.ops_per_s).collect();
         Spread::of(&throughput).insert_into(&mut r, "throughput_ops_per_s");
-        let median_of = |values: Vec<f64>| (!values.is_empty()).then(|| Spread::of(&values).median);
+        let median_of = |values: Vec<f64>| (!values.is_empty()).then(|| median(&values));
         for (field, values) in [
             (
                 "instructions_per_op",
@@ -442,6 +463,8 @@ fn write_rows(
     }
 }
 
+/// The median over rounds of `contender`'s throughput at YCSB-A uniform and `threads` (NaN if
+/// that point was not run).
 fn median_throughput(
     plan: &Plan,
     runs: &BTreeMap<(usize, usize, usize), Vec<Run>>,
@@ -460,7 +483,7 @@ fn median_throughput(
     };
     runs.get(&(index, point, threads))
         .map_or(f64::NAN, |rounds| {
-            Spread::of(&rounds.iter().map(|run| run.ops_per_s).collect::<Vec<_>>()).median
+            median(&rounds.iter().map(|run| run.ops_per_s).collect::<Vec<_>>())
         })
 }
 

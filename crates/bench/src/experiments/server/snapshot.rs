@@ -22,9 +22,9 @@
 
 use super::client::{reply_text, Client};
 use super::processes::{tree_memory, Binaries, Durability, Kind, Launch, ServerProcess};
+use crate::stats::Latencies;
 use crate::workload::{KeyDistribution, KeyGenerator};
 use anyhow::{anyhow, bail, Context, Result};
-use hdrhistogram::Histogram;
 use prefixkv_engine::CheckpointBreakdown;
 use prefixkv_resp::Reply;
 use std::path::Path;
@@ -279,18 +279,16 @@ fn measure(kind: Kind, pid: u32, port: u16, plan: &Plan, control: &mut Client) -
     let outside_ops = saves.measure_end_ops - saves.measure_start_ops - during_ops;
     let outside_seconds = measured.1 - measured.0 - during_seconds;
 
-    let mut during = Histogram::<u64>::new(3)?;
-    let mut outside = Histogram::<u64>::new(3)?;
+    let (mut during, mut outside) = (Latencies::new(), Latencies::new());
     for (start_ns, latency_ns) in batches {
         let at = start_ns as f64 / 1e9;
         if at < measured.0 || at > measured.1 {
             continue;
         }
-        let latency_us = (latency_ns / 1000).max(1);
         if windows.iter().any(|(a, b)| at >= *a && at <= *b) {
-            during.record(latency_us)?;
+            during.record_ns(latency_ns);
         } else {
-            outside.record(latency_us)?;
+            outside.record_ns(latency_ns);
         }
     }
     let growth_pss_bytes = saves
@@ -312,8 +310,8 @@ fn measure(kind: Kind, pid: u32, port: u16, plan: &Plan, control: &mut Client) -
         load_seconds: 0.0,
         outside_ops_per_s: outside_ops as f64 / outside_seconds.max(1e-9),
         during_ops_per_s: during_ops as f64 / during_seconds.max(1e-9),
-        outside_p99_us: outside.value_at_quantile(0.99) as f64,
-        during_p99_us: during.value_at_quantile(0.99) as f64,
+        outside_p99_us: outside.quantile_us(0.99),
+        during_p99_us: during.quantile_us(0.99),
         bgsave_seconds: windows.iter().map(|(a, b)| b - a).collect(),
         checkpoints: saves.iter().filter_map(|s| s.cost).collect(),
         restart_seconds: f64::NAN,

@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Result};
-use hdrhistogram::Histogram;
 use prefixkv_resp::Reply;
 use prefixkv_smr::client::{ClusterClient, MAX_LOAD_PAIRS};
 use prefixkv_smr::types::NodeId;
 
 use super::cluster::{call, Cluster, WAIT};
+use crate::stats::Latencies;
 
 /// Width of a throughput bucket.
 pub const BUCKET_SECONDS: f64 = 0.1;
@@ -58,8 +58,8 @@ pub struct PhaseResult {
     pub operations: u64,
     /// Measured time.
     pub elapsed: f64,
-    /// Latency of every acknowledged SET in the measured time, in microseconds.
-    pub latency_us: Histogram<u64>,
+    /// Latency of every acknowledged SET in the measured time.
+    pub latency: Latencies,
     /// Each written key's last acknowledged value.
     pub acknowledged: BTreeMap<u64, Vec<u8>>,
 }
@@ -81,7 +81,7 @@ pub async fn run_phase(cluster: &Cluster, leader: NodeId, plan: &PhasePlan) -> R
             // A blocking checkpoint of GBs stalls every commit for its whole duration.
             client.retry_for = WAIT;
             client.reply_timeout = WAIT;
-            let mut latency = latency_histogram()?;
+            let mut latency = Latencies::new();
             let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (client_number as u64 + 1);
             let mut last_acknowledged: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
             let owned = client_keys(keys, clients_count, client_number);
@@ -99,7 +99,7 @@ pub async fn run_phase(cluster: &Cluster, leader: NodeId, plan: &PhasePlan) -> R
                     Reply::SimpleString(_) => {
                         acknowledged.fetch_add(1, Ordering::Relaxed);
                         if measuring.load(Ordering::Relaxed) {
-                            latency.saturating_record(sent.elapsed().as_micros() as u64);
+                            latency.record(sent.elapsed());
                         }
                         last_acknowledged.insert(key, value);
                     }
@@ -143,11 +143,11 @@ pub async fn run_phase(cluster: &Cluster, leader: NodeId, plan: &PhasePlan) -> R
     let operations = previous - first;
     stop.store(true, Ordering::Relaxed);
     let mut acknowledged_values = BTreeMap::new();
-    let mut latency_us = latency_histogram()?;
+    let mut all_latency = Latencies::new();
     for client in clients {
         let (values, latency) = client.await??;
         acknowledged_values.extend(values);
-        latency_us.add(latency)?;
+        all_latency.merge(&latency);
     }
     cluster.set_checkpoint_every(0).await?;
     let checkpoints = cluster
@@ -168,7 +168,7 @@ pub async fn run_phase(cluster: &Cluster, leader: NodeId, plan: &PhasePlan) -> R
         delta,
         operations,
         elapsed,
-        latency_us,
+        latency: all_latency,
         acknowledged: acknowledged_values,
     })
 }
@@ -279,16 +279,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn latency_histogram_keeps_values_past_two_milliseconds() {
-        let mut histogram = latency_histogram().unwrap();
+    fn latencies_keep_values_past_two_milliseconds() {
+        let mut latency = Latencies::new();
         for value_us in [1_500u64, 2_500, 3_500, 1_000_000] {
-            histogram.saturating_record(value_us);
+            latency.record(Duration::from_micros(value_us));
         }
-        assert_eq!(histogram.min(), 1_500);
-        // Three significant digits: the median's bucket is 2,500-2,501 µs.
-        let median_us = histogram.value_at_quantile(0.5);
-        assert!((2_497..=2_503).contains(&median_us), "median {median_us}");
-        assert!(histogram.max() >= 999_000, "max {}", histogram.max());
+        // Three significant digits: the median is 2.5 ms within 0.1 %.
+        let median_ms = latency.quantile_ms(0.5);
+        assert!(
+            (2.497..=2.503).contains(&median_ms),
+            "median {median_ms} ms"
+        );
+        let max_ms = latency.quantile_ms(1.0);
+        assert!(max_ms >= 999.0, "max {max_ms} ms");
     }
 
     fn expected() -> Expected {
@@ -344,12 +347,4 @@ mod tests {
         assert_ne!(unique_value(0, 0, 1, 4), unique_value(0, 1, 1, 4));
         assert_ne!(unique_value(0, 0, 1, 4), unique_value(1, 0, 1, 4));
     }
-}
-
-/// A latency histogram in microseconds, 1 µs to one hour, 3 significant digits. Fixed bounds on
-/// purpose: hdrhistogram's `saturating_record` on an auto-resizing histogram (`Histogram::new`)
-/// does not resize, it clamps every value above the initial range (about 2 ms) and the
-/// histogram's mean and quantiles come out wrong (a p50 of 2 µs for Raft round trips of 1-2 ms).
-fn latency_histogram() -> Result<Histogram<u64>> {
-    Ok(Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?)
 }

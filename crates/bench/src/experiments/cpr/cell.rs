@@ -1,0 +1,261 @@
+//! One contender at one point for one round: build and load it, measure it
+//! ([`super::measure`]), and for the engine verify what it holds ([`super::verify`]).
+//!
+//! Every contender runs the same pre-generated operations with the same map code as `ycsb`
+//! ([`crate::workload::maps`]): `dashmap` here is `ycsb`'s `dashmap-siphash`, `papaya` its
+//! `papaya`, and the engine runs `ycsb`'s engine loop over an index of `ycsb`'s size; only the
+//! engine's log budget and checkpoint settings ([`engine_config`]) are `cpr`'s own.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, ensure, Context, Result};
+use prefixkv_engine::{Session, SessionId, Store, StoreConfig, Strategy};
+use prefixkv_testkit::oracle::LOADER_SESSION;
+
+use super::measure::{measure, Cell, CellWorker, Measured};
+use super::verify::{recovery_bounds, verify, verify_recovery, History};
+use super::{Contender, Plan};
+use crate::workload::maps::{
+    fill, load_range, run_engine_chunk, DashMapMap, Loaded, PapayaMap, Worker,
+};
+use crate::workload::operations::{Chunk, Operations};
+
+/// Runs one contender at one point for one round.
+pub(super) fn run_cell(
+    plan: &Plan,
+    contender: Contender,
+    operations: &Operations,
+    threads: usize,
+) -> Result<Cell> {
+    let keys = plan.keys as usize;
+    match contender {
+        Contender::Engine(strategy) => run_engine_cell(plan, strategy, operations, threads),
+        Contender::DashMap => {
+            let map = DashMapMap(dashmap::DashMap::with_capacity_and_hasher(
+                keys,
+                std::hash::RandomState::new(),
+            ));
+            run_map_cell(plan, &map, operations, threads)
+        }
+        Contender::Papaya => {
+            let map = PapayaMap(papaya::HashMap::with_capacity(keys));
+            run_map_cell(plan, &map, operations, threads)
+        }
+    }
+}
+
+/// A map's worker as a cell worker: nothing to verify, nothing to keep after the run.
+struct MapWorker<'a>(Box<dyn Worker + 'a>);
+
+impl CellWorker for MapWorker<'_> {
+    fn run(&mut self, chunk: &Chunk<'_>) -> Result<()> {
+        self.0.run(chunk);
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>, _serial: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The in-memory map baselines: preload, then the same operations for the same time.
+fn run_map_cell(
+    plan: &Plan,
+    map: &dyn Loaded,
+    operations: &Operations,
+    threads: usize,
+) -> Result<Cell> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    fill(map, plan.keys, cores);
+    let make = |_session: u32| map_worker(map);
+    Ok(measure(plan, threads, operations, &make, None, None)?.cell)
+}
+
+fn map_worker<'a>(map: &'a dyn Loaded) -> Result<Box<dyn CellWorker + 'a>> {
+    Ok(Box::new(MapWorker(map.worker())))
+}
+
+/// An engine session as a cell worker; at the end it is parked (suspended, still registered) so
+/// that the final checkpoint records its last serial.
+struct EngineWorker<'a> {
+    session: Session,
+    value: Vec<u8>,
+    parked: &'a Mutex<Vec<Session>>,
+}
+
+impl CellWorker for EngineWorker<'_> {
+    fn run(&mut self, chunk: &Chunk<'_>) -> Result<()> {
+        Ok(run_engine_chunk(&mut self.session, &mut self.value, chunk)?)
+    }
+
+    fn finish(self: Box<Self>, serial: u64) -> Result<()> {
+        let EngineWorker {
+            mut session,
+            parked,
+            ..
+        } = *self;
+        ensure!(
+            session.serial() == serial,
+            "the engine's serial {} differs from ours, {serial}",
+            session.serial()
+        );
+        session.suspend();
+        parked.lock().expect("parked lock").push(session);
+        Ok(())
+    }
+}
+
+/// The engine under load, optionally checkpointing, then recovery and verification.
+fn run_engine_cell(
+    plan: &Plan,
+    strategy: Option<Strategy>,
+    operations: &Operations,
+    threads: usize,
+) -> Result<Cell> {
+    let run_dir = tempfile::Builder::new()
+        .prefix("prefixkv-bench-cpr-")
+        .tempdir_in(&plan.data_dir)
+        .with_context(|| format!("creating a store directory in {}", plan.data_dir.display()))?;
+    let config = engine_config(plan, run_dir.path());
+    let budget_bytes = config.log_memory_bytes;
+    let store = Store::open(config.clone())?;
+    let loader = load_engine(&store, plan.keys)?;
+    let mut session_indices: HashMap<SessionId, u32> =
+        HashMap::from([(loader.id(), LOADER_SESSION)]);
+    let ids = Mutex::new(Vec::new());
+    let parked = Mutex::new(Vec::new());
+    let make = |session_index: u32| engine_worker(&store, &ids, &parked, session_index);
+    let driver = strategy.map(|s| (s, &store));
+    let measured = measure(plan, threads, operations, &make, driver, Some(&store))?;
+    session_indices.extend(ids.into_inner().expect("ids lock"));
+    let history = History {
+        operations,
+        keys: plan.keys,
+        chunk_logs: &measured.chunk_logs,
+    };
+    let (verified, detail) = match strategy {
+        None => verify_live(&store, &history, &measured),
+        Some(_) => {
+            drop((parked, loader, store));
+            verify_recovered(config, &history, &measured, &session_indices)?
+        }
+    };
+    Ok(Cell {
+        verified: Some(verified),
+        verify_detail: detail,
+        log_memory_budget_bytes: Some(budget_bytes),
+        ..measured.cell
+    })
+}
+
+/// A worker session, its id noted so that recovered CPR points can be mapped to its index.
+fn engine_worker<'a>(
+    store: &Arc<Store>,
+    ids: &Mutex<Vec<(SessionId, u32)>>,
+    parked: &'a Mutex<Vec<Session>>,
+    session_index: u32,
+) -> Result<Box<dyn CellWorker + 'a>> {
+    let session = store.start_session();
+    ids.lock()
+        .expect("ids lock")
+        .push((session.id(), session_index));
+    Ok(Box::new(EngineWorker {
+        session,
+        value: Vec::with_capacity(16),
+        parked,
+    }))
+}
+
+/// The loader (session index 0) writes every key once, `key(i)` at serial `i + 1`; it is
+/// returned suspended and kept open so that its CPR point is part of every checkpoint.
+pub(super) fn load_engine(store: &Arc<Store>, keys: u64) -> Result<Session> {
+    let mut loader = store.start_session();
+    let mut value = Vec::new();
+    load_range(LOADER_SESSION, 0..keys, &mut |chunk| {
+        run_engine_chunk(&mut loader, &mut value, chunk)
+    })?;
+    ensure!(
+        loader.serial() == keys,
+        "the loader's serials must be its keys"
+    );
+    loader.suspend();
+    Ok(loader)
+}
+
+/// Live check of the `none` run: every session is quiescent, so its point is its last serial.
+fn verify_live(store: &Arc<Store>, history: &History<'_>, measured: &Measured) -> (bool, String) {
+    let points: Vec<(u32, u64)> = std::iter::once((LOADER_SESSION, history.keys))
+        .chain(measured.final_serials.iter().copied())
+        .collect();
+    let mut reader = store.start_session();
+    let verdict = verify(history, &points, &mut reader_of(&mut reader));
+    verdict
+}
+
+/// Reopens the store from its newest checkpoint and checks the recovered image, holding the
+/// CPR points it reports to what the sessions were told.
+fn verify_recovered(
+    config: StoreConfig,
+    history: &History<'_>,
+    measured: &Measured,
+    session_indices: &HashMap<SessionId, u32>,
+) -> Result<(bool, String)> {
+    let recovered = Store::open(config)?;
+    let info = recovered
+        .recovery_info()
+        .context("a checkpointed run must leave a checkpoint to recover")?
+        .clone();
+    let mut reported = Vec::new();
+    for (id, serial) in &info.session_commit_points {
+        match session_indices.get(id) {
+            Some(&index) => reported.push((index, *serial)),
+            None => bail!("recovered an unknown session {id}"),
+        }
+    }
+    Ok(
+        match recovery_bounds(history.keys, measured, info.version) {
+            Err(problem) => (false, problem),
+            Ok(bounds) => {
+                let mut reader = recovered.start_session();
+                let verdict =
+                    verify_recovery(history, &reported, &bounds, &mut reader_of(&mut reader));
+                verdict
+            }
+        },
+    )
+}
+
+/// Reads keys of an image through `session`.
+fn reader_of(session: &mut Session) -> impl FnMut(&[u8]) -> Result<Option<Vec<u8>>> + '_ {
+    move |key| {
+        let mut out = Vec::new();
+        Ok(session.read(key, &mut out)?.then_some(out))
+    }
+}
+
+/// The engine's configuration for `cpr`: the index of `ycsb`'s engine, more log (checkpoints
+/// need it), the flushers and checkpoints to keep.
+pub(super) fn engine_config(plan: &Plan, dir: &Path) -> StoreConfig {
+    let mut config = StoreConfig::new(dir.to_path_buf());
+    // About 2 keys per bucket, as `ycsb` sizes it. At 4 keys per bucket (cpr's size until the two
+    // shared their workload) the engine ran 15 % slower than `ycsb`'s at 1M keys, r50w50, 2
+    // threads (30 against 35 M ops/s), so the two experiments' engine_over_dashmap disagreed.
+    config.index_buckets = (plan.keys as usize / 2).next_power_of_two().max(1 << 10);
+    // A record of an 8-byte key and value takes 64 bytes of log. Budget four times that: every
+    // key's first write during a checkpoint copies its record (read-copy-update), and compaction
+    // waits for the checkpoint to end, so the log may need twice the live data plus what
+    // compaction has not reclaimed yet. At twice the live data, writers stalled at the limit
+    // until the checkpoint ended (during/outside 0.36 at 1M keys; 0.95 at four times). The
+    // budget is a limit, not an allocation: pages are taken as the log grows.
+    config.log_memory_bytes = if plan.log_memory_bytes > 0 {
+        plan.log_memory_bytes
+    } else {
+        (plan.keys * 64 * 4).max(64 << 20)
+    };
+    config.log_page_bytes = 4 << 20;
+    config.flusher_threads = plan.flushers;
+    config.keep_checkpoints = 2;
+    config
+}
