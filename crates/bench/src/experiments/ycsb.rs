@@ -3,8 +3,9 @@
 //! keys and operations, pinned threads taking 3,200-operation chunks from a shared cursor, a
 //! fixed duration per run. `cpr` measures its engine and maps with the same pieces.
 //!
-//! Contenders (alternated over rounds, BENCHMARKS.md rule 1): the engine without checkpoints and
-//! with a Persian checkpoint every `--checkpoint-interval-ms`, `dashmap` with SipHash and with
+//! Contenders (alternated over rounds, BENCHMARKS.md rule 1): the engine without checkpoints (with
+//! its batch prefetch hints, and without them: the like-for-like row, since no other map has such
+//! an API) and with a Persian checkpoint every `--checkpoint-interval-ms`, `dashmap` with SipHash and with
 //! `foldhash`, `papaya`, and 64 sharded `RwLock<HashMap>`s as a floor. Workloads YCSB-A/B/C and
 //! an F-style read-modify-write mix, uniform or zipfian, over 8-byte keys and values.
 //!
@@ -61,8 +62,8 @@ pub struct Args {
     /// Key distributions: uniform, zipfian. Default both (quick: uniform).
     #[arg(long, value_delimiter = ',')]
     pub distributions: Option<Vec<KeyDistribution>>,
-    /// Contenders (comma separated): engine, engine-persian, dashmap-siphash, dashmap-foldhash,
-    /// papaya, rwlock-sharded. Default all.
+    /// Contenders (comma separated): engine, engine-no-hints (no prefetch hints), engine-persian,
+    /// dashmap-siphash, dashmap-foldhash, papaya, rwlock-sharded. Default all.
     #[arg(long, value_delimiter = ',')]
     pub variants: Option<Vec<String>>,
     /// Milliseconds between the checkpointed engine's checkpoints. Default 5000 (quick: 1000).
@@ -509,6 +510,18 @@ fn write_summary(
             let value = ratio(engine, median_throughput(plan, runs, other, threads));
             report.summary(&format!("{field}{suffix}"), value);
         }
+        let no_hints = median_throughput(plan, runs, Contender::EngineNoHints, threads);
+        report.summary(
+            &format!("engine_no_hints_over_dashmap_siphash{suffix}"),
+            ratio(
+                no_hints,
+                median_throughput(plan, runs, Contender::DashMapSipHash, threads),
+            ),
+        );
+        report.summary(
+            &format!("hints_over_no_hints{suffix}"),
+            ratio(engine, no_hints),
+        );
         let checkpointed = median_throughput(plan, runs, Contender::EnginePersian, threads);
         report.summary(
             &format!("checkpointed_over_plain{suffix}"),

@@ -77,29 +77,33 @@ pub fn load_range<E>(
 }
 
 /// How far ahead the engine prefetches index buckets, and records (half as far).
-const PREFETCH_AHEAD: usize = 16;
+pub const PREFETCH_AHEAD: usize = 16;
 
 /// Runs `chunk` on an engine session, with the engine's batch hints
-/// (`Session::prefetch_index` / `prefetch_record`): the loads of later operations overlap this
-/// one's instead of waiting one after another. `value` is scratch space for reads.
+/// (`Session::prefetch_index` / `prefetch_record`) `prefetch_ahead` operations ahead (records
+/// half as far; 0: no hints): the loads of later operations overlap this one's instead of waiting
+/// one after another. `value` is scratch space for reads.
 pub fn run_engine_chunk(
     session: &mut Session,
     value: &mut Vec<u8>,
     chunk: &Chunk<'_>,
+    prefetch_ahead: usize,
 ) -> Result<(), EngineError> {
     let keys = chunk.keys;
-    for &key in keys.iter().take(PREFETCH_AHEAD) {
+    for &key in keys.iter().take(prefetch_ahead) {
         session.prefetch_index(&encode_key(key));
     }
-    for &key in keys.iter().take(PREFETCH_AHEAD / 2) {
+    for &key in keys.iter().take(prefetch_ahead / 2) {
         session.prefetch_record(&encode_key(key));
     }
     for (position, (&key, &kind)) in keys.iter().zip(chunk.kinds).enumerate() {
-        if let Some(&ahead) = keys.get(position + PREFETCH_AHEAD) {
-            session.prefetch_index(&encode_key(ahead));
-        }
-        if let Some(&ahead) = keys.get(position + PREFETCH_AHEAD / 2) {
-            session.prefetch_record(&encode_key(ahead));
+        if prefetch_ahead > 0 {
+            if let Some(&ahead) = keys.get(position + prefetch_ahead) {
+                session.prefetch_index(&encode_key(ahead));
+            }
+            if let Some(&ahead) = keys.get(position + prefetch_ahead / 2) {
+                session.prefetch_record(&encode_key(ahead));
+            }
         }
         let bytes = encode_key(key);
         match kind {
@@ -123,11 +127,15 @@ pub fn run_engine_chunk(
 pub struct EngineMap {
     /// The store the sessions run on.
     pub store: Arc<Store>,
+    /// Batch hints this many operations ahead ([`PREFETCH_AHEAD`]; 0: none, as the other maps,
+    /// which have no such API).
+    pub prefetch_ahead: usize,
 }
 
 struct EngineWorker {
     session: Session,
     value: Vec<u8>,
+    prefetch_ahead: usize,
 }
 
 impl Loaded for EngineMap {
@@ -135,14 +143,20 @@ impl Loaded for EngineMap {
         Box::new(EngineWorker {
             session: self.store.start_session(),
             value: Vec::with_capacity(8),
+            prefetch_ahead: self.prefetch_ahead,
         })
     }
 }
 
 impl Worker for EngineWorker {
     fn run(&mut self, chunk: &Chunk<'_>) {
-        run_engine_chunk(&mut self.session, &mut self.value, chunk)
-            .expect("the engine refused an operation of the benchmark");
+        run_engine_chunk(
+            &mut self.session,
+            &mut self.value,
+            chunk,
+            self.prefetch_ahead,
+        )
+        .expect("the engine refused an operation of the benchmark");
     }
 
     fn contains(&mut self, key: u64) -> bool {

@@ -18,7 +18,7 @@ use super::measure::{measure, Cell, CellWorker, Measured};
 use super::verify::{recovery_bounds, verify, verify_recovery, History};
 use super::{Contender, Plan};
 use crate::workload::maps::{
-    fill, load_range, run_engine_chunk, DashMapMap, Loaded, PapayaMap, Worker,
+    fill, load_range, run_engine_chunk, DashMapMap, Loaded, PapayaMap, Worker, PREFETCH_AHEAD,
 };
 use crate::workload::operations::{Chunk, Operations};
 
@@ -87,7 +87,12 @@ struct EngineWorker<'a> {
 
 impl CellWorker for EngineWorker<'_> {
     fn run(&mut self, chunk: &Chunk<'_>) -> Result<()> {
-        Ok(run_engine_chunk(&mut self.session, &mut self.value, chunk)?)
+        Ok(run_engine_chunk(
+            &mut self.session,
+            &mut self.value,
+            chunk,
+            PREFETCH_AHEAD,
+        )?)
     }
 
     fn finish(self: Box<Self>, serial: u64) -> Result<()> {
@@ -174,7 +179,7 @@ pub(super) fn load_engine(store: &Arc<Store>, keys: u64) -> Result<Session> {
     let mut loader = store.start_session();
     let mut value = Vec::new();
     load_range(LOADER_SESSION, 0..keys, &mut |chunk| {
-        run_engine_chunk(&mut loader, &mut value, chunk)
+        run_engine_chunk(&mut loader, &mut value, chunk, PREFETCH_AHEAD)
     })?;
     ensure!(
         loader.serial() == keys,

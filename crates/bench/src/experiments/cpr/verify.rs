@@ -266,7 +266,7 @@ fn replay_session(
 mod tests {
     use super::*;
     use crate::experiments::cpr::cell::load_engine;
-    use crate::workload::maps::run_engine_chunk;
+    use crate::workload::maps::{run_engine_chunk, PREFETCH_AHEAD};
     use crate::workload::operations::{Cursor, OperationMix};
     use crate::workload::KeyDistribution;
     use prefixkv_engine::{Store, StoreConfig, Strategy};
@@ -301,7 +301,7 @@ mod tests {
             for _ in 0..3 {
                 // Three chunks: the third wraps around the 5,000 operations.
                 let chunk = cursor.take(1, worker_ops + 1);
-                run_engine_chunk(&mut worker, &mut value, &chunk).unwrap();
+                run_engine_chunk(&mut worker, &mut value, &chunk, PREFETCH_AHEAD).unwrap();
                 worker_ops += chunk.len();
                 log.push(chunk.position);
             }

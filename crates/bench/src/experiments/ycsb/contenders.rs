@@ -8,13 +8,18 @@ use std::time::Duration;
 use anyhow::Result;
 use prefixkv_engine::{Store, StoreConfig, Strategy};
 
-use crate::workload::maps::{fill, DashMapMap, EngineMap, Loaded, PapayaMap, RwLockMap};
+use crate::workload::maps::{
+    fill, DashMapMap, EngineMap, Loaded, PapayaMap, RwLockMap, PREFETCH_AHEAD,
+};
 
 /// One contender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Contender {
     /// The engine, no checkpoints.
     Engine,
+    /// The engine, no checkpoints, without its batch hints (prefetches): the other maps have
+    /// no such API, so this is the like-for-like row.
+    EngineNoHints,
     /// The engine with a Persian checkpoint every `--checkpoint-interval-ms`.
     EnginePersian,
     /// `dashmap` with the standard library's SipHash.
@@ -29,8 +34,9 @@ pub enum Contender {
 
 impl Contender {
     /// Every contender, in report order.
-    pub const ALL: [Contender; 6] = [
+    pub const ALL: [Contender; 7] = [
         Contender::Engine,
+        Contender::EngineNoHints,
         Contender::EnginePersian,
         Contender::DashMapSipHash,
         Contender::DashMapFoldHash,
@@ -42,6 +48,7 @@ impl Contender {
     pub fn name(self) -> &'static str {
         match self {
             Contender::Engine => "engine",
+            Contender::EngineNoHints => "engine-no-hints",
             Contender::EnginePersian => "engine-persian",
             Contender::DashMapSipHash => "dashmap-siphash",
             Contender::DashMapFoldHash => "dashmap-foldhash",
@@ -75,10 +82,15 @@ pub fn load(
     dir: &std::path::Path,
 ) -> Result<LoadedMap> {
     let loaded: Box<dyn Loaded> = match contender {
-        Contender::Engine | Contender::EnginePersian => {
+        Contender::Engine | Contender::EngineNoHints | Contender::EnginePersian => {
             let store = Store::open(engine_config(keys, dir))?;
             let map = EngineMap {
                 store: store.clone(),
+                prefetch_ahead: if contender == Contender::EngineNoHints {
+                    0
+                } else {
+                    PREFETCH_AHEAD
+                },
             };
             fill(&map, keys, threads);
             let driver = (contender == Contender::EnginePersian).then_some(store);
