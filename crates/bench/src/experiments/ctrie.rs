@@ -387,10 +387,28 @@ pub fn run(common: &crate::Common, args: &Args) -> Result<Report> {
     let medians = throughput_part(&mut report, &plan);
     let snapshots = snapshot_part(&mut report, &plan);
     write_summary(&mut report, &plan, &medians, &snapshots);
-    write_snapshot_chart(common, snapshots.series)?;
+    write_chart(
+        common,
+        [
+            "ctrie",
+            "Snapshot time against map size",
+            "keys in the map (log scale)",
+            "snapshot time (ns, median)",
+        ],
+        snapshots.series,
+    )?;
     if !plan.fig3_sizes.is_empty() {
         let series = fig3_updates(&mut report, &plan.fig3_sizes, plan.duration, plan.rounds);
-        write_fig3_chart(common, series)?;
+        write_chart(
+            common,
+            [
+                "ctrie-fig3",
+                "Single-thread updates against state size (SMaRtTrie Fig. 3)",
+                "keys loaded (log scale)",
+                "updates per second (median)",
+            ],
+            series,
+        )?;
     }
     Ok(report)
 }
@@ -717,14 +735,16 @@ fn write_summary(
     ));
 }
 
-fn write_snapshot_chart(
+/// One of the experiment's two plots, `<name>.png`: `series` over a log-scale key count.
+fn write_chart(
     common: &crate::Common,
+    [name, title, x_label, y_label]: [&str; 4],
     series: Vec<(String, Vec<(f64, f64)>)>,
 ) -> Result<()> {
     let chart = LineChart {
-        title: "Snapshot time against map size".into(),
-        x_label: "keys in the map (log scale)".into(),
-        y_label: "snapshot time (ns, median)".into(),
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
         series: series
             .into_iter()
             .map(|(label, points)| Series { label, points })
@@ -732,20 +752,5 @@ fn write_snapshot_chart(
         markers: Vec::new(),
         log_x: true,
     };
-    write_line_chart(&chart, &common.out, "ctrie")
-}
-
-fn write_fig3_chart(common: &crate::Common, series: Vec<(String, Vec<(f64, f64)>)>) -> Result<()> {
-    let chart = LineChart {
-        title: "Single-thread updates against state size (SMaRtTrie Fig. 3)".into(),
-        x_label: "keys loaded (log scale)".into(),
-        y_label: "updates per second (median)".into(),
-        series: series
-            .into_iter()
-            .map(|(label, points)| Series { label, points })
-            .collect(),
-        markers: Vec::new(),
-        log_x: true,
-    };
-    write_line_chart(&chart, &common.out, "ctrie-fig3")
+    write_line_chart(&chart, &common.out, name)
 }

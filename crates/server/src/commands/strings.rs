@@ -104,11 +104,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         "append" => {
             let db = ctx.db();
             let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-            let (mut current, expire) = match txn.get(db, &args[1])? {
-                Some(s) if s.kind != Kind::String => return Err(CommandError::WrongType),
-                Some(s) => (s.payload, s.expire_at_ms),
-                None => (Vec::new(), 0),
-            };
+            let (mut current, expire) = string_payload(txn.get(db, &args[1])?)?;
             check_size(ctx.server, current.len() as u64 + args[2].len() as u64)?;
             current.extend_from_slice(&args[2]);
             txn.put(db, &args[1], Kind::String, expire, &current)?;
@@ -163,11 +159,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     }
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-    let (mut current, expire) = match txn.get(db, &args[1])? {
-        Some(s) if s.kind != Kind::String => return Err(CommandError::WrongType),
-        Some(s) => (s.payload, s.expire_at_ms),
-        None => (Vec::new(), 0),
-    };
+    let (mut current, expire) = string_payload(txn.get(db, &args[1])?)?;
     if args[3].is_empty() {
         ctx.w.int(current.len() as i64);
         return Ok(());
@@ -221,6 +213,16 @@ pub fn format_float(value: f64) -> String {
         format!("{}", value as i64)
     } else {
         format!("{value}")
+    }
+}
+
+/// A string's bytes and expiry for a read-modify-write (APPEND, SETRANGE): empty and no expiry
+/// when the key is absent, WRONGTYPE when it holds another type.
+fn string_payload(stored: Option<Stored>) -> CommandResult<(Vec<u8>, u64)> {
+    match stored {
+        Some(s) if s.kind != Kind::String => Err(CommandError::WrongType),
+        Some(s) => Ok((s.payload, s.expire_at_ms)),
+        None => Ok((Vec::new(), 0)),
     }
 }
 
