@@ -195,17 +195,19 @@ func (c *checker) keys() {
 
 func (c *checker) hashes() {
 	ctx, r := c.ctx, c.rdb
-	// 200 fields: past hash-max-listpack-entries (128), so the large form is exercised too.
+	// 600 fields: past hash-max-listpack-entries (512, the default), so the large form is exercised too.
 	fields := map[string]any{}
 	want := map[string]string{}
-	for i := range 200 {
+	for i := range 600 {
 		field, value := fmt.Sprintf("f%03d", i), fmt.Sprintf("v%d", i)
 		fields[field], want[field] = value, value
 	}
 	added := r.HSet(ctx, "h:big", fields)
-	expect(c, "HSET 200 fields", added.Val(), added.Err(), int64(200))
+	expect(c, "HSET 600 fields", added.Val(), added.Err(), int64(600))
 	length := r.HLen(ctx, "h:big")
-	expect(c, "HLEN", length.Val(), length.Err(), int64(200))
+	expect(c, "HLEN", length.Val(), length.Err(), int64(600))
+	encoding := r.ObjectEncoding(ctx, "h:big")
+	expect(c, "OBJECT ENCODING of a 600-field hash", encoding.Val(), encoding.Err(), "hashtable")
 	all, err := r.HGetAll(ctx, "h:big").Result()
 	c.noErr("HGETALL", err)
 	if len(all) != len(want) {

@@ -186,13 +186,14 @@ public final class JedisCheck {
   }
 
   private void hashes() {
-    // 200 fields: past hash-max-listpack-entries (128), so the large form is exercised too.
+    // 600 fields: past hash-max-listpack-entries (512, the default), so the large form is exercised too.
     Map<String, String> fields = new HashMap<>();
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < 600; i++) {
       fields.put(String.format("f%03d", i), "v" + i);
     }
-    expect("HSET 200 fields", jedis.hset("h:big", fields), 200L);
-    expect("HLEN", jedis.hlen("h:big"), 200L);
+    expect("HSET 600 fields", jedis.hset("h:big", fields), 600L);
+    expect("HLEN", jedis.hlen("h:big"), 600L);
+    expect("OBJECT ENCODING of a 600-field hash", jedis.objectEncoding("h:big"), "hashtable");
     expect("HGETALL", jedis.hgetAll("h:big"), fields);
 
     Map<String, String> seen = new HashMap<>();
