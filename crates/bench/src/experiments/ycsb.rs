@@ -5,8 +5,8 @@
 //!
 //! Contenders (alternated over rounds, BENCHMARKS.md rule 1): the engine without checkpoints (with
 //! its batch prefetch hints, and without them: the like-for-like row, since no other map has such
-//! an API) and with a Persian checkpoint every `--checkpoint-interval-ms`, `dashmap` with SipHash and with
-//! `foldhash`, `papaya`, and 64 sharded `RwLock<HashMap>`s as a floor. Workloads YCSB-A/B/C and
+//! an API) and with a Persian checkpoint every `--checkpoint-interval-ms`, `dashmap` with SipHash
+//! and with `foldhash`, `papaya`, and 64 sharded `RwLock<HashMap>`s as a floor. Workloads YCSB-A/B/C and
 //! an F-style read-modify-write mix, uniform or zipfian, over 8-byte keys and values.
 //!
 //! Each contender is loaded once per round (keys `key(0..n)`, a bijective hash, so `n` distinct
