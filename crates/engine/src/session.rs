@@ -159,6 +159,14 @@ impl Session {
         self.serial
     }
 
+    /// The version this session runs as: the version its last operation ran in (an operation
+    /// that met a newer version shifted to it before taking effect, so this includes that shift).
+    /// A caller reporting versions to clients (DPR) reads it after each operation: an operation
+    /// never runs in a version newer than the value read right after it.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     /// Serial covered by the newest durable checkpoint.
     pub fn committed_serial(&self) -> u64 {
         self.shared.committed.load(Ordering::SeqCst)
