@@ -72,6 +72,10 @@ pub enum StateObjectError {
     /// The background persister is gone (it panicked or the object is shutting down).
     #[error("state object persister thread is gone")]
     PersisterGone,
+    /// The previous commit is still being made durable and this state object makes one at a
+    /// time; nothing was sealed (commit again later).
+    #[error("state object: the previous commit is still being written; nothing was sealed")]
+    CommitInProgress,
 }
 
 /// The store contract DPR needs. See the module docs for the invariants.

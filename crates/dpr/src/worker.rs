@@ -145,9 +145,26 @@ impl PersistStatus {
     }
 }
 
+/// What a batch whose `Vs` (or a dependency) is above the worker's version does (§3.2's rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FastForward {
+    /// Seal the current version (a commit of the state object) and jump to the new version: the
+    /// paper's rule, for state objects whose commit is cheap to start at any moment.
+    #[default]
+    Seal,
+    /// Raise the current, unsealed version's number to the new version without sealing it; the
+    /// next periodic commit seals it under that number. Sound for the same reason as
+    /// [`DprWorker::commit_with_catch_up`]'s relabelling: numbers only grow, a token is a prefix,
+    /// and no version depends on a larger one (the batch runs in the raised version). For state
+    /// objects that can run only one commit at a time (a CPR checkpoint still being written
+    /// cannot be followed by another), so that a batch never waits for a commit to finish.
+    Relabel,
+}
+
 /// A worker: one shard's state object plus the DPR protocol state.
 pub struct DprWorker<S: StateObject> {
     id: WorkerId,
+    fast_forward: FastForward,
     state_object: S,
     finder: Arc<dyn DprFinder>,
     max_dependencies: u32,
@@ -180,6 +197,7 @@ impl<S: StateObject> DprWorker<S> {
         state_object.restore(state.cut_version(id))?;
         let worker = Self {
             id,
+            fast_forward: FastForward::Seal,
             state_object,
             finder,
             max_dependencies,
@@ -195,6 +213,11 @@ impl<S: StateObject> DprWorker<S> {
             .store()
             .report_recovered(id, state.world_line)?;
         Ok(worker)
+    }
+
+    /// Chooses what a batch with a larger `Vs` does (default [`FastForward::Seal`]).
+    pub fn set_fast_forward(&mut self, mode: FastForward) {
+        self.fast_forward = mode;
     }
 
     /// This worker's id.
@@ -287,7 +310,13 @@ impl<S: StateObject> DprWorker<S> {
             .map(|d| d.version)
             .fold(request.version, Version::max);
         if floor > self.version {
-            self.seal(self.version, floor)?;
+            match self.fast_forward {
+                FastForward::Seal => self.seal(self.version, floor)?,
+                FastForward::Relabel => {
+                    self.version = floor;
+                    self.highest_version_used = self.highest_version_used.max(floor);
+                }
+            }
         }
         for dependency in &request.dependencies {
             if dependency.worker == self.id {
@@ -308,6 +337,15 @@ impl<S: StateObject> DprWorker<S> {
     pub fn commit(&mut self) -> Result<Version, WorkerError> {
         let sealed = self.version;
         self.seal(sealed, sealed + 1)?;
+        Ok(sealed)
+    }
+
+    /// Seals the current version and moves to `next` (at least the current version + 1):
+    /// commits aligned to wall-clock slots, so that every worker uses the same numbers at the same
+    /// time and a session's `Vs` rarely runs ahead of a worker. Returns the sealed version.
+    pub fn commit_to(&mut self, next: Version) -> Result<Version, WorkerError> {
+        let sealed = self.version;
+        self.seal(sealed, next.max(sealed + 1))?;
         Ok(sealed)
     }
 
