@@ -37,6 +37,7 @@ fn cluster_command_serves_and_shuts_down_on_ctrl_c() {
                 proxies.push(proxy.parse().unwrap());
                 redis_pids.push(pid.parse::<i32>().unwrap());
             }
+            ["finder", "exact"] => {}
             ["ready", ..] => break,
             _ => panic!("unexpected output line {line:?}"),
         }

@@ -90,7 +90,13 @@ fn a_session_writes_across_shards_while_they_commit() {
 /// Starts sessions, waits until they have committed something, runs `inject` (the failures),
 /// waits for progress on the new world-line, stops the sessions and verifies every session.
 fn run_with_failures(shards: usize, inject: impl FnOnce(&prefixkv_dredis::LocalCluster)) {
-    let (_directory, cluster) = start_cluster(shards);
+    run_with_failures_on(start_cluster(shards), inject)
+}
+
+fn run_with_failures_on(
+    (_directory, cluster): (tempfile::TempDir, prefixkv_dredis::LocalCluster),
+    inject: impl FnOnce(&prefixkv_dredis::LocalCluster),
+) {
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let sessions: Vec<_> = (0..session_count())
@@ -170,6 +176,31 @@ fn killing_a_redis_mid_load_restores_every_shard_to_the_cut() {
         kill(pid);
         eprintln!("killed redis of shard {victim} (pid {pid})");
     });
+}
+
+fn kill_one(cluster: &prefixkv_dredis::LocalCluster) {
+    let shards = cluster.proxy_addresses().len();
+    let victim = rand::rng().random_range(0..shards);
+    let pid = cluster.redis_pids()[victim].expect("redis running");
+    kill(pid);
+    eprintln!("killed redis of shard {victim} (pid {pid})");
+}
+
+#[test]
+fn killing_a_redis_with_the_approximate_finder() {
+    // The approximate finder commits with Vmax catch-up; the guarantee must be the same.
+    let cluster = start_cluster_with(2, |config| {
+        config.finder = prefixkv_dredis::FinderKind::Approximate
+    });
+    run_with_failures_on(cluster, kill_one);
+}
+
+#[test]
+fn killing_a_redis_with_the_hybrid_finder() {
+    let cluster = start_cluster_with(2, |config| {
+        config.finder = prefixkv_dredis::FinderKind::Hybrid
+    });
+    run_with_failures_on(cluster, kill_one);
 }
 
 #[test]
