@@ -3,9 +3,16 @@
 //! recovery. Every session's surviving state must be exactly what its rollback reports say
 //! (checked key by key against an oracle of what it wrote, in order).
 //!
+//! The same failure runs with the approximate and the hybrid finder, and with the metadata in
+//! PostgreSQL (a private server; needs the `postgresql` package, as libDPR's tests do).
+//!
 //! `DREDIS_TEST_SESSIONS` sets the number of concurrent sessions (default 2).
 
 mod common;
+// libDPR's private PostgreSQL server helper (initdb + pg_ctl on a free port, or the server of
+// `scripts/with-postgres`), shared rather than copied.
+#[path = "../../dpr/tests/common/mod.rs"]
+mod dpr_common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -200,6 +207,19 @@ fn killing_a_redis_with_the_hybrid_finder() {
     let cluster = start_cluster_with(2, |config| {
         config.finder = prefixkv_dredis::FinderKind::Hybrid
     });
+    run_with_failures_on(cluster, kill_one);
+}
+
+#[test]
+fn killing_a_redis_with_postgresql_metadata() {
+    // Proxies, manager, finder and clients all use the PostgreSQL store.
+    let server = dpr_common::PostgresServer::start();
+    let url = server.connection_string(&server.create_database());
+    let cluster = start_cluster_with(2, |config| config.metadata_url = Some(url));
+    assert!(matches!(
+        cluster.1.metadata_location(),
+        prefixkv_dredis::MetadataLocation::Postgres(_)
+    ));
     run_with_failures_on(cluster, kill_one);
 }
 
