@@ -722,15 +722,21 @@ fn heartbeat(core: Arc<DprCore>, tick: Duration, stop: Arc<AtomicBool>) {
     let mut health: Option<RedisConnection> = None;
     let mut was_healthy = true;
     while !stop.load(Ordering::SeqCst) {
-        if health.is_none() {
-            health = RedisConnection::connect(core.pool.address, Duration::from_secs(1)).ok();
-        }
-        let healthy = health.as_mut().is_some_and(|c| {
-            matches!(c.command(&[b"PING"]), Ok(prefixkv_resp::Reply::SimpleString(s)) if &s[..] == b"PONG")
-        });
-        if !healthy {
-            health = None;
-        }
+        let ping = |health: &mut Option<RedisConnection>| {
+            if health.is_none() {
+                *health = RedisConnection::connect(core.pool.address, Duration::from_secs(1)).ok();
+            }
+            let pong = health.as_mut().is_some_and(|c| {
+                matches!(c.command(&[b"PING"]), Ok(prefixkv_resp::Reply::SimpleString(s)) if &s[..] == b"PONG")
+            });
+            if !pong {
+                *health = None;
+            }
+            pong
+        };
+        // A restore restarts Redis, which breaks the kept connection: retry once on a fresh one
+        // before calling the shard unhealthy (that would pause its commits for a whole tick).
+        let healthy = ping(&mut health) || ping(&mut health);
         core.healthy.store(healthy, Ordering::SeqCst);
         if healthy != was_healthy {
             tracing::warn!(worker = core.id, healthy, "redis health changed");

@@ -21,6 +21,10 @@
 //! by `recovery_wait_ms`, for the rollback; the batch is reported uncertain). The session then
 //! continues on the new world-line.
 //!
+//! Bounded: argument and array lengths by the parser's limits, one request's total size by
+//! `max_frame_bytes` (checked before each read), a batch by `max_commands` and about
+//! `max_frame_bytes`.
+//!
 //! Invariants: replies are written in command order, one per command; a protocol error is
 //! answered with its error line and closes the connection (the stream cannot be resynchronised,
 //! as in Redis); the session's memory is bounded by trimming committed batches whenever the
@@ -191,6 +195,19 @@ pub(super) fn serve(core: &DprCore, mut stream: TcpStream, first_byte: u8) {
             return;
         }
         if commands.is_empty() {
+            // Only a partial request is buffered now: one request may not outgrow a batch (the
+            // parser bounds each argument; this bounds their sum, as Redis's query buffer limit).
+            if buffer.len() > limits.max_frame_bytes {
+                encode_resp_error(
+                    &mut connection.out,
+                    &format!(
+                        "ERR D-Redis: request larger than the proxy's max_frame_bytes ({} bytes)",
+                        limits.max_frame_bytes
+                    ),
+                );
+                let _ = stream.write_all(&connection.out);
+                return;
+            }
             match stream.read(&mut chunk) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => buffer.extend_from_slice(&chunk[..n]),
