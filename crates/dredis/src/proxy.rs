@@ -17,21 +17,22 @@
 //! written and kept in the background (see [`crate::state_object`]) while batches run again.
 //!
 //! **Two protocols on one port** (see [`crate::wire`] for the detection rule): framed
-//! connections as above; plain RESP connections ([`resp`]), each a DPR session the proxy keeps
-//! for the client (`prefixkv_dpr::connection`), whose commands run as DPR batches through the
-//! same shared-latch path.
+//! connections as above; plain RESP connections (`proxy/resp.rs`), each a DPR session the proxy
+//! keeps for the client (`prefixkv_dpr::connection`), whose commands run as DPR batches through
+//! the same shared-latch path.
 //!
-//! **Failure detection** ([`health`]): a watcher thread reaps the Redis child the moment it exits
-//! (and is woken at once when a pooled connection resets) and reports the failure to the cluster
-//! manager through the reporter installed with [`Proxy::on_failure`], so recovery does not wait
-//! for the lease. The restore's own SIGKILL is never reported: the restore takes the child out of
-//! the shared process handle before killing it.
+//! **Failure detection** (`proxy/health.rs`): a watcher thread reaps the Redis child the moment
+//! it exits (and is woken at once when a pooled connection resets) and reports the failure to the
+//! cluster manager through the reporter installed with [`Proxy::on_failure`], so recovery does
+//! not wait for the lease. The restore's own SIGKILL is never reported: the restore takes the
+//! child out of the shared process handle before killing it.
 //!
-//! **Maintenance thread.** Every tick: PING Redis, and renew the worker's lease in the metadata
-//! store only if Redis answered (a dead Redis lets the lease expire, which is how the cluster
-//! manager learns of the failure); if the store's world-line moved past the worker's, restore to
-//! the cut (exclusive latch; Redis is restarted from the committed RDB); commit when due; prune
-//! versions below the cut.
+//! **Heartbeat thread.** PING Redis, and renew the worker's lease in the metadata store only if
+//! Redis answered (a hung Redis lets the lease expire: the fallback when no exit is seen).
+//!
+//! **Maintenance thread.** Every tick: if the store's world-line moved past the worker's,
+//! restore to the cut (exclusive latch; Redis is restarted from the committed RDB); commit when
+//! due; prune versions below the cut.
 
 mod health;
 mod passthrough;
