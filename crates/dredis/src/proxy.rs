@@ -760,16 +760,18 @@ fn heartbeat(core: Arc<DprCore>, tick: Duration, stop: Arc<AtomicBool>) {
 /// same time, so a session carrying another shard's version rarely forces an extra seal, and when
 /// it does, that seal *is* this slot's commit (the version is already `k`).
 ///
-/// With `commit_catch_up` (approximate and hybrid finders) a commit is instead due once per
-/// interval of wall-clock time, and seals with `Vmax` catch-up: versions then follow `Vmax`, as
-/// in the paper's approximate design, rather than the slot numbers.
+/// With `commit_catch_up` (approximate and hybrid finders) the slot's commit seals with `Vmax`
+/// catch-up instead (`commit_with_catch_up`: the sealed version is labelled at least `Vmax`, then
+/// the worker moves one above it). In the steady state that is the same step (seal `k-1`, move
+/// to `k`); a shard whose version lags behind the others' persisted ones (`Vmax`) catches up in
+/// that one commit instead of holding the approximate cut (`Vmin`) back. If the label stays
+/// below the slot, the next tick commits again.
 fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wakeup: Arc<Wakeup>) {
     let tick = Duration::from_millis(config.tick_ms.max(1));
     let interval_ms = config.commit_interval_ms.max(1);
     let (saves, save_timeout) = (&core.saves, core.save_timeout);
     let check_interval = Duration::from_millis(config.heartbeat_interval_ms.max(1));
     let mut next_check = Instant::now();
-    let mut next_catch_up = Instant::now() + Duration::from_millis(interval_ms);
     let mut woken = false;
     while !stop.load(Ordering::SeqCst) {
         if woken || Instant::now() >= next_check {
@@ -777,19 +779,13 @@ fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wake
             next_check = Instant::now() + check_interval;
         }
         let slot = SystemClock.now_ms() / interval_ms;
-        let due = if core.commit_catch_up {
-            Instant::now() >= next_catch_up
-        } else {
-            core.worker.lock().version() < slot
-        };
         // A dead Redis cannot commit; the cluster manager will have everyone restore.
-        if core.healthy.load(Ordering::SeqCst) && due {
+        if core.healthy.load(Ordering::SeqCst) && core.worker.lock().version() < slot {
             // Wait for the previous BGSAVE before taking the latch, so batches keep running
             // meanwhile.
             if saves.wait_idle(save_timeout) {
                 if core.commit_catch_up {
                     core.commit_with_catch_up();
-                    next_catch_up = Instant::now() + Duration::from_millis(interval_ms);
                 } else {
                     core.commit_to(slot);
                 }
