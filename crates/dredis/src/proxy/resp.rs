@@ -149,12 +149,16 @@ struct RespConnection<'a> {
 /// Serves a plain RESP connection whose first byte (already read) was `first_byte`.
 pub(super) fn serve(core: &DprCore, mut stream: TcpStream, first_byte: u8) {
     let number = core.resp_connections.fetch_add(1, Ordering::SeqCst);
+    // Join the newest world-line known here: during a recovery the published one is ahead of the
+    // worker's, and a session that starts on it makes the worker restore before its first batch
+    // (instead of running it on the abandoned world-line and reporting it lost right after).
+    let world_line = core.world_line().max(core.published.lock().world_line);
     let mut connection = RespConnection {
         core,
         session: ConnectionSession::new(
             connection_session_id(core.id, number),
             core.id,
-            core.world_line(),
+            world_line,
         ),
         out: Vec::with_capacity(64 * 1024),
         trimmed_against: Arc::clone(&core.published.lock()),
