@@ -17,10 +17,17 @@
 //!    [`WorkerControl`] receives a [`RestoreCommand`] (the failed worker's control is expected to
 //!    restart it, which restores it to the cut as well).
 //!
+//! Reported failures: a host that sees a worker fail (its store process exited, its connections
+//! reset) calls [`ClusterManager::report_failure`]; the next `check` treats that worker exactly as
+//! if its lease had expired, so recovery need not wait for the lease. A report is consumed by the
+//! rollback it causes (or by another manager's rollback that got there first). A report about a
+//! worker that already reported back during a recovery waits until that recovery finished, then
+//! starts a rollback of its own.
+//!
 //! Sessions learn of the failure from a `Rollback` response or from the store's world-line and
 //! compute their surviving prefix from the cut in the new world-line.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -119,6 +126,8 @@ pub struct ClusterManager {
     clock: Arc<dyn Clock>,
     lease_ms: u64,
     controls: Mutex<BTreeMap<WorkerId, Arc<dyn WorkerControl>>>,
+    /// Workers reported failed by [`report_failure`](Self::report_failure), not yet rolled back.
+    reported: Mutex<BTreeSet<WorkerId>>,
 }
 
 impl ClusterManager {
@@ -129,6 +138,7 @@ impl ClusterManager {
             clock,
             lease_ms,
             controls: Mutex::new(BTreeMap::new()),
+            reported: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -147,14 +157,23 @@ impl ClusterManager {
         self.store.heartbeat(worker, self.clock.now_ms())
     }
 
+    /// Reports that `worker` failed (seen by its host, e.g. its store process exited): the next
+    /// [`check`](Self::check) starts a rollback for it without waiting for its lease to expire.
+    /// Call `check` right after to act at once.
+    pub fn report_failure(&self, worker: WorkerId) {
+        self.reported.lock().insert(worker);
+    }
+
     /// One round of failure detection and recovery bookkeeping (see the module docs). Call it
     /// periodically.
     pub fn check(&self) -> Result<CheckOutcome, MetadataError> {
         let state = self.store.cluster_state()?;
         let workers = self.store.workers()?;
         let now_ms = self.clock.now_ms();
+        let reported = self.reported.lock().clone();
         let expired = |w: &crate::metadata::WorkerRecord| {
             now_ms.saturating_sub(w.last_heartbeat_ms) > self.lease_ms
+                || reported.contains(&w.worker)
         };
         let failed: Vec<WorkerId>;
         if state.recovering {
@@ -191,10 +210,12 @@ impl ClusterManager {
         let advanced = self.store.advance_world_line(state.world_line)?;
         if advanced.world_line == state.world_line {
             // Another manager handled it first.
+            self.reported.lock().retain(|w| !failed.contains(w));
             return Ok(CheckOutcome::Healthy);
         }
         // Failed workers get a fresh lease to restart and report in; only if they miss that too is
-        // it a nested failure.
+        // it a nested failure. Their reports are handled by this rollback.
+        self.reported.lock().retain(|w| !failed.contains(w));
         for worker in &failed {
             self.store.heartbeat(*worker, now_ms)?;
         }
@@ -221,5 +242,37 @@ impl ClusterManager {
             world_line: advanced.world_line,
             cut: advanced.cut,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::SqliteMetadataStore;
+
+    #[test]
+    fn a_reported_failure_rolls_back_before_the_lease_expires() {
+        let directory = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetadataStore> =
+            Arc::new(SqliteMetadataStore::open(directory.path().join("m.sqlite")).unwrap());
+        let clock = Arc::new(ManualClock::default());
+        clock.set_ms(1_000);
+        for worker in [0, 1] {
+            store.register_worker(worker, 1_000).unwrap();
+        }
+        let manager = ClusterManager::new(Arc::clone(&store), clock.clone(), 60_000);
+        assert_eq!(manager.check().unwrap(), CheckOutcome::Healthy);
+        manager.report_failure(1);
+        match manager.check().unwrap() {
+            CheckOutcome::RollbackStarted {
+                failed, world_line, ..
+            } => assert_eq!((failed, world_line), (vec![1], 1)),
+            other => panic!("expected a rollback, got {other:?}"),
+        }
+        // The report was consumed by that rollback: no second one.
+        assert!(matches!(
+            manager.check().unwrap(),
+            CheckOutcome::Recovering { .. }
+        ));
     }
 }

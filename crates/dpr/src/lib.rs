@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod connection;
 pub mod finder;
 pub mod header;
 pub mod metadata;

@@ -1,7 +1,9 @@
 //! [`DprRedisClient`]: the Rust client of a D-Redis cluster.
 //!
 //! A client knows the shards' proxy addresses (shard `i` is DPR worker `i`) and the metadata
-//! store (the SQLite file the cluster publishes its DPR cut into). Each [`DprRedisSession`]:
+//! store (the SQLite file the cluster publishes its DPR cut into, or its PostgreSQL server).
+//! Every connection to a proxy starts with [`FRAMED_PREAMBLE`] (see [`crate::wire`]), so the
+//! proxy serves it with the framed protocol. Each [`DprRedisSession`]:
 //! - routes every command by the CRC32C of its key (the first argument) to a shard
 //!   ([`shard_for_key`]), buffering per shard and sending a batch once `max_batch_commands`
 //!   are buffered or on [`DprRedisSession::flush`];
@@ -30,15 +32,16 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use bytes::BytesMut;
-use prefixkv_dpr::metadata::{MetadataError, MetadataStore, SqliteMetadataStore};
+use prefixkv_dpr::metadata::{MetadataError, MetadataStore};
 use prefixkv_dpr::session::{
     BatchTicket, CommitPoint, Completion, SequenceRange, SessionError, SurvivingPrefix,
 };
 use prefixkv_dpr::{ClusterState, DprSession, HeaderKind, WorkerId, WorldLine};
 use prefixkv_resp::{Limits, Reply, ReplyParser};
 
+use crate::options::MetadataLocation;
 use crate::redis::encode_command;
-use crate::wire::{encode_request, FrameLimits, FrameReader, ResponseFrame};
+use crate::wire::{encode_request, FrameLimits, FrameReader, ResponseFrame, FRAMED_PREAMBLE};
 
 /// Longest wait for the cut watcher's next read before re-checking a deadline.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -56,6 +59,9 @@ pub struct ClientConfig {
     pub shards: Vec<SocketAddr>,
     /// The cluster's SQLite metadata file.
     pub metadata_path: PathBuf,
+    /// If set, the metadata store to use instead of `metadata_path` (a `postgres://…` URL or a
+    /// `host=… port=…` conninfo; see [`MetadataLocation::parse`]).
+    pub metadata_url: Option<String>,
     /// Batches in flight per session.
     pub window_batches: usize,
     /// Commands per batch before it is sent without waiting for `flush`.
@@ -74,6 +80,7 @@ impl ClientConfig {
         Self {
             shards,
             metadata_path,
+            metadata_url: None,
             window_batches: 16,
             max_batch_commands: 64,
             io_timeout_ms: 30_000,
@@ -211,8 +218,11 @@ pub struct DprRedisClient {
 impl DprRedisClient {
     /// Opens the metadata store.
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
-        let store: Arc<dyn MetadataStore> =
-            Arc::new(SqliteMetadataStore::open(&config.metadata_path)?);
+        let location = match &config.metadata_url {
+            Some(url) => MetadataLocation::parse(url),
+            None => MetadataLocation::Sqlite(config.metadata_path.clone()),
+        };
+        let store = location.open()?;
         let watcher = Arc::new(CutWatcher {
             state: Mutex::new(Ok(store.cluster_state()?)),
             changed: Condvar::new(),
@@ -375,6 +385,8 @@ impl DprRedisSession {
             stream.set_nodelay(true)?;
             stream.set_read_timeout(Some(timeout))?;
             stream.set_write_timeout(Some(timeout))?;
+            // Tells the proxy this connection speaks the framed protocol, not plain RESP.
+            (&stream).write_all(&FRAMED_PREAMBLE)?;
             self.links[shard] = Some(Link {
                 writer: stream.try_clone()?,
                 reader: FrameReader::new(stream, FrameLimits::default()),

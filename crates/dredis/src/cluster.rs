@@ -7,10 +7,16 @@
 //! - `shard-<i>/versions/`: committed versions, a `prefixkv_storage::Catalog`: `v<version>/`
 //!   holding `dump.rdb` and `MANIFEST` (see [`crate::manifest`]).
 //!
-//! The manager thread runs every `check_interval_ms`: the exact finder recomputes and publishes
-//! the cut, and the cluster manager checks leases. A proxy renews its lease only while its Redis
-//! answers PING, so a dead Redis is detected within `lease_ms`; the manager then advances the
-//! world-line and wakes every proxy, each of which restores its Redis to the cut.
+//! The manager thread runs every `check_interval_ms`: the finder (exact by default, see
+//! [`crate::options`]) recomputes and publishes the cut, and the cluster manager checks leases.
+//! A proxy reports its Redis's exit at once (`Proxy::on_failure` → `ClusterManager::report_failure`
+//! and a wake-up of the manager thread), so a dead Redis starts a rollback within milliseconds; a
+//! proxy also renews its lease only while its Redis answers PING, so a hung one is detected within
+//! `lease_ms`. The manager then advances the world-line and wakes every proxy, each of which
+//! restores its Redis to the cut.
+//!
+//! The metadata store is `metadata.sqlite` in the cluster directory unless `metadata_url` names
+//! another (a PostgreSQL server: clients get the same URL from [`LocalCluster::client_config`]).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -20,12 +26,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use prefixkv_dpr::cluster::{CheckOutcome, ClusterManager, SystemClock};
-use prefixkv_dpr::finder::{DprFinder, ExactFinder};
-use prefixkv_dpr::metadata::{MetadataError, MetadataStore, SqliteMetadataStore};
+use prefixkv_dpr::finder::DprFinder;
+use prefixkv_dpr::metadata::{MetadataError, MetadataStore};
 use prefixkv_dpr::ClusterState;
 
 use crate::client::ClientConfig;
-use crate::proxy::{Proxy, ProxyConfig, ProxyError};
+use crate::options::{FinderKind, MetadataLocation};
+use crate::proxy::{Proxy, ProxyConfig, ProxyError, Wakeup};
 use crate::redis::RedisServerConfig;
 use crate::state_object::RedisStateConfig;
 use crate::wire::FrameLimits;
@@ -57,6 +64,11 @@ pub struct LocalClusterConfig {
     pub save_timeout_ms: u64,
     /// Bound on a Redis start.
     pub start_timeout_ms: u64,
+    /// The DPR finder.
+    pub finder: FinderKind,
+    /// The metadata store, if not `metadata.sqlite` in `directory` (see
+    /// [`MetadataLocation::parse`]).
+    pub metadata_url: Option<String>,
 }
 
 impl LocalClusterConfig {
@@ -74,6 +86,16 @@ impl LocalClusterConfig {
             check_interval_ms: 25,
             save_timeout_ms: 30_000,
             start_timeout_ms: 10_000,
+            finder: FinderKind::Exact,
+            metadata_url: None,
+        }
+    }
+
+    /// Where the metadata store lives.
+    pub fn metadata_location(&self) -> MetadataLocation {
+        match &self.metadata_url {
+            Some(url) => MetadataLocation::parse(url),
+            None => MetadataLocation::Sqlite(self.directory.join("metadata.sqlite")),
         }
     }
 }
@@ -123,10 +145,8 @@ impl LocalCluster {
             &config.directory,
         )
         .map_err(|e| ClusterError::Config(format!("{}: {e}", config.directory.display())))?;
-        let store: Arc<dyn MetadataStore> = Arc::new(SqliteMetadataStore::open(
-            config.directory.join("metadata.sqlite"),
-        )?);
-        let finder: Arc<dyn DprFinder> = Arc::new(ExactFinder::new(Arc::clone(&store))?);
+        let store: Arc<dyn MetadataStore> = config.metadata_location().open()?;
+        let finder: Arc<dyn DprFinder> = config.finder.open(Arc::clone(&store))?;
         let mut proxies = Vec::with_capacity(config.shards);
         for shard in 0..config.shards {
             let port = |first: u16| -> Result<u16, ClusterError> {
@@ -154,6 +174,8 @@ impl LocalCluster {
                     versions_directory: shard_directory.join("versions"),
                     save_timeout_ms: config.save_timeout_ms,
                 },
+                commit_catch_up: config.finder.commits_with_catch_up(),
+                recovery_wait_ms: 30_000,
             };
             proxies.push(Proxy::start(proxy_config, Arc::clone(&finder))?);
         }
@@ -162,16 +184,22 @@ impl LocalCluster {
             Arc::new(SystemClock),
             config.lease_ms,
         ));
+        let wakeup = Arc::new(Wakeup::default());
         for proxy in &proxies {
             manager.attach(proxy.worker_id(), proxy.control());
+            let (manager, wakeup) = (Arc::clone(&manager), Arc::clone(&wakeup));
+            proxy.on_failure(Arc::new(move |worker, _description: &str| {
+                manager.report_failure(worker);
+                wakeup.wake();
+            }));
         }
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (stop, finder) = (Arc::clone(&stop), Arc::clone(&finder));
+            let (stop, finder, wakeup) = (Arc::clone(&stop), Arc::clone(&finder), wakeup);
             let interval = Duration::from_millis(config.check_interval_ms.max(1));
             std::thread::Builder::new()
                 .name("dredis-manager".into())
-                .spawn(move || manage(manager, finder, stop, interval))
+                .spawn(move || manage(manager, finder, stop, interval, wakeup))
                 .map_err(|e| ClusterError::Config(format!("manager thread: {e}")))?
         };
         Ok(Self {
@@ -203,9 +231,15 @@ impl LocalCluster {
         self.proxies.iter().map(Proxy::world_line).collect()
     }
 
-    /// The metadata file.
+    /// The metadata file (meaningful when the store is SQLite; see
+    /// [`metadata_location`](Self::metadata_location)).
     pub fn metadata_path(&self) -> PathBuf {
         self.config.directory.join("metadata.sqlite")
+    }
+
+    /// Where the metadata store lives.
+    pub fn metadata_location(&self) -> MetadataLocation {
+        self.config.metadata_location()
     }
 
     /// The cluster directory.
@@ -215,7 +249,9 @@ impl LocalCluster {
 
     /// A client configuration for this cluster.
     pub fn client_config(&self) -> ClientConfig {
-        ClientConfig::new(self.proxy_addresses(), self.metadata_path())
+        let mut config = ClientConfig::new(self.proxy_addresses(), self.metadata_path());
+        config.metadata_url = self.config.metadata_url.clone();
+        config
     }
 
     /// The published cluster state.
@@ -250,6 +286,7 @@ fn manage(
     finder: Arc<dyn DprFinder>,
     stop: Arc<AtomicBool>,
     interval: Duration,
+    wakeup: Arc<Wakeup>,
 ) {
     while !stop.load(Ordering::SeqCst) {
         if let Err(error) = finder.refresh() {
@@ -271,6 +308,7 @@ fn manage(
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "cluster manager check failed"),
         }
-        std::thread::sleep(interval);
+        // A proxy that reports a failure wakes this thread: the rollback starts at once.
+        wakeup.wait(interval);
     }
 }

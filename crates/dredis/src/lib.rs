@@ -5,9 +5,12 @@
 //! ([`wire`]); the proxy runs the libDPR worker protocol, forwards the commands to Redis and
 //! answers with a DPR response header. A version is committed with `BGSAVE` and kept as a
 //! checksummed RDB file ([`state_object`], [`manifest`]); restoring a version restarts Redis from
-//! that RDB. The exact DPR finder publishes the cut in a SQLite metadata store, and a cluster
-//! manager ([`cluster::LocalCluster`]) detects a dead Redis by its lease and rolls every shard
-//! back to the cut; sessions then learn exactly which of their operations survived.
+//! that RDB. A DPR finder (exact by default; [`options`]) publishes the cut in a metadata store
+//! (SQLite by default, or PostgreSQL), and a cluster manager ([`cluster::LocalCluster`]) rolls
+//! every shard back to the cut when a Redis dies (its proxy reports the process exit at once; the
+//! lease is the fallback); sessions then learn exactly which of their operations survived. The
+//! proxies also speak plain RESP: each plain connection is a DPR session the proxy keeps, with
+//! `PREFIXKV.COMMITPOINT` and `-ROLLBACK` errors (see [`proxy`]).
 //!
 //! Invariants:
 //! - A commit of version `v` starts `BGSAVE` under the proxy's exclusive latch, so Redis's fork
@@ -15,11 +18,14 @@
 //! - A version exists only once its manifest is durable and verifies; restore verifies the RDB's
 //!   checksum before Redis loads it.
 //! - A proxy renews its lease only while its Redis answers PING.
+//! - A proxy tells framed and plain RESP connections apart by their first byte (NUL: framed),
+//!   which no RESP request can start with.
 #![warn(missing_docs)]
 
 pub mod client;
 pub mod cluster;
 pub mod manifest;
+pub mod options;
 pub mod proxy;
 pub mod redis;
 pub mod state_object;
@@ -27,4 +33,5 @@ pub mod wire;
 
 pub use client::{ClientConfig, ClientError, DprRedisClient, DprRedisSession};
 pub use cluster::{LocalCluster, LocalClusterConfig};
+pub use options::{FinderKind, MetadataLocation};
 pub use proxy::{PassThroughProxy, Proxy, ProxyConfig};

@@ -2,12 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use prefixkv_dpr::finder::{DprFinder, ExactFinder};
-use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
+use prefixkv_dredis::options::{FinderKind, MetadataLocation};
 use prefixkv_dredis::redis::RedisServerConfig;
 use prefixkv_dredis::state_object::RedisStateConfig;
 use prefixkv_dredis::wire::FrameLimits;
@@ -42,9 +40,17 @@ enum Command {
         /// Commit (BGSAVE) interval.
         #[arg(long, default_value_t = 100)]
         commit_interval_ms: u64,
-        /// Lease: a shard silent this long has failed.
+        /// Lease: a shard silent this long has failed (a Redis that exits is reported at once;
+        /// the lease catches hung ones).
         #[arg(long, default_value_t = 1000)]
         lease_ms: u64,
+        /// DPR finder: exact, approximate or hybrid.
+        #[arg(long, default_value_t = FinderKind::Exact)]
+        finder: FinderKind,
+        /// Metadata store: a PostgreSQL `postgres://…` URL or `host=… port=…` conninfo, or a
+        /// SQLite file path (default: metadata.sqlite in --dir).
+        #[arg(long)]
+        metadata_url: Option<String>,
     },
     /// Run one proxy (and its redis-server) as DPR worker `--worker-id`. Needs a cluster
     /// manager on the same metadata store (e.g. a `cluster` process) to recover from failures.
@@ -61,9 +67,16 @@ enum Command {
         /// Shard directory (redis/ and versions/ below it).
         #[arg(long)]
         dir: PathBuf,
-        /// SQLite metadata store shared by the cluster.
+        /// SQLite metadata store shared by the cluster (or use --metadata-url).
+        #[arg(long, required_unless_present = "metadata_url")]
+        metadata: Option<PathBuf>,
+        /// Metadata store as a PostgreSQL URL or conninfo (or a SQLite path); overrides
+        /// --metadata.
         #[arg(long)]
-        metadata: PathBuf,
+        metadata_url: Option<String>,
+        /// DPR finder: exact, approximate or hybrid (as the cluster's manager uses).
+        #[arg(long, default_value_t = FinderKind::Exact)]
+        finder: FinderKind,
         /// The redis-server executable.
         #[arg(long, default_value = "redis-server")]
         redis_server: PathBuf,
@@ -111,6 +124,8 @@ fn main() -> anyhow::Result<()> {
             redis_port,
             commit_interval_ms,
             lease_ms,
+            finder,
+            metadata_url,
         } => {
             let mut config = LocalClusterConfig::new(shards, dir);
             config.redis_server = redis_server;
@@ -118,8 +133,11 @@ fn main() -> anyhow::Result<()> {
             config.first_redis_port = redis_port;
             config.commit_interval_ms = commit_interval_ms;
             config.lease_ms = lease_ms;
+            config.finder = finder;
+            config.metadata_url = metadata_url;
             let cluster = LocalCluster::start(config).context("starting the cluster")?;
-            println!("metadata {}", cluster.metadata_path().display());
+            println!("metadata {}", cluster.metadata_location());
+            println!("finder {finder}");
             for (shard, ((proxy, redis), pid)) in cluster
                 .proxy_addresses()
                 .into_iter()
@@ -143,12 +161,20 @@ fn main() -> anyhow::Result<()> {
             redis_port,
             dir,
             metadata,
+            metadata_url,
+            finder: finder_kind,
             redis_server,
             commit_interval_ms,
         } => {
-            let store: Arc<dyn MetadataStore> =
-                Arc::new(SqliteMetadataStore::open(&metadata).context("opening metadata")?);
-            let finder: Arc<dyn DprFinder> = Arc::new(ExactFinder::new(store)?);
+            let location = match (metadata_url, metadata) {
+                (Some(url), _) => MetadataLocation::parse(&url),
+                (None, Some(path)) => MetadataLocation::Sqlite(path),
+                (None, None) => anyhow::bail!("give --metadata or --metadata-url"),
+            };
+            let store = location
+                .open()
+                .with_context(|| format!("opening the metadata store {location}"))?;
+            let finder = finder_kind.open(store).context("starting the finder")?;
             let proxy = Proxy::start(
                 ProxyConfig {
                     worker_id,
@@ -167,6 +193,8 @@ fn main() -> anyhow::Result<()> {
                         versions_directory: dir.join("versions"),
                         save_timeout_ms: 30_000,
                     },
+                    commit_catch_up: finder_kind.commits_with_catch_up(),
+                    recovery_wait_ms: 30_000,
                 },
                 finder,
             )

@@ -16,30 +16,52 @@
 //! has started, so Redis's fork captures exactly the batches of versions ≤ `v`. The RDB is then
 //! written and kept in the background (see [`crate::state_object`]) while batches run again.
 //!
-//! **Maintenance thread.** Every tick: PING Redis, and renew the worker's lease in the metadata
-//! store only if Redis answered (a dead Redis lets the lease expire, which is how the cluster
-//! manager learns of the failure); if the store's world-line moved past the worker's, restore to
-//! the cut (exclusive latch; Redis is restarted from the committed RDB); commit when due; prune
-//! versions below the cut.
+//! **Two protocols on one port** (see [`crate::wire`] for the detection rule): framed
+//! connections as above; plain RESP connections (`proxy/resp.rs`), each a DPR session the proxy
+//! keeps for the client (`prefixkv_dpr::connection`), whose commands run as DPR batches through
+//! the same shared-latch path.
+//!
+//! **Failure detection** (`proxy/health.rs`): a watcher thread reaps the Redis child the moment
+//! it exits (and is woken at once when a pooled connection resets) and reports the failure to the
+//! cluster manager through the reporter installed with [`Proxy::on_failure`], so recovery does
+//! not wait for the lease. The restore's own SIGKILL is never reported: the restore takes the
+//! child out of the shared process handle before killing it.
+//!
+//! **Heartbeat thread.** PING Redis, and renew the worker's lease in the metadata store only if
+//! Redis answered (a hung Redis lets the lease expire: the fallback when no exit is seen).
+//!
+//! **Maintenance thread.** Every tick: if the store's world-line moved past the worker's,
+//! restore to the cut (exclusive latch; Redis is restarted from the committed RDB); commit when
+//! due; prune versions below the cut.
 
-use std::io::Write;
+mod health;
+mod passthrough;
+mod pool;
+mod resp;
+
+use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use prefixkv_dpr::cluster::{Clock, RestoreCommand, SystemClock, WorkerControl};
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::worker::BatchOutcome;
-use prefixkv_dpr::{DprHeader, DprWorker, HeaderKind, Version, WorkerId, WorldLine};
-use prefixkv_resp::{Limits, RequestParser};
+use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, HeaderKind, Version, WorkerId, WorldLine};
 
 use crate::redis::{RedisConnection, RedisProcess};
 use crate::state_object::{RedisStateConfig, RedisStateObject, SaveTracker};
-use crate::wire::{encode_response, FrameLimits, FrameReader, RequestFrame, ResponseFrame};
+use crate::wire::{
+    encode_response, FrameLimits, FrameReader, RequestFrame, ResponseFrame, FRAMED_PREAMBLE,
+};
+
+pub use health::FailureReporter;
+pub use passthrough::PassThroughProxy;
+
+use pool::{count_commands, Pool};
 
 /// Timeout of one Redis read or write on a pooled connection.
 const REDIS_IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,87 +106,13 @@ pub struct ProxyConfig {
     pub heartbeat_interval_ms: u64,
     /// The Redis and where versions are kept.
     pub redis: RedisStateConfig,
-}
-
-/// A pool of connections to one Redis, invalidated wholesale when the Redis restarts.
-struct Pool {
-    address: SocketAddr,
-    idle: Mutex<Vec<(u64, RedisConnection)>>,
-    generation: AtomicU64,
-}
-
-impl Pool {
-    fn new(address: SocketAddr) -> Self {
-        Self {
-            address,
-            idle: Mutex::new(Vec::new()),
-            generation: AtomicU64::new(0),
-        }
-    }
-
-    fn take(&self) -> std::io::Result<(u64, RedisConnection)> {
-        let generation = self.generation.load(Ordering::SeqCst);
-        while let Some((g, connection)) = self.idle.lock().pop() {
-            if g == generation {
-                return Ok((g, connection));
-            }
-        }
-        Ok((
-            generation,
-            RedisConnection::connect(self.address, REDIS_IO_TIMEOUT)?,
-        ))
-    }
-
-    fn put(&self, generation: u64, connection: RedisConnection) {
-        if generation == self.generation.load(Ordering::SeqCst) {
-            self.idle.lock().push((generation, connection));
-        }
-    }
-
-    fn reset(&self) {
-        self.generation.fetch_add(1, Ordering::SeqCst);
-        self.idle.lock().clear();
-    }
-
-    /// Forwards raw commands and collects `count` raw replies.
-    fn forward(&self, payload: &[u8], count: usize) -> std::io::Result<Vec<u8>> {
-        let (generation, mut connection) = self.take()?;
-        connection.send_raw(payload)?;
-        let mut replies = Vec::with_capacity(64 * count);
-        connection.read_raw_replies(count, &mut replies)?;
-        if connection.buffered_bytes() > 0 {
-            // One batch at a time per connection and Redis sends nothing unasked: extra bytes
-            // mean the connection is out of step, so it is dropped, not reused.
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "redis sent {} bytes beyond the {count} replies expected",
-                    connection.buffered_bytes()
-                ),
-            ));
-        }
-        self.put(generation, connection);
-        Ok(replies)
-    }
-}
-
-/// Counts the RESP commands in `payload`; errors if it is not whole commands.
-fn count_commands(payload: &[u8]) -> Result<usize, String> {
-    let mut parser = RequestParser::new(Limits::default());
-    let mut buffer = BytesMut::from(payload);
-    let mut count = 0;
-    while !buffer.is_empty() {
-        match parser.parse(&mut buffer) {
-            Ok(Some(_)) => count += 1,
-            Ok(None) => {
-                return Err(format!(
-                    "payload ends inside a command after {count} whole commands"
-                ))
-            }
-            Err(error) => return Err(format!("payload command {count}: {error}")),
-        }
-    }
-    Ok(count)
+    /// Commit with `Vmax` catch-up (`DprWorker::commit_with_catch_up`): needed by the
+    /// approximate and hybrid finders (see [`crate::options::FinderKind`]).
+    pub commit_catch_up: bool,
+    /// How long a plain RESP connection whose command was cut off by a Redis failure waits for
+    /// the rollback (to answer with its `ROLLBACK` error) before answering that the command's
+    /// effect is unknown.
+    pub recovery_wait_ms: u64,
 }
 
 /// Exclusive-latch holds longer than this are logged: every batch of the shard waits for them.
@@ -191,7 +139,15 @@ impl<F: FnOnce()> Drop for Defer<F> {
 
 /// What serves batches: DPR, or pass-through.
 trait BatchHandler: Send + Sync + 'static {
+    /// Serves one request frame of a framed connection.
     fn handle(&self, frame: RequestFrame) -> ResponseFrame;
+
+    /// Serves a plain RESP connection whose first byte was `first_byte`. By default refused.
+    fn serve_resp(&self, mut stream: TcpStream, _first_byte: u8) {
+        let _ = stream.write_all(
+            b"-ERR this port speaks only the D-Redis framed protocol (pass-through proxy)\r\n",
+        );
+    }
 }
 
 /// The DPR side of a proxy.
@@ -208,6 +164,31 @@ struct DprCore {
     finder: Arc<dyn DprFinder>,
     pool: Pool,
     process: Arc<Mutex<RedisProcess>>,
+    /// Frame and RESP limits.
+    limits: FrameLimits,
+    /// Plain RESP connections accepted so far (numbers their DPR sessions).
+    resp_connections: AtomicU64,
+    /// The published cluster state as last read by the maintenance thread (RESP sessions trim
+    /// their committed batches against it).
+    published: Mutex<Arc<ClusterState>>,
+    /// See [`ProxyConfig::commit_catch_up`].
+    commit_catch_up: bool,
+    /// See [`ProxyConfig::recovery_wait_ms`].
+    recovery_wait: Duration,
+    /// Failure detection state (the exit watcher and the reporter).
+    health: health::Health,
+}
+
+/// What became of one batch run through [`DprCore::run_batch`].
+enum BatchResult {
+    /// It ran in the header's version; Redis's raw replies.
+    Ran { header: DprHeader, replies: Vec<u8> },
+    /// The worker refused it (old world-line): it did not run.
+    Refused { header: DprHeader },
+    /// The worker could not admit it (it did not run).
+    NotRun(String),
+    /// Redis failed during it: whether it ran is unknown.
+    Unknown(String),
 }
 
 /// Admission result under the shared latch.
@@ -246,12 +227,8 @@ impl DprCore {
     }
 
     fn restore_if_behind(&self) {
-        let state = match self.finder.cluster_state() {
-            Ok(state) => state,
-            Err(error) => {
-                tracing::warn!(worker = self.id, %error, "reading the cluster state failed");
-                return;
-            }
+        let Some(state) = self.read_cluster_state() else {
+            return;
         };
         if state.world_line <= self.worker.lock().world_line() {
             return;
@@ -298,11 +275,91 @@ impl DprCore {
         }
     }
 
+    /// Seals the current version labelled at least `Vmax` (`commit_with_catch_up`, one store read
+    /// inside the latch) under the exclusive latch: the approximate finder's commit, so a lagging
+    /// shard joins the others' version numbers in one commit (§3.4).
+    fn commit_with_catch_up(&self) {
+        let waited = Instant::now();
+        let _exclusive = self.latch.write();
+        let held = Instant::now();
+        let _log = Defer(Some(move || slow_latch(self.id, "commit", waited, held)));
+        if let Err(error) = self.worker.lock().commit_with_catch_up() {
+            tracing::warn!(worker = self.id, %error, "commit with catch-up failed");
+        }
+    }
+
     fn prune(&self) {
-        if let Ok(state) = self.finder.cluster_state() {
+        if let Some(state) = self.read_cluster_state() {
             let mut worker = self.worker.lock();
             if let Err(error) = worker.prune(&state) {
                 tracing::warn!(worker = self.id, %error, "pruning old versions failed");
+            }
+        }
+    }
+}
+
+impl DprCore {
+    /// Runs one batch of `count` RESP commands under the DPR rules (module docs, steps 2–3).
+    fn run_batch(&self, request: &DprHeader, payload: &[u8], count: usize) -> BatchResult {
+        let shared = self.latch.read();
+        let mut worker = self.worker.lock();
+        let (admission, _shared) = if Self::needs_exclusive(&worker, request) {
+            drop(worker);
+            drop(shared);
+            // A seal must wait for Redis's previous BGSAVE child to exit; wait for that before
+            // taking the latch, so the other batches keep running meanwhile. (If another commit
+            // starts in between, the seal waits inside the latch: correct, only slower.)
+            self.saves.wait_idle(self.save_timeout);
+            let waited = Instant::now();
+            let exclusive = self.latch.write();
+            let held = Instant::now();
+            let admission = self.admit(&mut self.worker.lock(), request);
+            slow_latch(self.id, "fast-forward or restore", waited, held);
+            (admission, RwLockWriteGuard::downgrade(exclusive))
+        } else {
+            let admission = self.admit(&mut worker, request);
+            drop(worker);
+            (admission, shared)
+        };
+        match admission {
+            Admission::Reply(ResponseFrame::Header { header, .. }) => {
+                BatchResult::Refused { header }
+            }
+            Admission::Reply(ResponseFrame::Error(text)) => BatchResult::NotRun(text),
+            Admission::Run(header) => match self.pool.forward(payload, count) {
+                Ok(replies) => BatchResult::Ran { header, replies },
+                Err(error) => {
+                    if health::is_connection_loss(&error) {
+                        // Most likely Redis died: have the watcher look now.
+                        self.health.suspect();
+                    }
+                    BatchResult::Unknown(format!(
+                        "worker {}: redis failed during the batch (its effect is unknown): {error}",
+                        self.id
+                    ))
+                }
+            },
+        }
+    }
+
+    /// The worker's world-line.
+    fn world_line(&self) -> WorldLine {
+        self.worker.lock().world_line()
+    }
+
+    /// Reads the published state and remembers it for the RESP sessions.
+    fn read_cluster_state(&self) -> Option<ClusterState> {
+        match self.finder.cluster_state() {
+            Ok(state) => {
+                let mut published = self.published.lock();
+                if **published != state {
+                    *published = Arc::new(state.clone());
+                }
+                Some(state)
+            }
+            Err(error) => {
+                tracing::warn!(worker = self.id, %error, "reading the cluster state failed");
+                None
             }
         }
     }
@@ -320,77 +377,18 @@ impl BatchHandler for DprCore {
             }
             Err(error) => return ResponseFrame::Error(error),
         }
-        let shared = self.latch.read();
-        let mut worker = self.worker.lock();
-        let (admission, _shared) = if Self::needs_exclusive(&worker, &frame.header) {
-            drop(worker);
-            drop(shared);
-            // A seal must wait for Redis's previous BGSAVE child to exit; wait for that before
-            // taking the latch, so the other batches keep running meanwhile. (If another commit
-            // starts in between, the seal waits inside the latch: correct, only slower.)
-            self.saves.wait_idle(self.save_timeout);
-            let waited = Instant::now();
-            let exclusive = self.latch.write();
-            let held = Instant::now();
-            let admission = self.admit(&mut self.worker.lock(), &frame.header);
-            slow_latch(self.id, "fast-forward or restore", waited, held);
-            (admission, RwLockWriteGuard::downgrade(exclusive))
-        } else {
-            let admission = self.admit(&mut worker, &frame.header);
-            drop(worker);
-            (admission, shared)
-        };
-        match admission {
-            Admission::Reply(reply) => reply,
-            Admission::Run(header) => {
-                match self
-                    .pool
-                    .forward(&frame.payload, frame.command_count as usize)
-                {
-                    Ok(replies) => ResponseFrame::Header { header, replies },
-                    Err(error) => ResponseFrame::Error(format!(
-                        "worker {}: redis failed during the batch (its effect is unknown): {error}",
-                        self.id
-                    )),
-                }
-            }
+        match self.run_batch(&frame.header, &frame.payload, frame.command_count as usize) {
+            BatchResult::Ran { header, replies } => ResponseFrame::Header { header, replies },
+            BatchResult::Refused { header } => ResponseFrame::Header {
+                header,
+                replies: Vec::new(),
+            },
+            BatchResult::NotRun(text) | BatchResult::Unknown(text) => ResponseFrame::Error(text),
         }
     }
-}
 
-/// The pass-through side: forwards without DPR (a baseline for the benchmark).
-struct PassThrough {
-    id: WorkerId,
-    pool: Pool,
-}
-
-impl BatchHandler for PassThrough {
-    fn handle(&self, frame: RequestFrame) -> ResponseFrame {
-        match count_commands(&frame.payload) {
-            Ok(count) if count == frame.command_count as usize => {}
-            Ok(count) => {
-                return ResponseFrame::Error(format!(
-                    "frame announces {} commands but its payload holds {count}",
-                    frame.command_count
-                ))
-            }
-            Err(error) => return ResponseFrame::Error(error),
-        }
-        let header = DprHeader {
-            kind: HeaderKind::Response,
-            world_line: frame.header.world_line,
-            version: 0,
-            sender: self.id,
-            batch_sequence: frame.header.batch_sequence,
-            dependencies: Vec::new(),
-        };
-        match self
-            .pool
-            .forward(&frame.payload, frame.command_count as usize)
-        {
-            Ok(replies) => ResponseFrame::Header { header, replies },
-            Err(error) => ResponseFrame::Error(format!("redis failed during the batch: {error}")),
-        }
+    fn serve_resp(&self, stream: TcpStream, first_byte: u8) {
+        resp::serve(self, stream, first_byte);
     }
 }
 
@@ -402,13 +400,14 @@ pub struct Wakeup {
 }
 
 impl Wakeup {
-    fn wake(&self) {
+    /// Wakes the waiter (or makes its next wait return at once).
+    pub(crate) fn wake(&self) {
         *self.pending.lock() = true;
         self.signal.notify_all();
     }
 
     /// Waits up to `timeout`; returns whether a wake-up arrived.
-    fn wait(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
         let mut pending = self.pending.lock();
         if !*pending {
             self.signal.wait_for(&mut pending, timeout);
@@ -511,10 +510,38 @@ fn serve(
     })
 }
 
-fn connection(stream: TcpStream, limits: FrameLimits, handler: Arc<dyn BatchHandler>) {
+/// Serves one client connection: framed or plain RESP, by its first byte (see [`crate::wire`]).
+fn connection(mut stream: TcpStream, limits: FrameLimits, handler: Arc<dyn BatchHandler>) {
+    let mut first = [0u8; 1];
+    match stream.read(&mut first) {
+        Ok(1) => {}
+        _ => return,
+    }
+    if first[0] != FRAMED_PREAMBLE[0] {
+        handler.serve_resp(stream, first[0]);
+        return;
+    }
+    let mut rest = [0u8; FRAMED_PREAMBLE.len() - 1];
+    if stream.read_exact(&mut rest).is_err() {
+        return;
+    }
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
+    if rest != FRAMED_PREAMBLE[1..] {
+        // A NUL first byte is never RESP, and this is not our preamble either.
+        let mut out = Vec::new();
+        let _ = encode_response(
+            &mut out,
+            &ResponseFrame::Error(format!(
+                "connection starts with {:02x?}, which is neither the D-Redis framed preamble {:02x?} nor RESP",
+                [&first[..], &rest[..]].concat(),
+                FRAMED_PREAMBLE
+            )),
+        );
+        let _ = writer.write_all(&out);
+        return;
+    }
     let mut reader = FrameReader::new(stream, limits);
     let mut out = Vec::with_capacity(64 * 1024);
     loop {
@@ -565,6 +592,7 @@ impl Proxy {
         )
         .map_err(worker_error)?;
         let saves = worker.state_object().saves();
+        let world_line = worker.world_line();
         let core = Arc::new(DprCore {
             id: config.worker_id,
             saves,
@@ -575,6 +603,15 @@ impl Proxy {
             finder,
             pool: Pool::new(redis_address),
             process,
+            limits: config.limits,
+            resp_connections: AtomicU64::new(0),
+            published: Mutex::new(Arc::new(ClusterState {
+                world_line,
+                ..ClusterState::default()
+            })),
+            commit_catch_up: config.commit_catch_up,
+            recovery_wait: Duration::from_millis(config.recovery_wait_ms),
+            health: health::Health::default(),
         });
         let wakeup = Arc::new(Wakeup::default());
         let config_heartbeat_ms = config.heartbeat_interval_ms;
@@ -611,6 +648,17 @@ impl Proxy {
                 })?
         };
         running.threads.push(heartbeat);
+        let watcher = {
+            let (core, stop) = (Arc::clone(&core), Arc::clone(&running.stop));
+            std::thread::Builder::new()
+                .name("dredis-exit-watch".into())
+                .spawn(move || health::watch_exits(&core, &stop))
+                .map_err(|source| ProxyError::Socket {
+                    address: running.local_address,
+                    source,
+                })?
+        };
+        running.threads.push(watcher);
         Ok(Self {
             core,
             running,
@@ -643,6 +691,13 @@ impl Proxy {
         self.core.worker.lock().world_line()
     }
 
+    /// Installs what to call when this proxy sees its Redis fail (its process exited): typically
+    /// `ClusterManager::report_failure` plus a wake-up of the manager's thread. Without one, the
+    /// failure is noticed only when the lease expires.
+    pub fn on_failure(&self, reporter: FailureReporter) {
+        self.core.health.set_reporter(reporter);
+    }
+
     /// A control for the cluster manager.
     pub fn control(&self) -> Arc<dyn WorkerControl> {
         Arc::new(ProxyControl {
@@ -668,15 +723,21 @@ fn heartbeat(core: Arc<DprCore>, tick: Duration, stop: Arc<AtomicBool>) {
     let mut health: Option<RedisConnection> = None;
     let mut was_healthy = true;
     while !stop.load(Ordering::SeqCst) {
-        if health.is_none() {
-            health = RedisConnection::connect(core.pool.address, Duration::from_secs(1)).ok();
-        }
-        let healthy = health.as_mut().is_some_and(|c| {
-            matches!(c.command(&[b"PING"]), Ok(prefixkv_resp::Reply::SimpleString(s)) if &s[..] == b"PONG")
-        });
-        if !healthy {
-            health = None;
-        }
+        let ping = |health: &mut Option<RedisConnection>| {
+            if health.is_none() {
+                *health = RedisConnection::connect(core.pool.address, Duration::from_secs(1)).ok();
+            }
+            let pong = health.as_mut().is_some_and(|c| {
+                matches!(c.command(&[b"PING"]), Ok(prefixkv_resp::Reply::SimpleString(s)) if &s[..] == b"PONG")
+            });
+            if !pong {
+                *health = None;
+            }
+            pong
+        };
+        // A restore restarts Redis, which breaks the kept connection: retry once on a fresh one
+        // before calling the shard unhealthy (that would pause its commits for a whole tick).
+        let healthy = ping(&mut health) || ping(&mut health);
         core.healthy.store(healthy, Ordering::SeqCst);
         if healthy != was_healthy {
             tracing::warn!(worker = core.id, healthy, "redis health changed");
@@ -698,6 +759,13 @@ fn heartbeat(core: Arc<DprCore>, tick: Duration, stop: Arc<AtomicBool>) {
 /// which seals the current version). Every shard therefore uses the same version numbers at the
 /// same time, so a session carrying another shard's version rarely forces an extra seal, and when
 /// it does, that seal *is* this slot's commit (the version is already `k`).
+///
+/// With `commit_catch_up` (approximate and hybrid finders) the slot's commit seals with `Vmax`
+/// catch-up instead (`commit_with_catch_up`: the sealed version is labelled at least `Vmax`, then
+/// the worker moves one above it). In the steady state that is the same step (seal `k-1`, move
+/// to `k`); a shard whose version lags behind the others' persisted ones (`Vmax`) catches up in
+/// that one commit instead of holding the approximate cut (`Vmin`) back. If the label stays
+/// below the slot, the next tick commits again.
 fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wakeup: Arc<Wakeup>) {
     let tick = Duration::from_millis(config.tick_ms.max(1));
     let interval_ms = config.commit_interval_ms.max(1);
@@ -716,44 +784,14 @@ fn maintain(core: Arc<DprCore>, config: ProxyConfig, stop: Arc<AtomicBool>, wake
             // Wait for the previous BGSAVE before taking the latch, so batches keep running
             // meanwhile.
             if saves.wait_idle(save_timeout) {
-                core.commit_to(slot);
+                if core.commit_catch_up {
+                    core.commit_with_catch_up();
+                } else {
+                    core.commit_to(slot);
+                }
                 core.prune();
             }
         }
         woken = wakeup.wait(tick);
-    }
-}
-
-/// A pass-through proxy (no DPR) in front of an existing Redis: the benchmark's baseline.
-pub struct PassThroughProxy {
-    running: Running,
-}
-
-impl PassThroughProxy {
-    /// Serves on `listen`, forwarding to `redis`.
-    pub fn start(
-        id: WorkerId,
-        listen: SocketAddr,
-        redis: SocketAddr,
-        limits: FrameLimits,
-    ) -> Result<Self, ProxyError> {
-        let handler = Arc::new(PassThrough {
-            id,
-            pool: Pool::new(redis),
-        });
-        Ok(Self {
-            running: serve(listen, limits, handler, Arc::new(Wakeup::default()))?,
-        })
-    }
-
-    /// Where clients connect.
-    pub fn local_address(&self) -> SocketAddr {
-        self.running.local_address
-    }
-}
-
-impl Drop for PassThroughProxy {
-    fn drop(&mut self) {
-        self.running.shutdown();
     }
 }

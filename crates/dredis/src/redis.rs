@@ -272,6 +272,23 @@ impl RedisProcess {
         }
     }
 
+    /// If the child has exited (on its own: [`stop`](Self::stop) takes it out first), reaps it,
+    /// forgets it and describes the exit. Never blocks.
+    pub fn reap_if_exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        let pid = child.id();
+        let status = match child.try_wait() {
+            Ok(Some(status)) => status.to_string(),
+            Ok(None) => return None,
+            Err(error) => format!("unknown status ({error})"),
+        };
+        self.child = None;
+        Some(format!(
+            "redis-server pid {pid} on port {} exited: {status}",
+            self.config.port
+        ))
+    }
+
     /// Stops it and starts it again loading `dbfilename`.
     pub fn restart(&mut self, dbfilename: &str) -> io::Result<()> {
         self.stop();

@@ -1,5 +1,12 @@
 //! The client ⇄ proxy framing: a DPR header plus a RESP payload, length-prefixed.
 //!
+//! Protocol detection: a framed client sends [`FRAMED_PREAMBLE`] (8 bytes, starting with NUL) once,
+//! right after connecting, then frames. A proxy reads the first byte of every connection: NUL
+//! means the framed protocol (the next 7 bytes must complete the preamble), anything else plain
+//! RESP. The choice is unambiguous because no RESP request starts with NUL: a multibulk request
+//! starts with `*`, and an inline request holding a NUL byte is a protocol error in Redis (and in
+//! `prefixkv_resp`), so no RESP client ever sends one.
+//!
 //! Request frame (client → proxy), all integers little-endian:
 //!
 //! | offset | size | field |
@@ -25,6 +32,10 @@
 use std::io::{self, Read, Write};
 
 use prefixkv_dpr::{DprHeader, HeaderError};
+use prefixkv_resp::Limits;
+
+/// What a framed client sends once, first, on every connection (see the module docs).
+pub const FRAMED_PREAMBLE: [u8; 8] = *b"\0DREDIS\x01";
 
 /// Bytes of the length prefix.
 pub const LENGTH_PREFIX_BYTES: usize = 4;
@@ -128,6 +139,11 @@ pub struct FrameLimits {
     pub max_commands: u32,
     /// Largest dependency count in a header.
     pub max_dependencies: u32,
+    /// Limits of plain RESP connections (bulk length, array length, inline line length), checked
+    /// by `prefixkv_resp`'s parser before anything is sized from them. A pipelined run of
+    /// commands is also cut into batches of at most `max_commands` commands and about
+    /// `max_frame_bytes` bytes.
+    pub resp: Limits,
 }
 
 impl Default for FrameLimits {
@@ -136,6 +152,11 @@ impl Default for FrameLimits {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_commands: DEFAULT_MAX_COMMANDS,
             max_dependencies: DEFAULT_MAX_DEPENDENCIES,
+            resp: Limits {
+                // A single argument may not exceed what a framed batch may hold.
+                proto_max_bulk_len: DEFAULT_MAX_FRAME_BYTES,
+                ..Limits::default()
+            },
         }
     }
 }

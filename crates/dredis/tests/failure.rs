@@ -3,9 +3,16 @@
 //! recovery. Every session's surviving state must be exactly what its rollback reports say
 //! (checked key by key against an oracle of what it wrote, in order).
 //!
+//! The same failure runs with the approximate and the hybrid finder, and with the metadata in
+//! PostgreSQL (a private server; needs the `postgresql` package, as libDPR's tests do).
+//!
 //! `DREDIS_TEST_SESSIONS` sets the number of concurrent sessions (default 2).
 
 mod common;
+// libDPR's private PostgreSQL server helper (initdb + pg_ctl on a free port, or the server of
+// `scripts/with-postgres`), shared rather than copied.
+#[path = "../../dpr/tests/common/mod.rs"]
+mod dpr_common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -90,7 +97,13 @@ fn a_session_writes_across_shards_while_they_commit() {
 /// Starts sessions, waits until they have committed something, runs `inject` (the failures),
 /// waits for progress on the new world-line, stops the sessions and verifies every session.
 fn run_with_failures(shards: usize, inject: impl FnOnce(&prefixkv_dredis::LocalCluster)) {
-    let (_directory, cluster) = start_cluster(shards);
+    run_with_failures_on(start_cluster(shards), inject)
+}
+
+fn run_with_failures_on(
+    (_directory, cluster): (tempfile::TempDir, prefixkv_dredis::LocalCluster),
+    inject: impl FnOnce(&prefixkv_dredis::LocalCluster),
+) {
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let sessions: Vec<_> = (0..session_count())
@@ -170,6 +183,44 @@ fn killing_a_redis_mid_load_restores_every_shard_to_the_cut() {
         kill(pid);
         eprintln!("killed redis of shard {victim} (pid {pid})");
     });
+}
+
+fn kill_one(cluster: &prefixkv_dredis::LocalCluster) {
+    let shards = cluster.proxy_addresses().len();
+    let victim = rand::rng().random_range(0..shards);
+    let pid = cluster.redis_pids()[victim].expect("redis running");
+    kill(pid);
+    eprintln!("killed redis of shard {victim} (pid {pid})");
+}
+
+#[test]
+fn killing_a_redis_with_the_approximate_finder() {
+    // The approximate finder commits with Vmax catch-up; the guarantee must be the same.
+    let cluster = start_cluster_with(2, |config| {
+        config.finder = prefixkv_dredis::FinderKind::Approximate
+    });
+    run_with_failures_on(cluster, kill_one);
+}
+
+#[test]
+fn killing_a_redis_with_the_hybrid_finder() {
+    let cluster = start_cluster_with(2, |config| {
+        config.finder = prefixkv_dredis::FinderKind::Hybrid
+    });
+    run_with_failures_on(cluster, kill_one);
+}
+
+#[test]
+fn killing_a_redis_with_postgresql_metadata() {
+    // Proxies, manager, finder and clients all use the PostgreSQL store.
+    let server = dpr_common::PostgresServer::start();
+    let url = server.connection_string(&server.create_database());
+    let cluster = start_cluster_with(2, |config| config.metadata_url = Some(url));
+    assert!(matches!(
+        cluster.1.metadata_location(),
+        prefixkv_dredis::MetadataLocation::Postgres(_)
+    ));
+    run_with_failures_on(cluster, kill_one);
 }
 
 #[test]
