@@ -52,6 +52,24 @@ pub fn shard_for_key(key: &[u8], shards: usize) -> usize {
     (crc32c::crc32c(key) as usize) % shards
 }
 
+/// Connects to `address`, retrying while the connection is refused (a worker being restarted
+/// after a failure is not listening yet) until `timeout`. Retrying is safe: nothing was sent.
+fn connect_retrying(address: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match TcpStream::connect_timeout(&address, left.max(Duration::from_millis(1))) {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::ConnectionRefused
+                    && Instant::now() + Duration::from_millis(5) < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Client configuration.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -381,7 +399,7 @@ impl DprRedisSession {
     fn link(&mut self, shard: usize) -> std::io::Result<&mut Link> {
         if self.links[shard].is_none() {
             let timeout = Duration::from_millis(self.config.io_timeout_ms);
-            let stream = TcpStream::connect_timeout(&self.config.shards[shard], timeout)?;
+            let stream = connect_retrying(self.config.shards[shard], timeout)?;
             stream.set_nodelay(true)?;
             stream.set_read_timeout(Some(timeout))?;
             stream.set_write_timeout(Some(timeout))?;

@@ -1,0 +1,394 @@
+//! A local cluster of worker *processes* on loopback, plus the cluster manager: what
+//! `prefixkv-cluster local`, the multi-process tests and `prefixkv-bench dpr` run.
+//!
+//! Each worker is a child process (`prefixkv-cluster worker ...`) with a fixed port, so clients
+//! reconnect to the same address after a restart. The manager (finder refresh + lease checks)
+//! runs on a thread of the launching process. A worker process that exits (killed, crashed) is
+//! reported failed to the manager at once (no wait for its lease) and started again; by the restart rule (`worker` module docs) the new process waits until
+//! the manager has rolled the cluster back past its previous incarnation, then restores to the cut.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use prefixkv_dpr::cluster::{CheckOutcome, ClusterManager, SystemClock};
+use prefixkv_dpr::finder::{DprFinder, ExactFinder};
+use prefixkv_dpr::metadata::{MetadataError, MetadataStore, SqliteMetadataStore};
+use prefixkv_dpr::ClusterState;
+use prefixkv_dredis::ClientConfig;
+
+/// Configuration of a local cluster.
+#[derive(Clone, Debug)]
+pub struct LocalClusterConfig {
+    /// The `prefixkv-cluster` executable workers are started from.
+    pub executable: PathBuf,
+    /// Number of workers.
+    pub workers: usize,
+    /// Cluster directory: `metadata.sqlite`, `worker-<i>/` (engine data), `worker-<i>.log`.
+    pub directory: PathBuf,
+    /// Commit interval of every worker.
+    pub checkpoint_interval_ms: u64,
+    /// A worker silent this long has failed.
+    pub lease_ms: u64,
+    /// How often the manager refreshes the finder and checks leases.
+    pub check_interval_ms: u64,
+    /// Engine index buckets per worker (power of two).
+    pub index_buckets: usize,
+    /// Engine log memory per worker.
+    pub log_memory_bytes: u64,
+    /// Restart workers that exit.
+    pub restart_failed: bool,
+    /// How long to wait for a worker to accept connections.
+    pub start_timeout_ms: u64,
+}
+
+impl LocalClusterConfig {
+    /// Defaults: 100 ms commits, a 500 ms lease, 20 ms checks, 64 Ki buckets and 256 MiB of log
+    /// per worker, restarts on.
+    pub fn new(executable: PathBuf, workers: usize, directory: PathBuf) -> Self {
+        Self {
+            executable,
+            workers,
+            directory,
+            checkpoint_interval_ms: 100,
+            lease_ms: 500,
+            check_interval_ms: 20,
+            index_buckets: 1 << 16,
+            log_memory_bytes: 256 << 20,
+            restart_failed: true,
+            start_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// Errors starting a local cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// Bad configuration or a file-system problem.
+    #[error("local cluster: {0}")]
+    Config(String),
+    /// The metadata store.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    /// A worker process did not start or never accepted connections.
+    #[error("worker {worker}: {reason} (see {log})")]
+    Worker {
+        /// Which.
+        worker: usize,
+        /// Why.
+        reason: String,
+        /// Its log file.
+        log: PathBuf,
+    },
+}
+
+struct WorkerProcess {
+    address: SocketAddr,
+    child: Option<Child>,
+    restarts: u32,
+}
+
+/// A running local cluster. Dropping it stops the manager and kills the workers.
+pub struct LocalCluster {
+    config: LocalClusterConfig,
+    workers: Arc<Mutex<Vec<WorkerProcess>>>,
+    finder: Arc<dyn DprFinder>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn spawn_worker(
+    config: &LocalClusterConfig,
+    id: usize,
+    address: SocketAddr,
+) -> std::io::Result<Child> {
+    let log_path = config.directory.join(format!("worker-{id}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    Command::new(&config.executable)
+        .arg("worker")
+        .args(["--id", &id.to_string()])
+        .args(["--listen", &address.to_string()])
+        .arg("--dir")
+        .arg(config.directory.join(format!("worker-{id}")))
+        .arg("--metadata")
+        .arg(config.directory.join("metadata.sqlite"))
+        .args([
+            "--checkpoint-interval-ms",
+            &config.checkpoint_interval_ms.to_string(),
+        ])
+        .args(["--index-buckets", &config.index_buckets.to_string()])
+        .args(["--log-memory-bytes", &config.log_memory_bytes.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+}
+
+/// Waits until `address` accepts a connection, or `child` exits, or the timeout.
+fn wait_listening(address: SocketAddr, child: &mut Child, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited with {status} before listening"));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("not listening on {address} after {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl LocalCluster {
+    /// Starts the metadata store, the workers and the manager; returns once every worker serves.
+    pub fn start(config: LocalClusterConfig) -> Result<Self, LaunchError> {
+        if config.workers == 0 {
+            return Err(LaunchError::Config(
+                "a cluster needs at least one worker".into(),
+            ));
+        }
+        prefixkv_storage::durable::create_dir_all_durably(
+            &*prefixkv_storage::real_disk(),
+            &config.directory,
+        )
+        .map_err(|e| LaunchError::Config(format!("{}: {e}", config.directory.display())))?;
+        let store: Arc<dyn MetadataStore> = Arc::new(SqliteMetadataStore::open(
+            config.directory.join("metadata.sqlite"),
+        )?);
+        let finder: Arc<dyn DprFinder> = Arc::new(ExactFinder::new(Arc::clone(&store))?);
+        let mut workers = Vec::with_capacity(config.workers);
+        for id in 0..config.workers {
+            let port = free_port().map_err(|e| LaunchError::Config(format!("free port: {e}")))?;
+            let address = SocketAddr::from(([127, 0, 0, 1], port));
+            let child = spawn_worker(&config, id, address).map_err(|e| LaunchError::Worker {
+                worker: id,
+                reason: format!("spawn {}: {e}", config.executable.display()),
+                log: config.directory.join(format!("worker-{id}.log")),
+            })?;
+            workers.push(WorkerProcess {
+                address,
+                child: Some(child),
+                restarts: 0,
+            });
+        }
+        let timeout = Duration::from_millis(config.start_timeout_ms);
+        for (id, worker) in workers.iter_mut().enumerate() {
+            let child = worker.child.as_mut().expect("just spawned");
+            wait_listening(worker.address, child, timeout).map_err(|reason| {
+                LaunchError::Worker {
+                    worker: id,
+                    reason,
+                    log: config.directory.join(format!("worker-{id}.log")),
+                }
+            })?;
+        }
+        let manager = Arc::new(ClusterManager::new(
+            Arc::clone(&store),
+            Arc::new(SystemClock),
+            config.lease_ms,
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers = Arc::new(Mutex::new(workers));
+        let mut threads = Vec::new();
+        {
+            let (stop, finder, manager) =
+                (Arc::clone(&stop), Arc::clone(&finder), Arc::clone(&manager));
+            let interval = Duration::from_millis(config.check_interval_ms.max(1));
+            threads.push(
+                std::thread::Builder::new()
+                    .name("cluster-manager".into())
+                    .spawn(move || manage(manager, finder, stop, interval))
+                    .map_err(|e| LaunchError::Config(format!("manager thread: {e}")))?,
+            );
+        }
+        if config.restart_failed {
+            let (stop, workers, config, manager) = (
+                Arc::clone(&stop),
+                Arc::clone(&workers),
+                config.clone(),
+                Arc::clone(&manager),
+            );
+            threads.push(
+                std::thread::Builder::new()
+                    .name("cluster-restarter".into())
+                    .spawn(move || restart_exited(config, workers, manager, stop))
+                    .map_err(|e| LaunchError::Config(format!("restarter thread: {e}")))?,
+            );
+        }
+        Ok(Self {
+            config,
+            workers,
+            finder,
+            stop,
+            threads,
+        })
+    }
+
+    /// Worker addresses, by worker id.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        self.workers.lock().iter().map(|w| w.address).collect()
+    }
+
+    /// Process id of each worker (None while it is being restarted).
+    pub fn pids(&self) -> Vec<Option<u32>> {
+        self.workers
+            .lock()
+            .iter()
+            .map(|w| w.child.as_ref().map(Child::id))
+            .collect()
+    }
+
+    /// How often each worker was restarted.
+    pub fn restarts(&self) -> Vec<u32> {
+        self.workers.lock().iter().map(|w| w.restarts).collect()
+    }
+
+    /// Kills worker `id` with SIGKILL (the restarter, if on, starts it again).
+    pub fn kill(&self, id: usize) -> std::io::Result<()> {
+        let workers = self.workers.lock();
+        let child = workers[id]
+            .child
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other(format!("worker {id} is not running")))?;
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped (we hold the
+        // lock the restarter reaps under), so the pid cannot have been reused.
+        let result = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+        if result == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    /// The metadata file.
+    pub fn metadata_path(&self) -> PathBuf {
+        self.config.directory.join("metadata.sqlite")
+    }
+
+    /// The cluster directory.
+    pub fn directory(&self) -> &Path {
+        &self.config.directory
+    }
+
+    /// A client configuration for this cluster (worker `i` is shard `i`).
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig::new(self.addresses(), self.metadata_path())
+    }
+
+    /// The published cluster state.
+    pub fn cluster_state(&self) -> Result<ClusterState, MetadataError> {
+        self.finder.cluster_state()
+    }
+
+    /// Stops the manager and kills every worker.
+    pub fn shutdown(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        for worker in self.workers.lock().iter_mut() {
+            if let Some(mut child) = worker.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+fn manage(
+    manager: Arc<ClusterManager>,
+    finder: Arc<dyn DprFinder>,
+    stop: Arc<AtomicBool>,
+    interval: Duration,
+) {
+    run_manager(&manager, finder.as_ref(), &stop, interval);
+}
+
+/// The manager loop: refresh the finder (publish the cut), check leases and drive rollbacks,
+/// every `interval`, until `stop`.
+pub fn run_manager(
+    manager: &ClusterManager,
+    finder: &dyn DprFinder,
+    stop: &AtomicBool,
+    interval: Duration,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        if let Err(error) = finder.refresh() {
+            tracing::warn!(%error, "DPR finder refresh failed");
+        }
+        match manager.check() {
+            Ok(CheckOutcome::RollbackStarted {
+                failed, world_line, ..
+            }) => tracing::warn!(
+                ?failed,
+                world_line,
+                "workers failed: rolling back to the DPR cut"
+            ),
+            Ok(CheckOutcome::RecoveryFinished { world_line }) => {
+                tracing::info!(world_line, "recovery finished")
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cluster manager check failed"),
+        }
+        std::thread::sleep(interval);
+    }
+}
+
+/// Reaps exited workers, reports them failed to the manager at once (recovery need not wait for
+/// the lease), and starts them again (same id, directory and port).
+fn restart_exited(
+    config: LocalClusterConfig,
+    workers: Arc<Mutex<Vec<WorkerProcess>>>,
+    manager: Arc<ClusterManager>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        {
+            let mut workers = workers.lock();
+            for (id, worker) in workers.iter_mut().enumerate() {
+                let exited = match worker.child.as_mut().map(Child::try_wait) {
+                    Some(Ok(Some(status))) => Some(status.to_string()),
+                    Some(Ok(None)) => None,
+                    Some(Err(error)) => Some(error.to_string()),
+                    None => Some("not running".into()),
+                };
+                let Some(status) = exited else { continue };
+                tracing::warn!(worker = id, %status, "worker exited: starting it again");
+                worker.child = None;
+                manager.report_failure(id as u64);
+                match spawn_worker(&config, id, worker.address) {
+                    Ok(child) => {
+                        worker.child = Some(child);
+                        worker.restarts += 1;
+                    }
+                    Err(error) => tracing::error!(worker = id, %error, "restart failed"),
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

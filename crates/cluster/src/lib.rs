@@ -1,0 +1,18 @@
+//! prefixkv-cluster: a sharded cluster of prefixkv engines under Distributed Prefix Recovery.
+//!
+//! D-FASTER's shape (DPR paper, seed 002) on our engine: each worker is an engine behind
+//! libDPR's worker ([`worker`]), a DPR version is a CPR checkpoint ([`state_object`]), clients
+//! send batches of RESP commands with a DPR header (the framed protocol and client library of
+//! `prefixkv-dredis`, shared), a cluster manager detects failures by lease and rolls every worker
+//! back to the DPR cut, and a failed worker restarts from its checkpoint in the cut
+//! ([`launcher`] runs workers as processes). See `docs/cluster.md`.
+#![warn(missing_docs)]
+
+pub mod commands;
+pub mod launcher;
+pub mod state_object;
+pub mod worker;
+
+pub use launcher::{LocalCluster, LocalClusterConfig};
+pub use state_object::{EngineConfig, EngineStateObject};
+pub use worker::{Worker, WorkerConfig};

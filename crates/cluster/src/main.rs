@@ -1,0 +1,211 @@
+//! `prefixkv-cluster`: run one cluster worker, a cluster manager, or a whole local cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use prefixkv_cluster::launcher::{LocalCluster, LocalClusterConfig};
+use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
+use prefixkv_dpr::cluster::{ClusterManager, SystemClock};
+use prefixkv_dpr::finder::{DprFinder, ExactFinder};
+use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
+use prefixkv_engine::{StoreConfig, Strategy};
+
+#[derive(Parser, Debug)]
+#[command(about = "prefixkv-cluster: a sharded cluster of prefixkv engines under DPR")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start N worker processes and the cluster manager on loopback; restart workers that exit.
+    Local {
+        /// Number of workers.
+        #[arg(long, default_value_t = 3)]
+        workers: usize,
+        /// Cluster directory (metadata.sqlite, worker-<i>/, worker-<i>.log).
+        #[arg(long, default_value = "prefixkv-cluster-data")]
+        dir: PathBuf,
+        /// Commit (CPR checkpoint) interval of every worker.
+        #[arg(long, default_value_t = 100)]
+        checkpoint_interval_ms: u64,
+        /// A worker silent this long has failed.
+        #[arg(long, default_value_t = 500)]
+        lease_ms: u64,
+        /// Engine index buckets per worker (power of two).
+        #[arg(long, default_value_t = 1 << 16)]
+        index_buckets: usize,
+        /// Engine log memory per worker, in bytes.
+        #[arg(long, default_value_t = 256 << 20)]
+        log_memory_bytes: u64,
+    },
+    /// Run one worker (an engine behind a DPR worker) against a shared metadata store.
+    Worker {
+        /// DPR worker id (unique in the cluster).
+        #[arg(long)]
+        id: u64,
+        /// Listen address.
+        #[arg(long, default_value = "127.0.0.1:7500")]
+        listen: SocketAddr,
+        /// Worker directory (engine checkpoints, INCARNATION).
+        #[arg(long)]
+        dir: PathBuf,
+        /// SQLite metadata store shared by the cluster.
+        #[arg(long)]
+        metadata: PathBuf,
+        /// Commit (CPR checkpoint) interval.
+        #[arg(long, default_value_t = 100)]
+        checkpoint_interval_ms: u64,
+        /// Checkpoint strategy (fold-over, snapshot, persian, cpr-copy, blocking).
+        #[arg(long, default_value = "fold-over")]
+        strategy: String,
+        /// Engine index buckets (power of two).
+        #[arg(long, default_value_t = 1 << 16)]
+        index_buckets: usize,
+        /// Engine log memory, in bytes.
+        #[arg(long, default_value_t = 256 << 20)]
+        log_memory_bytes: u64,
+    },
+    /// Run the cluster manager (finder refresh, lease checks, rollbacks) for a metadata store.
+    Manager {
+        /// SQLite metadata store shared by the cluster.
+        #[arg(long)]
+        metadata: PathBuf,
+        /// A worker silent this long has failed.
+        #[arg(long, default_value_t = 500)]
+        lease_ms: u64,
+        /// How often to refresh the finder and check leases.
+        #[arg(long, default_value_t = 20)]
+        check_interval_ms: u64,
+    },
+}
+
+/// Blocks SIGINT and SIGTERM in every thread (call before spawning any) and returns a function
+/// that waits for one of them.
+fn block_termination_signals() -> impl FnOnce() -> i32 {
+    // SAFETY: plain libc signal-mask calls on a local, initialised sigset_t.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    move || {
+        let mut signal = 0;
+        // SAFETY: `set` is initialised and `signal` is a valid out pointer.
+        unsafe { libc::sigwait(&set, &mut signal) };
+        signal
+    }
+}
+
+fn exact_finder(metadata: &std::path::Path) -> anyhow::Result<Arc<dyn DprFinder>> {
+    let store: Arc<dyn MetadataStore> = Arc::new(
+        SqliteMetadataStore::open(metadata)
+            .with_context(|| format!("opening the metadata store {}", metadata.display()))?,
+    );
+    Ok(Arc::new(ExactFinder::new(store)?))
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let wait_for_signal = block_termination_signals();
+    match cli.command {
+        Command::Local {
+            workers,
+            dir,
+            checkpoint_interval_ms,
+            lease_ms,
+            index_buckets,
+            log_memory_bytes,
+        } => {
+            let executable = std::env::current_exe().context("finding this executable")?;
+            let mut config = LocalClusterConfig::new(executable, workers, dir);
+            config.checkpoint_interval_ms = checkpoint_interval_ms;
+            config.lease_ms = lease_ms;
+            config.index_buckets = index_buckets;
+            config.log_memory_bytes = log_memory_bytes;
+            let cluster = LocalCluster::start(config).context("starting the cluster")?;
+            println!("metadata {}", cluster.metadata_path().display());
+            for (id, (address, pid)) in cluster
+                .addresses()
+                .into_iter()
+                .zip(cluster.pids())
+                .enumerate()
+            {
+                println!(
+                    "worker {id} listen {address} pid {}",
+                    pid.map_or("-".to_string(), |p| p.to_string())
+                );
+            }
+            println!("ready (Ctrl-C to stop)");
+            let signal = wait_for_signal();
+            eprintln!("signal {signal}: stopping the workers");
+            cluster.shutdown();
+        }
+        Command::Worker {
+            id,
+            listen,
+            dir,
+            metadata,
+            checkpoint_interval_ms,
+            strategy,
+            index_buckets,
+            log_memory_bytes,
+        } => {
+            let strategy: Strategy = strategy
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--strategy: {e}"))?;
+            let mut store = StoreConfig::new(dir);
+            store.index_buckets = index_buckets;
+            store.log_memory_bytes = log_memory_bytes;
+            let mut config = WorkerConfig::new(id, listen, EngineConfig { store, strategy });
+            config.checkpoint_interval_ms = checkpoint_interval_ms;
+            let worker =
+                Worker::start(config, exact_finder(&metadata)?).context("starting the worker")?;
+            println!("worker {id} listen {}", worker.local_address());
+            let signal = wait_for_signal();
+            eprintln!("signal {signal}: stopping worker {id}");
+            worker.shutdown();
+        }
+        Command::Manager {
+            metadata,
+            lease_ms,
+            check_interval_ms,
+        } => {
+            let finder = exact_finder(&metadata)?;
+            let manager =
+                ClusterManager::new(Arc::clone(finder.store()), Arc::new(SystemClock), lease_ms);
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let thread = {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    prefixkv_cluster::launcher::run_manager(
+                        &manager,
+                        finder.as_ref(),
+                        &stop,
+                        Duration::from_millis(check_interval_ms.max(1)),
+                    )
+                })
+            };
+            println!("manager ready (Ctrl-C to stop)");
+            let signal = wait_for_signal();
+            eprintln!("signal {signal}: stopping the manager");
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            let _ = thread.join();
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,635 @@
+//! A cluster worker: one engine behind libDPR's worker, serving DPR batches of RESP commands.
+//!
+//! Per request frame (the framed protocol of `prefixkv_dredis::wire`, shared with D-Redis so the
+//! same client library drives both):
+//! 1. The payload is parsed into RESP commands; their number must match the frame's.
+//! 2. **Admission** under the DPR worker's mutex, with no engine session held: world-line check,
+//!    `Vs` fast-forward (relabelling the current version, never sealing: see
+//!    [`prefixkv_dpr::worker::FastForward::Relabel`]), dependency set. A batch from a newer
+//!    world-line makes the worker restore first, under the exclusive latch.
+//! 3. **Execution** on a lent engine session, concurrently with other batches and with a
+//!    checkpoint being written (CPR). The response names the DPR label of the newest engine
+//!    version the batch's operations ran in (see [`crate::state_object`] for why that is exact or
+//!    conservative, never too small).
+//!
+//! **Maintenance thread.** Commits at wall-clock slots (`slot = now_ms / interval`: every worker
+//! seals at about the same time under the same numbers), whenever the previous checkpoint has
+//! been published; polls the metadata store for a new world-line and restores to the cut; prunes
+//! versions below the cut. **Heartbeat thread.** Renews the lease unless a checkpoint failed.
+//!
+//! **Restart rule** (the incarnation marker). A worker that served in world-line `w` and starts
+//! again (after a crash, a kill or even a clean stop: its in-memory versions above the cut are
+//! gone, and other workers may depend on them) must not rejoin world-line `w`. The file
+//! `INCARNATION` in its directory records the world-line it serves in; at start, if the file says
+//! `w` and the cluster is still at `w`, the worker waits, without renewing its lease, until the
+//! cluster manager has rolled the cluster back to a newer world-line, then restores to the cut.
+//!
+//! Locks, in order: latch (shared by batches, exclusive for a blocking restore), then the DPR
+//! worker's mutex, then the engine's session pool. A thread waiting for the worker's mutex never
+//! holds an engine session, so a commit (which waits for the engine's version switch while
+//! holding the mutex) never waits for a thread that waits for it.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use prefixkv_dpr::cluster::{Clock, SystemClock};
+use prefixkv_dpr::finder::DprFinder;
+use prefixkv_dpr::worker::{BatchOutcome, FastForward, WorkerError};
+use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, WorkerId, WorldLine};
+use prefixkv_dredis::wire::{
+    encode_response, FrameLimits, FrameReader, RequestFrame, ResponseFrame, FRAMED_PREAMBLE,
+};
+use prefixkv_resp::{Command, Limits, RequestParser};
+
+use crate::commands;
+use crate::state_object::{Engine, EngineConfig, EngineStateObject};
+
+/// The file recording the world-line a worker serves in (see the module docs).
+pub const INCARNATION_FILE: &str = "INCARNATION";
+
+/// Errors starting a worker.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Binding or socket setup failed.
+    #[error("worker socket {address}: {source}")]
+    Socket {
+        /// The address.
+        address: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The engine or the DPR worker failed to start.
+    #[error("worker {worker}: {source}")]
+    Worker {
+        /// The worker id.
+        worker: WorkerId,
+        /// The error.
+        source: WorkerError,
+    },
+    /// The incarnation file could not be read or written.
+    #[error("worker incarnation file {path}: {source}")]
+    Incarnation {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Waiting for the cluster to roll back past this worker's previous incarnation took too
+    /// long (is a cluster manager running on the same metadata store?).
+    #[error("worker {worker} served in world-line {world_line} before it restarted; the cluster has not rolled back past it within {waited_ms} ms (is a cluster manager running?)")]
+    RollbackWait {
+        /// The worker id.
+        worker: WorkerId,
+        /// The world-line of the previous incarnation.
+        world_line: WorldLine,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+}
+
+/// Configuration of one worker.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// This worker's DPR id (unique in the cluster).
+    pub worker_id: WorkerId,
+    /// Where clients connect (port 0: any free port).
+    pub listen: SocketAddr,
+    /// Frame limits.
+    pub limits: FrameLimits,
+    /// The engine (its directory holds the checkpoints and the incarnation file).
+    pub engine: EngineConfig,
+    /// Commit interval: one CPR checkpoint per slot of this length (default 100 ms).
+    pub checkpoint_interval_ms: u64,
+    /// Lease renewal and world-line polling interval.
+    pub heartbeat_interval_ms: u64,
+    /// How long a restarted worker waits for the cluster to roll back past its previous
+    /// incarnation before giving up.
+    pub rejoin_timeout_ms: u64,
+}
+
+impl WorkerConfig {
+    /// Defaults: 100 ms commits, 50 ms heartbeats, a 60 s rejoin wait.
+    pub fn new(worker_id: WorkerId, listen: SocketAddr, engine: EngineConfig) -> Self {
+        Self {
+            worker_id,
+            listen,
+            limits: FrameLimits::default(),
+            engine,
+            checkpoint_interval_ms: 100,
+            heartbeat_interval_ms: 50,
+            rejoin_timeout_ms: 60_000,
+        }
+    }
+}
+
+/// The state shared by a worker's threads.
+struct Core {
+    id: WorkerId,
+    latch: RwLock<()>,
+    worker: Mutex<DprWorker<EngineStateObject>>,
+    engine: Arc<Engine>,
+    finder: Arc<dyn DprFinder>,
+    incarnation: PathBuf,
+}
+
+/// What admission decided.
+enum Admission {
+    Run(DprHeader),
+    Reply(ResponseFrame),
+}
+
+impl Core {
+    fn admit(&self, worker: &mut DprWorker<EngineStateObject>, header: &DprHeader) -> Admission {
+        let world_line_before = worker.world_line();
+        let outcome = worker.process_batch(header, &[]);
+        self.engine.set_current_label(worker.version());
+        if worker.world_line() != world_line_before {
+            self.record_incarnation(worker.world_line());
+        }
+        match outcome {
+            Ok(BatchOutcome::Executed { response, .. }) => Admission::Run(response),
+            Ok(BatchOutcome::Rejected { response }) => Admission::Reply(ResponseFrame::Header {
+                header: response,
+                replies: Vec::new(),
+            }),
+            Err(error) => {
+                Admission::Reply(ResponseFrame::Error(format!("worker {}: {error}", self.id)))
+            }
+        }
+    }
+
+    fn record_incarnation(&self, world_line: WorldLine) {
+        if let Err(error) = write_incarnation(&self.incarnation, world_line) {
+            tracing::error!(worker = self.id, %error, "writing the incarnation file failed");
+        }
+    }
+
+    fn handle(&self, frame: RequestFrame) -> ResponseFrame {
+        let commands = match parse_commands(&frame.payload, frame.command_count) {
+            Ok(commands) => commands,
+            Err(error) => return ResponseFrame::Error(error),
+        };
+        let shared = self.latch.read();
+        let worker = self.worker.lock();
+        let (admission, _latch) = if frame.header.world_line > worker.world_line() {
+            // A restore replaces the engine: no batch may hold a session meanwhile.
+            drop(worker);
+            drop(shared);
+            let exclusive = self.latch.write();
+            let admission = self.admit(&mut self.worker.lock(), &frame.header);
+            (admission, RwLockWriteGuard::downgrade(exclusive))
+        } else {
+            let mut worker = worker;
+            let admission = self.admit(&mut worker, &frame.header);
+            drop(worker);
+            (admission, shared)
+        };
+        let mut header = match admission {
+            Admission::Reply(reply) => return reply,
+            Admission::Run(header) => header,
+        };
+        let mut lent = match self.engine.lend() {
+            Ok(lent) => lent,
+            Err(error) => {
+                return ResponseFrame::Error(format!("worker {}: {error}", self.id));
+            }
+        };
+        let mut replies = BytesMut::with_capacity(64 * commands.len());
+        let mut scratch = Vec::new();
+        let mut newest_engine_version = lent.session.version();
+        let mut failure = None;
+        for command in &commands {
+            if let Err(error) =
+                commands::execute(&mut lent.session, &command.args, &mut replies, &mut scratch)
+            {
+                failure = Some(error);
+                break;
+            }
+            newest_engine_version = newest_engine_version.max(lent.session.version());
+        }
+        self.engine.give_back(lent);
+        if let Some(error) = failure {
+            return ResponseFrame::Error(format!(
+                "worker {}: the engine failed during the batch (its effect is unknown): {error}",
+                self.id
+            ));
+        }
+        let label = self.engine.label_of(newest_engine_version);
+        debug_assert!(
+            label >= header.version,
+            "a batch admitted in version {} ran in a version labelled {label}",
+            header.version
+        );
+        header.version = header.version.max(label);
+        ResponseFrame::Header {
+            header,
+            replies: replies.to_vec(),
+        }
+    }
+
+    /// Restores to the published cut if the cluster moved to a newer world-line.
+    fn restore_if_behind(&self) {
+        let state = match self.finder.cluster_state() {
+            Ok(state) => state,
+            Err(error) => {
+                tracing::warn!(worker = self.id, %error, "reading the cluster state failed");
+                return;
+            }
+        };
+        if state.world_line <= self.worker.lock().world_line() {
+            return;
+        }
+        let _exclusive = self.latch.write();
+        let mut worker = self.worker.lock();
+        let started = Instant::now();
+        match worker.restore_to(&state) {
+            Ok(()) => {
+                self.engine.set_current_label(worker.version());
+                self.record_incarnation(worker.world_line());
+                tracing::info!(
+                    worker = self.id,
+                    world_line = state.world_line,
+                    version = state.cut_version(self.id),
+                    restore_ms = started.elapsed().as_millis() as u64,
+                    "restored the engine to the DPR cut"
+                );
+            }
+            Err(error) => tracing::warn!(worker = self.id, %error, "restore failed; will retry"),
+        }
+    }
+
+    /// Seals the current version and moves to `slot`, unless a checkpoint is still being written.
+    fn commit_to(&self, slot: u64) {
+        let mut worker = self.worker.lock();
+        if worker.version() >= slot || worker.state_object().commit_in_flight() {
+            return;
+        }
+        match worker.commit_to(slot) {
+            Ok(_) => self.engine.set_current_label(worker.version()),
+            Err(WorkerError::StateObject(
+                prefixkv_dpr::state_object::StateObjectError::CommitInProgress,
+            )) => {}
+            Err(error) => tracing::warn!(worker = self.id, %error, "commit failed"),
+        }
+    }
+
+    fn prune(&self, state: &ClusterState) {
+        let mut worker = self.worker.lock();
+        if let Err(error) = worker.prune(state) {
+            tracing::warn!(worker = self.id, %error, "pruning old versions failed");
+        }
+    }
+}
+
+/// Parses a frame's payload into exactly `expected` commands.
+fn parse_commands(payload: &[u8], expected: u32) -> Result<Vec<Command>, String> {
+    let mut parser = RequestParser::new(Limits::default());
+    let mut buffer = BytesMut::from(payload);
+    let mut commands = Vec::with_capacity(expected as usize);
+    while !buffer.is_empty() {
+        match parser.parse(&mut buffer) {
+            Ok(Some(command)) => commands.push(command),
+            Ok(None) => {
+                return Err(format!(
+                    "payload ends inside a command after {} whole commands",
+                    commands.len()
+                ))
+            }
+            Err(error) => return Err(format!("payload command {}: {error}", commands.len())),
+        }
+        if commands.len() > expected as usize {
+            break;
+        }
+    }
+    if commands.len() != expected as usize {
+        return Err(format!(
+            "frame announces {expected} commands but its payload holds {}",
+            commands.len()
+        ));
+    }
+    Ok(commands)
+}
+
+fn read_incarnation(path: &Path) -> Result<Option<WorldLine>, StartError> {
+    let error = |source| StartError::Incarnation {
+        path: path.to_path_buf(),
+        source,
+    };
+    let disk = prefixkv_storage::real_disk();
+    match prefixkv_storage::durable::read_file(&*disk, path, 64).map_err(error)? {
+        None => Ok(None),
+        Some(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            text.trim().parse().map(Some).map_err(|_| {
+                error(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("expected a world-line number, found {text:?}"),
+                ))
+            })
+        }
+    }
+}
+
+fn write_incarnation(path: &Path, world_line: WorldLine) -> std::io::Result<()> {
+    let disk = prefixkv_storage::real_disk();
+    prefixkv_storage::durable::write_file_durably(
+        &*disk,
+        path,
+        format!("{world_line}\n").as_bytes(),
+    )
+}
+
+/// Waits until the cluster is past `previous`, without renewing this worker's lease.
+fn wait_for_rollback(
+    config: &WorkerConfig,
+    finder: &dyn DprFinder,
+    previous: WorldLine,
+) -> Result<(), StartError> {
+    let started = Instant::now();
+    loop {
+        match finder.cluster_state() {
+            Ok(state) if state.world_line > previous => return Ok(()),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "reading the cluster state failed"),
+        }
+        if started.elapsed() > Duration::from_millis(config.rejoin_timeout_ms) {
+            return Err(StartError::RollbackWait {
+                worker: config.worker_id,
+                world_line: previous,
+                waited_ms: started.elapsed().as_millis() as u64,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(
+            config.heartbeat_interval_ms.clamp(1, 50),
+        ));
+    }
+}
+
+/// A running worker. Dropping it stops its threads and closes client connections (a stopped
+/// worker is a failed worker to the cluster: see the restart rule in the module docs).
+pub struct Worker {
+    core: Arc<Core>,
+    stop: Arc<AtomicBool>,
+    local_address: SocketAddr,
+    clients: Arc<Mutex<Vec<TcpStream>>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Opens the engine, waits out the restart rule, joins the cluster (restoring to this
+    /// worker's entry in the cut) and serves.
+    pub fn start(config: WorkerConfig, finder: Arc<dyn DprFinder>) -> Result<Self, StartError> {
+        let worker_error = |source| StartError::Worker {
+            worker: config.worker_id,
+            source,
+        };
+        let incarnation = config.engine.store.dir.join(INCARNATION_FILE);
+        prefixkv_storage::durable::create_dir_all_durably(
+            &*prefixkv_storage::real_disk(),
+            &config.engine.store.dir,
+        )
+        .map_err(|source| StartError::Incarnation {
+            path: config.engine.store.dir.clone(),
+            source,
+        })?;
+        if let Some(previous) = read_incarnation(&incarnation)? {
+            tracing::info!(
+                worker = config.worker_id,
+                previous,
+                "restarted: waiting for the cluster to roll back past the previous incarnation"
+            );
+            wait_for_rollback(&config, finder.as_ref(), previous)?;
+        }
+        let state_object =
+            EngineStateObject::open(config.engine.clone()).map_err(|e| worker_error(e.into()))?;
+        let engine = state_object.engine();
+        let mut worker = DprWorker::start(
+            config.worker_id,
+            state_object,
+            Arc::clone(&finder),
+            config.limits.max_dependencies,
+            SystemClock.now_ms(),
+        )
+        .map_err(worker_error)?;
+        worker.set_fast_forward(FastForward::Relabel);
+        engine.set_current_label(worker.version());
+        write_incarnation(&incarnation, worker.world_line()).map_err(|source| {
+            StartError::Incarnation {
+                path: incarnation.clone(),
+                source,
+            }
+        })?;
+        let core = Arc::new(Core {
+            id: config.worker_id,
+            latch: RwLock::new(()),
+            worker: Mutex::new(worker),
+            engine,
+            finder,
+            incarnation,
+        });
+        let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Socket {
+            address: config.listen,
+            source,
+        })?;
+        let local_address = listener.local_addr().map_err(|source| StartError::Socket {
+            address: config.listen,
+            source,
+        })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let spawn_error = |source| StartError::Socket {
+            address: local_address,
+            source,
+        };
+        let mut threads = Vec::new();
+        {
+            let (core, stop, clients) =
+                (Arc::clone(&core), Arc::clone(&stop), Arc::clone(&clients));
+            let limits = config.limits;
+            threads.push(
+                std::thread::Builder::new()
+                    .name("cluster-accept".into())
+                    .spawn(move || accept(listener, limits, core, stop, clients))
+                    .map_err(spawn_error)?,
+            );
+        }
+        {
+            let (core, stop, config) = (Arc::clone(&core), Arc::clone(&stop), config.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("cluster-maintain".into())
+                    .spawn(move || maintain(core, config, stop))
+                    .map_err(spawn_error)?,
+            );
+        }
+        {
+            let (core, stop) = (Arc::clone(&core), Arc::clone(&stop));
+            let tick = Duration::from_millis(config.heartbeat_interval_ms.max(1));
+            threads.push(
+                std::thread::Builder::new()
+                    .name("cluster-heartbeat".into())
+                    .spawn(move || heartbeat(core, tick, stop))
+                    .map_err(spawn_error)?,
+            );
+        }
+        Ok(Self {
+            core,
+            stop,
+            local_address,
+            clients,
+            threads,
+        })
+    }
+
+    /// Where clients connect.
+    pub fn local_address(&self) -> SocketAddr {
+        self.local_address
+    }
+
+    /// This worker's id.
+    pub fn worker_id(&self) -> WorkerId {
+        self.core.id
+    }
+
+    /// The world-line this worker serves in.
+    pub fn world_line(&self) -> WorldLine {
+        self.core.worker.lock().world_line()
+    }
+
+    /// The engine (tests read it directly).
+    pub fn engine(&self) -> Arc<Engine> {
+        Arc::clone(&self.core.engine)
+    }
+
+    /// Stops serving.
+    pub fn shutdown(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        if self.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let _ = TcpStream::connect_timeout(&self.local_address, Duration::from_secs(1));
+        for client in self.clients.lock().drain(..) {
+            let _ = client.shutdown(Shutdown::Both);
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+fn accept(
+    listener: TcpListener,
+    limits: FrameLimits,
+    core: Arc<Core>,
+    stop: Arc<AtomicBool>,
+    clients: Arc<Mutex<Vec<TcpStream>>>,
+) {
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        let _ = stream.set_nodelay(true);
+        if let Ok(clone) = stream.try_clone() {
+            let mut registry = clients.lock();
+            registry.retain(|s| s.peer_addr().is_ok());
+            registry.push(clone);
+        }
+        let core = Arc::clone(&core);
+        let _ = std::thread::Builder::new()
+            .name("cluster-conn".into())
+            .spawn(move || connection(stream, limits, core));
+    }
+}
+
+fn connection(mut stream: TcpStream, limits: FrameLimits, core: Arc<Core>) {
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut preamble = [0u8; FRAMED_PREAMBLE.len()];
+    if stream.read_exact(&mut preamble).is_err() {
+        return;
+    }
+    if preamble != FRAMED_PREAMBLE {
+        let _ = writer.write_all(
+            b"-ERR this is a prefixkv cluster worker: connect with the DPR client library \
+              (framed protocol)\r\n",
+        );
+        return;
+    }
+    let mut reader = FrameReader::new(stream, limits);
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        let response = match reader.read_request() {
+            Ok(Some(frame)) => core.handle(frame),
+            Ok(None) => return,
+            Err(prefixkv_dredis::wire::WireError::Io(_)) => return,
+            Err(error) => {
+                // The stream cannot be resynchronised: say why, then close it.
+                out.clear();
+                let _ = encode_response(&mut out, &ResponseFrame::Error(error.to_string()));
+                let _ = writer.write_all(&out);
+                return;
+            }
+        };
+        out.clear();
+        if encode_response(&mut out, &response).is_err() || writer.write_all(&out).is_err() {
+            return;
+        }
+    }
+}
+
+/// Renews the lease while checkpoints succeed.
+fn heartbeat(core: Arc<Core>, tick: Duration, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        let failed = core.worker.lock().state_object().failed();
+        if failed {
+            tracing::error!(
+                worker = core.id,
+                "a checkpoint failed to persist: not renewing the lease"
+            );
+        } else if let Err(error) = core.finder.store().heartbeat(core.id, SystemClock.now_ms()) {
+            tracing::warn!(worker = core.id, %error, "heartbeat failed");
+        }
+        std::thread::sleep(tick);
+    }
+}
+
+/// Commits once per slot, restores when the world-line moved, prunes below the cut.
+fn maintain(core: Arc<Core>, config: WorkerConfig, stop: Arc<AtomicBool>) {
+    let interval_ms = config.checkpoint_interval_ms.max(1);
+    let poll = Duration::from_millis(config.heartbeat_interval_ms.max(1));
+    let mut next_poll = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        if Instant::now() >= next_poll {
+            core.restore_if_behind();
+            if let Ok(state) = core.finder.cluster_state() {
+                core.prune(&state);
+            }
+            next_poll = Instant::now() + poll;
+        }
+        let now_ms = SystemClock.now_ms();
+        core.commit_to(now_ms / interval_ms);
+        // Sleep to the next slot boundary or poll, whichever comes first (at most 5 ms, so a
+        // commit that was refused because the previous checkpoint was still being written is
+        // retried soon after it is published).
+        let to_slot_ms = interval_ms - now_ms % interval_ms;
+        std::thread::sleep(Duration::from_millis(to_slot_ms.clamp(1, 5)));
+    }
+}

@@ -1,0 +1,174 @@
+//! Multi-process: three worker processes (`prefixkv-cluster worker`), the cluster manager, and
+//! client sessions writing unique keys across the workers while they commit every 40 ms; one
+//! worker is SIGKILLed mid-run. Every session must see the rollback, the killed worker is started
+//! again and restores its checkpoint in the cut, sessions commit on the new world-line, and each
+//! session's surviving keys must be exactly what its rollback report says — checked key by key,
+//! through the workers, against an oracle built only from what the client was acknowledged and
+//! told (never from the workers' own versions or counts).
+//!
+//! The session threads and the oracle are D-Redis's (`crates/dredis/tests/common`), shared: the
+//! same client library drives both kinds of cluster.
+
+#[path = "../../dredis/tests/common/mod.rs"]
+mod dredis_common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dredis_common::{spawn_session, wait_until, Expected, Progress, SessionRecord};
+use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
+use prefixkv_dredis::DprRedisClient;
+use prefixkv_resp::Reply;
+use rand::RngExt;
+
+fn start(workers: usize) -> (tempfile::TempDir, LocalCluster) {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let mut config = LocalClusterConfig::new(
+        env!("CARGO_BIN_EXE_prefixkv-cluster").into(),
+        workers,
+        directory.path().join("cluster"),
+    );
+    config.checkpoint_interval_ms = 40;
+    // Heartbeats are fsynced SQLite transactions: a lease that survives a slow disk on a busy
+    // test machine, while still far below the test's waits.
+    config.lease_ms = 1000;
+    config.index_buckets = 1 << 14;
+    config.log_memory_bytes = 64 << 20;
+    let cluster = LocalCluster::start(config).expect("start the cluster");
+    (directory, cluster)
+}
+
+/// Reads every key the record names through the workers: tag → value (absent keys omitted).
+fn read_back(client: &DprRedisClient, record: &SessionRecord) -> BTreeMap<u64, Vec<u8>> {
+    // A reader session of its own (ids only need to be unique among live sessions).
+    let mut reader = client
+        .session(1_000_000 + record.id)
+        .expect("reader session");
+    let tags: Vec<u64> = record.expected.keys().copied().collect();
+    for &tag in &tags {
+        let key = format!("s{}:{tag}", record.id);
+        reader.push(&[b"GET", key.as_bytes()]).expect("GET");
+    }
+    reader.drain().expect("drain the reads");
+    let mut found = BTreeMap::new();
+    for completed in reader.take_completed() {
+        let tag = tags[completed.tag as usize];
+        match completed.reply {
+            Reply::BulkString(value) => {
+                found.insert(tag, value.to_vec());
+            }
+            Reply::Null | Reply::NullBulkString => {}
+            other => panic!("GET s{}:{tag} answered {other:?}", record.id),
+        }
+    }
+    found
+}
+
+/// Checks one session's keys against its oracle; returns (present, absent, either).
+fn verify(found: &BTreeMap<u64, Vec<u8>>, record: &SessionRecord) -> (usize, usize, usize) {
+    let (mut present, mut absent, mut either) = (0, 0, 0);
+    for (&tag, &expected) in &record.expected {
+        let value = found.get(&tag);
+        match expected {
+            Expected::Present => {
+                present += 1;
+                assert_eq!(
+                    value.map(Vec::as_slice),
+                    Some(format!("v{tag}").as_bytes()),
+                    "session {}: operation {tag} was acknowledged and reported surviving, but is gone",
+                    record.id
+                );
+            }
+            Expected::Absent => {
+                absent += 1;
+                assert!(
+                    value.is_none(),
+                    "session {}: operation {tag} was reported lost, but is present",
+                    record.id
+                );
+            }
+            Expected::Either => either += 1,
+            Expected::Pushed => unreachable!("checked when the session ended"),
+        }
+    }
+    (present, absent, either)
+}
+
+#[test]
+fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
+    let (_directory, cluster) = start(3);
+    let client = Arc::new(DprRedisClient::new(cluster.client_config()).expect("client"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sessions: Vec<_> = (0..3u64)
+        .map(|id| {
+            let progress = Arc::new(Progress::default());
+            let handle = spawn_session(
+                Arc::clone(&client),
+                id,
+                Arc::clone(&stop),
+                Arc::clone(&progress),
+            );
+            (progress, handle)
+        })
+        .collect();
+    let threshold = rand::rng().random_range(200..1000u64);
+    wait_until("sessions to commit before the failure", || {
+        sessions
+            .iter()
+            .all(|(p, _)| p.committed_until.load(Ordering::SeqCst) >= threshold)
+    });
+    let world_line_before = cluster.cluster_state().unwrap().world_line;
+    let victim = rand::rng().random_range(0..3);
+    cluster.kill(victim).expect("SIGKILL a worker");
+    eprintln!("SIGKILLed worker {victim} after {threshold} committed operations per session");
+    wait_until("every session to see the rollback", || {
+        sessions
+            .iter()
+            .all(|(p, _)| p.rollbacks.load(Ordering::SeqCst) >= 1)
+    });
+    wait_until("the recovery to finish", || {
+        let state = cluster.cluster_state().unwrap();
+        !state.recovering && state.world_line > world_line_before
+    });
+    wait_until("sessions to commit on the new world-line", || {
+        sessions
+            .iter()
+            .all(|(p, _)| p.committed_since_rollback.load(Ordering::SeqCst) >= 3)
+    });
+    stop.store(true, Ordering::SeqCst);
+    let records: Vec<SessionRecord> = sessions
+        .into_iter()
+        .map(|(_, handle)| handle.join().expect("session thread"))
+        .collect();
+    assert_eq!(
+        cluster.restarts()[victim],
+        1,
+        "the killed worker was started again"
+    );
+    for record in &records {
+        let found = read_back(&client, record);
+        let (present, absent, either) = verify(&found, record);
+        eprintln!(
+            "session {}: {} rollbacks, {present} operations present, {absent} absent, {either} uncertain",
+            record.id, record.rollbacks
+        );
+        assert!(present > 0, "session {} kept nothing", record.id);
+        // The oracle can fail: claiming one surviving operation lost, or one lost operation
+        // surviving, must be caught.
+        let mut tampered = SessionRecord {
+            id: record.id,
+            expected: record.expected.clone(),
+            rollbacks: record.rollbacks,
+        };
+        let (&tag, _) = record
+            .expected
+            .iter()
+            .find(|(_, &e)| e == Expected::Present)
+            .expect("a present operation");
+        tampered.expected.insert(tag, Expected::Absent);
+        let caught = std::panic::catch_unwind(|| verify(&found, &tampered)).is_err();
+        assert!(caught, "the oracle missed a tampered expectation");
+    }
+    cluster.shutdown();
+}
