@@ -22,6 +22,8 @@ use prefixkv_dpr::metadata::{MetadataError, MetadataStore, SqliteMetadataStore};
 use prefixkv_dpr::ClusterState;
 use prefixkv_dredis::ClientConfig;
 
+use crate::worker::Recoverability;
+
 /// Configuration of a local cluster.
 #[derive(Clone, Debug)]
 pub struct LocalClusterConfig {
@@ -33,6 +35,8 @@ pub struct LocalClusterConfig {
     pub directory: PathBuf,
     /// Commit interval of every worker.
     pub checkpoint_interval_ms: u64,
+    /// What every worker guarantees (see [`Recoverability`]).
+    pub recoverability: Recoverability,
     /// A worker silent this long has failed.
     pub lease_ms: u64,
     /// How often the manager refreshes the finder and checks leases.
@@ -56,6 +60,7 @@ impl LocalClusterConfig {
             workers,
             directory,
             checkpoint_interval_ms: 100,
+            recoverability: Recoverability::Dpr,
             lease_ms: 500,
             check_interval_ms: 20,
             index_buckets: 1 << 16,
@@ -128,6 +133,7 @@ fn spawn_worker(
             "--checkpoint-interval-ms",
             &config.checkpoint_interval_ms.to_string(),
         ])
+        .args(["--recoverability", config.recoverability.name()])
         .args(["--index-buckets", &config.index_buckets.to_string()])
         .args(["--log-memory-bytes", &config.log_memory_bytes.to_string()])
         .stdin(Stdio::null())

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use prefixkv_cluster::launcher::{LocalCluster, LocalClusterConfig};
+use prefixkv_cluster::worker::Recoverability;
 use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
 use prefixkv_dpr::cluster::{ClusterManager, SystemClock};
 use prefixkv_dpr::finder::{DprFinder, ExactFinder};
@@ -37,6 +38,9 @@ enum Command {
         /// A worker silent this long has failed.
         #[arg(long, default_value_t = 500)]
         lease_ms: u64,
+        /// What acknowledged batches are guaranteed: none, eventual, dpr, synchronous.
+        #[arg(long, default_value = "dpr")]
+        recoverability: Recoverability,
         /// Engine index buckets per worker (power of two).
         #[arg(long, default_value_t = 1 << 16)]
         index_buckets: usize,
@@ -61,6 +65,9 @@ enum Command {
         /// Commit (CPR checkpoint) interval.
         #[arg(long, default_value_t = 100)]
         checkpoint_interval_ms: u64,
+        /// What acknowledged batches are guaranteed: none, eventual, dpr, synchronous.
+        #[arg(long, default_value = "dpr")]
+        recoverability: Recoverability,
         /// Checkpoint strategy (fold-over, snapshot, persian, cpr-copy, blocking).
         #[arg(long, default_value = "fold-over")]
         strategy: String,
@@ -128,6 +135,7 @@ fn main() -> anyhow::Result<()> {
             dir,
             checkpoint_interval_ms,
             lease_ms,
+            recoverability,
             index_buckets,
             log_memory_bytes,
         } => {
@@ -135,6 +143,7 @@ fn main() -> anyhow::Result<()> {
             let mut config = LocalClusterConfig::new(executable, workers, dir);
             config.checkpoint_interval_ms = checkpoint_interval_ms;
             config.lease_ms = lease_ms;
+            config.recoverability = recoverability;
             config.index_buckets = index_buckets;
             config.log_memory_bytes = log_memory_bytes;
             let cluster = LocalCluster::start(config).context("starting the cluster")?;
@@ -161,6 +170,7 @@ fn main() -> anyhow::Result<()> {
             dir,
             metadata,
             checkpoint_interval_ms,
+            recoverability,
             strategy,
             index_buckets,
             log_memory_bytes,
@@ -173,6 +183,7 @@ fn main() -> anyhow::Result<()> {
             store.log_memory_bytes = log_memory_bytes;
             let mut config = WorkerConfig::new(id, listen, EngineConfig { store, strategy });
             config.checkpoint_interval_ms = checkpoint_interval_ms;
+            config.recoverability = recoverability;
             let worker =
                 Worker::start(config, exact_finder(&metadata)?).context("starting the worker")?;
             println!("worker {id} listen {}", worker.local_address());

@@ -94,9 +94,61 @@ pub enum StartError {
     },
 }
 
+/// What a worker guarantees about acknowledged batches: the DPR paper's recoverability levels
+/// (Fig. 19), so that experiments compare them on the same code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Recoverability {
+    /// No checkpoints and no DPR: a crash loses everything (a throughput baseline).
+    None,
+    /// Checkpoints every interval, no DPR tracking: each worker recovers *some* earlier state of
+    /// its own, with no cross-worker consistency and no commit points worth reporting (the
+    /// "uncoordinated checkpoints" baseline). Batches skip admission; responses carry the current
+    /// version only so that clients keep working.
+    Eventual,
+    /// DPR: every session recovers a prefix and is told which (the default).
+    #[default]
+    Dpr,
+    /// DPR, and every batch is also appended to an operation log and fdatasynced before its reply
+    /// (the "synchronous" baseline's cost: one durable write per batch). The log is truncated at
+    /// each published checkpoint. Recovery still restores checkpoints: replaying this log after
+    /// a crash is not implemented, so this level exists to measure the cost of per-batch
+    /// durability, not to provide it.
+    Synchronous,
+}
+
+impl Recoverability {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Eventual => "eventual",
+            Self::Dpr => "dpr",
+            Self::Synchronous => "synchronous",
+        }
+    }
+}
+
+impl std::str::FromStr for Recoverability {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "none" => Ok(Self::None),
+            "eventual" => Ok(Self::Eventual),
+            "dpr" => Ok(Self::Dpr),
+            "synchronous" => Ok(Self::Synchronous),
+            other => Err(format!(
+                "unknown recoverability {other:?} (none, eventual, dpr, synchronous)"
+            )),
+        }
+    }
+}
+
 /// Configuration of one worker.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
+    /// What acknowledged batches are guaranteed (default DPR).
+    pub recoverability: Recoverability,
     /// This worker's DPR id (unique in the cluster).
     pub worker_id: WorkerId,
     /// Where clients connect (port 0: any free port).
@@ -118,6 +170,7 @@ impl WorkerConfig {
     /// Defaults: 100 ms commits, 50 ms heartbeats, a 60 s rejoin wait.
     pub fn new(worker_id: WorkerId, listen: SocketAddr, engine: EngineConfig) -> Self {
         Self {
+            recoverability: Recoverability::Dpr,
             worker_id,
             listen,
             limits: FrameLimits::default(),
@@ -132,6 +185,13 @@ impl WorkerConfig {
 /// The state shared by a worker's threads.
 struct Core {
     id: WorkerId,
+    recoverability: Recoverability,
+    /// The per-batch log of [`Recoverability::Synchronous`], with the log position each sealed
+    /// version covers (truncated once that version is persisted).
+    oplog: Option<(
+        prefixkv_oplog::Oplog,
+        Mutex<std::collections::VecDeque<(u64, u64)>>,
+    )>,
     latch: RwLock<()>,
     worker: Mutex<DprWorker<EngineStateObject>>,
     engine: Arc<Engine>,
@@ -176,6 +236,12 @@ impl Core {
             Ok(commands) => commands,
             Err(error) => return ResponseFrame::Error(error),
         };
+        if matches!(
+            self.recoverability,
+            Recoverability::None | Recoverability::Eventual
+        ) {
+            return self.run_unadmitted(&frame.header, &commands);
+        }
         let shared = self.latch.read();
         let worker = self.worker.lock();
         let (admission, _latch) = if frame.header.world_line > worker.world_line() {
@@ -195,31 +261,21 @@ impl Core {
             Admission::Reply(reply) => return reply,
             Admission::Run(header) => header,
         };
-        let mut lent = match self.engine.lend() {
-            Ok(lent) => lent,
-            Err(error) => {
-                return ResponseFrame::Error(format!("worker {}: {error}", self.id));
-            }
+        let (replies, newest_engine_version) = match self.execute(&commands) {
+            Ok(done) => done,
+            Err(reply) => return reply,
         };
-        let mut replies = BytesMut::with_capacity(64 * commands.len());
-        let mut scratch = Vec::new();
-        let mut newest_engine_version = lent.session.version();
-        let mut failure = None;
-        for command in &commands {
-            if let Err(error) =
-                commands::execute(&mut lent.session, &command.args, &mut replies, &mut scratch)
-            {
-                failure = Some(error);
-                break;
+        if let Some((log, _)) = &self.oplog {
+            let logged = log
+                .append(&frame.payload)
+                .and_then(|ticket| ticket.wait().map(|_| ()));
+            if let Err(error) = logged {
+                return ResponseFrame::Error(format!(
+                    "worker {}: the operation log failed (the batch ran; its durability is \
+                     unknown): {error}",
+                    self.id
+                ));
             }
-            newest_engine_version = newest_engine_version.max(lent.session.version());
-        }
-        self.engine.give_back(lent);
-        if let Some(error) = failure {
-            return ResponseFrame::Error(format!(
-                "worker {}: the engine failed during the batch (its effect is unknown): {error}",
-                self.id
-            ));
         }
         let label = self.engine.label_of(newest_engine_version);
         debug_assert!(
@@ -230,6 +286,54 @@ impl Core {
         header.version = header.version.max(label);
         ResponseFrame::Header {
             header,
+            replies: replies.to_vec(),
+        }
+    }
+
+    /// Runs `commands` on a lent session: the replies and the newest engine version they ran in.
+    fn execute(&self, commands: &[Command]) -> Result<(BytesMut, u64), ResponseFrame> {
+        let mut lent = self
+            .engine
+            .lend()
+            .map_err(|error| ResponseFrame::Error(format!("worker {}: {error}", self.id)))?;
+        let mut replies = BytesMut::with_capacity(64 * commands.len());
+        let mut scratch = Vec::new();
+        let mut newest_engine_version = lent.session.version();
+        let mut failure = None;
+        for command in commands {
+            if let Err(error) =
+                commands::execute(&mut lent.session, &command.args, &mut replies, &mut scratch)
+            {
+                failure = Some(error);
+                break;
+            }
+            newest_engine_version = newest_engine_version.max(lent.session.version());
+        }
+        self.engine.give_back(lent);
+        match failure {
+            None => Ok((replies, newest_engine_version)),
+            Some(error) => Err(ResponseFrame::Error(format!(
+                "worker {}: the engine failed during the batch (its effect is unknown): {error}",
+                self.id
+            ))),
+        }
+    }
+
+    /// A batch of the `None` and `Eventual` levels: no admission, no dependency tracking.
+    fn run_unadmitted(&self, request: &DprHeader, commands: &[Command]) -> ResponseFrame {
+        let (replies, newest_engine_version) = match self.execute(commands) {
+            Ok(done) => done,
+            Err(reply) => return reply,
+        };
+        ResponseFrame::Header {
+            header: DprHeader {
+                kind: prefixkv_dpr::HeaderKind::Response,
+                world_line: request.world_line,
+                version: self.engine.label_of(newest_engine_version),
+                sender: self.id,
+                batch_sequence: request.batch_sequence,
+                dependencies: Vec::new(),
+            },
             replies: replies.to_vec(),
         }
     }
@@ -271,8 +375,18 @@ impl Core {
         if worker.version() >= slot || worker.state_object().commit_in_flight() {
             return;
         }
+        // Everything logged before the commit starts ran before it, hence in a version it seals.
+        let logged_through = self
+            .oplog
+            .as_ref()
+            .map(|(log, _)| log.next_lsn().saturating_sub(1));
         match worker.commit_to(slot) {
-            Ok(_) => self.engine.set_current_label(worker.version()),
+            Ok(sealed) => {
+                self.engine.set_current_label(worker.version());
+                if let (Some((_, marks)), Some(lsn)) = (&self.oplog, logged_through) {
+                    marks.lock().push_back((sealed, lsn));
+                }
+            }
             Err(WorkerError::StateObject(
                 prefixkv_dpr::state_object::StateObjectError::CommitInProgress,
             )) => {}
@@ -284,6 +398,25 @@ impl Core {
         let mut worker = self.worker.lock();
         if let Err(error) = worker.prune(state) {
             tracing::warn!(worker = self.id, %error, "pruning old versions failed");
+        }
+        let persisted = worker.persisted_version();
+        drop(worker);
+        if let Some((log, marks)) = &self.oplog {
+            let mut through = None;
+            {
+                let mut marks = marks.lock();
+                while marks
+                    .front()
+                    .is_some_and(|&(sealed, _)| sealed <= persisted)
+                {
+                    through = marks.pop_front().map(|(_, lsn)| lsn);
+                }
+            }
+            if let Some(lsn) = through.filter(|&lsn| lsn > 0) {
+                if let Err(error) = log.truncate_through(lsn) {
+                    tracing::warn!(worker = self.id, %error, "truncating the operation log failed");
+                }
+            }
         }
     }
 }
@@ -426,8 +559,27 @@ impl Worker {
                 source,
             }
         })?;
+        let oplog = match config.recoverability {
+            Recoverability::Synchronous => {
+                let dir = config.engine.store.dir.join("oplog");
+                let log_config = prefixkv_oplog::Config {
+                    policy: prefixkv_oplog::SyncPolicy::Always,
+                    ..prefixkv_oplog::Config::default()
+                };
+                let (log, _) = prefixkv_oplog::Oplog::open(&dir, log_config).map_err(|e| {
+                    StartError::Incarnation {
+                        path: dir.clone(),
+                        source: std::io::Error::other(e.to_string()),
+                    }
+                })?;
+                Some((log, Mutex::new(std::collections::VecDeque::new())))
+            }
+            _ => None,
+        };
         let core = Arc::new(Core {
             id: config.worker_id,
+            recoverability: config.recoverability,
+            oplog,
             latch: RwLock::new(()),
             worker: Mutex::new(worker),
             engine,
@@ -625,7 +777,9 @@ fn maintain(core: Arc<Core>, config: WorkerConfig, stop: Arc<AtomicBool>) {
             next_poll = Instant::now() + poll;
         }
         let now_ms = SystemClock.now_ms();
-        core.commit_to(now_ms / interval_ms);
+        if core.recoverability != Recoverability::None {
+            core.commit_to(now_ms / interval_ms);
+        }
         // Sleep to the next slot boundary or poll, whichever comes first (at most 5 ms, so a
         // commit that was refused because the previous checkpoint was still being written is
         // retried soon after it is published).

@@ -172,3 +172,60 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
     }
     cluster.shutdown();
 }
+
+#[test]
+fn every_recoverability_level_serves_reads_and_writes() {
+    use prefixkv_cluster::worker::Recoverability;
+    for level in [
+        Recoverability::None,
+        Recoverability::Eventual,
+        Recoverability::Dpr,
+        Recoverability::Synchronous,
+    ] {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let mut config = LocalClusterConfig::new(
+            env!("CARGO_BIN_EXE_prefixkv-cluster").into(),
+            2,
+            directory.path().join("cluster"),
+        );
+        config.checkpoint_interval_ms = 20;
+        config.recoverability = level;
+        config.index_buckets = 1 << 12;
+        config.log_memory_bytes = 32 << 20;
+        let cluster = LocalCluster::start(config).expect("start the cluster");
+        let client = DprRedisClient::new(cluster.client_config()).expect("client");
+        let mut session = client.session(1).expect("session");
+        for i in 0..500u64 {
+            session
+                .push(&[
+                    b"SET",
+                    format!("k{i}").as_bytes(),
+                    format!("{i}").as_bytes(),
+                ])
+                .unwrap();
+        }
+        session.drain().unwrap();
+        for i in 0..500u64 {
+            session.push(&[b"GET", format!("k{i}").as_bytes()]).unwrap();
+        }
+        session.drain().unwrap();
+        let mut completed = session.take_completed();
+        // Completions arrive per worker; tags follow push order.
+        completed.sort_by_key(|c| c.tag);
+        assert_eq!(completed.len(), 1000, "{level:?}");
+        for (i, read) in completed[500..].iter().enumerate() {
+            assert_eq!(read.reply, Reply::bulk(i.to_string()), "{level:?}");
+        }
+        if level == Recoverability::Dpr || level == Recoverability::Synchronous {
+            // Commit points reach the end: the workers' checkpoints are published into cuts.
+            let point = session
+                .wait_for_commit(session.next_sequence(), dredis_common::WAIT)
+                .expect("commit");
+            assert_eq!(point.until_sequence, 1000, "{level:?}");
+        }
+        if level == Recoverability::Synchronous {
+            assert!(directory.path().join("cluster/worker-0/oplog").is_dir());
+        }
+        cluster.shutdown();
+    }
+}
