@@ -49,7 +49,7 @@ use prefixkv_dredis::wire::{
 use prefixkv_resp::{Command, Limits, RequestParser};
 
 use crate::commands;
-use crate::state_object::{Engine, EngineConfig, EngineStateObject};
+use crate::state_object::{Engine, EngineConfig, EngineStateObject, Lent};
 
 /// The file recording the world-line a worker serves in (see the module docs).
 pub const INCARNATION_FILE: &str = "INCARNATION";
@@ -199,9 +199,12 @@ struct Core {
     incarnation: PathBuf,
 }
 
-/// What admission decided.
+/// What admission decided. A batch to run carries the session it runs on, lent under the DPR
+/// worker's mutex: a rollback (which also runs under that mutex) therefore always finds the
+/// session already lent, and the engine throws the batch out (`EngineError::RolledBack`) instead
+/// of letting a batch admitted in the old world-line run in the new one.
 enum Admission {
-    Run(DprHeader),
+    Run(DprHeader, Lent),
     Reply(ResponseFrame),
 }
 
@@ -214,7 +217,12 @@ impl Core {
             self.record_incarnation(worker.world_line());
         }
         match outcome {
-            Ok(BatchOutcome::Executed { response, .. }) => Admission::Run(response),
+            Ok(BatchOutcome::Executed { response, .. }) => match self.engine.lend() {
+                Ok(lent) => Admission::Run(response, lent),
+                Err(error) => {
+                    Admission::Reply(ResponseFrame::Error(format!("worker {}: {error}", self.id)))
+                }
+            },
             Ok(BatchOutcome::Rejected { response }) => Admission::Reply(ResponseFrame::Header {
                 header: response,
                 replies: Vec::new(),
@@ -257,11 +265,11 @@ impl Core {
             drop(worker);
             (admission, shared)
         };
-        let mut header = match admission {
+        let (mut header, lent) = match admission {
             Admission::Reply(reply) => return reply,
-            Admission::Run(header) => header,
+            Admission::Run(header, lent) => (header, lent),
         };
-        let (replies, newest_engine_version) = match self.execute(&commands) {
+        let (replies, newest_engine_version) = match self.execute(lent, &commands) {
             Ok(done) => done,
             Err(reply) => return reply,
         };
@@ -291,11 +299,11 @@ impl Core {
     }
 
     /// Runs `commands` on a lent session: the replies and the newest engine version they ran in.
-    fn execute(&self, commands: &[Command]) -> Result<(BytesMut, u64), ResponseFrame> {
-        let mut lent = self
-            .engine
-            .lend()
-            .map_err(|error| ResponseFrame::Error(format!("worker {}: {error}", self.id)))?;
+    fn execute(
+        &self,
+        mut lent: Lent,
+        commands: &[Command],
+    ) -> Result<(BytesMut, u64), ResponseFrame> {
         let mut replies = BytesMut::with_capacity(64 * commands.len());
         let mut scratch = Vec::new();
         let mut newest_engine_version = lent.session.version();
@@ -321,7 +329,11 @@ impl Core {
 
     /// A batch of the `None` and `Eventual` levels: no admission, no dependency tracking.
     fn run_unadmitted(&self, request: &DprHeader, commands: &[Command]) -> ResponseFrame {
-        let (replies, newest_engine_version) = match self.execute(commands) {
+        let lent = match self.engine.lend() {
+            Ok(lent) => lent,
+            Err(error) => return ResponseFrame::Error(format!("worker {}: {error}", self.id)),
+        };
+        let (replies, newest_engine_version) = match self.execute(lent, commands) {
             Ok(done) => done,
             Err(reply) => return reply,
         };
