@@ -52,7 +52,9 @@ pub struct LocalClusterConfig {
 }
 
 impl LocalClusterConfig {
-    /// Defaults: 100 ms commits, a 500 ms lease, 20 ms checks, 64 Ki buckets and 256 MiB of log
+    /// Defaults: 100 ms commits, a 2 s lease (a worker's exit is reported at once; the lease only
+    /// catches a hung worker, and heartbeats are fsynced SQLite transactions that a loaded
+    /// machine can delay by hundreds of milliseconds), 20 ms checks, 64 Ki buckets and 256 MiB of log
     /// per worker, restarts on.
     pub fn new(executable: PathBuf, workers: usize, directory: PathBuf) -> Self {
         Self {
@@ -61,7 +63,7 @@ impl LocalClusterConfig {
             directory,
             checkpoint_interval_ms: 100,
             recoverability: Recoverability::Dpr,
-            lease_ms: 500,
+            lease_ms: 2000,
             check_interval_ms: 20,
             index_buckets: 1 << 16,
             log_memory_bytes: 256 << 20,

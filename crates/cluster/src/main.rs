@@ -35,8 +35,8 @@ enum Command {
         /// Commit (CPR checkpoint) interval of every worker.
         #[arg(long, default_value_t = 100)]
         checkpoint_interval_ms: u64,
-        /// A worker silent this long has failed.
-        #[arg(long, default_value_t = 500)]
+        /// A worker silent this long has failed (a worker process's exit is noticed at once).
+        #[arg(long, default_value_t = 2000)]
         lease_ms: u64,
         /// What acknowledged batches are guaranteed: none, eventual, dpr, synchronous.
         #[arg(long, default_value = "dpr")]

@@ -6,16 +6,16 @@
 //! of the engine's current version `e` with the label in its commit cookie, and records `e →
 //! label`. The version batches run in now (the unsealed engine version) has no entry; its label is
 //! the worker's current version, which only grows ([`crate::worker`] mirrors it into
-//! [`Engine::current_label`]).
+//! [`Engine::set_current_label`]).
 //!
 //! Invariants:
-//! - Labels strictly increase with engine versions (DPR seals increasing versions), so "the label
-//!   of the newest engine version an operation ran in" is the operation's DPR version.
-//! - A batch reads the label of the version it ran in *after* running: if the version was sealed
-//!   meanwhile it finds the sealed label, else the current label at that moment, which is at most
-//!   the label it will be sealed under (a later relabel only raises it). Reporting a version no
-//!   larger than the final label is safe: no persisted label lies between the two, so every cut
-//!   that holds one holds the other.
+//! - Labels strictly increase with engine versions (DPR seals increasing versions).
+//! - A batch runs wholly in one engine version: the worker holds its latch shared while a batch
+//!   is admitted and runs, and exclusively while it commits (or restores), so no version switch
+//!   happens under a running batch. A CPR checkpoint would otherwise let a batch's operations
+//!   straddle the switch, and a batch reports one version for all of them: operations in the
+//!   older version would survive a rollback to it although the batch is reported as lost. The
+//!   batch's version is therefore the one it was admitted in.
 //! - `commit` returns only once the engine's version switch happened (`wait_for_version_switch`):
 //!   every batch admitted after the commit (under the worker's mutex) runs in the new engine
 //!   version. Hence a batch whose `Vs` or dependencies were raised after the seal never runs in
@@ -310,9 +310,9 @@ impl EngineStateObject {
         self.persisted.0.lock().in_flight
     }
 
-    /// Whether a checkpoint failed to persist (the worker should stop renewing its lease).
-    pub fn failed(&self) -> bool {
-        self.failed.load(Ordering::SeqCst)
+    /// Set once a checkpoint failed to persist (the worker then stops renewing its lease).
+    pub fn failed_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.failed)
     }
 
     fn root(&self) -> PathBuf {

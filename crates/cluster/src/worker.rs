@@ -7,10 +7,9 @@
 //!    `Vs` fast-forward (relabelling the current version, never sealing: see
 //!    [`prefixkv_dpr::worker::FastForward::Relabel`]), dependency set. A batch from a newer
 //!    world-line makes the worker restore first, under the exclusive latch.
-//! 3. **Execution** on a lent engine session, concurrently with other batches and with a
-//!    checkpoint being written (CPR). The response names the DPR label of the newest engine
-//!    version the batch's operations ran in (see [`crate::state_object`] for why that is exact or
-//!    conservative, never too small).
+//! 3. **Execution** on an engine session lent at admission, concurrently with other batches and
+//!    with a checkpoint being written (CPR), under the latch held shared: the response names the
+//!    version the batch was admitted in, and the whole batch ran in that version.
 //!
 //! **Maintenance thread.** Commits at wall-clock slots (`slot = now_ms / interval`: every worker
 //! seals at about the same time under the same numbers), whenever the previous checkpoint has
@@ -24,10 +23,11 @@
 //! `w` and the cluster is still at `w`, the worker waits, without renewing its lease, until the
 //! cluster manager has rolled the cluster back to a newer world-line, then restores to the cut.
 //!
-//! Locks, in order: latch (shared by batches, exclusive for a blocking restore), then the DPR
-//! worker's mutex, then the engine's session pool. A thread waiting for the worker's mutex never
-//! holds an engine session, so a commit (which waits for the engine's version switch while
-//! holding the mutex) never waits for a thread that waits for it.
+//! Locks, in order: latch (shared by batches while they are admitted and run; exclusive for a
+//! commit's version switch and for a blocking restore), then the DPR worker's mutex, then the
+//! engine's session pool. A commit takes the latch exclusively, so no batch is running while the
+//! engine switches versions: every batch runs wholly in one version (see `state_object`), and the
+//! switch waits for no session (all are suspended between batches).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -265,7 +265,7 @@ impl Core {
             drop(worker);
             (admission, shared)
         };
-        let (mut header, lent) = match admission {
+        let (header, lent) = match admission {
             Admission::Reply(reply) => return reply,
             Admission::Run(header, lent) => (header, lent),
         };
@@ -285,13 +285,16 @@ impl Core {
                 ));
             }
         }
-        let label = self.engine.label_of(newest_engine_version);
+        // The batch ran wholly in the engine version current at its admission (commits and
+        // restores take the latch exclusively), so the admitted version is its version: the
+        // label that engine version had then. A later relabel may still raise that label (never
+        // past a persisted one), which is why the label read now can only be larger.
         debug_assert!(
-            label >= header.version,
-            "a batch admitted in version {} ran in a version labelled {label}",
+            newest_engine_version == 0
+                || self.engine.label_of(newest_engine_version) >= header.version,
+            "a batch admitted in version {} ran in engine version {newest_engine_version}",
             header.version
         );
-        header.version = header.version.max(label);
         ResponseFrame::Header {
             header,
             replies: replies.to_vec(),
@@ -306,7 +309,7 @@ impl Core {
     ) -> Result<(BytesMut, u64), ResponseFrame> {
         let mut replies = BytesMut::with_capacity(64 * commands.len());
         let mut scratch = Vec::new();
-        let mut newest_engine_version = lent.session.version();
+        let mut newest_engine_version = 0;
         let mut failure = None;
         for command in commands {
             if let Err(error) =
@@ -315,7 +318,11 @@ impl Core {
                 failure = Some(error);
                 break;
             }
-            newest_engine_version = newest_engine_version.max(lent.session.version());
+            debug_assert!(
+                newest_engine_version == 0 || newest_engine_version == lent.session.version(),
+                "a batch straddled an engine version switch"
+            );
+            newest_engine_version = lent.session.version();
         }
         self.engine.give_back(lent);
         match failure {
@@ -383,8 +390,19 @@ impl Core {
 
     /// Seals the current version and moves to `slot`, unless a checkpoint is still being written.
     fn commit_to(&self, slot: u64) {
+        let due = |worker: &DprWorker<EngineStateObject>| {
+            worker.version() < slot && !worker.state_object().commit_in_flight()
+        };
+        if !due(&self.worker.lock()) {
+            return;
+        }
+        // Exclusive: every batch admitted so far has finished, none starts until the engine's
+        // version switch is done, so each batch runs wholly in one version (the one it was
+        // admitted in). With no batch running, every session is suspended and the switch takes
+        // no longer than an epoch drain.
+        let _exclusive = self.latch.write();
         let mut worker = self.worker.lock();
-        if worker.version() >= slot || worker.state_object().commit_in_flight() {
+        if !due(&worker) {
             return;
         }
         // Everything logged before the commit starts ran before it, hence in a version it seals.
@@ -761,9 +779,10 @@ fn connection(mut stream: TcpStream, limits: FrameLimits, core: Arc<Core>) {
 
 /// Renews the lease while checkpoints succeed.
 fn heartbeat(core: Arc<Core>, tick: Duration, stop: Arc<AtomicBool>) {
+    // Read without the DPR worker's mutex: a long restore must not look like a dead worker.
+    let failed = core.worker.lock().state_object().failed_flag();
     while !stop.load(Ordering::SeqCst) {
-        let failed = core.worker.lock().state_object().failed();
-        if failed {
+        if failed.load(Ordering::SeqCst) {
             tracing::error!(
                 worker = core.id,
                 "a checkpoint failed to persist: not renewing the lease"

@@ -22,7 +22,15 @@ use prefixkv_dredis::DprRedisClient;
 use prefixkv_resp::Reply;
 use rand::RngExt;
 
-fn start(workers: usize) -> (tempfile::TempDir, LocalCluster) {
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A cluster sized for about `keys` keys in all.
+fn start(workers: usize, keys: u64) -> (tempfile::TempDir, LocalCluster) {
     let directory = tempfile::tempdir().expect("tempdir");
     let mut config = LocalClusterConfig::new(
         env!("CARGO_BIN_EXE_prefixkv-cluster").into(),
@@ -32,9 +40,12 @@ fn start(workers: usize) -> (tempfile::TempDir, LocalCluster) {
     config.checkpoint_interval_ms = 40;
     // Heartbeats are fsynced SQLite transactions: a lease that survives a slow disk on a busy
     // test machine, while still far below the test's waits.
-    config.lease_ms = 1000;
-    config.index_buckets = 1 << 14;
-    config.log_memory_bytes = 64 << 20;
+    config.lease_ms = 2000;
+    let keys_per_worker = keys / workers as u64 + 1;
+    config.index_buckets = (keys_per_worker as usize).next_power_of_two().max(1 << 14);
+    // Records are 64-byte lines; fold-over checkpoints copy every key written since the last
+    // one, and compaction needs room to work.
+    config.log_memory_bytes = (keys_per_worker * 512).max(64 << 20);
     let cluster = LocalCluster::start(config).expect("start the cluster");
     (directory, cluster)
 }
@@ -97,10 +108,24 @@ fn verify(found: &BTreeMap<u64, Vec<u8>>, record: &SessionRecord) -> (usize, usi
 
 #[test]
 fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
-    let (_directory, cluster) = start(3);
+    // The manager's and launcher's messages (failures, rollbacks, restarts) in the test output.
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    // `CLUSTER_TEST_SESSIONS` and `CLUSTER_TEST_COMMITTED` (the most operations each session
+    // commits before the kill) scale the run up.
+    let session_count = env_u64("CLUSTER_TEST_SESSIONS", 3);
+    let most_committed = env_u64("CLUSTER_TEST_COMMITTED", 1000).max(201);
+    // Sessions issue far more than they see committed; leave room for that.
+    let (directory, cluster) = start(3, session_count * most_committed * 20);
+    // `CLUSTER_TEST_KEEP=1` keeps the cluster directory (worker logs, metadata) for inspection.
+    let _directory = if std::env::var_os("CLUSTER_TEST_KEEP").is_some() {
+        eprintln!("keeping {}", directory.keep().display());
+        None
+    } else {
+        Some(directory)
+    };
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).expect("client"));
     let stop = Arc::new(AtomicBool::new(false));
-    let sessions: Vec<_> = (0..3u64)
+    let sessions: Vec<_> = (0..session_count)
         .map(|id| {
             let progress = Arc::new(Progress::default());
             let handle = spawn_session(
@@ -112,7 +137,7 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
             (progress, handle)
         })
         .collect();
-    let threshold = rand::rng().random_range(200..1000u64);
+    let threshold = rand::rng().random_range(200..most_committed);
     wait_until("sessions to commit before the failure", || {
         sessions
             .iter()
