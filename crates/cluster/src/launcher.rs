@@ -136,6 +136,10 @@ fn spawn_worker(
             &config.checkpoint_interval_ms.to_string(),
         ])
         .args(["--recoverability", config.recoverability.name()])
+        .args([
+            "--heartbeat-interval-ms",
+            &(config.lease_ms / 5).max(1).to_string(),
+        ])
         .args(["--index-buckets", &config.index_buckets.to_string()])
         .args(["--log-memory-bytes", &config.log_memory_bytes.to_string()])
         .stdin(Stdio::null())

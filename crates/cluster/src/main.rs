@@ -68,6 +68,9 @@ enum Command {
         /// What acknowledged batches are guaranteed: none, eventual, dpr, synchronous.
         #[arg(long, default_value = "dpr")]
         recoverability: Recoverability,
+        /// Lease renewal interval (keep it well below the manager's lease).
+        #[arg(long, default_value_t = 200)]
+        heartbeat_interval_ms: u64,
         /// Checkpoint strategy (fold-over, snapshot, persian, cpr-copy, blocking).
         #[arg(long, default_value = "fold-over")]
         strategy: String,
@@ -171,6 +174,7 @@ fn main() -> anyhow::Result<()> {
             metadata,
             checkpoint_interval_ms,
             recoverability,
+            heartbeat_interval_ms,
             strategy,
             index_buckets,
             log_memory_bytes,
@@ -184,6 +188,7 @@ fn main() -> anyhow::Result<()> {
             let mut config = WorkerConfig::new(id, listen, EngineConfig { store, strategy });
             config.checkpoint_interval_ms = checkpoint_interval_ms;
             config.recoverability = recoverability;
+            config.heartbeat_interval_ms = heartbeat_interval_ms;
             let worker =
                 Worker::start(config, exact_finder(&metadata)?).context("starting the worker")?;
             println!("worker {id} listen {}", worker.local_address());

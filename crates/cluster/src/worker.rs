@@ -159,15 +159,18 @@ pub struct WorkerConfig {
     pub engine: EngineConfig,
     /// Commit interval: one CPR checkpoint per slot of this length (default 100 ms).
     pub checkpoint_interval_ms: u64,
-    /// Lease renewal and world-line polling interval.
+    /// Lease renewal interval (keep it well below the manager's lease: every renewal is a
+    /// durable metadata transaction).
     pub heartbeat_interval_ms: u64,
+    /// How often the worker reads the cluster state for a new world-line (and prunes).
+    pub poll_interval_ms: u64,
     /// How long a restarted worker waits for the cluster to roll back past its previous
     /// incarnation before giving up.
     pub rejoin_timeout_ms: u64,
 }
 
 impl WorkerConfig {
-    /// Defaults: 100 ms commits, 50 ms heartbeats, a 60 s rejoin wait.
+    /// Defaults: 100 ms commits, 200 ms heartbeats, 50 ms world-line polls, a 60 s rejoin wait.
     pub fn new(worker_id: WorkerId, listen: SocketAddr, engine: EngineConfig) -> Self {
         Self {
             recoverability: Recoverability::Dpr,
@@ -176,7 +179,8 @@ impl WorkerConfig {
             limits: FrameLimits::default(),
             engine,
             checkpoint_interval_ms: 100,
-            heartbeat_interval_ms: 50,
+            heartbeat_interval_ms: 200,
+            poll_interval_ms: 50,
             rejoin_timeout_ms: 60_000,
         }
     }
@@ -357,22 +361,15 @@ impl Core {
         }
     }
 
-    /// Restores to the published cut if the cluster moved to a newer world-line.
-    fn restore_if_behind(&self) {
-        let state = match self.finder.cluster_state() {
-            Ok(state) => state,
-            Err(error) => {
-                tracing::warn!(worker = self.id, %error, "reading the cluster state failed");
-                return;
-            }
-        };
+    /// Restores to `state`'s cut if the cluster moved to a newer world-line.
+    fn restore_if_behind(&self, state: &ClusterState) {
         if state.world_line <= self.worker.lock().world_line() {
             return;
         }
         let _exclusive = self.latch.write();
         let mut worker = self.worker.lock();
         let started = Instant::now();
-        match worker.restore_to(&state) {
+        match worker.restore_to(state) {
             Ok(()) => {
                 self.engine.set_current_label(worker.version());
                 self.record_incarnation(worker.world_line());
@@ -529,9 +526,7 @@ fn wait_for_rollback(
                 waited_ms: started.elapsed().as_millis() as u64,
             });
         }
-        std::thread::sleep(Duration::from_millis(
-            config.heartbeat_interval_ms.clamp(1, 50),
-        ));
+        std::thread::sleep(Duration::from_millis(config.poll_interval_ms.clamp(1, 50)));
     }
 }
 
@@ -797,13 +792,18 @@ fn heartbeat(core: Arc<Core>, tick: Duration, stop: Arc<AtomicBool>) {
 /// Commits once per slot, restores when the world-line moved, prunes below the cut.
 fn maintain(core: Arc<Core>, config: WorkerConfig, stop: Arc<AtomicBool>) {
     let interval_ms = config.checkpoint_interval_ms.max(1);
-    let poll = Duration::from_millis(config.heartbeat_interval_ms.max(1));
+    let poll = Duration::from_millis(config.poll_interval_ms.max(1));
     let mut next_poll = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         if Instant::now() >= next_poll {
-            core.restore_if_behind();
-            if let Ok(state) = core.finder.cluster_state() {
-                core.prune(&state);
+            match core.finder.cluster_state() {
+                Ok(state) => {
+                    core.restore_if_behind(&state);
+                    core.prune(&state);
+                }
+                Err(error) => {
+                    tracing::warn!(worker = core.id, %error, "reading the cluster state failed")
+                }
             }
             next_poll = Instant::now() + poll;
         }
