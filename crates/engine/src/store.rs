@@ -20,6 +20,7 @@ use crate::epoch::LightEpoch;
 use crate::index::{EntrySlot, HashIndex, KeyHash};
 use crate::latch::VersionLatches;
 use crate::log::{HybridLog, NewRecord, Record, FLAG_INVALID};
+use crate::rollback::{InvalidVersions, RollbackState};
 use crate::session::Session;
 use crate::state::{GlobalState, Phase, SystemState};
 use crate::{EngineError, SessionId, StoreConfig, Strategy};
@@ -109,7 +110,10 @@ pub(crate) struct Shared {
     /// the engine's own threads).
     pub(crate) open_sessions: AtomicUsize,
     pub(crate) checkpoints: CheckpointDirectory,
+    /// A state machine runs: a checkpoint, or a rollback until its PURGE ended.
     checkpoint_running: AtomicBool,
+    /// Rollback bookkeeping (`rollback` module).
+    pub(crate) rollback: RollbackState,
     results: Mutex<HashMap<u64, Result<CheckpointReport, String>>>,
     results_changed: Condvar,
     /// `blocking` strategy barrier.
@@ -141,14 +145,20 @@ impl Shared {
     }
 
     /// The newest record of `key` for a reader: `None` if the index has no entry for its tag.
-    /// Caller holds epoch protection.
+    /// Caller holds epoch protection. `invalid`: versions a rollback discarded (the session's
+    /// copy, see `rollback` module).
     ///
     /// The walk's lower bound is read *before* the chain head: see [`Located`].
     #[inline(always)]
-    pub(crate) fn locate(&self, hash: KeyHash, key: &[u8]) -> Option<Located<'_>> {
+    pub(crate) fn locate(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        invalid: InvalidVersions,
+    ) -> Option<Located<'_>> {
         let begin = self.log.begin_address();
         let entry = self.index.find(hash)?;
-        let record = self.find_record(key, entry.address(), begin);
+        let record = self.find_record(key, entry.address(), begin, invalid);
         Some(Located { entry, record })
     }
 
@@ -159,26 +169,38 @@ impl Shared {
         &self,
         hash: KeyHash,
         key: &[u8],
+        invalid: InvalidVersions,
     ) -> Result<Located<'_>, EngineError> {
         let begin = self.log.begin_address();
         let entry = self
             .index
             .find_or_create(hash, begin)
             .map_err(|_| self.index_full_error())?;
-        let record = self.find_record(key, entry.address(), begin);
+        let record = self.find_record(key, entry.address(), begin, invalid);
         Ok(Located { entry, record })
     }
 
-    /// The newest record with `key` in the chain starting at `head` (skipping invalid records),
-    /// walking down to `begin`. Caller holds epoch protection (or is the only thread), and read
-    /// `begin` no later than `head` (see [`Located`]) or holds the maintenance lock.
+    /// The newest record with `key` in the chain starting at `head` (skipping invalid records:
+    /// flagged, or of a version in `invalid`), walking down to `begin`. Caller holds epoch
+    /// protection (or is the only thread), and read `begin` no later than `head` (see
+    /// [`Located`]) or holds the maintenance lock.
     #[inline(always)]
-    pub(crate) fn find_record(&self, key: &[u8], head: u64, begin: u64) -> Option<Record<'_>> {
+    pub(crate) fn find_record(
+        &self,
+        key: &[u8],
+        head: u64,
+        begin: u64,
+        invalid: InvalidVersions,
+    ) -> Option<Record<'_>> {
         let mut address = head;
         while address >= begin && address != 0 {
             let record = self.log.record(address);
             let word0 = record.word0();
-            if word0 & FLAG_INVALID == 0 && record.key_equals(key) {
+            // `invalid` is empty outside a rollback: one compare of a register with zero.
+            if word0 & FLAG_INVALID == 0
+                && !invalid.contains(record.version())
+                && record.key_equals(key)
+            {
                 return Some(record);
             }
             let previous = word0 & crate::log::ADDRESS_MASK;
@@ -220,7 +242,7 @@ impl Shared {
             let Located {
                 entry: mut slot,
                 record: existing,
-            } = self.locate_or_create(hash, entry.key)?;
+            } = self.locate_or_create(hash, entry.key, InvalidVersions::NONE)?;
             let head = slot.address();
             if let Some(existing) = existing {
                 if unique {
@@ -309,6 +331,41 @@ impl Shared {
         }
     }
 
+    /// Takes the one state-machine slot (no checkpoint may start; a running one is waited for,
+    /// until `deadline`).
+    pub(crate) fn acquire_state_machine(&self, deadline: Instant) -> Result<(), EngineError> {
+        let mut results = self.results.lock();
+        loop {
+            if !self.checkpoint_running.swap(true, Ordering::SeqCst) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(EngineError::Timeout);
+            }
+            // `finish_checkpoint` clears the flag and notifies under this lock: no lost wake-up.
+            self.results_changed.wait_until(&mut results, deadline);
+        }
+    }
+
+    /// Gives back what [`Shared::acquire_state_machine`] took.
+    pub(crate) fn release_state_machine(&self) {
+        let _results = self.results.lock();
+        self.checkpoint_running.store(false, Ordering::SeqCst);
+        self.results_changed.notify_all();
+    }
+
+    /// Checkpoints above `version` were deleted by a rollback: their tokens now report failure.
+    pub(crate) fn forget_results_above(&self, version: u64) {
+        let mut results = self.results.lock();
+        for (&checkpoint, result) in results.iter_mut() {
+            if checkpoint > version {
+                *result = Err(format!(
+                    "deleted by a rollback to v{version}: its versions were discarded"
+                ));
+            }
+        }
+    }
+
     fn finish_checkpoint(&self, version: u64, result: Result<CheckpointReport, String>) {
         let mut results = self.results.lock();
         if results.len() >= KEPT_RESULTS {
@@ -371,6 +428,7 @@ impl Store {
             state: GlobalState::new(SystemState {
                 phase: Phase::Rest,
                 version: 1,
+                world_line: 0,
             }),
             running_strategy: AtomicU64::new(0),
             scan_progress: crate::scan_progress::ScanProgress::new(config.flusher_threads),
@@ -379,6 +437,7 @@ impl Store {
             open_sessions: AtomicUsize::new(0),
             checkpoints,
             checkpoint_running: AtomicBool::new(false),
+            rollback: RollbackState::new(),
             results: Mutex::new(HashMap::new()),
             results_changed: Condvar::new(),
             pause_lock: Mutex::new(()),
@@ -442,10 +501,15 @@ impl Store {
                 records
             }
         };
-        shared.state.store(SystemState {
-            phase: Phase::Rest,
-            version: version + 1,
-        });
+        shared.state.store_phase(Phase::Rest, version + 1);
+        shared.rollback.record_published(
+            version,
+            content
+                .session_points
+                .iter()
+                .map(|(id, point)| (SessionId(*id), *point))
+                .collect(),
+        );
         let mut max_id = 0;
         let mut points = BTreeMap::new();
         {
@@ -495,10 +559,21 @@ impl Store {
     pub fn try_start_session(self: &Arc<Self>) -> Result<Session, EngineError> {
         let slot = self.acquire_session_slot()?;
         let id = SessionId(self.shared.next_session_id.fetch_add(1, Ordering::SeqCst));
-        let version = self.shared.state.load().version;
-        let shared = Arc::new(SessionShared::new(id, version, 0));
-        self.shared.sessions.lock().insert(id.0, shared.clone());
-        Ok(Session::new(self.clone(), shared, 0, slot))
+        // Under the registry lock: a rollback resets the registered sessions and publishes its
+        // world-line under the same lock, so this session is either reset or starts in the new
+        // world-line.
+        let mut sessions = self.shared.sessions.lock();
+        let state = self.shared.state.load();
+        let shared = Arc::new(SessionShared::new(id, state.version, 0, state.world_line));
+        sessions.insert(id.0, shared.clone());
+        drop(sessions);
+        Ok(Session::new(
+            self.clone(),
+            shared,
+            0,
+            slot,
+            state.world_line,
+        ))
     }
 
     /// Reserves an epoch slot for a session (released by the session's `Drop`).
@@ -539,13 +614,19 @@ impl Store {
         // same lock, so a session is never claimed after it was forgotten.
         let claimed = {
             let sessions = self.shared.sessions.lock();
+            let world_line = self.shared.state.load().world_line;
             match sessions.get(&id.0) {
                 None => Err(EngineError::UnknownSession(id)),
-                Some(shared) => shared.claim().map(|serial| (shared.clone(), serial)),
+                Some(shared) => shared
+                    .claim()
+                    .map(|serial| (shared.clone(), serial, world_line)),
             }
         };
         match claimed {
-            Ok((shared, serial)) => Ok((Session::new(self.clone(), shared, serial, slot), serial)),
+            Ok((shared, serial, world_line)) => Ok((
+                Session::new(self.clone(), shared, serial, slot, world_line),
+                serial,
+            )),
             Err(error) => {
                 self.release_session_slot(slot);
                 Err(error)
@@ -722,6 +803,7 @@ impl Drop for Store {
         if let Some(handle) = self.checkpoint_thread.lock().take() {
             let _ = handle.join();
         }
+        self.shared.rollback.join();
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.request_compaction();
         if let Some(handle) = self.compactor.lock().take() {

@@ -19,6 +19,12 @@
 //! In-place writes and read-copy-updates both hold `r`'s record lock; a read-copy-update seals `r`
 //! once the new record is published, and in-place writers that find `r` sealed retry, so no write
 //! is lost between the two paths.
+//!
+//! With `StoreConfig::rollback_ready` (see `rollback` module): a write acting as `s` on a record of
+//! a version below `s` always read-copy-updates, in every phase and strategy (no in-place write
+//! behind a Persian scan, no cpr-copy stable copy), and chain walks skip the versions a rollback
+//! discarded. A session adopting a new world-line (the state word carries it) returns
+//! `EngineError::RolledBack` once and resets its serial counter.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,9 +37,13 @@ use crate::log::{
     padded_capacity_words, words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard,
     FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE,
 };
+use crate::rollback::InvalidVersions;
 use crate::state::{GlobalState, Phase};
 use crate::store::{Located, Store};
 use crate::{EngineError, SessionId, Strategy};
+
+mod scan;
+use scan::ScanBuffer;
 
 /// Operations between unconditional epoch refreshes.
 const REFRESH_INTERVAL: u32 = 256;
@@ -76,35 +86,6 @@ enum Write<'v> {
     Delete,
 }
 
-/// Keys and values one [`Session::scan`] call found, in one reused byte buffer.
-#[derive(Default)]
-struct ScanBuffer {
-    bytes: Vec<u8>,
-    /// (key end, value end, key start) per entry, offsets into `bytes`.
-    spans: Vec<(usize, usize, usize)>,
-    /// One value as read (the seqlock copy needs its own buffer).
-    value: Vec<u8>,
-}
-
-impl ScanBuffer {
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.spans.clear();
-    }
-
-    /// Appends the record's key and value (nothing for a tombstone).
-    fn push(&mut self, record: Record<'_>) {
-        let start = self.bytes.len();
-        if !record.read_value(&mut self.value) {
-            return;
-        }
-        record.copy_key(&mut self.bytes);
-        let key_end = self.bytes.len();
-        self.bytes.extend_from_slice(&self.value);
-        self.spans.push((key_end, self.bytes.len(), start));
-    }
-}
-
 /// A client session. `Send`, not `Sync`; dropping it releases its epoch slot.
 pub struct Session {
     store: Arc<Store>,
@@ -116,6 +97,15 @@ pub struct Session {
     state_word: u64,
     protected: bool,
     ops_since_refresh: u32,
+    /// The world-line this session's serials count in.
+    world_line: u64,
+    /// `StoreConfig::rollback_ready`, copied: read on every write.
+    rollback_ready: bool,
+    /// Versions discarded by the rollback in flight, copied when the state word is adopted.
+    invalid: InvalidVersions,
+    /// Set when adopting a new world-line: the next operation (or the one in progress) returns
+    /// `RolledBack` with this (world-line, surviving serial).
+    thrown: Option<(u64, u64)>,
     old_value: Vec<u8>,
     new_value: Vec<u8>,
     scan_buffer: ScanBuffer,
@@ -130,8 +120,10 @@ impl Session {
         shared: Arc<SessionShared>,
         serial: u64,
         slot: usize,
+        world_line: u64,
     ) -> Session {
         let version = shared.points.lock().version;
+        let rollback_ready = store.shared.config.rollback_ready;
         Session {
             store,
             shared,
@@ -142,6 +134,10 @@ impl Session {
             state_word: u64::MAX,
             protected: false,
             ops_since_refresh: 0,
+            world_line,
+            rollback_ready,
+            invalid: InvalidVersions::NONE,
+            thrown: None,
             old_value: Vec::new(),
             new_value: Vec::new(),
             scan_buffer: ScanBuffer::default(),
@@ -183,7 +179,7 @@ impl Session {
     /// session. The next operation resumes it.
     pub fn suspend(&mut self) {
         if self.protected {
-            self.shared.points.lock().idle_serial = Some(self.serial);
+            self.set_idle(self.serial);
             self.store.shared.epoch.suspend(self.slot);
             self.protected = false;
         }
@@ -201,7 +197,20 @@ impl Session {
             let acting = state.version;
             let mut points = self.shared.points.lock();
             points.idle_serial = None;
-            if acting > self.version {
+            if state.world_line != self.world_line {
+                // A rollback: the operations after the surviving serial are gone, this one (if
+                // `in_op`) does not run, and the serial counter continues from the survivor. The
+                // rollback reset `points` (under the registry lock, before publishing the state).
+                let surviving = points.surviving;
+                if points.version < acting {
+                    points.version = acting;
+                    points.last_point = surviving;
+                }
+                self.world_line = state.world_line;
+                self.serial = surviving;
+                self.version = acting;
+                self.thrown = Some((state.world_line, surviving));
+            } else if acting > self.version {
                 let point = if in_op { self.serial - 1 } else { self.serial };
                 if points.version < acting {
                     points.version = acting;
@@ -210,6 +219,8 @@ impl Session {
                 self.version = acting;
             }
             drop(points);
+            // Loaded after the state word: the range of a rollback is stored before its THROW.
+            self.invalid = self.store.shared.rollback.invalid();
             self.phase = state.phase;
             self.state_word = GlobalState::word_of(state);
             self.ops_since_refresh = 0;
@@ -224,6 +235,8 @@ impl Session {
         let point = if in_op { self.serial - 1 } else { self.serial };
         {
             let mut points = self.shared.points.lock();
+            // A session that has not adopted a rollback yet counts in the discarded numbering.
+            let point = SessionShared::idle_serial_of(&points, self.world_line, point);
             if points.version <= state.version {
                 points.version = state.version + 1;
                 points.last_point = point;
@@ -243,8 +256,10 @@ impl Session {
         shared.epoch.protect(self.slot);
     }
 
+    /// Starts an operation: refreshes if due, then takes the next serial. Fails with
+    /// `RolledBack` (once) if the session adopted a new world-line.
     #[inline]
-    fn begin_op(&mut self) {
+    fn begin_op(&mut self) -> Result<(), EngineError> {
         if !self.protected {
             self.store.shared.epoch.protect(self.slot);
             self.protected = true;
@@ -258,7 +273,31 @@ impl Session {
                 self.adopt(false);
             }
         }
+        self.check_thrown()?;
         self.serial += 1;
+        Ok(())
+    }
+
+    /// Returns `RolledBack` once after adopting a new world-line.
+    #[inline]
+    fn check_thrown(&mut self) -> Result<(), EngineError> {
+        match self.thrown.take() {
+            None => Ok(()),
+            Some((world_line, surviving_serial)) => Err(EngineError::RolledBack {
+                world_line,
+                surviving_serial,
+            }),
+        }
+    }
+
+    /// Records `serial` as the last one completed while the session holds no protection.
+    fn set_idle(&self, serial: u64) {
+        let mut points = self.shared.points.lock();
+        points.idle_serial = Some(SessionShared::idle_serial_of(
+            &points,
+            self.world_line,
+            serial,
+        ));
     }
 
     fn refresh_in_op(&mut self) {
@@ -281,7 +320,7 @@ impl Session {
             });
         }
         let generation = *shared.memory_lock.lock();
-        self.shared.points.lock().idle_serial = Some(self.serial - 1);
+        self.set_idle(self.serial - 1);
         shared.epoch.suspend(self.slot);
         shared.memory_wanted.store(true, Ordering::SeqCst);
         shared.request_compaction();
@@ -313,6 +352,9 @@ impl Session {
                 }
                 Step::NeedMemory => self.wait_for_memory(&mut deadline)?,
             }
+            // The operation had not taken effect; if the refresh adopted a new world-line it
+            // must not take effect in it either.
+            self.check_thrown()?;
         }
     }
 
@@ -334,7 +376,7 @@ impl Session {
 
     /// Reads `key` into `value_out`. Returns whether it was found.
     pub fn read(&mut self, key: &[u8], value_out: &mut Vec<u8>) -> Result<bool, EngineError> {
-        self.begin_op();
+        self.begin_op()?;
         let hash = KeyHash::of(key);
         self.run(|session| session.try_read(hash, key, value_out))
     }
@@ -365,7 +407,7 @@ impl Session {
     /// Inserts or replaces `key`.
     pub fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
         self.check_sizes(key, value.len())?;
-        self.begin_op();
+        self.begin_op()?;
         let hash = KeyHash::of(key);
         self.run(|session| {
             session
@@ -378,93 +420,16 @@ impl Session {
     /// application counting keys needs, known to the write at no extra cost.
     pub fn upsert_existed(&mut self, key: &[u8], value: &[u8]) -> Result<bool, EngineError> {
         self.check_sizes(key, value.len())?;
-        self.begin_op();
+        self.begin_op()?;
         let hash = KeyHash::of(key);
         self.run(|session| session.try_write(hash, key, Write::Put(value)))
     }
 
     /// Deletes `key`. Returns whether it existed.
     pub fn delete(&mut self, key: &[u8]) -> Result<bool, EngineError> {
-        self.begin_op();
+        self.begin_op()?;
         let hash = KeyHash::of(key);
         self.run(|session| session.try_write(hash, key, Write::Delete))
-    }
-
-    /// Visits every key whose index bucket lies in `cursor .. cursor + buckets` with its value
-    /// (`visit(key, value)`), and returns the cursor to continue from: 0 once the last bucket was
-    /// visited. Start at 0.
-    ///
-    /// A whole scan (from 0 until 0 comes back) visits every key that is present for the whole
-    /// scan exactly once (a key's bucket is fixed and visited once); a key written or deleted
-    /// while the scan runs may or may not be visited, and is then visited with the value it had
-    /// when its bucket was visited. Each call is one operation with its own serial, and sees
-    /// one moment of each bucket: it obeys the same CPR rules as a read. The visitor runs after
-    /// the buckets were read, so it may use this session's store through other sessions, but
-    /// `buckets` bounds the memory one call holds (keys and values of those buckets).
-    pub fn scan(
-        &mut self,
-        cursor: u64,
-        buckets: usize,
-        mut visit: impl FnMut(&[u8], &[u8]),
-    ) -> Result<u64, EngineError> {
-        let total = self.store.shared.index.bucket_count() as u64;
-        if cursor >= total {
-            return Err(EngineError::InvalidArgument(format!(
-                "scan cursor {cursor} is past the index's {total} buckets"
-            )));
-        }
-        let end = cursor.saturating_add(buckets.max(1) as u64).min(total);
-        self.begin_op();
-        let mut found = std::mem::take(&mut self.scan_buffer);
-        let result = self.run(|session| Ok(session.try_scan(cursor..end, &mut found)));
-        for &(key_end, value_end, start) in &found.spans {
-            visit(
-                &found.bytes[start..key_end],
-                &found.bytes[key_end..value_end],
-            );
-        }
-        found.clear();
-        self.scan_buffer = found;
-        result.map(|()| if end == total { 0 } else { end })
-    }
-
-    /// One attempt at [`Session::scan`]: the newest live record of every key of `range`'s
-    /// chains, into `found`.
-    fn try_scan(&self, range: std::ops::Range<u64>, found: &mut ScanBuffer) -> Step<()> {
-        found.clear();
-        let shared = &self.store.shared;
-        // The bound first, then the heads (see `store::Located`).
-        let begin = shared.log.begin_address();
-        let mut heads = Vec::new();
-        shared
-            .index
-            .for_each_entry(range.start as usize..range.end as usize, |head| {
-                heads.push(head)
-            });
-        let mut settled: Vec<Record<'_>> = Vec::new();
-        for head in heads {
-            settled.clear();
-            let mut address = head;
-            while address >= begin && address != 0 {
-                let record = shared.log.record(address);
-                let word0 = record.word0();
-                address = record.previous();
-                if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
-                    || settled.iter().any(|other| other.same_key(&record))
-                {
-                    continue;
-                }
-                settled.push(record);
-                if matches!(self.phase, Phase::Prepare | Phase::Pause)
-                    && record.version() > self.version
-                {
-                    // A v session must not observe v+1 state.
-                    return Step::Shift;
-                }
-                found.push(record);
-            }
-        }
-        Step::Done(())
     }
 
     /// Read-modify-write: `update(current, new_value)` writes the new value of `key` into
@@ -475,7 +440,7 @@ impl Session {
         update: impl FnOnce(Option<&[u8]>, &mut Vec<u8>),
     ) -> Result<(), EngineError> {
         self.check_sizes(key, 0)?;
-        self.begin_op();
+        self.begin_op()?;
         let hash = KeyHash::of(key);
         let mut update = Some(update);
         self.run(|session| session.try_rmw(hash, key, &mut update))
@@ -488,7 +453,10 @@ impl Session {
         out: &mut Vec<u8>,
     ) -> Result<Step<bool>, EngineError> {
         let shared = &self.store.shared;
-        let Some(record) = shared.locate(hash, key).and_then(|located| located.record) else {
+        let Some(record) = shared
+            .locate(hash, key, self.invalid)
+            .and_then(|located| located.record)
+        else {
             out.clear();
             return Ok(Step::Done(false));
         };
@@ -546,7 +514,7 @@ impl Session {
         if let Some(step) = self.take_latches(&mut hold, None) {
             return Ok(map_step(step, |_| false));
         }
-        let Located { mut entry, record } = shared.locate_or_create(hash, key)?;
+        let Located { mut entry, record } = shared.locate_or_create(hash, key, self.invalid)?;
         let Some(record) = record else {
             return Ok(match write {
                 Write::Delete => Step::Done(false),
@@ -576,11 +544,15 @@ impl Session {
         }
         let copy_to_new_version = self.must_copy(hash, record_version);
         let mutable = record.address >= shared.log.read_only_address();
-        if copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy {
-            return Ok(self.cpr_copy_write(&shared.log, record, &mut entry, key, write));
+        if copy_to_new_version
+            && mutable
+            && !self.rollback_ready
+            && shared.strategy_in_flight() == Strategy::CprCopy
+        {
+            return Ok(self.cpr_copy_write(&shared.log, record, &mut entry, hash, key, write));
         }
         let mut guard = record.lock();
-        if let Some(step) = self.recheck_locked(&guard) {
+        if let Some(step) = self.recheck_locked(&guard, hash, key) {
             return Ok(map_step(step, |_| false));
         }
         // Decided under the lock: a concurrent writer may have deleted or revived the key.
@@ -615,9 +587,22 @@ impl Session {
     /// `record_version`) unchanged and write a new version: it acts as v+1 on a record of v or
     /// older, and the checkpoint of v may still read that record. A Persian scan that already
     /// emitted the key's bucket will not (`scan_progress` module), so the write may go in place.
+    ///
+    /// With `rollback_ready`, every write to a record of an older version copies, in every phase:
+    /// that record is the key's state as of its version, which a rollback may return to. This is
+    /// the one decision every write path takes (upsert, upsert_existed, delete and its tombstone
+    /// through `try_write`; rmw through `try_rmw_with`; both also skip the cpr-copy path, which
+    /// would mark the record v+1 and write it in place). Inserts (no record) and rmw's placeholder
+    /// create records of the writer's own version; recovery writes before any session exists.
     #[inline]
     fn must_copy(&self, hash: KeyHash, record_version: u64) -> bool {
-        if !(self.phase.is_new_version() && record_version < self.version) {
+        if record_version >= self.version {
+            return false;
+        }
+        if self.rollback_ready {
+            return true;
+        }
+        if !self.phase.is_new_version() {
             return false;
         }
         let shared = &self.store.shared;
@@ -627,8 +612,13 @@ impl Session {
     }
 
     /// Under the record lock: the record may have been superseded or moved to v+1 meanwhile.
-    fn recheck_locked(&self, guard: &RecordGuard<'_>) -> Option<Step<()>> {
-        if guard.record.is_sealed() {
+    fn recheck_locked(
+        &self,
+        guard: &RecordGuard<'_>,
+        hash: KeyHash,
+        key: &[u8],
+    ) -> Option<Step<()>> {
+        if guard.record.is_sealed() && !self.stale_seal(guard, hash, key) {
             return Some(Step::Again);
         }
         let version = guard.record.version();
@@ -642,6 +632,44 @@ impl Session {
         None
     }
 
+    /// Whether the locked, sealed record is still its key's newest valid record: then the record
+    /// that sealed it belongs to versions a rollback discarded (an operation of the old world-line
+    /// read-copy-updated it), and the seal means nothing. Only with `rollback_ready`. Under the
+    /// lock this is exact: a valid writer publishes its new record before it seals and unlocks,
+    /// and compaction re-points the entry at its copy before it seals.
+    #[cold]
+    fn stale_seal(&self, guard: &RecordGuard<'_>, hash: KeyHash, key: &[u8]) -> bool {
+        self.rollback_ready
+            && self
+                .store
+                .shared
+                .locate(hash, key, self.invalid)
+                .and_then(|located| located.record)
+                .is_some_and(|newest| newest.address == guard.record.address)
+    }
+
+    /// The address a new record links to when the chain head is `head`: past the records of
+    /// discarded versions at the top of the chain (PURGE unlinks the rest). Links only move down,
+    /// so the chain keeps pointing down the log.
+    #[inline]
+    fn link_target(&self, head: u64) -> u64 {
+        if self.invalid.is_empty() {
+            return head;
+        }
+        let log = &self.store.shared.log;
+        let begin = log.begin_address();
+        let mut address = head;
+        while address >= begin && address != 0 {
+            let record = log.record(address);
+            let word0 = record.word0();
+            if word0 & FLAG_INVALID == 0 && !self.invalid.contains(record.version()) {
+                break;
+            }
+            address = word0 & crate::log::ADDRESS_MASK;
+        }
+        address
+    }
+
     fn insert(
         &self,
         log: &HybridLog,
@@ -653,7 +681,7 @@ impl Session {
     ) -> Step<()> {
         let address = match log.write_new(
             &NewRecord {
-                previous: entry.address(),
+                previous: self.link_target(entry.address()),
                 flags,
                 version: self.version,
                 key,
@@ -689,7 +717,7 @@ impl Session {
         let write = |previous: u64| {
             log.write_new(
                 &NewRecord {
-                    previous,
+                    previous: self.link_target(previous),
                     flags,
                     version: self.version,
                     key,
@@ -735,11 +763,12 @@ impl Session {
         log: &HybridLog,
         record: Record<'_>,
         entry: &mut EntrySlot<'_>,
+        hash: KeyHash,
         key: &[u8],
         write: Write<'_>,
     ) -> Step<bool> {
         let mut guard = record.lock();
-        if let Some(step) = self.recheck_locked(&guard) {
+        if let Some(step) = self.recheck_locked(&guard, hash, key) {
             return map_step(step, |_| false);
         }
         let existed = !guard.record.is_tombstone();
@@ -827,7 +856,7 @@ impl Session {
         if let Some(step) = self.take_latches(&mut hold, None) {
             return Ok(step);
         }
-        let Located { mut entry, record } = shared.locate_or_create(hash, key)?;
+        let Located { mut entry, record } = shared.locate_or_create(hash, key, self.invalid)?;
         let Some(record) = record else {
             // Insert a tombstone placeholder first, so the update runs exactly once under the
             // placeholder's record lock on the next attempt.
@@ -855,11 +884,15 @@ impl Session {
         let copy_to_new_version = self.must_copy(hash, record_version);
         let mutable = record.address >= log.read_only_address();
         let mut guard = record.lock();
-        if let Some(step) = self.recheck_locked(&guard) {
+        if let Some(step) = self.recheck_locked(&guard, hash, key) {
             return Ok(step);
         }
-        let cpr_copy =
-            copy_to_new_version && mutable && shared.strategy_in_flight() == Strategy::CprCopy;
+        // Never with `rollback_ready`: the stable copy would leave the older version's record
+        // changed in place (see `must_copy`).
+        let cpr_copy = copy_to_new_version
+            && mutable
+            && !self.rollback_ready
+            && shared.strategy_in_flight() == Strategy::CprCopy;
         if cpr_copy {
             if guard.record.version() == self.version {
                 return Ok(Step::Again);
@@ -913,7 +946,11 @@ impl Drop for Session {
     fn drop(&mut self) {
         {
             let mut points = self.shared.points.lock();
-            points.idle_serial = Some(self.serial);
+            points.idle_serial = Some(SessionShared::idle_serial_of(
+                &points,
+                self.world_line,
+                self.serial,
+            ));
             points.active = false;
             points.ended = true;
         }
