@@ -109,7 +109,7 @@ fn write_round(session: &mut Session, model: &mut Model, round: u32, keys: u32) 
                 value.extend_from_slice(format!("+r{round}").as_bytes());
                 model.insert(key, value);
             }
-            2 if round % 2 == 0 => {}
+            2 if round.is_multiple_of(2) => {}
             3 => {
                 let value = format!(
                     "round {round} key {index} {}",
@@ -509,7 +509,7 @@ fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
                         }
                         Err(error) => panic!("writer {writer}: {error}"),
                     }
-                    if step % 64 == 0 {
+                    if step.is_multiple_of(64) {
                         // Let the other writers and the controller in (2 cores).
                         std::thread::yield_now();
                     }
@@ -526,6 +526,18 @@ fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
         rng_state ^= rng_state << 17;
         rng_state
     };
+    // Every key written once before the first checkpoint (the stride visits each of them).
+    let start = Instant::now();
+    while acked
+        .iter()
+        .any(|a| a.load(Ordering::SeqCst) < keys_per_writer as u64)
+    {
+        assert!(
+            start.elapsed() < WAIT,
+            "writers too slow to fill their keys"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let checkpoints_before = 4 + next() % 4;
     let mut bounds: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     for _ in 0..checkpoints_before {
