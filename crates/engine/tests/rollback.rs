@@ -10,8 +10,10 @@
 //!   commit) and rolls back to a published version while the writers run. Each writer must see
 //!   `RolledBack` once; its surviving serial must lie within the bounds the controller recorded
 //!   for that checkpoint; the final state must be exactly the writers' surviving acknowledged
-//!   writes. The oracle uses only what the threads recorded, never the store's own counts. Size:
-//!   `ROLLBACK_KEYS` (default 16,384 keys), `ROLLBACK_SECONDS` of writing after the rollback.
+//!   writes; every other write is a read-modify-write that checks, online, that it reads the
+//!   writer's own last surviving write. The oracle uses only what the threads recorded, never
+//!   the store's own counts. Size: `ROLLBACK_KEYS` (default 16,384 keys), `ROLLBACK_SECONDS` of
+//!   writing after the rollback (default 1), `ROLLBACK_SEED` (the moment of the rollback).
 //! - `the_oracle_fails_when_the_rollback_skips_invalidation`: the same run with the engine's
 //!   test-only sabotage; the oracle must fail.
 //! - `rollback_edge_cases`: two rollbacks in a row, rollback to 0, below the floor, without
@@ -312,6 +314,28 @@ fn rollback_edge_cases() {
         models.insert(version, model.clone());
         serials.insert(version, session.serial());
     }
+    // A checkpoint still running when the rollback is called is waited for, then deleted.
+    write_round(&mut session, &mut model, 5, keys);
+    session.suspend();
+    let running = store.checkpoint(Strategy::Snapshot).unwrap();
+    let report = store.rollback(3).unwrap();
+    assert_eq!(report.deleted_checkpoints, vec![running.version]);
+    assert!(matches!(
+        store.wait_for_commit(running, WAIT),
+        Err(EngineError::CheckpointFailed { .. })
+    ));
+    assert!(matches!(
+        session.read(b"k", &mut Vec::new()),
+        Err(EngineError::RolledBack { world_line: 1, .. })
+    ));
+    model = models[&3].clone();
+    assert_state(
+        &mut session,
+        &model,
+        keys,
+        "after a rollback over a running checkpoint",
+    );
+    session.suspend();
     // Unknown versions.
     for bad in [7, store.version()] {
         let error = store.rollback(bad).unwrap_err();
@@ -322,10 +346,10 @@ fn rollback_edge_cases() {
     session.suspend();
     store.rollback(3).unwrap();
     store.rollback(1).unwrap();
-    assert_eq!(store.world_line(), 2);
+    assert_eq!(store.world_line(), 3);
     match session.read(b"k", &mut Vec::new()) {
         Err(EngineError::RolledBack {
-            world_line: 2,
+            world_line: 3,
             surviving_serial,
         }) => assert_eq!(surviving_serial, serials[&1]),
         other => panic!("expected one RolledBack for both, got {other:?}"),
@@ -377,6 +401,8 @@ fn rollback_edge_cases() {
 struct WriterLog {
     acks: Vec<(u64, u64, u32)>,
     thrown: Vec<(u64, u64, u64)>,
+    /// Read-modify-writes whose old value was not the writer's own last surviving write.
+    mismatches: Vec<String>,
 }
 
 fn encode(world: u64, serial: u64) -> [u8; 16] {
@@ -400,20 +426,24 @@ fn verify(
 ) -> Result<(), String> {
     let mut reader = store.start_session();
     let mut value = Vec::new();
+    let mut problems = Vec::new();
     for (writer, log) in logs.iter().enumerate() {
         if log.thrown.len() != 1 {
             return Err(format!("writer {writer} saw RolledBack {:?}", log.thrown));
         }
-        let (thrown_world, surviving, last_issued) = log.thrown[0];
-        let (low, high) = bounds[writer];
-        if surviving < low || surviving > high {
-            return Err(format!(
-                "writer {writer}: surviving serial {surviving} outside [{low}, {high}]"
+        if let Some(first) = log.mismatches.first() {
+            problems.push(format!(
+                "writer {writer}: {} read-modify-writes saw a value other than its last surviving \
+                 write, first: {first}",
+                log.mismatches.len()
             ));
         }
-        if surviving > last_issued {
-            return Err(format!(
-                "writer {writer}: surviving {surviving} > issued {last_issued}"
+        let (thrown_world, surviving, last_issued) = log.thrown[0];
+        let (low, high) = bounds[writer];
+        if surviving < low || surviving > high || surviving > last_issued {
+            problems.push(format!(
+                "writer {writer}: surviving serial {surviving} outside [{low}, {high}] (the \
+                 checkpoint's bounds) or above the last issued {last_issued}"
             ));
         }
         // Expected: the last surviving acknowledged write of each key.
@@ -424,21 +454,32 @@ fn verify(
             }
             expected.insert(index, encode(world, serial));
         }
+        let mut wrong = Vec::new();
         for index in 0..keys_per_writer {
             let found = reader
                 .read(&writer_key(writer, index), &mut value)
                 .map_err(|error| error.to_string())?;
             let want = expected.get(&index);
             if found.then_some(&value[..]) != want.map(|v| &v[..]) {
-                return Err(format!(
-                    "writer {writer} key {index}: store has {:?}, acknowledged surviving writes \
-                     say {want:?} (surviving serial {surviving})",
+                wrong.push(format!(
+                    "key {index}: store has {:?}, acknowledged surviving writes say {want:?}",
                     found.then(|| value.clone())
                 ));
             }
         }
+        if let Some(first) = wrong.first() {
+            problems.push(format!(
+                "writer {writer} (surviving serial {surviving}): {} keys differ from the final \
+                 state, first {first}",
+                wrong.len()
+            ));
+        }
     }
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
 }
 
 struct Outcome {
@@ -479,6 +520,9 @@ fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
                 let mut log = log.lock().unwrap();
                 let mut world = 0;
                 let mut step = 0u64;
+                // What each of this writer's keys holds, by its own acknowledgements (world-line,
+                // serial): every other rmw checks the value it reads against it, online.
+                let mut current: Vec<Option<(u64, u64)>> = vec![None; keys_per_writer as usize];
                 while !stop.load(Ordering::Relaxed) {
                     step += 1;
                     // A stride over the writer's keys: every key written, in a scrambled order.
@@ -492,8 +536,27 @@ fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
                     let index = ((step * 7919) % range as u64) as u32;
                     let serial = session.serial() + 1;
                     issued[writer].store(serial, Ordering::SeqCst);
-                    match session.upsert(&writer_key(writer, index), &encode(world, serial)) {
-                        Ok(()) => {
+                    let key = writer_key(writer, index);
+                    let result = if step.is_multiple_of(2) {
+                        let mut seen = None;
+                        session
+                            .rmw(&key, |old, new| {
+                                seen = Some(old.map(<[u8]>::to_vec));
+                                new.extend_from_slice(&encode(world, serial));
+                            })
+                            .map(|()| seen)
+                    } else {
+                        session.upsert(&key, &encode(world, serial)).map(|()| None)
+                    };
+                    match result {
+                        Ok(seen) => {
+                            let want = current[index as usize].map(|(w, s)| encode(w, s).to_vec());
+                            if let Some(old) = seen.filter(|old| *old != want) {
+                                log.mismatches.push(format!(
+                                    "serial {serial} key {index}: read {old:?}, expected {want:?}"
+                                ));
+                            }
+                            current[index as usize] = Some((world, serial));
                             log.acks.push((world, serial, index));
                             acked[writer].store(serial, Ordering::SeqCst);
                             completed.fetch_add(1, Ordering::Relaxed);
@@ -503,6 +566,13 @@ fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
                             surviving_serial,
                         }) => {
                             log.thrown.push((world_line, surviving_serial, serial - 1));
+                            // The state the rollback restored, by this writer's own record.
+                            current.iter_mut().for_each(|slot| *slot = None);
+                            for &(w, s, i) in &log.acks {
+                                if w == world && s <= surviving_serial {
+                                    current[i as usize] = Some((w, s));
+                                }
+                            }
                             world = world_line;
                             assert_eq!(session.serial(), surviving_serial);
                             acked[writer].store(surviving_serial, Ordering::SeqCst);
@@ -519,7 +589,9 @@ fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
         .collect();
     // The controller: checkpoints every few ms, each with each writer's bounds, then a rollback
     // at a seeded moment, then more checkpoints.
-    let mut rng_state = (strategy as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ total_keys;
+    let seed = prefixkv_testkit::env_count("ROLLBACK_SEED", 1);
+    let mut rng_state =
+        (strategy as u64 + 1 + seed * 16).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ total_keys;
     let mut next = || {
         rng_state ^= rng_state << 13;
         rng_state ^= rng_state >> 7;
@@ -608,5 +680,8 @@ fn the_oracle_fails_when_the_rollback_skips_invalidation() {
     let error = outcome
         .result
         .expect_err("the oracle must catch a rollback that leaves discarded writes visible");
-    eprintln!("the oracle caught it: {error}");
+    eprintln!("the oracle caught it:\n{error}");
+    // Both checks see it: the online read-modify-writes and the final state.
+    assert!(error.contains("read-modify-writes"), "{error}");
+    assert!(error.contains("differ from the final state"), "{error}");
 }

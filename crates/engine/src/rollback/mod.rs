@@ -233,6 +233,8 @@ impl Store {
                     .into(),
             ));
         }
+        // Arguments first (again under the state machine below): a refusal never waits.
+        self.check_target(to_version)?;
         let deadline = Instant::now() + ROLLBACK_WAIT_LIMIT;
         let _one = shared
             .rollback
@@ -240,13 +242,6 @@ impl Store {
             .try_lock_until(deadline)
             .ok_or(EngineError::Timeout)?;
         self.wait_for_purge(deadline.saturating_duration_since(Instant::now()))?;
-        let floor = self.rollback_floor();
-        if to_version < floor {
-            return Err(EngineError::InvalidArgument(format!(
-                "cannot roll back to v{to_version}: it is below the rollback floor v{floor} \
-                 (Store::set_rollback_floor), so compaction may have dropped what it needs"
-            )));
-        }
         shared.acquire_state_machine(deadline)?;
         match self.throw(to_version, deadline) {
             Ok(report) => Ok(report),
@@ -255,6 +250,33 @@ impl Store {
                     shared.release_state_machine();
                 }
                 Err(error)
+            }
+        }
+    }
+
+    /// Refuses a version below the floor, or one that is not a rollback target (0 always is).
+    /// Returns the sessions' CPR points in it.
+    fn check_target(&self, to_version: u64) -> Result<BTreeMap<SessionId, u64>, EngineError> {
+        let floor = self.rollback_floor();
+        if to_version < floor {
+            return Err(EngineError::InvalidArgument(format!(
+                "cannot roll back to v{to_version}: it is below the rollback floor v{floor} \
+                 (Store::set_rollback_floor), so compaction may have dropped what it needs"
+            )));
+        }
+        if to_version == 0 {
+            return Ok(BTreeMap::new());
+        }
+        let targets = self.shared.rollback.targets.lock();
+        match targets.get(&to_version) {
+            Some(points) if to_version < self.shared.state.load().version => Ok(points.clone()),
+            _ => {
+                let known: Vec<u64> = targets.keys().copied().collect();
+                Err(EngineError::InvalidArgument(format!(
+                    "cannot roll back to v{to_version}: it is not a checkpoint this store \
+                     published or recovered and still holds on disk (those are {known:?}; 0 \
+                     means empty)"
+                )))
             }
         }
     }
@@ -270,25 +292,10 @@ impl Store {
         let state = shared.state.load();
         debug_assert_eq!(state.phase, Phase::Rest, "no state machine runs");
         let current = state.version;
-        let points = if to_version == 0 {
-            BTreeMap::new()
-        } else {
-            let targets = shared.rollback.targets.lock();
-            match targets.get(&to_version) {
-                Some(points) if to_version < current => points.clone(),
-                _ => {
-                    let known: Vec<u64> = targets.keys().copied().collect();
-                    return Err((
-                        EngineError::InvalidArgument(format!(
-                            "cannot roll back to v{to_version}: it is not a checkpoint this store \
-                             published or recovered and still holds on disk (those are {known:?}; \
-                             0 means empty)"
-                        )),
-                        false,
-                    ));
-                }
-            }
-        };
+        // Again, now that no checkpoint can publish or prune meanwhile.
+        let points = self
+            .check_target(to_version)
+            .map_err(|error| (error, false))?;
         let next_version = current + 1;
         if next_version >= u32::MAX as u64 || state.world_line >= MAX_WORLD_LINE {
             return Err((

@@ -63,6 +63,11 @@ impl Session {
         self.begin_op()?;
         let mut found = std::mem::take(&mut self.scan_buffer);
         let result = self.run(|session| Ok(session.try_scan(cursor..end, &mut found)));
+        if result.is_err() {
+            // An attempt that shifted may have left part of its buckets; the call failed (e.g.
+            // `RolledBack`), so nothing is visited.
+            found.clear();
+        }
         for &(key_end, value_end, start) in &found.spans {
             visit(
                 &found.bytes[start..key_end],
