@@ -489,7 +489,7 @@ struct Outcome {
     throw_ms: f64,
 }
 
-fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
+fn concurrent(strategy: Strategy, tamper: bool, small_log: bool) -> Outcome {
     let total_keys = prefixkv_testkit::env_count("ROLLBACK_KEYS", 16_384);
     let seconds = prefixkv_testkit::env_count("ROLLBACK_SECONDS", 1) as f64;
     let writers = 3usize;
@@ -498,6 +498,12 @@ fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
     let mut config = config(dir.path());
     config.index_buckets = (total_keys as usize / 2).next_power_of_two().max(1 << 12);
     config.log_memory_bytes = (total_keys * 64 * 12).max(32 << 20);
+    if small_log {
+        // About 8 times the live data: compaction runs all the time, and must keep the versions
+        // of the three checkpoints on disk.
+        config.log_memory_bytes = (total_keys * 64 * 8).max(8 << 20);
+        config.log_page_bytes = 16 << 10;
+    }
     config.log_page_bytes = if total_keys > 100_000 {
         1 << 20
     } else {
@@ -650,8 +656,8 @@ fn concurrent(strategy: Strategy, tamper: bool) -> Outcome {
     }
 }
 
-fn concurrent_passes(strategy: Strategy) {
-    let outcome = concurrent(strategy, false);
+fn concurrent_passes(strategy: Strategy, small_log: bool) {
+    let outcome = concurrent(strategy, false, small_log);
     eprintln!(
         "{strategy}: throw {:.3} ms, purge {:.3} ms, {} operations completed from the rollback \
          call to the end of PURGE",
@@ -666,17 +672,25 @@ fn concurrent_passes(strategy: Strategy) {
 
 #[test]
 fn concurrent_rollback_fold_over() {
-    concurrent_passes(Strategy::FoldOver);
+    concurrent_passes(Strategy::FoldOver, false);
 }
 
 #[test]
 fn concurrent_rollback_persian() {
-    concurrent_passes(Strategy::Persian);
+    concurrent_passes(Strategy::Persian, false);
+}
+
+/// A log budget a few times the live data: compaction runs during the whole test, before,
+/// during and after the rollback (snapshot and cpr-copy images).
+#[test]
+fn concurrent_rollback_under_compaction() {
+    concurrent_passes(Strategy::Snapshot, true);
+    concurrent_passes(Strategy::CprCopy, true);
 }
 
 #[test]
 fn the_oracle_fails_when_the_rollback_skips_invalidation() {
-    let outcome = concurrent(Strategy::Persian, true);
+    let outcome = concurrent(Strategy::Persian, true, false);
     let error = outcome
         .result
         .expect_err("the oracle must catch a rollback that leaves discarded writes visible");
