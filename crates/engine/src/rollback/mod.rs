@@ -223,7 +223,9 @@ impl Store {
     /// action waits until it finished (its effect has an invalid version: invisible) or refreshed
     /// mid-operation (retry paths refresh): then it returns `RolledBack` without taking effect.
     /// Suspended sessions are between operations (or parked mid-operation in a memory or pause
-    /// wait, which refreshes before retrying), so they adopt the new world-line first too.
+    /// wait, which refreshes before retrying), so they adopt the new world-line first too. An
+    /// operation of the old world-line still in flight may read a mix of old and restored state;
+    /// its serial is above its session's surviving serial, so its result is discarded too.
     pub fn rollback(&self, to_version: u64) -> Result<RollbackReport, EngineError> {
         let shared = &self.shared;
         if !shared.config.rollback_ready {

@@ -108,7 +108,9 @@ impl Session {
     /// the one decision every write path takes (upsert, upsert_existed, delete and its tombstone
     /// through `try_write`; rmw through `try_rmw_with`; both also skip the cpr-copy path, which
     /// would mark the record v+1 and write it in place). Inserts (no record) and rmw's placeholder
-    /// create records of the writer's own version; recovery writes before any session exists.
+    /// create records of the writer's own version. The engine's other writers of records: recovery
+    /// (before any session exists), compaction (copies a record with its version and seals the
+    /// original; it never changes a value) and PURGE (flags and links of discarded records only).
     #[inline]
     fn must_copy(&self, hash: KeyHash, record_version: u64) -> bool {
         if record_version >= self.version {
@@ -417,6 +419,16 @@ impl Session {
             };
             guard.set_stable_address(stable);
             guard.set_version(self.version);
+        }
+        if self.rollback_ready
+            && (copy_to_new_version || !mutable)
+            && log.pages_in_use() >= log.writer_page_limit()
+        {
+            // With `rollback_ready` most read-modify-writes copy their record (a new version);
+            // at the writer limit they wait for compaction like upserts instead of taking the
+            // compaction reserve after their update ran, which would leave compaction nothing to
+            // copy live records with (the update has not run: retrying is allowed).
+            return Ok(Step::NeedMemory);
         }
         // From here the update runs: no retry may call it again.
         old_value.clear();
