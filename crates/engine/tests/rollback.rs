@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prefixkv_engine::{EngineError, Session, Store, StoreConfig, Strategy};
@@ -483,6 +483,112 @@ fn verify(
     }
 }
 
+/// What the writers and the controller share: only what the writers were told.
+struct Counters {
+    stop: AtomicBool,
+    /// Operations acknowledged, all writers.
+    completed: AtomicU64,
+    /// Per writer: the last serial acknowledged (in its current world-line).
+    acked: Vec<AtomicU64>,
+    /// Per writer: the last serial issued.
+    issued: Vec<AtomicU64>,
+}
+
+/// One writer: upserts and rmws over its own keys until stopped, recording what it was told.
+fn run_writer(
+    store: &Arc<Store>,
+    writer: usize,
+    keys_per_writer: u32,
+    counters: &Counters,
+) -> WriterLog {
+    let mut session = store.start_session();
+    let mut log = WriterLog::default();
+    let mut world = 0;
+    let mut step = 0u64;
+    // What each of this writer's keys holds, by its own acknowledgements (world-line,
+    // serial): every other rmw checks the value it reads against it, online.
+    let mut current: Vec<Option<(u64, u64)>> = vec![None; keys_per_writer as usize];
+    while !counters.stop.load(Ordering::Relaxed) {
+        step += 1;
+        // A stride over the writer's keys: every key written, in a scrambled order.
+        // After the rollback only the lower half, so that the upper half keeps the
+        // state the rollback exposed for the oracle to check.
+        let range = if world == 0 {
+            keys_per_writer
+        } else {
+            keys_per_writer.div_ceil(2)
+        };
+        let index = ((step * 7919) % range as u64) as u32;
+        let serial = session.serial() + 1;
+        counters.issued[writer].store(serial, Ordering::SeqCst);
+        let key = writer_key(writer, index);
+        let result = if step.is_multiple_of(2) {
+            let mut seen = None;
+            session
+                .rmw(&key, |old, new| {
+                    seen = Some(old.map(<[u8]>::to_vec));
+                    new.extend_from_slice(&encode(world, serial));
+                })
+                .map(|()| seen)
+        } else {
+            session.upsert(&key, &encode(world, serial)).map(|()| None)
+        };
+        match result {
+            Ok(seen) => {
+                let want = current[index as usize].map(|(w, s)| encode(w, s).to_vec());
+                if let Some(old) = seen.filter(|old| *old != want) {
+                    let decode = |v: &[u8]| {
+                        let word = |r: std::ops::Range<usize>| {
+                            u64::from_le_bytes(v[r].try_into().unwrap())
+                        };
+                        (word(0..8), word(8..16))
+                    };
+                    let message = format!(
+                        "world {world} serial {serial} key {index}: read (world, \
+                             serial) {:?}, expected {:?}; thrown {:?}",
+                        old.as_deref().map(decode),
+                        want.as_deref().map(decode),
+                        log.thrown
+                    );
+                    log.mismatches.push((world, serial, message));
+                }
+                current[index as usize] = Some((world, serial));
+                log.acks.push((world, serial, index));
+                counters.acked[writer].store(serial, Ordering::SeqCst);
+                counters.completed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(EngineError::RolledBack {
+                world_line,
+                surviving_serial,
+            }) => {
+                log.thrown.push((world_line, surviving_serial, serial - 1));
+                // Operations after the surviving serial are discarded, what they read
+                // included: one in flight during THROW may have seen part of the
+                // restored state (a compaction copy of an older version above its own
+                // discarded record), which is allowed.
+                log.mismatches
+                    .retain(|&(w, s, _)| w != world || s <= surviving_serial);
+                // The state the rollback restored, by this writer's own record.
+                current.iter_mut().for_each(|slot| *slot = None);
+                for &(w, s, i) in &log.acks {
+                    if w == world && s <= surviving_serial {
+                        current[i as usize] = Some((w, s));
+                    }
+                }
+                world = world_line;
+                assert_eq!(session.serial(), surviving_serial);
+                counters.acked[writer].store(surviving_serial, Ordering::SeqCst);
+            }
+            Err(error) => panic!("writer {writer}: {error}"),
+        }
+        if step.is_multiple_of(64) {
+            // Let the other writers and the controller in (2 cores).
+            std::thread::yield_now();
+        }
+    }
+    log
+}
+
 struct Outcome {
     result: Result<(), String>,
     ops_during_rollback: u64,
@@ -499,118 +605,37 @@ fn concurrent(strategy: Strategy, tamper: bool, small_log: bool) -> Outcome {
     let mut config = config(dir.path());
     config.index_buckets = (total_keys as usize / 2).next_power_of_two().max(1 << 12);
     config.log_memory_bytes = (total_keys * 64 * 12).max(32 << 20);
-    if small_log {
-        // About 8 times the live data: compaction runs all the time, and must keep the versions
-        // of the three checkpoints on disk.
-        config.log_memory_bytes = (total_keys * 64 * 8).max(8 << 20);
-        config.log_page_bytes = 16 << 10;
-    }
     config.log_page_bytes = if total_keys > 100_000 {
         1 << 20
     } else {
         64 << 10
     };
+    if small_log {
+        // About 8 times the live data: compaction runs all the time, and must keep the versions
+        // of the three checkpoints on disk.
+        config.log_memory_bytes = (total_keys * 64 * 8).max(8 << 20);
+        config.log_page_bytes = if total_keys > 100_000 {
+            256 << 10
+        } else {
+            16 << 10
+        };
+    }
     config.keep_checkpoints = 3;
     let store = Store::open(config).unwrap();
     store.tamper_rollback_for_tests(tamper);
-    let stop = Arc::new(AtomicBool::new(false));
-    let completed = Arc::new(AtomicU64::new(0));
-    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..writers).map(|_| AtomicU64::new(0)).collect());
-    let issued: Arc<Vec<AtomicU64>> = Arc::new((0..writers).map(|_| AtomicU64::new(0)).collect());
-    let logs: Vec<Arc<Mutex<WriterLog>>> = (0..writers).map(|_| Arc::default()).collect();
+    let counters = Arc::new(Counters {
+        stop: AtomicBool::new(false),
+        completed: AtomicU64::new(0),
+        acked: (0..writers).map(|_| AtomicU64::new(0)).collect(),
+        issued: (0..writers).map(|_| AtomicU64::new(0)).collect(),
+    });
     let handles: Vec<_> = (0..writers)
         .map(|writer| {
-            let (store, stop, completed) = (store.clone(), stop.clone(), completed.clone());
-            let (acked, issued, log) = (acked.clone(), issued.clone(), logs[writer].clone());
-            std::thread::spawn(move || {
-                let mut session = store.start_session();
-                let mut log = log.lock().unwrap();
-                let mut world = 0;
-                let mut step = 0u64;
-                // What each of this writer's keys holds, by its own acknowledgements (world-line,
-                // serial): every other rmw checks the value it reads against it, online.
-                let mut current: Vec<Option<(u64, u64)>> = vec![None; keys_per_writer as usize];
-                while !stop.load(Ordering::Relaxed) {
-                    step += 1;
-                    // A stride over the writer's keys: every key written, in a scrambled order.
-                    // After the rollback only the lower half, so that the upper half keeps the
-                    // state the rollback exposed for the oracle to check.
-                    let range = if world == 0 {
-                        keys_per_writer
-                    } else {
-                        keys_per_writer.div_ceil(2)
-                    };
-                    let index = ((step * 7919) % range as u64) as u32;
-                    let serial = session.serial() + 1;
-                    issued[writer].store(serial, Ordering::SeqCst);
-                    let key = writer_key(writer, index);
-                    let result = if step.is_multiple_of(2) {
-                        let mut seen = None;
-                        session
-                            .rmw(&key, |old, new| {
-                                seen = Some(old.map(<[u8]>::to_vec));
-                                new.extend_from_slice(&encode(world, serial));
-                            })
-                            .map(|()| seen)
-                    } else {
-                        session.upsert(&key, &encode(world, serial)).map(|()| None)
-                    };
-                    match result {
-                        Ok(seen) => {
-                            let want = current[index as usize].map(|(w, s)| encode(w, s).to_vec());
-                            if let Some(old) = seen.filter(|old| *old != want) {
-                                let decode = |v: &[u8]| {
-                                    let word = |r: std::ops::Range<usize>| {
-                                        u64::from_le_bytes(v[r].try_into().unwrap())
-                                    };
-                                    (word(0..8), word(8..16))
-                                };
-                                let message = format!(
-                                    "world {world} serial {serial} key {index}: read (world, \
-                                     serial) {:?}, expected {:?}; thrown {:?}",
-                                    old.as_deref().map(decode),
-                                    want.as_deref().map(decode),
-                                    log.thrown
-                                );
-                                log.mismatches.push((world, serial, message));
-                            }
-                            current[index as usize] = Some((world, serial));
-                            log.acks.push((world, serial, index));
-                            acked[writer].store(serial, Ordering::SeqCst);
-                            completed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(EngineError::RolledBack {
-                            world_line,
-                            surviving_serial,
-                        }) => {
-                            log.thrown.push((world_line, surviving_serial, serial - 1));
-                            // Operations after the surviving serial are discarded, what they read
-                            // included: one in flight during THROW may have seen part of the
-                            // restored state (a compaction copy of an older version above its own
-                            // discarded record), which is allowed.
-                            log.mismatches
-                                .retain(|&(w, s, _)| w != world || s <= surviving_serial);
-                            // The state the rollback restored, by this writer's own record.
-                            current.iter_mut().for_each(|slot| *slot = None);
-                            for &(w, s, i) in &log.acks {
-                                if w == world && s <= surviving_serial {
-                                    current[i as usize] = Some((w, s));
-                                }
-                            }
-                            world = world_line;
-                            assert_eq!(session.serial(), surviving_serial);
-                            acked[writer].store(surviving_serial, Ordering::SeqCst);
-                        }
-                        Err(error) => panic!("writer {writer}: {error}"),
-                    }
-                    if step.is_multiple_of(64) {
-                        // Let the other writers and the controller in (2 cores).
-                        std::thread::yield_now();
-                    }
-                }
-            })
+            let (store, counters) = (store.clone(), counters.clone());
+            std::thread::spawn(move || run_writer(&store, writer, keys_per_writer, &counters))
         })
         .collect();
+    let (acked, issued, completed) = (&counters.acked, &counters.issued, &counters.completed);
     // The controller: checkpoints every few ms, each with each writer's bounds, then a rollback
     // at a seeded moment, then more checkpoints.
     let seed = prefixkv_testkit::env_count("ROLLBACK_SEED", 1);
@@ -657,13 +682,10 @@ fn concurrent(strategy: Strategy, tamper: bool, small_log: bool) -> Outcome {
         std::thread::sleep(Duration::from_millis(5));
         checkpoint(&store, strategy);
     }
-    stop.store(true, Ordering::SeqCst);
-    for handle in handles {
-        handle.join().unwrap();
-    }
-    let logs: Vec<WriterLog> = logs
+    counters.stop.store(true, Ordering::SeqCst);
+    let logs: Vec<WriterLog> = handles
         .into_iter()
-        .map(|log| std::mem::take(&mut *log.lock().unwrap()))
+        .map(|handle| handle.join().unwrap())
         .collect();
     let result = verify(&store, &logs, &bounds[&target], keys_per_writer);
     Outcome {
