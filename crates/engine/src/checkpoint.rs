@@ -177,21 +177,17 @@ pub(crate) fn run(
         .running_strategy
         .store(strategy_index as u64, Ordering::Release);
     let result = if strategy == Strategy::Blocking {
-        shared.state.store(SystemState {
-            phase: Phase::Pause,
-            version,
-        });
+        shared.state.store_phase(Phase::Pause, version);
         bump_and_wait(shared, None);
         write_image(shared, strategy, version, cookie, started)
     } else {
-        shared.state.store(SystemState {
-            phase: Phase::Prepare,
-            version,
-        });
+        shared.state.store_phase(Phase::Prepare, version);
+        let world_line = shared.state.load().world_line;
         let next = |phase| {
             Some(SystemState {
                 phase,
                 version: version + 1,
+                world_line,
             })
         };
         bump_and_wait(shared, next(Phase::InProgress));
@@ -202,10 +198,7 @@ pub(crate) fn run(
     };
     {
         let _pause = shared.pause_lock.lock();
-        shared.state.store(SystemState {
-            phase: Phase::Rest,
-            version: version + 1,
-        });
+        shared.state.store_phase(Phase::Rest, version + 1);
         shared.pause_changed.notify_all();
     }
     // Compaction was excluded while the checkpoint ran.
@@ -294,7 +287,11 @@ fn write_image(
             }
         }
     }
-    shared.checkpoints.prune(shared.config.keep_checkpoints)?;
+    shared
+        .rollback
+        .record_published(version, session_points.clone());
+    let pruned = shared.checkpoints.prune(shared.config.keep_checkpoints)?;
+    shared.rollback.forget_published(&pruned);
     breakdown.publish = publish_started.elapsed();
     Ok(CheckpointReport {
         version,
@@ -432,6 +429,9 @@ fn scan_index_range(
     let log = &shared.log;
     // Compaction is excluded while a checkpoint runs, so begin does not move and no page is freed.
     let begin = log.begin_address();
+    // A checkpoint never overlaps a rollback (one state machine at a time) and PURGE flags every
+    // invalid record before it ends, so this is empty; checked anyway, it costs nothing.
+    let invalid = shared.rollback.invalid();
     let mut heads = Vec::new();
     // Records of this chain whose key is settled (emitted, or a tombstone <= v): older records
     // of the same key are skipped. Most chains hold one key, so this stays empty or tiny.
@@ -461,7 +461,10 @@ fn scan_index_range(
                 let record = log.record(address);
                 let word0 = record.word0();
                 address = record.previous();
-                if word0 & FLAG_INVALID != 0 || word0 & FLAG_STABLE != 0 {
+                if word0 & FLAG_INVALID != 0
+                    || word0 & FLAG_STABLE != 0
+                    || invalid.contains(record.version())
+                {
                     continue;
                 }
                 if settled.iter().any(|other| other.same_key(&record)) {
@@ -532,6 +535,7 @@ fn scan_log_parallel(
     let log = &shared.log;
     let page_bytes = log.page_bytes() as u64;
     let begin = log.begin_address();
+    let invalid = shared.rollback.invalid();
     let first_page = begin / page_bytes;
     let end_page = tail.div_ceil(page_bytes).max(first_page + 1);
     let pages = end_page - first_page;
@@ -548,7 +552,10 @@ fn scan_log_parallel(
             log.scan(from, until, |record| {
                 let word0 = record.word0();
                 debug_assert!(word0 & FLAG_PRESENT != 0);
-                if word0 & (FLAG_INVALID | FLAG_STABLE) != 0 || record.version() > version {
+                if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
+                    || record.version() > version
+                    || invalid.contains(record.version())
+                {
                     return true;
                 }
                 key.clear();

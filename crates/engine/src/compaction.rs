@@ -7,6 +7,16 @@
 //! past those pages and frees them in an epoch action, once no session can hold a pointer into them.
 //! Superseded versions, invalid records and cpr-copy stable copies are simply dropped.
 //!
+//! With `rollback_ready` (see `rollback` module) compaction also keeps what a rollback may need:
+//! a record that is not its key's newest is dropped only if the next newer record of its key has
+//! a version `<=` max(its own version, floor) — then it is nobody's newest at any version a
+//! rollback may return to (`RollbackState::compaction_floor`: the caller's floor, at least the
+//! oldest checkpoint on disk). Such a record cannot be moved (a copy at the tail would sit above
+//! its newer versions in the chain), so a chunk that meets one ends at the page holding it; the
+//! pages before it are freed. Records of discarded versions (flagged, or in the invalid range of
+//! a rollback in flight) are dropped and never copied, and a valid record sealed by a discarded
+//! one is still copied when it is its key's newest (the seal is stale).
+//!
 //! Invariants: compaction never runs during a checkpoint (the `maintenance` lock), so a checkpoint
 //! always sees a fixed begin address; copies use the compaction reserve of the page budget, so they
 //! can always make progress while user writes are held at the writer limit; a key's newest record
@@ -21,8 +31,10 @@ use std::time::Duration;
 use crate::checkpoint::bump_and_wait;
 use crate::index::KeyHash;
 use crate::log::{
-    AllocError, NewRecord, Record, FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE,
+    AllocError, NewRecord, Record, RecordGuard, ADDRESS_MASK, FLAG_INVALID, FLAG_SEALED,
+    FLAG_STABLE, FLAG_TOMBSTONE,
 };
+use crate::rollback::InvalidVersions;
 use crate::store::Shared;
 
 /// A chunk that reclaimed less than this share of the bytes it scanned was mostly live data:
@@ -124,6 +136,14 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
     bump_and_wait(shared, None);
     // 2. Copy live records forward.
     shared.epoch.protect(slot);
+    let rollback = shared.config.rollback_ready.then(|| RollbackRules {
+        invalid: shared.rollback.invalid(),
+        floor: shared
+            .rollback
+            .compaction_floor(shared.state.load().version),
+    });
+    let invalid = shared.rollback.invalid();
+    let mut keep_from = None;
     let mut ok = true;
     let mut visited = 0u32;
     let mut key = Vec::new();
@@ -139,15 +159,33 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
         }
         let size = record.size_bytes() as u64;
         chunk.scanned_bytes += size;
-        match copy_if_live(shared, record, begin, &mut key, &mut value) {
+        let copied = match &rollback {
+            None => copy_if_live(shared, record, begin, invalid, &mut key, &mut value),
+            Some(rules) => {
+                copy_if_live_rollback(shared, record, begin, rules, &mut key, &mut value)
+            }
+        };
+        match copied {
             Copied::Yes => chunk.copied_bytes += size,
             Copied::No => {}
             Copied::OutOfReserve => ok = false,
+            Copied::Keep => {
+                keep_from = Some(record.address);
+                return false;
+            }
         }
         ok
     });
     shared.epoch.suspend(slot);
     if !ok {
+        return None;
+    }
+    // A record a rollback may need: free only the pages before it.
+    let until = match keep_from {
+        Some(address) => address & !(page_bytes - 1),
+        None => until,
+    };
+    if until <= begin {
         return None;
     }
     // 3. Retire the pages: nobody starting after the bump can reach them; wait out the rest.
@@ -166,6 +204,121 @@ enum Copied {
     No,
     /// The compaction reserve is exhausted.
     OutOfReserve,
+    /// Not its key's newest, but a rollback may need it (`rollback_ready`): it must stay where it
+    /// is, and so must everything after it.
+    Keep,
+}
+
+/// What compaction keeps for rollbacks (`rollback_ready` only).
+struct RollbackRules {
+    invalid: InvalidVersions,
+    floor: u64,
+}
+
+/// Where a record stands in its key's chain.
+enum Standing {
+    /// It is the key's newest valid record.
+    Newest,
+    /// A newer valid record of its key exists; the next newer one has this version.
+    Superseded { next_version: u64 },
+    /// The chain does not reach it (unlinked): nobody can see it.
+    Unreachable,
+}
+
+/// Walks the chain from `head` down to `record`, noting the version of the last valid record of
+/// its key passed on the way (the next newer version: chains hold a key's records newest first).
+fn standing(
+    shared: &Shared,
+    record: &Record<'_>,
+    head: u64,
+    begin: u64,
+    invalid: InvalidVersions,
+) -> Standing {
+    let mut next_version = None;
+    let mut address = head;
+    while address >= begin && address != 0 {
+        if address == record.address {
+            return match next_version {
+                None => Standing::Newest,
+                Some(next_version) => Standing::Superseded { next_version },
+            };
+        }
+        let other = shared.log.record(address);
+        let word0 = other.word0();
+        if word0 & (FLAG_INVALID | FLAG_STABLE) == 0
+            && !invalid.contains(other.version())
+            && other.same_key(record)
+        {
+            next_version = Some(other.version());
+        }
+        address = word0 & ADDRESS_MASK;
+    }
+    Standing::Unreachable
+}
+
+/// [`copy_if_live`] with `rollback_ready`: see the module comment.
+fn copy_if_live_rollback(
+    shared: &Shared,
+    record: Record<'_>,
+    begin: u64,
+    rules: &RollbackRules,
+    key: &mut Vec<u8>,
+    value: &mut Vec<u8>,
+) -> Copied {
+    let word0 = record.word0();
+    let version = record.version();
+    if word0 & (FLAG_INVALID | FLAG_STABLE) != 0 || rules.invalid.contains(version) {
+        return Copied::No;
+    }
+    key.clear();
+    record.copy_key(key);
+    let hash = KeyHash::of(key);
+    let judge = |standing: Standing| match standing {
+        Standing::Newest => None,
+        Standing::Unreachable => Some(Copied::No),
+        Standing::Superseded { next_version } if next_version <= version.max(rules.floor) => {
+            Some(Copied::No)
+        }
+        Standing::Superseded { .. } => Some(Copied::Keep),
+    };
+    let Some(entry) = shared.index.find(hash) else {
+        return Copied::No;
+    };
+    if let Some(verdict) = judge(standing(
+        shared,
+        &record,
+        entry.address(),
+        begin,
+        rules.invalid,
+    )) {
+        return verdict;
+    }
+    let guard = record.lock();
+    // Under the lock, again from a fresh head: a writer that superseded the record published its
+    // new record before it unlocked. A seal alone proves nothing here (a discarded operation may
+    // have set it: see the module comment).
+    let Some(entry) = shared.index.find(hash) else {
+        return Copied::No;
+    };
+    if let Some(verdict) = judge(standing(
+        shared,
+        &record,
+        entry.address(),
+        begin,
+        rules.invalid,
+    )) {
+        return verdict;
+    }
+    copy_locked(
+        shared,
+        record,
+        guard,
+        entry,
+        begin,
+        rules.invalid,
+        key,
+        value,
+    )
 }
 
 /// Copies `record` to the tail if it is still its key's newest record.
@@ -173,6 +326,7 @@ fn copy_if_live(
     shared: &Shared,
     record: Record<'_>,
     begin: u64,
+    invalid: InvalidVersions,
     key: &mut Vec<u8>,
     value: &mut Vec<u8>,
 ) -> Copied {
@@ -182,10 +336,10 @@ fn copy_if_live(
     }
     key.clear();
     record.copy_key(key);
-    let Some(mut entry) = shared.index.find(KeyHash::of(key)) else {
+    let Some(entry) = shared.index.find(KeyHash::of(key)) else {
         return Copied::No;
     };
-    match shared.find_record(key, entry.address(), begin) {
+    match shared.find_record(key, entry.address(), begin, invalid) {
         Some(newest) if newest.address == record.address => {}
         _ => return Copied::No,
     }
@@ -193,10 +347,28 @@ fn copy_if_live(
     if record.is_sealed() {
         return Copied::No;
     }
+    copy_locked(shared, record, guard, entry, begin, invalid, key, value)
+}
+
+/// Copies the locked `record`, its key's newest, to the tail and re-points the entry at the copy
+/// (or unlinks it: a tombstone with nothing older).
+#[allow(clippy::too_many_arguments)]
+fn copy_locked(
+    shared: &Shared,
+    record: Record<'_>,
+    guard: RecordGuard<'_>,
+    mut entry: crate::index::EntrySlot<'_>,
+    begin: u64,
+    invalid: InvalidVersions,
+    key: &[u8],
+    value: &mut Vec<u8>,
+) -> Copied {
     let tombstone = record.is_tombstone();
     if tombstone
         && entry.address() == record.address
-        && shared.find_record(key, record.previous(), begin).is_none()
+        && shared
+            .find_record(key, record.previous(), begin, invalid)
+            .is_none()
     {
         // A deleted key with no older version left: unlink the tombstone instead of copying it.
         if entry.compare_exchange(record.previous()).is_ok() {

@@ -123,6 +123,17 @@ pub struct StoreConfig {
     /// wait, compaction takes the maintenance lock ahead of the next checkpoint (see
     /// `compaction.rs`), so only a log that is truly full of live data runs out.
     pub memory_wait_limit: Duration,
+    /// Keep the in-memory log ready for [`Store::rollback`](crate::Store::rollback) (D-FASTER's
+    /// non-blocking rollback, DPR). Off by default. On, the engine guarantees that for every
+    /// checkpointed version `v` the in-memory log still holds, for every key, the record that was
+    /// the key's newest at `v` (unless the compaction floor, [`Store::set_rollback_floor`]
+    /// (crate::Store::set_rollback_floor), allowed compaction to drop it): a write running as
+    /// version `s` never changes a record of a version below `s` in place, in any phase or
+    /// strategy; it copies it to the tail (read-copy-update). Writes to records of their own
+    /// version still go in place. The price: the first write to a key in each version copies its
+    /// record, and compaction keeps the versions a rollback may still need (see `docs/engine.md`,
+    /// "Non-blocking rollback").
+    pub rollback_ready: bool,
 }
 
 impl StoreConfig {
@@ -213,6 +224,7 @@ impl Default for StoreConfig {
             checkpoint_direct_io: true,
             disk: prefixkv_storage::real_disk(),
             memory_wait_limit: Duration::from_secs(30),
+            rollback_ready: false,
         }
     }
 }

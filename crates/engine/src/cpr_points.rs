@@ -32,10 +32,16 @@ pub(crate) struct SessionPoints {
     /// The last `Session` object for this id was dropped in this process (not merely suspended):
     /// once a checkpoint covers its final serial, the store forgets the id.
     pub(crate) ended: bool,
+    /// The session's CPR point in the checkpoint the last rollback returned to (0 if none): the
+    /// serial a session resets to when it adopts the new world-line.
+    pub(crate) surviving: u64,
+    /// The world-line these points count in: a session whose own world-line is older has not
+    /// adopted the last rollback yet, and its serial counter still runs in the old numbering.
+    pub(crate) world_line: u64,
 }
 
 impl SessionShared {
-    pub(crate) fn new(id: SessionId, version: u64, serial: u64) -> Self {
+    pub(crate) fn new(id: SessionId, version: u64, serial: u64, world_line: u64) -> Self {
         SessionShared {
             id,
             points: Mutex::new(SessionPoints {
@@ -44,13 +50,15 @@ impl SessionShared {
                 idle_serial: Some(serial),
                 active: true,
                 ended: false,
+                surviving: 0,
+                world_line,
             }),
             committed: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn recovered(id: SessionId, version: u64, point: u64) -> Self {
-        let shared = SessionShared::new(id, version, point);
+        let shared = SessionShared::new(id, version, point, 0);
         shared.points.lock().active = false;
         shared.committed.store(point, Ordering::SeqCst);
         shared
@@ -79,6 +87,38 @@ impl SessionShared {
             && points
                 .idle_serial
                 .is_some_and(|final_serial| final_serial <= recorded_point)
+    }
+
+    /// A rollback to a checkpoint where this session's CPR point is `surviving` (0 if it had
+    /// none): its operations after `surviving` are gone and it runs as `next_version` from now
+    /// on, so its CPR point for `next_version - 1` (what the first checkpoint after the rollback
+    /// records, if the session does nothing) is `surviving`; so is its commit point. Called under
+    /// the registry lock before the new world-line is published.
+    pub(crate) fn roll_back(&self, next_version: u64, surviving: u64, world_line: u64) {
+        let mut points = self.points.lock();
+        points.world_line = world_line;
+        points.version = points.version.max(next_version);
+        points.last_point = surviving;
+        if points.idle_serial.is_some() {
+            points.idle_serial = Some(surviving);
+        }
+        points.surviving = surviving;
+        self.committed.store(surviving, Ordering::SeqCst);
+    }
+
+    /// The last serial a session completed, as idle serial: `serial` if the session counts in the
+    /// current world-line (`session_world_line`), else its surviving serial (its serial counter
+    /// still runs in the numbering a rollback discarded). Caller holds `points`.
+    pub(crate) fn idle_serial_of(
+        points: &SessionPoints,
+        session_world_line: u64,
+        serial: u64,
+    ) -> u64 {
+        if points.world_line == session_world_line {
+            serial
+        } else {
+            points.surviving
+        }
     }
 
     /// The session's CPR point for checkpoint `checkpoint_version`, called by the driver in

@@ -92,6 +92,23 @@ pub enum EngineError {
     /// A caller passed an argument the engine cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The store rolled back ([`crate::Store::rollback`]) while this session still counted itself
+    /// in the previous world-line. Returned once per session, by its first operation after the
+    /// rollback (or by an operation that was in progress and had not taken effect); that
+    /// operation did not run. Every operation of this session with a serial up to
+    /// `surviving_serial` is part of the restored state; every later one of the old world-line
+    /// is gone. The session's serial counter was reset to `surviving_serial`: its next operation
+    /// takes `surviving_serial + 1` and runs normally in the new world-line.
+    #[error(
+        "the store rolled back to world-line {world_line}: this session's operations after serial \
+         {surviving_serial} are lost; reissue what is needed and continue"
+    )]
+    RolledBack {
+        /// The world-line the session now runs in ([`crate::Store::world_line`]).
+        world_line: u64,
+        /// The session's CPR point in the checkpoint rolled back to (0 if it had none there).
+        surviving_serial: u64,
+    },
 }
 
 impl EngineError {

@@ -278,6 +278,30 @@ impl HashIndex {
         }
     }
 
+    /// Calls `visit` with every non-empty, non-tentative entry of main buckets `range` (and their
+    /// overflow buckets), as a slot its caller may CAS (rollback's PURGE re-points entries).
+    pub(crate) fn for_each_slot<'a>(
+        &'a self,
+        range: std::ops::Range<usize>,
+        mut visit: impl FnMut(EntrySlot<'a>),
+    ) {
+        for index in range {
+            let mut bucket = &self.buckets[index];
+            loop {
+                for slot in &bucket.entries {
+                    let word = slot.load(Ordering::Acquire);
+                    if word != 0 && word & TENTATIVE == 0 && word & ADDRESS_MASK != 0 {
+                        visit(EntrySlot { slot, word });
+                    }
+                }
+                match self.next_bucket(bucket) {
+                    Some(next) => bucket = next,
+                    None => break,
+                }
+            }
+        }
+    }
+
     /// Calls `visit` with the chain head of every non-empty entry of main buckets `range` (and their
     /// overflow buckets).
     pub(crate) fn for_each_entry(&self, range: std::ops::Range<usize>, mut visit: impl FnMut(u64)) {

@@ -241,6 +241,28 @@ impl<'a> Record<'a> {
         self.words[0].store((word0 & !ADDRESS_MASK) | previous, Ordering::Release);
     }
 
+    /// Re-links a published record whose previous address is `expected` to `previous` (PURGE
+    /// only: `previous` is below `expected` and everything between is flagged invalid, so the
+    /// chain keeps pointing down and loses nothing). Keeps the flags; `false` if the link moved.
+    pub(crate) fn replace_previous(&self, expected: u64, previous: u64) -> bool {
+        debug_assert!(previous < expected);
+        let mut word0 = self.words[0].load(Ordering::Acquire);
+        loop {
+            if word0 & ADDRESS_MASK != expected {
+                return false;
+            }
+            match self.words[0].compare_exchange_weak(
+                word0,
+                (word0 & !ADDRESS_MASK) | previous,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(current) => word0 = current,
+            }
+        }
+    }
+
     pub(crate) fn set_flags(&self, flags: u64) {
         self.words[0].fetch_or(flags, Ordering::AcqRel);
     }

@@ -3,6 +3,13 @@
 //! Version semantics: REST(v) and PREPARE(v) run operations as v; IN_PROGRESS, WAIT_PENDING and
 //! WAIT_FLUSH carry v+1 (operations run as v+1 while version v is being captured). PAUSE(v) is the
 //! `blocking` strategy's barrier: sessions that see it adopt v+1 and wait until REST(v+1).
+//! THROW(n) and PURGE(n) are the rollback's phases (`rollback` module): operations run as n, the
+//! first version of a new world-line, exactly as in REST.
+//!
+//! The word packs the world-line too (bits 40..64), so that a session adopts a new world-line and
+//! its first version in one load: it can never run an operation of the new world-line's version
+//! while still counting itself in the old world-line, or the reverse. Versions fit 32 bits (record
+//! headers hold 32) and world-lines 24 bits (16.7 million rollbacks per process).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -22,6 +29,12 @@ pub enum Phase {
     WaitFlush = 4,
     /// Stop-the-world barrier of the `blocking` strategy.
     Pause = 5,
+    /// Rollback: a new world-line began; sessions adopting it learn that their operations after
+    /// their surviving serial were rolled back (`EngineError::RolledBack`).
+    Throw = 6,
+    /// Rollback: every session adopted the new world-line; a background thread unlinks and
+    /// neutralises the records of the discarded versions.
+    Purge = 7,
 }
 
 impl Phase {
@@ -33,6 +46,8 @@ impl Phase {
             3 => Phase::WaitPending,
             4 => Phase::WaitFlush,
             5 => Phase::Pause,
+            6 => Phase::Throw,
+            7 => Phase::Purge,
             other => unreachable!("invalid phase bits {other}"),
         }
     }
@@ -47,23 +62,34 @@ impl Phase {
     }
 }
 
-/// A (phase, version) pair.
+/// Bits of the version in the state word.
+const VERSION_BITS: u32 = 32;
+/// Where the world-line starts in the state word.
+const WORLD_LINE_SHIFT: u32 = 8 + VERSION_BITS;
+/// The largest world-line the state word holds.
+pub(crate) const MAX_WORLD_LINE: u64 = (1 << (64 - WORLD_LINE_SHIFT)) - 1;
+
+/// A (phase, version, world-line) triple.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SystemState {
     pub(crate) phase: Phase,
     pub(crate) version: u64,
+    /// Rollbacks so far in this process (in memory only).
+    pub(crate) world_line: u64,
 }
 
 impl SystemState {
     #[inline]
     fn pack(self) -> u64 {
-        (self.version << 8) | self.phase as u64
+        debug_assert!(self.version < 1 << VERSION_BITS && self.world_line <= MAX_WORLD_LINE);
+        (self.world_line << WORLD_LINE_SHIFT) | (self.version << 8) | self.phase as u64
     }
     #[inline]
     fn unpack(word: u64) -> Self {
         SystemState {
             phase: Phase::from_bits(word),
-            version: word >> 8,
+            version: (word >> 8) & ((1 << VERSION_BITS) - 1),
+            world_line: word >> WORLD_LINE_SHIFT,
         }
     }
 }
@@ -90,5 +116,16 @@ impl GlobalState {
     }
     pub(crate) fn store(&self, state: SystemState) {
         self.0.store(state.pack(), Ordering::SeqCst);
+    }
+    /// Stores `phase` and `version`, keeping the world-line. Only the one state machine running
+    /// (a checkpoint driver or a rollback: they exclude each other through the store's
+    /// `checkpoint_running` flag) stores, so the world-line read here cannot change meanwhile.
+    pub(crate) fn store_phase(&self, phase: Phase, version: u64) {
+        let world_line = self.load().world_line;
+        self.store(SystemState {
+            phase,
+            version,
+            world_line,
+        });
     }
 }

@@ -140,10 +140,21 @@ impl CheckpointDirectory {
         recovery::select(&self.catalog, self.limits)
     }
 
-    /// Deletes all but the newest `keep` published checkpoints (`keep` >= 1).
-    pub fn prune(&self, keep: usize) -> Result<(), EngineError> {
-        self.catalog.prune(keep).map_err(catalog_error)?;
-        Ok(())
+    /// Deletes all but the newest `keep` published checkpoints (`keep` >= 1); returns the
+    /// versions deleted.
+    pub fn prune(&self, keep: usize) -> Result<Vec<u64>, EngineError> {
+        self.catalog.prune(keep).map_err(catalog_error)
+    }
+
+    /// The published checkpoint versions on disk, newest first.
+    pub fn published_versions(&self) -> Result<Vec<u64>, EngineError> {
+        self.catalog.published_versions().map_err(catalog_error)
+    }
+
+    /// Deletes published checkpoint `version`, durably (renamed aside and the directory synced
+    /// before any file goes): a rollback removes the checkpoints above its target, newest first.
+    pub fn remove(&self, version: u64) -> Result<(), EngineError> {
+        self.catalog.remove(version).map_err(catalog_error)
     }
 }
 

@@ -14,15 +14,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::checkpoint_files::{CheckpointDirectory, EntryRef, ManifestKind};
+use crate::checkpoint_files::CheckpointDirectory;
 use crate::cpr_points::SessionShared;
 use crate::epoch::LightEpoch;
 use crate::index::{EntrySlot, HashIndex, KeyHash};
 use crate::latch::VersionLatches;
-use crate::log::{HybridLog, NewRecord, Record, FLAG_INVALID};
+use crate::log::{HybridLog, Record, FLAG_INVALID};
+use crate::rollback::{InvalidVersions, RollbackState};
 use crate::session::Session;
 use crate::state::{GlobalState, Phase, SystemState};
 use crate::{EngineError, SessionId, StoreConfig, Strategy};
+
+mod recovery;
 
 /// Maximum number of sessions (epoch table slots) open at once, plus internal threads.
 /// How many sessions may be open at once (each holds one slot of the epoch table).
@@ -109,7 +112,10 @@ pub(crate) struct Shared {
     /// the engine's own threads).
     pub(crate) open_sessions: AtomicUsize,
     pub(crate) checkpoints: CheckpointDirectory,
+    /// A state machine runs: a checkpoint, or a rollback until its PURGE ended.
     checkpoint_running: AtomicBool,
+    /// Rollback bookkeeping (`rollback` module).
+    pub(crate) rollback: RollbackState,
     results: Mutex<HashMap<u64, Result<CheckpointReport, String>>>,
     results_changed: Condvar,
     /// `blocking` strategy barrier.
@@ -141,14 +147,20 @@ impl Shared {
     }
 
     /// The newest record of `key` for a reader: `None` if the index has no entry for its tag.
-    /// Caller holds epoch protection.
+    /// Caller holds epoch protection. `invalid`: versions a rollback discarded (the session's
+    /// copy, see `rollback` module).
     ///
     /// The walk's lower bound is read *before* the chain head: see [`Located`].
     #[inline(always)]
-    pub(crate) fn locate(&self, hash: KeyHash, key: &[u8]) -> Option<Located<'_>> {
+    pub(crate) fn locate(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        invalid: InvalidVersions,
+    ) -> Option<Located<'_>> {
         let begin = self.log.begin_address();
         let entry = self.index.find(hash)?;
-        let record = self.find_record(key, entry.address(), begin);
+        let record = self.find_record(key, entry.address(), begin, invalid);
         Some(Located { entry, record })
     }
 
@@ -159,26 +171,38 @@ impl Shared {
         &self,
         hash: KeyHash,
         key: &[u8],
+        invalid: InvalidVersions,
     ) -> Result<Located<'_>, EngineError> {
         let begin = self.log.begin_address();
         let entry = self
             .index
             .find_or_create(hash, begin)
             .map_err(|_| self.index_full_error())?;
-        let record = self.find_record(key, entry.address(), begin);
+        let record = self.find_record(key, entry.address(), begin, invalid);
         Ok(Located { entry, record })
     }
 
-    /// The newest record with `key` in the chain starting at `head` (skipping invalid records),
-    /// walking down to `begin`. Caller holds epoch protection (or is the only thread), and read
-    /// `begin` no later than `head` (see [`Located`]) or holds the maintenance lock.
+    /// The newest record with `key` in the chain starting at `head` (skipping invalid records:
+    /// flagged, or of a version in `invalid`), walking down to `begin`. Caller holds epoch
+    /// protection (or is the only thread), and read `begin` no later than `head` (see
+    /// [`Located`]) or holds the maintenance lock.
     #[inline(always)]
-    pub(crate) fn find_record(&self, key: &[u8], head: u64, begin: u64) -> Option<Record<'_>> {
+    pub(crate) fn find_record(
+        &self,
+        key: &[u8],
+        head: u64,
+        begin: u64,
+        invalid: InvalidVersions,
+    ) -> Option<Record<'_>> {
         let mut address = head;
         while address >= begin && address != 0 {
             let record = self.log.record(address);
             let word0 = record.word0();
-            if word0 & FLAG_INVALID == 0 && record.key_equals(key) {
+            // `invalid` is empty outside a rollback: one compare of a register with zero.
+            if word0 & FLAG_INVALID == 0
+                && !invalid.contains(record.version())
+                && record.key_equals(key)
+            {
                 return Some(record);
             }
             let previous = word0 & crate::log::ADDRESS_MASK;
@@ -202,110 +226,38 @@ impl Shared {
         }
     }
 
-    /// Applies one recovered entry (single-threaded per key; no sessions exist yet).
-    fn apply_recovered(
-        &self,
-        entry: EntryRef<'_>,
-        unique: bool,
-        path_hint: &str,
-    ) -> Result<(), EngineError> {
-        let hash = KeyHash::of(entry.key);
-        let out_of_memory = || EngineError::OutOfMemory {
-            detail: format!(
-                "checkpoint {path_hint} does not fit the log budget of {} bytes",
-                self.config.log_memory_bytes
-            ),
-        };
+    /// Takes the one state-machine slot (no checkpoint may start; a running one is waited for,
+    /// until `deadline`).
+    pub(crate) fn acquire_state_machine(&self, deadline: Instant) -> Result<(), EngineError> {
+        let mut results = self.results.lock();
         loop {
-            let Located {
-                entry: mut slot,
-                record: existing,
-            } = self.locate_or_create(hash, entry.key)?;
-            let head = slot.address();
-            if let Some(existing) = existing {
-                if unique {
-                    return Err(EngineError::Corrupt {
-                        path: path_hint.into(),
-                        offset: 0,
-                        detail: format!(
-                            "key {:?} appears twice in a key-unique checkpoint; the checkpoint is damaged",
-                            String::from_utf8_lossy(entry.key)
-                        ),
-                    });
-                }
-                let mut guard = existing.lock();
-                if entry.tombstone {
-                    guard.set_tombstone(true);
-                    guard.set_version(entry.record_version);
-                    return Ok(());
-                }
-                if guard.fits(entry.value.len()) {
-                    guard.write_value(entry.value);
-                    guard.set_tombstone(false);
-                    guard.set_version(entry.record_version);
-                    return Ok(());
-                }
-                drop(guard);
-            } else if entry.tombstone {
+            if !self.checkpoint_running.swap(true, Ordering::SeqCst) {
                 return Ok(());
             }
-            let address = self
-                .log
-                .write_new(
-                    &NewRecord {
-                        previous: head,
-                        flags: 0,
-                        version: entry.record_version,
-                        key: entry.key,
-                        value: entry.value,
-                        capacity_words: crate::log::padded_capacity_words(
-                            entry.key.len(),
-                            entry.value.len(),
-                        ),
-                    },
-                    true,
-                )
-                .map_err(|_| out_of_memory())?;
-            if slot.compare_exchange(address).is_ok() {
-                return Ok(());
+            if Instant::now() >= deadline {
+                return Err(EngineError::Timeout);
             }
-            self.log.record(address).set_flags(FLAG_INVALID);
+            // `finish_checkpoint` clears the flag and notifies under this lock: no lost wake-up.
+            self.results_changed.wait_until(&mut results, deadline);
         }
     }
 
-    /// Calls `observe` for the newest live record of every key (single-threaded; recovery only,
-    /// before any session exists).
-    fn observe_all(&self, observe: &(dyn Fn(&[u8], &[u8]) + Sync)) {
-        let begin = self.log.begin_address();
-        let mut heads = Vec::new();
-        let (mut key, mut value) = (Vec::new(), Vec::new());
-        let buckets = self.index.bucket_count();
-        let mut start = 0;
-        while start < buckets {
-            let end = (start + 4096).min(buckets);
-            heads.clear();
-            self.index
-                .for_each_entry(start..end, |head| heads.push(head));
-            for &head in &heads {
-                let mut settled: Vec<Record<'_>> = Vec::new();
-                let mut address = head;
-                while address >= begin && address != 0 {
-                    let record = self.log.record(address);
-                    address = record.previous();
-                    if record.word0() & FLAG_INVALID != 0
-                        || settled.iter().any(|other| other.same_key(&record))
-                    {
-                        continue;
-                    }
-                    settled.push(record);
-                    if record.read_value(&mut value) {
-                        key.clear();
-                        record.copy_key(&mut key);
-                        observe(&key, &value);
-                    }
-                }
+    /// Gives back what [`Shared::acquire_state_machine`] took.
+    pub(crate) fn release_state_machine(&self) {
+        let _results = self.results.lock();
+        self.checkpoint_running.store(false, Ordering::SeqCst);
+        self.results_changed.notify_all();
+    }
+
+    /// Checkpoints above `version` were deleted by a rollback: their tokens now report failure.
+    pub(crate) fn forget_results_above(&self, version: u64) {
+        let mut results = self.results.lock();
+        for (&checkpoint, result) in results.iter_mut() {
+            if checkpoint > version {
+                *result = Err(format!(
+                    "deleted by a rollback to v{version}: its versions were discarded"
+                ));
             }
-            start = end;
         }
     }
 
@@ -371,6 +323,7 @@ impl Store {
             state: GlobalState::new(SystemState {
                 phase: Phase::Rest,
                 version: 1,
+                world_line: 0,
             }),
             running_strategy: AtomicU64::new(0),
             scan_progress: crate::scan_progress::ScanProgress::new(config.flusher_threads),
@@ -379,6 +332,7 @@ impl Store {
             open_sessions: AtomicUsize::new(0),
             checkpoints,
             checkpoint_running: AtomicBool::new(false),
+            rollback: RollbackState::new(),
             results: Mutex::new(HashMap::new()),
             results_changed: Condvar::new(),
             pause_lock: Mutex::new(()),
@@ -410,71 +364,6 @@ impl Store {
         }))
     }
 
-    fn recover(
-        shared: &Arc<Shared>,
-        observe: &(dyn Fn(&[u8], &[u8]) + Sync),
-    ) -> Result<Option<RecoveryInfo>, EngineError> {
-        let Some(verified) = shared.checkpoints.select_for_recovery()? else {
-            return Ok(None);
-        };
-        let content = verified.manifest().content.clone();
-        let version = content.version;
-        let hint = format!("v{version}");
-        let records = match content.kind {
-            ManifestKind::KeyUnique => {
-                verified.load_parallel(shared.config.flusher_threads, &|entry| {
-                    if entry.tombstone {
-                        return Ok(());
-                    }
-                    shared.apply_recovered(entry, true, &hint)?;
-                    observe(entry.key, entry.value);
-                    Ok(())
-                })?
-            }
-            ManifestKind::LogOrdered => {
-                let records = verified.load_in_order(&mut |entry| {
-                    if entry.record_version > version {
-                        return Ok(());
-                    }
-                    shared.apply_recovered(entry, false, &hint)
-                })?;
-                shared.observe_all(observe);
-                records
-            }
-        };
-        shared.state.store(SystemState {
-            phase: Phase::Rest,
-            version: version + 1,
-        });
-        let mut max_id = 0;
-        let mut points = BTreeMap::new();
-        {
-            let mut sessions = shared.sessions.lock();
-            for (id, point) in &content.session_points {
-                max_id = max_id.max(*id);
-                points.insert(SessionId(*id), *point);
-                sessions.insert(
-                    *id,
-                    Arc::new(SessionShared::recovered(
-                        SessionId(*id),
-                        version + 1,
-                        *point,
-                    )),
-                );
-            }
-        }
-        shared
-            .next_session_id
-            .store(content.next_session_id.max(max_id + 1), Ordering::SeqCst);
-        Ok(Some(RecoveryInfo {
-            version,
-            session_commit_points: points,
-            records,
-            fell_back: verified.fell_back().map(str::to_string),
-            cookie: content.cookie,
-        }))
-    }
-
     /// What `open` recovered; `None` for a fresh store.
     pub fn recovery_info(&self) -> Option<&RecoveryInfo> {
         self.recovery.as_ref()
@@ -495,10 +384,21 @@ impl Store {
     pub fn try_start_session(self: &Arc<Self>) -> Result<Session, EngineError> {
         let slot = self.acquire_session_slot()?;
         let id = SessionId(self.shared.next_session_id.fetch_add(1, Ordering::SeqCst));
-        let version = self.shared.state.load().version;
-        let shared = Arc::new(SessionShared::new(id, version, 0));
-        self.shared.sessions.lock().insert(id.0, shared.clone());
-        Ok(Session::new(self.clone(), shared, 0, slot))
+        // Under the registry lock: a rollback resets the registered sessions and publishes its
+        // world-line under the same lock, so this session is either reset or starts in the new
+        // world-line.
+        let mut sessions = self.shared.sessions.lock();
+        let state = self.shared.state.load();
+        let shared = Arc::new(SessionShared::new(id, state.version, 0, state.world_line));
+        sessions.insert(id.0, shared.clone());
+        drop(sessions);
+        Ok(Session::new(
+            self.clone(),
+            shared,
+            0,
+            slot,
+            state.world_line,
+        ))
     }
 
     /// Reserves an epoch slot for a session (released by the session's `Drop`).
@@ -539,13 +439,19 @@ impl Store {
         // same lock, so a session is never claimed after it was forgotten.
         let claimed = {
             let sessions = self.shared.sessions.lock();
+            let world_line = self.shared.state.load().world_line;
             match sessions.get(&id.0) {
                 None => Err(EngineError::UnknownSession(id)),
-                Some(shared) => shared.claim().map(|serial| (shared.clone(), serial)),
+                Some(shared) => shared
+                    .claim()
+                    .map(|serial| (shared.clone(), serial, world_line)),
             }
         };
         match claimed {
-            Ok((shared, serial)) => Ok((Session::new(self.clone(), shared, serial, slot), serial)),
+            Ok((shared, serial, world_line)) => Ok((
+                Session::new(self.clone(), shared, serial, slot, world_line),
+                serial,
+            )),
             Err(error) => {
                 self.release_session_slot(slot);
                 Err(error)
@@ -722,6 +628,7 @@ impl Drop for Store {
         if let Some(handle) = self.checkpoint_thread.lock().take() {
             let _ = handle.join();
         }
+        self.shared.rollback.join();
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.request_compaction();
         if let Some(handle) = self.compactor.lock().take() {

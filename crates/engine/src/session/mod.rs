@@ -1,0 +1,541 @@
+//! Sessions: the only way to operate on the store. A session owns one epoch slot, numbers its
+//! operations (every read, upsert, rmw and delete takes the next serial, starting at 1) and adopts
+//! the global CPR state only when it refreshes (every `REFRESH_INTERVAL` operations, or at once when
+//! the state word changed, or on a CPR shift).
+//!
+//! The v/v+1 rules (ALGORITHMS.md section E) are applied per operation, on the newest record `r`
+//! (version `rv`) of the key, with `v` the session's version:
+//! - acting as v (REST, PREPARE): `rv > v` means another thread already runs v+1: CPR shift
+//!   (refresh, adopt v+1 recording the CPR point = serial before this op, retry). PREPARE writes
+//!   first take the key's *old* latch; failure is a CPR shift.
+//! - acting as v+1 (IN_PROGRESS, WAIT_PENDING, WAIT_FLUSH) on `rv < v`: IN_PROGRESS takes the *new*
+//!   latch (failure: retry later), WAIT_PENDING retries while an *old* latch is held; then
+//!   read-copy-update to a v+1 record (`cpr-copy` instead saves a stable copy and updates in place).
+//!   A v+1 thread never changes a version <= v record's value in place while the checkpoint of v
+//!   may still read it; once a Persian scanner has emitted the key's bucket, it may
+//!   (`scan_progress` module).
+//! - otherwise: in place if `r` is in the mutable region and the value fits, else read-copy-update.
+//!
+//! In-place writes and read-copy-updates both hold `r`'s record lock; a read-copy-update seals `r`
+//! once the new record is published, and in-place writers that find `r` sealed retry, so no write
+//! is lost between the two paths.
+//!
+//! With `StoreConfig::rollback_ready` (see `rollback` module): a write acting as `s` on a record of
+//! a version below `s` always read-copy-updates, in every phase and strategy (no in-place write
+//! behind a Persian scan, no cpr-copy stable copy), and chain walks skip the versions a rollback
+//! discarded. A session adopting a new world-line (the state word carries it) returns
+//! `EngineError::RolledBack` once and resets its serial counter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cpr_points::SessionShared;
+use crate::index::KeyHash;
+use crate::latch::{old_held, try_lock_new, try_lock_old, unlock_new, unlock_old};
+use crate::log::{words_for, HybridLog};
+use crate::rollback::InvalidVersions;
+use crate::state::{GlobalState, Phase};
+use crate::store::Store;
+use crate::{EngineError, SessionId};
+
+mod scan;
+mod write;
+use scan::ScanBuffer;
+
+/// Operations between unconditional epoch refreshes.
+const REFRESH_INTERVAL: u32 = 256;
+
+/// Outcome of one attempt at an operation.
+enum Step<T> {
+    Done(T),
+    /// Retry at once (lost a race).
+    Again,
+    /// CPR shift: refresh (adopting v+1) and retry.
+    Shift,
+    /// A conflicting thread of the other version holds the key: refresh and retry.
+    RetryLater,
+    /// The log budget is exhausted: wait for compaction and retry.
+    NeedMemory,
+}
+
+/// Held version latches, released when the attempt ends.
+struct LatchHold<'a> {
+    word: &'a AtomicU64,
+    old: bool,
+    new: bool,
+}
+
+impl Drop for LatchHold<'_> {
+    fn drop(&mut self) {
+        if self.old {
+            unlock_old(self.word);
+        }
+        if self.new {
+            unlock_new(self.word);
+        }
+    }
+}
+
+/// What a write does to the key.
+#[derive(Clone, Copy)]
+enum Write<'v> {
+    Put(&'v [u8]),
+    Delete,
+}
+
+/// A client session. `Send`, not `Sync`; dropping it releases its epoch slot.
+pub struct Session {
+    store: Arc<Store>,
+    shared: Arc<SessionShared>,
+    slot: usize,
+    serial: u64,
+    phase: Phase,
+    version: u64,
+    state_word: u64,
+    protected: bool,
+    ops_since_refresh: u32,
+    /// The world-line this session's serials count in.
+    world_line: u64,
+    /// `StoreConfig::rollback_ready`, copied: read on every write.
+    rollback_ready: bool,
+    /// Versions discarded by the rollback in flight, copied when the state word is adopted.
+    invalid: InvalidVersions,
+    /// Set when adopting a new world-line: the next operation (or the one in progress) returns
+    /// `RolledBack` with this (world-line, surviving serial).
+    thrown: Option<(u64, u64)>,
+    old_value: Vec<u8>,
+    new_value: Vec<u8>,
+    scan_buffer: ScanBuffer,
+    /// `Send` but not `Sync`: a session is one thread's sequence of operations.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+}
+
+impl Session {
+    /// Wraps an acquired epoch `slot` (see [`Store::acquire_session_slot`]) into a session.
+    pub(crate) fn new(
+        store: Arc<Store>,
+        shared: Arc<SessionShared>,
+        serial: u64,
+        slot: usize,
+        world_line: u64,
+    ) -> Session {
+        let version = shared.points.lock().version;
+        let rollback_ready = store.shared.config.rollback_ready;
+        Session {
+            store,
+            shared,
+            slot,
+            serial,
+            phase: Phase::Rest,
+            version,
+            state_word: u64::MAX,
+            protected: false,
+            ops_since_refresh: 0,
+            world_line,
+            rollback_ready,
+            invalid: InvalidVersions::NONE,
+            thrown: None,
+            old_value: Vec::new(),
+            new_value: Vec::new(),
+            scan_buffer: ScanBuffer::default(),
+            _not_sync: std::marker::PhantomData,
+        }
+    }
+
+    /// This session's id (survives restarts).
+    pub fn id(&self) -> SessionId {
+        self.shared.id
+    }
+
+    /// Serial number of this session's last operation.
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// The version this session runs as: the version its last operation ran in (an operation
+    /// that met a newer version shifted to it before taking effect, so this includes that shift).
+    /// A caller reporting versions to clients (DPR) reads it after each operation: an operation
+    /// never runs in a version newer than the value read right after it.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Serial covered by the newest durable checkpoint.
+    pub fn committed_serial(&self) -> u64 {
+        self.shared.committed.load(Ordering::SeqCst)
+    }
+
+    /// Refreshes the epoch and adopts the global CPR state now.
+    pub fn refresh(&mut self) {
+        self.store.shared.epoch.protect(self.slot);
+        self.protected = true;
+        self.adopt(false);
+    }
+
+    /// Goes idle: releases epoch protection so checkpoints and compaction never wait for this
+    /// session. The next operation resumes it.
+    pub fn suspend(&mut self) {
+        if self.protected {
+            self.set_idle(self.serial);
+            self.store.shared.epoch.suspend(self.slot);
+            self.protected = false;
+        }
+    }
+
+    /// Adopts the global state. `in_op`: called in the middle of operation `serial`, which has not
+    /// taken effect and will run in the adopted version.
+    fn adopt(&mut self, in_op: bool) {
+        loop {
+            let state = self.store.shared.state.load();
+            if state.phase == Phase::Pause && self.version <= state.version {
+                self.pause(in_op);
+                continue;
+            }
+            let acting = state.version;
+            let mut points = self.shared.points.lock();
+            points.idle_serial = None;
+            if state.world_line != self.world_line {
+                // A rollback: the operations after the surviving serial are gone, this one (if
+                // `in_op`) does not run, and the serial counter continues from the survivor. The
+                // rollback reset `points` (under the registry lock, before publishing the state).
+                let surviving = points.surviving;
+                if points.version < acting {
+                    points.version = acting;
+                    points.last_point = surviving;
+                }
+                self.world_line = state.world_line;
+                self.serial = surviving;
+                self.version = acting;
+                self.thrown = Some((state.world_line, surviving));
+            } else if acting > self.version {
+                let point = if in_op { self.serial - 1 } else { self.serial };
+                if points.version < acting {
+                    points.version = acting;
+                    points.last_point = point;
+                }
+                self.version = acting;
+            }
+            drop(points);
+            // Loaded after the state word: the range of a rollback is stored before its THROW.
+            self.invalid = self.store.shared.rollback.invalid();
+            self.phase = state.phase;
+            self.state_word = GlobalState::word_of(state);
+            self.ops_since_refresh = 0;
+            return;
+        }
+    }
+
+    /// The `blocking` barrier: record the CPR point, adopt v+1, leave the epoch and wait.
+    fn pause(&mut self, in_op: bool) {
+        let shared = self.store.shared.clone();
+        let state = shared.state.load();
+        let point = if in_op { self.serial - 1 } else { self.serial };
+        {
+            let mut points = self.shared.points.lock();
+            // A session that has not adopted a rollback yet counts in the discarded numbering.
+            let point = SessionShared::idle_serial_of(&points, self.world_line, point);
+            if points.version <= state.version {
+                points.version = state.version + 1;
+                points.last_point = point;
+            }
+            points.idle_serial = Some(point);
+        }
+        self.version = state.version + 1;
+        shared.epoch.suspend(self.slot);
+        {
+            let mut guard = shared.pause_lock.lock();
+            while shared.state.load().phase == Phase::Pause {
+                shared
+                    .pause_changed
+                    .wait_for(&mut guard, Duration::from_millis(100));
+            }
+        }
+        shared.epoch.protect(self.slot);
+    }
+
+    /// Starts an operation: refreshes if due, then takes the next serial. Fails with
+    /// `RolledBack` (once) if the session adopted a new world-line.
+    #[inline]
+    fn begin_op(&mut self) -> Result<(), EngineError> {
+        if !self.protected {
+            self.store.shared.epoch.protect(self.slot);
+            self.protected = true;
+            self.adopt(false);
+        } else {
+            self.ops_since_refresh += 1;
+            if self.ops_since_refresh >= REFRESH_INTERVAL
+                || self.store.shared.state.load_relaxed_word() != self.state_word
+            {
+                self.store.shared.epoch.protect(self.slot);
+                self.adopt(false);
+            }
+        }
+        self.check_thrown()?;
+        self.serial += 1;
+        Ok(())
+    }
+
+    /// Returns `RolledBack` once after adopting a new world-line. The hot path reads one field
+    /// of the session (no shared memory, no write).
+    #[inline(always)]
+    fn check_thrown(&mut self) -> Result<(), EngineError> {
+        if self.thrown.is_none() {
+            return Ok(());
+        }
+        self.take_thrown()
+    }
+
+    #[cold]
+    fn take_thrown(&mut self) -> Result<(), EngineError> {
+        match self.thrown.take() {
+            None => Ok(()),
+            Some((world_line, surviving_serial)) => Err(EngineError::RolledBack {
+                world_line,
+                surviving_serial,
+            }),
+        }
+    }
+
+    /// Records `serial` as the last one completed while the session holds no protection.
+    fn set_idle(&self, serial: u64) {
+        let mut points = self.shared.points.lock();
+        points.idle_serial = Some(SessionShared::idle_serial_of(
+            &points,
+            self.world_line,
+            serial,
+        ));
+    }
+
+    fn refresh_in_op(&mut self) {
+        self.store.shared.epoch.protect(self.slot);
+        self.adopt(true);
+    }
+
+    /// Leaves the epoch until compaction frees memory (bounded), then re-enters.
+    fn wait_for_memory(&mut self, deadline: &mut Option<Instant>) -> Result<(), EngineError> {
+        let shared = self.store.shared.clone();
+        let limit = shared.config.memory_wait_limit;
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + limit);
+        if Instant::now() >= deadline {
+            return Err(EngineError::OutOfMemory {
+                detail: format!(
+                    "the log is at its budget of {} bytes and compaction freed nothing for {:.3} s (memory_wait_limit){}",
+                    shared.config.log_memory_bytes,
+                    limit.as_secs_f64(),
+                    if shared.config.rollback_ready {
+                        "; with rollback_ready compaction keeps every version a rollback may \
+                         return to: raise Store::set_rollback_floor, or checkpoint so that older \
+                         checkpoints are pruned (keep_checkpoints)"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        let generation = *shared.memory_lock.lock();
+        self.set_idle(self.serial - 1);
+        shared.epoch.suspend(self.slot);
+        shared.memory_wanted.store(true, Ordering::SeqCst);
+        shared.request_compaction();
+        {
+            let mut current = shared.memory_lock.lock();
+            if *current == generation {
+                shared
+                    .memory_changed
+                    .wait_for(&mut current, Duration::from_millis(20));
+            }
+        }
+        self.refresh_in_op();
+        Ok(())
+    }
+
+    fn run<T>(
+        &mut self,
+        mut attempt: impl FnMut(&mut Session) -> Result<Step<T>, EngineError>,
+    ) -> Result<T, EngineError> {
+        let mut deadline = None;
+        loop {
+            match attempt(self)? {
+                Step::Done(value) => return Ok(value),
+                Step::Again => {}
+                Step::Shift => self.refresh_in_op(),
+                Step::RetryLater => {
+                    self.refresh_in_op();
+                    std::thread::yield_now();
+                }
+                Step::NeedMemory => self.wait_for_memory(&mut deadline)?,
+            }
+            // The operation had not taken effect; if the refresh adopted a new world-line it
+            // must not take effect in it either.
+            self.check_thrown()?;
+        }
+    }
+
+    fn check_sizes(&self, key: &[u8], value_len: usize) -> Result<(), EngineError> {
+        let max_value_bytes = self.store.max_value_bytes(key.len());
+        if max_value_bytes.is_none_or(|max_value_bytes| value_len > max_value_bytes) {
+            return Err(EngineError::RecordTooLarge {
+                key_bytes: key.len(),
+                value_bytes: value_len,
+                max_value_bytes: max_value_bytes.unwrap_or(0),
+            });
+        }
+        debug_assert!(
+            HybridLog::record_size(key.len(), words_for(value_len))
+                <= self.store.shared.log.max_record_bytes()
+        );
+        Ok(())
+    }
+
+    /// Reads `key` into `value_out`. Returns whether it was found.
+    pub fn read(&mut self, key: &[u8], value_out: &mut Vec<u8>) -> Result<bool, EngineError> {
+        self.begin_op()?;
+        let hash = KeyHash::of(key);
+        self.run(|session| session.try_read(hash, key, value_out))
+    }
+
+    /// A hint for a batch of operations: starts loading the index bucket of `key`, so that an
+    /// operation on it a few operations later does not wait for memory. No effect on results,
+    /// no serial, no lock; call it some 8 to 16 operations ahead (and
+    /// [`Session::prefetch_record`] about half as far ahead).
+    #[inline]
+    pub fn prefetch_index(&self, key: &[u8]) {
+        self.store.shared.index.prefetch(KeyHash::of(key));
+    }
+
+    /// A hint for a batch of operations: reads the index entry of `key` (its bucket should be
+    /// loaded by an earlier [`Session::prefetch_index`]) and starts loading the record it points
+    /// to. No effect on results, no serial, no lock.
+    #[inline]
+    pub fn prefetch_record(&self, key: &[u8]) {
+        let shared = &self.store.shared;
+        if let Some(entry) = shared.index.find(KeyHash::of(key)) {
+            let address = entry.address();
+            if address >= shared.log.begin_address() {
+                shared.log.prefetch(address);
+            }
+        }
+    }
+
+    /// Inserts or replaces `key`.
+    pub fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
+        self.check_sizes(key, value.len())?;
+        self.begin_op()?;
+        let hash = KeyHash::of(key);
+        self.run(|session| {
+            session
+                .try_write(hash, key, Write::Put(value))
+                .map(|step| map_step(step, |_| ()))
+        })
+    }
+
+    /// [`Session::upsert`], returning whether `key` existed (held a live value) before: what an
+    /// application counting keys needs, known to the write at no extra cost.
+    pub fn upsert_existed(&mut self, key: &[u8], value: &[u8]) -> Result<bool, EngineError> {
+        self.check_sizes(key, value.len())?;
+        self.begin_op()?;
+        let hash = KeyHash::of(key);
+        self.run(|session| session.try_write(hash, key, Write::Put(value)))
+    }
+
+    /// Deletes `key`. Returns whether it existed.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, EngineError> {
+        self.begin_op()?;
+        let hash = KeyHash::of(key);
+        self.run(|session| session.try_write(hash, key, Write::Delete))
+    }
+
+    /// Read-modify-write: `update(current, new_value)` writes the new value of `key` into
+    /// `new_value` (given empty). Runs exactly once, atomically with respect to other writers.
+    pub fn rmw(
+        &mut self,
+        key: &[u8],
+        update: impl FnOnce(Option<&[u8]>, &mut Vec<u8>),
+    ) -> Result<(), EngineError> {
+        self.check_sizes(key, 0)?;
+        self.begin_op()?;
+        let hash = KeyHash::of(key);
+        let mut update = Some(update);
+        self.run(|session| session.try_rmw(hash, key, &mut update))
+    }
+
+    fn try_read(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Step<bool>, EngineError> {
+        let shared = &self.store.shared;
+        let Some(record) = shared
+            .locate(hash, key, self.invalid)
+            .and_then(|located| located.record)
+        else {
+            out.clear();
+            return Ok(Step::Done(false));
+        };
+        // In REST no session runs ahead (v+1 exists only after every session saw PREPARE).
+        if matches!(self.phase, Phase::Prepare | Phase::Pause) && record.version() > self.version {
+            // A v session must not observe v+1 state.
+            return Ok(Step::Shift);
+        }
+        Ok(Step::Done(record.read_value(out)))
+    }
+
+    /// Applies the latch rules of the session's phase. `None`: proceed.
+    fn take_latches<'a>(
+        &self,
+        hold: &mut LatchHold<'a>,
+        record_version: Option<u64>,
+    ) -> Option<Step<()>> {
+        match self.phase {
+            Phase::Prepare if !hold.old => {
+                if !try_lock_old(hold.word) {
+                    return Some(Step::Shift);
+                }
+                hold.old = true;
+            }
+            Phase::InProgress
+                if record_version.is_some_and(|rv| rv < self.version) && !hold.new =>
+            {
+                if !try_lock_new(hold.word) {
+                    return Some(Step::RetryLater);
+                }
+                hold.new = true;
+            }
+            Phase::WaitPending
+                if record_version.is_some_and(|rv| rv < self.version) && old_held(hold.word) =>
+            {
+                return Some(Step::RetryLater);
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+fn map_step<A, B>(step: Step<A>, map: impl FnOnce(A) -> B) -> Step<B> {
+    match step {
+        Step::Done(value) => Step::Done(map(value)),
+        Step::Again => Step::Again,
+        Step::Shift => Step::Shift,
+        Step::RetryLater => Step::RetryLater,
+        Step::NeedMemory => Step::NeedMemory,
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        {
+            let mut points = self.shared.points.lock();
+            points.idle_serial = Some(SessionShared::idle_serial_of(
+                &points,
+                self.world_line,
+                self.serial,
+            ));
+            points.active = false;
+            points.ended = true;
+        }
+        self.store.release_session_slot(self.slot);
+    }
+}

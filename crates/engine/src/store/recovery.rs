@@ -1,0 +1,196 @@
+//! Recovery: loading the newest checkpoint that verifies into a fresh store, before any session
+//! exists (single-threaded per key), and registering the sessions it records.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{Located, RecoveryInfo, Shared, Store};
+use crate::checkpoint_files::{EntryRef, ManifestKind};
+use crate::cpr_points::SessionShared;
+use crate::index::KeyHash;
+use crate::log::{NewRecord, Record, FLAG_INVALID};
+use crate::rollback::InvalidVersions;
+use crate::state::Phase;
+use crate::{EngineError, SessionId};
+
+impl Shared {
+    /// Applies one recovered entry (single-threaded per key; no sessions exist yet).
+    pub(super) fn apply_recovered(
+        &self,
+        entry: EntryRef<'_>,
+        unique: bool,
+        path_hint: &str,
+    ) -> Result<(), EngineError> {
+        let hash = KeyHash::of(entry.key);
+        let out_of_memory = || EngineError::OutOfMemory {
+            detail: format!(
+                "checkpoint {path_hint} does not fit the log budget of {} bytes",
+                self.config.log_memory_bytes
+            ),
+        };
+        loop {
+            let Located {
+                entry: mut slot,
+                record: existing,
+            } = self.locate_or_create(hash, entry.key, InvalidVersions::NONE)?;
+            let head = slot.address();
+            if let Some(existing) = existing {
+                if unique {
+                    return Err(EngineError::Corrupt {
+                        path: path_hint.into(),
+                        offset: 0,
+                        detail: format!(
+                            "key {:?} appears twice in a key-unique checkpoint; the checkpoint is damaged",
+                            String::from_utf8_lossy(entry.key)
+                        ),
+                    });
+                }
+                let mut guard = existing.lock();
+                if entry.tombstone {
+                    guard.set_tombstone(true);
+                    guard.set_version(entry.record_version);
+                    return Ok(());
+                }
+                if guard.fits(entry.value.len()) {
+                    guard.write_value(entry.value);
+                    guard.set_tombstone(false);
+                    guard.set_version(entry.record_version);
+                    return Ok(());
+                }
+                drop(guard);
+            } else if entry.tombstone {
+                return Ok(());
+            }
+            let address = self
+                .log
+                .write_new(
+                    &NewRecord {
+                        previous: head,
+                        flags: 0,
+                        version: entry.record_version,
+                        key: entry.key,
+                        value: entry.value,
+                        capacity_words: crate::log::padded_capacity_words(
+                            entry.key.len(),
+                            entry.value.len(),
+                        ),
+                    },
+                    true,
+                )
+                .map_err(|_| out_of_memory())?;
+            if slot.compare_exchange(address).is_ok() {
+                return Ok(());
+            }
+            self.log.record(address).set_flags(FLAG_INVALID);
+        }
+    }
+
+    /// Calls `observe` for the newest live record of every key (single-threaded; recovery only,
+    /// before any session exists).
+    pub(super) fn observe_all(&self, observe: &(dyn Fn(&[u8], &[u8]) + Sync)) {
+        let begin = self.log.begin_address();
+        let mut heads = Vec::new();
+        let (mut key, mut value) = (Vec::new(), Vec::new());
+        let buckets = self.index.bucket_count();
+        let mut start = 0;
+        while start < buckets {
+            let end = (start + 4096).min(buckets);
+            heads.clear();
+            self.index
+                .for_each_entry(start..end, |head| heads.push(head));
+            for &head in &heads {
+                let mut settled: Vec<Record<'_>> = Vec::new();
+                let mut address = head;
+                while address >= begin && address != 0 {
+                    let record = self.log.record(address);
+                    address = record.previous();
+                    if record.word0() & FLAG_INVALID != 0
+                        || settled.iter().any(|other| other.same_key(&record))
+                    {
+                        continue;
+                    }
+                    settled.push(record);
+                    if record.read_value(&mut value) {
+                        key.clear();
+                        record.copy_key(&mut key);
+                        observe(&key, &value);
+                    }
+                }
+            }
+            start = end;
+        }
+    }
+}
+
+impl Store {
+    pub(super) fn recover(
+        shared: &Arc<Shared>,
+        observe: &(dyn Fn(&[u8], &[u8]) + Sync),
+    ) -> Result<Option<RecoveryInfo>, EngineError> {
+        let Some(verified) = shared.checkpoints.select_for_recovery()? else {
+            return Ok(None);
+        };
+        let content = verified.manifest().content.clone();
+        let version = content.version;
+        let hint = format!("v{version}");
+        let records = match content.kind {
+            ManifestKind::KeyUnique => {
+                verified.load_parallel(shared.config.flusher_threads, &|entry| {
+                    if entry.tombstone {
+                        return Ok(());
+                    }
+                    shared.apply_recovered(entry, true, &hint)?;
+                    observe(entry.key, entry.value);
+                    Ok(())
+                })?
+            }
+            ManifestKind::LogOrdered => {
+                let records = verified.load_in_order(&mut |entry| {
+                    if entry.record_version > version {
+                        return Ok(());
+                    }
+                    shared.apply_recovered(entry, false, &hint)
+                })?;
+                shared.observe_all(observe);
+                records
+            }
+        };
+        shared.state.store_phase(Phase::Rest, version + 1);
+        shared.rollback.record_published(
+            version,
+            content
+                .session_points
+                .iter()
+                .map(|(id, point)| (SessionId(*id), *point))
+                .collect(),
+        );
+        let mut max_id = 0;
+        let mut points = BTreeMap::new();
+        {
+            let mut sessions = shared.sessions.lock();
+            for (id, point) in &content.session_points {
+                max_id = max_id.max(*id);
+                points.insert(SessionId(*id), *point);
+                sessions.insert(
+                    *id,
+                    Arc::new(SessionShared::recovered(
+                        SessionId(*id),
+                        version + 1,
+                        *point,
+                    )),
+                );
+            }
+        }
+        shared
+            .next_session_id
+            .store(content.next_session_id.max(max_id + 1), Ordering::SeqCst);
+        Ok(Some(RecoveryInfo {
+            version,
+            session_commit_points: points,
+            records,
+            fell_back: verified.fell_back().map(str::to_string),
+            cookie: content.cookie,
+        }))
+    }
+}
