@@ -45,7 +45,8 @@ pub struct LocalClusterConfig {
     pub index_buckets: usize,
     /// Engine log memory per worker.
     pub log_memory_bytes: u64,
-    /// Restart workers that exit.
+    /// Start workers that exit again at once (their exit is reported to the manager either way;
+    /// without this, [`LocalCluster::restart`] starts them).
     pub restart_failed: bool,
     /// How long to wait for a worker to accept connections.
     pub start_timeout_ms: u64,
@@ -227,7 +228,7 @@ impl LocalCluster {
                     .map_err(|e| LaunchError::Config(format!("manager thread: {e}")))?,
             );
         }
-        if config.restart_failed {
+        {
             let (stop, workers, config, manager) = (
                 Arc::clone(&stop),
                 Arc::clone(&workers),
@@ -284,6 +285,17 @@ impl LocalCluster {
         } else {
             Err(std::io::Error::last_os_error())
         }
+    }
+
+    /// Starts worker `id` again if it is not running (for clusters without `restart_failed`).
+    pub fn restart(&self, id: usize) -> std::io::Result<()> {
+        let mut workers = self.workers.lock();
+        let worker = &mut workers[id];
+        if worker.child.is_none() {
+            worker.child = Some(spawn_worker(&self.config, id, worker.address)?);
+            worker.restarts += 1;
+        }
+        Ok(())
     }
 
     /// The metadata file.
@@ -371,7 +383,7 @@ pub fn run_manager(
 }
 
 /// Reaps exited workers, reports them failed to the manager at once (recovery need not wait for
-/// the lease), and starts them again (same id, directory and port).
+/// the lease), and, with `restart_failed`, starts them again (same id, directory and port).
 fn restart_exited(
     config: LocalClusterConfig,
     workers: Arc<Mutex<Vec<WorkerProcess>>>,
@@ -382,16 +394,19 @@ fn restart_exited(
         {
             let mut workers = workers.lock();
             for (id, worker) in workers.iter_mut().enumerate() {
-                let exited = match worker.child.as_mut().map(Child::try_wait) {
-                    Some(Ok(Some(status))) => Some(status.to_string()),
-                    Some(Ok(None)) => None,
-                    Some(Err(error)) => Some(error.to_string()),
-                    None => Some("not running".into()),
-                };
-                let Some(status) = exited else { continue };
-                tracing::warn!(worker = id, %status, "worker exited: starting it again");
-                worker.child = None;
-                manager.report_failure(id as u64);
+                if let Some(child) = worker.child.as_mut() {
+                    let status = match child.try_wait() {
+                        Ok(Some(status)) => status.to_string(),
+                        Ok(None) => continue,
+                        Err(error) => error.to_string(),
+                    };
+                    tracing::warn!(worker = id, %status, "worker exited");
+                    worker.child = None;
+                    manager.report_failure(id as u64);
+                }
+                if !config.restart_failed {
+                    continue;
+                }
                 match spawn_worker(&config, id, worker.address) {
                     Ok(child) => {
                         worker.child = Some(child);

@@ -197,6 +197,31 @@ fn decode_cookie(cookie: &[u8]) -> Option<(Version, &[u8])> {
     Some((label, &cookie[12..]))
 }
 
+/// Reads the commit cookie of published checkpoint `engine_version` (`None`: no readable,
+/// decodable MANIFEST: recovery decides what such a checkpoint means, and it is never a target).
+fn read_cookie(catalog: &Catalog, disk: &dyn Disk, engine_version: u64) -> Option<Vec<u8>> {
+    let path = catalog.version_dir(engine_version).join(MANIFEST_FILE_NAME);
+    // A MANIFEST is small; the engine's own limit is far below this one.
+    let bytes = match prefixkv_storage::durable::read_file(disk, &path, 16 << 20) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => {
+            tracing::warn!(path = %path.display(), "checkpoint without a manifest");
+            return None;
+        }
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "unreadable checkpoint manifest");
+            return None;
+        }
+    };
+    match decode_manifest_bytes(&bytes, &path) {
+        Ok(manifest) => Some(manifest.content.cookie),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "corrupt checkpoint");
+            None
+        }
+    }
+}
+
 /// Reads the labels of the published checkpoints under `catalog` (label → engine version).
 fn read_labels(
     catalog: &Catalog,
@@ -208,37 +233,22 @@ fn read_labels(
         .map_err(|e| engine_error(&root, EngineError::InvalidArgument(e.to_string())))?;
     let mut labels = BTreeMap::new();
     for engine_version in versions {
-        let path = catalog.version_dir(engine_version).join(MANIFEST_FILE_NAME);
-        // A MANIFEST is small; the engine's own limit is far below this one.
-        let bytes = match prefixkv_storage::durable::read_file(disk, &path, 16 << 20) {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => {
-                tracing::warn!(path = %path.display(), "checkpoint without a manifest");
-                continue;
-            }
-            Err(error) => {
-                tracing::warn!(path = %path.display(), %error, "unreadable checkpoint manifest");
-                continue;
-            }
+        let Some(cookie) = read_cookie(catalog, disk, engine_version) else {
+            continue;
         };
-        match decode_manifest_bytes(&bytes, &path) {
-            Ok(manifest) => match decode_cookie(&manifest.content.cookie) {
-                Some((label, _)) => {
-                    labels.insert(label, engine_version);
-                }
-                None => {
-                    return Err(StateObjectError::Corrupt {
-                        path,
-                        offset: 0,
-                        reason:
-                            "the checkpoint has no DPR label in its commit cookie (not written \
-                                 by a cluster worker)"
-                                .into(),
-                    })
-                }
-            },
-            // Recovery decides what a corrupt checkpoint means; it is never a restore target.
-            Err(error) => tracing::warn!(path = %path.display(), %error, "corrupt checkpoint"),
+        match decode_cookie(&cookie) {
+            Some((label, _)) => {
+                labels.insert(label, engine_version);
+            }
+            None => {
+                return Err(StateObjectError::Corrupt {
+                    path: catalog.version_dir(engine_version).join(MANIFEST_FILE_NAME),
+                    offset: 0,
+                    reason: "the checkpoint has no DPR label in its commit cookie (not written \
+                             by a cluster worker)"
+                        .into(),
+                })
+            }
         }
     }
     Ok(labels)
@@ -250,6 +260,8 @@ impl EngineStateObject {
     pub fn open(mut config: EngineConfig) -> Result<Self, StateObjectError> {
         // DPR prunes below the cut; the engine must never drop a version DPR may restore.
         config.store.keep_checkpoints = usize::MAX;
+        // Survivors of a failure roll back in memory (THROW/PURGE) instead of reloading.
+        config.store.rollback_ready = true;
         let root = config.store.dir.join("checkpoints");
         prefixkv_storage::durable::create_dir_all_durably(&*config.store.disk, &root)
             .map_err(io_error(&root, "create"))?;
@@ -330,6 +342,68 @@ impl EngineStateObject {
             }
         }
         true
+    }
+}
+
+impl EngineStateObject {
+    /// The non-blocking restore of a surviving worker: the engine's in-memory rollback to the
+    /// checkpoint labelled `version` (THROW now, PURGE in the background), which also deletes the
+    /// checkpoints above it. `Ok(None)` when the engine cannot (its store is closed, or the target
+    /// lies below the compaction floor): the caller then reloads from disk.
+    fn roll_back_in_memory(
+        &self,
+        inner: &Inner,
+        version: Version,
+    ) -> Result<Option<Vec<u8>>, StateObjectError> {
+        let root = self.root();
+        let Some(store) = inner.store.as_ref() else {
+            return Ok(None);
+        };
+        let engine_version = match version {
+            0 => 0,
+            label => match self.persisted.0.lock().versions.get(&label) {
+                Some(&engine_version) => engine_version,
+                None => return Ok(None),
+            },
+        };
+        let metadata = match engine_version {
+            0 => Vec::new(),
+            _ => match read_cookie(&self.catalog, &*self.config.store.disk, engine_version)
+                .as_deref()
+                .and_then(decode_cookie)
+            {
+                Some((label, metadata)) if label == version => metadata.to_vec(),
+                _ => return Ok(None),
+            },
+        };
+        let started = Instant::now();
+        match store.rollback(engine_version) {
+            Ok(report) => {
+                self.persisted
+                    .0
+                    .lock()
+                    .versions
+                    .retain(|&label, _| label <= version);
+                self.engine
+                    .labels
+                    .lock()
+                    .retain(|&engine, _| engine <= engine_version);
+                tracing::info!(
+                    label = version,
+                    engine_version,
+                    world_line = report.world_line,
+                    throw_ms = report.throw_ms,
+                    rollback_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "rolled the engine back in memory"
+                );
+                Ok(Some(metadata))
+            }
+            Err(EngineError::InvalidArgument(reason)) => {
+                tracing::warn!(label = version, %reason, "in-memory rollback refused: reloading");
+                Ok(None)
+            }
+            Err(error) => Err(engine_error(&root, error)),
+        }
     }
 }
 
@@ -459,9 +533,13 @@ impl StateObject for EngineStateObject {
         let mut inner = self.engine.inner.lock();
         assert_eq!(
             inner.checked_out, 0,
-            "a blocking restore runs while no batch holds a session (the worker's exclusive latch)"
+            "a restore runs while no batch holds a session (the worker's exclusive latch)"
         );
+        // Sessions of the old world-line would answer their next operation with `RolledBack`.
         inner.idle.clear();
+        if let Some(metadata) = self.roll_back_in_memory(&inner, version)? {
+            return Ok(metadata);
+        }
         // Drop the store (its directory lock and threads) before opening it again: the persister
         // is idle and no session is lent, so this is the last holder.
         drop(inner.store.take());
@@ -535,6 +613,11 @@ impl StateObject for EngineStateObject {
             .range(..below)
             .map(|(&label, &engine_version)| (label, engine_version))
             .collect();
+        // Compaction may now drop what only versions below the cut needed.
+        let floor = self.persisted.0.lock().versions.get(&below).copied();
+        if let (Some(floor), Some(store)) = (floor, self.engine.store()) {
+            store.set_rollback_floor(floor);
+        }
         for (label, engine_version) in doomed {
             self.catalog
                 .remove(engine_version)

@@ -13,11 +13,12 @@
 mod dredis_common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dredis_common::{spawn_session, wait_until, Expected, Progress, SessionRecord};
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
+use prefixkv_dredis::client::{shard_for_key, ClientError};
 use prefixkv_dredis::DprRedisClient;
 use prefixkv_resp::Reply;
 use rand::RngExt;
@@ -29,6 +30,63 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// A session writing only keys the surviving workers own, publishing its world-line and how
+/// many operations completed since it last saw a rollback.
+struct Probe {
+    world_line: Arc<AtomicU64>,
+    completed_since_rollback: Arc<AtomicU64>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+fn spawn_probe(client: Arc<DprRedisClient>, victim: usize, stop: Arc<AtomicBool>) -> Probe {
+    let world_line = Arc::new(AtomicU64::new(0));
+    let completed_since_rollback = Arc::new(AtomicU64::new(0));
+    let handle = {
+        let (world_line, completed) = (
+            Arc::clone(&world_line),
+            Arc::clone(&completed_since_rollback),
+        );
+        std::thread::spawn(move || {
+            let mut session = client.session(900).expect("probe session");
+            let shards = session.shard_count();
+            let mut next = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let step: Result<(), ClientError> = (|| {
+                    let mut pushed = 0;
+                    while pushed < 32 {
+                        // A bounded key set: the probe runs for the whole test.
+                        let key = format!("probe:{}", next % 4096);
+                        next += 1;
+                        if shard_for_key(key.as_bytes(), shards) == victim {
+                            continue;
+                        }
+                        session.push(&[b"SET", key.as_bytes(), b"x"])?;
+                        pushed += 1;
+                    }
+                    session.drain()
+                })();
+                match step {
+                    Ok(()) => {
+                        let done = session.take_completed().len() as u64;
+                        completed.fetch_add(done, Ordering::SeqCst);
+                    }
+                    Err(ClientError::Rollback(_)) => {
+                        session.take_completed();
+                        completed.store(0, Ordering::SeqCst);
+                    }
+                    Err(other) => panic!("probe: {other}"),
+                }
+                world_line.store(session.world_line(), Ordering::SeqCst);
+            }
+        })
+    };
+    Probe {
+        world_line,
+        completed_since_rollback,
+        handle,
+    }
+}
+
 /// A cluster sized for about `keys` keys in all.
 fn start(workers: usize, keys: u64) -> (tempfile::TempDir, LocalCluster) {
     let directory = tempfile::tempdir().expect("tempdir");
@@ -38,9 +96,13 @@ fn start(workers: usize, keys: u64) -> (tempfile::TempDir, LocalCluster) {
         directory.path().join("cluster"),
     );
     config.checkpoint_interval_ms = 40;
-    // Heartbeats are fsynced SQLite transactions: a lease that survives a slow disk on a busy
-    // test machine, while still far below the test's waits.
-    config.lease_ms = 2000;
+    // The killed worker's exit is reported to the manager at once; the lease only catches hung
+    // workers. Heartbeats are fsynced SQLite transactions, which a loaded test machine can stall
+    // for seconds: a spurious expiry after the sessions stopped would roll back operations they
+    // completed but had not seen committed yet, which the oracle expects present.
+    config.lease_ms = 10_000;
+    // The test starts the killed worker again itself, once it has seen the survivors serve.
+    config.restart_failed = false;
     let keys_per_worker = keys / workers as u64 + 1;
     config.index_buckets = (keys_per_worker as usize).next_power_of_two().max(1 << 14);
     // Records are 64-byte lines; fold-over checkpoints copy every key written since the last
@@ -137,6 +199,8 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
             (progress, handle)
         })
         .collect();
+    let victim = rand::rng().random_range(0..3usize);
+    let probe = spawn_probe(Arc::clone(&client), victim, Arc::clone(&stop));
     let threshold = rand::rng().random_range(200..most_committed);
     wait_until("sessions to commit before the failure", || {
         sessions
@@ -144,9 +208,25 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
             .all(|(p, _)| p.committed_until.load(Ordering::SeqCst) >= threshold)
     });
     let world_line_before = cluster.cluster_state().unwrap().world_line;
-    let victim = rand::rng().random_range(0..3);
     cluster.kill(victim).expect("SIGKILL a worker");
     eprintln!("SIGKILLed worker {victim} after {threshold} committed operations per session");
+    // Survivors are served throughout the rollback: the killed worker is not started again yet,
+    // so the recovery cannot finish, and still the probe's operations on the surviving workers
+    // complete on the new world-line (the survivors rolled back in memory and went on serving).
+    wait_until(
+        "the probe to complete operations on the new world-line",
+        || {
+            probe.world_line.load(Ordering::SeqCst) > world_line_before
+                && probe.completed_since_rollback.load(Ordering::SeqCst) >= 256
+        },
+    );
+    assert!(
+        cluster.cluster_state().unwrap().recovering,
+        "the recovery cannot have finished without the killed worker"
+    );
+    cluster
+        .restart(victim)
+        .expect("start the killed worker again");
     wait_until("every session to see the rollback", || {
         sessions
             .iter()
@@ -162,6 +242,7 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
             .all(|(p, _)| p.committed_since_rollback.load(Ordering::SeqCst) >= 3)
     });
     stop.store(true, Ordering::SeqCst);
+    probe.handle.join().expect("probe thread");
     let records: Vec<SessionRecord> = sessions
         .into_iter()
         .map(|(_, handle)| handle.join().expect("session thread"))
