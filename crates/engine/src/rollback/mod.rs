@@ -533,3 +533,34 @@ fn wait_flag(shared: &Shared, flag: &(Mutex<bool>, Condvar), deadline: Instant) 
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{InvalidVersions, RollbackState};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn invalid_versions_hold_exactly_their_half_open_range() {
+        let invalid = InvalidVersions::new(3, 7);
+        let holds: Vec<u64> = (0..10).filter(|&v| invalid.contains(v)).collect();
+        assert_eq!(holds, vec![4, 5, 6, 7]);
+        assert!((0..10).all(|v| !InvalidVersions::NONE.contains(v)));
+        let from_zero = InvalidVersions::new(0, u32::MAX as u64);
+        assert!(from_zero.contains(1) && from_zero.contains(u32::MAX as u64));
+        assert!(!from_zero.contains(0));
+    }
+
+    #[test]
+    fn the_compaction_floor_is_the_oldest_target_or_the_callers_floor() {
+        let state = RollbackState::new();
+        // No checkpoint: every later target is at least the current version.
+        assert_eq!(state.compaction_floor(9), 9);
+        state.record_published(4, BTreeMap::new());
+        state.record_published(6, BTreeMap::new());
+        assert_eq!(state.compaction_floor(9), 4);
+        state.forget_published(&[4]);
+        assert_eq!(state.compaction_floor(9), 6);
+        state.floor.store(8, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(state.compaction_floor(9), 8);
+    }
+}
