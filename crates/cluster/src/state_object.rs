@@ -493,7 +493,11 @@ impl StateObject for EngineStateObject {
             Ok(token) => token,
             Err(error) => {
                 self.persisted.0.lock().in_flight = false;
-                return Err(engine_error(&root, error));
+                return Err(match error {
+                    // A rollback's PURGE holds the engine's state machine until it ends.
+                    EngineError::CheckpointInProgress => StateObjectError::CommitInProgress,
+                    error => engine_error(&root, error),
+                });
             }
         };
         self.engine.labels.lock().insert(token.version, version);
