@@ -11,7 +11,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prefixkv_engine::{Store, StoreConfig, Strategy};
 use prefixkv_testkit::oracle::{self, Op, WorkloadSpec};
@@ -26,6 +26,9 @@ fn config(dir: &std::path::Path) -> StoreConfig {
     config.log_memory_bytes = 4 << 20;
     config.log_page_bytes = 32 << 10;
     config.flusher_threads = 2;
+    // Writers wait at the budget while compaction catches up; on a loaded machine (other test
+    // binaries, parallel builds) that can take far longer than the default 30 s.
+    config.memory_wait_limit = Duration::from_secs(300);
     config
 }
 
@@ -84,8 +87,18 @@ fn run(strategy: Strategy) {
         .collect();
     for _ in 0..checkpoints {
         let before = operations.load(Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(600);
         while operations.load(Ordering::Relaxed) < before + 30_000 {
-            std::thread::yield_now();
+            // A writer that stopped (it panicked) would make this wait forever: fail instead,
+            // with its panic.
+            if let Some(stopped) = workers.iter().position(|w| w.is_finished()) {
+                if let Err(panic) = workers.into_iter().nth(stopped).unwrap().join() {
+                    std::panic::resume_unwind(panic);
+                }
+                panic!("writer {stopped} stopped early without a panic");
+            }
+            assert!(Instant::now() < deadline, "writers made no progress for 600 s");
+            std::thread::sleep(Duration::from_micros(100));
         }
         let token = store.checkpoint(strategy).unwrap();
         let report = store
