@@ -3,7 +3,9 @@
 //! does not run) and runs an owned one, `-CROSSSLOT` for keys spanning slots, `CLUSTER SLOTS` in
 //! Redis's shape, and `PREFIXKV.COMMITPOINT` reaching `all_committed`; framed batches get the
 //! same redirection per command; `DprRedisClient` routes by slot; `redis-cli` works plainly and
-//! follows redirections with `-c`; redis-py's `RedisCluster` routes SET/GET across the workers.
+//! follows redirections with `-c`; redis-py's `RedisCluster` routes SET/GET across the workers;
+//! and after another worker is SIGKILLed, a plain connection's next command gets `-ROLLBACK`
+//! naming a prefix that covers what it was told was committed, which is exactly what is left.
 //!
 //! The redis-py test fails (never skips) when python3 or its `redis` module is missing
 //! (`python3 -m pip install 'redis>=5'`), as `crates/server/tests/redis_py.rs` does.
@@ -288,5 +290,111 @@ fn redis_cli_and_redis_py_use_the_cluster() {
     );
     assert!(stdout.starts_with("ok "), "unexpected output: {stdout}");
     eprintln!("redis-py: {}", stdout.trim());
+    cluster.shutdown();
+}
+
+/// `PREFIXKV.COMMITPOINT`: (until_sequence, all_committed).
+fn commit_point(connection: &mut RedisConnection) -> (i64, bool) {
+    let Reply::Array(fields) = connection.command(&[b"PREFIXKV.COMMITPOINT"]).unwrap() else {
+        panic!("PREFIXKV.COMMITPOINT is an array")
+    };
+    let Reply::Integer(until) = fields[1] else {
+        panic!("until_sequence: {:?}", fields[1])
+    };
+    (until, fields[7] == Reply::Integer(1))
+}
+
+#[test]
+fn a_plain_connection_learns_what_survived_a_worker_failure() {
+    let directory = tempfile::tempdir().unwrap();
+    let cluster = start(directory.path());
+    let addresses = cluster.addresses();
+    // Worker 1's keys, written on a plain connection to worker 1: sequence i writes keys[i].
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("survive:{i}"))
+        .filter(|k| owner(k) == 1)
+        .take(400)
+        .collect();
+    let mut plain = connect(addresses[1]);
+    for key in &keys[..100] {
+        assert_eq!(
+            plain.command(&[b"SET", key.as_bytes(), b"v"]).unwrap(),
+            Reply::simple("OK")
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !commit_point(&mut plain).1 {
+        assert!(Instant::now() < deadline, "never all committed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let committed = commit_point(&mut plain).0;
+    assert_eq!(committed, 100);
+    // More writes, then another worker fails: every worker rolls back to the cut, and this
+    // connection's next command is refused with the surviving prefix.
+    let world_line = cluster.cluster_state().unwrap().world_line;
+    let mut sent = 100;
+    let line = loop {
+        if sent == 250 {
+            cluster.kill(0).expect("SIGKILL worker 0");
+        }
+        assert!(sent < keys.len(), "no rollback reached the connection");
+        let reply = plain
+            .command(&[b"SET", keys[sent].as_bytes(), b"v"])
+            .unwrap();
+        match reply {
+            Reply::SimpleString(_) => sent += 1,
+            Reply::Error(text) => break String::from_utf8_lossy(&text).into_owned(),
+            other => panic!("SET answered {other:?}"),
+        }
+        if sent > 250 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    eprintln!("after {sent} SETs ({committed} committed before): {line}");
+    assert!(
+        line.starts_with(&format!("ROLLBACK world-line {}", world_line + 1)),
+        "{line}"
+    );
+    assert!(
+        line.ends_with("this command was not run, resend it"),
+        "{line}"
+    );
+    let survived: usize = line
+        .split_once("commands up to sequence ")
+        .map(|(_, rest)| rest.split(' ').next().unwrap().parse::<usize>().unwrap() + 1)
+        .unwrap_or(0);
+    assert!(
+        survived >= committed as usize && survived <= sent,
+        "{line} (committed {committed}, sent {sent})"
+    );
+    // The data is exactly that prefix (one command at a time: nothing was uncertain).
+    for (sequence, key) in keys[..sent].iter().enumerate() {
+        let expected = if sequence < survived {
+            Reply::bulk("v")
+        } else {
+            Reply::NullBulkString
+        };
+        let mut reader = connect(addresses[1]);
+        assert_eq!(
+            reader.command(&[b"GET", key.as_bytes()]).unwrap(),
+            expected,
+            "sequence {sequence} ({line})"
+        );
+    }
+    // The connection continues on the new world-line and commits there.
+    assert_eq!(
+        plain
+            .command(&[b"SET", keys[sent].as_bytes(), b"again"])
+            .unwrap(),
+        Reply::simple("OK")
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !commit_point(&mut plain).1 {
+        assert!(
+            Instant::now() < deadline,
+            "never committed after the rollback"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     cluster.shutdown();
 }
