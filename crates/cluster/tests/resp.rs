@@ -3,12 +3,13 @@
 //! does not run) and runs an owned one, `-CROSSSLOT` for keys spanning slots, `CLUSTER SLOTS` in
 //! Redis's shape, and `PREFIXKV.COMMITPOINT` reaching `all_committed`; framed batches get the
 //! same redirection per command; `DprRedisClient` routes by slot; `redis-cli` works plainly and
-//! follows redirections with `-c`; redis-py's `RedisCluster` routes SET/GET across the workers;
+//! follows redirections with `-c`; redis-py's `RedisCluster` and go-redis's `ClusterClient`
+//! route SET/GET across the workers;
 //! and after another worker is SIGKILLed, a plain connection's next command gets `-ROLLBACK`
 //! naming a prefix that covers what it was told was committed, which is exactly what is left.
 //!
-//! The redis-py test fails (never skips) when python3 or its `redis` module is missing
-//! (`python3 -m pip install 'redis>=5'`), as `crates/server/tests/redis_py.rs` does.
+//! The redis-py and go-redis tests fail (never skip) when python3 with its `redis` module
+//! (`python3 -m pip install 'redis>=5'`) or Go 1.26 is missing, as `crates/server/tests` do.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -396,5 +397,44 @@ fn a_plain_connection_learns_what_survived_a_worker_failure() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    cluster.shutdown();
+}
+
+#[test]
+fn go_redis_cluster_client_routes_across_workers() {
+    // `tests/go` pins go-redis v9.23.0 (its go.sum committed, as crates/server/tests/go); the
+    // first build downloads the modules.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go");
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-redis-cluster-check");
+    let built = std::process::Command::new("go")
+        .current_dir(&source)
+        .args(["build", "-mod=readonly", "-buildvcs=false", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .output()
+        .unwrap_or_else(|error| {
+            panic!("cannot run go ({error}): the go-redis test needs Go 1.26 or newer on PATH")
+        });
+    assert!(
+        built.status.success(),
+        "go build {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let directory = tempfile::tempdir().unwrap();
+    let cluster = start(directory.path());
+    let output = std::process::Command::new(&binary)
+        .arg(cluster.addresses()[0].to_string())
+        .output()
+        .expect("run the go-redis check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "go-redis check failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("ok "), "unexpected output: {stdout}");
+    eprintln!("{}", stdout.trim());
     cluster.shutdown();
 }
