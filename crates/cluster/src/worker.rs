@@ -51,7 +51,7 @@ use prefixkv_dpr::cluster::{Clock, SystemClock};
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::worker::{BatchOutcome, FastForward, WorkerError};
 use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, WorkerId, WorldLine};
-use prefixkv_dredis::serve::serve_connection;
+use prefixkv_dredis::serve::accept_connections;
 use prefixkv_dredis::wire::{FrameLimits, ResponseFrame};
 use prefixkv_resp::Command;
 
@@ -640,7 +640,9 @@ impl Worker {
             threads.push(
                 std::thread::Builder::new()
                     .name("cluster-accept".into())
-                    .spawn(move || accept(listener, limits, core, stop, clients))
+                    .spawn(move || {
+                        accept_connections(listener, limits, core, &stop, &clients, "cluster-conn")
+                    })
                     .map_err(spawn_error)?,
             );
         }
@@ -714,31 +716,6 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         self.stop_all();
-    }
-}
-
-fn accept(
-    listener: TcpListener,
-    limits: FrameLimits,
-    core: Arc<Core>,
-    stop: Arc<AtomicBool>,
-    clients: Arc<Mutex<Vec<TcpStream>>>,
-) {
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let Ok(stream) = stream else { continue };
-        let _ = stream.set_nodelay(true);
-        if let Ok(clone) = stream.try_clone() {
-            let mut registry = clients.lock();
-            registry.retain(|s| s.peer_addr().is_ok());
-            registry.push(clone);
-        }
-        let core = Arc::clone(&core);
-        let _ = std::thread::Builder::new()
-            .name("cluster-conn".into())
-            .spawn(move || serve_connection(stream, limits, &*core));
     }
 }
 

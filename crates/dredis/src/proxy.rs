@@ -54,7 +54,7 @@ use prefixkv_dpr::worker::BatchOutcome;
 use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, HeaderKind, Version, WorkerId, WorldLine};
 
 use crate::redis::{RedisConnection, RedisProcess};
-use crate::serve::{serve_connection, BatchResult, ConnectionHandler, DprHost};
+use crate::serve::{accept_connections, BatchResult, ConnectionHandler, DprHost};
 use crate::state_object::{RedisStateConfig, RedisStateObject, SaveTracker};
 use crate::wire::{FrameLimits, RequestFrame, ResponseFrame};
 
@@ -505,22 +505,7 @@ fn serve(
         std::thread::Builder::new()
             .name("dredis-accept".into())
             .spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let _ = stream.set_nodelay(true);
-                    if let Ok(clone) = stream.try_clone() {
-                        let mut registry = clients.lock();
-                        registry.retain(|s| s.peer_addr().is_ok());
-                        registry.push(clone);
-                    }
-                    let handler = Arc::clone(&handler);
-                    let _ = std::thread::Builder::new()
-                        .name("dredis-conn".into())
-                        .spawn(move || serve_connection(stream, limits, &*handler));
-                }
+                accept_connections(listener, limits, handler, &stop, &clients, "dredis-conn")
             })
             .map_err(|source| ProxyError::Socket {
                 address: local_address,

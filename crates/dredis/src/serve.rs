@@ -1,6 +1,7 @@
 //! Serving client connections, shared by D-Redis's proxy and prefixkv's cluster workers: one
 //! port, two protocols, told apart by each connection's first byte (see [`crate::wire`]).
 //!
+//! - [`accept_connections`] accepts and serves each connection on a thread of its own.
 //! - [`serve_connection`] reads the first byte: NUL starts the framed protocol (the rest of
 //!   [`FRAMED_PREAMBLE`] must follow, then request frames, each answered by
 //!   [`ConnectionHandler::handle`]); anything else is plain RESP, handed to
@@ -21,9 +22,12 @@
 mod resp;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::{ClusterState, DprHeader, WorkerId, WorldLine};
@@ -100,6 +104,36 @@ pub trait DprHost: Send + Sync + 'static {
     /// A command the host answers itself instead of running it in a batch (a refusal, a
     /// redirection, a topology query): its raw RESP reply. Such commands get no sequence number.
     fn local_reply(&self, command: &Command) -> Option<Vec<u8>>;
+}
+
+/// Accepts connections on `listener` until `stop` is set (whoever sets it then connects once, to
+/// wake the blocked accept), serving each with [`serve_connection`] on a thread named
+/// `thread_name`. Every accepted stream is also registered in `clients` (closed ones are dropped
+/// from it as new ones arrive), so that a shutdown can close the open ones.
+pub fn accept_connections(
+    listener: TcpListener,
+    limits: FrameLimits,
+    handler: Arc<dyn ConnectionHandler>,
+    stop: &AtomicBool,
+    clients: &Mutex<Vec<TcpStream>>,
+    thread_name: &str,
+) {
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        let _ = stream.set_nodelay(true);
+        if let Ok(clone) = stream.try_clone() {
+            let mut registry = clients.lock();
+            registry.retain(|s| s.peer_addr().is_ok());
+            registry.push(clone);
+        }
+        let handler = Arc::clone(&handler);
+        let _ = std::thread::Builder::new()
+            .name(thread_name.into())
+            .spawn(move || serve_connection(stream, limits, &*handler));
+    }
 }
 
 /// Serves one client connection: framed or plain RESP, by its first byte (see [`crate::wire`]).
