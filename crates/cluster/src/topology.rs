@@ -97,6 +97,11 @@ pub fn spec_of(name: &[u8]) -> Option<&'static CommandSpec> {
 /// The keys of a command, or None if it names none or its arity is wrong (then it is not
 /// checked: it gets its own error where it runs).
 pub fn keys_of(args: &[Bytes]) -> Option<Vec<&[u8]>> {
+    Some(key_positions(args)?.map(|i| &args[i][..]).collect())
+}
+
+/// The argument positions of a command's keys ([`keys_of`] without allocating).
+fn key_positions(args: &[Bytes]) -> Option<std::iter::StepBy<std::ops::RangeInclusive<usize>>> {
     let spec = spec_of(args.first()?)?;
     let count = args.len() as i64;
     let arity_ok = if spec.arity >= 0 {
@@ -116,12 +121,8 @@ pub fn keys_of(args: &[Bytes]) -> Option<Vec<&[u8]>> {
     } else {
         spec.last_key
     };
-    Some(
-        (spec.first_key..=last)
-            .step_by(spec.step.max(1) as usize)
-            .map(|i| &args[i as usize][..])
-            .collect(),
-    )
+    // In range: the arity check above guarantees `first_key <= last < count`.
+    Some((spec.first_key as usize..=last as usize).step_by(spec.step.max(1) as usize))
 }
 
 /// The 40-hex-digit node id Redis Cluster clients see for a worker.
@@ -183,9 +184,9 @@ impl Topology {
     /// Why `args` may not run here (`-CROSSSLOT`, `-MOVED`, `-CLUSTERDOWN`), as a RESP error
     /// reply; None if it may.
     pub fn redirect(&self, args: &[Bytes]) -> Option<Vec<u8>> {
-        let keys = keys_of(args)?;
-        let slot = key_slot(keys.first()?);
-        if keys[1..].iter().any(|key| key_slot(key) != slot) {
+        let mut positions = key_positions(args)?;
+        let slot = key_slot(&args[positions.next()?]);
+        if positions.any(|i| key_slot(&args[i]) != slot) {
             return Some(b"-CROSSSLOT Keys in request don't hash to the same slot\r\n".to_vec());
         }
         match self.owner(slot) {
@@ -204,7 +205,15 @@ impl Topology {
         args: &[Bytes],
         world_line: impl FnOnce() -> WorldLine,
     ) -> Option<Vec<u8>> {
-        let name = args.first()?.to_ascii_uppercase();
+        // Most commands are none of these: decide without allocating.
+        const ANSWERED: [&[u8]; 5] = [b"READONLY", b"READWRITE", b"ASKING", b"CLUSTER", b"COMMAND"];
+        if !ANSWERED
+            .iter()
+            .any(|n| args.first().is_some_and(|a| a.eq_ignore_ascii_case(n)))
+        {
+            return None;
+        }
+        let name = args[0].to_ascii_uppercase();
         let mut out = bytes::BytesMut::new();
         let encoder = Encoder::new(Protocol::Resp2);
         match &name[..] {
@@ -462,6 +471,29 @@ mod tests {
         assert_eq!(keys_of(&args(&["MSET", "a", "1", "b"])), None);
         assert_eq!(keys_of(&args(&["PING"])), None);
         assert_eq!(keys_of(&args(&["FLUSHALL"])), None);
+    }
+
+    #[test]
+    fn any_argument_count_is_safe() {
+        // Every command of the table (and an unknown one) with 1 to 9 arguments: key positions
+        // stay in range, and redirect/answer never panic.
+        let topology = three_workers(0);
+        let names = SPECS.iter().map(|s| s.name).chain(["nope", "CLUSTER"]);
+        for name in names {
+            for count in 0..9 {
+                let mut words = vec![name];
+                words.extend(std::iter::repeat_n("k", count));
+                let args = args(&words);
+                let _ = keys_of(&args);
+                let _ = topology.redirect(&args);
+                let _ = topology.answer(&args, || 0);
+                let mut getkeys = vec!["COMMAND", "GETKEYS"];
+                getkeys.extend(&words);
+                let _ = topology.answer(&self::args(&getkeys), || 0);
+            }
+        }
+        assert_eq!(topology.redirect(&[]), None);
+        assert_eq!(topology.answer(&[], || 0), None);
     }
 
     #[test]
