@@ -6,6 +6,11 @@
 //! runs on a thread of the launching process. A worker process that exits (killed, crashed) is
 //! reported failed to the manager at once (no wait for its lease) and started again; by the restart rule (`worker` module docs) the new process waits until
 //! the manager has rolled the cluster back past its previous incarnation, then restores to the cut.
+//!
+//! Before any worker starts, the launcher publishes hash slot ownership in the metadata store
+//! (`dpr_ownership`): Redis Cluster's 16384 slots split evenly over the workers in id order,
+//! each range with its worker's address ([`publish_ownership`]). Workers read it at start and
+//! redirect foreign keys; clients route by it. It does not change while the cluster runs.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -18,8 +23,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use prefixkv_dpr::cluster::{CheckOutcome, ClusterManager, SystemClock};
 use prefixkv_dpr::finder::{DprFinder, ExactFinder};
-use prefixkv_dpr::metadata::{MetadataError, MetadataStore, SqliteMetadataStore};
+use prefixkv_dpr::metadata::{MetadataError, MetadataStore, PartitionRange, SqliteMetadataStore};
 use prefixkv_dpr::ClusterState;
+use prefixkv_dredis::slots::{even_split, SLOT_COUNT};
 use prefixkv_dredis::ClientConfig;
 
 use crate::worker::Recoverability;
@@ -149,6 +155,33 @@ fn spawn_worker(
         .spawn()
 }
 
+/// Publishes an even split of the hash slots over `addresses` (worker `i` at `addresses[i]`)
+/// as the cluster's ownership table, replacing any earlier one. At most 16384 workers.
+pub fn publish_ownership(
+    store: &dyn MetadataStore,
+    addresses: &[SocketAddr],
+) -> Result<(), LaunchError> {
+    if addresses.is_empty() || addresses.len() > usize::from(SLOT_COUNT) {
+        return Err(LaunchError::Config(format!(
+            "{} workers: a cluster has 1..={SLOT_COUNT} workers (one hash slot at least each)",
+            addresses.len()
+        )));
+    }
+    let ranges: Vec<PartitionRange> = even_split(addresses.len())
+        .into_iter()
+        .zip(addresses)
+        .enumerate()
+        .map(|(worker, ((first, last), address))| PartitionRange {
+            first: u64::from(first),
+            last: u64::from(last),
+            worker: worker as u64,
+            address: address.to_string(),
+        })
+        .collect();
+    store.set_ownership(&ranges)?;
+    Ok(())
+}
+
 /// Waits until `address` accepts a connection, or `child` exits, or the timeout.
 fn wait_listening(address: SocketAddr, child: &mut Child, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
@@ -183,10 +216,14 @@ impl LocalCluster {
             config.directory.join("metadata.sqlite"),
         )?);
         let finder: Arc<dyn DprFinder> = Arc::new(ExactFinder::new(Arc::clone(&store))?);
-        let mut workers = Vec::with_capacity(config.workers);
-        for id in 0..config.workers {
+        let mut addresses = Vec::with_capacity(config.workers);
+        for _ in 0..config.workers {
             let port = free_port().map_err(|e| LaunchError::Config(format!("free port: {e}")))?;
-            let address = SocketAddr::from(([127, 0, 0, 1], port));
+            addresses.push(SocketAddr::from(([127, 0, 0, 1], port)));
+        }
+        publish_ownership(store.as_ref(), &addresses)?;
+        let mut workers = Vec::with_capacity(config.workers);
+        for (id, address) in addresses.into_iter().enumerate() {
             let child = spawn_worker(&config, id, address).map_err(|e| LaunchError::Worker {
                 worker: id,
                 reason: format!("spawn {}: {e}", config.executable.display()),

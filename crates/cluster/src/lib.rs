@@ -5,12 +5,15 @@
 //! send batches of RESP commands with a DPR header (the framed protocol and client library of
 //! `prefixkv-dredis`, shared), a cluster manager detects failures by lease and rolls every worker
 //! back to the DPR cut, and a failed worker restarts from its checkpoint in the cut
-//! ([`launcher`] runs workers as processes). See `docs/cluster.md`.
+//! ([`launcher`] runs workers as processes). Workers also speak plain RESP, as a Redis Cluster:
+//! keys map to hash slots, the launcher publishes which worker owns which slots, and workers
+//! redirect foreign keys with `-MOVED` ([`topology`]). See `docs/cluster.md`.
 #![warn(missing_docs)]
 
 pub mod commands;
 pub mod launcher;
 pub mod state_object;
+pub mod topology;
 pub mod worker;
 
 pub use launcher::{LocalCluster, LocalClusterConfig};

@@ -81,6 +81,16 @@ enum Command {
         #[arg(long, default_value_t = 256 << 20)]
         log_memory_bytes: u64,
     },
+    /// Publish hash slot ownership (an even split over the given worker addresses, worker i at
+    /// the i-th) in a metadata store; run it before starting the workers, which read it at start.
+    Ownership {
+        /// SQLite metadata store shared by the cluster.
+        #[arg(long)]
+        metadata: PathBuf,
+        /// Worker addresses in worker-id order, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        workers: Vec<SocketAddr>,
+    },
     /// Run the cluster manager (finder refresh, lease checks, rollbacks) for a metadata store.
     Manager {
         /// SQLite metadata store shared by the cluster.
@@ -195,6 +205,18 @@ fn main() -> anyhow::Result<()> {
             let signal = wait_for_signal();
             eprintln!("signal {signal}: stopping worker {id}");
             worker.shutdown();
+        }
+        Command::Ownership { metadata, workers } => {
+            let store = SqliteMetadataStore::open(&metadata)
+                .with_context(|| format!("opening the metadata store {}", metadata.display()))?;
+            prefixkv_cluster::launcher::publish_ownership(&store, &workers)
+                .context("publishing hash slot ownership")?;
+            for range in store.ownership()? {
+                println!(
+                    "slots {}-{} worker {} {}",
+                    range.first, range.last, range.worker, range.address
+                );
+            }
         }
         Command::Manager {
             metadata,

@@ -1,5 +1,12 @@
 //! A cluster worker: one engine behind libDPR's worker, serving DPR batches of RESP commands.
 //!
+//! **Two protocols on one port**, told apart by the first byte exactly as on a D-Redis proxy
+//! (the connection loops are `prefixkv_dredis::serve`, shared): framed DPR batches from the
+//! client library, and plain RESP from any Redis client, each connection a DPR session the
+//! worker keeps (`PREFIXKV.COMMITPOINT`, `-ROLLBACK …`; see `worker/host.rs`). Keys are checked
+//! against the hash slots this worker owns ([`crate::topology`]): a foreign key gets `-MOVED`,
+//! keys spanning slots `-CROSSSLOT`, and neither runs.
+//!
 //! Per request frame (the framed protocol of `prefixkv_dredis::wire`, shared with D-Redis so the
 //! same client library drives both):
 //! 1. The payload is parsed into RESP commands; their number must match the frame's.
@@ -29,11 +36,12 @@
 //! engine switches versions: every batch runs wholly in one version (see `state_object`), and the
 //! switch waits for no session (all are suspended between batches).
 
-use std::io::{Read, Write};
+mod host;
+
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -43,13 +51,13 @@ use prefixkv_dpr::cluster::{Clock, SystemClock};
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::worker::{BatchOutcome, FastForward, WorkerError};
 use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, WorkerId, WorldLine};
-use prefixkv_dredis::wire::{
-    encode_response, FrameLimits, FrameReader, RequestFrame, ResponseFrame, FRAMED_PREAMBLE,
-};
-use prefixkv_resp::{Command, Limits, RequestParser};
+use prefixkv_dredis::serve::accept_connections;
+use prefixkv_dredis::wire::{FrameLimits, ResponseFrame};
+use prefixkv_resp::Command;
 
 use crate::commands;
 use crate::state_object::{Engine, EngineConfig, EngineStateObject, Lent};
+use crate::topology::Topology;
 
 /// The file recording the world-line a worker serves in (see the module docs).
 pub const INCARNATION_FILE: &str = "INCARNATION";
@@ -91,6 +99,14 @@ pub enum StartError {
         world_line: WorldLine,
         /// How long it waited.
         waited_ms: u64,
+    },
+    /// The hash slot ownership table could not be read or is unusable.
+    #[error("worker {worker}: reading the hash slot ownership: {source}")]
+    Topology {
+        /// The worker id.
+        worker: WorkerId,
+        /// The error.
+        source: prefixkv_dpr::metadata::MetadataError,
     },
 }
 
@@ -167,6 +183,9 @@ pub struct WorkerConfig {
     /// How long a restarted worker waits for the cluster to roll back past its previous
     /// incarnation before giving up.
     pub rejoin_timeout_ms: u64,
+    /// How long a plain RESP connection whose batch failed in the engine waits for the
+    /// rollback before answering that the batch's effect is unknown.
+    pub recovery_wait_ms: u64,
 }
 
 impl WorkerConfig {
@@ -182,9 +201,17 @@ impl WorkerConfig {
             heartbeat_interval_ms: 200,
             poll_interval_ms: 50,
             rejoin_timeout_ms: 60_000,
+            recovery_wait_ms: 30_000,
         }
     }
 }
+
+/// The operation log of [`Recoverability::Synchronous`] and, per sealed version, the log
+/// position it covers.
+type SyncLog = (
+    prefixkv_oplog::Oplog,
+    Mutex<std::collections::VecDeque<(u64, u64)>>,
+);
 
 /// The state shared by a worker's threads.
 struct Core {
@@ -192,15 +219,23 @@ struct Core {
     recoverability: Recoverability,
     /// The per-batch log of [`Recoverability::Synchronous`], with the log position each sealed
     /// version covers (truncated once that version is persisted).
-    oplog: Option<(
-        prefixkv_oplog::Oplog,
-        Mutex<std::collections::VecDeque<(u64, u64)>>,
-    )>,
+    oplog: Option<SyncLog>,
     latch: RwLock<()>,
     worker: Mutex<DprWorker<EngineStateObject>>,
     engine: Arc<Engine>,
     finder: Arc<dyn DprFinder>,
     incarnation: PathBuf,
+    /// Frame and RESP limits.
+    limits: FrameLimits,
+    /// Hash slot ownership, read once the listener is bound (it names this worker's address).
+    topology: OnceLock<Topology>,
+    /// Plain RESP connections accepted so far (numbers their DPR sessions).
+    resp_connections: AtomicU64,
+    /// The published cluster state as last read by the maintenance thread (plain RESP sessions
+    /// trim their committed batches against it).
+    published: Mutex<Arc<ClusterState>>,
+    /// See [`WorkerConfig::recovery_wait_ms`].
+    recovery_wait: Duration,
 }
 
 /// What admission decided. A batch to run carries the session it runs on, lent under the DPR
@@ -243,29 +278,32 @@ impl Core {
         }
     }
 
-    fn handle(&self, frame: RequestFrame) -> ResponseFrame {
-        let commands = match parse_commands(&frame.payload, frame.command_count) {
-            Ok(commands) => commands,
-            Err(error) => return ResponseFrame::Error(error),
-        };
+    /// Runs one DPR batch of parsed `commands` (`payload`: their RESP encoding, for the
+    /// operation log), from a frame or a plain RESP connection.
+    fn run_commands(
+        &self,
+        request: &DprHeader,
+        payload: &[u8],
+        commands: &[Command],
+    ) -> ResponseFrame {
         if matches!(
             self.recoverability,
             Recoverability::None | Recoverability::Eventual
         ) {
-            return self.run_unadmitted(&frame.header, &commands);
+            return self.run_unadmitted(request, commands);
         }
         let shared = self.latch.read();
         let worker = self.worker.lock();
-        let (admission, _latch) = if frame.header.world_line > worker.world_line() {
+        let (admission, _latch) = if request.world_line > worker.world_line() {
             // A restore replaces the engine: no batch may hold a session meanwhile.
             drop(worker);
             drop(shared);
             let exclusive = self.latch.write();
-            let admission = self.admit(&mut self.worker.lock(), &frame.header);
+            let admission = self.admit(&mut self.worker.lock(), request);
             (admission, RwLockWriteGuard::downgrade(exclusive))
         } else {
             let mut worker = worker;
-            let admission = self.admit(&mut worker, &frame.header);
+            let admission = self.admit(&mut worker, request);
             drop(worker);
             (admission, shared)
         };
@@ -273,13 +311,13 @@ impl Core {
             Admission::Reply(reply) => return reply,
             Admission::Run(header, lent) => (header, lent),
         };
-        let (replies, newest_engine_version) = match self.execute(lent, &commands) {
+        let (replies, newest_engine_version) = match self.execute(lent, commands) {
             Ok(done) => done,
             Err(reply) => return reply,
         };
         if let Some((log, _)) = &self.oplog {
             let logged = log
-                .append(&frame.payload)
+                .append(payload)
                 .and_then(|ticket| ticket.wait().map(|_| ()));
             if let Err(error) = logged {
                 return ResponseFrame::Error(format!(
@@ -315,7 +353,15 @@ impl Core {
         let mut scratch = Vec::new();
         let mut newest_engine_version = 0;
         let mut failure = None;
+        let topology = self.topology.get();
         for command in commands {
+            // A key of a slot this worker does not own: the command does not run (framed
+            // batches get the redirection as its reply; plain RESP connections get it before
+            // the batch, see `worker/host.rs`).
+            if let Some(redirect) = topology.and_then(|t| t.redirect(&command.args)) {
+                replies.extend_from_slice(&redirect);
+                continue;
+            }
             if let Err(error) =
                 commands::execute(&mut lent.session, &command.args, &mut replies, &mut scratch)
             {
@@ -446,35 +492,6 @@ impl Core {
             }
         }
     }
-}
-
-/// Parses a frame's payload into exactly `expected` commands.
-fn parse_commands(payload: &[u8], expected: u32) -> Result<Vec<Command>, String> {
-    let mut parser = RequestParser::new(Limits::default());
-    let mut buffer = BytesMut::from(payload);
-    let mut commands = Vec::with_capacity(expected as usize);
-    while !buffer.is_empty() {
-        match parser.parse(&mut buffer) {
-            Ok(Some(command)) => commands.push(command),
-            Ok(None) => {
-                return Err(format!(
-                    "payload ends inside a command after {} whole commands",
-                    commands.len()
-                ))
-            }
-            Err(error) => return Err(format!("payload command {}: {error}", commands.len())),
-        }
-        if commands.len() > expected as usize {
-            break;
-        }
-    }
-    if commands.len() != expected as usize {
-        return Err(format!(
-            "frame announces {expected} commands but its payload holds {}",
-            commands.len()
-        ));
-    }
-    Ok(commands)
 }
 
 fn read_incarnation(path: &Path) -> Result<Option<WorldLine>, StartError> {
@@ -610,6 +627,11 @@ impl Worker {
             engine,
             finder,
             incarnation,
+            limits: config.limits,
+            topology: OnceLock::new(),
+            resp_connections: AtomicU64::new(0),
+            published: Mutex::new(Arc::new(ClusterState::default())),
+            recovery_wait: Duration::from_millis(config.recovery_wait_ms),
         });
         let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Socket {
             address: config.listen,
@@ -619,6 +641,16 @@ impl Worker {
             address: config.listen,
             source,
         })?;
+        let topology = Topology::load(
+            core.finder.store().as_ref(),
+            config.worker_id,
+            &local_address.to_string(),
+        )
+        .map_err(|source| StartError::Topology {
+            worker: config.worker_id,
+            source,
+        })?;
+        let _ = core.topology.set(topology);
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let spawn_error = |source| StartError::Socket {
@@ -633,7 +665,9 @@ impl Worker {
             threads.push(
                 std::thread::Builder::new()
                     .name("cluster-accept".into())
-                    .spawn(move || accept(listener, limits, core, stop, clients))
+                    .spawn(move || {
+                        accept_connections(listener, limits, core, &stop, &clients, "cluster-conn")
+                    })
                     .map_err(spawn_error)?,
             );
         }
@@ -710,68 +744,6 @@ impl Drop for Worker {
     }
 }
 
-fn accept(
-    listener: TcpListener,
-    limits: FrameLimits,
-    core: Arc<Core>,
-    stop: Arc<AtomicBool>,
-    clients: Arc<Mutex<Vec<TcpStream>>>,
-) {
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let Ok(stream) = stream else { continue };
-        let _ = stream.set_nodelay(true);
-        if let Ok(clone) = stream.try_clone() {
-            let mut registry = clients.lock();
-            registry.retain(|s| s.peer_addr().is_ok());
-            registry.push(clone);
-        }
-        let core = Arc::clone(&core);
-        let _ = std::thread::Builder::new()
-            .name("cluster-conn".into())
-            .spawn(move || connection(stream, limits, core));
-    }
-}
-
-fn connection(mut stream: TcpStream, limits: FrameLimits, core: Arc<Core>) {
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let mut preamble = [0u8; FRAMED_PREAMBLE.len()];
-    if stream.read_exact(&mut preamble).is_err() {
-        return;
-    }
-    if preamble != FRAMED_PREAMBLE {
-        let _ = writer.write_all(
-            b"-ERR this is a prefixkv cluster worker: connect with the DPR client library \
-              (framed protocol)\r\n",
-        );
-        return;
-    }
-    let mut reader = FrameReader::new(stream, limits);
-    let mut out = Vec::with_capacity(64 * 1024);
-    loop {
-        let response = match reader.read_request() {
-            Ok(Some(frame)) => core.handle(frame),
-            Ok(None) => return,
-            Err(prefixkv_dredis::wire::WireError::Io(_)) => return,
-            Err(error) => {
-                // The stream cannot be resynchronised: say why, then close it.
-                out.clear();
-                let _ = encode_response(&mut out, &ResponseFrame::Error(error.to_string()));
-                let _ = writer.write_all(&out);
-                return;
-            }
-        };
-        out.clear();
-        if encode_response(&mut out, &response).is_err() || writer.write_all(&out).is_err() {
-            return;
-        }
-    }
-}
-
 /// Renews the lease while checkpoints succeed.
 fn heartbeat(core: Arc<Core>, tick: Duration, stop: Arc<AtomicBool>) {
     // Read without the DPR worker's mutex: a long restore must not look like a dead worker.
@@ -800,6 +772,7 @@ fn maintain(core: Arc<Core>, config: WorkerConfig, stop: Arc<AtomicBool>) {
                 Ok(state) => {
                     core.restore_if_behind(&state);
                     core.prune(&state);
+                    core.remember_published(state);
                 }
                 Err(error) => {
                     tracing::warn!(worker = core.id, %error, "reading the cluster state failed")

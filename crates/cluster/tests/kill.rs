@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use dredis_common::{spawn_session, wait_until, Expected, Progress, SessionRecord};
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
-use prefixkv_dredis::client::{shard_for_key, ClientError};
+use prefixkv_dredis::client::ClientError;
 use prefixkv_dredis::DprRedisClient;
 use prefixkv_resp::Reply;
 use rand::RngExt;
@@ -48,7 +48,6 @@ fn spawn_probe(client: Arc<DprRedisClient>, victim: usize, stop: Arc<AtomicBool>
         );
         std::thread::spawn(move || {
             let mut session = client.session(900).expect("probe session");
-            let shards = session.shard_count();
             let mut next = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let step: Result<(), ClientError> = (|| {
@@ -57,7 +56,7 @@ fn spawn_probe(client: Arc<DprRedisClient>, victim: usize, stop: Arc<AtomicBool>
                         // A bounded key set: the probe runs for the whole test.
                         let key = format!("probe:{}", next % 4096);
                         next += 1;
-                        if shard_for_key(key.as_bytes(), shards) == victim {
+                        if session.shard_of(key.as_bytes())? == victim {
                             continue;
                         }
                         session.push(&[b"SET", key.as_bytes(), b"x"])?;
@@ -295,6 +294,8 @@ fn every_recoverability_level_serves_reads_and_writes() {
             directory.path().join("cluster"),
         );
         config.checkpoint_interval_ms = 20;
+        // No failure is injected here: a lease that a loaded machine cannot make expire.
+        config.lease_ms = 10_000;
         config.recoverability = level;
         config.index_buckets = 1 << 12;
         config.log_memory_bytes = 32 << 20;

@@ -236,7 +236,40 @@ fn concurrent_first_open(open: Opener) {
     assert_eq!(open().workers().unwrap().len(), 4);
 }
 
+fn ownership_table(open: &Opener) {
+    use prefixkv_dpr::metadata::PartitionRange;
+    let store = open();
+    assert!(store.ownership().unwrap().is_empty(), "none published yet");
+    let range = |first, last, worker: u64| PartitionRange {
+        first,
+        last,
+        worker,
+        address: format!("127.0.0.1:{}", 7000 + worker),
+    };
+    let ranges = vec![
+        range(0, 5460, 0),
+        range(5461, 10921, 1),
+        range(10922, 16383, 2),
+    ];
+    store.set_ownership(&ranges).unwrap();
+    assert_eq!(
+        open().ownership().unwrap(),
+        ranges,
+        "another connection reads it"
+    );
+    // Replaced whole, in one transaction.
+    let ranges = vec![range(0, 16383, 4)];
+    store.set_ownership(&ranges).unwrap();
+    assert_eq!(open().ownership().unwrap(), ranges);
+    // Invalid tables are refused and leave the old one in place.
+    let overlapping = vec![range(0, 10, 0), range(10, 20, 1)];
+    let error = store.set_ownership(&overlapping).unwrap_err().to_string();
+    assert!(error.contains("sorted and disjoint"), "{error}");
+    assert_eq!(open().ownership().unwrap(), ranges);
+}
+
 fn run_suite(open: &Opener, fresh: &dyn Fn() -> Opener) {
+    ownership_table(&fresh());
     concurrent_first_open(fresh());
     fresh_state(open);
     membership_and_leases(&fresh());

@@ -4,8 +4,10 @@
 //! store (the SQLite file the cluster publishes its DPR cut into, or its PostgreSQL server).
 //! Every connection to a proxy starts with [`FRAMED_PREAMBLE`] (see [`crate::wire`]), so the
 //! proxy serves it with the framed protocol. Each [`DprRedisSession`]:
-//! - routes every command by the CRC32C of its key (the first argument) to a shard
-//!   ([`shard_for_key`]), buffering per shard and sending a batch once `max_batch_commands`
+//! - routes every command by its key (the first argument) to a shard: by the key's Redis
+//!   Cluster hash slot if the cluster publishes slot ownership in the metadata store (a prefixkv
+//!   cluster does; re-read on a `-MOVED` reply), else by its CRC32C ([`shard_for_key`], D-Redis);
+//!   see `client/routing.rs`. It buffers per shard and sends a batch once `max_batch_commands`
 //!   are buffered or on [`DprRedisSession::flush`];
 //! - keeps at most `window_batches` batches in flight (receiving the oldest one to make room);
 //!   responses on one connection come back in order, so the oldest in-flight batch is always the
@@ -21,6 +23,8 @@
 //!   for the cluster to move to a new world-line, computes exactly what survived, and returns
 //!   [`ClientError::Rollback`] with a [`RollbackReport`] naming the fate of every operation it
 //!   was still tracking. The session has then moved to the new world-line: keep using it.
+
+mod routing;
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -231,6 +235,7 @@ pub struct DprRedisClient {
     config: ClientConfig,
     store: Arc<dyn MetadataStore>,
     watcher: Arc<CutWatcher>,
+    router: Arc<routing::Router>,
 }
 
 impl DprRedisClient {
@@ -241,6 +246,10 @@ impl DprRedisClient {
             None => MetadataLocation::Sqlite(config.metadata_path.clone()),
         };
         let store = location.open()?;
+        let router = Arc::new(routing::Router::new(
+            Arc::clone(&store),
+            config.shards.len(),
+        )?);
         let watcher = Arc::new(CutWatcher {
             state: Mutex::new(Ok(store.cluster_state()?)),
             changed: Condvar::new(),
@@ -257,7 +266,14 @@ impl DprRedisClient {
             config,
             store,
             watcher,
+            router,
         })
+    }
+
+    /// Whether keys are routed by hash slot (the cluster publishes slot ownership) rather
+    /// than by CRC32C.
+    pub fn routes_by_slot(&self) -> bool {
+        self.router.by_slot()
     }
 
     /// The published cluster state.
@@ -277,6 +293,7 @@ impl DprRedisClient {
             config: self.config.clone(),
             store: Arc::clone(&self.store),
             watcher: Arc::clone(&self.watcher),
+            router: Arc::clone(&self.router),
             dpr: DprSession::new(id, state.world_line, self.config.window_batches),
             links: self.config.shards.iter().map(|_| None).collect(),
             buffered: self.config.shards.iter().map(|_| Vec::new()).collect(),
@@ -310,6 +327,7 @@ pub struct DprRedisSession {
     config: ClientConfig,
     store: Arc<dyn MetadataStore>,
     watcher: Arc<CutWatcher>,
+    router: Arc<routing::Router>,
     dpr: DprSession,
     links: Vec<Option<Link>>,
     buffered: Vec<Vec<(u64, Vec<u8>)>>,
@@ -354,13 +372,19 @@ impl DprRedisSession {
         self.callbacks.push(Box::new(callback));
     }
 
+    /// The shard (worker) `key` is routed to now: by the published slot ownership, or by
+    /// CRC32C when none is published (see [`DprRedisClient::routes_by_slot`]).
+    pub fn shard_of(&self, key: &[u8]) -> Result<usize, ClientError> {
+        self.router.shard_for(key)
+    }
+
     /// Queues one command (`args[0]` the name, `args[1]` the key that routes it) and returns its
     /// tag. A full batch is sent at once (which may first wait for the oldest in-flight batch).
     pub fn push(&mut self, args: &[&[u8]]) -> Result<u64, ClientError> {
         let key = args.get(1).ok_or_else(|| {
             ClientError::Protocol("a D-Redis command needs a key as its first argument".into())
         })?;
-        let shard = shard_for_key(key, self.config.shards.len());
+        let shard = self.router.shard_for(key)?;
         let mut encoded = Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
         encode_command(&mut encoded, args);
         let tag = self.next_tag;
@@ -475,6 +499,7 @@ impl DprRedisSession {
             Completion::Executed { .. } if header.kind == HeaderKind::Response => {
                 let mut buffer = BytesMut::from(&replies[..]);
                 let mut parser = ReplyParser::new(Limits::default());
+                let mut moved = false;
                 for (index, tag) in in_flight.tags.iter().enumerate() {
                     let reply = parser
                         .parse(&mut buffer)
@@ -485,12 +510,18 @@ impl DprRedisSession {
                                 in_flight.tags.len()
                             ))
                         })?;
+                    moved |= matches!(&reply, Reply::Error(text) if text.starts_with(b"MOVED "));
                     self.completed.push(CompletedOperation {
                         tag: *tag,
                         sequence: in_flight.ticket.sequences.start + index as u64,
                         shard,
                         reply,
                     });
+                }
+                if moved {
+                    // Ownership changed since it was read: route later keys by the new table.
+                    // (The redirected operations ran nowhere; their callers see the replies.)
+                    self.router.refresh()?;
                 }
                 Ok(())
             }

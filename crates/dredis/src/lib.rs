@@ -10,7 +10,9 @@
 //! every shard back to the cut when a Redis dies (its proxy reports the process exit at once; the
 //! lease is the fallback); sessions then learn exactly which of their operations survived. The
 //! proxies also speak plain RESP: each plain connection is a DPR session the proxy keeps, with
-//! `PREFIXKV.COMMITPOINT` and `-ROLLBACK` errors (see [`proxy`]).
+//! `PREFIXKV.COMMITPOINT` and `-ROLLBACK` errors (see [`proxy`]); the connection loops are in
+//! [`serve`], shared with prefixkv's cluster workers, and [`slots`] maps keys to Redis Cluster
+//! hash slots (the client routes by slot when a cluster publishes slot ownership).
 //!
 //! Invariants:
 //! - A commit of version `v` starts `BGSAVE` under the proxy's exclusive latch, so Redis's fork
@@ -28,6 +30,8 @@ pub mod manifest;
 pub mod options;
 pub mod proxy;
 pub mod redis;
+pub mod serve;
+pub mod slots;
 pub mod state_object;
 pub mod wire;
 

@@ -16,10 +16,12 @@
 //! has started, so Redis's fork captures exactly the batches of versions ≤ `v`. The RDB is then
 //! written and kept in the background (see [`crate::state_object`]) while batches run again.
 //!
-//! **Two protocols on one port** (see [`crate::wire`] for the detection rule): framed
-//! connections as above; plain RESP connections (`proxy/resp.rs`), each a DPR session the proxy
-//! keeps for the client (`prefixkv_dpr::connection`), whose commands run as DPR batches through
-//! the same shared-latch path.
+//! **Two protocols on one port** (see [`crate::wire`] for the detection rule, [`crate::serve`]
+//! for the connection loops shared with prefixkv's cluster workers): framed connections as
+//! above; plain RESP connections, each a DPR session the proxy keeps for the client
+//! (`prefixkv_dpr::connection`), whose commands run as DPR batches through the same shared-latch
+//! path ([`crate::serve::DprHost`]; the proxy refuses the commands listed in
+//! `proxy/refusals.rs`).
 //!
 //! **Failure detection** (`proxy/health.rs`): a watcher thread reaps the Redis child the moment
 //! it exits (and is woken at once when a pooled connection resets) and reports the failure to the
@@ -37,9 +39,8 @@
 mod health;
 mod passthrough;
 mod pool;
-mod resp;
+mod refusals;
 
-use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -53,10 +54,9 @@ use prefixkv_dpr::worker::BatchOutcome;
 use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, HeaderKind, Version, WorkerId, WorldLine};
 
 use crate::redis::{RedisConnection, RedisProcess};
+use crate::serve::{accept_connections, BatchResult, ConnectionHandler, DprHost};
 use crate::state_object::{RedisStateConfig, RedisStateObject, SaveTracker};
-use crate::wire::{
-    encode_response, FrameLimits, FrameReader, RequestFrame, ResponseFrame, FRAMED_PREAMBLE,
-};
+use crate::wire::{FrameLimits, RequestFrame, ResponseFrame};
 
 pub use health::FailureReporter;
 pub use passthrough::PassThroughProxy;
@@ -137,19 +137,6 @@ impl<F: FnOnce()> Drop for Defer<F> {
     }
 }
 
-/// What serves batches: DPR, or pass-through.
-trait BatchHandler: Send + Sync + 'static {
-    /// Serves one request frame of a framed connection.
-    fn handle(&self, frame: RequestFrame) -> ResponseFrame;
-
-    /// Serves a plain RESP connection whose first byte was `first_byte`. By default refused.
-    fn serve_resp(&self, mut stream: TcpStream, _first_byte: u8) {
-        let _ = stream.write_all(
-            b"-ERR this port speaks only the D-Redis framed protocol (pass-through proxy)\r\n",
-        );
-    }
-}
-
 /// The DPR side of a proxy.
 struct DprCore {
     id: WorkerId,
@@ -177,18 +164,6 @@ struct DprCore {
     recovery_wait: Duration,
     /// Failure detection state (the exit watcher and the reporter).
     health: health::Health,
-}
-
-/// What became of one batch run through [`DprCore::run_batch`].
-enum BatchResult {
-    /// It ran in the header's version; Redis's raw replies.
-    Ran { header: DprHeader, replies: Vec<u8> },
-    /// The worker refused it (old world-line): it did not run.
-    Refused { header: DprHeader },
-    /// The worker could not admit it (it did not run).
-    NotRun(String),
-    /// Redis failed during it: whether it ran is unknown.
-    Unknown(String),
 }
 
 /// Admission result under the shared latch.
@@ -300,7 +275,7 @@ impl DprCore {
 
 impl DprCore {
     /// Runs one batch of `count` RESP commands under the DPR rules (module docs, steps 2–3).
-    fn run_batch(&self, request: &DprHeader, payload: &[u8], count: usize) -> BatchResult {
+    fn forward_batch(&self, request: &DprHeader, payload: &[u8], count: usize) -> BatchResult {
         let shared = self.latch.read();
         let mut worker = self.worker.lock();
         let (admission, _shared) = if Self::needs_exclusive(&worker, request) {
@@ -365,7 +340,7 @@ impl DprCore {
     }
 }
 
-impl BatchHandler for DprCore {
+impl ConnectionHandler for DprCore {
     fn handle(&self, frame: RequestFrame) -> ResponseFrame {
         match count_commands(&frame.payload) {
             Ok(count) if count == frame.command_count as usize => {}
@@ -377,7 +352,7 @@ impl BatchHandler for DprCore {
             }
             Err(error) => return ResponseFrame::Error(error),
         }
-        match self.run_batch(&frame.header, &frame.payload, frame.command_count as usize) {
+        match self.forward_batch(&frame.header, &frame.payload, frame.command_count as usize) {
             BatchResult::Ran { header, replies } => ResponseFrame::Header { header, replies },
             BatchResult::Refused { header } => ResponseFrame::Header {
                 header,
@@ -388,7 +363,58 @@ impl BatchHandler for DprCore {
     }
 
     fn serve_resp(&self, stream: TcpStream, first_byte: u8) {
-        resp::serve(self, stream, first_byte);
+        crate::serve::serve_resp(self, stream, first_byte);
+    }
+}
+
+impl DprHost for DprCore {
+    fn worker_id(&self) -> WorkerId {
+        self.id
+    }
+
+    fn limits(&self) -> FrameLimits {
+        self.limits
+    }
+
+    fn label(&self) -> &'static str {
+        "D-Redis"
+    }
+
+    fn world_line(&self) -> WorldLine {
+        DprCore::world_line(self)
+    }
+
+    fn finder(&self) -> &dyn DprFinder {
+        self.finder.as_ref()
+    }
+
+    fn published(&self) -> Arc<ClusterState> {
+        Arc::clone(&self.published.lock())
+    }
+
+    fn read_published(&self) -> Option<ClusterState> {
+        self.read_cluster_state()
+    }
+
+    fn next_connection(&self) -> u64 {
+        self.resp_connections.fetch_add(1, Ordering::SeqCst)
+    }
+
+    fn recovery_wait(&self) -> Duration {
+        self.recovery_wait
+    }
+
+    fn run_batch(
+        &self,
+        request: &DprHeader,
+        payload: &[u8],
+        commands: &[prefixkv_resp::Command],
+    ) -> BatchResult {
+        self.forward_batch(request, payload, commands.len())
+    }
+
+    fn local_reply(&self, command: &prefixkv_resp::Command) -> Option<Vec<u8>> {
+        refusals::refusal_reply(command)
     }
 }
 
@@ -461,7 +487,7 @@ impl Running {
 fn serve(
     listen: SocketAddr,
     limits: FrameLimits,
-    handler: Arc<dyn BatchHandler>,
+    handler: Arc<dyn ConnectionHandler>,
     wakeup: Arc<Wakeup>,
 ) -> Result<Running, ProxyError> {
     let listener = TcpListener::bind(listen).map_err(|source| ProxyError::Socket {
@@ -479,22 +505,7 @@ fn serve(
         std::thread::Builder::new()
             .name("dredis-accept".into())
             .spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let _ = stream.set_nodelay(true);
-                    if let Ok(clone) = stream.try_clone() {
-                        let mut registry = clients.lock();
-                        registry.retain(|s| s.peer_addr().is_ok());
-                        registry.push(clone);
-                    }
-                    let handler = Arc::clone(&handler);
-                    let _ = std::thread::Builder::new()
-                        .name("dredis-conn".into())
-                        .spawn(move || connection(stream, limits, handler));
-                }
+                accept_connections(listener, limits, handler, &stop, &clients, "dredis-conn")
             })
             .map_err(|source| ProxyError::Socket {
                 address: local_address,
@@ -508,60 +519,6 @@ fn serve(
         threads: vec![acceptor],
         wakeup,
     })
-}
-
-/// Serves one client connection: framed or plain RESP, by its first byte (see [`crate::wire`]).
-fn connection(mut stream: TcpStream, limits: FrameLimits, handler: Arc<dyn BatchHandler>) {
-    let mut first = [0u8; 1];
-    match stream.read(&mut first) {
-        Ok(1) => {}
-        _ => return,
-    }
-    if first[0] != FRAMED_PREAMBLE[0] {
-        handler.serve_resp(stream, first[0]);
-        return;
-    }
-    let mut rest = [0u8; FRAMED_PREAMBLE.len() - 1];
-    if stream.read_exact(&mut rest).is_err() {
-        return;
-    }
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    if rest != FRAMED_PREAMBLE[1..] {
-        // A NUL first byte is never RESP, and this is not our preamble either.
-        let mut out = Vec::new();
-        let _ = encode_response(
-            &mut out,
-            &ResponseFrame::Error(format!(
-                "connection starts with {:02x?}, which is neither the D-Redis framed preamble {:02x?} nor RESP",
-                [&first[..], &rest[..]].concat(),
-                FRAMED_PREAMBLE
-            )),
-        );
-        let _ = writer.write_all(&out);
-        return;
-    }
-    let mut reader = FrameReader::new(stream, limits);
-    let mut out = Vec::with_capacity(64 * 1024);
-    loop {
-        let response = match reader.read_request() {
-            Ok(Some(frame)) => handler.handle(frame),
-            Ok(None) => return,
-            Err(crate::wire::WireError::Io(_)) => return,
-            Err(error) => {
-                // The stream cannot be resynchronised: say why, then close it.
-                out.clear();
-                let _ = encode_response(&mut out, &ResponseFrame::Error(error.to_string()));
-                let _ = writer.write_all(&out);
-                return;
-            }
-        };
-        out.clear();
-        if encode_response(&mut out, &response).is_err() || writer.write_all(&out).is_err() {
-            return;
-        }
-    }
 }
 
 /// A running D-Redis proxy (DPR mode): its Redis, its DPR worker, its listener and its
@@ -618,7 +575,7 @@ impl Proxy {
         let mut running = serve(
             config.listen,
             config.limits,
-            Arc::clone(&core) as Arc<dyn BatchHandler>,
+            Arc::clone(&core) as Arc<dyn ConnectionHandler>,
             Arc::clone(&wakeup),
         )?;
         let maintenance = {

@@ -11,6 +11,7 @@
 //!                  PRIMARY KEY (worker_id, version, dependency_worker_id))
 //! dpr_cut(worker_id PRIMARY KEY, version)
 //! dpr_world_lines(world_line, worker_id, version, PRIMARY KEY (world_line, worker_id))  -- recovery cuts
+//! dpr_ownership(first_partition PRIMARY KEY, last_partition, worker_id, address TEXT)  -- see ownership
 //! ```
 //!
 //! Atomicity: every method runs in one transaction that first updates the `dpr_cluster` row,
@@ -23,12 +24,14 @@
 //! and [`PostgresMetadataStore`] (tokio-postgres driven by a private current-thread runtime, so
 //! the trait stays synchronous and callable from any thread that is not inside an async runtime).
 
+pub mod ownership;
 mod postgres;
 mod sql;
 mod sqlite;
 
+pub use ownership::PartitionRange;
 pub use postgres::PostgresMetadataStore;
-pub use sql::{SqlBackend, SqlMetadataStore};
+pub use sql::{SqlBackend, SqlMetadataStore, SqlValue};
 pub use sqlite::SqliteMetadataStore;
 
 use crate::{ClusterState, Cut, Version, WorkerId, WorkerVersion, WorldLine};
@@ -130,4 +133,17 @@ pub trait MetadataStore: Send + Sync {
     fn finish_recovery(&self, world_line: WorldLine) -> Result<bool, MetadataError>;
     /// The largest persisted version of any worker (`Vmax`), at least the cut's maximum.
     fn max_version(&self) -> Result<Version, MetadataError>;
+    /// Replaces the whole partition ownership table in one transaction (see [`ownership`]);
+    /// refuses ranges that break its invariants. By default unsupported.
+    fn set_ownership(&self, ranges: &[PartitionRange]) -> Result<(), MetadataError> {
+        let _ = ranges;
+        Err(MetadataError::Invalid(
+            "this metadata store keeps no partition ownership table".into(),
+        ))
+    }
+    /// The partition ownership table, sorted by first partition; empty if none was published
+    /// (then every worker serves every partition). By default empty.
+    fn ownership(&self) -> Result<Vec<PartitionRange>, MetadataError> {
+        Ok(Vec::new())
+    }
 }

@@ -8,7 +8,7 @@
 
 use tokio_postgres::types::ToSql;
 
-use super::sql::{SqlBackend, SqlMetadataStore};
+use super::sql::{SqlBackend, SqlMetadataStore, SqlValue};
 use super::MetadataError;
 
 /// The PostgreSQL-backed metadata store.
@@ -46,6 +46,16 @@ impl PostgresBackend {
             .map(|p| p as &(dyn ToSql + Sync))
             .collect()
     }
+}
+
+fn value_parameters(parameters: &[SqlValue]) -> Vec<&(dyn ToSql + Sync)> {
+    parameters
+        .iter()
+        .map(|p| match p {
+            SqlValue::Integer(value) => value as &(dyn ToSql + Sync),
+            SqlValue::Text(text) => text as &(dyn ToSql + Sync),
+        })
+        .collect()
 }
 
 impl SqlBackend for PostgresBackend {
@@ -95,6 +105,36 @@ impl SqlBackend for PostgresBackend {
             .map(|row| {
                 (0..row.len())
                     .map(|i| row.try_get::<_, i64>(i).map_err(MetadataError::from))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn execute_values(&mut self, sql: &str, parameters: &[SqlValue]) -> Result<u64, MetadataError> {
+        let parameters = value_parameters(parameters);
+        Ok(self
+            .runtime
+            .block_on(self.client.execute(sql, &parameters))?)
+    }
+
+    fn query_values(
+        &mut self,
+        sql: &str,
+        parameters: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, MetadataError> {
+        let parameters = value_parameters(parameters);
+        let rows = self.runtime.block_on(self.client.query(sql, &parameters))?;
+        rows.iter()
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| {
+                        let column = &row.columns()[i];
+                        if *column.type_() == tokio_postgres::types::Type::TEXT {
+                            Ok(SqlValue::Text(row.try_get::<_, String>(i)?))
+                        } else {
+                            Ok(SqlValue::Integer(row.try_get::<_, i64>(i)?))
+                        }
+                    })
                     .collect()
             })
             .collect()

@@ -4,6 +4,7 @@
 
 use parking_lot::Mutex;
 
+use super::ownership::{self, PartitionRange};
 use super::{MetadataError, MetadataStore, PersistedVersion, WorkerRecord};
 use crate::{ClusterState, Cut, Version, WorkerId, WorkerVersion, WorldLine};
 
@@ -27,6 +28,45 @@ pub trait SqlBackend: Send {
     fn lock_schema(&mut self) -> Result<(), MetadataError> {
         Ok(())
     }
+    /// Runs a statement whose parameters may be text (the ownership table's addresses).
+    /// Default: unsupported.
+    fn execute_values(&mut self, sql: &str, parameters: &[SqlValue]) -> Result<u64, MetadataError> {
+        let _ = parameters;
+        Err(MetadataError::Invalid(format!(
+            "this SQL backend runs integer statements only: {sql}"
+        )))
+    }
+    /// Runs a query whose columns are integers or text. Default: unsupported.
+    fn query_values(
+        &mut self,
+        sql: &str,
+        parameters: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, MetadataError> {
+        let _ = parameters;
+        Err(MetadataError::Invalid(format!(
+            "this SQL backend runs integer queries only: {sql}"
+        )))
+    }
+}
+
+/// A parameter or column of [`SqlBackend::execute_values`] and [`SqlBackend::query_values`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SqlValue {
+    /// A `BIGINT`.
+    Integer(i64),
+    /// A `TEXT`.
+    Text(String),
+}
+
+impl SqlValue {
+    fn integer(&self, what: &str) -> Result<u64, MetadataError> {
+        match self {
+            Self::Integer(value) => from_column(what, *value),
+            Self::Text(text) => Err(MetadataError::Invalid(format!(
+                "{what}: expected an integer, found text {text:?}"
+            ))),
+        }
+    }
 }
 
 const SCHEMA: &[&str] = &[
@@ -36,6 +76,7 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS dpr_dependencies (worker_id BIGINT NOT NULL, version BIGINT NOT NULL, dependency_worker_id BIGINT NOT NULL, dependency_version BIGINT NOT NULL, PRIMARY KEY (worker_id, version, dependency_worker_id))",
     "CREATE TABLE IF NOT EXISTS dpr_cut (worker_id BIGINT PRIMARY KEY, version BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS dpr_world_lines (world_line BIGINT NOT NULL, worker_id BIGINT NOT NULL, version BIGINT NOT NULL, PRIMARY KEY (world_line, worker_id))",
+    "CREATE TABLE IF NOT EXISTS dpr_ownership (first_partition BIGINT PRIMARY KEY, last_partition BIGINT NOT NULL, worker_id BIGINT NOT NULL, address TEXT NOT NULL)",
     "INSERT INTO dpr_cluster (id, world_line, recovering) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING",
 ];
 
@@ -441,5 +482,68 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
                 .ok_or_else(|| MetadataError::Invalid("max version query returned no row".into()))?;
             Ok(from_column("version", row[0])?.max(from_column("version", row[1])?))
         })
+    }
+
+    fn set_ownership(&self, ranges: &[PartitionRange]) -> Result<(), MetadataError> {
+        ownership::validate(ranges)?;
+        let mut rows = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            rows.push([
+                SqlValue::Integer(to_column("first partition", range.first)?),
+                SqlValue::Integer(to_column("last partition", range.last)?),
+                SqlValue::Integer(to_column("worker id", range.worker)?),
+                SqlValue::Text(range.address.clone()),
+            ]);
+        }
+        self.transaction(|backend| {
+            backend.execute("DELETE FROM dpr_ownership", &[])?;
+            for row in &rows {
+                backend.execute_values(
+                    "INSERT INTO dpr_ownership (first_partition, last_partition, worker_id, address) \
+                     VALUES ($1, $2, $3, $4)",
+                    row,
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn ownership(&self) -> Result<Vec<PartitionRange>, MetadataError> {
+        let ranges = self.read_transaction(|backend| {
+            let count = backend.query("SELECT COUNT(*) FROM dpr_ownership", &[])?;
+            let count = count.first().map_or(0, |row| row[0]);
+            if count > ownership::MAX_RANGES as i64 {
+                return Err(MetadataError::Invalid(format!(
+                    "dpr_ownership holds {count} ranges (at most {})",
+                    ownership::MAX_RANGES
+                )));
+            }
+            backend
+                .query_values(
+                    "SELECT first_partition, last_partition, worker_id, address FROM dpr_ownership \
+                     ORDER BY first_partition",
+                    &[],
+                )?
+                .into_iter()
+                .map(|row| match <[SqlValue; 4]>::try_from(row) {
+                    Ok([first, last, worker, SqlValue::Text(address)]) => Ok(PartitionRange {
+                        first: first.integer("first_partition")?,
+                        last: last.integer("last_partition")?,
+                        worker: worker.integer("worker_id")?,
+                        address,
+                    }),
+                    Ok(row) => Err(MetadataError::Invalid(format!(
+                        "dpr_ownership row {row:?}: the address is not text"
+                    ))),
+                    Err(row) => Err(MetadataError::Invalid(format!(
+                        "dpr_ownership row has {} columns, expected 4",
+                        row.len()
+                    ))),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        // A table written by something else than `set_ownership` must still be sound to use.
+        ownership::validate(&ranges)?;
+        Ok(ranges)
     }
 }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::sql::{SqlBackend, SqlMetadataStore};
+use super::sql::{SqlBackend, SqlMetadataStore, SqlValue};
 use super::MetadataError;
 
 /// How long a writer waits for another process's write lock before giving up.
@@ -151,5 +151,52 @@ impl SqlBackend for SqliteBackend {
             rows.collect::<Result<Vec<_>, _>>()
         })();
         result.map_err(|e| self.error(e))
+    }
+
+    fn execute_values(&mut self, sql: &str, parameters: &[SqlValue]) -> Result<u64, MetadataError> {
+        let changed = self
+            .connection
+            .prepare_cached(&to_sqlite(sql))
+            .and_then(|mut statement| {
+                statement.execute(rusqlite::params_from_iter(parameters.iter().map(to_value)))
+            })
+            .map_err(|e| self.error(e))?;
+        Ok(changed as u64)
+    }
+
+    fn query_values(
+        &mut self,
+        sql: &str,
+        parameters: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, MetadataError> {
+        let result = (|| {
+            let mut statement = self.connection.prepare_cached(&to_sqlite(sql))?;
+            let columns = statement.column_count();
+            let rows = statement.query_map(
+                rusqlite::params_from_iter(parameters.iter().map(to_value)),
+                |row| {
+                    (0..columns)
+                        .map(|i| match row.get::<_, rusqlite::types::Value>(i)? {
+                            rusqlite::types::Value::Integer(value) => Ok(SqlValue::Integer(value)),
+                            rusqlite::types::Value::Text(text) => Ok(SqlValue::Text(text)),
+                            _ => Err(rusqlite::Error::InvalidColumnType(
+                                i,
+                                format!("column {i}"),
+                                rusqlite::types::Type::Blob,
+                            )),
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                },
+            )?;
+            rows.collect::<Result<Vec<_>, _>>()
+        })();
+        result.map_err(|e| self.error(e))
+    }
+}
+
+fn to_value(value: &SqlValue) -> rusqlite::types::Value {
+    match value {
+        SqlValue::Integer(value) => rusqlite::types::Value::Integer(*value),
+        SqlValue::Text(text) => rusqlite::types::Value::Text(text.clone()),
     }
 }

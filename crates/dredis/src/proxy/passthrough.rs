@@ -6,7 +6,8 @@ use std::sync::Arc;
 use prefixkv_dpr::{DprHeader, HeaderKind, WorkerId};
 
 use super::pool::{count_commands, Pool};
-use super::{serve, BatchHandler, ProxyError, Running, Wakeup};
+use super::{serve, ProxyError, Running, Wakeup};
+use crate::serve::ConnectionHandler;
 use crate::wire::{FrameLimits, RequestFrame, ResponseFrame};
 
 /// The pass-through side: forwards without DPR (a baseline for the benchmark).
@@ -15,7 +16,7 @@ struct PassThrough {
     pool: Pool,
 }
 
-impl BatchHandler for PassThrough {
+impl ConnectionHandler for PassThrough {
     fn handle(&self, frame: RequestFrame) -> ResponseFrame {
         match count_commands(&frame.payload) {
             Ok(count) if count == frame.command_count as usize => {}

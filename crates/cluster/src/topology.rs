@@ -1,0 +1,576 @@
+//! A worker's view of the cluster as Redis Cluster clients see it: hash slot ownership
+//! (`-MOVED`, `-CROSSSLOT`), the `CLUSTER …` topology queries and the `COMMAND` table that
+//! cluster-aware clients (redis-py's `RedisCluster`, go-redis's `ClusterClient`, `redis-cli -c`)
+//! read at start-up to route keys.
+//!
+//! Ownership comes from the metadata store's `dpr_ownership` table (libDPR,
+//! `prefixkv_dpr::metadata::ownership`), partitions being Redis Cluster's 16384 hash slots
+//! ([`prefixkv_dredis::slots`]); the launcher writes it before it starts the workers, and each
+//! worker reads it once at start. With no table published, the worker owns every slot (a
+//! one-node cluster).
+//!
+//! Invariants:
+//! - A command runs on a worker only if every key it names hashes to one slot (else
+//!   `-CROSSSLOT`, as Redis Cluster) and this worker owns that slot (else `-MOVED <slot>
+//!   <host>:<port>` naming the owner, or `-CLUSTERDOWN` if no one owns it). The check is made
+//!   after the arity check, as Redis does: a malformed command gets its arity error instead.
+//! - Key positions come from one table ([`SPECS`]) that also answers `COMMAND`, so what clients
+//!   route by is exactly what the worker checks.
+//! - Replies are RESP2 (plain RESP connections on a worker speak RESP2 only).
+
+use bytes::Bytes;
+use prefixkv_dpr::metadata::{MetadataError, MetadataStore, PartitionRange};
+use prefixkv_dpr::{WorkerId, WorldLine};
+use prefixkv_dredis::slots::{key_slot, SLOT_COUNT};
+use prefixkv_resp::{Encoder, Protocol};
+
+/// How a command names its keys (Redis's `COMMAND` fields).
+#[derive(Clone, Copy, Debug)]
+pub struct CommandSpec {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Arity: `n > 0` exactly `n` arguments (name included), `n < 0` at least `-n`.
+    pub arity: i64,
+    /// Redis's command flags.
+    pub flags: &'static [&'static str],
+    /// First key position (0: no keys).
+    pub first_key: i64,
+    /// Last key position (-1: the last argument).
+    pub last_key: i64,
+    /// Step between keys.
+    pub step: i64,
+}
+
+const fn spec(
+    name: &'static str,
+    arity: i64,
+    flags: &'static [&'static str],
+    keys: (i64, i64, i64),
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+    }
+}
+
+const READ: &[&str] = &["readonly", "fast"];
+const WRITE: &[&str] = &["write", "denyoom"];
+const KEYLESS: &[&str] = &["loading", "stale", "fast"];
+
+/// The commands a worker answers (`commands.rs`'s set plus what the connection layer answers).
+pub const SPECS: &[CommandSpec] = &[
+    spec("ping", -1, KEYLESS, (0, 0, 0)),
+    spec("echo", 2, KEYLESS, (0, 0, 0)),
+    spec("get", 2, READ, (1, 1, 1)),
+    spec("set", 3, WRITE, (1, 1, 1)),
+    spec("mset", -3, WRITE, (1, -1, 2)),
+    spec("mget", -2, READ, (1, -1, 1)),
+    spec("del", -2, &["write"], (1, -1, 1)),
+    spec("exists", -2, READ, (1, -1, 1)),
+    spec("strlen", 2, READ, (1, 1, 1)),
+    spec("append", 3, WRITE, (1, 1, 1)),
+    spec("incr", 2, WRITE, (1, 1, 1)),
+    spec("decr", 2, WRITE, (1, 1, 1)),
+    spec("incrby", 3, WRITE, (1, 1, 1)),
+    spec("decrby", 3, WRITE, (1, 1, 1)),
+    spec("cluster", -2, KEYLESS, (0, 0, 0)),
+    spec("command", -1, KEYLESS, (0, 0, 0)),
+    spec("readonly", 1, KEYLESS, (0, 0, 0)),
+    spec("readwrite", 1, KEYLESS, (0, 0, 0)),
+    spec("asking", 1, KEYLESS, (0, 0, 0)),
+    spec("client", -2, KEYLESS, (0, 0, 0)),
+    spec("quit", -1, KEYLESS, (0, 0, 0)),
+    spec("prefixkv.commitpoint", 1, KEYLESS, (0, 0, 0)),
+];
+
+/// The spec of `name` (any case).
+pub fn spec_of(name: &[u8]) -> Option<&'static CommandSpec> {
+    SPECS
+        .iter()
+        .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The keys of a command, or None if it names none or its arity is wrong (then it is not
+/// checked: it gets its own error where it runs).
+pub fn keys_of(args: &[Bytes]) -> Option<Vec<&[u8]>> {
+    Some(key_positions(args)?.map(|i| &args[i][..]).collect())
+}
+
+/// The argument positions of a command's keys ([`keys_of`] without allocating).
+fn key_positions(args: &[Bytes]) -> Option<std::iter::StepBy<std::ops::RangeInclusive<usize>>> {
+    let spec = spec_of(args.first()?)?;
+    let count = args.len() as i64;
+    let arity_ok = if spec.arity >= 0 {
+        count == spec.arity
+    } else {
+        count >= -spec.arity
+    };
+    if !arity_ok || spec.first_key == 0 {
+        return None;
+    }
+    // MSET's pairs: an odd argument count, or commands.rs answers the arity error.
+    if spec.step == 2 && count % 2 == 0 {
+        return None;
+    }
+    let last = if spec.last_key < 0 {
+        count + spec.last_key
+    } else {
+        spec.last_key
+    };
+    // In range: the arity check above guarantees `first_key <= last < count`.
+    Some((spec.first_key as usize..=last as usize).step_by(spec.step.max(1) as usize))
+}
+
+/// The 40-hex-digit node id Redis Cluster clients see for a worker.
+pub fn node_id(worker: WorkerId) -> String {
+    format!("{worker:040x}")
+}
+
+/// One worker's view of slot ownership.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    me: WorkerId,
+    /// Slot ranges, sorted and disjoint (libDPR's ownership invariants).
+    ranges: Vec<PartitionRange>,
+}
+
+impl Topology {
+    /// Reads the ownership table; with none published, this worker owns every slot at
+    /// `my_address`. Refuses a table naming slots beyond 16383.
+    pub fn load(
+        store: &dyn MetadataStore,
+        me: WorkerId,
+        my_address: &str,
+    ) -> Result<Self, MetadataError> {
+        Self::from_ranges(store.ownership()?, me, my_address)
+    }
+
+    /// As [`Topology::load`], from ranges already read.
+    pub fn from_ranges(
+        ranges: Vec<PartitionRange>,
+        me: WorkerId,
+        my_address: &str,
+    ) -> Result<Self, MetadataError> {
+        if let Some(range) = ranges.iter().find(|r| r.last >= u64::from(SLOT_COUNT)) {
+            return Err(MetadataError::Invalid(format!(
+                "ownership range {}..={} goes past the last hash slot {}",
+                range.first,
+                range.last,
+                SLOT_COUNT - 1
+            )));
+        }
+        let ranges = if ranges.is_empty() {
+            vec![PartitionRange {
+                first: 0,
+                last: u64::from(SLOT_COUNT) - 1,
+                worker: me,
+                address: my_address.to_string(),
+            }]
+        } else {
+            ranges
+        };
+        Ok(Self { me, ranges })
+    }
+
+    /// The owner of `slot`.
+    pub fn owner(&self, slot: u16) -> Option<&PartitionRange> {
+        prefixkv_dpr::metadata::ownership::owner_of(&self.ranges, u64::from(slot))
+    }
+
+    /// Why `args` may not run here (`-CROSSSLOT`, `-MOVED`, `-CLUSTERDOWN`), as a RESP error
+    /// reply; None if it may.
+    pub fn redirect(&self, args: &[Bytes]) -> Option<Vec<u8>> {
+        let mut positions = key_positions(args)?;
+        let slot = key_slot(&args[positions.next()?]);
+        if positions.any(|i| key_slot(&args[i]) != slot) {
+            return Some(b"-CROSSSLOT Keys in request don't hash to the same slot\r\n".to_vec());
+        }
+        match self.owner(slot) {
+            Some(owner) if owner.worker == self.me => None,
+            Some(owner) => Some(format!("-MOVED {slot} {}\r\n", owner.address).into_bytes()),
+            None => Some(format!("-CLUSTERDOWN Hash slot {slot} is not served\r\n").into_bytes()),
+        }
+    }
+
+    /// The reply to a command this layer answers (`CLUSTER …`, `COMMAND …`, `READONLY`,
+    /// `READWRITE`, `ASKING`); None for any other command. `world_line` is reported as the
+    /// cluster's epoch (it grows with every failure, as Redis's epoch grows with every failover);
+    /// it is asked for only when a reply reports it.
+    pub fn answer(
+        &self,
+        args: &[Bytes],
+        world_line: impl FnOnce() -> WorldLine,
+    ) -> Option<Vec<u8>> {
+        // Most commands are none of these: decide without allocating.
+        const ANSWERED: [&[u8]; 5] = [b"READONLY", b"READWRITE", b"ASKING", b"CLUSTER", b"COMMAND"];
+        if !ANSWERED
+            .iter()
+            .any(|n| args.first().is_some_and(|a| a.eq_ignore_ascii_case(n)))
+        {
+            return None;
+        }
+        let name = args[0].to_ascii_uppercase();
+        let mut out = bytes::BytesMut::new();
+        let encoder = Encoder::new(Protocol::Resp2);
+        match &name[..] {
+            b"READONLY" | b"READWRITE" | b"ASKING" if args.len() == 1 => {
+                // Every worker is a primary: reading from "replicas" reads the primary.
+                encoder.simple_string(&mut out, b"OK");
+            }
+            b"CLUSTER" if args.len() >= 2 => {
+                let sub = args[1].to_ascii_uppercase();
+                let epoch = if sub == b"INFO" || sub == b"NODES" {
+                    world_line()
+                } else {
+                    0
+                };
+                self.cluster(&encoder, &mut out, args, epoch)
+            }
+            b"COMMAND" => command(&encoder, &mut out, args),
+            _ => return None,
+        }
+        Some(out.to_vec())
+    }
+
+    fn cluster(
+        &self,
+        encoder: &Encoder,
+        out: &mut bytes::BytesMut,
+        args: &[Bytes],
+        world_line: WorldLine,
+    ) {
+        let sub = args[1].to_ascii_uppercase();
+        match (&sub[..], args.len()) {
+            (b"KEYSLOT", 3) => encoder.integer(out, i64::from(key_slot(&args[2]))),
+            (b"MYID", 2) => encoder.bulk_string(out, node_id(self.me).as_bytes()),
+            (b"SLOTS", 2) => {
+                encoder.array_header(out, self.ranges.len());
+                for range in &self.ranges {
+                    let (host, port) = split_address(&range.address);
+                    encoder.array_header(out, 3);
+                    encoder.integer(out, range.first as i64);
+                    encoder.integer(out, range.last as i64);
+                    encoder.array_header(out, 3);
+                    encoder.bulk_string(out, host.as_bytes());
+                    encoder.integer(out, port);
+                    encoder.bulk_string(out, node_id(range.worker).as_bytes());
+                }
+            }
+            (b"SHARDS", 2) => {
+                let workers = self.workers();
+                encoder.array_header(out, workers.len());
+                for (worker, address) in workers {
+                    let (host, port) = split_address(address);
+                    let owned: Vec<_> = self.ranges.iter().filter(|r| r.worker == worker).collect();
+                    encoder.array_header(out, 4);
+                    encoder.bulk_string(out, b"slots");
+                    encoder.array_header(out, 2 * owned.len());
+                    for range in owned {
+                        encoder.integer(out, range.first as i64);
+                        encoder.integer(out, range.last as i64);
+                    }
+                    encoder.bulk_string(out, b"nodes");
+                    encoder.array_header(out, 1);
+                    encoder.array_header(out, 14);
+                    for (field, value) in [
+                        ("id", node_id(worker)),
+                        ("port", String::new()),
+                        ("ip", host.to_string()),
+                        ("endpoint", host.to_string()),
+                        ("role", "master".into()),
+                        ("replication-offset", String::new()),
+                        ("health", "online".into()),
+                    ] {
+                        encoder.bulk_string(out, field.as_bytes());
+                        match field {
+                            "port" => encoder.integer(out, port),
+                            "replication-offset" => encoder.integer(out, 0),
+                            _ => encoder.bulk_string(out, value.as_bytes()),
+                        }
+                    }
+                }
+            }
+            (b"NODES", 2) => {
+                let mut text = String::new();
+                for (worker, address) in self.workers() {
+                    let (host, port) = split_address(address);
+                    let flags = if worker == self.me {
+                        "myself,master"
+                    } else {
+                        "master"
+                    };
+                    text.push_str(&format!(
+                        "{} {host}:{port}@{} {flags} - 0 0 {world_line} connected",
+                        node_id(worker),
+                        port + 10000
+                    ));
+                    for range in self.ranges.iter().filter(|r| r.worker == worker) {
+                        text.push_str(&format!(" {}-{}", range.first, range.last));
+                    }
+                    text.push('\n');
+                }
+                encoder.bulk_string(out, text.as_bytes());
+            }
+            (b"INFO", 2) => {
+                let assigned: u64 = self.ranges.iter().map(|r| r.last - r.first + 1).sum();
+                let state = if assigned == u64::from(SLOT_COUNT) {
+                    "ok"
+                } else {
+                    "fail"
+                };
+                let nodes = self.workers().len();
+                let text = format!(
+                    "cluster_state:{state}\r\ncluster_slots_assigned:{assigned}\r\n\
+                     cluster_slots_ok:{assigned}\r\ncluster_slots_pfail:0\r\n\
+                     cluster_slots_fail:0\r\ncluster_known_nodes:{nodes}\r\n\
+                     cluster_size:{nodes}\r\ncluster_current_epoch:{world_line}\r\n\
+                     cluster_my_epoch:{world_line}\r\ncluster_stats_messages_sent:0\r\n\
+                     cluster_stats_messages_received:0\r\n"
+                );
+                encoder.bulk_string(out, text.as_bytes());
+            }
+            _ => {
+                let text = format!(
+                    "ERR unknown subcommand or wrong number of arguments for 'CLUSTER {}' (a \
+                     prefixkv worker answers CLUSTER SLOTS, SHARDS, NODES, INFO, KEYSLOT, MYID)",
+                    String::from_utf8_lossy(&args[1])
+                );
+                encoder.error(out, text.as_bytes());
+            }
+        }
+    }
+
+    /// Each worker once, in id order, with its address.
+    fn workers(&self) -> Vec<(WorkerId, &str)> {
+        let mut workers: Vec<_> = self
+            .ranges
+            .iter()
+            .map(|r| (r.worker, r.address.as_str()))
+            .collect();
+        workers.sort_unstable();
+        workers.dedup_by_key(|(worker, _)| *worker);
+        workers
+    }
+}
+
+/// `host:port` (the port after the last colon, so bracketed IPv6 hosts work) → (host, port).
+fn split_address(address: &str) -> (&str, i64) {
+    match address.rsplit_once(':') {
+        Some((host, port)) => (
+            host.trim_start_matches('[').trim_end_matches(']'),
+            port.parse().unwrap_or(0),
+        ),
+        None => (address, 0),
+    }
+}
+
+/// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name…`, `COMMAND DOCS …` (empty),
+/// `COMMAND GETKEYS cmd args…`.
+fn command(encoder: &Encoder, out: &mut bytes::BytesMut, args: &[Bytes]) {
+    let entry = |out: &mut bytes::BytesMut, spec: &CommandSpec| {
+        // Redis 7's ten fields; the last four (ACL categories, tips, key specs, subcommands)
+        // empty: clients route by the first six.
+        encoder.array_header(out, 10);
+        encoder.bulk_string(out, spec.name.as_bytes());
+        encoder.integer(out, spec.arity);
+        encoder.array_header(out, spec.flags.len());
+        for flag in spec.flags {
+            encoder.simple_string(out, flag.as_bytes());
+        }
+        encoder.integer(out, spec.first_key);
+        encoder.integer(out, spec.last_key);
+        encoder.integer(out, spec.step);
+        for _ in 0..4 {
+            encoder.array_header(out, 0);
+        }
+    };
+    let sub = args.get(1).map(|s| s.to_ascii_uppercase());
+    match sub.as_deref() {
+        None => {
+            encoder.array_header(out, SPECS.len());
+            for spec in SPECS {
+                entry(out, spec);
+            }
+        }
+        Some(b"COUNT") => encoder.integer(out, SPECS.len() as i64),
+        Some(b"DOCS") => encoder.array_header(out, 0),
+        Some(b"INFO") => {
+            encoder.array_header(out, args.len() - 2);
+            for name in &args[2..] {
+                match spec_of(name) {
+                    Some(spec) => entry(out, spec),
+                    None => encoder.null_array(out),
+                }
+            }
+        }
+        Some(b"GETKEYS") if args.len() >= 3 => match keys_of(&args[2..]) {
+            Some(keys) => {
+                encoder.array_header(out, keys.len());
+                for key in keys {
+                    encoder.bulk_string(out, key);
+                }
+            }
+            None => encoder.error(out, b"ERR Invalid arguments specified for command"),
+        },
+        Some(_) => encoder.error(
+            out,
+            b"ERR unknown subcommand or wrong number of arguments for 'COMMAND' (COUNT, DOCS, INFO, GETKEYS)",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<Bytes> {
+        words
+            .iter()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    fn three_workers(me: WorkerId) -> Topology {
+        let ranges = prefixkv_dredis::slots::even_split(3)
+            .into_iter()
+            .enumerate()
+            .map(|(worker, (first, last))| PartitionRange {
+                first: u64::from(first),
+                last: u64::from(last),
+                worker: worker as u64,
+                address: format!("127.0.0.1:{}", 7000 + worker),
+            })
+            .collect();
+        Topology::from_ranges(ranges, me, "unused").unwrap()
+    }
+
+    fn text(reply: Option<Vec<u8>>) -> String {
+        String::from_utf8(reply.expect("a reply")).unwrap()
+    }
+
+    #[test]
+    fn keys_follow_the_command_table() {
+        assert_eq!(keys_of(&args(&["GET", "k"])), Some(vec![&b"k"[..]]));
+        assert_eq!(
+            keys_of(&args(&["mset", "a", "1", "b", "2"])),
+            Some(vec![&b"a"[..], &b"b"[..]])
+        );
+        assert_eq!(
+            keys_of(&args(&["DEL", "a", "b", "c"])),
+            Some(vec![&b"a"[..], &b"b"[..], &b"c"[..]])
+        );
+        assert_eq!(
+            keys_of(&args(&["GET"])),
+            None,
+            "arity errors are not checked"
+        );
+        assert_eq!(keys_of(&args(&["MSET", "a", "1", "b"])), None);
+        assert_eq!(keys_of(&args(&["PING"])), None);
+        assert_eq!(keys_of(&args(&["FLUSHALL"])), None);
+    }
+
+    #[test]
+    fn any_argument_count_is_safe() {
+        // Every command of the table (and an unknown one) with 1 to 9 arguments: key positions
+        // stay in range, and redirect/answer never panic.
+        let topology = three_workers(0);
+        let names = SPECS.iter().map(|s| s.name).chain(["nope", "CLUSTER"]);
+        for name in names {
+            for count in 0..9 {
+                let mut words = vec![name];
+                words.extend(std::iter::repeat_n("k", count));
+                let args = args(&words);
+                let _ = keys_of(&args);
+                let _ = topology.redirect(&args);
+                let _ = topology.answer(&args, || 0);
+                let mut getkeys = vec!["COMMAND", "GETKEYS"];
+                getkeys.extend(&words);
+                let _ = topology.answer(&self::args(&getkeys), || 0);
+            }
+        }
+        assert_eq!(topology.redirect(&[]), None);
+        assert_eq!(topology.answer(&[], || 0), None);
+    }
+
+    #[test]
+    fn foreign_keys_are_moved_and_spanning_keys_refused() {
+        // "foo" is slot 12182: worker 2's (10922..=16383).
+        let worker0 = three_workers(0);
+        assert_eq!(
+            text(worker0.redirect(&args(&["GET", "foo"]))),
+            "-MOVED 12182 127.0.0.1:7002\r\n"
+        );
+        assert_eq!(three_workers(2).redirect(&args(&["GET", "foo"])), None);
+        // Same hash tag: one slot, so allowed (and routed by the tag).
+        assert_eq!(
+            three_workers(2).redirect(&args(&["MSET", "{foo}a", "1", "{foo}b", "2"])),
+            None
+        );
+        assert_eq!(
+            text(three_workers(2).redirect(&args(&["MGET", "foo", "bar"]))),
+            "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+        );
+        assert_eq!(worker0.redirect(&args(&["PING"])), None);
+        // No table published: the worker owns everything.
+        let alone = Topology::from_ranges(Vec::new(), 4, "127.0.0.1:9").unwrap();
+        assert_eq!(alone.redirect(&args(&["GET", "foo"])), None);
+        let bad = vec![PartitionRange {
+            first: 0,
+            last: 16384,
+            worker: 0,
+            address: "a:1".into(),
+        }];
+        assert!(Topology::from_ranges(bad, 0, "a:1").is_err());
+    }
+
+    #[test]
+    fn topology_replies_have_redis_shapes() {
+        let topology = three_workers(1);
+        let slots = text(topology.answer(&args(&["cluster", "slots"]), || 0));
+        assert!(slots.starts_with(
+            "*3\r\n*3\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$40\r\n0000"
+        ));
+        assert!(slots.contains(":10922\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:7002\r\n"));
+        assert_eq!(
+            text(topology.answer(&args(&["CLUSTER", "KEYSLOT", "foo"]), || 0)),
+            ":12182\r\n"
+        );
+        assert_eq!(
+            text(topology.answer(&args(&["CLUSTER", "MYID"]), || 0)),
+            format!("$40\r\n{}\r\n", node_id(1))
+        );
+        let info = text(topology.answer(&args(&["CLUSTER", "INFO"]), || 3));
+        assert!(info.contains("cluster_state:ok\r\ncluster_slots_assigned:16384\r\n"));
+        assert!(info.contains("cluster_known_nodes:3\r\n"));
+        assert!(info.contains("cluster_current_epoch:3\r\n"));
+        let shards = text(topology.answer(&args(&["CLUSTER", "SHARDS"]), || 0));
+        assert!(shards.starts_with("*3\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes"));
+        let nodes = text(topology.answer(&args(&["CLUSTER", "NODES"]), || 0));
+        assert!(nodes.contains("127.0.0.1:7001@17001 myself,master - 0 0 0 connected 5461-10921"));
+        assert!(text(topology.answer(&args(&["CLUSTER", "RESET"]), || 0)).starts_with("-ERR"));
+        assert_eq!(text(topology.answer(&args(&["READONLY"]), || 0)), "+OK\r\n");
+        assert_eq!(topology.answer(&args(&["GET", "k"]), || 0), None);
+        let all = text(topology.answer(&args(&["COMMAND"]), || 0));
+        assert!(all.starts_with(&format!("*{}\r\n*10\r\n$4\r\nping\r\n:-1\r\n", SPECS.len())));
+        assert!(
+            all.contains("$4\r\nmset\r\n:-3\r\n*2\r\n+write\r\n+denyoom\r\n:1\r\n:-1\r\n:2\r\n")
+        );
+        assert_eq!(
+            text(topology.answer(
+                &args(&["COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"]),
+                || 0
+            )),
+            "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+        );
+        assert_eq!(
+            text(topology.answer(&args(&["COMMAND", "INFO", "get", "nope"]), || 0))
+                .lines()
+                .last(),
+            Some("*-1")
+        );
+    }
+}
