@@ -22,6 +22,25 @@
 //!
 //! Co-location (Fig. 15) is not measured: clients cannot run inside a worker process yet.
 //!
+//! Running it: build the bench and the worker executable together
+//! (`cargo build --release -p prefixkv-bench -p prefixkv-cluster`; the workers are found next
+//! to `prefixkv-bench`, or at `--cluster-binary`), then `prefixkv-bench dpr --quick` (a smoke run
+//! under 60 s: 1 and 2 workers, uniform keys, 1 s cells, a 5 s failure run with one kill) or
+//! `prefixkv-bench dpr` (every figure, about 15 minutes: 1–3 workers, 5 s cells, 3 rounds, a 45 s
+//! failure run with three kills), on a quiet machine. `--only failures` (etc.) runs one part.
+//!
+//! JSON rows carry `figure`: `scale-out` (and `scale-out+levels` for the largest worker count
+//! with uniform keys, where all four levels ran), `batch`, `interval` (one row per contender:
+//! `workers`, `recoverability`, `distribution`, `batch`, `window`, `checkpoint_interval_ms`,
+//! `device`, `throughput_ops_per_s` with `_min` / `_max`, `op_latency_p50_ms` / `_p99_ms`,
+//! `commit_latency_p50_ms` / `_p99_ms`, `rollbacks`, `uncommitted_at_end`); `failures` (one per
+//! kill: `worker`, `at_s`, `world_line_before`, `recovery_first_op_ms`,
+//! `recovery_all_sessions_ms`, `recovery_metadata_ms`, `recovery_ms`); `failures-run` (totals:
+//! completed / committed / lost / uncertain operations, verifier counts, `verified`); and
+//! `failures-timeline` (per 250 ms: `t_s`, `completed_ops_per_s`, `committed_ops_per_s`,
+//! `lost_ops`). Plots: `dpr` (scale-out), `dpr-levels`, `dpr-latency`, `dpr-batch`,
+//! `dpr-batch-latency`, `dpr-interval`, `dpr-interval-commit`, `dpr-failures`.
+//!
 //! Summary: `dpr_over_uncoordinated`, `dpr_over_no_checkpoint`, `dpr_over_synchronous` (at the
 //! largest worker count, uniform), `commit_latency_p50_ms`, `recovery_ms_max`, `verified`, the
 //! load average at start and end; targets from the issue are printed beside them and stored in
@@ -114,6 +133,12 @@ pub struct Args {
     /// Lease after which a silent worker is failed (a killed worker is reported at once).
     #[arg(long, default_value_t = 1000)]
     pub lease_ms: u64,
+    /// In-memory log of each worker's engine, MiB (default 256; quick 64).
+    #[arg(long)]
+    pub log_memory_mib: Option<u64>,
+    /// Keep every cluster's directory (worker logs, checkpoints, metadata) instead of removing it.
+    #[arg(long)]
+    pub keep_dirs: bool,
     /// The `prefixkv-cluster` executable (default: next to this executable).
     #[arg(long)]
     pub cluster_binary: Option<PathBuf>,
@@ -157,6 +182,7 @@ pub(super) struct Plan {
     lease_ms: u64,
     index_buckets: usize,
     log_memory_bytes: u64,
+    keep_dirs: bool,
     executable: PathBuf,
     data_dir: PathBuf,
     null_dir: Option<PathBuf>,
@@ -199,6 +225,11 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     if plan.parts.contains(&Part::Failures) {
         let recovery = failures::run(common, &plan, &mut report)?;
         totals.recovery_ms_max = Some(recovery);
+    } else {
+        report.notes.push(
+            "the failures part did not run: `verified` covers no recovery (nothing was checked)"
+                .into(),
+        );
     }
     write_summary(&mut report, &plan, &totals, load_start);
     Ok(report)
@@ -270,7 +301,8 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
         // The paper sizes FASTER's index at #keys/2 buckets; each worker holds a share of the
         // keys, and an index never shrinks below 4 Ki buckets.
         index_buckets: ((keys / 2) as usize).next_power_of_two().max(1 << 12),
-        log_memory_bytes: if quick { 64 << 20 } else { 256 << 20 },
+        log_memory_bytes: args.log_memory_mib.unwrap_or(if quick { 64 } else { 256 }) << 20,
+        keep_dirs: args.keep_dirs,
         executable: deploy::cluster_executable(args.cluster_binary.as_deref())?,
         data_dir: args.data_dir.clone().unwrap_or_else(std::env::temp_dir),
         null_dir,

@@ -69,11 +69,13 @@ pub(super) fn cluster_executable(flag: Option<&Path>) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// A running cluster in its own directory (removed when dropped, kept if the start failed).
+/// A running cluster in its own directory (removed when dropped, kept if the start failed or
+/// with `--keep-dirs`).
 pub(super) struct Deployment {
     /// The cluster.
     pub cluster: LocalCluster,
-    _directory: tempfile::TempDir,
+    directory: tempfile::TempDir,
+    keep: bool,
 }
 
 impl Deployment {
@@ -102,10 +104,16 @@ impl Deployment {
         config.log_memory_bytes = plan.log_memory_bytes;
         config.start_timeout_ms = 30_000;
         match LocalCluster::start(config) {
-            Ok(cluster) => Ok(Deployment {
-                cluster,
-                _directory: directory,
-            }),
+            Ok(cluster) => {
+                if plan.keep_dirs {
+                    eprintln!("dpr: cluster directory {}", directory.path().display());
+                }
+                Ok(Deployment {
+                    cluster,
+                    directory,
+                    keep: plan.keep_dirs,
+                })
+            }
             Err(error) => {
                 let kept = directory.keep();
                 bail!(
@@ -144,8 +152,11 @@ impl Deployment {
         Ok(())
     }
 
-    /// Stops the manager and the workers, and removes the directory.
+    /// Stops the manager and the workers, and removes the directory (unless `--keep-dirs`).
     pub fn shutdown(self) {
         self.cluster.shutdown();
+        if self.keep {
+            let _ = self.directory.keep();
+        }
     }
 }

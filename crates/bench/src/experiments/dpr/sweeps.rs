@@ -111,14 +111,23 @@ pub(super) fn measure(
     rounds: usize,
 ) -> Result<Vec<Measured>> {
     let mut measured: Vec<Measured> = contenders.iter().map(|_| Measured::default()).collect();
-    for (round, index) in alternating_schedule(contenders.len(), rounds) {
+    let schedule = alternating_schedule(contenders.len(), rounds);
+    let bar = crate::progress::bar(schedule.len() as u64, &format!("dpr {part}"));
+    for (round, index) in schedule {
         let contender = &contenders[index];
         let ops_per_s = run_cell(plan, &contender.spec, round, &mut measured[index])?;
-        eprintln!(
+        let line = format!(
             "dpr {part}: round {round} {}: {ops_per_s:.0} ops/s",
             contender.label
         );
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     Ok(measured)
 }
 
