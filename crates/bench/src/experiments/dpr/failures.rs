@@ -24,6 +24,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use prefixkv_cluster::worker::Recoverability;
 use prefixkv_cluster::LocalCluster;
 use prefixkv_dpr::WorldLine;
+use prefixkv_dredis::client::ClientError;
 use prefixkv_dredis::DprRedisClient;
 use prefixkv_resp::Reply;
 use serde_json::Value;
@@ -109,6 +110,7 @@ pub(super) fn run(common: &Common, plan: &Plan, report: &mut Report) -> Result<f
                     32
                 },
                 track_commits: true,
+                commit_sample: 1,
                 commit_poll: Duration::from_millis(2),
                 commit_wait: Duration::from_millis(4 * plan.interval_ms) + Duration::from_secs(1),
                 origin,
@@ -328,31 +330,24 @@ fn verify(client: &DprRedisClient, outcomes: &[SessionOutcome]) -> Result<Verifi
         either: 0,
         errors: Vec::new(),
     };
-    for oracle in outcomes.iter().filter_map(|o| o.oracle.as_ref()) {
-        let mut reader = client.session(10_000 + oracle.session)?;
-        let tags: Vec<u64> = oracle.expected.keys().copied().collect();
-        for &tag in &tags {
-            reader.push(&[b"GET", &Oracle::key(oracle.session, tag)])?;
-        }
-        reader
-            .drain()
-            .context("reading the verifier keys back (a failure during the read-back)")?;
-        let mut found = BTreeMap::new();
-        for completed in reader.take_completed() {
-            let tag = tags[completed.tag as usize];
-            match completed.reply {
-                Reply::BulkString(value) => {
-                    found.insert(tag, value.to_vec());
-                }
-                Reply::Null | Reply::NullBulkString => {}
-                other => bail!("GET of verifier key {tag} answered {other:?}"),
-            }
-        }
+    for outcome in outcomes.iter().filter(|o| o.oracle.is_some()) {
+        let oracle = outcome.oracle.as_ref().expect("filtered");
+        let (found, world_line) = read_back(client, oracle)?;
         let check = oracle.check(&found);
         if check.present == 0 {
             total
                 .errors
                 .push(format!("verifier {}: nothing survived", oracle.session));
+        }
+        if outcome.uncommitted > 0 && world_line != outcome.world_line {
+            // Operations never known committed may be lost by a rollback the session did not
+            // live to see: their absence would not be a fault, so the check is not exact.
+            total.errors.push(format!(
+                "verifier {}: {} operations were not known committed when it ended on \
+                 world-line {}, and the cluster rolled back to world-line {world_line} before \
+                 the read-back: the check is inconclusive",
+                oracle.session, outcome.uncommitted, outcome.world_line
+            ));
         }
         eprintln!(
             "dpr failures: verifier {}: {} rollbacks, {} present, {} absent, {} uncertain, {} errors",
@@ -374,6 +369,51 @@ fn verify(client: &DprRedisClient, outcomes: &[SessionOutcome]) -> Result<Verifi
             .push("no verifier session ran (--verifiers 0)".into());
     }
     Ok(total)
+}
+
+/// One verifier's keys as the cluster holds them (tag → value; absent keys omitted), and the
+/// world-line they were read on. A rollback during the read (a worker failing after the run) is
+/// retried on the new world-line with a fresh reader session, at most three times.
+fn read_back(
+    client: &DprRedisClient,
+    oracle: &Oracle,
+) -> Result<(BTreeMap<u64, Vec<u8>>, WorldLine)> {
+    let tags: Vec<u64> = oracle.expected.keys().copied().collect();
+    for attempt in 0..3u64 {
+        let mut reader = client.session(10_000 + 1_000 * attempt + oracle.session)?;
+        let read = tags
+            .iter()
+            .try_for_each(|&tag| {
+                reader
+                    .push(&[b"GET", &Oracle::key(oracle.session, tag)])
+                    .map(drop)
+            })
+            .and_then(|()| reader.drain());
+        match read {
+            Ok(()) => {}
+            Err(ClientError::Rollback(_)) => {
+                eprintln!("dpr failures: a rollback during the read-back; reading again");
+                continue;
+            }
+            Err(error) => return Err(error).context("reading the verifier keys back"),
+        }
+        let mut found = BTreeMap::new();
+        for completed in reader.take_completed() {
+            let tag = tags[completed.tag as usize];
+            match completed.reply {
+                Reply::BulkString(value) => {
+                    found.insert(tag, value.to_vec());
+                }
+                Reply::Null | Reply::NullBulkString => {}
+                other => bail!("GET of verifier key {tag} answered {other:?}"),
+            }
+        }
+        return Ok((found, reader.world_line()));
+    }
+    bail!(
+        "verifier {}: the read-back met a rollback three times",
+        oracle.session
+    )
 }
 
 /// The run's totals as one row.

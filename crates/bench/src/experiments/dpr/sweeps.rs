@@ -42,9 +42,12 @@ pub(super) struct Measured {
     pub op_latency: Latencies,
     pub commit_latency: Latencies,
     pub rollbacks: u64,
-    /// Operations whose commit was not observed within the commit wait.
+    /// Sampled operations whose commit was not observed within the commit wait.
     pub uncommitted: u64,
 }
+
+/// Throughput cells track the commit of one operation in this many (see [`SessionPlan`]).
+const COMMIT_SAMPLE: u64 = 32;
 
 fn tracks_commits(level: Recoverability) -> bool {
     matches!(level, Recoverability::Dpr | Recoverability::Synchronous)
@@ -70,6 +73,7 @@ fn run_cell(plan: &Plan, spec: &CellSpec, round: usize, into: &mut Measured) -> 
                     },
                     turn: spec.batch.clamp(16, 256),
                     track_commits: tracks_commits(spec.cluster.level),
+                    commit_sample: COMMIT_SAMPLE,
                     commit_poll: Duration::from_millis(2),
                     commit_wait: interval * 4 + Duration::from_secs(1),
                     origin,
