@@ -20,7 +20,9 @@
 //!   and verification of every verifier session's surviving state against its oracle
 //!   ([`track::Oracle`]): `verified`.
 //!
-//! Co-location (Fig. 15) is not measured: clients cannot run inside a worker process yet.
+//! Co-location (Fig. 15) is not measured: clients cannot run inside a worker process yet. Fig. 11
+//! (scale-up over cores per worker) has no separate axis on a 2-core machine, and Fig. 14's cloud
+//! SSD no counterpart (local disk and tmpfs only).
 //!
 //! Running it: build the bench and the worker executable together
 //! (`cargo build --release -p prefixkv-bench -p prefixkv-cluster`; the workers are found next
@@ -374,6 +376,19 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) -> Result<()>
         "co-location (Fig. 15) is not measured: clients cannot yet run inside a worker process"
             .into(),
     );
+    report.notes.push(
+        "Fig. 11 (scale-up over cores per worker) has no axis of its own on 2 cores: the \
+         worker-count sweep, uniform and zipfian, stands for Figs. 10-11; Fig. 14's cloud SSD \
+         has no counterpart here (local disk and tmpfs only)"
+            .into(),
+    );
+    if common.quick && plan.sweep_rounds == 1 {
+        report.notes.push(
+            "quick: the batch and interval sweeps run one round (no spread); the scale-out \
+             comparison runs the rounds given"
+                .into(),
+        );
+    }
     if plan.null_dir.is_some() {
         report.notes.push(
             "null device: a tmpfs directory (RAM; writes and fsyncs cost no device time), which \
