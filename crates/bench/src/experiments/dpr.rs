@@ -38,7 +38,8 @@
 //! `commit_latency_p50_ms` / `_p99_ms`, `rollbacks`, `uncommitted_at_end`); `failures` (one per
 //! kill: `worker`, `at_s`, `world_line_before`, `recovery_first_op_ms`,
 //! `recovery_all_sessions_ms`, `recovery_metadata_ms`, `recovery_ms`); `failures-run` (totals:
-//! completed / committed / lost / uncertain operations, verifier counts, `verified`); and
+//! completed / committed / lost / uncertain operations, session rollbacks, `final_world_line`
+//! (above the kill count when leases expired too), verifier counts, `verified`); and
 //! `failures-timeline` (per 250 ms: `t_s`, `completed_ops_per_s`, `committed_ops_per_s`,
 //! `lost_ops`). Plots: `dpr` (scale-out), `dpr-levels`, `dpr-latency`, `dpr-batch`,
 //! `dpr-batch-latency`, `dpr-interval`, `dpr-interval-commit`, `dpr-failures`.

@@ -137,7 +137,8 @@ pub(super) fn run(common: &Common, plan: &Plan, report: &mut Report) -> Result<f
         settled?;
         Ok((outcomes?, kills, states?))
     })?;
-    let elapsed = origin.elapsed();
+    // From the sessions' first push to the end of their drain (not the commit wait after it).
+    let elapsed = outcomes.iter().map(|o| o.elapsed).max().unwrap_or_default();
     let restarts: u32 = cluster.restarts().iter().sum();
     let check = verify(&client, &outcomes)?;
     drop(client);
@@ -159,7 +160,22 @@ pub(super) fn run(common: &Common, plan: &Plan, report: &mut Report) -> Result<f
     }
     report.record_verification(verified);
     report.notes.extend(check.errors.iter().take(20).cloned());
-    run_row(report, &outcomes, &check, elapsed, verified);
+    let final_world_line = states.last().map_or(0, |&(_, w, _)| w);
+    if final_world_line > kills.len() as u64 {
+        report.notes.push(format!(
+            "failures: the cluster ended on world-line {final_world_line} after {} kills: \
+             rollbacks nobody injected (lease expiries; the cluster manager's warnings on \
+             stderr name the failed workers)",
+            kills.len()
+        ));
+    }
+    run_row(
+        report,
+        &outcomes,
+        &check,
+        (elapsed, final_world_line),
+        verified,
+    );
     timeline(common, report, &outcomes, &kills, origin)?;
     Ok(recovery
         .iter()
@@ -421,7 +437,7 @@ fn run_row(
     report: &mut Report,
     outcomes: &[SessionOutcome],
     check: &Verification,
-    elapsed: Duration,
+    (elapsed, final_world_line): (Duration, WorldLine),
     verified: bool,
 ) {
     let sum = |f: &dyn Fn(&SessionOutcome) -> u64| outcomes.iter().map(f).sum::<u64>();
@@ -441,6 +457,7 @@ fn run_row(
         ("lost_ops", sum(&|o| o.resolved.lost).into()),
         ("uncertain_ops", sum(&|o| o.resolved.uncertain).into()),
         ("session_rollbacks", sum(&|o| o.rollbacks).into()),
+        ("final_world_line", final_world_line.into()),
         ("verifier_present", check.present.into()),
         ("verifier_absent", check.absent.into()),
         ("verifier_uncertain", check.either.into()),
