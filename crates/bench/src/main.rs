@@ -30,6 +30,9 @@ enum Experiment {
     Ctrie(experiments::ctrie::Args),
     /// D-Redis (DPR over redis-server) vs a pass-through proxy vs Redis direct; commit latency, recovery.
     Dredis(experiments::dredis::Args),
+    /// D-FASTER's evaluation on prefixkv-cluster workers: scale-out, latency, batch size,
+    /// checkpoint interval, failures (verified) and recoverability levels.
+    Dpr(experiments::dpr::Args),
     /// WAL-to-database checkpoint: naive backfill against the fast one (prefixkv-pagestore).
     Wal(experiments::wal::Args),
     /// prefixkv-server against redis-server: redis-benchmark at matched durability, BGSAVE under load.
@@ -52,6 +55,7 @@ fn main() -> Result<()> {
         Experiment::Wal(args) => experiments::wal::run(common, args)?,
         Experiment::Server(args) => experiments::server::run(common, args)?,
         Experiment::Dredis(args) => experiments::dredis::run(common, args)?,
+        Experiment::Dpr(args) => experiments::dpr::run(common, args)?,
         Experiment::Smr(args) => experiments::smr::run(common, args)?,
         Experiment::Ycsb(args) => experiments::ycsb::run(common, args)?,
     };

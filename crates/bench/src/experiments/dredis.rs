@@ -589,7 +589,8 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
 }
 
 /// D-Redis logs slow latch holds and recoveries; RUST_LOG=warn (the default here) shows them.
-fn init_logging() {
+/// Also `dpr`'s: the cluster manager logs failures and rollbacks.
+pub(crate) fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

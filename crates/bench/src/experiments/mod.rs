@@ -3,6 +3,7 @@
 pub mod cpr;
 pub mod crash;
 pub mod ctrie;
+pub mod dpr;
 pub mod dredis;
 pub mod oplog;
 pub mod server;
