@@ -133,8 +133,10 @@ pub struct Args {
     /// Writes per second of each verifier session.
     #[arg(long, default_value_t = 5000)]
     pub verifier_ops_per_s: u64,
-    /// Lease after which a silent worker is failed (a killed worker is reported at once).
-    #[arg(long, default_value_t = 1000)]
+    /// Lease after which a silent worker is failed (a killed worker is reported at once, so
+    /// this only catches hung workers; shorter leases turn heartbeat stalls on a loaded machine
+    /// into extra rollbacks).
+    #[arg(long, default_value_t = 2000)]
     pub lease_ms: u64,
     /// In-memory log of each worker's engine, MiB (default 256; quick 64).
     #[arg(long)]
