@@ -97,7 +97,10 @@ fn run(strategy: Strategy) {
                 }
                 panic!("writer {stopped} stopped early without a panic");
             }
-            assert!(Instant::now() < deadline, "writers made no progress for 600 s");
+            assert!(
+                Instant::now() < deadline,
+                "writers made no progress for 600 s"
+            );
             std::thread::sleep(Duration::from_micros(100));
         }
         let token = store.checkpoint(strategy).unwrap();
