@@ -110,6 +110,7 @@ struct WorkerProcess {
 /// A running local cluster. Dropping it stops the manager and kills the workers.
 pub struct LocalCluster {
     config: LocalClusterConfig,
+    manager: Arc<ClusterManager>,
     workers: Arc<Mutex<Vec<WorkerProcess>>>,
     finder: Arc<dyn DprFinder>,
     stop: Arc<AtomicBool>,
@@ -280,6 +281,7 @@ impl LocalCluster {
             );
         }
         Ok(Self {
+            manager,
             config,
             workers,
             finder,
@@ -322,6 +324,13 @@ impl LocalCluster {
         } else {
             Err(std::io::Error::last_os_error())
         }
+    }
+
+    /// Reports worker `id` failed to the cluster manager without crashing it (the DPR paper's
+    /// failure experiment, §7.4): the manager advances the world-line and every worker, this one
+    /// included, rolls back to the cut in memory.
+    pub fn report_failure(&self, id: usize) {
+        self.manager.report_failure(id as u64);
     }
 
     /// Starts worker `id` again if it is not running (for clusters without `restart_failed`).

@@ -68,6 +68,7 @@ mod sweeps;
 mod track;
 
 use deploy::Device;
+use failures::FailureKind;
 
 /// Flags of `prefixkv-bench dpr`.
 #[derive(Debug, Clone, clap::Args)]
@@ -127,6 +128,11 @@ pub struct Args {
     /// Milliseconds between the second and the third kill of the failure run.
     #[arg(long, default_value_t = 100)]
     pub kill_gap_ms: u64,
+    /// How failures are injected (comma separated): `simulated` (the paper's method: a worker is
+    /// reported failed without crashing, every worker rolls back in memory) and/or `kill`
+    /// (SIGKILL; the killed worker restarts and reloads from disk). Default: both.
+    #[arg(long, value_delimiter = ',')]
+    pub failure_kinds: Option<Vec<FailureKind>>,
     /// Verifier sessions (unique keys, checked at the end) in the failure run.
     #[arg(long, default_value_t = 1)]
     pub verifiers: usize,
@@ -182,6 +188,7 @@ pub(super) struct Plan {
     failure_run: Duration,
     kills: usize,
     kill_gap: Duration,
+    failure_kinds: Vec<FailureKind>,
     verifiers: usize,
     verifier_ops_per_s: u64,
     lease_ms: u64,
@@ -208,6 +215,7 @@ struct Totals {
     op_latency: Option<Latencies>,
     commit_latency: Option<Latencies>,
     recovery_ms_max: Option<f64>,
+    recovery_ms_max_process_kill: Option<f64>,
 }
 
 /// Runs the experiment.
@@ -228,8 +236,13 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         sweeps::intervals(common, &plan, &mut report)?;
     }
     if plan.parts.contains(&Part::Failures) {
-        let recovery = failures::run(common, &plan, &mut report)?;
-        totals.recovery_ms_max = Some(recovery);
+        for &kind in &plan.failure_kinds {
+            let recovery = failures::run(common, &plan, &mut report, kind)?;
+            match kind {
+                FailureKind::Simulated => totals.recovery_ms_max = Some(recovery),
+                FailureKind::Kill => totals.recovery_ms_max_process_kill = Some(recovery),
+            }
+        }
     } else {
         report.notes.push(
             "the failures part did not run: `verified` covers no recovery (nothing was checked)"
@@ -300,6 +313,10 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
         ),
         kills: args.kills.unwrap_or(if quick { 1 } else { 3 }),
         kill_gap: Duration::from_millis(args.kill_gap_ms),
+        failure_kinds: args
+            .failure_kinds
+            .clone()
+            .unwrap_or_else(|| vec![FailureKind::Simulated, FailureKind::Kill]),
         verifiers: args.verifiers,
         verifier_ops_per_s: args.verifier_ops_per_s.max(1),
         lease_ms: args.lease_ms,
@@ -453,6 +470,10 @@ fn write_summary(report: &mut Report, plan: &Plan, totals: &Totals, load_start: 
         "recovery_ms_max",
         totals.recovery_ms_max.unwrap_or(f64::NAN),
     );
+    report.summary(
+        "recovery_ms_max_process_kill",
+        totals.recovery_ms_max_process_kill.unwrap_or(f64::NAN),
+    );
     let load_end = load_average();
     report.summary(
         "load_average_start",
@@ -478,7 +499,14 @@ fn write_summary(report: &mut Report, plan: &Plan, totals: &Totals, load_start: 
     for (key, target) in [
         ("dpr_over_uncoordinated", ">= 0.95"),
         ("dpr_over_synchronous", ">= 10"),
-        ("recovery_ms_max", "< 200"),
+        (
+            "recovery_ms_max",
+            "< 200 (simulated failures, the paper's method)",
+        ),
+        (
+            "recovery_ms_max_process_kill",
+            "(no target; SIGKILL: the killed worker reloads from disk)",
+        ),
         (
             "commit_latency_p50_intervals",
             "<= 2 (p50 in checkpoint intervals)",

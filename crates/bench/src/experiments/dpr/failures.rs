@@ -67,7 +67,12 @@ fn schedule(run: Duration, kills: usize, gap: Duration, workers: usize) -> Vec<(
 }
 
 /// Runs the failure part; returns the largest recovery time in ms (NaN if none measured).
-pub(super) fn run(common: &Common, plan: &Plan, report: &mut Report) -> Result<f64> {
+pub(super) fn run(
+    common: &Common,
+    plan: &Plan,
+    report: &mut Report,
+    kind: FailureKind,
+) -> Result<f64> {
     let workers = plan.max_workers();
     let spec = ClusterSpec {
         workers,
@@ -119,7 +124,7 @@ pub(super) fn run(common: &Common, plan: &Plan, report: &mut Report) -> Result<f
             let (client, stop) = (&client, &stop);
             handles.push(scope.spawn(move || run_session(client, session, stop)));
         }
-        let kills = inject(plan, cluster, origin, workers);
+        let kills = inject(plan, cluster, origin, workers, kind);
         let settled = match &kills {
             Ok(kills) => wait_recovered(&client, cluster, kills),
             Err(_) => Ok(()),
@@ -143,12 +148,17 @@ pub(super) fn run(common: &Common, plan: &Plan, report: &mut Report) -> Result<f
     let check = verify(&client, &outcomes)?;
     drop(client);
     deployment.shutdown();
-    let recovery = recovery_rows(report, &kills, &outcomes, &states, origin);
+    let recovery = recovery_rows(report, &kills, &outcomes, &states, origin, kind);
     let mut verified = check.errors.is_empty();
-    if restarts as usize != kills.len() {
+    let expected_restarts = match kind {
+        FailureKind::Kill => kills.len(),
+        FailureKind::Simulated => 0,
+    };
+    if restarts as usize != expected_restarts {
         verified = false;
         report.notes.push(format!(
-            "failures: {} kills but {restarts} worker restarts",
+            "failures ({}): {} failures but {restarts} worker restarts",
+            kind.name(),
             kills.len()
         ));
     }
@@ -174,9 +184,9 @@ pub(super) fn run(common: &Common, plan: &Plan, report: &mut Report) -> Result<f
         &outcomes,
         &check,
         (elapsed, final_world_line),
-        verified,
+        (verified, kind),
     );
-    timeline(common, report, &outcomes, &kills, origin)?;
+    timeline(common, report, &outcomes, &kills, origin, kind)?;
     Ok(recovery
         .iter()
         .map(|r| r.first_op_ms.max(r.metadata_ms))
@@ -202,12 +212,43 @@ fn monitor(client: &DprRedisClient, stop: &AtomicBool) -> Result<StateLog> {
     Ok(log)
 }
 
-/// Kills workers on schedule, then waits for the end of the run.
+/// How a failure is injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailureKind {
+    /// The DPR paper's method (§7.4): the worker is reported failed to the cluster manager
+    /// without crashing, so every worker, that one included, rolls back to the cut in memory.
+    Simulated,
+    /// SIGKILL of the worker's process: the survivors roll back in memory, the killed worker is
+    /// started again and reloads its checkpoint in the cut from disk.
+    Kill,
+}
+
+impl FailureKind {
+    /// The name in rows and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Simulated => "simulated",
+            FailureKind::Kill => "kill",
+        }
+    }
+
+    /// The `figure` of this kind's rows: `failures<suffix>` for kills (as before),
+    /// `failures-simulated<suffix>` for simulated failures.
+    fn figure(self, suffix: &str) -> String {
+        match self {
+            FailureKind::Kill => format!("failures{suffix}"),
+            FailureKind::Simulated => format!("failures-simulated{suffix}"),
+        }
+    }
+}
+
+/// Injects failures on schedule, then waits for the end of the run.
 fn inject(
     plan: &Plan,
     cluster: &LocalCluster,
     origin: Instant,
     workers: usize,
+    kind: FailureKind,
 ) -> Result<Vec<Kill>> {
     let mut kills = Vec::new();
     for (offset, worker) in schedule(plan.failure_run, plan.kills, plan.kill_gap, workers) {
@@ -216,7 +257,14 @@ fn inject(
         // A worker being restarted has no process for a moment: retry (bounded).
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            match cluster.kill(worker) {
+            let injected = match kind {
+                FailureKind::Kill => cluster.kill(worker),
+                FailureKind::Simulated => {
+                    cluster.report_failure(worker);
+                    Ok(())
+                }
+            };
+            match injected {
                 Ok(()) => break,
                 Err(error) if Instant::now() >= deadline => {
                     bail!("SIGKILL of worker {worker} failed: {error}")
@@ -226,7 +274,11 @@ fn inject(
         }
         let at = Instant::now();
         eprintln!(
-            "dpr failures: SIGKILLed worker {worker} at {:.2} s (world-line {world_line_before})",
+            "dpr failures: {} worker {worker} at {:.2} s (world-line {world_line_before})",
+            match kind {
+                FailureKind::Kill => "SIGKILLed",
+                FailureKind::Simulated => "reported failed (no crash)",
+            },
             at.duration_since(origin).as_secs_f64()
         );
         kills.push(Kill {
@@ -280,6 +332,7 @@ fn recovery_rows(
     outcomes: &[SessionOutcome],
     states: &StateLog,
     origin: Instant,
+    kind: FailureKind,
 ) -> Vec<Recovery> {
     let mut recoveries = Vec::new();
     for (index, kill) in kills.iter().enumerate() {
@@ -312,7 +365,8 @@ fn recovery_rows(
             }
         };
         report.rows.push(row([
-            ("figure", Value::from("failures")),
+            ("figure", Value::from(kind.figure(""))),
+            ("failure_kind", Value::from(kind.name())),
             ("kill", (index + 1).into()),
             ("worker", kill.worker.into()),
             ("at_s", kill.at.duration_since(origin).as_secs_f64().into()),
@@ -438,12 +492,13 @@ fn run_row(
     outcomes: &[SessionOutcome],
     check: &Verification,
     (elapsed, final_world_line): (Duration, WorldLine),
-    verified: bool,
+    (verified, kind): (bool, FailureKind),
 ) {
     let sum = |f: &dyn Fn(&SessionOutcome) -> u64| outcomes.iter().map(f).sum::<u64>();
     let completed = sum(&|o| o.completed);
     report.rows.push(row([
-        ("figure", Value::from("failures-run")),
+        ("figure", Value::from(kind.figure("-run"))),
+        ("failure_kind", Value::from(kind.name())),
         ("seconds", elapsed.as_secs_f64().into()),
         ("completed_ops", completed.into()),
         (
@@ -473,6 +528,7 @@ fn timeline(
     outcomes: &[SessionOutcome],
     kills: &[Kill],
     origin: Instant,
+    kind: FailureKind,
 ) -> Result<()> {
     let mut buckets = Buckets::new(origin, BUCKET);
     for outcome in outcomes {
@@ -484,7 +540,7 @@ fn timeline(
     for index in 1..buckets.len().saturating_sub(1) {
         let (t, done, commits, lost) = buckets.bucket(index);
         report.rows.push(row([
-            ("figure", Value::from("failures-timeline")),
+            ("figure", Value::from(kind.figure("-timeline"))),
             ("t_s", t.into()),
             ("completed_ops_per_s", per_s(done).into()),
             ("committed_ops_per_s", per_s(commits).into()),
@@ -495,7 +551,10 @@ fn timeline(
     }
     write_line_chart(
         &LineChart {
-            title: "Throughput with failures (250 ms buckets; kills marked)".into(),
+            title: format!(
+                "Throughput with failures ({}; 250 ms buckets; failures marked)",
+                kind.name()
+            ),
             x_label: "time (s)".into(),
             y_label: "ops/s".into(),
             series: vec![
@@ -519,7 +578,7 @@ fn timeline(
             log_x: false,
         },
         &common.out,
-        "dpr-failures",
+        &format!("dpr-{}", kind.figure("")),
     )
 }
 
