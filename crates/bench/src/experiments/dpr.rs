@@ -15,10 +15,14 @@
 //! - `batch` (Fig. 13): throughput and latency against `b` at `w` = `--window`.
 //! - `interval` (Fig. 14): throughput and commit latency against the checkpoint interval, on the
 //!   local disk and on a tmpfs (`/dev/shm`) standing in for the paper's null device.
-//! - `failures` (Fig. 16; [`failures`]): a long run with SIGKILLed workers (one, then two in quick
+//! - `failures` (Fig. 16; [`failures`]): a long run with three failures (one, then two in quick
 //!   succession), completed / committed / lost operations per 250 ms, recovery time per failure,
 //!   and verification of every verifier session's surviving state against its oracle
-//!   ([`track::Oracle`]): `verified`.
+//!   ([`track::Oracle`]): `verified`. Run once per `--failure-kinds` entry: `simulated` (the
+//!   paper's method: a worker is reported failed without crashing, and every worker rolls back
+//!   in memory; rows `failures-simulated*`, summary `recovery_ms_max`) and `kill` (SIGKILL: the
+//!   survivors roll back in memory, the killed worker restarts and reloads its checkpoint; rows
+//!   `failures*`, summary `recovery_ms_max_process_kill`).
 //!
 //! Co-location (Fig. 15) is not measured: clients cannot run inside a worker process yet. Fig. 11
 //! (scale-up over cores per worker) has no separate axis on a 2-core machine, and Fig. 14's cloud
