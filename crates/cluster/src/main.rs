@@ -13,6 +13,7 @@ use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
 use prefixkv_dpr::cluster::{ClusterManager, SystemClock};
 use prefixkv_dpr::finder::{DprFinder, ExactFinder};
 use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
+use prefixkv_dredis::block_termination_signals;
 use prefixkv_engine::{StoreConfig, Strategy};
 
 #[derive(Parser, Debug)]
@@ -96,32 +97,14 @@ enum Command {
         /// SQLite metadata store shared by the cluster.
         #[arg(long)]
         metadata: PathBuf,
-        /// A worker silent this long has failed.
-        #[arg(long, default_value_t = 500)]
+        /// A worker silent this long has failed (a standalone manager learns of failures only
+        /// this way).
+        #[arg(long, default_value_t = 2000)]
         lease_ms: u64,
         /// How often to refresh the finder and check leases.
         #[arg(long, default_value_t = 20)]
         check_interval_ms: u64,
     },
-}
-
-/// Blocks SIGINT and SIGTERM in every thread (call before spawning any) and returns a function
-/// that waits for one of them.
-fn block_termination_signals() -> impl FnOnce() -> i32 {
-    // SAFETY: plain libc signal-mask calls on a local, initialised sigset_t.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-    move || {
-        let mut signal = 0;
-        // SAFETY: `set` is initialised and `signal` is a valid out pointer.
-        unsafe { libc::sigwait(&set, &mut signal) };
-        signal
-    }
 }
 
 fn exact_finder(metadata: &std::path::Path) -> anyhow::Result<Arc<dyn DprFinder>> {

@@ -39,3 +39,23 @@ pub use client::{ClientConfig, ClientError, DprRedisClient, DprRedisSession};
 pub use cluster::{LocalCluster, LocalClusterConfig};
 pub use options::{FinderKind, MetadataLocation};
 pub use proxy::{PassThroughProxy, Proxy, ProxyConfig};
+
+/// Blocks SIGINT and SIGTERM in every thread (call before spawning any) and returns a function
+/// that waits for one of them: how the `prefixkv-dredis` and `prefixkv-cluster` commands stop
+/// cleanly (their threads never see the signal; the main thread waits for it, then shuts down).
+pub fn block_termination_signals() -> impl FnOnce() -> i32 {
+    // SAFETY: plain libc signal-mask calls on a local, initialised sigset_t.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    move || {
+        let mut signal = 0;
+        // SAFETY: `set` is initialised and `signal` is a valid out pointer.
+        unsafe { libc::sigwait(&set, &mut signal) };
+        signal
+    }
+}

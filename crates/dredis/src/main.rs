@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use prefixkv_dredis::block_termination_signals;
 use prefixkv_dredis::options::{FinderKind, MetadataLocation};
 use prefixkv_dredis::redis::RedisServerConfig;
 use prefixkv_dredis::state_object::RedisStateConfig;
@@ -84,25 +85,6 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         commit_interval_ms: u64,
     },
-}
-
-/// Blocks SIGINT and SIGTERM in every thread (call before spawning any) and returns a function
-/// that waits for one of them.
-fn block_termination_signals() -> impl FnOnce() -> i32 {
-    // SAFETY: plain libc signal-mask calls on a local, initialised sigset_t.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-    move || {
-        let mut signal = 0;
-        // SAFETY: `set` is initialised and `signal` is a valid out pointer.
-        unsafe { libc::sigwait(&set, &mut signal) };
-        signal
-    }
 }
 
 fn main() -> anyhow::Result<()> {
