@@ -157,6 +157,9 @@ pub struct Args {
     /// The `prefixkv-cluster` executable (default: next to this executable).
     #[arg(long)]
     pub cluster_binary: Option<PathBuf>,
+    /// The workers' CPR checkpoint strategy (fold-over, snapshot, persian, cpr-copy, blocking).
+    #[arg(long, default_value = "fold-over")]
+    pub strategy: prefixkv_engine::Strategy,
 }
 
 /// A part of the experiment.
@@ -198,6 +201,7 @@ pub(super) struct Plan {
     lease_ms: u64,
     index_buckets: usize,
     log_memory_bytes: u64,
+    strategy: prefixkv_engine::Strategy,
     keep_dirs: bool,
     executable: PathBuf,
     data_dir: PathBuf,
@@ -327,6 +331,7 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
         // The paper sizes FASTER's index at #keys/2 buckets; each worker holds a share of the
         // keys, and an index never shrinks below 4 Ki buckets.
         index_buckets: ((keys / 2) as usize).next_power_of_two().max(1 << 12),
+        strategy: args.strategy,
         log_memory_bytes: args.log_memory_mib.unwrap_or(if quick { 64 } else { 256 }) << 20,
         keep_dirs: args.keep_dirs,
         executable: deploy::cluster_executable(args.cluster_binary.as_deref())?,
@@ -362,6 +367,7 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) -> Result<()>
     report.config("verifiers", plan.verifiers);
     report.config("verifier_ops_per_s", plan.verifier_ops_per_s);
     report.config("lease_ms", plan.lease_ms);
+    report.config("strategy", plan.strategy.name());
     report.config("index_buckets_per_worker", plan.index_buckets);
     report.config("log_memory_bytes_per_worker", plan.log_memory_bytes);
     report.config("data_dir", plan.data_dir.display().to_string());
