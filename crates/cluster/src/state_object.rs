@@ -343,9 +343,7 @@ impl EngineStateObject {
         }
         true
     }
-}
 
-impl EngineStateObject {
     /// The non-blocking restore of a surviving worker: the engine's in-memory rollback to the
     /// checkpoint labelled `version` (THROW now, PURGE in the background), which also deletes the
     /// checkpoints above it. `Ok(None)` when the engine cannot (its store is closed, or the target

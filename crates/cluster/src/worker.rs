@@ -386,6 +386,10 @@ impl Core {
 
     /// A batch of the `None` and `Eventual` levels: no admission, no dependency tracking.
     fn run_unadmitted(&self, request: &DprHeader, commands: &[Command]) -> ResponseFrame {
+        // Shared even without admission: a restore (exclusive) must find no session lent, and a
+        // commit's version switch happens between batches here too, so that the uncoordinated
+        // baseline differs from DPR only by DPR's own work (admission, dependencies, cuts).
+        let _shared = self.latch.read();
         let lent = match self.engine.lend() {
             Ok(lent) => lent,
             Err(error) => return ResponseFrame::Error(format!("worker {}: {error}", self.id)),
