@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dredis_common::{spawn_session, wait_until, Expected, Progress, SessionRecord};
+use dredis_common::{spawn_session, verify_found, wait_until, Expected, Progress, SessionRecord};
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
 use prefixkv_dredis::client::ClientError;
 use prefixkv_dredis::DprRedisClient;
@@ -137,36 +137,6 @@ fn read_back(client: &DprRedisClient, record: &SessionRecord) -> BTreeMap<u64, V
     found
 }
 
-/// Checks one session's keys against its oracle; returns (present, absent, either).
-fn verify(found: &BTreeMap<u64, Vec<u8>>, record: &SessionRecord) -> (usize, usize, usize) {
-    let (mut present, mut absent, mut either) = (0, 0, 0);
-    for (&tag, &expected) in &record.expected {
-        let value = found.get(&tag);
-        match expected {
-            Expected::Present => {
-                present += 1;
-                assert_eq!(
-                    value.map(Vec::as_slice),
-                    Some(format!("v{tag}").as_bytes()),
-                    "session {}: operation {tag} was acknowledged and reported surviving, but is gone",
-                    record.id
-                );
-            }
-            Expected::Absent => {
-                absent += 1;
-                assert!(
-                    value.is_none(),
-                    "session {}: operation {tag} was reported lost, but is present",
-                    record.id
-                );
-            }
-            Expected::Either => either += 1,
-            Expected::Pushed => unreachable!("checked when the session ended"),
-        }
-    }
-    (present, absent, either)
-}
-
 #[test]
 fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
     // The manager's and launcher's messages (failures, rollbacks, restarts) in the test output.
@@ -253,7 +223,7 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
     );
     for record in &records {
         let found = read_back(&client, record);
-        let (present, absent, either) = verify(&found, record);
+        let (present, absent, either) = verify_found(&found, record);
         eprintln!(
             "session {}: {} rollbacks, {present} operations present, {absent} absent, {either} uncertain",
             record.id, record.rollbacks
@@ -272,7 +242,7 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
             .find(|(_, &e)| e == Expected::Present)
             .expect("a present operation");
         tampered.expected.insert(tag, Expected::Absent);
-        let caught = std::panic::catch_unwind(|| verify(&found, &tampered)).is_err();
+        let caught = std::panic::catch_unwind(|| verify_found(&found, &tampered)).is_err();
         assert!(caught, "the oracle missed a tampered expectation");
     }
     cluster.shutdown();

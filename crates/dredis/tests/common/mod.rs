@@ -232,34 +232,9 @@ pub fn read_session_keys(redis: &[SocketAddr], id: u64) -> BTreeMap<Vec<u8>, Vec
 
 /// Checks the state of every Redis against the session's oracle.
 pub fn verify_session(redis: &[SocketAddr], record: &SessionRecord) -> (usize, usize, usize) {
-    let found = read_session_keys(redis, record.id);
-    let (mut present, mut absent, mut either) = (0, 0, 0);
-    for (&tag, &expected) in &record.expected {
-        let value = found.get(&key(record.id, tag));
-        match expected {
-            Expected::Present => {
-                present += 1;
-                assert_eq!(
-                    value.map(Vec::as_slice),
-                    Some(format!("v{tag}").as_bytes()),
-                    "session {}: operation {tag} should have survived",
-                    record.id
-                );
-            }
-            Expected::Absent => {
-                absent += 1;
-                assert!(
-                    value.is_none(),
-                    "session {}: operation {tag} should be gone",
-                    record.id
-                );
-            }
-            Expected::Either => either += 1,
-            Expected::Pushed => unreachable!("checked when the session ended"),
-        }
-    }
-    for key in found.keys() {
-        let text = String::from_utf8_lossy(key);
+    let mut by_tag = BTreeMap::new();
+    for (key, value) in read_session_keys(redis, record.id) {
+        let text = String::from_utf8_lossy(&key);
         let tag: u64 = text
             .split_once(':')
             .and_then(|(_, t)| t.parse().ok())
@@ -269,6 +244,41 @@ pub fn verify_session(redis: &[SocketAddr], record: &SessionRecord) -> (usize, u
             "session {}: key {text} was never written",
             record.id
         );
+        by_tag.insert(tag, value);
+    }
+    verify_found(&by_tag, record)
+}
+
+/// Checks a session's keys as read back (`found`: tag → value, absent keys omitted) against its
+/// oracle, panicking on the first disagreement; returns (present, absent, either).
+pub fn verify_found(
+    found: &BTreeMap<u64, Vec<u8>>,
+    record: &SessionRecord,
+) -> (usize, usize, usize) {
+    let (mut present, mut absent, mut either) = (0, 0, 0);
+    for (&tag, &expected) in &record.expected {
+        let value = found.get(&tag);
+        match expected {
+            Expected::Present => {
+                present += 1;
+                assert_eq!(
+                    value.map(Vec::as_slice),
+                    Some(format!("v{tag}").as_bytes()),
+                    "session {}: operation {tag} was acknowledged and reported surviving, but is gone",
+                    record.id
+                );
+            }
+            Expected::Absent => {
+                absent += 1;
+                assert!(
+                    value.is_none(),
+                    "session {}: operation {tag} was reported lost, but is present",
+                    record.id
+                );
+            }
+            Expected::Either => either += 1,
+            Expected::Pushed => unreachable!("checked when the session ended"),
+        }
     }
     (present, absent, either)
 }
