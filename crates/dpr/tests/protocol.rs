@@ -11,7 +11,7 @@ use prefixkv_dpr::finder::{DprFinder, ExactFinder};
 use prefixkv_dpr::header::{DprHeader, HeaderKind};
 use prefixkv_dpr::session::{Completion, SequenceRange};
 use prefixkv_dpr::state_object::{MapOperation, VersionedMap};
-use prefixkv_dpr::worker::BatchOutcome;
+use prefixkv_dpr::worker::{BatchOutcome, FastForward};
 use prefixkv_dpr::{DprSession, DprWorker, WorkerVersion};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -94,6 +94,32 @@ fn fast_forward_and_dependency_sets() {
         b.current_dependencies(),
         vec![WorkerVersion::new(0, second)]
     );
+}
+
+#[test]
+fn fast_forward_by_relabel_raises_without_sealing() {
+    let mut rig = rig(2);
+    let mut session = DprSession::new(100, 0, 4);
+    let (a, b) = rig.workers.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    b.set_fast_forward(FastForward::Relabel);
+    run_batch(&mut session, b, &[put("b", 0)]);
+    let before = b.version();
+    a.commit().unwrap();
+    let on_a = run_batch(&mut session, a, &[put("a", 1)]);
+    assert!(on_a > before, "A is ahead of B");
+    // B is behind: the batch's Vs raises B's current version to it (the batch runs in a version
+    // no smaller than anything it depends on), and nothing is sealed.
+    let on_b = run_batch(&mut session, b, &[put("b", 1)]);
+    assert_eq!(on_b, on_a);
+    assert_eq!(b.version(), on_a);
+    assert_eq!(b.persisted_version(), 0, "a relabel seals nothing");
+    // The version B ran both batches in carries the dependency, and a commit seals it under the
+    // raised number, covering the batch from before the raise.
+    assert_eq!(b.current_dependencies(), vec![WorkerVersion::new(0, on_a)]);
+    let sealed = b.commit().unwrap();
+    assert_eq!(sealed, on_a);
+    assert!(b.wait_persisted(sealed, WAIT));
 }
 
 #[test]
