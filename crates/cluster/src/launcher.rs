@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use prefixkv_dpr::cluster::{CheckOutcome, ClusterManager, SystemClock};
-use prefixkv_dpr::finder::{DprFinder, ExactFinder};
-use prefixkv_dpr::metadata::{MetadataError, MetadataStore, PartitionRange, SqliteMetadataStore};
+use prefixkv_dpr::finder::DprFinder;
+use prefixkv_dpr::metadata::{MetadataError, MetadataStore, PartitionRange};
 use prefixkv_dpr::ClusterState;
+use prefixkv_dredis::options::{FinderKind, MetadataLocation};
 use prefixkv_dredis::slots::{even_split, SLOT_COUNT};
 use prefixkv_dredis::ClientConfig;
 
@@ -217,10 +218,8 @@ impl LocalCluster {
             &config.directory,
         )
         .map_err(|e| LaunchError::Config(format!("{}: {e}", config.directory.display())))?;
-        let store: Arc<dyn MetadataStore> = Arc::new(SqliteMetadataStore::open(
-            config.directory.join("metadata.sqlite"),
-        )?);
-        let finder: Arc<dyn DprFinder> = Arc::new(ExactFinder::new(Arc::clone(&store))?);
+        let store = MetadataLocation::Sqlite(config.directory.join("metadata.sqlite")).open()?;
+        let finder = FinderKind::Exact.open(Arc::clone(&store))?;
         let mut addresses = Vec::with_capacity(config.workers);
         for _ in 0..config.workers {
             let port = free_port().map_err(|e| LaunchError::Config(format!("free port: {e}")))?;

@@ -11,9 +11,10 @@ use prefixkv_cluster::launcher::{LocalCluster, LocalClusterConfig};
 use prefixkv_cluster::worker::Recoverability;
 use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
 use prefixkv_dpr::cluster::{ClusterManager, SystemClock};
-use prefixkv_dpr::finder::{DprFinder, ExactFinder};
+use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
 use prefixkv_dredis::block_termination_signals;
+use prefixkv_dredis::options::{FinderKind, MetadataLocation};
 use prefixkv_engine::{StoreConfig, Strategy};
 
 #[derive(Parser, Debug)]
@@ -107,12 +108,12 @@ enum Command {
     },
 }
 
+/// The cluster's metadata store (a SQLite file) and its exact DPR finder.
 fn exact_finder(metadata: &std::path::Path) -> anyhow::Result<Arc<dyn DprFinder>> {
-    let store: Arc<dyn MetadataStore> = Arc::new(
-        SqliteMetadataStore::open(metadata)
-            .with_context(|| format!("opening the metadata store {}", metadata.display()))?,
-    );
-    Ok(Arc::new(ExactFinder::new(store)?))
+    let store = MetadataLocation::Sqlite(metadata.to_path_buf())
+        .open()
+        .with_context(|| format!("opening the metadata store {}", metadata.display()))?;
+    Ok(FinderKind::Exact.open(store)?)
 }
 
 fn main() -> anyhow::Result<()> {

@@ -56,12 +56,12 @@ use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, HeaderKind, Version, Work
 use crate::redis::{RedisConnection, RedisProcess};
 use crate::serve::{accept_connections, BatchResult, ConnectionHandler, DprHost};
 use crate::state_object::{RedisStateConfig, RedisStateObject, SaveTracker};
-use crate::wire::{FrameLimits, RequestFrame, ResponseFrame};
+use crate::wire::{frame_commands, FrameLimits, RequestFrame, ResponseFrame};
 
 pub use health::FailureReporter;
 pub use passthrough::PassThroughProxy;
 
-use pool::{count_commands, Pool};
+use pool::Pool;
 
 /// Timeout of one Redis read or write on a pooled connection.
 const REDIS_IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -342,15 +342,8 @@ impl DprCore {
 
 impl ConnectionHandler for DprCore {
     fn handle(&self, frame: RequestFrame) -> ResponseFrame {
-        match count_commands(&frame.payload) {
-            Ok(count) if count == frame.command_count as usize => {}
-            Ok(count) => {
-                return ResponseFrame::Error(format!(
-                    "frame announces {} commands but its payload holds {count}",
-                    frame.command_count
-                ))
-            }
-            Err(error) => return ResponseFrame::Error(error),
+        if let Err(error) = frame_commands(&frame) {
+            return ResponseFrame::Error(error);
         }
         match self.forward_batch(&frame.header, &frame.payload, frame.command_count as usize) {
             BatchResult::Ran { header, replies } => ResponseFrame::Header { header, replies },

@@ -31,8 +31,9 @@
 
 use std::io::{self, Read, Write};
 
+use bytes::BytesMut;
 use prefixkv_dpr::{DprHeader, HeaderError};
-use prefixkv_resp::Limits;
+use prefixkv_resp::{Command, Limits, RequestParser};
 
 /// What a framed client sends once, first, on every connection (see the module docs).
 pub const FRAMED_PREAMBLE: [u8; 8] = *b"\0DREDIS\x01";
@@ -346,6 +347,35 @@ impl<R: Read> FrameReader<R> {
             Some(start) => decode_response_body(&self.body, start, &self.limits).map(Some),
         }
     }
+}
+
+/// Parses a request frame's payload into its RESP commands, which must be exactly the
+/// `command_count` the frame announces: a mismatch would desynchronise whatever runs them (a
+/// pooled Redis connection, a worker's replies), so the frame is refused with the reason.
+pub fn frame_commands(frame: &RequestFrame) -> Result<Vec<Command>, String> {
+    let mut parser = RequestParser::new(Limits::default());
+    let mut buffer = BytesMut::from(&frame.payload[..]);
+    let mut commands = Vec::with_capacity(frame.command_count as usize);
+    while !buffer.is_empty() {
+        match parser.parse(&mut buffer) {
+            Ok(Some(command)) => commands.push(command),
+            Ok(None) => {
+                return Err(format!(
+                    "payload ends inside a command after {} whole commands",
+                    commands.len()
+                ))
+            }
+            Err(error) => return Err(format!("payload command {}: {error}", commands.len())),
+        }
+    }
+    if commands.len() != frame.command_count as usize {
+        return Err(format!(
+            "frame announces {} commands but its payload holds {}",
+            frame.command_count,
+            commands.len()
+        ));
+    }
+    Ok(commands)
 }
 
 /// Writes all of `bytes` (a helper so callers need not import `Write`).

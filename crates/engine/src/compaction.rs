@@ -273,42 +273,31 @@ fn copy_if_live_rollback(
     key.clear();
     record.copy_key(key);
     let hash = KeyHash::of(key);
-    let judge = |standing: Standing| match standing {
-        Standing::Newest => None,
-        Standing::Unreachable => Some(Copied::No),
-        Standing::Superseded { next_version } if next_version <= version.max(rules.floor) => {
-            Some(Copied::No)
+    // The index entry if the record is still its key's newest, else the verdict.
+    let newest = || {
+        let Some(entry) = shared.index.find(hash) else {
+            return Err(Copied::No);
+        };
+        match standing(shared, &record, entry.address(), begin, rules.invalid) {
+            Standing::Newest => Ok(entry),
+            Standing::Unreachable => Err(Copied::No),
+            Standing::Superseded { next_version } if next_version <= version.max(rules.floor) => {
+                Err(Copied::No)
+            }
+            Standing::Superseded { .. } => Err(Copied::Keep),
         }
-        Standing::Superseded { .. } => Some(Copied::Keep),
     };
-    let Some(entry) = shared.index.find(hash) else {
-        return Copied::No;
-    };
-    if let Some(verdict) = judge(standing(
-        shared,
-        &record,
-        entry.address(),
-        begin,
-        rules.invalid,
-    )) {
+    if let Err(verdict) = newest() {
         return verdict;
     }
     let guard = record.lock();
     // Under the lock, again from a fresh head: a writer that superseded the record published its
     // new record before it unlocked. A seal alone proves nothing here (a discarded operation may
     // have set it: see the module comment).
-    let Some(entry) = shared.index.find(hash) else {
-        return Copied::No;
+    let entry = match newest() {
+        Ok(entry) => entry,
+        Err(verdict) => return verdict,
     };
-    if let Some(verdict) = judge(standing(
-        shared,
-        &record,
-        entry.address(),
-        begin,
-        rules.invalid,
-    )) {
-        return verdict;
-    }
     copy_locked(
         shared,
         record,

@@ -19,11 +19,8 @@ use std::time::Duration;
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::{ClusterState, DprHeader, HeaderKind, WorkerId, WorldLine};
 use prefixkv_dredis::serve::{BatchResult, ConnectionHandler, DprHost};
-use prefixkv_dredis::wire::{FrameLimits, RequestFrame, ResponseFrame};
+use prefixkv_dredis::wire::{frame_commands, FrameLimits, RequestFrame, ResponseFrame};
 use prefixkv_resp::Command;
-
-use bytes::BytesMut;
-use prefixkv_resp::{Limits, RequestParser};
 
 use super::Core;
 
@@ -40,7 +37,7 @@ impl Core {
 
 impl ConnectionHandler for Core {
     fn handle(&self, frame: RequestFrame) -> ResponseFrame {
-        match parse_commands(&frame.payload, frame.command_count) {
+        match frame_commands(&frame) {
             Ok(commands) => self.run_commands(&frame.header, &frame.payload, &commands),
             Err(error) => ResponseFrame::Error(error),
         }
@@ -113,33 +110,4 @@ impl DprHost for Core {
             .answer(&command.args, || self.worker.lock().world_line())
             .or_else(|| topology.redirect(&command.args))
     }
-}
-
-/// Parses a frame's payload into exactly `expected` commands.
-fn parse_commands(payload: &[u8], expected: u32) -> Result<Vec<Command>, String> {
-    let mut parser = RequestParser::new(Limits::default());
-    let mut buffer = BytesMut::from(payload);
-    let mut commands = Vec::with_capacity(expected as usize);
-    while !buffer.is_empty() {
-        match parser.parse(&mut buffer) {
-            Ok(Some(command)) => commands.push(command),
-            Ok(None) => {
-                return Err(format!(
-                    "payload ends inside a command after {} whole commands",
-                    commands.len()
-                ))
-            }
-            Err(error) => return Err(format!("payload command {}: {error}", commands.len())),
-        }
-        if commands.len() > expected as usize {
-            break;
-        }
-    }
-    if commands.len() != expected as usize {
-        return Err(format!(
-            "frame announces {expected} commands but its payload holds {}",
-            commands.len()
-        ));
-    }
-    Ok(commands)
 }

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use prefixkv_dpr::{DprHeader, HeaderKind, WorkerId};
 
-use super::pool::{count_commands, Pool};
+use super::pool::Pool;
 use super::{serve, ProxyError, Running, Wakeup};
 use crate::serve::ConnectionHandler;
+use crate::wire::frame_commands;
 use crate::wire::{FrameLimits, RequestFrame, ResponseFrame};
 
 /// The pass-through side: forwards without DPR (a baseline for the benchmark).
@@ -18,15 +19,8 @@ struct PassThrough {
 
 impl ConnectionHandler for PassThrough {
     fn handle(&self, frame: RequestFrame) -> ResponseFrame {
-        match count_commands(&frame.payload) {
-            Ok(count) if count == frame.command_count as usize => {}
-            Ok(count) => {
-                return ResponseFrame::Error(format!(
-                    "frame announces {} commands but its payload holds {count}",
-                    frame.command_count
-                ))
-            }
-            Err(error) => return ResponseFrame::Error(error),
+        if let Err(error) = frame_commands(&frame) {
+            return ResponseFrame::Error(error);
         }
         let header = DprHeader {
             kind: HeaderKind::Response,

@@ -8,9 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::BytesMut;
 use parking_lot::Mutex;
-use prefixkv_resp::{Limits, RequestParser};
 
 use super::REDIS_IO_TIMEOUT;
 use crate::redis::RedisConnection;
@@ -75,23 +73,4 @@ impl Pool {
         self.put(generation, connection);
         Ok(replies)
     }
-}
-
-/// Counts the RESP commands in `payload`; errors if it is not whole commands.
-pub(super) fn count_commands(payload: &[u8]) -> Result<usize, String> {
-    let mut parser = RequestParser::new(Limits::default());
-    let mut buffer = BytesMut::from(payload);
-    let mut count = 0;
-    while !buffer.is_empty() {
-        match parser.parse(&mut buffer) {
-            Ok(Some(_)) => count += 1,
-            Ok(None) => {
-                return Err(format!(
-                    "payload ends inside a command after {count} whole commands"
-                ))
-            }
-            Err(error) => return Err(format!("payload command {count}: {error}")),
-        }
-    }
-    Ok(count)
 }
