@@ -7,11 +7,13 @@
 //! back to the DPR cut, and a failed worker restarts from its checkpoint in the cut
 //! ([`launcher`] runs workers as processes). Workers also speak plain RESP, as a Redis Cluster:
 //! keys map to hash slots, the launcher publishes which worker owns which slots, and workers
-//! redirect foreign keys with `-MOVED` ([`topology`]). See `docs/cluster.md`.
+//! redirect foreign keys with `-MOVED` ([`topology`]); [`migrate`] moves slots between workers at
+//! checkpoint boundaries. See `docs/cluster.md`.
 #![warn(missing_docs)]
 
 pub mod commands;
 pub mod launcher;
+pub mod migrate;
 pub mod state_object;
 pub mod topology;
 pub mod worker;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use prefixkv_cluster::launcher::{LocalCluster, LocalClusterConfig};
+use prefixkv_cluster::migrate::{migrate_slots, MigrationPlan};
 use prefixkv_cluster::worker::Recoverability;
 use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
 use prefixkv_dpr::cluster::{ClusterManager, SystemClock};
@@ -93,6 +94,27 @@ enum Command {
         #[arg(long, value_delimiter = ',', required = true)]
         workers: Vec<SocketAddr>,
     },
+    /// Move hash slots to another worker of a running cluster, at checkpoint boundaries: the
+    /// old owner stops serving them at a version switch, their committed data is copied, and the
+    /// new table is published once both sides are in the DPR cut (clients get -TRYAGAIN
+    /// meanwhile, -MOVED after). Abandoned cleanly, and safe to rerun, if a failure intervenes.
+    Migrate {
+        /// SQLite metadata store shared by the cluster.
+        #[arg(long)]
+        metadata: PathBuf,
+        /// Slots to move: `first-last` (inclusive) or one slot.
+        #[arg(long)]
+        slots: String,
+        /// The worker id of the new owner.
+        #[arg(long)]
+        to: u64,
+        /// The new owner's address, if it owns no slots yet (else read from the table).
+        #[arg(long)]
+        to_address: Option<String>,
+        /// Bound on each wait (a commit boundary, the cut reaching a version).
+        #[arg(long, default_value_t = 30_000)]
+        timeout_ms: u64,
+    },
     /// Run the cluster manager (finder refresh, lease checks, rollbacks) for a metadata store.
     Manager {
         /// SQLite metadata store shared by the cluster.
@@ -106,6 +128,19 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         check_interval_ms: u64,
     },
+}
+
+/// `first-last` or `slot` → an inclusive slot range.
+fn parse_slots(text: &str) -> anyhow::Result<(u16, u16)> {
+    let parse = |part: &str| {
+        part.trim()
+            .parse::<u16>()
+            .map_err(|e| anyhow::anyhow!("--slots {text:?}: {e}"))
+    };
+    match text.split_once('-') {
+        Some((first, last)) => Ok((parse(first)?, parse(last)?)),
+        None => parse(text).map(|slot| (slot, slot)),
+    }
 }
 
 /// The cluster's metadata store (a SQLite file) and its exact DPR finder.
@@ -200,6 +235,41 @@ fn main() -> anyhow::Result<()> {
                     "slots {}-{} worker {} {}",
                     range.first, range.last, range.worker, range.address
                 );
+            }
+        }
+        Command::Migrate {
+            metadata,
+            slots,
+            to,
+            to_address,
+            timeout_ms,
+        } => {
+            let (first, last) = parse_slots(&slots)?;
+            let store = SqliteMetadataStore::open(&metadata)
+                .with_context(|| format!("opening the metadata store {}", metadata.display()))?;
+            let plan = MigrationPlan {
+                to_address,
+                timeout: Duration::from_millis(timeout_ms.max(1)),
+                ..MigrationPlan::new(first, last, to)
+            };
+            let report = migrate_slots(&store, &plan).context("migrating slots")?;
+            println!(
+                "slots {first}-{last} moved from worker {} to worker {}: {} keys, old owner \
+                 sealed version {}, copy committed by version {}, world-line {}, {} ms",
+                report.from,
+                report.to,
+                report.keys,
+                report.sealed_version,
+                report.imported_version,
+                report.world_line,
+                report.elapsed.as_millis()
+            );
+            match report.forgotten {
+                Ok(deleted) => println!("the old owner deleted its {deleted} copies"),
+                Err(error) => eprintln!(
+                    "warning: the old owner did not delete its copies ({error}); they are never \
+                     served, and `PREFIXKV.SLOTS FORGET {first} {last}` on it deletes them"
+                ),
             }
         }
         Command::Manager {

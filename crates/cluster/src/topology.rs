@@ -5,14 +5,16 @@
 //!
 //! Ownership comes from the metadata store's `dpr_ownership` table (libDPR,
 //! `prefixkv_dpr::metadata::ownership`), partitions being Redis Cluster's 16384 hash slots
-//! ([`prefixkv_dredis::slots`]); the launcher writes it before it starts the workers, and each
-//! worker reads it once at start. With no table published, the worker owns every slot (a
+//! ([`prefixkv_dredis::slots`]); the launcher writes it before it starts the workers, each
+//! worker reads it at start and again while it runs (`worker/slots.rs`), and a slot migration
+//! (`crate::migrate`) replaces it. With no table published, the worker owns every slot (a
 //! one-node cluster).
 //!
 //! Invariants:
 //! - A command runs on a worker only if every key it names hashes to one slot (else
 //!   `-CROSSSLOT`, as Redis Cluster) and this worker owns that slot (else `-MOVED <slot>
-//!   <host>:<port>` naming the owner, or `-CLUSTERDOWN` if no one owns it). The check is made
+//!   <host>:<port>` naming the owner, or `-CLUSTERDOWN` if no one owns it), and the slot is not
+//!   *frozen* by a migration (else `-TRYAGAIN`, which cluster clients retry). The check is made
 //!   after the arity check, as Redis does: a malformed command gets its arity error instead.
 //! - Key positions come from one table ([`SPECS`]) that also answers `COMMAND`, so what clients
 //!   route by is exactly what the worker checks.
@@ -136,6 +138,11 @@ pub struct Topology {
     me: WorkerId,
     /// Slot ranges, sorted and disjoint (libDPR's ownership invariants).
     ranges: Vec<PartitionRange>,
+    /// Inclusive slot ranges this worker owns but has renounced for a migration: their
+    /// commands get `-TRYAGAIN` until the migration publishes the new owner or is abandoned.
+    frozen: Vec<(u16, u16)>,
+    /// Whether a table was published (else this worker owns every slot on its own).
+    published: bool,
 }
 
 impl Topology {
@@ -163,6 +170,7 @@ impl Topology {
                 SLOT_COUNT - 1
             )));
         }
+        let published = !ranges.is_empty();
         let ranges = if ranges.is_empty() {
             vec![PartitionRange {
                 first: 0,
@@ -173,7 +181,48 @@ impl Topology {
         } else {
             ranges
         };
-        Ok(Self { me, ranges })
+        Ok(Self {
+            me,
+            ranges,
+            frozen: Vec::new(),
+            published,
+        })
+    }
+
+    /// This view with `frozen` as the frozen slot ranges, keeping only the slots it says this
+    /// worker owns (a slot the table gave away needs no freezing: it is `-MOVED`).
+    pub fn with_frozen(&self, frozen: &[(u16, u16)]) -> Self {
+        let frozen = frozen
+            .iter()
+            .copied()
+            .filter(|&(first, last)| first <= last && self.owns_all(first, last))
+            .collect();
+        Self {
+            me: self.me,
+            ranges: self.ranges.clone(),
+            frozen,
+            published: self.published,
+        }
+    }
+
+    /// The frozen slot ranges.
+    pub fn frozen(&self) -> &[(u16, u16)] {
+        &self.frozen
+    }
+
+    /// Whether this worker owns every slot of `first..=last`.
+    pub fn owns_all(&self, first: u16, last: u16) -> bool {
+        (first..=last).all(|slot| self.owner(slot).is_some_and(|r| r.worker == self.me))
+    }
+
+    /// Whether this worker owns any slot of `first..=last`.
+    pub fn owns_any(&self, first: u16, last: u16) -> bool {
+        (first..=last).any(|slot| self.owner(slot).is_some_and(|r| r.worker == self.me))
+    }
+
+    /// Whether an ownership table was published (with none, this worker owns every slot).
+    pub fn published(&self) -> bool {
+        self.published
     }
 
     /// The owner of `slot`.
@@ -190,7 +239,20 @@ impl Topology {
             return Some(b"-CROSSSLOT Keys in request don't hash to the same slot\r\n".to_vec());
         }
         match self.owner(slot) {
-            Some(owner) if owner.worker == self.me => None,
+            Some(owner) if owner.worker == self.me => {
+                if self
+                    .frozen
+                    .iter()
+                    .any(|&(first, last)| (first..=last).contains(&slot))
+                {
+                    Some(
+                        format!("-TRYAGAIN Hash slot {slot} is being migrated; retry later\r\n")
+                            .into_bytes(),
+                    )
+                } else {
+                    None
+                }
+            }
             Some(owner) => Some(format!("-MOVED {slot} {}\r\n", owner.address).into_bytes()),
             None => Some(format!("-CLUSTERDOWN Hash slot {slot} is not served\r\n").into_bytes()),
         }
@@ -525,6 +587,28 @@ mod tests {
             address: "a:1".into(),
         }];
         assert!(Topology::from_ranges(bad, 0, "a:1").is_err());
+    }
+
+    #[test]
+    fn frozen_slots_answer_tryagain() {
+        let worker2 = three_workers(2).with_frozen(&[(12000, 12200), (0, 10)]);
+        assert_eq!(
+            worker2.frozen(),
+            &[(12000, 12200)],
+            "slots it does not own are dropped"
+        );
+        assert_eq!(
+            text(worker2.redirect(&args(&["GET", "foo"]))),
+            "-TRYAGAIN Hash slot 12182 is being migrated; retry later\r\n"
+        );
+        // Other slots of the same worker still run; foreign ones still move.
+        assert_eq!(worker2.redirect(&args(&["GET", "somekey"])), None);
+        assert!(text(worker2.redirect(&args(&["GET", "{user1000}.a"]))).starts_with("-MOVED 3443"));
+        assert!(worker2.owns_all(10922, 16383) && !worker2.owns_all(10921, 10922));
+        assert_eq!(
+            worker2.with_frozen(&[]).redirect(&args(&["GET", "foo"])),
+            None
+        );
     }
 
     #[test]

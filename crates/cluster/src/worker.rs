@@ -37,11 +37,12 @@
 //! switch waits for no session (all are suspended between batches).
 
 mod host;
+mod slots;
 
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -186,10 +187,16 @@ pub struct WorkerConfig {
     /// How long a plain RESP connection whose batch failed in the engine waits for the
     /// rollback before answering that the batch's effect is unknown.
     pub recovery_wait_ms: u64,
+    /// How often the worker re-reads the hash slot ownership table.
+    pub ownership_refresh_ms: u64,
+    /// The ownership lease: with a table published, keyed commands are refused
+    /// (`-CLUSTERDOWN`) once the table could not be read for this long.
+    pub ownership_lease_ms: u64,
 }
 
 impl WorkerConfig {
-    /// Defaults: 100 ms commits, 200 ms heartbeats, 50 ms world-line polls, a 60 s rejoin wait.
+    /// Defaults: 100 ms commits, 200 ms heartbeats, 50 ms world-line polls, a 60 s rejoin wait,
+    /// ownership re-read every 500 ms under a 10 s lease.
     pub fn new(worker_id: WorkerId, listen: SocketAddr, engine: EngineConfig) -> Self {
         Self {
             recoverability: Recoverability::Dpr,
@@ -202,6 +209,8 @@ impl WorkerConfig {
             poll_interval_ms: 50,
             rejoin_timeout_ms: 60_000,
             recovery_wait_ms: 30_000,
+            ownership_refresh_ms: 500,
+            ownership_lease_ms: 10_000,
         }
     }
 }
@@ -227,8 +236,10 @@ struct Core {
     incarnation: PathBuf,
     /// Frame and RESP limits.
     limits: FrameLimits,
-    /// Hash slot ownership, read once the listener is bound (it names this worker's address).
-    topology: OnceLock<Topology>,
+    /// The address clients reach this worker at (named in its own ownership view).
+    address: String,
+    /// Hash slot ownership: the view commands are checked against, migrations, the lease.
+    slots: slots::Slots,
     /// Plain RESP connections accepted so far (numbers their DPR sessions).
     resp_connections: AtomicU64,
     /// The published cluster state as last read by the maintenance thread (plain RESP sessions
@@ -353,13 +364,16 @@ impl Core {
         let mut scratch = Vec::new();
         let mut newest_engine_version = 0;
         let mut failure = None;
-        let topology = self.topology.get();
+        // Read once per batch, under the latch: a freeze (at a version switch, exclusive) is
+        // either wholly before this batch or wholly after it.
+        let view = self.slots.view();
         for command in commands {
-            // A key of a slot this worker does not own: the command does not run (framed
-            // batches get the redirection as its reply; plain RESP connections get it before
-            // the batch, see `worker/host.rs`).
-            if let Some(redirect) = topology.and_then(|t| t.redirect(&command.args)) {
-                replies.extend_from_slice(&redirect);
+            // A key of a slot this worker does not own, or frozen, or an expired ownership
+            // lease: the command does not run (framed batches get the refusal as its reply;
+            // plain RESP connections get it before the batch, see `worker/host.rs`).
+            let refusal = view.refusal(&command.args);
+            if let Some(refusal) = refusal {
+                replies.extend_from_slice(&refusal);
                 continue;
             }
             if let Err(error) =
@@ -460,6 +474,8 @@ impl Core {
         match worker.commit_to(slot) {
             Ok(sealed) => {
                 self.engine.set_current_label(worker.version());
+                // Still exclusive: freezes take effect between versions (`worker/slots.rs`).
+                self.slots.at_commit_boundary(sealed);
                 if let (Some((_, marks)), Some(lsn)) = (&self.oplog, logged_through) {
                     marks.lock().push_back((sealed, lsn));
                 }
@@ -622,6 +638,23 @@ impl Worker {
             }
             _ => None,
         };
+        let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Socket {
+            address: config.listen,
+            source,
+        })?;
+        let local_address = listener.local_addr().map_err(|source| StartError::Socket {
+            address: config.listen,
+            source,
+        })?;
+        let topology = Topology::load(
+            finder.store().as_ref(),
+            config.worker_id,
+            &local_address.to_string(),
+        )
+        .map_err(|source| StartError::Topology {
+            worker: config.worker_id,
+            source,
+        })?;
         let core = Arc::new(Core {
             id: config.worker_id,
             recoverability: config.recoverability,
@@ -632,29 +665,15 @@ impl Worker {
             finder,
             incarnation,
             limits: config.limits,
-            topology: OnceLock::new(),
+            address: local_address.to_string(),
+            slots: slots::Slots::new(
+                topology,
+                Duration::from_millis(config.ownership_lease_ms.max(1)),
+            ),
             resp_connections: AtomicU64::new(0),
             published: Mutex::new(Arc::new(ClusterState::default())),
             recovery_wait: Duration::from_millis(config.recovery_wait_ms),
         });
-        let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Socket {
-            address: config.listen,
-            source,
-        })?;
-        let local_address = listener.local_addr().map_err(|source| StartError::Socket {
-            address: config.listen,
-            source,
-        })?;
-        let topology = Topology::load(
-            core.finder.store().as_ref(),
-            config.worker_id,
-            &local_address.to_string(),
-        )
-        .map_err(|source| StartError::Topology {
-            worker: config.worker_id,
-            source,
-        })?;
-        let _ = core.topology.set(topology);
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let spawn_error = |source| StartError::Socket {
@@ -769,8 +788,17 @@ fn heartbeat(core: Arc<Core>, tick: Duration, stop: Arc<AtomicBool>) {
 fn maintain(core: Arc<Core>, config: WorkerConfig, stop: Arc<AtomicBool>) {
     let interval_ms = config.checkpoint_interval_ms.max(1);
     let poll = Duration::from_millis(config.poll_interval_ms.max(1));
+    let ownership_refresh = Duration::from_millis(config.ownership_refresh_ms.max(1));
     let mut next_poll = Instant::now();
+    let mut next_ownership_read = Instant::now() + ownership_refresh;
     while !stop.load(Ordering::SeqCst) {
+        if Instant::now() >= next_ownership_read {
+            // Renews the ownership lease (`worker/slots.rs`) and learns of migrations.
+            if let Err(error) = core.refresh_ownership() {
+                tracing::warn!(worker = core.id, %error, "re-reading the ownership table failed");
+            }
+            next_ownership_read = Instant::now() + ownership_refresh;
+        }
         if Instant::now() >= next_poll {
             match core.finder.cluster_state() {
                 Ok(state) => {

@@ -266,6 +266,28 @@ fn ownership_table(open: &Opener) {
     let error = store.set_ownership(&overlapping).unwrap_err().to_string();
     assert!(error.contains("sorted and disjoint"), "{error}");
     assert_eq!(open().ownership().unwrap(), ranges);
+    // Conditional on the world-line: refused (changing nothing) once the cluster moved on or
+    // while it recovers, as a slot migration needs.
+    store.register_worker(4, 0).unwrap();
+    let world_line = store.cluster_state().unwrap().world_line;
+    let moved = vec![range(0, 99, 3), range(100, 16383, 4)];
+    assert!(store.set_ownership_in(world_line, &moved).unwrap());
+    assert_eq!(open().ownership().unwrap(), moved);
+    store.advance_world_line(world_line).unwrap();
+    assert!(
+        !store.set_ownership_in(world_line, &ranges).unwrap(),
+        "an old world-line"
+    );
+    assert!(
+        !store.set_ownership_in(world_line + 1, &ranges).unwrap(),
+        "the cluster is recovering"
+    );
+    assert_eq!(open().ownership().unwrap(), moved);
+    let error = store
+        .set_ownership_in(world_line + 1, &overlapping)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("sorted and disjoint"), "{error}");
 }
 
 fn run_suite(open: &Opener, fresh: &dyn Fn() -> Opener) {

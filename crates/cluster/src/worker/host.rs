@@ -105,9 +105,12 @@ impl DprHost for Core {
     }
 
     fn local_reply(&self, command: &Command) -> Option<Vec<u8>> {
-        let topology = self.topology.get()?;
-        topology
+        if let Some(reply) = self.slots_command(&command.args) {
+            return Some(reply);
+        }
+        let view = self.slots.view();
+        view.topology
             .answer(&command.args, || self.worker.lock().world_line())
-            .or_else(|| topology.redirect(&command.args))
+            .or_else(|| view.refusal(&command.args))
     }
 }

@@ -141,6 +141,20 @@ pub trait MetadataStore: Send + Sync {
             "this metadata store keeps no partition ownership table".into(),
         ))
     }
+    /// As [`MetadataStore::set_ownership`], in the same transaction as a check that the cluster
+    /// is still in `world_line` and not recovering: returns false (changing nothing) otherwise.
+    /// A slot migration publishes its result this way, so that it never lands after a rollback
+    /// that may have undone what it relied on (see `prefixkv-cluster`'s `migrate` module).
+    fn set_ownership_in(
+        &self,
+        world_line: WorldLine,
+        ranges: &[PartitionRange],
+    ) -> Result<bool, MetadataError> {
+        let _ = (world_line, ranges);
+        Err(MetadataError::Invalid(
+            "this metadata store keeps no partition ownership table".into(),
+        ))
+    }
     /// The partition ownership table, sorted by first partition; empty if none was published
     /// (then every worker serves every partition). By default empty.
     fn ownership(&self) -> Result<Vec<PartitionRange>, MetadataError> {

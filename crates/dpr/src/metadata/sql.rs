@@ -163,6 +163,38 @@ impl<B: SqlBackend> SqlMetadataStore<B> {
     }
 }
 
+/// Validated ownership ranges as table rows.
+fn ownership_rows(ranges: &[PartitionRange]) -> Result<Vec<[SqlValue; 4]>, MetadataError> {
+    ownership::validate(ranges)?;
+    ranges
+        .iter()
+        .map(|range| {
+            Ok([
+                SqlValue::Integer(to_column("first partition", range.first)?),
+                SqlValue::Integer(to_column("last partition", range.last)?),
+                SqlValue::Integer(to_column("worker id", range.worker)?),
+                SqlValue::Text(range.address.clone()),
+            ])
+        })
+        .collect()
+}
+
+/// Replaces the ownership table's rows (inside the caller's transaction).
+fn replace_ownership(
+    backend: &mut impl SqlBackend,
+    rows: &[[SqlValue; 4]],
+) -> Result<(), MetadataError> {
+    backend.execute("DELETE FROM dpr_ownership", &[])?;
+    for row in rows {
+        backend.execute_values(
+            "INSERT INTO dpr_ownership (first_partition, last_partition, worker_id, address) \
+             VALUES ($1, $2, $3, $4)",
+            row,
+        )?;
+    }
+    Ok(())
+}
+
 fn read_cluster(backend: &mut impl SqlBackend) -> Result<(WorldLine, bool), MetadataError> {
     let rows = backend.query(
         "SELECT world_line, recovering FROM dpr_cluster WHERE id = 1",
@@ -485,26 +517,23 @@ impl<B: SqlBackend> MetadataStore for SqlMetadataStore<B> {
     }
 
     fn set_ownership(&self, ranges: &[PartitionRange]) -> Result<(), MetadataError> {
-        ownership::validate(ranges)?;
-        let mut rows = Vec::with_capacity(ranges.len());
-        for range in ranges {
-            rows.push([
-                SqlValue::Integer(to_column("first partition", range.first)?),
-                SqlValue::Integer(to_column("last partition", range.last)?),
-                SqlValue::Integer(to_column("worker id", range.worker)?),
-                SqlValue::Text(range.address.clone()),
-            ]);
-        }
+        let rows = ownership_rows(ranges)?;
+        self.transaction(|backend| replace_ownership(backend, &rows))
+    }
+
+    fn set_ownership_in(
+        &self,
+        world_line: WorldLine,
+        ranges: &[PartitionRange],
+    ) -> Result<bool, MetadataError> {
+        let rows = ownership_rows(ranges)?;
         self.transaction(|backend| {
-            backend.execute("DELETE FROM dpr_ownership", &[])?;
-            for row in &rows {
-                backend.execute_values(
-                    "INSERT INTO dpr_ownership (first_partition, last_partition, worker_id, address) \
-                     VALUES ($1, $2, $3, $4)",
-                    row,
-                )?;
+            let (current, recovering) = read_cluster(backend)?;
+            if current != world_line || recovering {
+                return Ok(false);
             }
-            Ok(())
+            replace_ownership(backend, &rows)?;
+            Ok(true)
         })
     }
 
