@@ -336,14 +336,19 @@ impl LocalCluster {
         self.manager.report_failure(id as u64);
     }
 
-    /// Starts worker `id` again if it is not running (for clusters without `restart_failed`).
+    /// Starts worker `id` again (for clusters without `restart_failed`). Its process must have
+    /// exited; if the launcher had not noticed yet, the exit is reported to the manager first,
+    /// as it would have been. An error if the worker is still running.
     pub fn restart(&self, id: usize) -> std::io::Result<()> {
         let mut workers = self.workers.lock();
         let worker = &mut workers[id];
-        if worker.child.is_none() {
-            worker.child = Some(spawn_worker(&self.config, id, worker.address)?);
-            worker.restarts += 1;
+        if !reap(id, worker, &self.manager) {
+            return Err(std::io::Error::other(format!(
+                "worker {id} is still running: stop or kill it first"
+            )));
         }
+        worker.child = Some(spawn_worker(&self.config, id, worker.address)?);
+        worker.restarts += 1;
         Ok(())
     }
 
@@ -431,6 +436,22 @@ pub fn run_manager(
     }
 }
 
+/// If worker `id` has no running process: reaps an exited one and reports it failed to the
+/// manager (once: the process is forgotten), then returns true. False while it runs.
+fn reap(id: usize, worker: &mut WorkerProcess, manager: &ClusterManager) -> bool {
+    if let Some(child) = worker.child.as_mut() {
+        let status = match child.try_wait() {
+            Ok(Some(status)) => status.to_string(),
+            Ok(None) => return false,
+            Err(error) => error.to_string(),
+        };
+        tracing::warn!(worker = id, %status, "worker exited");
+        worker.child = None;
+        manager.report_failure(id as u64);
+    }
+    true
+}
+
 /// Reaps exited workers, reports them failed to the manager at once (recovery need not wait for
 /// the lease), and, with `restart_failed`, starts them again (same id, directory and port).
 fn restart_exited(
@@ -443,15 +464,8 @@ fn restart_exited(
         {
             let mut workers = workers.lock();
             for (id, worker) in workers.iter_mut().enumerate() {
-                if let Some(child) = worker.child.as_mut() {
-                    let status = match child.try_wait() {
-                        Ok(Some(status)) => status.to_string(),
-                        Ok(None) => continue,
-                        Err(error) => error.to_string(),
-                    };
-                    tracing::warn!(worker = id, %status, "worker exited");
-                    worker.child = None;
-                    manager.report_failure(id as u64);
+                if !reap(id, worker, &manager) {
+                    continue;
                 }
                 if !config.restart_failed {
                     continue;

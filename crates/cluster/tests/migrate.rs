@@ -4,8 +4,9 @@
 //! happens and never run; everything acknowledged must be readable afterwards through the new
 //! owner, checked key by key against an oracle built only from what the sessions were
 //! acknowledged and told (D-Redis's shared oracle, `crates/dredis/tests/common`). A failure
-//! injected in the middle of a migration must abandon it cleanly: the table unchanged, the old
-//! owner serving again, nothing acknowledged lost beyond what the rollback reported.
+//! injected in the middle of a migration (reported to the manager, or a SIGKILL of the old
+//! owner) must abandon it cleanly: the table unchanged, the old owner serving again, nothing
+//! acknowledged lost beyond what the rollback reported.
 
 #[path = "../../dredis/tests/common/mod.rs"]
 mod dredis_common;
@@ -215,20 +216,33 @@ fn a_failure_during_a_migration_abandons_it() {
     // A failure once the old owner's frozen version is in the cut (of the old owner itself),
     // and one when the data is at the new owner but not committed there (of the new owner);
     // reported to the manager: every worker rolls back to the cut, and the worker keeps running.
-    for (round, (failing_step, failing_worker)) in
-        [("frozen", 0), ("copied", 2)].into_iter().enumerate()
-    {
+    // Third: the old owner SIGKILLed once its frozen version is in the cut (its freeze dies
+    // with it; started again, it serves the slots from its checkpoint in the cut).
+    let failures = [
+        ("frozen", 0, false),
+        ("copied", 2, false),
+        ("frozen", 0, true),
+    ];
+    for (round, (failing_step, failing_worker, kill)) in failures.into_iter().enumerate() {
         let mut plan = MigrationPlan::new(0, 2000, 2);
         let injected = Arc::clone(&cluster);
         plan.hook = Some(Arc::new(move |step| {
             if step == failing_step {
-                injected.report_failure(failing_worker);
+                if kill {
+                    injected
+                        .kill(failing_worker)
+                        .expect("SIGKILL the old owner");
+                } else {
+                    injected.report_failure(failing_worker);
+                }
             }
         }));
         match migrate_slots(&store, &plan) {
             Err(MigrateError::Aborted { step, reason }) => {
                 eprintln!("abandoned at {step}: {reason}");
-                assert!(reason.contains("world-line"), "{reason}");
+                // A killed worker breaks the copy's connection; otherwise the driver notices
+                // the new world-line.
+                assert!(kill || reason.contains("world-line"), "{reason}");
             }
             other => panic!("the migration should have been abandoned: {other:?}"),
         }
@@ -238,6 +252,11 @@ fn a_failure_during_a_migration_abandons_it() {
             table_before,
             "the table is unchanged"
         );
+        if kill {
+            cluster
+                .restart(failing_worker)
+                .expect("start the killed worker again");
+        }
         wait_until("the recovery to finish", || {
             let state = cluster.cluster_state().unwrap();
             !state.recovering && state.world_line > world_line + round as u64
@@ -257,11 +276,11 @@ fn a_failure_during_a_migration_abandons_it() {
     // And the same migration, run again, goes through.
     let report = migrate_slots(&store, &MigrationPlan::new(0, 2000, 2)).expect("rerun");
     assert_eq!((report.from, report.to), (0, 2));
-    assert_eq!(report.world_line, world_line + 2);
+    assert_eq!(report.world_line, world_line + 3);
     stop.store(true, Ordering::SeqCst);
     for (_, handle) in sessions {
         let record = handle.join().expect("session");
-        assert_eq!(record.rollbacks, 2, "the session saw both rollbacks");
+        assert_eq!(record.rollbacks, 3, "the session saw every rollback");
         verify(&cluster, &record);
     }
     match Arc::try_unwrap(cluster) {
