@@ -41,10 +41,13 @@ fn checkpoint(store: &Store) -> u64 {
 fn print(label: &str, started: Instant, throw_ms: f64, purge: &PurgeReport, log_bytes: u64) {
     let scanned_bytes = purge.scanned_until - purge.scanned_from;
     println!(
-        "{label}: rollback call to PURGE end {:.1} ms (THROW {throw_ms:.2} ms, PURGE {:.1} ms); \
-         scanned {} records, {:.1} MiB of {:.1} MiB of log ({:.1} %), versions {:?}",
+        "{label}: rollback call to PURGE end {:.1} ms (THROW {throw_ms:.2} ms, PURGE {:.1} ms: \
+         log pass {:.1} ms, index pass {:.1} ms); scanned {} records, {:.1} MiB of {:.1} MiB of \
+         log ({:.1} %), versions {:?}",
         started.elapsed().as_secs_f64() * 1e3,
         purge.duration.as_secs_f64() * 1e3,
+        purge.log_pass.as_secs_f64() * 1e3,
+        purge.index_pass.as_secs_f64() * 1e3,
         purge.records_scanned,
         scanned_bytes as f64 / (1 << 20) as f64,
         log_bytes as f64 / (1 << 20) as f64,

@@ -134,6 +134,10 @@ pub struct PurgeReport {
     pub scanned_until: u64,
     /// Records the log pass visited (`[scanned_from, scanned_until)`).
     pub records_scanned: u64,
+    /// Time of the log pass (flagging), for profiling.
+    pub log_pass: Duration,
+    /// Time of the index pass (re-linking), for profiling.
+    pub index_pass: Duration,
 }
 
 /// The store's rollback bookkeeping.
@@ -753,6 +757,8 @@ impl PurgeJob {
             scanned_from: counts.from,
             scanned_until: counts.until,
             records_scanned: counts.scanned,
+            log_pass: counts.log_pass,
+            index_pass: counts.index_pass,
         });
         rollback.purge_changed.notify_all();
         drop(control);

@@ -22,7 +22,8 @@
 //!    that read the old link walks through the flagged records, which stay in memory, and skips
 //!    them: readers are correct before, during and after this pass. Chains point down the log,
 //!    so a chain is walked only while it is at or above `from`: an entry whose head is below it
-//!    costs one load.
+//!    costs one load. The heads of a chunk's entries are loaded ahead (each is a cache miss; this
+//!    pass, not the log pass, is most of PURGE's time: `PurgeReport::index_pass`).
 //! 3. An epoch bump; the caller then forgets the range: from then on every invalid record carries
 //!    the flag, which every walker checks anyway.
 //!
@@ -33,6 +34,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::InvalidVersions;
 use crate::checkpoint::bump_and_wait;
@@ -50,7 +52,12 @@ pub(super) struct Counts {
     pub(super) from: u64,
     pub(super) until: u64,
     pub(super) scanned: u64,
+    pub(super) log_pass: Duration,
+    pub(super) index_pass: Duration,
 }
+
+/// How many chain heads ahead the index pass prefetches (as the checkpoint's index scan does).
+const PREFETCH_AHEAD: usize = 16;
 
 /// Records between checks of `superseded` in the log pass.
 const CHECK_EVERY: u64 = 4096;
@@ -82,6 +89,7 @@ pub(super) fn run(
             true
         });
     }
+    let log_started = Instant::now();
     let mut flagged = 0;
     let mut scanned = 0;
     let mut stopped = false;
@@ -100,25 +108,37 @@ pub(super) fn run(
     if stopped {
         return None;
     }
+    let log_pass = log_started.elapsed();
     while shared.rollback.hold_purge.load(Ordering::SeqCst) {
         if superseded() {
             return None;
         }
-        std::thread::sleep(std::time::Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(1));
     }
+    let index_started = Instant::now();
     let mut repaired = 0;
     let buckets = shared.index.bucket_count();
     let mut start = 0;
+    // The entries of a chunk whose chains reach `from`: their heads are loaded ahead (each is a
+    // cache miss: records lie in write order, not in bucket order).
+    let mut candidates = Vec::new();
     while start < buckets {
         if superseded() {
             return None;
         }
         let end = (start + CHUNK).min(buckets);
-        shared.index.for_each_slot(start..end, |mut entry| {
-            if entry.address() < from {
-                // The whole chain lies below `from`: no record of the range in it.
-                return;
+        candidates.clear();
+        shared.index.for_each_slot(start..end, |entry| {
+            // A chain lying wholly below `from` holds no record of the range.
+            if entry.address() >= from {
+                candidates.push(entry);
             }
+        });
+        'entries: for position in 0..candidates.len() {
+            if let Some(ahead) = candidates.get(position + PREFETCH_AHEAD) {
+                log.prefetch(ahead.address());
+            }
+            let entry = &mut candidates[position];
             // Re-point the entry past invalid heads (a new write may move it meanwhile: retry).
             loop {
                 let head = entry.address();
@@ -132,7 +152,8 @@ pub(super) fn run(
                         break;
                     }
                     Err(current) if entry.retarget(current) => {}
-                    Err(_) => return,
+                    // The slot was reused for another key, or reset: nothing of ours to repair.
+                    Err(_) => continue 'entries,
                 }
             }
             // Re-link valid records past the invalid ones behind them, down to `from`.
@@ -146,9 +167,10 @@ pub(super) fn run(
                 }
                 address = target;
             }
-        });
+        }
         start = end;
     }
+    let index_pass = index_started.elapsed();
     // No walker still relies on the range once this returns: every invalid record is flagged.
     bump_and_wait(shared, None);
     Some(Counts {
@@ -157,6 +179,8 @@ pub(super) fn run(
         from,
         until: tail,
         scanned,
+        log_pass,
+        index_pass,
     })
 }
 
