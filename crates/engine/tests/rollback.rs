@@ -19,6 +19,8 @@
 //! - `nested_rollback_while_purge_runs`: the same with a second rollback, further back, while the
 //!   first one's PURGE runs (held by a test hook); `the_oracle_fails_when_purge_scans_too_little`:
 //!   that run with a PURGE that scans only from its THROW's tail; the oracle must fail.
+//!   `nested_rollback_right_after_the_first`: the second rollback at once, without the hook
+//!   (the first PURGE stopped wherever it is), also under compaction.
 //! - `purge_scans_only_the_versions_it_discards`: PURGE's log pass covers only the records of the
 //!   discarded versions after a long history (exact counts from `PurgeReport`), also after a
 //!   restart.
@@ -740,6 +742,8 @@ struct Outcome {
     ops_during_rollback: u64,
     /// Nested: operations completed while the first PURGE was held, before the second rollback.
     ops_between: u64,
+    /// Nested: whether the first PURGE still ran when the second rollback was called.
+    first_purge_running: bool,
     purge: prefixkv_engine::PurgeReport,
     throw_ms: f64,
 }
@@ -754,10 +758,30 @@ enum Sabotage {
     PurgeBound,
 }
 
-/// The prefix oracle's run. `nested`: a second rollback, to an older checkpoint, while the first
-/// one's PURGE certainly runs (held after its log pass by the test hook), as in the paper's nested
-/// failure pair.
-fn concurrent(strategy: Strategy, sabotage: Sabotage, small_log: bool, nested: bool) -> Outcome {
+/// Whether a run has a second rollback, to an older checkpoint, as in the paper's nested failure
+/// pair.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Nesting {
+    None,
+    /// While the first one's PURGE certainly runs: held after its log pass by the test hook, with
+    /// requests served meanwhile. A held PURGE holds the maintenance lock (no compaction), so
+    /// only with a log that has room for the writes meanwhile.
+    Held,
+    /// Right after the first rollback returns: its PURGE is stopped wherever it is (waiting for
+    /// the maintenance lock, in its log pass, in its index pass) or has just ended.
+    Immediate,
+}
+
+/// The prefix oracle's run.
+fn concurrent(
+    strategy: Strategy,
+    sabotage: Sabotage,
+    small_log: bool,
+    nesting: Nesting,
+) -> Outcome {
+    let nested = nesting != Nesting::None;
+    let held = nesting == Nesting::Held;
+    assert!(!(held && small_log), "a held PURGE blocks compaction");
     let total_keys = prefixkv_testkit::env_count("ROLLBACK_KEYS", 16_384);
     let seconds = prefixkv_testkit::env_count("ROLLBACK_SECONDS", 1) as f64;
     let writers = 3usize;
@@ -836,13 +860,13 @@ fn concurrent(strategy: Strategy, sabotage: Sabotage, small_log: bool, nested: b
     let target = on_disk[1];
     let mut by_world = BTreeMap::from([(1, bounds[&target].clone())]);
     std::thread::sleep(Duration::from_millis(next() % 5));
-    store.hold_purge_for_tests(nested);
+    store.hold_purge_for_tests(held);
     let before = completed.load(Ordering::SeqCst);
     let report = store.rollback(target).expect("rollback");
     assert_eq!(report.deleted_checkpoints.len(), 1);
     let mut ops_between = 0;
     let mut throw_ms = report.throw_ms;
-    if nested {
+    if held {
         // Requests are served while the first PURGE runs (held: it cannot end by itself).
         let first_done = completed.load(Ordering::SeqCst);
         let deadline = Instant::now() + WAIT;
@@ -855,6 +879,10 @@ fn concurrent(strategy: Strategy, sabotage: Sabotage, small_log: bool, nested: b
             "the first PURGE is held: still running"
         );
         ops_between = completed.load(Ordering::SeqCst) - first_done;
+    }
+    let mut first_purge_running = false;
+    if nested {
+        first_purge_running = store.purge_running();
         let second = on_disk[2];
         // Returns without waiting for the held PURGE: it takes over.
         let report = store.rollback(second).expect("nested rollback");
@@ -887,7 +915,7 @@ fn concurrent(strategy: Strategy, sabotage: Sabotage, small_log: bool, nested: b
         .map(|handle| handle.join().unwrap())
         .collect();
     let result = verify(&store, &logs, &by_world, keys_per_writer);
-    if nested && result.is_ok() {
+    if held && result.is_ok() {
         // Both rollbacks were really seen apart: a writer that operated between them was told
         // of both (one told of world-line 2 only is checked too, but would not show nesting).
         let told_twice = logs.iter().filter(|log| log.thrown.len() == 2).count();
@@ -900,18 +928,23 @@ fn concurrent(strategy: Strategy, sabotage: Sabotage, small_log: bool, nested: b
         result,
         ops_during_rollback,
         ops_between,
+        first_purge_running,
         purge,
         throw_ms,
     }
 }
 
-fn concurrent_passes(strategy: Strategy, small_log: bool, nested: bool) {
-    let outcome = concurrent(strategy, Sabotage::None, small_log, nested);
+fn concurrent_passes(strategy: Strategy, small_log: bool, nesting: Nesting) {
+    let outcome = concurrent(strategy, Sabotage::None, small_log, nesting);
     eprintln!(
         "{strategy}{}: throw {:.3} ms, purge {:.3} ms ({} records scanned of [{:#x}, {:#x})), {} \
          operations completed from the rollback call to the end of PURGE ({} while the first \
-         PURGE was held)",
-        if nested { " nested" } else { "" },
+         PURGE was held; it still ran at the second call: {})",
+        match nesting {
+            Nesting::None => "",
+            Nesting::Held => " nested (held)",
+            Nesting::Immediate => " nested (immediate)",
+        },
         outcome.throw_ms,
         outcome.purge.duration.as_secs_f64() * 1e3,
         outcome.purge.records_scanned,
@@ -919,6 +952,7 @@ fn concurrent_passes(strategy: Strategy, small_log: bool, nested: bool) {
         outcome.purge.scanned_until,
         outcome.ops_during_rollback,
         outcome.ops_between,
+        outcome.first_purge_running,
     );
     outcome.result.expect("prefix oracle");
     assert!(
@@ -929,20 +963,20 @@ fn concurrent_passes(strategy: Strategy, small_log: bool, nested: bool) {
 
 #[test]
 fn concurrent_rollback_fold_over() {
-    concurrent_passes(Strategy::FoldOver, false, false);
+    concurrent_passes(Strategy::FoldOver, false, Nesting::None);
 }
 
 #[test]
 fn concurrent_rollback_persian() {
-    concurrent_passes(Strategy::Persian, false, false);
+    concurrent_passes(Strategy::Persian, false, Nesting::None);
 }
 
 /// A log budget a few times the live data: compaction runs during the whole test, before,
 /// during and after the rollback (snapshot and cpr-copy images).
 #[test]
 fn concurrent_rollback_under_compaction() {
-    concurrent_passes(Strategy::Snapshot, true, false);
-    concurrent_passes(Strategy::CprCopy, true, false);
+    concurrent_passes(Strategy::Snapshot, true, Nesting::None);
+    concurrent_passes(Strategy::CprCopy, true, Nesting::None);
 }
 
 /// The nested failure pair: a second rollback, further back, while the first one's PURGE runs
@@ -951,13 +985,26 @@ fn concurrent_rollback_under_compaction() {
 /// their checkpoints' bounds and the final state against the surviving acknowledged writes.
 #[test]
 fn nested_rollback_while_purge_runs() {
-    concurrent_passes(Strategy::FoldOver, false, true);
-    concurrent_passes(Strategy::Persian, true, true);
+    concurrent_passes(Strategy::FoldOver, false, Nesting::Held);
+    concurrent_passes(Strategy::Persian, false, Nesting::Held);
+}
+
+/// The nested pair without the hook: the second rollback right after the first returns, so the
+/// first PURGE is stopped at whatever point it reached (or has ended); under compaction too.
+#[test]
+fn nested_rollback_right_after_the_first() {
+    concurrent_passes(Strategy::Snapshot, true, Nesting::Immediate);
+    concurrent_passes(Strategy::FoldOver, false, Nesting::Immediate);
 }
 
 #[test]
 fn the_oracle_fails_when_the_rollback_skips_invalidation() {
-    let outcome = concurrent(Strategy::Persian, Sabotage::SkipInvalidation, false, false);
+    let outcome = concurrent(
+        Strategy::Persian,
+        Sabotage::SkipInvalidation,
+        false,
+        Nesting::None,
+    );
     let error = outcome
         .result
         .expect_err("the oracle must catch a rollback that leaves discarded writes visible");
@@ -972,7 +1019,12 @@ fn the_oracle_fails_when_the_rollback_skips_invalidation() {
 /// keys no writer touched after the rollbacks holding discarded values.
 #[test]
 fn the_oracle_fails_when_purge_scans_too_little() {
-    let outcome = concurrent(Strategy::FoldOver, Sabotage::PurgeBound, false, true);
+    let outcome = concurrent(
+        Strategy::FoldOver,
+        Sabotage::PurgeBound,
+        false,
+        Nesting::Held,
+    );
     let error = outcome
         .result
         .expect_err("the oracle must catch a PURGE that leaves discarded records unflagged");
