@@ -615,7 +615,8 @@ impl Store {
     }
 
     /// Waits until no PURGE runs (at most `timeout`) and returns the last one's report (`None`
-    /// if this store never rolled back).
+    /// if this store never rolled back). A PURGE taken over by a later rollback does not report:
+    /// the later one's covers its range (`PurgeReport::versions`).
     pub fn wait_for_purge(&self, timeout: Duration) -> Result<Option<PurgeReport>, EngineError> {
         let deadline = Instant::now() + timeout;
         let rollback = &self.shared.rollback;

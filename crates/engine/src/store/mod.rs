@@ -112,7 +112,8 @@ pub(crate) struct Shared {
     /// the engine's own threads).
     pub(crate) open_sessions: AtomicUsize,
     pub(crate) checkpoints: CheckpointDirectory,
-    /// A state machine runs: a checkpoint, or a rollback until its PURGE ended.
+    /// A state machine runs: a checkpoint, or a rollback until its PURGE ended (a nested
+    /// rollback takes it over from the PURGE it stops).
     checkpoint_running: AtomicBool,
     /// Rollback bookkeeping (`rollback` module).
     pub(crate) rollback: RollbackState,
