@@ -138,7 +138,7 @@ pub(crate) fn bump_and_wait(shared: &Arc<Shared>, next: Option<SystemState>) {
         let target = shared.clone();
         shared.epoch.bump(move || {
             if let Some(state) = next {
-                target.state.store(state);
+                target.publish_state(state);
             }
             *done.0.lock() = true;
             done.1.notify_all();
@@ -177,11 +177,11 @@ pub(crate) fn run(
         .running_strategy
         .store(strategy_index as u64, Ordering::Release);
     let result = if strategy == Strategy::Blocking {
-        shared.state.store_phase(Phase::Pause, version);
+        shared.publish_phase(Phase::Pause, version);
         bump_and_wait(shared, None);
         write_image(shared, strategy, version, cookie, started)
     } else {
-        shared.state.store_phase(Phase::Prepare, version);
+        shared.publish_phase(Phase::Prepare, version);
         let world_line = shared.state.load().world_line;
         let next = |phase| {
             Some(SystemState {
@@ -198,7 +198,7 @@ pub(crate) fn run(
     };
     {
         let _pause = shared.pause_lock.lock();
-        shared.state.store_phase(Phase::Rest, version + 1);
+        shared.publish_phase(Phase::Rest, version + 1);
         shared.pause_changed.notify_all();
     }
     // Compaction was excluded while the checkpoint ran.

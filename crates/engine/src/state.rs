@@ -119,7 +119,9 @@ impl GlobalState {
     }
     /// Stores `phase` and `version`, keeping the world-line. Only the one state machine running
     /// (a checkpoint driver or a rollback: they exclude each other through the store's
-    /// `checkpoint_running` flag) stores, so the world-line read here cannot change meanwhile.
+    /// `checkpoint_running` flag, which a nested rollback takes over from the PURGE it stops)
+    /// stores, so the world-line read here cannot change meanwhile. Outside recovery, stores go
+    /// through `Shared::publish_state`, which notes where new versions start in the log.
     pub(crate) fn store_phase(&self, phase: Phase, version: u64) {
         let world_line = self.load().world_line;
         self.store(SystemState {

@@ -16,6 +16,14 @@
 //!   writing after the rollback (default 1), `ROLLBACK_SEED` (the moment of the rollback).
 //! - `the_oracle_fails_when_the_rollback_skips_invalidation`: the same run with the engine's
 //!   test-only sabotage; the oracle must fail.
+//! - `nested_rollback_while_purge_runs`: the same with a second rollback, further back, while the
+//!   first one's PURGE runs (held by a test hook); `the_oracle_fails_when_purge_scans_too_little`:
+//!   that run with a PURGE that scans only from its THROW's tail; the oracle must fail.
+//!   `nested_rollback_right_after_the_first`: the second rollback at once, without the hook
+//!   (the first PURGE stopped wherever it is), also under compaction.
+//! - `purge_scans_only_the_versions_it_discards`: PURGE's log pass covers only the records of the
+//!   discarded versions after a long history (exact counts from `PurgeReport`), also after a
+//!   restart.
 //! - `rollback_edge_cases`: two rollbacks in a row, rollback to 0, below the floor, without
 //!   `rollback_ready`, unknown versions.
 
@@ -392,18 +400,143 @@ fn rollback_edge_cases() {
     assert_state(&mut session, &model, keys, "writes after a rollback to 0");
 }
 
+/// PURGE's log pass starts where the discarded versions can start (the tail when the store first
+/// ran a version above the target), not at the begin address: after a long history, a rollback
+/// to the newest checkpoint scans only what was written since. Checked through the report's
+/// counts, exactly: every upsert below writes one new record (a new key, or a key whose record
+/// is of an older version: `rollback_ready` copies), and the log budget is far above what
+/// compaction starts at, so no copies. Debug builds also check, inside PURGE, that no record
+/// below the bound is of a discarded version. Also after a restart (the bound of the recovered
+/// version is the tail after loading) and for a rollback further back (a lower bound).
+#[test]
+fn purge_scans_only_the_versions_it_discards() {
+    let keys = (prefixkv_testkit::env_count("ROLLBACK_KEYS", 16_384) / 8).max(64) as u32;
+    let rounds = 24u32;
+    let recent = keys / 16;
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut config = config(dir.path());
+        config.index_buckets = (keys as usize).next_power_of_two();
+        // Far above twice the whole history (about 64 bytes a record): no compaction.
+        config.log_memory_bytes = (u64::from(keys) * u64::from(rounds + 4) * 256).max(64 << 20);
+        config.log_page_bytes = 256 << 10;
+        config
+    };
+    let store = Store::open(config()).unwrap();
+    let mut session = store.start_session();
+    let mut model = Model::new();
+    let mut models = BTreeMap::new();
+    let upsert_all = |session: &mut Session, model: &mut Model, round: u32, count: u32| {
+        for index in 0..count {
+            let value = format!("r{round:03}k{index:07}");
+            session.upsert(&key(index), value.as_bytes()).unwrap();
+            model.insert(key(index), value.into_bytes());
+        }
+    };
+    // The long history: every key rewritten in every version.
+    for round in 0..rounds {
+        upsert_all(&mut session, &mut model, round, keys);
+        session.suspend();
+        let report = checkpoint(&store, Strategy::ALL[round as usize % 5]);
+        models.insert(report.version, model.clone());
+    }
+    let on_disk = checkpoint_dirs(dir.path());
+    let newest = *on_disk.last().unwrap();
+    // A few writes after the newest checkpoint, then a rollback to it.
+    upsert_all(&mut session, &mut model, 100, recent);
+    session.suspend();
+    store.rollback(newest).unwrap();
+    let purge = store.wait_for_purge(WAIT).unwrap().unwrap();
+    assert_eq!(purge.versions, (newest + 1, newest + 1), "{purge:?}");
+    assert_eq!(purge.records_invalidated, u64::from(recent), "{purge:?}");
+    assert_eq!(
+        purge.records_scanned,
+        u64::from(recent),
+        "only the records written since the checkpoint's version switch: {purge:?}"
+    );
+    assert!(matches!(
+        session.read(b"x", &mut Vec::new()),
+        Err(EngineError::RolledBack { .. })
+    ));
+    let mut model = models[&newest].clone();
+    assert_state(
+        &mut session,
+        &model,
+        keys,
+        "after the rollback to the newest",
+    );
+    // Further back: the oldest checkpoint on disk. Its discarded versions are the rounds after it
+    // (plus the records the first rollback flagged, scanned again but not counted).
+    let oldest = on_disk[0];
+    let later_rounds = u64::try_from(on_disk.len() - 1).unwrap();
+    session.suspend();
+    store.rollback(oldest).unwrap();
+    let purge = store.wait_for_purge(WAIT).unwrap().unwrap();
+    assert_eq!(
+        purge.records_invalidated,
+        later_rounds * u64::from(keys),
+        "{purge:?}"
+    );
+    assert_eq!(
+        purge.records_scanned,
+        later_rounds * u64::from(keys) + u64::from(recent),
+        "{purge:?}"
+    );
+    assert!(matches!(
+        session.read(b"x", &mut Vec::new()),
+        Err(EngineError::RolledBack { .. })
+    ));
+    model = models[&oldest].clone();
+    assert_state(
+        &mut session,
+        &model,
+        keys,
+        "after the rollback to the oldest",
+    );
+    // A restart: recovery loads the newest checkpoint (one record a key), a few writes, a
+    // rollback to the recovered version scans only those writes.
+    upsert_all(&mut session, &mut model, 200, keys);
+    session.suspend();
+    let recovered = checkpoint(&store, Strategy::Snapshot).version;
+    drop(session);
+    drop(store);
+    let store = Store::open(config()).unwrap();
+    assert_eq!(store.recovery_info().unwrap().version, recovered);
+    let mut session = store.start_session();
+    let saved = model.clone();
+    upsert_all(&mut session, &mut model, 300, recent);
+    session.suspend();
+    store.rollback(recovered).unwrap();
+    let purge = store.wait_for_purge(WAIT).unwrap().unwrap();
+    assert_eq!(purge.records_invalidated, u64::from(recent), "{purge:?}");
+    assert_eq!(purge.records_scanned, u64::from(recent), "{purge:?}");
+    assert!(purge.scanned_from > 0, "{purge:?}");
+    let mut session = {
+        drop(session);
+        store.start_session()
+    };
+    assert_state(
+        &mut session,
+        &saved,
+        keys,
+        "after a rollback to the recovered version",
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The concurrent prefix oracle.
 
-/// What one writer thread recorded: its acknowledged writes (world-line, serial, key index), its
-/// `RolledBack` (world-line, surviving serial, last serial issued before).
+/// What one writer thread recorded, from what it was told only.
 #[derive(Default)]
 struct WriterLog {
-    acks: Vec<(u64, u64, u32)>,
+    /// Its acknowledged operations that survive every rollback it was told of, in serial order:
+    /// (world-line, serial, key index, and for a read-modify-write that read something other
+    /// than the writer's own last surviving write of the key, what it read and expected). A
+    /// `RolledBack` with surviving serial `s` drops the entries above `s`: they were discarded
+    /// (the serials after it restart at `s + 1`, so the history stays in serial order).
+    history: Vec<(u64, u64, u32, Option<String>)>,
+    /// Each `RolledBack`: (world-line, surviving serial, last serial issued before).
     thrown: Vec<(u64, u64, u64)>,
-    /// Read-modify-writes whose old value was not the writer's own last surviving write
-    /// (world-line, serial, what was read and expected).
-    mismatches: Vec<(u64, u64, String)>,
 }
 
 fn encode(world: u64, serial: u64) -> [u8; 16] {
@@ -418,41 +551,50 @@ fn writer_key(writer: usize, index: u32) -> [u8; 8] {
 }
 
 /// Checks the writers' logs against the store (and against the controller's bounds): the prefix
-/// oracle. `Err` says what differs.
+/// oracle. `bounds[w]`: each writer's bounds on its CPR point in the target of the rollback that
+/// began world-line `w`. `Err` says what differs.
 fn verify(
     store: &Arc<Store>,
     logs: &[WriterLog],
-    bounds: &[(u64, u64)],
+    bounds: &BTreeMap<u64, Vec<(u64, u64)>>,
     keys_per_writer: u32,
 ) -> Result<(), String> {
+    let final_world = store.world_line();
     let mut reader = store.start_session();
     let mut value = Vec::new();
     let mut problems = Vec::new();
     for (writer, log) in logs.iter().enumerate() {
-        if log.thrown.len() != 1 {
+        // Told once per world-line it adopted (one for several that came before its next
+        // operation), in order, the last being the store's.
+        let worlds: Vec<u64> = log.thrown.iter().map(|thrown| thrown.0).collect();
+        if worlds.last() != Some(&final_world) || worlds.windows(2).any(|w| w[0] >= w[1]) {
             return Err(format!("writer {writer} saw RolledBack {:?}", log.thrown));
         }
-        if let Some((_, _, first)) = log.mismatches.first() {
+        let mismatches: Vec<&String> = log
+            .history
+            .iter()
+            .filter_map(|entry| entry.3.as_ref())
+            .collect();
+        if let Some(first) = mismatches.first() {
             problems.push(format!(
                 "writer {writer}: {} read-modify-writes saw a value other than its last surviving \
                  write, first: {first}",
-                log.mismatches.len()
+                mismatches.len()
             ));
         }
-        let (thrown_world, surviving, last_issued) = log.thrown[0];
-        let (low, high) = bounds[writer];
-        if surviving < low || surviving > high || surviving > last_issued {
-            problems.push(format!(
-                "writer {writer}: surviving serial {surviving} outside [{low}, {high}] (the \
-                 checkpoint's bounds) or above the last issued {last_issued}"
-            ));
+        for &(world, surviving, last_issued) in &log.thrown {
+            let (low, high) = bounds[&world][writer];
+            if surviving < low || surviving > high || surviving > last_issued {
+                problems.push(format!(
+                    "writer {writer}: surviving serial {surviving} of world-line {world} outside \
+                     [{low}, {high}] (the checkpoint's bounds) or above the last issued \
+                     {last_issued}"
+                ));
+            }
         }
         // Expected: the last surviving acknowledged write of each key.
         let mut expected: BTreeMap<u32, [u8; 16]> = BTreeMap::new();
-        for &(world, serial, index) in &log.acks {
-            if world < thrown_world && serial > surviving {
-                continue; // rolled back
-            }
+        for &(world, serial, index, _) in &log.history {
             expected.insert(index, encode(world, serial));
         }
         let mut wrong = Vec::new();
@@ -469,6 +611,7 @@ fn verify(
             }
         }
         if let Some(first) = wrong.first() {
+            let surviving = log.thrown.last().map_or(0, |thrown| thrown.1);
             problems.push(format!(
                 "writer {writer} (surviving serial {surviving}): {} keys differ from the final \
                  state, first {first}",
@@ -536,6 +679,7 @@ fn run_writer(
         match result {
             Ok(seen) => {
                 let want = current[index as usize].map(|(w, s)| encode(w, s).to_vec());
+                let mut mismatch = None;
                 if let Some(old) = seen.filter(|old| *old != want) {
                     let decode = |v: &[u8]| {
                         let word = |r: std::ops::Range<usize>| {
@@ -550,10 +694,10 @@ fn run_writer(
                         want.as_deref().map(decode),
                         log.thrown
                     );
-                    log.mismatches.push((world, serial, message));
+                    mismatch = Some(message);
                 }
                 current[index as usize] = Some((world, serial));
-                log.acks.push((world, serial, index));
+                log.history.push((world, serial, index, mismatch));
                 counters.acked[writer].store(serial, Ordering::SeqCst);
                 counters.completed.fetch_add(1, Ordering::Relaxed);
             }
@@ -566,14 +710,17 @@ fn run_writer(
                 // included: one in flight during THROW may have seen part of the
                 // restored state (a compaction copy of an older version above its own
                 // discarded record), which is allowed.
-                log.mismatches
-                    .retain(|&(w, s, _)| w != world || s <= surviving_serial);
+                while log
+                    .history
+                    .last()
+                    .is_some_and(|entry| entry.1 > surviving_serial)
+                {
+                    log.history.pop();
+                }
                 // The state the rollback restored, by this writer's own record.
                 current.iter_mut().for_each(|slot| *slot = None);
-                for &(w, s, i) in &log.acks {
-                    if w == world && s <= surviving_serial {
-                        current[i as usize] = Some((w, s));
-                    }
+                for &(w, s, i, _) in &log.history {
+                    current[i as usize] = Some((w, s));
                 }
                 world = world_line;
                 assert_eq!(session.serial(), surviving_serial);
@@ -591,12 +738,50 @@ fn run_writer(
 
 struct Outcome {
     result: Result<(), String>,
+    /// Operations completed from the (first) rollback call to the end of the last PURGE.
     ops_during_rollback: u64,
-    purge_ms: f64,
+    /// Nested: operations completed while the first PURGE was held, before the second rollback.
+    ops_between: u64,
+    /// Nested: whether the first PURGE still ran when the second rollback was called.
+    first_purge_running: bool,
+    purge: prefixkv_engine::PurgeReport,
     throw_ms: f64,
 }
 
-fn concurrent(strategy: Strategy, tamper: bool, small_log: bool) -> Outcome {
+/// What a run does to the engine.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Sabotage {
+    None,
+    /// `tamper_rollback_for_tests`: the discarded versions stay visible.
+    SkipInvalidation,
+    /// `tamper_purge_bound_for_tests`: PURGE scans only from its THROW's tail.
+    PurgeBound,
+}
+
+/// Whether a run has a second rollback, to an older checkpoint, as in the paper's nested failure
+/// pair.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Nesting {
+    None,
+    /// While the first one's PURGE certainly runs: held after its log pass by the test hook, with
+    /// requests served meanwhile. A held PURGE holds the maintenance lock (no compaction), so
+    /// only with a log that has room for the writes meanwhile.
+    Held,
+    /// Right after the first rollback returns: its PURGE is stopped wherever it is (waiting for
+    /// the maintenance lock, in its log pass, in its index pass) or has just ended.
+    Immediate,
+}
+
+/// The prefix oracle's run.
+fn concurrent(
+    strategy: Strategy,
+    sabotage: Sabotage,
+    small_log: bool,
+    nesting: Nesting,
+) -> Outcome {
+    let nested = nesting != Nesting::None;
+    let held = nesting == Nesting::Held;
+    assert!(!(held && small_log), "a held PURGE blocks compaction");
     let total_keys = prefixkv_testkit::env_count("ROLLBACK_KEYS", 16_384);
     let seconds = prefixkv_testkit::env_count("ROLLBACK_SECONDS", 1) as f64;
     let writers = 3usize;
@@ -622,7 +807,8 @@ fn concurrent(strategy: Strategy, tamper: bool, small_log: bool) -> Outcome {
     }
     config.keep_checkpoints = 3;
     let store = Store::open(config).unwrap();
-    store.tamper_rollback_for_tests(tamper);
+    store.tamper_rollback_for_tests(sabotage == Sabotage::SkipInvalidation);
+    store.tamper_purge_bound_for_tests(sabotage == Sabotage::PurgeBound);
     let counters = Arc::new(Counters {
         stop: AtomicBool::new(false),
         completed: AtomicU64::new(0),
@@ -668,15 +854,56 @@ fn concurrent(strategy: Strategy, tamper: bool, small_log: bool) -> Outcome {
         let high: Vec<u64> = issued.iter().map(|a| a.load(Ordering::SeqCst)).collect();
         bounds.insert(report.version, low.into_iter().zip(high).collect());
     }
-    // The second-newest published checkpoint: the newest is deleted.
-    let target = *bounds.keys().rev().nth(1).unwrap();
+    // The second-newest published checkpoint: the newest is deleted. Nested: then the oldest
+    // (of three on disk), deleting the first target.
+    let on_disk: Vec<u64> = bounds.keys().rev().take(3).copied().collect();
+    let target = on_disk[1];
+    let mut by_world = BTreeMap::from([(1, bounds[&target].clone())]);
     std::thread::sleep(Duration::from_millis(next() % 5));
+    store.hold_purge_for_tests(held);
     let before = completed.load(Ordering::SeqCst);
     let report = store.rollback(target).expect("rollback");
+    assert_eq!(report.deleted_checkpoints.len(), 1);
+    let mut ops_between = 0;
+    let mut throw_ms = report.throw_ms;
+    if held {
+        // Requests are served while the first PURGE runs (held: it cannot end by itself).
+        let first_done = completed.load(Ordering::SeqCst);
+        let deadline = Instant::now() + WAIT;
+        while completed.load(Ordering::SeqCst) < first_done + 2_000 {
+            assert!(Instant::now() < deadline, "no requests served during PURGE");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            store.purge_running(),
+            "the first PURGE is held: still running"
+        );
+        ops_between = completed.load(Ordering::SeqCst) - first_done;
+    }
+    let mut first_purge_running = false;
+    if nested {
+        first_purge_running = store.purge_running();
+        let second = on_disk[2];
+        // Returns without waiting for the held PURGE: it takes over.
+        let report = store.rollback(second).expect("nested rollback");
+        assert_eq!(report.deleted_checkpoints, vec![target]);
+        assert_eq!(report.world_line, 2);
+        by_world.insert(2, bounds[&second].clone());
+        throw_ms = report.throw_ms;
+        store.hold_purge_for_tests(false);
+    }
     let purge = store.wait_for_purge(WAIT).unwrap().unwrap();
     let ops_during_rollback = completed.load(Ordering::SeqCst) - before;
-    assert_eq!(report.deleted_checkpoints.len(), 1);
-    let seconds = if tamper { 0.0 } else { seconds };
+    assert_eq!(
+        purge.world_line,
+        store.world_line(),
+        "the last PURGE reports"
+    );
+    let seconds = if sabotage == Sabotage::SkipInvalidation {
+        0.0
+    } else {
+        seconds
+    };
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
@@ -687,21 +914,45 @@ fn concurrent(strategy: Strategy, tamper: bool, small_log: bool) -> Outcome {
         .into_iter()
         .map(|handle| handle.join().unwrap())
         .collect();
-    let result = verify(&store, &logs, &bounds[&target], keys_per_writer);
+    let result = verify(&store, &logs, &by_world, keys_per_writer);
+    if held && result.is_ok() {
+        // Both rollbacks were really seen apart: a writer that operated between them was told
+        // of both (one told of world-line 2 only is checked too, but would not show nesting).
+        let told_twice = logs.iter().filter(|log| log.thrown.len() == 2).count();
+        assert!(
+            told_twice > 0,
+            "no writer operated between the two rollbacks"
+        );
+    }
     Outcome {
         result,
         ops_during_rollback,
-        purge_ms: purge.duration.as_secs_f64() * 1e3,
-        throw_ms: report.throw_ms,
+        ops_between,
+        first_purge_running,
+        purge,
+        throw_ms,
     }
 }
 
-fn concurrent_passes(strategy: Strategy, small_log: bool) {
-    let outcome = concurrent(strategy, false, small_log);
+fn concurrent_passes(strategy: Strategy, small_log: bool, nesting: Nesting) {
+    let outcome = concurrent(strategy, Sabotage::None, small_log, nesting);
     eprintln!(
-        "{strategy}: throw {:.3} ms, purge {:.3} ms, {} operations completed from the rollback \
-         call to the end of PURGE",
-        outcome.throw_ms, outcome.purge_ms, outcome.ops_during_rollback
+        "{strategy}{}: throw {:.3} ms, purge {:.3} ms ({} records scanned of [{:#x}, {:#x})), {} \
+         operations completed from the rollback call to the end of PURGE ({} while the first \
+         PURGE was held; it still ran at the second call: {})",
+        match nesting {
+            Nesting::None => "",
+            Nesting::Held => " nested (held)",
+            Nesting::Immediate => " nested (immediate)",
+        },
+        outcome.throw_ms,
+        outcome.purge.duration.as_secs_f64() * 1e3,
+        outcome.purge.records_scanned,
+        outcome.purge.scanned_from,
+        outcome.purge.scanned_until,
+        outcome.ops_during_rollback,
+        outcome.ops_between,
+        outcome.first_purge_running,
     );
     outcome.result.expect("prefix oracle");
     assert!(
@@ -712,30 +963,71 @@ fn concurrent_passes(strategy: Strategy, small_log: bool) {
 
 #[test]
 fn concurrent_rollback_fold_over() {
-    concurrent_passes(Strategy::FoldOver, false);
+    concurrent_passes(Strategy::FoldOver, false, Nesting::None);
 }
 
 #[test]
 fn concurrent_rollback_persian() {
-    concurrent_passes(Strategy::Persian, false);
+    concurrent_passes(Strategy::Persian, false, Nesting::None);
 }
 
 /// A log budget a few times the live data: compaction runs during the whole test, before,
 /// during and after the rollback (snapshot and cpr-copy images).
 #[test]
 fn concurrent_rollback_under_compaction() {
-    concurrent_passes(Strategy::Snapshot, true);
-    concurrent_passes(Strategy::CprCopy, true);
+    concurrent_passes(Strategy::Snapshot, true, Nesting::None);
+    concurrent_passes(Strategy::CprCopy, true, Nesting::None);
+}
+
+/// The nested failure pair: a second rollback, further back, while the first one's PURGE runs
+/// (held by the test hook after flagging, before unlinking). It must not wait for that PURGE; its
+/// own PURGE covers both ranges; the oracle checks both `RolledBack`s of every writer against
+/// their checkpoints' bounds and the final state against the surviving acknowledged writes.
+#[test]
+fn nested_rollback_while_purge_runs() {
+    concurrent_passes(Strategy::FoldOver, false, Nesting::Held);
+    concurrent_passes(Strategy::Persian, false, Nesting::Held);
+}
+
+/// The nested pair without the hook: the second rollback right after the first returns, so the
+/// first PURGE is stopped at whatever point it reached (or has ended); under compaction too.
+#[test]
+fn nested_rollback_right_after_the_first() {
+    concurrent_passes(Strategy::Snapshot, true, Nesting::Immediate);
+    concurrent_passes(Strategy::FoldOver, false, Nesting::Immediate);
 }
 
 #[test]
 fn the_oracle_fails_when_the_rollback_skips_invalidation() {
-    let outcome = concurrent(Strategy::Persian, true, false);
+    let outcome = concurrent(
+        Strategy::Persian,
+        Sabotage::SkipInvalidation,
+        false,
+        Nesting::None,
+    );
     let error = outcome
         .result
         .expect_err("the oracle must catch a rollback that leaves discarded writes visible");
     eprintln!("the oracle caught it:\n{error}");
     // Both checks see it: the online read-modify-writes and the final state.
     assert!(error.contains("read-modify-writes"), "{error}");
+    assert!(error.contains("differ from the final state"), "{error}");
+}
+
+/// A PURGE that scans less than the sound bound (only from its THROW's tail) leaves discarded
+/// records unflagged; once the range is forgotten they are visible again, and the oracle sees the
+/// keys no writer touched after the rollbacks holding discarded values.
+#[test]
+fn the_oracle_fails_when_purge_scans_too_little() {
+    let outcome = concurrent(
+        Strategy::FoldOver,
+        Sabotage::PurgeBound,
+        false,
+        Nesting::Held,
+    );
+    let error = outcome
+        .result
+        .expect_err("the oracle must catch a PURGE that leaves discarded records unflagged");
+    eprintln!("the oracle caught it:\n{error}");
     assert!(error.contains("differ from the final state"), "{error}");
 }

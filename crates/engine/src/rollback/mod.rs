@@ -10,7 +10,18 @@
 //!   session has adopted it (an epoch trigger action, like every CPR phase).
 //! - PURGE(n): a background thread neutralises (flags `FLAG_INVALID`) every record of an invalid
 //!   version and unlinks them from the chains; then the invalid range is forgotten and the store
-//!   is in REST(n).
+//!   is in REST(n). Its passes start at the log tail of the moment the store first let a session
+//!   run a version above `to_version` (`RollbackState::note_allowed` says why no discarded record
+//!   lies below), so a rollback to a recent checkpoint reads only the recent log.
+//!
+//! Nested rollbacks (a second failure while the first one's PURGE runs): the second rollback
+//! does not wait for that PURGE. Once the first THROW was adopted, it takes over the state
+//! machine that PURGE holds and stops it (a generation counter the PURGE checks per page and
+//! chunk, and under its lock before changing anything shared); its own range contains the first
+//! one's, because the first rollback deleted every checkpoint above its target and none is
+//! published while PURGE holds the state machine, so the second target is at most the first:
+//! `(to2, current2]` ⊇ `(to1, current1]`. So there is always one invalid range (sessions test one
+//! register; with no rollback in flight, one compare with zero), and the last PURGE covers all.
 //!
 //! Invariants that make the in-memory state after THROW equal checkpoint `to_version`:
 //! 1. `rollback_ready`: a write running as version `s` changes a record in place only if the
@@ -43,8 +54,8 @@ use crate::state::{Phase, SystemState, MAX_WORLD_LINE};
 use crate::store::{Shared, Store};
 use crate::{EngineError, SessionId};
 
-/// How long [`Store::rollback`] waits, at most, for each thing it waits for (a running checkpoint
-/// or compaction chunk, the previous rollback's PURGE, every session adopting THROW).
+/// How long [`Store::rollback`] waits, at most, for each thing it waits for (a running checkpoint,
+/// the previous rollback's THROW being adopted, every session adopting this THROW).
 pub const ROLLBACK_WAIT_LIMIT: Duration = Duration::from_secs(30);
 
 /// A range of invalid versions `(after, through]`, packed in one word (32 bits each, as record
@@ -77,6 +88,11 @@ impl InvalidVersions {
     pub(crate) fn contains(self, version: u64) -> bool {
         self.0 != 0 && version > self.0 >> 32 && version <= self.0 & 0xFFFF_FFFF
     }
+
+    /// The versions as (after, through): `(after, through]`; (0, 0) when empty.
+    pub(crate) fn bounds(self) -> (u64, u64) {
+        (self.0 >> 32, self.0 & 0xFFFF_FFFF)
+    }
 }
 
 /// What [`Store::rollback`] did.
@@ -108,6 +124,20 @@ pub struct PurgeReport {
     pub records_invalidated: u64,
     /// Index entries re-pointed past invalid records, plus records re-linked past them.
     pub links_repaired: u64,
+    /// The versions purged, first and last (inclusive). A rollback that started while an earlier
+    /// PURGE ran purges the union of both ranges (and the earlier PURGE stops without a report).
+    pub versions: (u64, u64),
+    /// Where the log pass started: the begin address, or, if higher, the tail when the store first
+    /// let a session run a version of the range (no record of those versions lies below it).
+    pub scanned_from: u64,
+    /// Where the log pass ended (the tail once THROW was adopted).
+    pub scanned_until: u64,
+    /// Records the log pass visited (`[scanned_from, scanned_until)`).
+    pub records_scanned: u64,
+    /// Time of the log pass (flagging), for profiling.
+    pub log_pass: Duration,
+    /// Time of the index pass (re-linking), for profiling.
+    pub index_pass: Duration,
 }
 
 /// The store's rollback bookkeeping.
@@ -119,19 +149,43 @@ pub(crate) struct RollbackState {
     /// Versions a rollback may return to: published by this process (or recovered) and still on
     /// disk, with each session's CPR point in them.
     targets: Mutex<BTreeMap<u64, BTreeMap<SessionId, u64>>>,
-    /// One rollback at a time.
+    /// For each version `w` the store let sessions run as, from the moment the state word first
+    /// allowed it: the version allowed before and the log tail read just before that state word
+    /// was stored (see [`RollbackState::note_allowed`]). PURGE starts its log pass there.
+    allowed: Mutex<BTreeMap<u64, Allowed>>,
+    /// One THROW at a time (a rollback's PURGE may still run when the next one starts).
     one_at_a_time: Mutex<()>,
     /// Test-only sabotage ([`Store::tamper_rollback_for_tests`]): skip the invalidation.
     tamper_skip_invalidation: AtomicBool,
+    /// Test-only sabotage ([`Store::tamper_purge_bound_for_tests`]): PURGE's log pass starts at
+    /// the tail of the THROW instead of the recorded bound.
+    tamper_purge_bound: AtomicBool,
+    /// Test-only ([`Store::hold_purge_for_tests`]): PURGE waits after its log pass.
+    pub(crate) hold_purge: AtomicBool,
+    /// The generation of the PURGE that is to finish; an older one stops at its next check.
+    purge_generation: AtomicU64,
     purge: Mutex<PurgeControl>,
     purge_changed: Condvar,
 }
 
+/// A version the store began to allow (see [`RollbackState::allowed`]).
+#[derive(Clone, Copy, Debug)]
+struct Allowed {
+    /// The highest version a session could run as before.
+    after: u64,
+    /// The log tail read just before the state word allowing it was stored.
+    tail: u64,
+}
+
 #[derive(Default)]
 struct PurgeControl {
+    /// A rollback's PURGE (or its THROW) is in flight: it holds the state machine.
     running: bool,
+    /// THROW of the rollback in flight was adopted by every session.
+    adopted: Option<Arc<(Mutex<bool>, Condvar)>>,
     last: Option<PurgeReport>,
-    thread: Option<JoinHandle<()>>,
+    /// PURGE threads not yet joined (a superseded one may still be stopping).
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl RollbackState {
@@ -140,8 +194,12 @@ impl RollbackState {
             invalid: AtomicU64::new(0),
             floor: AtomicU64::new(0),
             targets: Mutex::new(BTreeMap::new()),
+            allowed: Mutex::new(BTreeMap::new()),
             one_at_a_time: Mutex::new(()),
             tamper_skip_invalidation: AtomicBool::new(false),
+            tamper_purge_bound: AtomicBool::new(false),
+            hold_purge: AtomicBool::new(false),
+            purge_generation: AtomicU64::new(0),
             purge: Mutex::new(PurgeControl::default()),
             purge_changed: Condvar::new(),
         }
@@ -176,10 +234,53 @@ impl RollbackState {
         possible.max(self.floor.load(Ordering::SeqCst))
     }
 
-    /// Joins the last PURGE thread (store shutdown).
+    /// The state word is about to let sessions run as versions up to `allowed` (above `after`,
+    /// the highest they could run as so far); `tail` is the log tail read *before* that state word
+    /// is stored. Called by [`Shared::publish_state`] (and once at open).
+    ///
+    /// Why `tail` is below every record of a version above `after` (the bound PURGE relies on):
+    /// with `rollback_ready`, a record gets version `w` only (a) when a session running as `w`
+    /// allocates it, or writes in place a record whose version already is `w` (`must_copy`: no
+    /// cpr-copy or Persian in-place change of an older record), or (b) when compaction or a re-link
+    /// copies a record of version `w` to the tail, above the original. A session runs as the
+    /// version of the state word it loaded (one above it in PAUSE): adopting a version never
+    /// happens otherwise (a CPR shift refreshes and adopts the state word, which the record that
+    /// caused the shift proves was stored). So for (a) the session's state load read the new word,
+    /// which was stored after `tail` was read: that read happens-before the session's allocation,
+    /// so the allocation's fetch-add reads a later tail value (coherence) and the tail only grows;
+    /// (b) follows by induction. Sessions still running an older version meanwhile append records
+    /// of versions `<= after` above `tail`; that is allowed (the bound is only a lower bound).
+    /// Recovery loads records of versions up to the recovered checkpoint only, before `open`
+    /// notes its first version with the tail after loading.
+    pub(crate) fn note_allowed(&self, after: u64, allowed: u64, tail: u64) {
+        debug_assert!(allowed > after);
+        // Only targets at or above the oldest possible one are ever looked up (`purge_bound`
+        // finds the first entry above the target): forget entries at or below it, so the map
+        // holds about as many entries as checkpoints are kept.
+        let oldest_target = self.targets.lock().keys().next().copied();
+        let never_needed = oldest_target
+            .map_or(after, |oldest| oldest.min(after))
+            .max(self.floor.load(Ordering::SeqCst));
+        let mut entries = self.allowed.lock();
+        *entries = entries.split_off(&(never_needed + 1));
+        entries.insert(allowed, Allowed { after, tail });
+    }
+
+    /// A log address below which no record has a version above `to_version`: the tail when the
+    /// state word first let a session run as a version above it (`note_allowed`). `None` when
+    /// unknown (that moment was before this process opened the store): use the begin address.
+    pub(crate) fn purge_bound(&self, to_version: u64) -> Option<u64> {
+        let entries = self.allowed.lock();
+        let (_, first_above) = entries.range(to_version + 1..).next()?;
+        // The entry must be *the* moment the store moved past `to_version`: the versions allowed
+        // before it were all at most `to_version`.
+        (first_above.after <= to_version).then_some(first_above.tail)
+    }
+
+    /// Joins the PURGE threads (store shutdown).
     pub(crate) fn join(&self) {
-        let thread = self.purge.lock().thread.take();
-        if let Some(thread) = thread {
+        let threads = std::mem::take(&mut self.purge.lock().threads);
+        for thread in threads {
             let _ = thread.join();
         }
     }
@@ -197,7 +298,8 @@ impl Store {
     /// What happens:
     /// - A running checkpoint is waited for (at most [`ROLLBACK_WAIT_LIMIT`]); until this
     ///   rollback's PURGE ends, `checkpoint` returns `CheckpointInProgress` (one state machine at a
-    ///   time).
+    ///   time). A previous rollback's PURGE still running is not waited for: this rollback takes
+    ///   it over (its own PURGE covers both ranges) once that rollback's THROW was adopted.
     /// - Every published checkpoint above `to_version` is deleted durably, newest first, before
     ///   anything changes in memory: a restart from here on recovers `to_version` or older.
     /// - THROW: the versions `(to_version, current]` become invalid, the world-line grows by one,
@@ -207,7 +309,8 @@ impl Store {
     /// - PURGE runs on a background thread ([`Store::wait_for_purge`]).
     ///
     /// Errors: `InvalidArgument` (not rollback-ready, unknown version, below the floor),
-    /// `Io` (deleting a checkpoint failed: nothing changed in memory), `Timeout` (a wait ran out:
+    /// `Io` (deleting a checkpoint failed: nothing changed in memory; a PURGE that was taken over
+    /// starts again), `Timeout` (a wait ran out:
     /// before THROW nothing changed; if THROW itself ran out — a session held epoch protection
     /// without operating for [`ROLLBACK_WAIT_LIMIT`] — the rollback has taken effect and
     /// completes in the background once that session refreshes).
@@ -243,17 +346,69 @@ impl Store {
             .one_at_a_time
             .try_lock_until(deadline)
             .ok_or(EngineError::Timeout)?;
-        self.wait_for_purge(deadline.saturating_duration_since(Instant::now()))?;
-        shared.acquire_state_machine(deadline)?;
+        // The state machine: taken over from a PURGE still running (which stops: this rollback's
+        // PURGE covers its range too), or acquired (a running checkpoint is waited for).
+        let inherited = self.take_over_purge(deadline)?;
+        if !inherited {
+            shared.acquire_state_machine(deadline)?;
+        }
         match self.throw(to_version, deadline) {
             Ok(report) => Ok(report),
             Err((error, released)) => {
                 if !released {
-                    shared.release_state_machine();
+                    if inherited {
+                        // Nothing changed in memory, but the PURGE in flight was stopped: start
+                        // it again (it gives the state machine back when it ends).
+                        self.restart_purge();
+                    } else {
+                        shared.release_state_machine();
+                    }
                 }
                 Err(error)
             }
         }
+    }
+
+    /// If a rollback's PURGE is in flight, stops it and takes over the state machine it holds
+    /// (`Ok(true)`); first waits until its THROW was adopted by every session (until `deadline`;
+    /// then nothing changed). `Ok(false)`: no rollback in flight. Caller holds `one_at_a_time`,
+    /// so no other rollback starts meanwhile.
+    fn take_over_purge(&self, deadline: Instant) -> Result<bool, EngineError> {
+        let rollback = &self.shared.rollback;
+        let adopted = {
+            let control = rollback.purge.lock();
+            if !control.running {
+                return Ok(false);
+            }
+            control.adopted.clone()
+        };
+        // Before THROW(n) is adopted its epoch action (which stores PURGE(n)) has not run: a new
+        // THROW must not be overwritten by it.
+        if let Some(adopted) = adopted {
+            if !wait_flag(&self.shared, &adopted, deadline) {
+                return Err(EngineError::Timeout);
+            }
+        }
+        let control = rollback.purge.lock();
+        if !control.running {
+            // It ended meanwhile and gave the state machine back.
+            return Ok(false);
+        }
+        // Under the lock its job checks the generation before it changes anything shared (the
+        // invalid range, the state word, the state machine): from here it changes nothing.
+        rollback.purge_generation.fetch_add(1, Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// Starts a PURGE again for the range in flight, after a rollback that stopped it failed
+    /// before its THROW.
+    fn restart_purge(&self) {
+        let shared = &self.shared;
+        let state = shared.state.load();
+        let invalid = shared.rollback.invalid();
+        let bound = shared.rollback.purge_bound(invalid.bounds().0).unwrap_or(0);
+        let adopted = Arc::new((Mutex::new(true), Condvar::new()));
+        self.start_purge(adopted, invalid, bound, state.world_line, state.version);
     }
 
     /// Refuses a version below the floor, or one that is not a rollback target (0 always is).
@@ -292,7 +447,10 @@ impl Store {
     ) -> Result<RollbackReport, (EngineError, bool)> {
         let shared = &self.shared;
         let state = shared.state.load();
-        debug_assert_eq!(state.phase, Phase::Rest, "no state machine runs");
+        debug_assert!(
+            matches!(state.phase, Phase::Rest | Phase::Purge),
+            "no other state machine runs: {state:?}"
+        );
         let current = state.version;
         // Again, now that no checkpoint can publish or prune meanwhile.
         let points = self
@@ -310,16 +468,34 @@ impl Store {
         let deleted = self
             .delete_newer_checkpoints(to_version)
             .map_err(|e| (e, false))?;
-        // THROW. The invalid range first: a session that sees the new world-line sees it too.
+        // The range this rollback invalidates. If an earlier rollback's PURGE was taken over, its
+        // range `(after, through]` is still invalid and must stay so: every target left is at
+        // most `after` (the targets above it were deleted by that rollback, and no checkpoint
+        // publishes while its PURGE holds the state machine), and `current` is above `through`,
+        // so the union is the one range `(to_version, current]`.
+        let in_flight = shared.rollback.invalid();
         let invalid = if shared
             .rollback
             .tamper_skip_invalidation
             .load(Ordering::SeqCst)
         {
             InvalidVersions::NONE
-        } else {
+        } else if in_flight.is_empty() {
             InvalidVersions::new(to_version, current)
+        } else {
+            let (after, through) = in_flight.bounds();
+            debug_assert!(to_version <= after && through <= current, "{in_flight:?}");
+            InvalidVersions::new(to_version.min(after), current)
         };
+        // Where PURGE's log pass starts (see `RollbackState::note_allowed`): no record of a version
+        // in the range lies below the tail of the moment the store first allowed its first
+        // version. Unknown (before this process opened the store): from the begin address.
+        let bound = if shared.rollback.tamper_purge_bound.load(Ordering::SeqCst) {
+            shared.log.tail_address()
+        } else {
+            shared.rollback.purge_bound(invalid.bounds().0).unwrap_or(0)
+        };
+        // THROW. The invalid range first: a session that sees the new world-line sees it too.
         shared
             .rollback
             .invalid
@@ -333,7 +509,7 @@ impl Store {
                 let surviving = points.get(&session.id).copied().unwrap_or(0);
                 session.roll_back(next_version, surviving, world_line);
             }
-            shared.state.store(SystemState {
+            shared.publish_state(SystemState {
                 phase: Phase::Throw,
                 version: next_version,
                 world_line,
@@ -345,12 +521,12 @@ impl Store {
             let adopted = adopted.clone();
             let target = shared.clone();
             shared.epoch.bump(move || {
-                target.state.store_phase(Phase::Purge, next_version);
+                target.publish_phase(Phase::Purge, next_version);
                 *adopted.0.lock() = true;
                 adopted.1.notify_all();
             });
         }
-        self.start_purge(adopted.clone(), invalid, world_line, next_version);
+        self.start_purge(adopted.clone(), invalid, bound, world_line, next_version);
         if !wait_flag(shared, &adopted, deadline) {
             return Err((EngineError::Timeout, true));
         }
@@ -383,24 +559,36 @@ impl Store {
         Ok(doomed)
     }
 
-    /// Spawns the thread that waits for THROW to be adopted, then purges.
+    /// Spawns the thread that waits for THROW to be adopted, then purges. Any PURGE still
+    /// running stops (its generation is no longer the latest); this one covers its range.
     fn start_purge(
         &self,
         adopted: Arc<(Mutex<bool>, Condvar)>,
         invalid: InvalidVersions,
+        bound: u64,
         world_line: u64,
         next_version: u64,
     ) {
-        let mut control = self.shared.rollback.purge.lock();
-        if let Some(previous) = control.thread.take() {
-            // It already reported; joining only reaps it.
-            let _ = previous.join();
+        let rollback = &self.shared.rollback;
+        let mut control = rollback.purge.lock();
+        // Reap the threads that ended (they already reported, or were superseded); a superseded
+        // one still stopping is joined later (here or at shutdown), never waited for here.
+        let (ended, live): (Vec<_>, Vec<_>) = std::mem::take(&mut control.threads)
+            .into_iter()
+            .partition(|thread| thread.is_finished());
+        control.threads = live;
+        for thread in ended {
+            let _ = thread.join();
         }
+        let generation = rollback.purge_generation.fetch_add(1, Ordering::SeqCst) + 1;
         control.running = true;
+        control.adopted = Some(adopted.clone());
         let job = PurgeJob {
             shared: self.shared.clone(),
             adopted,
             invalid,
+            bound,
+            generation,
             world_line,
             next_version,
         };
@@ -414,7 +602,7 @@ impl Store {
                 }
             });
         match spawned {
-            Ok(handle) => control.thread = Some(handle),
+            Ok(handle) => control.threads.push(handle),
             Err(error) => {
                 // No thread: purge here (correct, only not in the background).
                 tracing::warn!("could not spawn the purge thread ({error}); purging inline");
@@ -427,7 +615,8 @@ impl Store {
     }
 
     /// Waits until no PURGE runs (at most `timeout`) and returns the last one's report (`None`
-    /// if this store never rolled back).
+    /// if this store never rolled back). A PURGE taken over by a later rollback does not report:
+    /// the later one's covers its range (`PurgeReport::versions`).
     pub fn wait_for_purge(&self, timeout: Duration) -> Result<Option<PurgeReport>, EngineError> {
         let deadline = Instant::now() + timeout;
         let rollback = &self.shared.rollback;
@@ -480,40 +669,103 @@ impl Store {
             .store(skip_invalidation, Ordering::SeqCst);
     }
 
+    /// Test-only sabotage, to show that a test's oracle detects a PURGE that scans too little of
+    /// the log: with `from_throw_tail`, later PURGEs start their log pass at the tail of their
+    /// THROW instead of the sound bound, so the discarded records written before stay unflagged
+    /// and become visible once the range is forgotten. Never use it outside tests.
+    #[doc(hidden)]
+    pub fn tamper_purge_bound_for_tests(&self, from_throw_tail: bool) {
+        self.shared
+            .rollback
+            .tamper_purge_bound
+            .store(from_throw_tail, Ordering::SeqCst);
+    }
+
+    /// Test-only: with `hold`, a PURGE waits after its log pass (flagged, not yet unlinked, the
+    /// range still in force) until released or taken over by a later rollback, so that a test can
+    /// start a rollback while a PURGE is certainly running. Never use it outside tests.
+    #[doc(hidden)]
+    pub fn hold_purge_for_tests(&self, hold: bool) {
+        self.shared
+            .rollback
+            .hold_purge
+            .store(hold, Ordering::SeqCst);
+    }
+
+    /// Whether a rollback's PURGE (or its THROW) is in flight.
+    pub fn purge_running(&self) -> bool {
+        self.shared.rollback.purge.lock().running
+    }
+
     /// The floor set by [`Store::set_rollback_floor`] (0 by default).
     pub fn rollback_floor(&self) -> u64 {
         self.shared.rollback.floor.load(Ordering::SeqCst)
     }
 }
 
-/// The PURGE thread's work: wait until THROW is adopted, purge, forget the range, REST.
+/// The PURGE thread's work: wait until THROW is adopted, purge, forget the range, REST — unless
+/// a later rollback took over meanwhile (`generation` is no longer the latest): then it stops
+/// and changes nothing shared; the later rollback's PURGE covers its range.
 struct PurgeJob {
     shared: Arc<Shared>,
     adopted: Arc<(Mutex<bool>, Condvar)>,
     invalid: InvalidVersions,
+    /// Where the log pass starts, at the least (`RollbackState::purge_bound`; 0: begin).
+    bound: u64,
+    generation: u64,
     world_line: u64,
     next_version: u64,
 }
 
 impl PurgeJob {
+    fn superseded(&self) -> bool {
+        self.shared.rollback.purge_generation.load(Ordering::SeqCst) != self.generation
+    }
+
     fn run(self) {
         let shared = &self.shared;
+        let rollback = &shared.rollback;
         // Unbounded: THROW completes once the last protected session refreshes.
         while !wait_flag(shared, &self.adopted, Instant::now() + ROLLBACK_WAIT_LIMIT) {}
         let started = Instant::now();
-        let (records_invalidated, links_repaired) = purge::run(shared, self.invalid);
-        let report = PurgeReport {
+        // Compaction and checkpoints wait; a superseded PURGE gives it up at its next check.
+        let maintenance = shared.maintenance.lock();
+        let check_below = !rollback.tamper_purge_bound.load(Ordering::SeqCst);
+        let Some(counts) = purge::run(shared, self.invalid, self.bound, check_below, &|| {
+            self.superseded()
+        }) else {
+            return;
+        };
+        let mut control = rollback.purge.lock();
+        // Under the lock a later rollback takes over (`take_over_purge`): either it did already,
+        // or it finds this PURGE ended and acquires the state machine anew.
+        if self.superseded() {
+            return;
+        }
+        // No walker relies on the range any more: every record of it is flagged (`purge::run`).
+        rollback.invalid.store(0, Ordering::SeqCst);
+        shared.publish_phase(Phase::Rest, self.next_version);
+        shared.release_state_machine();
+        let (first, last) = self.invalid.bounds();
+        control.running = false;
+        control.adopted = None;
+        control.last = Some(PurgeReport {
             world_line: self.world_line,
             duration: started.elapsed(),
-            records_invalidated,
-            links_repaired,
-        };
-        shared.state.store_phase(Phase::Rest, self.next_version);
-        shared.release_state_machine();
-        let mut control = shared.rollback.purge.lock();
-        control.running = false;
-        control.last = Some(report);
-        shared.rollback.purge_changed.notify_all();
+            records_invalidated: counts.flagged,
+            links_repaired: counts.repaired,
+            versions: (first + 1, last),
+            scanned_from: counts.from,
+            scanned_until: counts.until,
+            records_scanned: counts.scanned,
+            log_pass: counts.log_pass,
+            index_pass: counts.index_pass,
+        });
+        rollback.purge_changed.notify_all();
+        drop(control);
+        drop(maintenance);
+        // Compaction was excluded meanwhile.
+        shared.request_compaction();
     }
 }
 
@@ -548,6 +800,39 @@ mod tests {
         let from_zero = InvalidVersions::new(0, u32::MAX as u64);
         assert!(from_zero.contains(1) && from_zero.contains(u32::MAX as u64));
         assert!(!from_zero.contains(0));
+    }
+
+    #[test]
+    fn the_purge_bound_is_the_tail_when_the_store_first_ran_above_the_target() {
+        let state = RollbackState::new();
+        // Opened after recovering v4: sessions run as 5 from a tail of 1000.
+        state.note_allowed(4, 5, 1000);
+        state.record_published(4, BTreeMap::new());
+        // Checkpoints of 5 and 6 (IN_PROGRESS: 6 and 7 allowed), then a rollback to 5 from 7
+        // (THROW: 8 allowed).
+        state.note_allowed(5, 6, 2000);
+        state.record_published(5, BTreeMap::new());
+        state.note_allowed(6, 7, 3000);
+        state.record_published(6, BTreeMap::new());
+        state.note_allowed(7, 8, 4000);
+        assert_eq!(state.purge_bound(4), Some(1000));
+        assert_eq!(state.purge_bound(5), Some(2000));
+        assert_eq!(state.purge_bound(6), Some(3000));
+        assert_eq!(state.purge_bound(7), Some(4000));
+        // Before this process: what recovery loaded may be of any version up to 4.
+        assert_eq!(state.purge_bound(3), None);
+        assert_eq!(state.purge_bound(0), None);
+        // A jump over versions (from 8 to 12): versions 9 to 11 never ran, so every record above
+        // them is of 12 or later, all above the tail of the jump.
+        state.note_allowed(8, 12, 5000);
+        assert_eq!(state.purge_bound(8), Some(5000));
+        assert_eq!(state.purge_bound(10), Some(5000));
+        // Entries at or below the oldest possible target are forgotten.
+        state.forget_published(&[4, 5]);
+        state.note_allowed(12, 13, 6000);
+        assert_eq!(state.purge_bound(4), None);
+        assert_eq!(state.purge_bound(6), Some(3000));
+        assert_eq!(state.allowed.lock().len(), 4);
     }
 
     #[test]

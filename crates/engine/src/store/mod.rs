@@ -112,7 +112,8 @@ pub(crate) struct Shared {
     /// the engine's own threads).
     pub(crate) open_sessions: AtomicUsize,
     pub(crate) checkpoints: CheckpointDirectory,
-    /// A state machine runs: a checkpoint, or a rollback until its PURGE ended.
+    /// A state machine runs: a checkpoint, or a rollback until its PURGE ended (a nested
+    /// rollback takes it over from the PURGE it stops).
     checkpoint_running: AtomicBool,
     /// Rollback bookkeeping (`rollback` module).
     pub(crate) rollback: RollbackState,
@@ -242,6 +243,31 @@ impl Shared {
         }
     }
 
+    /// Stores `next` as the state word. If it lets sessions run a version they could not run
+    /// before (IN_PROGRESS(v+1), PAUSE(v) whose sessions adopt v+1, THROW(n)), first notes the
+    /// log tail for PURGE's bound (`RollbackState::note_allowed`): read before the store, so that
+    /// every record of the new versions lies above it. Only the one state machine running stores
+    /// (a checkpoint driver or a rollback, or the epoch actions they queue).
+    pub(crate) fn publish_state(&self, next: SystemState) {
+        let runnable = |state: SystemState| state.version + u64::from(state.phase == Phase::Pause);
+        let before = runnable(self.state.load());
+        if runnable(next) > before {
+            self.rollback
+                .note_allowed(before, runnable(next), self.log.tail_address());
+        }
+        self.state.store(next);
+    }
+
+    /// [`Shared::publish_state`] keeping the world-line.
+    pub(crate) fn publish_phase(&self, phase: Phase, version: u64) {
+        let world_line = self.state.load().world_line;
+        self.publish_state(SystemState {
+            phase,
+            version,
+            world_line,
+        });
+    }
+
     /// Gives back what [`Shared::acquire_state_machine`] took.
     pub(crate) fn release_state_machine(&self) {
         let _results = self.results.lock();
@@ -347,6 +373,13 @@ impl Store {
             config,
         });
         let recovery = Self::recover(&shared, observe)?;
+        // The first version sessions run as: every record recovery loaded is of the recovered
+        // version or older (none of a fresh store), all below the tail now.
+        shared.rollback.note_allowed(
+            recovery.as_ref().map_or(0, |info| info.version),
+            shared.state.load().version,
+            shared.log.tail_address(),
+        );
         let compactor = {
             let background = shared.clone();
             std::thread::Builder::new()
@@ -628,6 +661,11 @@ impl Drop for Store {
         if let Some(handle) = self.checkpoint_thread.lock().take() {
             let _ = handle.join();
         }
+        // A PURGE held by the test hook lets go at shutdown, so a failing test does not hang here.
+        self.shared
+            .rollback
+            .hold_purge
+            .store(false, Ordering::SeqCst);
         self.shared.rollback.join();
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.request_compaction();
