@@ -1,0 +1,297 @@
+//! The worker side of the `colocation` part: `prefixkv-bench dpr-colocated-worker` (hidden) runs
+//! one cluster worker ([`prefixkv_cluster::Worker`], started from the same flags as
+//! `prefixkv-cluster worker`, which the launcher passes) plus co-located client threads
+//! ([`prefixkv_cluster::Worker::local_client`]), so that load generation stays out of the
+//! product binary.
+//!
+//! Sequence: start the worker; read the published ownership (every worker's address) and split
+//! the preloaded key space into the keys this worker owns and the others; wait for the go file
+//! (the bench creates it once every worker serves and the key space is preloaded); run
+//! `--clients` YCSB-A sessions for `--seconds`, each operation's key drawn uniformly from the
+//! remote keys with probability `--remote-fraction`, else from the local ones; drain; then a
+//! verifier session writes `--verify-keys` unique keys (local and remote), waits for them to
+//! commit and reads each back; finally the counts go to `<report-dir>/load-<id>.json` (written to
+//! a temporary name and renamed, so the bench never reads half a file). The process then keeps
+//! serving until it is killed: other workers' clients may still be sending it their remote keys.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use prefixkv_cluster::worker::Recoverability;
+use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
+use prefixkv_dredis::client::ClientConfig;
+use prefixkv_dredis::options::{FinderKind, MetadataLocation};
+use prefixkv_dredis::DprRedisClient;
+use prefixkv_engine::{StoreConfig, Strategy};
+use prefixkv_resp::Reply;
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+
+use crate::workload::operations::{encode_key, key};
+
+/// Flags of `prefixkv-bench dpr-colocated-worker`: the worker flags of `prefixkv-cluster worker`
+/// (as the launcher passes them) and the co-located load.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArgs {
+    /// DPR worker id.
+    #[arg(long)]
+    pub id: u64,
+    /// Listen address.
+    #[arg(long)]
+    pub listen: std::net::SocketAddr,
+    /// Worker directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// SQLite metadata store shared by the cluster.
+    #[arg(long)]
+    pub metadata: PathBuf,
+    /// Commit (CPR checkpoint) interval.
+    #[arg(long, default_value_t = 100)]
+    pub checkpoint_interval_ms: u64,
+    /// Recoverability level.
+    #[arg(long, default_value = "dpr")]
+    pub recoverability: Recoverability,
+    /// Lease renewal interval.
+    #[arg(long, default_value_t = 200)]
+    pub heartbeat_interval_ms: u64,
+    /// Checkpoint strategy.
+    #[arg(long, default_value = "fold-over")]
+    pub strategy: String,
+    /// Engine index buckets.
+    #[arg(long, default_value_t = 1 << 16)]
+    pub index_buckets: usize,
+    /// Engine log memory, bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub log_memory_bytes: u64,
+    /// Co-located client threads (one session each).
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
+    /// Fraction of operations on keys other workers own.
+    #[arg(long, default_value_t = 0.0)]
+    pub remote_fraction: f64,
+    /// Preloaded keys (`0..keys`).
+    #[arg(long)]
+    pub keys: u64,
+    /// Commands per batch.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+    /// Batches in flight per session.
+    #[arg(long, default_value_t = 16)]
+    pub window: usize,
+    /// Measured seconds.
+    #[arg(long)]
+    pub seconds: f64,
+    /// The load starts once this file exists.
+    #[arg(long)]
+    pub go: PathBuf,
+    /// Where `load-<id>.json` goes.
+    #[arg(long)]
+    pub report_dir: PathBuf,
+    /// Unique keys the verifier writes and reads back.
+    #[arg(long, default_value_t = 1000)]
+    pub verify_keys: u64,
+}
+
+/// What one worker process reports.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct HostReport {
+    pub worker: u64,
+    /// YCSB operations completed by its client threads.
+    pub completed: u64,
+    /// The longest client thread's run, from its first push to the end of its drain.
+    pub elapsed_s: f64,
+    /// Batches its client threads ran on the local worker.
+    pub local_batches: u64,
+    /// Operations its client threads pushed, and those on keys this worker owns.
+    pub pushed: u64,
+    pub pushed_local: u64,
+    /// Verifier: writes acknowledged, found with their value, and whether all committed.
+    pub verify_written: u64,
+    pub verify_found: u64,
+    pub verify_committed: bool,
+}
+
+/// Runs the worker and its co-located load (see the module docs). Returns only on error.
+pub fn host(args: &HostArgs) -> Result<()> {
+    crate::experiments::dredis::init_logging();
+    ensure!(
+        (0.0..=1.0).contains(&args.remote_fraction),
+        "--remote-fraction must be within 0..=1"
+    );
+    let strategy: Strategy = args
+        .strategy
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--strategy: {e}"))?;
+    let mut store = StoreConfig::new(&args.dir);
+    store.index_buckets = args.index_buckets;
+    store.log_memory_bytes = args.log_memory_bytes;
+    let mut config = WorkerConfig::new(args.id, args.listen, EngineConfig { store, strategy });
+    config.checkpoint_interval_ms = args.checkpoint_interval_ms;
+    config.recoverability = args.recoverability;
+    config.heartbeat_interval_ms = args.heartbeat_interval_ms;
+    let metadata = MetadataLocation::Sqlite(args.metadata.clone()).open()?;
+    let worker = Worker::start(config, FinderKind::Exact.open(Arc::clone(&metadata))?)
+        .context("starting the worker")?;
+    let mut shards = Vec::new();
+    for range in metadata.ownership()? {
+        let index = range.worker as usize;
+        if shards.len() <= index {
+            shards.resize(index + 1, None);
+        }
+        shards[index] = Some(range.address.parse().context("a worker address")?);
+    }
+    let shards: Vec<std::net::SocketAddr> = shards
+        .into_iter()
+        .collect::<Option<_>>()
+        .context("the ownership table misses a worker")?;
+    let mut client_config = ClientConfig::new(shards, args.metadata.clone());
+    client_config.max_batch_commands = args.batch.max(1);
+    client_config.window_batches = args.window.max(1);
+    let client = worker.local_client(client_config)?;
+    let (local, remote) = split_keys(&client, args.id as usize, args.keys)?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !args.go.exists() {
+        ensure!(Instant::now() < deadline, "no go file after 120 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let report = run_load(args, &client, &local, &remote)?;
+    let report = verify(args, &client, report)?;
+    let path = args.report_dir.join(format!("load-{}.json", args.id));
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, serde_json::to_vec(&report)?)?;
+    std::fs::rename(&temporary, &path)?;
+    // Keep serving: other processes' clients may still send this worker their remote keys.
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// The preloaded keys this worker owns, and the others.
+fn split_keys(client: &DprRedisClient, me: usize, keys: u64) -> Result<(Vec<u64>, Vec<u64>)> {
+    let session = client.session(u64::MAX - me as u64)?;
+    let (mut local, mut remote) = (Vec::new(), Vec::new());
+    for index in 0..keys {
+        if session.shard_of(&encode_key(key(index)))? == me {
+            local.push(index);
+        } else {
+            remote.push(index);
+        }
+    }
+    Ok((local, remote))
+}
+
+/// The YCSB-A threads; fills the load counts of the report.
+fn run_load(
+    args: &HostArgs,
+    client: &DprRedisClient,
+    local: &[u64],
+    remote: &[u64],
+) -> Result<HostReport> {
+    let run = Duration::from_secs_f64(args.seconds.max(0.05));
+    let outcomes = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..args.clients.max(1))
+            .map(|thread| {
+                scope.spawn(move || -> Result<(u64, Duration, u64, u64, u64)> {
+                    let id = 10_000 + args.id * 100 + thread as u64;
+                    let mut session = client.session(id)?;
+                    let mut rng = SmallRng::seed_from_u64(id);
+                    let mut counter = id << 40;
+                    let (mut completed, mut pushed_local) = (0u64, 0u64);
+                    let started = Instant::now();
+                    while started.elapsed() < run {
+                        for _ in 0..args.batch.max(16) {
+                            let pool = if remote.is_empty()
+                                || (!local.is_empty()
+                                    && rng.random::<f64>() >= args.remote_fraction)
+                            {
+                                pushed_local += 1;
+                                local
+                            } else {
+                                remote
+                            };
+                            let key = encode_key(key(pool[rng.random_range(0..pool.len())]));
+                            if rng.random_range(0..100) < 50 {
+                                session.push(&[b"GET", &key])?;
+                            } else {
+                                counter += 1;
+                                session.push(&[b"SET", &key, &counter.to_le_bytes()])?;
+                            }
+                        }
+                        completed += session.take_completed().len() as u64;
+                    }
+                    session.drain()?;
+                    completed += session.take_completed().len() as u64;
+                    let pushed = session.next_sequence();
+                    let elapsed = started.elapsed();
+                    Ok((
+                        completed,
+                        elapsed,
+                        session.local_batches(),
+                        pushed,
+                        pushed_local,
+                    ))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let mut report = HostReport {
+        worker: args.id,
+        completed: 0,
+        elapsed_s: 0.0,
+        local_batches: 0,
+        pushed: 0,
+        pushed_local: 0,
+        verify_written: 0,
+        verify_found: 0,
+        verify_committed: false,
+    };
+    for (completed, elapsed, local_batches, pushed, pushed_local) in outcomes {
+        report.completed += completed;
+        report.elapsed_s = report.elapsed_s.max(elapsed.as_secs_f64());
+        report.local_batches += local_batches;
+        report.pushed += pushed;
+        report.pushed_local += pushed_local;
+    }
+    Ok(report)
+}
+
+/// Unique keys written through the co-located client, committed, and read back.
+fn verify(args: &HostArgs, client: &DprRedisClient, mut report: HostReport) -> Result<HostReport> {
+    let mut session = client.session(20_000 + args.id)?;
+    let key = |n: u64| format!("colocated:{}:{n}", args.id);
+    for n in 0..args.verify_keys {
+        session.push(&[b"SET", key(n).as_bytes(), &n.to_le_bytes()])?;
+    }
+    session.drain()?;
+    report.verify_written = session
+        .take_completed()
+        .iter()
+        .filter(|c| c.reply == Reply::SimpleString("OK".into()))
+        .count() as u64;
+    report.verify_committed = session
+        .wait_for_commit(session.next_sequence(), Duration::from_secs(30))
+        .is_ok();
+    for n in 0..args.verify_keys {
+        session.push(&[b"GET", key(n).as_bytes()])?;
+    }
+    session.drain()?;
+    for completed in session.take_completed() {
+        // Tags continue from the writes: the read of key n has tag verify_keys + n.
+        let n = completed.tag - args.verify_keys;
+        match completed.reply {
+            Reply::BulkString(value) if value[..] == n.to_le_bytes() => report.verify_found += 1,
+            Reply::BulkString(_) | Reply::Null | Reply::NullBulkString => {}
+            other => bail!("verifier GET {}: {other:?}", key(n)),
+        }
+    }
+    Ok(report)
+}
