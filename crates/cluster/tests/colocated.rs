@@ -212,19 +212,27 @@ fn colocated_sessions_commit_and_roll_back_like_remote_ones() {
         );
         assert!(present > 0, "session {} kept nothing", record.id);
         assert!(local > 0 && local < record.expected.len());
-        let mut tampered = SessionRecord {
-            id: record.id,
-            expected: record.expected.clone(),
-            rollbacks: record.rollbacks,
-        };
-        let (&tag, _) = record
-            .expected
-            .iter()
-            .find(|(_, &e)| e == Expected::Present)
-            .expect("a present operation");
-        tampered.expected.insert(tag, Expected::Absent);
-        let caught = std::panic::catch_unwind(|| verify_found(&found, &tampered)).is_err();
-        assert!(caught, "the oracle missed a tampered expectation");
+        // The oracle can fail, on a local operation as on a remote one: claiming one that
+        // survived lost must be caught.
+        for want_local in [true, false] {
+            let (&tag, _) = record
+                .expected
+                .iter()
+                .find(|(tag, &e)| {
+                    let key = format!("s{}:{tag}", record.id);
+                    e == Expected::Present
+                        && (router.shard_of(key.as_bytes()).unwrap() == 0) == want_local
+                })
+                .expect("a present operation of each kind");
+            let mut tampered = SessionRecord {
+                id: record.id,
+                expected: record.expected.clone(),
+                rollbacks: record.rollbacks,
+            };
+            tampered.expected.insert(tag, Expected::Absent);
+            let caught = std::panic::catch_unwind(|| verify_found(&found, &tampered)).is_err();
+            assert!(caught, "the oracle missed a tampered expectation");
+        }
     }
     stop_manager.store(true, Ordering::SeqCst);
     manager_thread.join().expect("manager thread");

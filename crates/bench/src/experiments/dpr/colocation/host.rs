@@ -10,10 +10,11 @@
 //! `--clients` YCSB-A sessions for `--seconds`, each operation's key drawn uniformly from the
 //! remote keys with probability `--remote-fraction`, else from the local ones; drain; then a
 //! verifier session writes `--verify-keys` unique keys (local and remote), waits for them to
-//! commit and reads each back; finally the counts go to `<report-dir>/load-<id>.json` (written to
+//! commit, reads each back and checks it against the rollback-aware oracle; finally the counts go to `<report-dir>/load-<id>.json` (written to
 //! a temporary name and renamed, so the bench never reads half a file). The process then keeps
 //! serving until it is killed: other workers' clients may still be sending it their remote keys.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,14 +22,15 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use prefixkv_cluster::worker::Recoverability;
 use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
-use prefixkv_dredis::client::ClientConfig;
+use prefixkv_dredis::client::{ClientConfig, ClientError};
 use prefixkv_dredis::options::{FinderKind, MetadataLocation};
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dredis::{DprRedisClient, DprRedisSession};
 use prefixkv_engine::{StoreConfig, Strategy};
 use prefixkv_resp::Reply;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
+use super::super::track::Oracle;
 use crate::workload::operations::{encode_key, key};
 
 /// Flags of `prefixkv-bench dpr-colocated-worker`: the worker flags of `prefixkv-cluster worker`
@@ -107,10 +109,15 @@ pub(crate) struct HostReport {
     /// Operations its client threads pushed, and those on keys this worker owns.
     pub pushed: u64,
     pub pushed_local: u64,
-    /// Verifier: writes acknowledged, found with their value, and whether all committed.
-    pub verify_written: u64,
-    pub verify_found: u64,
+    /// Rollbacks its sessions saw (none unless a lease expired on a loaded machine).
+    pub rollbacks: u64,
+    /// Verifier: operations the oracle expects present, absent and either way, whether the
+    /// session's writes all committed, and the oracle's first disagreements (none if verified).
+    pub verify_present: u64,
+    pub verify_absent: u64,
+    pub verify_either: u64,
     pub verify_committed: bool,
+    pub verify_errors: Vec<String>,
 }
 
 /// Runs the worker and its co-located load (see the module docs). Returns only on error.
@@ -182,6 +189,67 @@ fn split_keys(client: &DprRedisClient, me: usize, keys: u64) -> Result<(Vec<u64>
     Ok((local, remote))
 }
 
+/// One client thread's counts.
+#[derive(Default)]
+struct ThreadCounts {
+    completed: u64,
+    elapsed: Duration,
+    local_batches: u64,
+    pushed: u64,
+    pushed_local: u64,
+    rollbacks: u64,
+}
+
+/// One YCSB-A session until `run` has passed, then drained. A rollback (a lease expiring on a
+/// loaded machine) is counted and the session goes on, as the bench's own sessions do.
+fn client_thread(
+    args: &HostArgs,
+    client: &DprRedisClient,
+    thread: usize,
+    (local, remote): (&[u64], &[u64]),
+    run: Duration,
+) -> Result<ThreadCounts> {
+    let id = 10_000 + args.id * 100 + thread as u64;
+    let mut session = client.session(id)?;
+    let mut rng = SmallRng::seed_from_u64(id);
+    let mut value = id << 40;
+    let mut counts = ThreadCounts::default();
+    let started = Instant::now();
+    loop {
+        let stopping = started.elapsed() >= run;
+        let step: Result<(), ClientError> = (|| {
+            if stopping {
+                return session.drain();
+            }
+            for _ in 0..args.batch.max(16) {
+                let pick_local = remote.is_empty()
+                    || (!local.is_empty() && rng.random::<f64>() >= args.remote_fraction);
+                let pool = if pick_local { local } else { remote };
+                counts.pushed_local += u64::from(pick_local);
+                let key = encode_key(key(pool[rng.random_range(0..pool.len())]));
+                if rng.random_range(0..100) < 50 {
+                    session.push(&[b"GET", &key])?;
+                } else {
+                    value += 1;
+                    session.push(&[b"SET", &key, &value.to_le_bytes()])?;
+                }
+            }
+            Ok(())
+        })();
+        counts.completed += session.take_completed().len() as u64;
+        match step {
+            Ok(()) if stopping => break,
+            Ok(()) => {}
+            Err(ClientError::Rollback(_)) => counts.rollbacks += 1,
+            Err(error) => bail!("co-located session {id}: {error}"),
+        }
+    }
+    counts.elapsed = started.elapsed();
+    counts.local_batches = session.local_batches();
+    counts.pushed = session.next_sequence();
+    Ok(counts)
+}
+
 /// The YCSB-A threads; fills the load counts of the report.
 fn run_load(
     args: &HostArgs,
@@ -193,46 +261,7 @@ fn run_load(
     let outcomes = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..args.clients.max(1))
             .map(|thread| {
-                scope.spawn(move || -> Result<(u64, Duration, u64, u64, u64)> {
-                    let id = 10_000 + args.id * 100 + thread as u64;
-                    let mut session = client.session(id)?;
-                    let mut rng = SmallRng::seed_from_u64(id);
-                    let mut counter = id << 40;
-                    let (mut completed, mut pushed_local) = (0u64, 0u64);
-                    let started = Instant::now();
-                    while started.elapsed() < run {
-                        for _ in 0..args.batch.max(16) {
-                            let pool = if remote.is_empty()
-                                || (!local.is_empty()
-                                    && rng.random::<f64>() >= args.remote_fraction)
-                            {
-                                pushed_local += 1;
-                                local
-                            } else {
-                                remote
-                            };
-                            let key = encode_key(key(pool[rng.random_range(0..pool.len())]));
-                            if rng.random_range(0..100) < 50 {
-                                session.push(&[b"GET", &key])?;
-                            } else {
-                                counter += 1;
-                                session.push(&[b"SET", &key, &counter.to_le_bytes()])?;
-                            }
-                        }
-                        completed += session.take_completed().len() as u64;
-                    }
-                    session.drain()?;
-                    completed += session.take_completed().len() as u64;
-                    let pushed = session.next_sequence();
-                    let elapsed = started.elapsed();
-                    Ok((
-                        completed,
-                        elapsed,
-                        session.local_batches(),
-                        pushed,
-                        pushed_local,
-                    ))
-                })
+                scope.spawn(move || client_thread(args, client, thread, (local, remote), run))
             })
             .collect();
         handles
@@ -250,48 +279,122 @@ fn run_load(
         local_batches: 0,
         pushed: 0,
         pushed_local: 0,
-        verify_written: 0,
-        verify_found: 0,
+        rollbacks: 0,
+        verify_present: 0,
+        verify_absent: 0,
+        verify_either: 0,
         verify_committed: false,
+        verify_errors: Vec::new(),
     };
-    for (completed, elapsed, local_batches, pushed, pushed_local) in outcomes {
-        report.completed += completed;
-        report.elapsed_s = report.elapsed_s.max(elapsed.as_secs_f64());
-        report.local_batches += local_batches;
-        report.pushed += pushed;
-        report.pushed_local += pushed_local;
+    for counts in outcomes {
+        report.completed += counts.completed;
+        report.elapsed_s = report.elapsed_s.max(counts.elapsed.as_secs_f64());
+        report.local_batches += counts.local_batches;
+        report.pushed += counts.pushed;
+        report.pushed_local += counts.pushed_local;
+        report.rollbacks += counts.rollbacks;
     }
     Ok(report)
 }
 
-/// Unique keys written through the co-located client, committed, and read back.
+/// Unique keys written through the co-located client (local and remote), waited for until
+/// committed, and read back, checked against the bench's rollback-aware oracle
+/// ([`Oracle`]: acknowledged and not reported lost → present with its value; reported lost →
+/// absent; uncertain → either), so a rollback (a lease expiring on a loaded machine) is judged
+/// by what the session was told, never counted as a failure by itself.
 fn verify(args: &HostArgs, client: &DprRedisClient, mut report: HostReport) -> Result<HostReport> {
-    let mut session = client.session(20_000 + args.id)?;
-    let key = |n: u64| format!("colocated:{}:{n}", args.id);
-    for n in 0..args.verify_keys {
-        session.push(&[b"SET", key(n).as_bytes(), &n.to_le_bytes()])?;
-    }
-    session.drain()?;
-    report.verify_written = session
-        .take_completed()
-        .iter()
-        .filter(|c| c.reply == Reply::SimpleString("OK".into()))
-        .count() as u64;
-    report.verify_committed = session
-        .wait_for_commit(session.next_sequence(), Duration::from_secs(30))
-        .is_ok();
-    for n in 0..args.verify_keys {
-        session.push(&[b"GET", key(n).as_bytes()])?;
-    }
-    session.drain()?;
-    for completed in session.take_completed() {
-        // Tags continue from the writes: the read of key n has tag verify_keys + n.
-        let n = completed.tag - args.verify_keys;
-        match completed.reply {
-            Reply::BulkString(value) if value[..] == n.to_le_bytes() => report.verify_found += 1,
-            Reply::BulkString(_) | Reply::Null | Reply::NullBulkString => {}
-            other => bail!("verifier GET {}: {other:?}", key(n)),
+    let id = 20_000 + args.id;
+    let mut session = client.session(id)?;
+    let mut oracle = Oracle::new(id);
+    for tag in 0..args.verify_keys {
+        oracle.pushed(tag);
+        let pushed = session.push(&[b"SET", &Oracle::key(id, tag), &Oracle::value(tag)]);
+        if let Err(error) = pushed {
+            resolve(&mut oracle, &mut session, error, &mut report)?;
         }
     }
+    let mut attempts = 0;
+    loop {
+        let step = session.drain().and_then(|()| {
+            session.wait_for_commit(session.next_sequence(), Duration::from_secs(30))
+        });
+        for completed in session.take_completed() {
+            oracle.completed(completed.tag);
+        }
+        match step {
+            Ok(point) => {
+                oracle.committed(&point);
+                report.verify_committed = true;
+                break;
+            }
+            Err(ClientError::CommitTimeout { .. }) => break,
+            Err(error) if attempts < 3 => {
+                attempts += 1;
+                resolve(&mut oracle, &mut session, error, &mut report)?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let found = read_back(&mut session, &oracle)?;
+    let check = oracle.check(&found);
+    report.verify_present = check.present as u64;
+    report.verify_absent = check.absent as u64;
+    report.verify_either = check.either as u64;
+    report.verify_errors = check.errors.into_iter().take(5).collect();
     Ok(report)
+}
+
+/// A rollback's report goes to the oracle; any other error ends the verifier.
+fn resolve(
+    oracle: &mut Oracle,
+    session: &mut DprRedisSession,
+    error: ClientError,
+    report: &mut HostReport,
+) -> Result<()> {
+    for completed in session.take_completed() {
+        oracle.completed(completed.tag);
+    }
+    match error {
+        ClientError::Rollback(rollback) => {
+            oracle.rolled_back(&rollback);
+            report.rollbacks += 1;
+            Ok(())
+        }
+        other => Err(other.into()),
+    }
+}
+
+/// Every verifier key read through the co-located session (tag → value, absent keys omitted);
+/// a rollback while reading only repeats the reads.
+fn read_back(session: &mut DprRedisSession, oracle: &Oracle) -> Result<BTreeMap<u64, Vec<u8>>> {
+    let tags: Vec<u64> = oracle.expected.keys().copied().collect();
+    if tags.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    for attempt in 0.. {
+        session.take_completed();
+        let first = session
+            .push(&[b"GET", &Oracle::key(oracle.session, tags[0])])
+            .and_then(|first| {
+                for &tag in &tags[1..] {
+                    session.push(&[b"GET", &Oracle::key(oracle.session, tag)])?;
+                }
+                session.drain().map(|()| first)
+            });
+        match first {
+            Ok(first) => {
+                let mut found = BTreeMap::new();
+                for completed in session.take_completed() {
+                    let tag = tags[(completed.tag - first) as usize];
+                    if let Reply::BulkString(value) = completed.reply {
+                        found.insert(tag, value.to_vec());
+                    }
+                }
+                return Ok(found);
+            }
+            Err(ClientError::Rollback(_)) if attempt < 3 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    unreachable!("the loop returns")
 }
