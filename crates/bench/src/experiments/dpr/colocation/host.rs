@@ -225,6 +225,8 @@ fn client_thread(
                 let pick_local = remote.is_empty()
                     || (!local.is_empty() && rng.random::<f64>() >= args.remote_fraction);
                 let pool = if pick_local { local } else { remote };
+                // Counted here, not from sequence numbers: a push a rollback left unsent has none.
+                counts.pushed += 1;
                 counts.pushed_local += u64::from(pick_local);
                 let key = encode_key(key(pool[rng.random_range(0..pool.len())]));
                 if rng.random_range(0..100) < 50 {
@@ -246,7 +248,6 @@ fn client_thread(
     }
     counts.elapsed = started.elapsed();
     counts.local_batches = session.local_batches();
-    counts.pushed = session.next_sequence();
     Ok(counts)
 }
 
