@@ -1,8 +1,10 @@
-//! Co-located clients: three in-process workers on loopback, the cluster manager on a thread,
-//! and sessions of a client co-located with worker 0 (`Worker::local_client`: batches of the keys
-//! worker 0 owns run on its engine directly, the others go over TCP) writing unique keys beside a
-//! plain remote session. After commit points were reached, a failure of another worker is
-//! reported to the manager; every worker rolls back to the cut. Each session's keys are then read
+//! Co-located clients: worker 0 runs in this test's process, workers 1 and 2 as processes
+//! (`prefixkv-cluster worker`), the cluster manager on a thread. Sessions of a client co-located
+//! with worker 0 (`Worker::local_client`: batches of the keys worker 0 owns run on its engine
+//! directly, the others go over TCP) write unique keys beside a plain remote session. Once every
+//! session has commit points, worker 1 or 2 fails — reported to the manager without a crash
+//! (every worker rolls back in memory), or SIGKILLed (reported at once, as the launcher does,
+//! then started again: it reloads its checkpoint in the cut). Each session's keys are then read
 //! back over TCP and checked against an oracle built only from what the session was acknowledged
 //! and told (`verify_found`, shared with the kill test), for local and remote operations alike.
 
@@ -10,8 +12,9 @@
 mod dredis_common;
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,28 +45,65 @@ fn free_address() -> SocketAddr {
         .expect("a free port")
 }
 
-/// Workers 0..3 in this process, with the hash slots split evenly over them.
-fn start_workers(directory: &Path, metadata: &Path) -> (Vec<Worker>, Vec<SocketAddr>) {
+/// Worker `id` as a `prefixkv-cluster worker` process, logging to `worker-<id>.log`.
+fn spawn_worker(directory: &Path, metadata: &Path, id: usize, address: SocketAddr) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(directory.join(format!("worker-{id}.log")))
+        .expect("worker log");
+    let child = Command::new(env!("CARGO_BIN_EXE_prefixkv-cluster"))
+        .arg("worker")
+        .args(["--id", &id.to_string(), "--listen", &address.to_string()])
+        .arg("--dir")
+        .arg(directory.join(format!("worker-{id}")))
+        .arg("--metadata")
+        .arg(metadata)
+        .args(["--checkpoint-interval-ms", "40", "--index-buckets", "16384"])
+        .args(["--log-memory-bytes", &(64u64 << 20).to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn a worker process");
+    wait_until("a worker process to listen", || {
+        TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok()
+    });
+    child
+}
+
+/// The worker processes, SIGKILLed when dropped: a failing test must not leave them running
+/// (they would keep writing checkpoints into its removed directory).
+struct Processes(Vec<Child>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Worker 0 in this process, workers 1.. as processes, with the hash slots split evenly.
+fn start_workers(directory: &Path, metadata: &Path) -> (Worker, Processes, Vec<SocketAddr>) {
     let addresses: Vec<SocketAddr> = (0..WORKERS).map(|_| free_address()).collect();
     prefixkv_cluster::launcher::publish_ownership(finder(metadata).store().as_ref(), &addresses)
         .expect("publish ownership");
-    let workers = addresses
-        .iter()
-        .enumerate()
-        .map(|(id, &address)| {
-            let mut store = StoreConfig::new(directory.join(format!("worker-{id}")));
-            store.index_buckets = 1 << 14;
-            store.log_memory_bytes = 64 << 20;
-            let engine = EngineConfig {
-                store,
-                strategy: Strategy::FoldOver,
-            };
-            let mut config = WorkerConfig::new(id as u64, address, engine);
-            config.checkpoint_interval_ms = 40;
-            Worker::start(config, finder(metadata)).expect("start a worker")
-        })
+    let mut store = StoreConfig::new(directory.join("worker-0"));
+    store.index_buckets = 1 << 14;
+    store.log_memory_bytes = 64 << 20;
+    let engine = EngineConfig {
+        store,
+        strategy: Strategy::FoldOver,
+    };
+    let mut config = WorkerConfig::new(0, addresses[0], engine);
+    config.checkpoint_interval_ms = 40;
+    let host = Worker::start(config, finder(metadata)).expect("start worker 0");
+    let processes = (1..WORKERS)
+        .map(|id| spawn_worker(directory, metadata, id, addresses[id]))
         .collect();
-    (workers, addresses)
+    (host, Processes(processes), addresses)
 }
 
 /// Reads every key the record names over TCP: tag → value (absent keys omitted).
@@ -91,15 +131,33 @@ fn read_back(client: &DprRedisClient, record: &SessionRecord) -> BTreeMap<u64, V
     found
 }
 
+/// How the other worker fails.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Failure {
+    /// Reported to the manager, no crash: every worker rolls back in memory.
+    Reported,
+    /// SIGKILLed, reported at once, then started again.
+    Killed,
+}
+
 #[test]
-fn colocated_sessions_commit_and_roll_back_like_remote_ones() {
+fn colocated_sessions_roll_back_like_remote_ones_after_a_reported_failure() {
+    run(Failure::Reported);
+}
+
+#[test]
+fn colocated_sessions_roll_back_like_remote_ones_after_a_worker_is_killed() {
+    run(Failure::Killed);
+}
+
+fn run(failure: Failure) {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let directory = tempfile::tempdir().expect("tempdir");
     let metadata = directory.path().join("metadata.sqlite");
-    let (workers, addresses) = start_workers(directory.path(), &metadata);
+    let (host, mut processes, addresses) = start_workers(directory.path(), &metadata);
     let manager_finder = finder(&metadata);
     let state_store = Arc::clone(manager_finder.store());
-    // A lease a loaded machine cannot make expire: the failure is reported, not detected.
+    // A lease a loaded machine cannot make expire: failures are reported, not detected.
     let manager = Arc::new(ClusterManager::new(
         Arc::clone(manager_finder.store()),
         Arc::new(SystemClock),
@@ -118,12 +176,12 @@ fn colocated_sessions_commit_and_roll_back_like_remote_ones() {
         })
     };
     let config = ClientConfig::new(addresses.clone(), metadata.clone());
-    let colocated = Arc::new(workers[0].local_client(config.clone()).expect("client"));
+    let colocated = Arc::new(host.local_client(config.clone()).expect("client"));
     let remote = Arc::new(DprRedisClient::new(config).expect("remote client"));
     assert_eq!(colocated.local_shard(), Some(0));
 
     // One co-located session: a mix of local and remote batches, all acknowledged and
-    // committed, and the local ones readable over TCP.
+    // committed.
     let mut session = colocated.session(100).expect("session");
     let mut shards = [0usize; WORKERS];
     for i in 0..600u64 {
@@ -166,9 +224,24 @@ fn colocated_sessions_commit_and_roll_back_like_remote_ones() {
             .all(|(p, _)| p.committed_until.load(Ordering::SeqCst) >= threshold)
     });
     let world_line_before = state_store.cluster_state().unwrap().world_line;
-    let victim = rand::rng().random_range(1..WORKERS) as u64;
-    manager.report_failure(victim);
-    eprintln!("reported worker {victim} failed after {threshold} committed operations per session");
+    let victim = rand::rng().random_range(1..WORKERS);
+    if failure == Failure::Killed {
+        // SIGKILL, then report the exit at once, as the launcher's reaper does.
+        processes.0[victim - 1].kill().expect("SIGKILL a worker");
+        processes.0[victim - 1].wait().expect("reap it");
+    }
+    manager.report_failure(victim as u64);
+    eprintln!(
+        "{failure:?}: worker {victim} failed after {threshold} committed operations per session"
+    );
+    if failure == Failure::Killed {
+        wait_until("the cluster to start a new world-line", || {
+            state_store.cluster_state().unwrap().world_line > world_line_before
+        });
+        // A restarted worker serves only once the cluster moved past its incarnation.
+        processes.0[victim - 1] =
+            spawn_worker(directory.path(), &metadata, victim, addresses[victim]);
+    }
     wait_until("every session to see the rollback", || {
         sessions
             .iter()
@@ -191,17 +264,17 @@ fn colocated_sessions_commit_and_roll_back_like_remote_ones() {
     let router = colocated
         .session(2_000_000)
         .expect("a session to route keys");
+    let is_local = |id: u64, tag: u64| {
+        let key = format!("s{id}:{tag}");
+        router.shard_of(key.as_bytes()).unwrap() == 0
+    };
     for record in &records {
         let found = read_back(&remote, record);
         let (present, absent, either) = verify_found(&found, record);
-        // Which of the session's operations were local: the oracle covered both kinds.
         let local = record
             .expected
             .keys()
-            .filter(|tag| {
-                let key = format!("s{}:{tag}", record.id);
-                router.shard_of(key.as_bytes()).unwrap() == 0
-            })
+            .filter(|&&tag| is_local(record.id, tag))
             .count();
         eprintln!(
             "session {}: {} rollbacks, {present} present, {absent} absent, {either} uncertain, \
@@ -218,11 +291,7 @@ fn colocated_sessions_commit_and_roll_back_like_remote_ones() {
             let (&tag, _) = record
                 .expected
                 .iter()
-                .find(|(tag, &e)| {
-                    let key = format!("s{}:{tag}", record.id);
-                    e == Expected::Present
-                        && (router.shard_of(key.as_bytes()).unwrap() == 0) == want_local
-                })
+                .find(|(&tag, &e)| e == Expected::Present && is_local(record.id, tag) == want_local)
                 .expect("a present operation of each kind");
             let mut tampered = SessionRecord {
                 id: record.id,
@@ -238,7 +307,6 @@ fn colocated_sessions_commit_and_roll_back_like_remote_ones() {
     manager_thread.join().expect("manager thread");
     drop(router);
     drop(colocated);
-    for worker in workers {
-        worker.shutdown();
-    }
+    host.shutdown();
+    drop(processes);
 }
