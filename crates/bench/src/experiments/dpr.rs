@@ -455,7 +455,8 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) -> Result<()>
         "median throughput of co-located clients (threads inside each worker process, batches \
          for the worker's own keys run on its engine directly) at 0% remote operations, divided \
          by the median throughput of the all-remote baseline (the same total number of client \
-         threads in the bench process, every batch over TCP); 3 workers, dpr, YCSB-A uniform",
+         threads running the same load loop in the bench process, every batch over TCP); 3 \
+         workers, dpr, YCSB-A uniform, b and w as configured",
     );
     report.notes.push(
         "Fig. 11 (scale-up over cores per worker) has no axis of its own on 2 cores: the \

@@ -9,8 +9,10 @@
 //! the sum of the processes' rates. Each operation's key is drawn uniformly from the keys other
 //! workers own with probability `remote fraction`, else from the worker's own (YCSB-A: 50% GET,
 //! 50% blind SET). The baseline is today's all-remote setup at the same total client thread count:
-//! bench threads over TCP on uniform keys ([`super::sweeps::run_cell`]). Contenders alternate over
-//! rounds, each cell on a fresh cluster.
+//! `prefixkv-cluster worker` processes and the same load loop ([`host::run_threads`]) on threads
+//! of this process over TCP, keys uniform over the whole key space, so the two differ only in
+//! where the clients run and how their batches travel. Contenders alternate over rounds, each
+//! cell on a fresh cluster.
 //!
 //! `colocated_over_remote` = median co-located throughput at 0 % remote ÷ median all-remote
 //! baseline throughput. Verification: every worker process's verifier session writes unique keys
@@ -27,15 +29,13 @@ use prefixkv_cluster::worker::Recoverability;
 use serde_json::Value;
 
 use super::deploy::{ClusterSpec, Deployment, Device};
-use super::sweeps::{run_cell, CellSpec, Measured};
 use super::{Plan, Totals};
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, median, Spread};
-use crate::workload::KeyDistribution;
 use crate::Common;
 
-use host::HostReport;
+use host::{HostReport, Load};
 
 /// Workers of every colocation cell (the paper's Fig. 15 uses a fixed cluster too).
 pub(super) const WORKERS: usize = 3;
@@ -74,7 +74,6 @@ struct Outcome {
     verify_present: u64,
     verify_errors: Vec<String>,
     verified_cells: u64,
-    baseline: Measured,
 }
 
 fn cluster_spec(plan: &Plan) -> ClusterSpec {
@@ -107,16 +106,7 @@ pub(super) fn run(
         let into = &mut outcomes[index];
         let ops_per_s = match contender {
             Contender::Colocated(fraction) => run_colocated(plan, fraction, into)?,
-            Contender::Remote => {
-                let spec = CellSpec {
-                    cluster: cluster_spec(plan),
-                    distribution: KeyDistribution::Uniform,
-                    batch: plan.batch,
-                    window: plan.window,
-                    clients: WORKERS * plan.colocated_clients,
-                };
-                run_cell(plan, &spec, round, &mut into.baseline)?
-            }
+            Contender::Remote => run_remote(plan, into)?,
         };
         into.throughput.push(ops_per_s);
         let line = format!(
@@ -213,10 +203,7 @@ fn contender_row(
         ("batch", plan.batch.into()),
         ("window", plan.window.into()),
         ("checkpoint_interval_ms", plan.interval_ms.into()),
-        (
-            "rollbacks",
-            (outcome.baseline.rollbacks + outcome.rollbacks).into(),
-        ),
+        ("rollbacks", outcome.rollbacks.into()),
     ]);
     if outcome.verified_cells > 0 {
         let passed = outcome.verify_errors.is_empty() && outcome.verify_present > 0;
@@ -225,6 +212,28 @@ fn contender_row(
     }
     Spread::of(&outcome.throughput).insert_into(&mut r, "throughput_ops_per_s");
     r
+}
+
+/// One all-remote cell: a fresh cluster of `prefixkv-cluster worker` processes and the same load
+/// as the co-located cells, from threads of this process over TCP, keys uniform over the whole
+/// key space; returns ops/s.
+fn run_remote(plan: &Plan, into: &mut Outcome) -> Result<f64> {
+    let deployment = Deployment::start(plan, &cluster_spec(plan))?;
+    deployment.preload(plan.keys)?;
+    let client = deployment.client(plan.batch, plan.window)?;
+    let keys: Vec<u64> = (0..plan.keys).collect();
+    let load = Load {
+        first_session: 1,
+        threads: WORKERS * plan.colocated_clients,
+        batch: plan.batch,
+        remote_fraction: 0.0,
+        run: plan.run,
+    };
+    let counts = host::run_threads(&load, &client, (&keys, &[]))?;
+    drop(client);
+    deployment.shutdown();
+    into.rollbacks += counts.rollbacks;
+    Ok(counts.completed as f64 / counts.elapsed.as_secs_f64().max(1e-9))
 }
 
 /// One co-located cell: a fresh cluster of hosting processes; returns ops/s.

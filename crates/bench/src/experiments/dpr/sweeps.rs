@@ -26,8 +26,6 @@ pub(super) struct CellSpec {
     pub distribution: KeyDistribution,
     pub batch: usize,
     pub window: usize,
-    /// Client threads (sessions) of the bench process.
-    pub clients: usize,
 }
 
 /// A contender of a comparison: a label and its cell.
@@ -55,13 +53,8 @@ fn tracks_commits(level: Recoverability) -> bool {
     matches!(level, Recoverability::Dpr | Recoverability::Synchronous)
 }
 
-/// One round of one contender: a fresh cluster, preloaded, with `spec.clients` sessions.
-pub(super) fn run_cell(
-    plan: &Plan,
-    spec: &CellSpec,
-    round: usize,
-    into: &mut Measured,
-) -> Result<f64> {
+/// One round of one contender: a fresh cluster, preloaded, with `plan.clients` sessions.
+fn run_cell(plan: &Plan, spec: &CellSpec, round: usize, into: &mut Measured) -> Result<f64> {
     let deployment = Deployment::start(plan, &spec.cluster)?;
     deployment.preload(plan.keys)?;
     let client = deployment.client(spec.batch, spec.window)?;
@@ -69,7 +62,7 @@ pub(super) fn run_cell(
     let origin = Instant::now();
     let interval = Duration::from_millis(spec.cluster.interval_ms);
     let outcomes = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..spec.clients)
+        let handles: Vec<_> = (0..plan.clients)
             .map(|client_index| {
                 let session = SessionPlan {
                     id: 1 + client_index as u64,
@@ -247,7 +240,6 @@ pub(super) fn scale_out(
                         distribution,
                         batch: plan.batch,
                         window: plan.window,
-                        clients: plan.clients,
                     },
                 })
                 .collect();
@@ -360,7 +352,6 @@ pub(super) fn batch_sizes(common: &Common, plan: &Plan, report: &mut Report) -> 
                 distribution: plan.sweep_distribution,
                 batch: batch.max(1),
                 window: plan.window,
-                clients: plan.clients,
             },
         })
         .collect();
@@ -414,7 +405,6 @@ pub(super) fn intervals(common: &Common, plan: &Plan, report: &mut Report) -> Re
                     distribution: plan.sweep_distribution,
                     batch: plan.batch,
                     window: plan.window,
-                    clients: plan.clients,
                 },
             });
         }

@@ -189,41 +189,95 @@ fn split_keys(client: &DprRedisClient, me: usize, keys: u64) -> Result<(Vec<u64>
     Ok((local, remote))
 }
 
-/// One client thread's counts.
-#[derive(Default)]
-struct ThreadCounts {
-    completed: u64,
-    elapsed: Duration,
-    local_batches: u64,
-    pushed: u64,
-    pushed_local: u64,
-    rollbacks: u64,
+/// What load threads run: shared by the co-located worker processes and the all-remote
+/// baseline, so the two differ only in where the client runs and how its batches travel.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Load {
+    /// Session ids are `first_session + thread`.
+    pub first_session: u64,
+    /// Client threads, one session each.
+    pub threads: usize,
+    /// Commands per batch (pushes per turn: at least 16).
+    pub batch: usize,
+    /// Fraction of operations drawn from the second key pool.
+    pub remote_fraction: f64,
+    /// How long the threads push before they drain.
+    pub run: Duration,
 }
 
-/// One YCSB-A session until `run` has passed, then drained. A rollback (a lease expiring on a
+/// What a load's threads did, summed (`elapsed`: the longest thread's, from its first push to the
+/// end of its drain).
+#[derive(Default, Debug)]
+pub(crate) struct LoadCounts {
+    pub completed: u64,
+    pub elapsed: Duration,
+    pub local_batches: u64,
+    pub pushed: u64,
+    /// Pushes drawn from the first key pool (a co-located worker's own keys).
+    pub pushed_local: u64,
+    pub rollbacks: u64,
+}
+
+impl LoadCounts {
+    fn add(&mut self, other: LoadCounts) {
+        self.completed += other.completed;
+        self.elapsed = self.elapsed.max(other.elapsed);
+        self.local_batches += other.local_batches;
+        self.pushed += other.pushed;
+        self.pushed_local += other.pushed_local;
+        self.rollbacks += other.rollbacks;
+    }
+}
+
+/// Runs `load` on `client`: YCSB-A (50% GET, 50% blind SET) with each key drawn uniformly from
+/// `pools.1` with probability `remote_fraction`, else from `pools.0` (one pool may be empty).
+pub(crate) fn run_threads(
+    load: &Load,
+    client: &DprRedisClient,
+    pools: (&[u64], &[u64]),
+) -> Result<LoadCounts> {
+    let outcomes = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..load.threads.max(1))
+            .map(|thread| scope.spawn(move || client_thread(load, client, thread, pools)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let mut total = LoadCounts::default();
+    for counts in outcomes {
+        total.add(counts);
+    }
+    Ok(total)
+}
+
+/// One session until `load.run` has passed, then drained. A rollback (a lease expiring on a
 /// loaded machine) is counted and the session goes on, as the bench's own sessions do.
 fn client_thread(
-    args: &HostArgs,
+    load: &Load,
     client: &DprRedisClient,
     thread: usize,
     (local, remote): (&[u64], &[u64]),
-    run: Duration,
-) -> Result<ThreadCounts> {
-    let id = 10_000 + args.id * 100 + thread as u64;
+) -> Result<LoadCounts> {
+    let id = load.first_session + thread as u64;
     let mut session = client.session(id)?;
     let mut rng = SmallRng::seed_from_u64(id);
     let mut value = id << 40;
-    let mut counts = ThreadCounts::default();
+    let mut counts = LoadCounts::default();
     let started = Instant::now();
     loop {
-        let stopping = started.elapsed() >= run;
+        let stopping = started.elapsed() >= load.run;
         let step: Result<(), ClientError> = (|| {
             if stopping {
                 return session.drain();
             }
-            for _ in 0..args.batch.max(16) {
+            for _ in 0..load.batch.max(16) {
                 let pick_local = remote.is_empty()
-                    || (!local.is_empty() && rng.random::<f64>() >= args.remote_fraction);
+                    || (!local.is_empty() && rng.random::<f64>() >= load.remote_fraction);
                 let pool = if pick_local { local } else { remote };
                 // Counted here, not from sequence numbers: a push a rollback left unsent has none.
                 counts.pushed += 1;
@@ -243,7 +297,7 @@ fn client_thread(
             Ok(()) if stopping => break,
             Ok(()) => {}
             Err(ClientError::Rollback(_)) => counts.rollbacks += 1,
-            Err(error) => bail!("co-located session {id}: {error}"),
+            Err(error) => bail!("session {id}: {error}"),
         }
     }
     counts.elapsed = started.elapsed();
@@ -251,51 +305,35 @@ fn client_thread(
     Ok(counts)
 }
 
-/// The YCSB-A threads; fills the load counts of the report.
+/// The co-located YCSB-A threads of this worker process.
 fn run_load(
     args: &HostArgs,
     client: &DprRedisClient,
     local: &[u64],
     remote: &[u64],
 ) -> Result<HostReport> {
-    let run = Duration::from_secs_f64(args.seconds.max(0.05));
-    let outcomes = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..args.clients.max(1))
-            .map(|thread| {
-                scope.spawn(move || client_thread(args, client, thread, (local, remote), run))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
-            })
-            .collect::<Result<Vec<_>>>()
-    })?;
-    let mut report = HostReport {
+    let load = Load {
+        first_session: 10_000 + args.id * 100,
+        threads: args.clients,
+        batch: args.batch,
+        remote_fraction: args.remote_fraction,
+        run: Duration::from_secs_f64(args.seconds.max(0.05)),
+    };
+    let counts = run_threads(&load, client, (local, remote))?;
+    Ok(HostReport {
         worker: args.id,
-        completed: 0,
-        elapsed_s: 0.0,
-        local_batches: 0,
-        pushed: 0,
-        pushed_local: 0,
-        rollbacks: 0,
+        completed: counts.completed,
+        elapsed_s: counts.elapsed.as_secs_f64(),
+        local_batches: counts.local_batches,
+        pushed: counts.pushed,
+        pushed_local: counts.pushed_local,
+        rollbacks: counts.rollbacks,
         verify_present: 0,
         verify_absent: 0,
         verify_either: 0,
         verify_committed: false,
         verify_errors: Vec::new(),
-    };
-    for counts in outcomes {
-        report.completed += counts.completed;
-        report.elapsed_s = report.elapsed_s.max(counts.elapsed.as_secs_f64());
-        report.local_batches += counts.local_batches;
-        report.pushed += counts.pushed;
-        report.pushed_local += counts.pushed_local;
-        report.rollbacks += counts.rollbacks;
-    }
-    Ok(report)
+    })
 }
 
 /// Unique keys written through the co-located client (local and remote), waited for until
