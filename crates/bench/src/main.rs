@@ -41,6 +41,10 @@ enum Experiment {
     Smr(experiments::smr::Args),
     /// The engine's hot path against dashmap, papaya and a sharded RwLock: FASTER's YCSB method.
     Ycsb(experiments::ycsb::Args),
+    /// (Internal, started by `dpr`'s colocation part) a cluster worker hosting co-located client
+    /// threads; writes its counts to a file and serves until killed.
+    #[command(hide = true, name = "dpr-colocated-worker")]
+    DprColocatedWorker(experiments::dpr::HostArgs),
 }
 
 fn main() -> Result<()> {
@@ -58,6 +62,7 @@ fn main() -> Result<()> {
         Experiment::Dpr(args) => experiments::dpr::run(common, args)?,
         Experiment::Smr(args) => experiments::smr::run(common, args)?,
         Experiment::Ycsb(args) => experiments::ycsb::run(common, args)?,
+        Experiment::DprColocatedWorker(args) => return experiments::dpr::host(args),
     };
     finish(common, &report)
 }

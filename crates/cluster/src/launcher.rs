@@ -12,6 +12,7 @@
 //! each range with its worker's address ([`publish_ownership`]). Workers read it at start and
 //! redirect foreign keys; clients route by it. It does not change while the cluster runs.
 
+use std::ffi::OsString;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -59,6 +60,13 @@ pub struct LocalClusterConfig {
     pub restart_failed: bool,
     /// How long to wait for a worker to accept connections.
     pub start_timeout_ms: u64,
+    /// The arguments that select the worker command, before its flags (default `worker`, i.e.
+    /// `prefixkv-cluster worker`). Another program hosting a `Worker` of its own (a benchmark
+    /// running co-located clients inside each worker process) accepts the same flags under its
+    /// own subcommand.
+    pub worker_command: Vec<OsString>,
+    /// Arguments appended after the worker flags (for such a program; empty by default).
+    pub worker_extra_args: Vec<OsString>,
 }
 
 impl LocalClusterConfig {
@@ -80,6 +88,8 @@ impl LocalClusterConfig {
             log_memory_bytes: 256 << 20,
             restart_failed: true,
             start_timeout_ms: 30_000,
+            worker_command: vec!["worker".into()],
+            worker_extra_args: Vec::new(),
         }
     }
 }
@@ -136,7 +146,7 @@ fn spawn_worker(
         .append(true)
         .open(&log_path)?;
     Command::new(&config.executable)
-        .arg("worker")
+        .args(&config.worker_command)
         .args(["--id", &id.to_string()])
         .args(["--listen", &address.to_string()])
         .arg("--dir")
@@ -155,6 +165,7 @@ fn spawn_worker(
         .args(["--index-buckets", &config.index_buckets.to_string()])
         .args(["--strategy", config.strategy.name()])
         .args(["--log-memory-bytes", &config.log_memory_bytes.to_string()])
+        .args(&config.worker_extra_args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

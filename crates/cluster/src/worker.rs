@@ -5,7 +5,9 @@
 //! client library, and plain RESP from any Redis client, each connection a DPR session the
 //! worker keeps (`PREFIXKV.COMMITPOINT`, `-ROLLBACK …`; see `worker/host.rs`). Keys are checked
 //! against the hash slots this worker owns ([`crate::topology`]): a foreign key gets `-MOVED`,
-//! keys spanning slots `-CROSSSLOT`, and neither runs.
+//! keys spanning slots `-CROSSSLOT`, and neither runs. Client sessions in the worker's own
+//! process can skip the network for its keys (`worker/colocated.rs`, [`Worker::local_client`]):
+//! their batches enter the same path below, minus the frame decoding.
 //!
 //! Per request frame (the framed protocol of `prefixkv_dredis::wire`, shared with D-Redis so the
 //! same client library drives both):
@@ -36,8 +38,11 @@
 //! engine switches versions: every batch runs wholly in one version (see `state_object`), and the
 //! switch waits for no session (all are suspended between batches).
 
+mod colocated;
 mod host;
 mod slots;
+
+pub use colocated::LocalHandle;
 
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -23,8 +23,15 @@
 //!   for the cluster to move to a new world-line, computes exactly what survived, and returns
 //!   [`ClientError::Rollback`] with a [`RollbackReport`] naming the fate of every operation it
 //!   was still tracking. The session has then moved to the new world-line: keep using it.
+//!
+//! A client made with [`DprRedisClient::with_local_shard`] (a co-located client, `client/local.rs`)
+//! hands the batches of one shard to a [`LocalShard`] in its own process instead of a socket;
+//! everything else above holds unchanged for them.
 
+mod local;
 mod routing;
+
+pub use local::LocalShard;
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -41,7 +48,7 @@ use prefixkv_dpr::session::{
     BatchTicket, CommitPoint, Completion, SequenceRange, SessionError, SurvivingPrefix,
 };
 use prefixkv_dpr::{ClusterState, DprSession, HeaderKind, WorkerId, WorldLine};
-use prefixkv_resp::{Limits, Reply, ReplyParser};
+use prefixkv_resp::{Command, Limits, Reply, ReplyParser};
 
 use crate::options::MetadataLocation;
 use crate::redis::encode_command;
@@ -230,15 +237,44 @@ fn watch(store: Arc<dyn MetadataStore>, watcher: Arc<CutWatcher>, interval: Dura
     }
 }
 
+/// The shard a co-located client serves in-process, and its handle.
+type Local = Option<(usize, Arc<dyn LocalShard>)>;
+
 /// The client: configuration, the metadata store connection and the cut watcher thread.
 pub struct DprRedisClient {
     config: ClientConfig,
     store: Arc<dyn MetadataStore>,
     watcher: Arc<CutWatcher>,
     router: Arc<routing::Router>,
+    local: Local,
 }
 
 impl DprRedisClient {
+    /// A co-located client: like [`DprRedisClient::new`], but the batches of shard `shard` go to
+    /// `local` (a worker in this process) instead of over TCP. `config.shards` still lists every
+    /// shard (its entry for `shard` is not connected to). Sessions, commit points and rollback
+    /// reports are the same as over the network (`client/local.rs`).
+    pub fn with_local_shard(
+        config: ClientConfig,
+        shard: usize,
+        local: Arc<dyn LocalShard>,
+    ) -> Result<Self, ClientError> {
+        if shard >= config.shards.len() {
+            return Err(ClientError::Protocol(format!(
+                "local shard {shard} is not among the client's {} shards",
+                config.shards.len()
+            )));
+        }
+        let mut client = Self::new(config)?;
+        client.local = Some((shard, local));
+        Ok(client)
+    }
+
+    /// The shard this client serves in-process, if it is co-located.
+    pub fn local_shard(&self) -> Option<usize> {
+        self.local.as_ref().map(|(shard, _)| *shard)
+    }
+
     /// Opens the metadata store.
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
         let location = match &config.metadata_url {
@@ -267,6 +303,7 @@ impl DprRedisClient {
             store,
             watcher,
             router,
+            local: None,
         })
     }
 
@@ -294,6 +331,8 @@ impl DprRedisClient {
             store: Arc::clone(&self.store),
             watcher: Arc::clone(&self.watcher),
             router: Arc::clone(&self.router),
+            local: self.local.clone(),
+            local_batches: 0,
             dpr: DprSession::new(id, state.world_line, self.config.window_batches),
             links: self.config.shards.iter().map(|_| None).collect(),
             buffered: self.config.shards.iter().map(|_| Vec::new()).collect(),
@@ -317,6 +356,16 @@ struct InFlight {
     shard: usize,
     ticket: BatchTicket,
     tags: Vec<u64>,
+    /// A local batch's response, held until the batches issued before it completed (network
+    /// responses wait in their sockets instead).
+    ready: Option<ResponseFrame>,
+}
+
+/// A command waiting for its batch: RESP-encoded for a network shard, parsed for the local one
+/// (which runs it without decoding anything).
+enum Queued {
+    Wire(Vec<u8>),
+    Local(Command),
 }
 
 /// Commit callback.
@@ -328,9 +377,12 @@ pub struct DprRedisSession {
     store: Arc<dyn MetadataStore>,
     watcher: Arc<CutWatcher>,
     router: Arc<routing::Router>,
+    local: Local,
+    /// Batches run on the local shard so far.
+    local_batches: u64,
     dpr: DprSession,
     links: Vec<Option<Link>>,
-    buffered: Vec<Vec<(u64, Vec<u8>)>>,
+    buffered: Vec<Vec<(u64, Queued)>>,
     next_tag: u64,
     in_flight: VecDeque<InFlight>,
     /// Sent batches with a response, not yet known committed: (sequences, tags).
@@ -367,6 +419,18 @@ impl DprRedisSession {
         self.in_flight.len()
     }
 
+    /// Batches this session ran on its client's local shard (0 unless the client is
+    /// co-located: [`DprRedisClient::with_local_shard`]).
+    pub fn local_batches(&self) -> u64 {
+        self.local_batches
+    }
+
+    fn is_local(&self, shard: usize) -> bool {
+        self.local
+            .as_ref()
+            .is_some_and(|(local, _)| *local == shard)
+    }
+
     /// Registers a callback run whenever the commit point advances.
     pub fn on_commit(&mut self, callback: impl FnMut(&CommitPoint) + Send + 'static) {
         self.callbacks.push(Box::new(callback));
@@ -385,11 +449,22 @@ impl DprRedisSession {
             ClientError::Protocol("a D-Redis command needs a key as its first argument".into())
         })?;
         let shard = self.router.shard_for(key)?;
-        let mut encoded = Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
-        encode_command(&mut encoded, args);
+        let queued = if self.is_local(shard) {
+            Queued::Local(Command {
+                args: args
+                    .iter()
+                    .map(|a| bytes::Bytes::copy_from_slice(a))
+                    .collect(),
+            })
+        } else {
+            let mut encoded =
+                Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
+            encode_command(&mut encoded, args);
+            Queued::Wire(encoded)
+        };
         let tag = self.next_tag;
         self.next_tag += 1;
-        self.buffered[shard].push((tag, encoded));
+        self.buffered[shard].push((tag, queued));
         if self.buffered[shard].len() >= self.config.max_batch_commands {
             self.send_batch(shard)?;
         }
@@ -445,11 +520,33 @@ impl DprRedisSession {
         let (header, ticket) = self
             .dpr
             .issue_batch(shard as WorkerId, commands.len() as u64)?;
+        if let Some((_, local)) = self.local.as_ref().filter(|(l, _)| *l == shard) {
+            let local = Arc::clone(local);
+            let (tags, parsed): (Vec<u64>, Vec<Command>) = commands
+                .into_iter()
+                .map(|(tag, queued)| match queued {
+                    Queued::Local(command) => (tag, command),
+                    Queued::Wire(_) => unreachable!("the local shard's commands are parsed"),
+                })
+                .unzip();
+            // Runs now, on this thread; completed in issue order by `receive_one`, like a reply.
+            let response = local.run_local(&header, &parsed);
+            self.local_batches += 1;
+            self.in_flight.push_back(InFlight {
+                shard,
+                ticket,
+                tags,
+                ready: Some(response),
+            });
+            return Ok(());
+        }
         self.frame.clear();
-        let payload_len: usize = commands.iter().map(|(_, c)| c.len()).sum();
-        let mut payload = Vec::with_capacity(payload_len);
-        for (_, command) in &commands {
-            payload.extend_from_slice(command);
+        let mut payload = Vec::new();
+        for (_, queued) in &commands {
+            match queued {
+                Queued::Wire(encoded) => payload.extend_from_slice(encoded),
+                Queued::Local(_) => unreachable!("only the local shard's commands are parsed"),
+            }
         }
         encode_request(&mut self.frame, &header, commands.len() as u32, &payload)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
@@ -457,6 +554,7 @@ impl DprRedisSession {
             shard,
             ticket,
             tags: commands.into_iter().map(|(tag, _)| tag).collect(),
+            ready: None,
         });
         let frame = std::mem::take(&mut self.frame);
         let sent = self.link(shard).and_then(|l| l.writer.write_all(&frame));
@@ -472,9 +570,13 @@ impl DprRedisSession {
         let Some(shard) = self.in_flight.front().map(|f| f.shard) else {
             return Ok(());
         };
-        let response = match self.link(shard) {
-            Ok(link) => link.reader.read_response(),
-            Err(error) => Err(error.into()),
+        let ready = self.in_flight.front_mut().and_then(|f| f.ready.take());
+        let response = match ready {
+            Some(local) => Ok(Some(local)),
+            None => match self.link(shard) {
+                Ok(link) => link.reader.read_response(),
+                Err(error) => Err(error.into()),
+            },
         };
         let in_flight = self.in_flight.pop_front().expect("front exists");
         let (header, replies) = match response {

@@ -24,8 +24,13 @@
 //!   survivors roll back in memory, the killed worker restarts and reloads its checkpoint; rows
 //!   `failures*`, summary `recovery_ms_max_process_kill`).
 //!
-//! Co-location (Fig. 15) is not measured: clients cannot run inside a worker process yet. Fig. 11
-//! (scale-up over cores per worker) has no separate axis on a 2-core machine, and Fig. 14's cloud
+//! - `colocation` (Fig. 15; [`colocation`]): 3 workers, each process hosting co-located client
+//!   threads (`prefixkv-bench dpr-colocated-worker`, hidden) whose batches for the worker's own
+//!   keys skip the network; throughput against the fraction of remote operations, beside the
+//!   all-remote baseline (bench threads over TCP, same total thread count). Every process's
+//!   verifier reads back its committed writes (`verified`).
+//!
+//! Fig. 11 (scale-up over cores per worker) has no separate axis on a 2-core machine, and Fig. 14's cloud
 //! SSD no counterpart (local disk and tmpfs only).
 //!
 //! Running it: build the bench and the worker executable together
@@ -46,10 +51,13 @@
 //! (above the kill count when leases expired too), verifier counts, `verified`); and
 //! `failures-timeline` (per 250 ms: `t_s`, `completed_ops_per_s`, `committed_ops_per_s`,
 //! `lost_ops`). Plots: `dpr` (scale-out), `dpr-levels`, `dpr-latency`, `dpr-batch`,
-//! `dpr-batch-latency`, `dpr-interval`, `dpr-interval-commit`, `dpr-failures`.
+//! `dpr-batch-latency`, `dpr-interval`, `dpr-interval-commit`, `dpr-failures`, `dpr-colocation`.
+//! `colocation` rows: `mode` (`colocated` / `remote`), `remote_fraction`,
+//! `measured_remote_fraction`, `local_batches`, `clients_total`, `throughput_ops_per_s`, `verified`.
 //!
 //! Summary: `dpr_over_uncoordinated`, `dpr_over_no_checkpoint`, `dpr_over_synchronous` (at the
-//! largest worker count, uniform), `commit_latency_p50_ms`, `recovery_ms_max`, `verified`, the
+//! largest worker count, uniform), `colocated_over_remote` (co-located throughput at 0 % remote ÷
+//! the all-remote baseline's), `commit_latency_p50_ms`, `recovery_ms_max`, `verified`, the
 //! load average at start and end; targets from the issue are printed beside them and stored in
 //! the config.
 
@@ -65,19 +73,22 @@ use crate::stats::Latencies;
 use crate::workload::KeyDistribution;
 use crate::Common;
 
+mod colocation;
 mod deploy;
 mod failures;
 mod session;
 mod sweeps;
 mod track;
 
+pub use colocation::host::{host, HostArgs};
 use deploy::Device;
 use failures::FailureKind;
 
 /// Flags of `prefixkv-bench dpr`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Parts to run (comma separated): scale-out, batch, interval, failures. Default: all.
+    /// Parts to run (comma separated): scale-out, batch, interval, colocation, failures.
+    /// Default: all.
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<Part>>,
     /// Worker counts of the scale-out (default 1,2,3 on this 2-core machine; quick 1,2).
@@ -157,6 +168,14 @@ pub struct Args {
     /// The `prefixkv-cluster` executable (default: next to this executable).
     #[arg(long)]
     pub cluster_binary: Option<PathBuf>,
+    /// Remote-operation fractions of the colocation part (default 0,0.1,0.25,0.5,0.75,1; quick
+    /// 0,0.5).
+    #[arg(long, value_delimiter = ',')]
+    pub remote_fractions: Option<Vec<f64>>,
+    /// Co-located client threads per worker process in the colocation part (the all-remote
+    /// baseline runs 3x this many bench threads).
+    #[arg(long, default_value_t = 1)]
+    pub colocated_clients: usize,
     /// The workers' CPR checkpoint strategy (fold-over, snapshot, persian, cpr-copy, blocking).
     #[arg(long, default_value = "fold-over")]
     pub strategy: prefixkv_engine::Strategy,
@@ -171,6 +190,8 @@ pub enum Part {
     Batch,
     /// Fig. 14.
     Interval,
+    /// Fig. 15.
+    Colocation,
     /// Fig. 16.
     Failures,
 }
@@ -192,6 +213,8 @@ pub(super) struct Plan {
     batch_sizes: Vec<usize>,
     intervals_ms: Vec<u64>,
     devices: Vec<Device>,
+    remote_fractions: Vec<f64>,
+    colocated_clients: usize,
     failure_run: Duration,
     kills: usize,
     kill_gap: Duration,
@@ -224,6 +247,8 @@ struct Totals {
     commit_latency: Option<Latencies>,
     recovery_ms_max: Option<f64>,
     recovery_ms_max_process_kill: Option<f64>,
+    /// Co-located throughput at 0 % remote over the all-remote baseline.
+    colocated_over_remote: Option<f64>,
 }
 
 /// Runs the experiment.
@@ -242,6 +267,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     }
     if plan.parts.contains(&Part::Interval) {
         sweeps::intervals(common, &plan, &mut report)?;
+    }
+    if plan.parts.contains(&Part::Colocation) {
+        colocation::run(common, &plan, &mut report, &mut totals)?;
     }
     if plan.parts.contains(&Part::Failures) {
         for &kind in &plan.failure_kinds {
@@ -264,10 +292,15 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
 fn plan(common: &Common, args: &Args) -> Result<Plan> {
     let quick = common.quick;
     let pick = |full: f64, small: f64| if quick { small } else { full };
-    let parts = args
-        .only
-        .clone()
-        .unwrap_or_else(|| vec![Part::ScaleOut, Part::Batch, Part::Interval, Part::Failures]);
+    let parts = args.only.clone().unwrap_or_else(|| {
+        vec![
+            Part::ScaleOut,
+            Part::Batch,
+            Part::Interval,
+            Part::Colocation,
+            Part::Failures,
+        ]
+    });
     let workers = args
         .workers
         .clone()
@@ -316,6 +349,18 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
             vec![25, 50, 100, 250, 500, 1000]
         }),
         devices,
+        remote_fractions: match &args.remote_fractions {
+            Some(fractions) => {
+                ensure!(
+                    fractions.iter().all(|f| (0.0..=1.0).contains(f)),
+                    "--remote-fractions must lie within 0..=1"
+                );
+                fractions.clone()
+            }
+            None if quick => vec![0.0, 0.5],
+            None => vec![0.0, 0.1, 0.25, 0.5, 0.75, 1.0],
+        },
+        colocated_clients: args.colocated_clients.max(1),
         failure_run: Duration::from_secs_f64(
             args.failure_seconds.unwrap_or(pick(45.0, 5.0)).max(1.0),
         ),
@@ -402,9 +447,16 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) -> Result<()>
         plan.keys,
         plan.clients
     ));
-    report.notes.push(
-        "co-location (Fig. 15) is not measured: clients cannot yet run inside a worker process"
-            .into(),
+    report.config("remote_fractions", plan.remote_fractions.clone());
+    report.config("colocated_clients_per_worker", plan.colocated_clients);
+    report.config("colocation_workers", colocation::WORKERS);
+    report.config(
+        "colocated_over_remote",
+        "median throughput of co-located clients (threads inside each worker process, batches \
+         for the worker's own keys run on its engine directly) at 0% remote operations, divided \
+         by the median throughput of the all-remote baseline (the same total number of client \
+         threads running the same load loop in the bench process, every batch over TCP); 3 \
+         workers, dpr, YCSB-A uniform, b and w as configured",
     );
     report.notes.push(
         "Fig. 11 (scale-up over cores per worker) has no axis of its own on 2 cores: the \
@@ -477,6 +529,10 @@ fn write_summary(report: &mut Report, plan: &Plan, totals: &Totals, load_start: 
         op.map_or(f64::NAN, |l| l.quantile_ms(0.99)),
     );
     report.summary(
+        "colocated_over_remote",
+        totals.colocated_over_remote.unwrap_or(f64::NAN),
+    );
+    report.summary(
         "recovery_ms_max",
         totals.recovery_ms_max.unwrap_or(f64::NAN),
     );
@@ -524,6 +580,10 @@ fn write_summary(report: &mut Report, plan: &Plan, totals: &Totals, load_start: 
         (
             "dpr_over_no_checkpoint",
             "(no target; the paper's cost of checkpoints)",
+        ),
+        (
+            "colocated_over_remote",
+            "(no target; co-located at 0% remote / all-remote clients)",
         ),
     ] {
         eprintln!("  {key:<30} {:>10}   target {target}", shown(key));

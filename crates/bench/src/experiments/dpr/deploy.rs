@@ -81,6 +81,16 @@ pub(super) struct Deployment {
 impl Deployment {
     /// Starts `spec`'s cluster; returns once every worker accepts connections.
     pub fn start(plan: &Plan, spec: &ClusterSpec) -> Result<Deployment> {
+        Self::start_with(plan, spec, |_| {})
+    }
+
+    /// Like [`Deployment::start`], with `configure` applied to the launcher's configuration last
+    /// (the colocation part starts its workers from this bench binary).
+    pub fn start_with(
+        plan: &Plan,
+        spec: &ClusterSpec,
+        configure: impl FnOnce(&mut LocalClusterConfig),
+    ) -> Result<Deployment> {
         let parent = match spec.device {
             Device::Disk => &plan.data_dir,
             Device::Null => plan
@@ -104,6 +114,7 @@ impl Deployment {
         config.log_memory_bytes = plan.log_memory_bytes;
         config.strategy = plan.strategy;
         config.start_timeout_ms = 30_000;
+        configure(&mut config);
         match LocalCluster::start(config) {
             Ok(cluster) => {
                 if plan.keep_dirs {
