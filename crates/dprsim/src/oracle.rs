@@ -1,0 +1,208 @@
+//! The prefix oracle, grown from `crates/dpr/tests/simulation.rs`. It trusts only what sessions
+//! were told (commit points and surviving prefixes) and compares it with the workers' real state.
+//!
+//! Every operation writes a unique key (`s{session}-{sequence}`), so a worker's state is exactly
+//! the set of operations it kept. Checks, per session and rollback:
+//! - every operation ever reported committed (commit point, or survived a rollback) is present;
+//! - every operation reported survived is present, every one reported lost or refused is absent;
+//! - below `until_sequence` everything but the uncertain operations is present;
+//! - nothing of the judged range is present unless the report accounts for it.
+//!
+//! A rollback check is deferred until every worker is up and in the rollback's world-line (a
+//! crashed worker's state cannot be read, and one not yet restored still holds lost operations).
+//! Deferring is sound: afterwards a worker only adds keys with new sequence numbers, and further
+//! rollbacks only remove operations that were never reported committed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use prefixkv_dpr::session::{CommitPoint, SequenceRange, SurvivingPrefix};
+use prefixkv_dpr::WorldLine;
+
+/// The key operation `sequence` of `session` writes.
+pub fn key(session: usize, sequence: u64) -> Vec<u8> {
+    format!("s{session}-{sequence}").into_bytes()
+}
+
+fn expand(ranges: &[SequenceRange]) -> impl Iterator<Item = u64> + '_ {
+    ranges.iter().flat_map(|r| r.start..r.end)
+}
+
+/// What one session was told, plus where its operations went.
+#[derive(Default)]
+pub struct SessionOracle {
+    /// Worker of each issued operation, indexed by sequence number (sequences are dense).
+    placed: Vec<u32>,
+    /// Per sequence: reported committed (or survived).
+    durable: Vec<bool>,
+    /// Operations below this were judged by a rollback already.
+    judged_below: u64,
+    /// Commit points covered everything below this except `excluded`.
+    committed_below: u64,
+    /// Operations a commit point skipped over as pending; committed once no longer listed.
+    excluded: BTreeSet<u64>,
+    /// Issued batches not yet reported committed: first sequence -> (end, virtual issue time).
+    open_batches: BTreeMap<u64, (u64, u64)>,
+}
+
+/// A rollback report waiting for the workers to be checkable.
+pub struct PendingCheck {
+    /// The session.
+    pub session: usize,
+    /// The world-line the session moved to.
+    pub world_line: WorldLine,
+    judged_below: u64,
+    issued_below: u64,
+    prefix: SurvivingPrefix,
+}
+
+impl SessionOracle {
+    /// Records an issued batch.
+    pub fn issued(&mut self, sequences: &SequenceRange, worker: usize, now: u64) {
+        debug_assert_eq!(self.placed.len() as u64, sequences.start);
+        for _ in sequences.start..sequences.end {
+            self.placed.push(worker as u32);
+            self.durable.push(false);
+        }
+        self.open_batches
+            .insert(sequences.start, (sequences.end, now));
+    }
+
+    /// The worker operation `sequence` went to.
+    pub fn worker_of(&self, sequence: u64) -> usize {
+        self.placed[sequence as usize] as usize
+    }
+
+    fn mark(&mut self, sequence: u64) {
+        self.durable[sequence as usize] = true;
+    }
+
+    /// Records a commit point; returns the virtual issue times of batches it newly commits.
+    pub fn commit_point(&mut self, point: &CommitPoint) -> Vec<u64> {
+        let excluded: BTreeSet<u64> = expand(&point.excluded).collect();
+        let from = self.committed_below.max(self.judged_below);
+        for sequence in from..point.until_sequence {
+            if excluded.contains(&sequence) {
+                self.excluded.insert(sequence);
+            } else {
+                self.mark(sequence);
+            }
+        }
+        let now_committed: Vec<u64> = self
+            .excluded
+            .iter()
+            .copied()
+            .filter(|s| *s < point.until_sequence && !excluded.contains(s))
+            .collect();
+        for sequence in now_committed {
+            self.excluded.remove(&sequence);
+            self.mark(sequence);
+        }
+        self.committed_below = self.committed_below.max(point.until_sequence);
+        let done: Vec<u64> = self
+            .open_batches
+            .iter()
+            .filter(|(&start, &(end, _))| {
+                end <= point.until_sequence && !(start..end).any(|s| excluded.contains(&s))
+            })
+            .map(|(&start, _)| start)
+            .collect();
+        done.iter()
+            .map(|start| self.open_batches.remove(start).expect("listed").1)
+            .collect()
+    }
+
+    /// Records what a rollback report says and returns the check to run against the workers.
+    pub fn rollback(
+        &mut self,
+        session: usize,
+        issued_below: u64,
+        prefix: SurvivingPrefix,
+    ) -> PendingCheck {
+        let uncertain: BTreeSet<u64> = expand(&prefix.uncertain).collect();
+        let judged_below = self.judged_below;
+        for sequence in expand(&prefix.survived).collect::<Vec<_>>() {
+            self.mark(sequence);
+        }
+        for sequence in judged_below..prefix.until_sequence {
+            if !uncertain.contains(&sequence) {
+                self.mark(sequence);
+            }
+        }
+        self.judged_below = issued_below;
+        self.committed_below = self.committed_below.max(issued_below);
+        self.excluded.clear();
+        self.open_batches.clear();
+        PendingCheck {
+            session,
+            world_line: prefix.world_line,
+            judged_below,
+            issued_below,
+            prefix,
+        }
+    }
+
+    /// The smallest operation reported committed, if any (the tamper test erases it).
+    pub fn first_committed(&self) -> Option<u64> {
+        self.durable.iter().position(|d| *d).map(|s| s as u64)
+    }
+
+    /// Operations reported committed so far.
+    pub fn committed(&self) -> u64 {
+        self.durable.iter().filter(|d| **d).count() as u64
+    }
+
+    /// Every operation reported committed must be present; returns violations.
+    pub fn check_durable(&self, session: usize, present: &dyn Fn(u64) -> bool) -> Vec<String> {
+        (0..self.durable.len() as u64)
+            .filter(|&s| self.durable[s as usize] && !present(s))
+            .map(|s| format!("session {session} op {s} was reported committed but is gone"))
+            .take(5)
+            .collect()
+    }
+}
+
+impl PendingCheck {
+    /// Runs the rollback report's checks; returns violations.
+    pub fn run(&self, present: &dyn Fn(u64) -> bool) -> Vec<String> {
+        let session = self.session;
+        let prefix = &self.prefix;
+        let uncertain: BTreeSet<u64> = expand(&prefix.uncertain).collect();
+        let survived: BTreeSet<u64> = expand(&prefix.survived).collect();
+        let mut violations = Vec::new();
+        let mut fail = |message: String| {
+            if violations.len() < 5 {
+                violations.push(format!("world-line {}: {message}", self.world_line));
+            }
+        };
+        for &sequence in &survived {
+            if !present(sequence) {
+                fail(format!(
+                    "session {session} op {sequence} reported survived but absent"
+                ));
+            }
+        }
+        for sequence in expand(&prefix.lost).chain(expand(&prefix.rejected)) {
+            if present(sequence) {
+                fail(format!(
+                    "session {session} op {sequence} reported lost/refused but present"
+                ));
+            }
+        }
+        for sequence in self.judged_below..prefix.until_sequence {
+            if !uncertain.contains(&sequence) && !present(sequence) {
+                fail(format!("session {session} prefix op {sequence} absent"));
+            }
+        }
+        for sequence in self.judged_below..self.issued_below {
+            let accounted = sequence < prefix.until_sequence
+                || uncertain.contains(&sequence)
+                || survived.contains(&sequence);
+            if !accounted && present(sequence) {
+                fail(format!(
+                    "session {session} op {sequence} present but unaccounted for"
+                ));
+            }
+        }
+        violations
+    }
+}
