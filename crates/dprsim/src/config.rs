@@ -69,6 +69,19 @@ impl Delay {
     }
 }
 
+/// How a worker's periodic commit numbers versions (the worker method it calls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitMode {
+    /// `commit`: every `commit_interval` (+ jitter), seal and move to the next number.
+    Plain,
+    /// `commit_with_catch_up` (§3.4): the sealed version is labelled at least `Vmax`.
+    CatchUp,
+    /// `commit_to(slot)` at wall-clock slot boundaries, skipped when the version already reached
+    /// the slot: what the engine cluster's workers do. Each worker's clock is off by a fixed
+    /// skew in `[0, commit_jitter]`.
+    AlignedSlots,
+}
+
 /// A worker crash at a virtual time (it stops, loses its memory and is restarted by the
 /// manager's restore command after [`SimConfig::restart_delay`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +141,12 @@ pub struct SimConfig {
     pub duration: Duration,
     /// The seed: same seed and config, same trace.
     pub seed: u64,
+    /// How workers pick the version a commit moves to.
+    pub commit_mode: CommitMode,
+    /// Workers fast-forward by relabelling the unsealed version (`FastForward::Relabel`, what the
+    /// engine cluster uses) instead of sealing it. Sound with the exact finder only: with the
+    /// others the oracle reports broken prefixes (a test shows it).
+    pub relabel: bool,
     /// Deliberate corruption (tests of the oracle only).
     pub tamper: Option<Tamper>,
     /// Parent directory of the run's files (default `/dev/shm` if present, else the temp dir).
@@ -138,7 +157,8 @@ impl SimConfig {
     /// Defaults: one session per worker, window 4, 4 operations per batch, a batch per 1 ms per
     /// session, 10 ms commit interval (+ up to 2 ms jitter), network 100 µs + exp(150 µs),
     /// persistence 1–4 ms, refresh and poll every 2.5 ms, heartbeat 5 ms, lease 25 ms, manager
-    /// every 5 ms, restart 10 ms, 500 ms of load, no failures.
+    /// every 5 ms, restart 10 ms, 500 ms of load, no failures, commits with `Vmax` catch-up,
+    /// fast-forward by sealing.
     pub fn new(workers: usize, finder: FinderKind, seed: u64) -> Self {
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
@@ -168,6 +188,8 @@ impl SimConfig {
             failures: Vec::new(),
             duration: ms(500),
             seed,
+            commit_mode: CommitMode::CatchUp,
+            relabel: false,
             tamper: None,
             data_dir: None,
         }

@@ -27,7 +27,7 @@ pub mod report;
 mod sim;
 pub mod store;
 
-pub use config::{Delay, Failure, FinderKind, SimConfig, Tamper};
+pub use config::{CommitMode, Delay, Failure, FinderKind, SimConfig, Tamper};
 pub use report::{CutSample, FinderLoad, SimReport};
 
 /// Why a run could not finish (a libDPR call failed where the protocol says it cannot).

@@ -6,7 +6,9 @@
 //! - every operation ever reported committed (commit point, or survived a rollback) is present;
 //! - every operation reported survived is present, every one reported lost or refused is absent;
 //! - below `until_sequence` everything but the uncertain operations is present;
-//! - nothing of the judged range is present unless the report accounts for it.
+//! - nothing of the judged range is present unless the report accounts for it;
+//! - no survivor was issued after a lost batch completed (it would depend on the lost batch:
+//!   a broken prefix that the state alone cannot show, since the report and the state agree).
 //!
 //! A rollback check is deferred until every worker is up and in the rollback's world-line (a
 //! crashed worker's state cannot be read, and one not yet restored still holds lost operations).
@@ -42,6 +44,10 @@ pub struct SessionOracle {
     excluded: BTreeSet<u64>,
     /// Issued batches not yet reported committed: first sequence -> (end, virtual issue time).
     open_batches: BTreeMap<u64, (u64, u64)>,
+    /// Batches not yet judged by a rollback: first sequence -> (issue step, completion step).
+    /// A batch issued after another completed depends on it (the session carries the
+    /// dependency), so it may not survive a rollback that loses the other.
+    steps: BTreeMap<u64, (u64, Option<u64>)>,
 }
 
 /// A rollback report waiting for the workers to be checkable.
@@ -53,11 +59,13 @@ pub struct PendingCheck {
     judged_below: u64,
     issued_below: u64,
     prefix: SurvivingPrefix,
+    steps: BTreeMap<u64, (u64, Option<u64>)>,
 }
 
 impl SessionOracle {
     /// Records an issued batch.
-    pub fn issued(&mut self, sequences: &SequenceRange, worker: usize, now: u64) {
+    pub fn issued(&mut self, sequences: &SequenceRange, worker: usize, now: u64, step: u64) {
+        self.steps.insert(sequences.start, (step, None));
         debug_assert_eq!(self.placed.len() as u64, sequences.start);
         for _ in sequences.start..sequences.end {
             self.placed.push(worker as u32);
@@ -65,6 +73,13 @@ impl SessionOracle {
         }
         self.open_batches
             .insert(sequences.start, (sequences.end, now));
+    }
+
+    /// Records that the batch starting at `start` completed (ran) at event `step`.
+    pub fn completed(&mut self, start: u64, step: u64) {
+        if let Some(entry) = self.steps.get_mut(&start) {
+            entry.1 = Some(step);
+        }
     }
 
     /// The worker operation `sequence` went to.
@@ -132,12 +147,14 @@ impl SessionOracle {
         self.committed_below = self.committed_below.max(issued_below);
         self.excluded.clear();
         self.open_batches.clear();
+        let steps = std::mem::take(&mut self.steps);
         PendingCheck {
             session,
             world_line: prefix.world_line,
             judged_below,
             issued_below,
             prefix,
+            steps,
         }
     }
 
@@ -186,6 +203,27 @@ impl PendingCheck {
                 fail(format!(
                     "session {session} op {sequence} reported lost/refused but present"
                 ));
+            }
+        }
+        // A survivor must not depend on a lost batch: none may be issued after one completed.
+        let lost_completed = prefix
+            .lost
+            .iter()
+            .filter_map(|r| self.steps.get(&r.start).and_then(|s| s.1))
+            .min();
+        if let Some(lost_step) = lost_completed {
+            for range in &prefix.survived {
+                if self
+                    .steps
+                    .get(&range.start)
+                    .is_some_and(|s| s.0 > lost_step)
+                {
+                    fail(format!(
+                        "session {session} ops {}..{} survived but were issued after a lost \
+                         batch completed (they depend on it)",
+                        range.start, range.end
+                    ));
+                }
             }
         }
         for sequence in self.judged_below..prefix.until_sequence {

@@ -22,12 +22,12 @@ use prefixkv_dpr::header::DprHeader;
 use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
 use prefixkv_dpr::session::{BatchTicket, Completion, SessionError};
 use prefixkv_dpr::state_object::MapOperation;
-use prefixkv_dpr::worker::BatchOutcome;
+use prefixkv_dpr::worker::{BatchOutcome, FastForward};
 use prefixkv_dpr::{ClusterState, Cut, DprSession, DprWorker, WorkerId};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::config::{FinderKind, SimConfig};
+use crate::config::{CommitMode, FinderKind, SimConfig};
 use crate::object::SimObject;
 use crate::oracle::{key, PendingCheck, SessionOracle};
 use crate::queue::{EventQueue, Micros};
@@ -81,6 +81,8 @@ struct Node {
     /// Virtual time the last scheduled persistence completes (completions stay in commit order).
     persist_tail: Micros,
     restart_pending: bool,
+    /// This worker's clock offset (aligned-slot commits).
+    skew: Micros,
     directory: PathBuf,
 }
 
@@ -140,8 +142,10 @@ impl Sim {
         let clock = Arc::new(ManualClock::default());
         let manager = ClusterManager::new(shared, clock.clone(), us(config.lease) / 1000);
         let commands: Commands = Arc::default();
+        let mut rng = StdRng::seed_from_u64(config.seed);
         let nodes = (0..config.workers)
             .map(|w| Node {
+                skew: rng.random_range(0..=us(config.commit_jitter)),
                 worker: None,
                 incarnation: 0,
                 persist_tail: 0,
@@ -155,7 +159,6 @@ impl Sim {
         let oracles = (0..config.sessions)
             .map(|_| SessionOracle::default())
             .collect();
-        let rng = StdRng::seed_from_u64(config.seed);
         let mut sim = Self {
             config,
             rng,
@@ -209,13 +212,16 @@ impl Sim {
         let now_ms = self.queue.now() / 1000;
         let object = SimObject::open(&self.nodes[w].directory)?;
         let max_dependencies = self.config.workers as u32 + 1;
-        let worker = DprWorker::start(
+        let mut worker = DprWorker::start(
             w as WorkerId,
             object,
             Arc::clone(&self.finder),
             max_dependencies,
             now_ms,
         )?;
+        if self.config.relabel {
+            worker.set_fast_forward(FastForward::Relabel);
+        }
         self.queue.record(worker.version());
         let node = &mut self.nodes[w];
         node.incarnation += 1;
@@ -275,23 +281,17 @@ impl Sim {
             Event::Deliver(request) => self.deliver(*request)?,
             Event::Respond(s, ticket, response) => {
                 self.queue.record(1);
+                let start = ticket.sequences.start;
                 match self.sessions[s].complete_batch(ticket, &response)? {
-                    Completion::Executed { version } => self.queue.record(version),
+                    Completion::Executed { version } => {
+                        self.queue.record(version);
+                        self.oracles[s].completed(start, self.queue.executed());
+                    }
                     Completion::Ignored => {}
                     Completion::RollbackRequired { .. } => self.handle_rollback(s)?,
                 }
             }
-            Event::Commit(w, incarnation) => {
-                let Some(worker) = self.live(w, incarnation) else {
-                    return Ok(());
-                };
-                let sealed = worker.commit_with_catch_up()?;
-                self.queue.record(sealed);
-                self.schedule_persistence(w);
-                let next = us(self.config.commit_interval)
-                    + self.rng.random_range(0..=us(self.config.commit_jitter));
-                self.queue.after(next, Event::Commit(w, incarnation));
-            }
+            Event::Commit(w, incarnation) => self.commit(w, incarnation)?,
             Event::Persisted(w, incarnation, id) => {
                 if let Some(worker) = self.live(w, incarnation) {
                     let done = worker.state_object_mut().complete(id)?;
@@ -331,6 +331,37 @@ impl Sim {
         Ok(())
     }
 
+    /// A worker's commit timer (see [`CommitMode`]).
+    fn commit(&mut self, w: usize, incarnation: u64) -> Result<(), SimError> {
+        let mode = self.config.commit_mode;
+        let interval = us(self.config.commit_interval).max(1);
+        let skew = self.nodes[w].skew;
+        let now = self.queue.now();
+        let Some(worker) = self.live(w, incarnation) else {
+            return Ok(());
+        };
+        let sealed = match mode {
+            CommitMode::Plain => Some(worker.commit()?),
+            CommitMode::CatchUp => Some(worker.commit_with_catch_up()?),
+            CommitMode::AlignedSlots => {
+                let slot = (now + skew) / interval;
+                if worker.version() < slot {
+                    Some(worker.commit_to(slot)?)
+                } else {
+                    None
+                }
+            }
+        };
+        self.queue.record(sealed.unwrap_or(0));
+        self.schedule_persistence(w);
+        let next = match mode {
+            CommitMode::AlignedSlots => interval - (now + skew) % interval,
+            _ => interval + self.rng.random_range(0..=us(self.config.commit_jitter)),
+        };
+        self.queue.after(next, Event::Commit(w, incarnation));
+        Ok(())
+    }
+
     fn issue(&mut self, s: usize) -> Result<(), SimError> {
         let now = self.queue.now();
         if now >= us(self.config.duration) {
@@ -346,7 +377,7 @@ impl Sim {
             Err(SessionError::WindowFull { .. }) => return Ok(()),
             Err(error) => return Err(error.into()),
         };
-        self.oracles[s].issued(&ticket.sequences, w, now);
+        self.oracles[s].issued(&ticket.sequences, w, now, self.queue.executed());
         self.report.ops_issued += count as u64;
         let operations = (ticket.sequences.start..ticket.sequences.end)
             .map(|sequence| MapOperation::Put(key(s, sequence), vec![1]))
