@@ -92,9 +92,11 @@ fn run_cell(plan: &SimPlan, workers: usize, finder: FinderKind) -> Result<Cell> 
         let report = simulate(config(plan, workers, finder, seed))?;
         if !report.verified {
             eprintln!(
-                "dpr simulation: {workers} workers, {} finder, seed {seed}: NOT VERIFIED: {:?}",
+                "dpr simulation: {workers} workers, {} finder, seed {seed}: NOT VERIFIED \
+                 ({} violations; first: {:?})",
                 finder.name(),
-                report.violations
+                report.violations.len(),
+                report.violations.iter().take(2).collect::<Vec<_>>()
             );
         }
         reports.push(report);
