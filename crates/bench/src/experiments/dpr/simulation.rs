@@ -10,7 +10,7 @@
 //!
 //! Rows: `simulation` (one per workers × finder) and `simulation-timeline` (the published cut's
 //! smallest version every 50 virtual ms, largest worker count, first seed). Plots:
-//! `dpr-sim-latency`, `dpr-sim-graph`, `dpr-sim-metadata`, `dpr-sim-cut`.
+//! `dpr-sim-latency`, `dpr-sim-graph`, `dpr-sim-edges`, `dpr-sim-metadata`, `dpr-sim-cut`.
 
 use std::time::{Duration, Instant};
 
@@ -309,6 +309,23 @@ fn plots(common: &Common, plan: &SimPlan, cells: &[Cell]) -> Result<()> {
         }),
         true,
     )?;
+    // Only the exact finder stores dependency entries; without it there is nothing to draw.
+    let edges: Vec<Series> = per_finder(plan, cells, "mean", |c| {
+        c.mean(|r| r.finder_load.graph_edges_mean)
+    })
+    .into_iter()
+    .filter(|s| s.points.iter().any(|&(_, y)| y > 0.0))
+    .collect();
+    if !edges.is_empty() {
+        chart(
+            common,
+            "dpr-sim-edges",
+            "Dependency entries above the cut (exact finder's stored edges; mean per refresh)",
+            ("workers (log)", "dependency entries"),
+            edges,
+            true,
+        )?;
+    }
     chart(
         common,
         "dpr-sim-metadata",
