@@ -15,7 +15,9 @@
 //! - The dependency set of a version holds, per other worker, the largest version depended on
 //!   (depending on `w-v` implies depending on `w`'s earlier versions).
 //! - No version depends on a larger version: a dependency `(w, x)` arrives with `Vs >= x`, and
-//!   fast-forward makes the executing version `>= Vs`.
+//!   fast-forward makes the executing version `>= Vs`; every seal keeps the sealed version's
+//!   own number. (Except under [`FastForward::Relabel`], which is why that mode is for the exact
+//!   finder only.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -153,11 +155,15 @@ pub enum FastForward {
     #[default]
     Seal,
     /// Raise the current, unsealed version's number to the new version without sealing it; the
-    /// next periodic commit seals it under that number. Sound for the same reason as
-    /// [`DprWorker::commit_with_catch_up`]'s relabelling: numbers only grow, a token is a prefix,
-    /// and no version depends on a larger one (the batch runs in the raised version). For state
-    /// objects that can run only one commit at a time (a CPR checkpoint still being written
-    /// cannot be followed by another), so that a batch never waits for a commit to finish.
+    /// next periodic commit seals it under that number. For state objects that can run only one
+    /// commit at a time (a CPR checkpoint still being written cannot be followed by another), so
+    /// that a batch never waits for a commit to finish.
+    ///
+    /// Only for the exact finder: operations that already ran under the old number (which other
+    /// workers' smaller versions may depend on) end up in the larger version, so a version can
+    /// depend on a larger one. The exact finder's graph follows such a dependency to the version
+    /// holding it; the approximate cut (`Vmin`, also half of the hybrid cut) assumes it cannot
+    /// happen and may then hold a version without what it depends on.
     Relabel,
 }
 
@@ -349,13 +355,16 @@ impl<S: StateObject> DprWorker<S> {
         Ok(sealed)
     }
 
-    /// Like [`commit`](Self::commit), but first reads `Vmax` and labels the sealed version at least
-    /// `Vmax`, so a worker that commits less often than others catches up (§3.4). Sound because a
-    /// token is a prefix: relabelling upward keeps "no version depends on a larger version".
+    /// Like [`commit`](Self::commit), but first reads `Vmax` and moves on to at least `Vmax`, so a
+    /// worker that commits less often than others catches up (§3.4). Returns the sealed version.
+    ///
+    /// The sealed version keeps its own number: labelling it `Vmax` instead would move operations
+    /// other workers' smaller versions may already depend on into a larger version, and the
+    /// approximate cut (`Vmin`) is closed only if no version depends on a larger one
+    /// (`tests/catch_up_cut.rs`).
     pub fn commit_with_catch_up(&mut self) -> Result<Version, WorkerError> {
-        let label = self.version.max(self.finder.max_version()?);
-        self.seal(label, label + 1)?;
-        Ok(label)
+        let next = self.finder.max_version()?;
+        self.commit_to(next)
     }
 
     fn seal(&mut self, label: Version, next: Version) -> Result<(), WorkerError> {

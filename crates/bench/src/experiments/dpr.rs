@@ -23,6 +23,10 @@
 //!   in memory; rows `failures-simulated*`, summary `recovery_ms_max`) and `kill` (SIGKILL: the
 //!   survivors roll back in memory, the killed worker restarts and reloads its checkpoint; rows
 //!   `failures*`, summary `recovery_ms_max_process_kill`).
+//! - `simulation` (issue 14; [`simulation`]): 8–64 workers × exact / approximate / hybrid finder
+//!   under `prefixkv-dprsim`'s deterministic network simulation in virtual time, one crash
+//!   mid-run: cut progress, commit latency (virtual ms and commit intervals), finder load
+//!   (metadata calls, precedence-graph size), oracle-verified. Needs no worker executable.
 //!
 //! - `colocation` (Fig. 15; [`colocation`]): 3 workers, each process hosting co-located client
 //!   threads (`prefixkv-bench dpr-colocated-worker`, hidden) whose batches for the worker's own
@@ -77,6 +81,7 @@ mod colocation;
 mod deploy;
 mod failures;
 mod session;
+mod simulation;
 mod sweeps;
 mod track;
 
@@ -87,7 +92,8 @@ use failures::FailureKind;
 /// Flags of `prefixkv-bench dpr`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Parts to run (comma separated): scale-out, batch, interval, colocation, failures.
+    /// Parts to run (comma separated): scale-out, batch, interval, colocation, failures,
+    /// simulation.
     /// Default: all.
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<Part>>,
@@ -179,6 +185,26 @@ pub struct Args {
     /// The workers' CPR checkpoint strategy (fold-over, snapshot, persian, cpr-copy, blocking).
     #[arg(long, default_value = "fold-over")]
     pub strategy: prefixkv_engine::Strategy,
+    /// Simulated worker counts (default 8,16,32,64; quick 8).
+    #[arg(long, value_delimiter = ',')]
+    pub sim_workers: Option<Vec<usize>>,
+    /// Simulated finders: exact, approximate, hybrid (default all three; quick exact,approximate).
+    #[arg(long, value_delimiter = ',')]
+    pub sim_finders: Option<Vec<String>>,
+    /// Seeds per simulated cell (default 2; quick 1).
+    #[arg(long)]
+    pub sim_seeds: Option<u64>,
+    /// Virtual milliseconds of load per simulated run (default 1000; quick 200).
+    #[arg(long)]
+    pub sim_virtual_ms: Option<u64>,
+    /// How simulated workers commit: catch-up (`Vmax`, the paper's), aligned-slots (the engine
+    /// cluster's) or plain.
+    #[arg(long, default_value = "catch-up")]
+    pub sim_commit_mode: String,
+    /// Simulated workers fast-forward by relabelling (`FastForward::Relabel`, the engine
+    /// cluster's mode; sound with the exact finder only) instead of sealing.
+    #[arg(long)]
+    pub sim_relabel: bool,
 }
 
 /// A part of the experiment.
@@ -194,6 +220,8 @@ pub enum Part {
     Colocation,
     /// Fig. 16.
     Failures,
+    /// Issue 14: 8–64 workers under the deterministic network simulation.
+    Simulation,
 }
 
 /// Sizes after applying `--quick` defaults.
@@ -229,6 +257,7 @@ pub(super) struct Plan {
     executable: PathBuf,
     data_dir: PathBuf,
     null_dir: Option<PathBuf>,
+    sim: simulation::SimPlan,
 }
 
 impl Plan {
@@ -271,6 +300,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     if plan.parts.contains(&Part::Colocation) {
         colocation::run(common, &plan, &mut report, &mut totals)?;
     }
+    if plan.parts.contains(&Part::Simulation) {
+        simulation::run(common, &plan.sim, &mut report)?;
+    }
     if plan.parts.contains(&Part::Failures) {
         for &kind in &plan.failure_kinds {
             let recovery = failures::run(common, &plan, &mut report, kind)?;
@@ -299,8 +331,11 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
             Part::Interval,
             Part::Colocation,
             Part::Failures,
+            Part::Simulation,
         ]
     });
+    // The simulation runs in this process: only the other parts need the worker executable.
+    let needs_cluster = parts.iter().any(|&p| p != Part::Simulation);
     let workers = args
         .workers
         .clone()
@@ -379,9 +414,49 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
         strategy: args.strategy,
         log_memory_bytes: args.log_memory_mib.unwrap_or(if quick { 64 } else { 256 }) << 20,
         keep_dirs: args.keep_dirs,
-        executable: deploy::cluster_executable(args.cluster_binary.as_deref())?,
+        executable: if needs_cluster {
+            deploy::cluster_executable(args.cluster_binary.as_deref())?
+        } else {
+            PathBuf::new()
+        },
         data_dir: args.data_dir.clone().unwrap_or_else(std::env::temp_dir),
         null_dir,
+        sim: sim_plan(quick, args)?,
+    })
+}
+
+fn sim_plan(quick: bool, args: &Args) -> Result<simulation::SimPlan> {
+    let workers =
+        args.sim_workers
+            .clone()
+            .unwrap_or(if quick { vec![8] } else { vec![8, 16, 32, 64] });
+    ensure!(
+        !workers.is_empty() && workers.iter().all(|&w| w >= 2),
+        "--sim-workers needs counts of at least 2"
+    );
+    let default_finders: &[&str] = if quick {
+        &["exact", "approximate"]
+    } else {
+        &["exact", "approximate", "hybrid"]
+    };
+    let finders = match &args.sim_finders {
+        Some(names) => names.iter().map(|n| simulation::parse_finder(n)).collect(),
+        None => default_finders
+            .iter()
+            .map(|n| simulation::parse_finder(n))
+            .collect::<Result<Vec<_>>>(),
+    }?;
+    Ok(simulation::SimPlan {
+        workers,
+        finders,
+        seeds: args.sim_seeds.unwrap_or(if quick { 1 } else { 2 }).max(1),
+        virtual_run: Duration::from_millis(
+            args.sim_virtual_ms
+                .unwrap_or(if quick { 200 } else { 1000 })
+                .max(50),
+        ),
+        commit_mode: simulation::parse_commit_mode(&args.sim_commit_mode)?,
+        relabel: args.sim_relabel,
     })
 }
 
@@ -440,6 +515,24 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) -> Result<()>
         }),
     );
     report.config("cluster_binary", plan.executable.display().to_string());
+    report.config("sim_workers", plan.sim.workers.clone());
+    let finders: Vec<&str> = plan.sim.finders.iter().map(|f| f.name()).collect();
+    report.config("sim_finders", finders);
+    report.config("sim_seeds", plan.sim.seeds);
+    report.config("sim_relabel", plan.sim.relabel);
+    report.config("sim_virtual_ms", plan.sim.virtual_run.as_millis() as u64);
+    report.config(
+        "sim_commit_mode",
+        simulation::mode_name(plan.sim.commit_mode),
+    );
+    report.config(
+        "sim_model",
+        "prefixkv-dprsim: real DprWorker (VersionedMap), DprSession, finder, ClusterManager and \
+         SQLite metadata; virtual time; one session per worker (window 4, 4 writes per batch, \
+         a batch per ~1 ms), network 100 us + exp(150 us), persistence 1-4 ms, commit every \
+         10 ms + up to 2 ms jitter, refresh and poll every 2.5 ms, lease 25 ms, restart 10 ms, \
+         worker workers/2 crashed at half the run",
+    );
     report.notes.push(format!(
         "workers (separate processes), the cluster manager and the client threads share the \
          machine's {} cores; keys {} (the paper: 250 M), clients {} threads on the same machine",

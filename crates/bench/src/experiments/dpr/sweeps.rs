@@ -181,7 +181,7 @@ fn cell_row(figure: &str, contender: &Contender, measured: &Measured) -> Map<Str
     r
 }
 
-fn chart(
+pub(super) fn chart(
     common: &Common,
     name: &str,
     title: &str,
