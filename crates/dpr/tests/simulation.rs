@@ -192,7 +192,7 @@ fn simulate(seed: u64) -> Tally {
     // Half the exact-finder seeds fast-forward by relabelling the unsealed version instead of
     // sealing it (`FastForward::Relabel`, what the engine cluster's workers use; exact finder
     // only, see its docs).
-    let relabel = seed % 3 == 0 && (seed / 3) % 2 == 1;
+    let relabel = seed.is_multiple_of(3) && (seed / 3) % 2 == 1;
     let open_worker = |id: u64| {
         let map = VersionedMap::open(data.path().join(format!("w{id}"))).unwrap();
         let mut worker = DprWorker::start(id, map, Arc::clone(&finder), 64, 0).unwrap();
