@@ -391,6 +391,9 @@ impl EngineStateObject {
                     engine_version,
                     world_line = report.world_line,
                     throw_ms = report.throw_ms,
+                    wait_ms = report.wait_ms,
+                    delete_ms = report.delete_ms,
+                    deleted = report.deleted_checkpoints.len(),
                     rollback_ms = started.elapsed().as_secs_f64() * 1e3,
                     "rolled the engine back in memory"
                 );
@@ -418,6 +421,19 @@ fn persist(
             .store
             .wait_for_commit(job.token, Duration::from_secs(600));
         let (lock, changed) = &*persisted;
+        if let Err(EngineError::CheckpointAborted { version }) = &result {
+            // A rollback discarded this version before it was written (see `restore`): not a
+            // failure, and nothing to report (the DPR worker forgets the old world-line's
+            // pending versions when it restores).
+            tracing::info!(
+                label = job.label,
+                version,
+                "checkpoint abandoned by a rollback"
+            );
+            lock.lock().in_flight = false;
+            changed.notify_all();
+            continue;
+        }
         let outcome = {
             let mut state = lock.lock();
             state.in_flight = false;
@@ -525,9 +541,6 @@ impl StateObject for EngineStateObject {
 
     fn restore(&mut self, version: Version) -> Result<Vec<u8>, StateObjectError> {
         let root = self.root();
-        if !self.wait_idle(RESTORE_WAIT) {
-            return Err(engine_error(&root, EngineError::Timeout));
-        }
         let available: Vec<Version> = self.persisted.0.lock().versions.keys().copied().collect();
         if version != 0 && !available.contains(&version) {
             return Err(StateObjectError::NoSuchVersion { version, available });
@@ -539,8 +552,15 @@ impl StateObject for EngineStateObject {
         );
         // Sessions of the old world-line would answer their next operation with `RolledBack`.
         inner.idle.clear();
+        // In memory first, without waiting for a checkpoint being written: it is of a version
+        // above every persisted one, hence above the target, and the engine's rollback stops it
+        // (`EngineError::CheckpointAborted`, which the persister does not count as a failure).
         if let Some(metadata) = self.roll_back_in_memory(&inner, version)? {
             return Ok(metadata);
+        }
+        // The reload path replaces the store: the persister must be done with it.
+        if !self.wait_idle(RESTORE_WAIT) {
+            return Err(engine_error(&root, EngineError::Timeout));
         }
         // Drop the store (its directory lock and threads) before opening it again: the persister
         // is idle and no session is lent, so this is the last holder.

@@ -272,6 +272,11 @@ fn write_image(
             .map_or(0, |elapsed| elapsed.as_millis() as u64),
         cookie,
     };
+    // A rollback that discards this version asked for it to stop (checked last, for every
+    // strategy; the log scans also check as they go): the draft is dropped, nothing published.
+    if shared.abort_checkpoint.load(Ordering::SeqCst) {
+        return Err(EngineError::CheckpointAborted { version });
+    }
     let published = pending.publish(manifest, segments)?;
     {
         let mut sessions = shared.sessions.lock();
@@ -525,6 +530,9 @@ fn scan_index_range(
 
 /// Log records with version <= v in `[begin, tail)`, in address order, split into `threads`
 /// contiguous page ranges (segment i before segment i+1), written in parallel.
+/// Records a log-scanning checkpoint writes between checks for a rollback's abort request.
+const ABORT_CHECK_RECORDS: u64 = 4096;
+
 fn scan_log_parallel(
     shared: &Arc<Shared>,
     pending: &crate::checkpoint_files::PendingCheckpoint,
@@ -549,7 +557,15 @@ fn scan_log_parallel(
         let mut key = Vec::new();
         let mut value = Vec::new();
         if from < until {
+            let mut visited = 0u64;
             log.scan(from, until, |record| {
+                visited += 1;
+                if visited.is_multiple_of(ABORT_CHECK_RECORDS)
+                    && shared.abort_checkpoint.load(Ordering::Relaxed)
+                {
+                    failure = Some(EngineError::CheckpointAborted { version });
+                    return false;
+                }
                 let word0 = record.word0();
                 debug_assert!(word0 & FLAG_PRESENT != 0);
                 if word0 & (FLAG_INVALID | FLAG_STABLE) != 0

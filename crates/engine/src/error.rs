@@ -73,6 +73,13 @@ pub enum EngineError {
         /// Why.
         detail: String,
     },
+    /// A rollback discarded the checkpoint's version: it was stopped before it was published
+    /// (`Store::rollback` does not wait for a checkpoint it would delete), or deleted after.
+    #[error("checkpoint v{version} was discarded by a rollback (its versions are gone)")]
+    CheckpointAborted {
+        /// The version that was being written.
+        version: u64,
+    },
     /// A bounded wait ran out.
     #[error("timed out waiting; the operation may still complete later")]
     Timeout,

@@ -341,17 +341,47 @@ impl Catalog {
     /// the root fsynced before any file is deleted, so a cut never leaves a published-looking
     /// version with files missing. A version that is not published is an error.
     pub fn remove(&self, version: u64) -> Result<(), CatalogError> {
-        let path = self.version_dir(version);
-        let doomed = self
-            .root
-            .join(format!("{}{DELETING_SUFFIX}", VERSION_NAME.format(version)));
-        // Rename first: after a crash the directory is recognisably half-deleted.
-        self.disk
-            .rename(&path, &doomed)
-            .map_err(io_error(&format!("rename to {}", doomed.display()), &path))?;
-        sync_dir(&*self.disk, &self.root).map_err(io_error("fsync", &self.root))?;
-        self.published.lock().remove(&version);
-        io::remove_dir_all(&*self.disk, &doomed).map_err(io_error("remove", &doomed))
+        let retired = self.retire(&[version])?;
+        self.remove_retired(&retired)
+    }
+
+    /// Unpublishes `versions` durably and cheaply: each directory is renamed aside (`.deleting`,
+    /// which [`Catalog::open`] removes as half-deleted) and the root is synced once, so from the
+    /// return on no recovery sees any of them. Their files are still there: pass the returned
+    /// paths to [`Catalog::remove_retired`] (when it suits the caller: removing large files can
+    /// take long). A crash before the return may leave any subset renamed.
+    pub fn retire(&self, versions: &[u64]) -> Result<Vec<PathBuf>, CatalogError> {
+        let mut retired = Vec::with_capacity(versions.len());
+        for &version in versions {
+            let path = self.version_dir(version);
+            let doomed = self
+                .root
+                .join(format!("{}{DELETING_SUFFIX}", VERSION_NAME.format(version)));
+            self.disk
+                .rename(&path, &doomed)
+                .map_err(io_error(&format!("rename to {}", doomed.display()), &path))?;
+            retired.push(doomed);
+        }
+        if !retired.is_empty() {
+            sync_dir(&*self.disk, &self.root).map_err(io_error("fsync", &self.root))?;
+        }
+        let mut published = self.published.lock();
+        for version in versions {
+            published.remove(version);
+        }
+        Ok(retired)
+    }
+
+    /// Removes directories [`Catalog::retire`] renamed aside. One already gone (removed by an
+    /// [`Catalog::open`] of the same root meanwhile) is not an error.
+    pub fn remove_retired(&self, retired: &[PathBuf]) -> Result<(), CatalogError> {
+        for doomed in retired {
+            match io::remove_dir_all(&*self.disk, doomed) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                other => other.map_err(io_error("remove", doomed))?,
+            }
+        }
+        Ok(())
     }
 
     fn list(&self) -> Result<Vec<(String, EntryName)>, CatalogError> {

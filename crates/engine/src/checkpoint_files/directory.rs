@@ -156,6 +156,17 @@ impl CheckpointDirectory {
     pub fn remove(&self, version: u64) -> Result<(), EngineError> {
         self.catalog.remove(version).map_err(catalog_error)
     }
+
+    /// Unpublishes `versions` durably with one directory sync; their directories stay until
+    /// [`CheckpointDirectory::remove_retired`] (see `prefixkv_storage::Catalog::retire`).
+    pub fn retire(&self, versions: &[u64]) -> Result<Vec<std::path::PathBuf>, EngineError> {
+        self.catalog.retire(versions).map_err(catalog_error)
+    }
+
+    /// Removes the directories [`CheckpointDirectory::retire`] returned.
+    pub fn remove_retired(&self, retired: &[std::path::PathBuf]) -> Result<(), EngineError> {
+        self.catalog.remove_retired(retired).map_err(catalog_error)
+    }
 }
 
 /// A checkpoint being written in its `.tmp` directory. Dropping it unpublished removes the directory.

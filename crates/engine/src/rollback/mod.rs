@@ -43,6 +43,7 @@
 mod purge;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -111,6 +112,12 @@ pub struct RollbackReport {
     /// Milliseconds from the THROW state being published until every protected session adopted
     /// it (the part of `rollback` that waits for sessions).
     pub throw_ms: f64,
+    /// Milliseconds spent before THROW waiting for the state machine (a running checkpoint, the
+    /// previous rollback's THROW being adopted).
+    pub wait_ms: f64,
+    /// Milliseconds spent unpublishing the checkpoints above the target (durably: renamed aside,
+    /// one directory sync) before THROW; their files are removed in the background after PURGE.
+    pub delete_ms: f64,
 }
 
 /// What a rollback's PURGE did ([`Store::wait_for_purge`]).
@@ -296,12 +303,18 @@ impl Store {
     /// [`StoreConfig::rollback_ready`](crate::StoreConfig::rollback_ready).
     ///
     /// What happens:
-    /// - A running checkpoint is waited for (at most [`ROLLBACK_WAIT_LIMIT`]); until this
+    /// - A running checkpoint is stopped, not waited for: its version is above every published
+    ///   one, hence above `to_version`, and would be deleted anyway. It stops at its next check
+    ///   (every 4,096 records of a log scan, and before it publishes) and its token reports
+    ///   `CheckpointAborted`; one already publishing finishes and is deleted below. Until this
     ///   rollback's PURGE ends, `checkpoint` returns `CheckpointInProgress` (one state machine at a
     ///   time). A previous rollback's PURGE still running is not waited for: this rollback takes
     ///   it over (its own PURGE covers both ranges) once that rollback's THROW was adopted.
-    /// - Every published checkpoint above `to_version` is deleted durably, newest first, before
-    ///   anything changes in memory: a restart from here on recovers `to_version` or older.
+    /// - Every published checkpoint above `to_version` is unpublished durably before anything
+    ///   changes in memory (renamed `.deleting`, one directory sync for all of them): a restart
+    ///   from here on recovers `to_version` or older. Their files are removed by the PURGE thread
+    ///   once PURGE is done (a fold-over checkpoint holds the whole log: removing ten of them took
+    ///   over 100 ms, which batches would otherwise wait for).
     /// - THROW: the versions `(to_version, current]` become invalid, the world-line grows by one,
     ///   the version jumps to `current + 1`. Each session's next operation (or its operation in
     ///   progress that had not taken effect) returns [`EngineError::RolledBack`] once, with its
@@ -340,7 +353,8 @@ impl Store {
         }
         // Arguments first (again under the state machine below): a refusal never waits.
         self.check_target(to_version)?;
-        let deadline = Instant::now() + ROLLBACK_WAIT_LIMIT;
+        let started = Instant::now();
+        let deadline = started + ROLLBACK_WAIT_LIMIT;
         let _one = shared
             .rollback
             .one_at_a_time
@@ -350,10 +364,16 @@ impl Store {
         // PURGE covers its range too), or acquired (a running checkpoint is waited for).
         let inherited = self.take_over_purge(deadline)?;
         if !inherited {
-            shared.acquire_state_machine(deadline)?;
+            // A checkpoint still being written is of a version above every published one, hence
+            // above the target: this rollback deletes it anyway, so it is stopped, not waited for.
+            shared.abort_checkpoint.store(true, Ordering::SeqCst);
+            let acquired = shared.acquire_state_machine(deadline);
+            shared.abort_checkpoint.store(false, Ordering::SeqCst);
+            acquired?;
         }
+        let wait_ms = started.elapsed().as_secs_f64() * 1e3;
         match self.throw(to_version, deadline) {
-            Ok(report) => Ok(report),
+            Ok(report) => Ok(RollbackReport { wait_ms, ..report }),
             Err((error, released)) => {
                 if !released {
                     if inherited {
@@ -408,7 +428,13 @@ impl Store {
         let invalid = shared.rollback.invalid();
         let bound = shared.rollback.purge_bound(invalid.bounds().0).unwrap_or(0);
         let adopted = Arc::new((Mutex::new(true), Condvar::new()));
-        self.start_purge(adopted, invalid, bound, state.world_line, state.version);
+        self.start_purge(
+            adopted,
+            invalid,
+            bound,
+            (state.world_line, state.version),
+            Vec::new(),
+        );
     }
 
     /// Refuses a version below the floor, or one that is not a rollback target (0 always is).
@@ -465,9 +491,11 @@ impl Store {
                 false,
             ));
         }
-        let deleted = self
+        let delete_started = Instant::now();
+        let (deleted, retired) = self
             .delete_newer_checkpoints(to_version)
             .map_err(|e| (e, false))?;
+        let delete_ms = delete_started.elapsed().as_secs_f64() * 1e3;
         // The range this rollback invalidates. If an earlier rollback's PURGE was taken over, its
         // range `(after, through]` is still invalid and must stay so: every target left is at
         // most `after` (the targets above it were deleted by that rollback, and no checkpoint
@@ -526,7 +554,13 @@ impl Store {
                 adopted.1.notify_all();
             });
         }
-        self.start_purge(adopted.clone(), invalid, bound, world_line, next_version);
+        self.start_purge(
+            adopted.clone(),
+            invalid,
+            bound,
+            (world_line, next_version),
+            retired,
+        );
         if !wait_flag(shared, &adopted, deadline) {
             return Err((EngineError::Timeout, true));
         }
@@ -538,11 +572,17 @@ impl Store {
             next_version,
             deleted_checkpoints: deleted,
             throw_ms,
+            wait_ms: 0.0,
+            delete_ms,
         })
     }
 
-    /// Deletes every published checkpoint above `to_version`, newest first, durably.
-    fn delete_newer_checkpoints(&self, to_version: u64) -> Result<Vec<u64>, EngineError> {
+    /// Unpublishes every checkpoint above `to_version`, durably; returns their versions (newest
+    /// first) and the directories left to remove.
+    fn delete_newer_checkpoints(
+        &self,
+        to_version: u64,
+    ) -> Result<(Vec<u64>, Vec<PathBuf>), EngineError> {
         let shared = &self.shared;
         let mut doomed: Vec<u64> = shared
             .checkpoints
@@ -551,12 +591,12 @@ impl Store {
             .filter(|&version| version > to_version)
             .collect();
         doomed.sort_unstable_by(|a, b| b.cmp(a));
-        for &version in &doomed {
-            shared.checkpoints.remove(version)?;
-            shared.rollback.forget_published(&[version]);
-        }
+        // Renamed aside and the directory synced once: durable for every one of them at once. The
+        // files (a fold-over checkpoint holds the whole log) go after PURGE, in the background.
+        let retired = shared.checkpoints.retire(&doomed)?;
+        shared.rollback.forget_published(&doomed);
         shared.forget_results_above(to_version);
-        Ok(doomed)
+        Ok((doomed, retired))
     }
 
     /// Spawns the thread that waits for THROW to be adopted, then purges. Any PURGE still
@@ -566,8 +606,8 @@ impl Store {
         adopted: Arc<(Mutex<bool>, Condvar)>,
         invalid: InvalidVersions,
         bound: u64,
-        world_line: u64,
-        next_version: u64,
+        (world_line, next_version): (u64, u64),
+        retired: Vec<PathBuf>,
     ) {
         let rollback = &self.shared.rollback;
         let mut control = rollback.purge.lock();
@@ -591,6 +631,7 @@ impl Store {
             generation,
             world_line,
             next_version,
+            retired,
         };
         let job = Arc::new(Mutex::new(Some(job)));
         let handed = job.clone();
@@ -715,14 +756,28 @@ struct PurgeJob {
     generation: u64,
     world_line: u64,
     next_version: u64,
+    /// Checkpoint directories this rollback unpublished, removed once PURGE is done (whether it
+    /// finished or was superseded): store shutdown joins this thread, so no reopen of the
+    /// directory races with the removal.
+    retired: Vec<PathBuf>,
 }
 
 impl PurgeJob {
+    fn run(mut self) {
+        let retired = std::mem::take(&mut self.retired);
+        let shared = Arc::clone(&self.shared);
+        self.purge();
+        if let Err(error) = shared.checkpoints.remove_retired(&retired) {
+            // Unpublished already: only space is at stake, and the next open removes them.
+            tracing::warn!(%error, "removing rolled-back checkpoints failed");
+        }
+    }
+
     fn superseded(&self) -> bool {
         self.shared.rollback.purge_generation.load(Ordering::SeqCst) != self.generation
     }
 
-    fn run(self) {
+    fn purge(self) {
         let shared = &self.shared;
         let rollback = &shared.rollback;
         // Unbounded: THROW completes once the last protected session refreshes.

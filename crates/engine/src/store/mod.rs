@@ -94,6 +94,15 @@ pub(crate) struct Located<'a> {
     pub(crate) record: Option<Record<'a>>,
 }
 
+/// Why a checkpoint has no report.
+#[derive(Clone, Debug)]
+pub(crate) enum CheckpointFailure {
+    /// It could not be made durable (the error's text).
+    Failed(String),
+    /// A rollback discarded its version: stopped before it was published, or deleted after.
+    Discarded,
+}
+
 /// State shared by the store, its sessions and its background threads.
 pub(crate) struct Shared {
     pub(crate) config: StoreConfig,
@@ -115,9 +124,12 @@ pub(crate) struct Shared {
     /// A state machine runs: a checkpoint, or a rollback until its PURGE ended (a nested
     /// rollback takes it over from the PURGE it stops).
     checkpoint_running: AtomicBool,
+    /// Set by a rollback while it waits for the state machine: the running checkpoint (whose
+    /// version the rollback is about to discard) stops writing and is not published.
+    pub(crate) abort_checkpoint: AtomicBool,
     /// Rollback bookkeeping (`rollback` module).
     pub(crate) rollback: RollbackState,
-    results: Mutex<HashMap<u64, Result<CheckpointReport, String>>>,
+    results: Mutex<HashMap<u64, Result<CheckpointReport, CheckpointFailure>>>,
     results_changed: Condvar,
     /// `blocking` strategy barrier.
     pub(crate) pause_lock: Mutex<()>,
@@ -275,19 +287,18 @@ impl Shared {
         self.results_changed.notify_all();
     }
 
-    /// Checkpoints above `version` were deleted by a rollback: their tokens now report failure.
+    /// Checkpoints above `version` were deleted by a rollback: their tokens now report
+    /// `CheckpointAborted`.
     pub(crate) fn forget_results_above(&self, version: u64) {
         let mut results = self.results.lock();
         for (&checkpoint, result) in results.iter_mut() {
             if checkpoint > version {
-                *result = Err(format!(
-                    "deleted by a rollback to v{version}: its versions were discarded"
-                ));
+                *result = Err(CheckpointFailure::Discarded);
             }
         }
     }
 
-    fn finish_checkpoint(&self, version: u64, result: Result<CheckpointReport, String>) {
+    fn finish_checkpoint(&self, version: u64, result: Result<CheckpointReport, CheckpointFailure>) {
         let mut results = self.results.lock();
         if results.len() >= KEPT_RESULTS {
             if let Some(oldest) = results.keys().min().copied() {
@@ -358,6 +369,7 @@ impl Store {
             open_sessions: AtomicUsize::new(0),
             checkpoints,
             checkpoint_running: AtomicBool::new(false),
+            abort_checkpoint: AtomicBool::new(false),
             rollback: RollbackState::new(),
             results: Mutex::new(HashMap::new()),
             results_changed: Condvar::new(),
@@ -547,7 +559,10 @@ impl Store {
             .spawn(move || {
                 let started = Instant::now();
                 let result = crate::checkpoint::run(&shared, strategy, version, cookie, started)
-                    .map_err(|error| error.to_string());
+                    .map_err(|error| match error {
+                        EngineError::CheckpointAborted { .. } => CheckpointFailure::Discarded,
+                        other => CheckpointFailure::Failed(other.to_string()),
+                    });
                 shared.finish_checkpoint(version, result);
             });
         match spawned {
@@ -604,12 +619,15 @@ impl Store {
         let mut results = self.shared.results.lock();
         loop {
             if let Some(result) = results.get(&token.version) {
-                return result
-                    .clone()
-                    .map_err(|detail| EngineError::CheckpointFailed {
+                return result.clone().map_err(|failure| match failure {
+                    CheckpointFailure::Failed(detail) => EngineError::CheckpointFailed {
                         version: token.version,
                         detail,
-                    });
+                    },
+                    CheckpointFailure::Discarded => EngineError::CheckpointAborted {
+                        version: token.version,
+                    },
+                });
             }
             if self
                 .shared
