@@ -485,6 +485,22 @@ fn command(encoder: &Encoder, out: &mut bytes::BytesMut, args: &[Bytes]) {
     }
 }
 
+/// Three workers owning an even split, at 127.0.0.1:7000–7002, as worker `me` sees it (tests).
+#[cfg(test)]
+pub(crate) fn three_workers(me: WorkerId) -> Topology {
+    let ranges = prefixkv_dredis::slots::even_split(3)
+        .into_iter()
+        .enumerate()
+        .map(|(worker, (first, last))| PartitionRange {
+            first: u64::from(first),
+            last: u64::from(last),
+            worker: worker as u64,
+            address: format!("127.0.0.1:{}", 7000 + worker),
+        })
+        .collect();
+    Topology::from_ranges(ranges, me, "unused").unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,20 +510,6 @@ mod tests {
             .iter()
             .map(|w| Bytes::copy_from_slice(w.as_bytes()))
             .collect()
-    }
-
-    fn three_workers(me: WorkerId) -> Topology {
-        let ranges = prefixkv_dredis::slots::even_split(3)
-            .into_iter()
-            .enumerate()
-            .map(|(worker, (first, last))| PartitionRange {
-                first: u64::from(first),
-                last: u64::from(last),
-                worker: worker as u64,
-                address: format!("127.0.0.1:{}", 7000 + worker),
-            })
-            .collect();
-        Topology::from_ranges(ranges, me, "unused").unwrap()
     }
 
     fn text(reply: Option<Vec<u8>>) -> String {

@@ -11,7 +11,6 @@
 #[path = "../../dredis/tests/common/mod.rs"]
 mod dredis_common;
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -19,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dredis_common::{spawn_session, verify_found, wait_until, Expected, Progress, SessionRecord};
+use dredis_common::*;
 use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
 use prefixkv_dpr::cluster::{ClusterManager, SystemClock};
 use prefixkv_dpr::finder::DprFinder;
@@ -27,7 +26,6 @@ use prefixkv_dredis::client::ClientConfig;
 use prefixkv_dredis::options::{FinderKind, MetadataLocation};
 use prefixkv_dredis::DprRedisClient;
 use prefixkv_engine::{StoreConfig, Strategy};
-use prefixkv_resp::Reply;
 use rand::RngExt;
 
 const WORKERS: usize = 3;
@@ -106,31 +104,6 @@ fn start_workers(directory: &Path, metadata: &Path) -> (Worker, Processes, Vec<S
     (host, Processes(processes), addresses)
 }
 
-/// Reads every key the record names over TCP: tag → value (absent keys omitted).
-fn read_back(client: &DprRedisClient, record: &SessionRecord) -> BTreeMap<u64, Vec<u8>> {
-    let mut reader = client
-        .session(1_000_000 + record.id)
-        .expect("reader session");
-    let tags: Vec<u64> = record.expected.keys().copied().collect();
-    for &tag in &tags {
-        let key = format!("s{}:{tag}", record.id);
-        reader.push(&[b"GET", key.as_bytes()]).expect("GET");
-    }
-    reader.drain().expect("drain the reads");
-    let mut found = BTreeMap::new();
-    for completed in reader.take_completed() {
-        let tag = tags[completed.tag as usize];
-        match completed.reply {
-            Reply::BulkString(value) => {
-                found.insert(tag, value.to_vec());
-            }
-            Reply::Null | Reply::NullBulkString => {}
-            other => panic!("GET s{}:{tag} answered {other:?}", record.id),
-        }
-    }
-    found
-}
-
 /// How the other worker fails.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Failure {
@@ -204,19 +177,12 @@ fn run(failure: Failure) {
 
     let stop = Arc::new(AtomicBool::new(false));
     // Sessions 0 and 1 co-located with worker 0, session 2 remote.
-    let sessions: Vec<_> = (0..3u64)
-        .map(|id| {
-            let progress = Arc::new(Progress::default());
-            let client = if id < 2 { &colocated } else { &remote };
-            let handle = spawn_session(
-                Arc::clone(client),
-                id,
-                Arc::clone(&stop),
-                Arc::clone(&progress),
-            );
-            (progress, handle)
-        })
-        .collect();
+    let sessions = spawn_sessions(
+        0..3,
+        |id| Arc::clone(if id < 2 { &colocated } else { &remote }),
+        &stop,
+        0,
+    );
     let threshold = rand::rng().random_range(200..1000u64);
     wait_until("sessions to commit before the failure", || {
         sessions
@@ -242,25 +208,14 @@ fn run(failure: Failure) {
         processes.0[victim - 1] =
             spawn_worker(directory.path(), &metadata, victim, addresses[victim]);
     }
-    wait_until("every session to see the rollback", || {
-        sessions
-            .iter()
-            .all(|(p, _)| p.rollbacks.load(Ordering::SeqCst) >= 1)
-    });
+    wait_rolled_back(&sessions);
     wait_until("the recovery to finish", || {
         let state = state_store.cluster_state().unwrap();
         !state.recovering && state.world_line > world_line_before
     });
-    wait_until("sessions to commit on the new world-line", || {
-        sessions
-            .iter()
-            .all(|(p, _)| p.committed_since_rollback.load(Ordering::SeqCst) >= 3)
-    });
+    wait_committed_since_rollback(&sessions, 3);
     stop.store(true, Ordering::SeqCst);
-    let records: Vec<SessionRecord> = sessions
-        .into_iter()
-        .map(|(_, handle)| handle.join().expect("session thread"))
-        .collect();
+    let records = join_sessions(sessions);
     let router = colocated
         .session(2_000_000)
         .expect("a session to route keys");
@@ -288,19 +243,9 @@ fn run(failure: Failure) {
         // The oracle can fail, on a local operation as on a remote one: claiming one that
         // survived lost must be caught.
         for want_local in [true, false] {
-            let (&tag, _) = record
-                .expected
-                .iter()
-                .find(|(&tag, &e)| e == Expected::Present && is_local(record.id, tag) == want_local)
-                .expect("a present operation of each kind");
-            let mut tampered = SessionRecord {
-                id: record.id,
-                expected: record.expected.clone(),
-                rollbacks: record.rollbacks,
-            };
-            tampered.expected.insert(tag, Expected::Absent);
-            let caught = std::panic::catch_unwind(|| verify_found(&found, &tampered)).is_err();
-            assert!(caught, "the oracle missed a tampered expectation");
+            assert_oracle_catches_tampering(&found, record, |tag| {
+                is_local(record.id, tag) == want_local
+            });
         }
     }
     stop_manager.store(true, Ordering::SeqCst);

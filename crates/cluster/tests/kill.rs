@@ -12,11 +12,10 @@
 #[path = "../../dredis/tests/common/mod.rs"]
 mod dredis_common;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dredis_common::{spawn_session, verify_found, wait_until, Expected, Progress, SessionRecord};
+use dredis_common::*;
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
 use prefixkv_dredis::client::ClientError;
 use prefixkv_dredis::DprRedisClient;
@@ -111,32 +110,6 @@ fn start(workers: usize, keys: u64) -> (tempfile::TempDir, LocalCluster) {
     (directory, cluster)
 }
 
-/// Reads every key the record names through the workers: tag → value (absent keys omitted).
-fn read_back(client: &DprRedisClient, record: &SessionRecord) -> BTreeMap<u64, Vec<u8>> {
-    // A reader session of its own (ids only need to be unique among live sessions).
-    let mut reader = client
-        .session(1_000_000 + record.id)
-        .expect("reader session");
-    let tags: Vec<u64> = record.expected.keys().copied().collect();
-    for &tag in &tags {
-        let key = format!("s{}:{tag}", record.id);
-        reader.push(&[b"GET", key.as_bytes()]).expect("GET");
-    }
-    reader.drain().expect("drain the reads");
-    let mut found = BTreeMap::new();
-    for completed in reader.take_completed() {
-        let tag = tags[completed.tag as usize];
-        match completed.reply {
-            Reply::BulkString(value) => {
-                found.insert(tag, value.to_vec());
-            }
-            Reply::Null | Reply::NullBulkString => {}
-            other => panic!("GET s{}:{tag} answered {other:?}", record.id),
-        }
-    }
-    found
-}
-
 #[test]
 fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
     // The manager's and launcher's messages (failures, rollbacks, restarts) in the test output.
@@ -156,18 +129,7 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
     };
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).expect("client"));
     let stop = Arc::new(AtomicBool::new(false));
-    let sessions: Vec<_> = (0..session_count)
-        .map(|id| {
-            let progress = Arc::new(Progress::default());
-            let handle = spawn_session(
-                Arc::clone(&client),
-                id,
-                Arc::clone(&stop),
-                Arc::clone(&progress),
-            );
-            (progress, handle)
-        })
-        .collect();
+    let sessions = spawn_sessions(0..session_count, |_| Arc::clone(&client), &stop, 0);
     let victim = rand::rng().random_range(0..3usize);
     let probe = spawn_probe(Arc::clone(&client), victim, Arc::clone(&stop));
     let threshold = rand::rng().random_range(200..most_committed);
@@ -196,26 +158,15 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
     cluster
         .restart(victim)
         .expect("start the killed worker again");
-    wait_until("every session to see the rollback", || {
-        sessions
-            .iter()
-            .all(|(p, _)| p.rollbacks.load(Ordering::SeqCst) >= 1)
-    });
+    wait_rolled_back(&sessions);
     wait_until("the recovery to finish", || {
         let state = cluster.cluster_state().unwrap();
         !state.recovering && state.world_line > world_line_before
     });
-    wait_until("sessions to commit on the new world-line", || {
-        sessions
-            .iter()
-            .all(|(p, _)| p.committed_since_rollback.load(Ordering::SeqCst) >= 3)
-    });
+    wait_committed_since_rollback(&sessions, 3);
     stop.store(true, Ordering::SeqCst);
     probe.handle.join().expect("probe thread");
-    let records: Vec<SessionRecord> = sessions
-        .into_iter()
-        .map(|(_, handle)| handle.join().expect("session thread"))
-        .collect();
+    let records = join_sessions(sessions);
     assert_eq!(
         cluster.restarts()[victim],
         1,
@@ -229,21 +180,8 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
             record.id, record.rollbacks
         );
         assert!(present > 0, "session {} kept nothing", record.id);
-        // The oracle can fail: claiming one surviving operation lost, or one lost operation
-        // surviving, must be caught.
-        let mut tampered = SessionRecord {
-            id: record.id,
-            expected: record.expected.clone(),
-            rollbacks: record.rollbacks,
-        };
-        let (&tag, _) = record
-            .expected
-            .iter()
-            .find(|(_, &e)| e == Expected::Present)
-            .expect("a present operation");
-        tampered.expected.insert(tag, Expected::Absent);
-        let caught = std::panic::catch_unwind(|| verify_found(&found, &tampered)).is_err();
-        assert!(caught, "the oracle missed a tampered expectation");
+        // The oracle can fail: claiming one surviving operation lost must be caught.
+        assert_oracle_catches_tampering(&found, record, |_| true);
     }
     cluster.shutdown();
 }

@@ -11,12 +11,10 @@
 #[path = "../../dredis/tests/common/mod.rs"]
 mod dredis_common;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use dredis_common::{spawn_session, verify_found, wait_until, Expected, Progress, SessionRecord};
+use dredis_common::*;
 use prefixkv_cluster::migrate::{migrate_slots, MigrateError, MigrationPlan};
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
 use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
@@ -42,75 +40,24 @@ fn start() -> (tempfile::TempDir, LocalCluster) {
     (directory, cluster)
 }
 
-type Sessions = Vec<(Arc<Progress>, JoinHandle<SessionRecord>)>;
-
 fn start_sessions(client: &Arc<DprRedisClient>, count: u64, stop: &Arc<AtomicBool>) -> Sessions {
-    (0..count)
-        .map(|id| {
-            let progress = Arc::new(Progress::default());
-            // At most 16,000 writes a second per session, so that the test's key count stays
-            // bounded however long the migration takes on a loaded machine.
-            progress.pause_us.store(2_000, Ordering::SeqCst);
-            let handle = spawn_session(
-                Arc::clone(client),
-                id,
-                Arc::clone(stop),
-                Arc::clone(&progress),
-            );
-            (progress, handle)
-        })
-        .collect()
-}
-
-fn wait_for_commits(sessions: &Sessions, at_least: u64) {
-    wait_until("sessions to commit", || {
-        sessions
-            .iter()
-            .all(|(p, _)| p.committed_until.load(Ordering::SeqCst) >= at_least)
-    });
+    // At most 16,000 writes a second per session, so that the test's key count stays bounded
+    // however long the migration takes on a loaded machine.
+    spawn_sessions(0..count, |_| Arc::clone(client), stop, 2_000)
 }
 
 /// Reads every key of the session through a fresh client (routing by the table as it is now)
 /// and checks it against the oracle, also showing the oracle fail on a tampered expectation.
 fn verify(cluster: &LocalCluster, record: &SessionRecord) {
     let client = DprRedisClient::new(cluster.client_config()).expect("client");
-    let mut reader = client.session(1_000 + record.id).expect("reader");
-    let tags: Vec<u64> = record.expected.keys().copied().collect();
-    for &tag in &tags {
-        let key = format!("s{}:{tag}", record.id);
-        reader.push(&[b"GET", key.as_bytes()]).expect("GET");
-    }
-    reader.drain().expect("drain the reads");
-    let mut found = BTreeMap::new();
-    for completed in reader.take_completed() {
-        let tag = tags[completed.tag as usize];
-        match completed.reply {
-            Reply::BulkString(value) => {
-                found.insert(tag, value.to_vec());
-            }
-            Reply::Null | Reply::NullBulkString => {}
-            other => panic!("GET s{}:{tag} answered {other:?}", record.id),
-        }
-    }
+    let found = read_back(&client, record);
     let (present, absent, either) = verify_found(&found, record);
     eprintln!(
         "session {}: {present} present, {absent} absent, {either} uncertain",
         record.id
     );
     assert!(present > 0, "session {} kept nothing", record.id);
-    let (&tag, _) = record
-        .expected
-        .iter()
-        .find(|(_, &e)| e == Expected::Present)
-        .expect("a present operation");
-    let mut tampered = SessionRecord {
-        id: record.id,
-        expected: record.expected.clone(),
-        rollbacks: record.rollbacks,
-    };
-    tampered.expected.insert(tag, Expected::Absent);
-    let caught = std::panic::catch_unwind(|| verify_found(&found, &tampered)).is_err();
-    assert!(caught, "the oracle missed a tampered expectation");
+    assert_oracle_catches_tampering(&found, record, |_| true);
 }
 
 /// A key of session 0's shape in `slots`, for plain RESP probes.
@@ -136,7 +83,7 @@ fn slots_move_between_workers_under_load() {
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).expect("client"));
     let stop = Arc::new(AtomicBool::new(false));
     let sessions = start_sessions(&client, 2, &stop);
-    wait_for_commits(&sessions, 300);
+    wait_committed(&sessions, 300);
     // Worker 0 owns 0..=5460 (the launcher's even split). Move its first 2001 slots around the
     // cluster and back (0 → 1 → 2 → 0): each new owner imports over whatever stale copies it
     // may hold, each old owner forgets its own. `MIGRATE_TEST_LAPS` repeats the tour.
@@ -211,7 +158,7 @@ fn a_failure_during_a_migration_abandons_it() {
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).expect("client"));
     let stop = Arc::new(AtomicBool::new(false));
     let sessions = start_sessions(&client, 2, &stop);
-    wait_for_commits(&sessions, 300);
+    wait_committed(&sessions, 300);
     let world_line = cluster.cluster_state().unwrap().world_line;
     // A failure once the old owner's frozen version is in the cut (of the old owner itself),
     // and one when the data is at the new owner but not committed there (of the new owner);
@@ -261,11 +208,7 @@ fn a_failure_during_a_migration_abandons_it() {
             let state = cluster.cluster_state().unwrap();
             !state.recovering && state.world_line > world_line + round as u64
         });
-        wait_until("sessions to commit on the new world-line", || {
-            sessions
-                .iter()
-                .all(|(p, _)| p.committed_since_rollback.load(Ordering::SeqCst) >= 3)
-        });
+        wait_committed_since_rollback(&sessions, 3);
     }
     // The old owner serves the slots again.
     let key = key_in(0..=2000);

@@ -106,18 +106,7 @@ fn run_with_failures_on(
 ) {
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
-    let sessions: Vec<_> = (0..session_count())
-        .map(|id| {
-            let progress = Arc::new(Progress::default());
-            let handle = spawn_session(
-                Arc::clone(&client),
-                id,
-                Arc::clone(&stop),
-                Arc::clone(&progress),
-            );
-            (progress, handle)
-        })
-        .collect();
+    let sessions = spawn_sessions(0..session_count(), |_| Arc::clone(&client), &stop, 0);
     let threshold = rand::rng().random_range(100..600u64);
     wait_until("sessions to commit before the failure", || {
         sessions
@@ -126,11 +115,7 @@ fn run_with_failures_on(
     });
     let world_line_before = cluster.cluster_state().unwrap().world_line;
     inject(&cluster);
-    wait_until("every session to see the rollback", || {
-        sessions
-            .iter()
-            .all(|(p, _)| p.rollbacks.load(Ordering::SeqCst) >= 1)
-    });
+    wait_rolled_back(&sessions);
     wait_until("the recovery to finish", || {
         let state = cluster.cluster_state().unwrap();
         !state.recovering
@@ -140,16 +125,9 @@ fn run_with_failures_on(
                 .iter()
                 .all(|&w| w == state.world_line)
     });
-    wait_until("sessions to commit on the new world-line", || {
-        sessions
-            .iter()
-            .all(|(p, _)| p.committed_since_rollback.load(Ordering::SeqCst) >= 3)
-    });
+    wait_committed_since_rollback(&sessions, 3);
     stop.store(true, Ordering::SeqCst);
-    let records: Vec<SessionRecord> = sessions
-        .into_iter()
-        .map(|(_, handle)| handle.join().expect("session thread"))
-        .collect();
+    let records = join_sessions(sessions);
     // Quiet: no recovery running, every proxy on the cluster's world-line, and every Redis up. A
     // Redis killed late (the nested test's second kill) stays down until its failure is detected
     // and a restore restarts it, so reading before that would race with the restore.

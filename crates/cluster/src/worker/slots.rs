@@ -460,20 +460,6 @@ mod tests {
     use super::*;
     use prefixkv_dpr::metadata::PartitionRange;
 
-    fn table(me: u64) -> Topology {
-        let ranges = prefixkv_dredis::slots::even_split(3)
-            .into_iter()
-            .enumerate()
-            .map(|(worker, (first, last))| PartitionRange {
-                first: u64::from(first),
-                last: u64::from(last),
-                worker: worker as u64,
-                address: format!("127.0.0.1:{}", 7000 + worker),
-            })
-            .collect();
-        Topology::from_ranges(ranges, me, "unused").unwrap()
-    }
-
     fn args(words: &[&str]) -> Vec<Bytes> {
         words
             .iter()
@@ -484,9 +470,9 @@ mod tests {
     #[test]
     fn an_expired_lease_refuses_keyed_commands_only() {
         // "foo" is slot 12182, worker 2's.
-        let fresh = Slots::new(table(2), Duration::from_secs(3600));
+        let fresh = Slots::new(crate::topology::three_workers(2), Duration::from_secs(3600));
         assert_eq!(fresh.view().refusal(&args(&["GET", "foo"])), None);
-        let expired = Slots::new(table(2), Duration::ZERO);
+        let expired = Slots::new(crate::topology::three_workers(2), Duration::ZERO);
         std::thread::sleep(Duration::from_millis(2));
         let refusal = expired
             .view()
@@ -511,7 +497,7 @@ mod tests {
 
     #[test]
     fn freezes_wait_for_a_commit_boundary_and_tables_release_them() {
-        let slots = Slots::new(table(2), Duration::from_secs(3600));
+        let slots = Slots::new(crate::topology::three_workers(2), Duration::from_secs(3600));
         slots.state.lock().pending.push((7, (12000, 12200)));
         // Not yet: ownership is static within a version.
         assert_eq!(slots.view().refusal(&args(&["GET", "foo"])), None);
@@ -523,7 +509,7 @@ mod tests {
             .unwrap()
             .starts_with(b"-TRYAGAIN "));
         // A table that still gives worker 2 the slots keeps them frozen ...
-        slots.install(table(2));
+        slots.install(crate::topology::three_workers(2));
         assert!(slots
             .view()
             .refusal(&args(&["GET", "foo"]))

@@ -325,3 +325,106 @@ pub fn try_kill(pid: u32) -> bool {
     let result = unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
     result == 0
 }
+
+/// Running session threads with their published progress.
+pub type Sessions = Vec<(Arc<Progress>, JoinHandle<SessionRecord>)>;
+
+/// Starts sessions `ids` ([`spawn_session`]), each on the client `client_for(id)` gives, pausing
+/// `pause_us` after each batch of writes (0: none).
+pub fn spawn_sessions(
+    ids: std::ops::Range<u64>,
+    client_for: impl Fn(u64) -> Arc<DprRedisClient>,
+    stop: &Arc<AtomicBool>,
+    pause_us: u64,
+) -> Sessions {
+    ids.map(|id| {
+        let progress = Arc::new(Progress::default());
+        progress.pause_us.store(pause_us, Ordering::SeqCst);
+        let handle = spawn_session(client_for(id), id, Arc::clone(stop), Arc::clone(&progress));
+        (progress, handle)
+    })
+    .collect()
+}
+
+/// Waits until every session saw a commit point of at least `at_least` operations.
+pub fn wait_committed(sessions: &Sessions, at_least: u64) {
+    wait_until("sessions to commit", || {
+        sessions
+            .iter()
+            .all(|(p, _)| p.committed_until.load(Ordering::SeqCst) >= at_least)
+    });
+}
+
+/// Reads every key the record names through `client` (a reader session of its own): tag →
+/// value, absent keys omitted.
+pub fn read_back(client: &DprRedisClient, record: &SessionRecord) -> BTreeMap<u64, Vec<u8>> {
+    // Session ids only need to be unique among live sessions.
+    let mut reader = client
+        .session(1_000_000 + record.id)
+        .expect("reader session");
+    let tags: Vec<u64> = record.expected.keys().copied().collect();
+    for &tag in &tags {
+        reader.push(&[b"GET", &key(record.id, tag)]).expect("GET");
+    }
+    reader.drain().expect("drain the reads");
+    let mut found = BTreeMap::new();
+    for completed in reader.take_completed() {
+        let tag = tags[completed.tag as usize];
+        match completed.reply {
+            Reply::BulkString(value) => {
+                found.insert(tag, value.to_vec());
+            }
+            Reply::Null | Reply::NullBulkString => {}
+            other => panic!("GET s{}:{tag} answered {other:?}", record.id),
+        }
+    }
+    found
+}
+
+/// Shows [`verify_found`] failing once on tampered input: one operation that must be present
+/// (the first whose tag `pick` accepts) claimed lost.
+pub fn assert_oracle_catches_tampering(
+    found: &BTreeMap<u64, Vec<u8>>,
+    record: &SessionRecord,
+    pick: impl Fn(u64) -> bool,
+) {
+    let (&tag, _) = record
+        .expected
+        .iter()
+        .find(|(&tag, &e)| e == Expected::Present && pick(tag))
+        .expect("a present operation to tamper with");
+    let mut tampered = SessionRecord {
+        id: record.id,
+        expected: record.expected.clone(),
+        rollbacks: record.rollbacks,
+    };
+    tampered.expected.insert(tag, Expected::Absent);
+    let caught = std::panic::catch_unwind(|| verify_found(found, &tampered)).is_err();
+    assert!(caught, "the oracle missed a tampered expectation");
+}
+
+/// Waits until every session saw at least one rollback.
+pub fn wait_rolled_back(sessions: &Sessions) {
+    wait_until("every session to see the rollback", || {
+        sessions
+            .iter()
+            .all(|(p, _)| p.rollbacks.load(Ordering::SeqCst) >= 1)
+    });
+}
+
+/// Waits until every session saw `points` commit points since its latest rollback.
+pub fn wait_committed_since_rollback(sessions: &Sessions, points: u64) {
+    wait_until("sessions to commit on the new world-line", || {
+        sessions
+            .iter()
+            .all(|(p, _)| p.committed_since_rollback.load(Ordering::SeqCst) >= points)
+    });
+}
+
+/// Joins the session threads (set their `stop` first): their records.
+pub fn join_sessions(sessions: Sessions) -> Vec<SessionRecord> {
+    sessions
+        .into_iter()
+        .map(|(_, handle)| handle.join().expect("session thread"))
+        .collect()
+}
