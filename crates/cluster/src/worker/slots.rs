@@ -19,7 +19,7 @@
 //! - Every engine access here holds the worker's latch shared, like a batch, so a restore
 //!   (exclusive) never meets a lent session.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,8 +55,6 @@ pub(super) struct Slots {
     /// When the table was last read successfully, in ms after `started` (read on every batch:
     /// an atomic, not `state`'s lock).
     read_at_ms: AtomicU64,
-    /// Whether the table names any range (no table: no lease to keep).
-    has_table: AtomicBool,
     started: Instant,
 }
 
@@ -81,7 +79,6 @@ impl Slots {
         Self {
             view: RwLock::new(Arc::new(table.clone())),
             read_at_ms: AtomicU64::new(0),
-            has_table: AtomicBool::new(table.published()),
             started: Instant::now(),
             state: Mutex::new(SlotState {
                 table,
@@ -100,8 +97,9 @@ impl Slots {
     pub(super) fn view(&self) -> SlotView {
         let topology = Arc::clone(&self.view.read());
         let read_at = Duration::from_millis(self.read_at_ms.load(Ordering::Acquire));
-        let lease_expired = self.has_table.load(Ordering::Acquire)
-            && self.started.elapsed().saturating_sub(read_at) > self.lease;
+        // With no table published there is no lease to keep.
+        let lease_expired =
+            topology.published() && self.started.elapsed().saturating_sub(read_at) > self.lease;
         SlotView {
             topology,
             lease_expired_ms: lease_expired.then_some(self.lease.as_millis() as u64),
@@ -122,7 +120,6 @@ impl Slots {
         state
             .importing
             .retain(|&(first, last)| !table.owns_any(first, last));
-        self.has_table.store(table.published(), Ordering::Release);
         state.table = table;
         self.read_at_ms
             .store(self.started.elapsed().as_millis() as u64, Ordering::Release);

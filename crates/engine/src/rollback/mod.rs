@@ -493,7 +493,7 @@ impl Store {
         }
         let delete_started = Instant::now();
         let (deleted, retired) = self
-            .delete_newer_checkpoints(to_version)
+            .retire_newer_checkpoints(to_version)
             .map_err(|e| (e, false))?;
         let delete_ms = delete_started.elapsed().as_secs_f64() * 1e3;
         // The range this rollback invalidates. If an earlier rollback's PURGE was taken over, its
@@ -579,7 +579,7 @@ impl Store {
 
     /// Unpublishes every checkpoint above `to_version`, durably; returns their versions (newest
     /// first) and the directories left to remove.
-    fn delete_newer_checkpoints(
+    fn retire_newer_checkpoints(
         &self,
         to_version: u64,
     ) -> Result<(Vec<u64>, Vec<PathBuf>), EngineError> {
