@@ -51,8 +51,6 @@ pub struct LocalClusterConfig {
     pub check_interval_ms: u64,
     /// Engine index buckets per worker (power of two).
     pub index_buckets: usize,
-    /// The CPR checkpoint strategy of every worker's commits.
-    pub strategy: prefixkv_engine::Strategy,
     /// Engine log memory per worker.
     pub log_memory_bytes: u64,
     /// Start workers that exit again at once (their exit is reported to the manager either way;
@@ -84,7 +82,6 @@ impl LocalClusterConfig {
             lease_ms: 2000,
             check_interval_ms: 20,
             index_buckets: 1 << 16,
-            strategy: prefixkv_engine::Strategy::FoldOver,
             log_memory_bytes: 256 << 20,
             restart_failed: true,
             start_timeout_ms: 30_000,
@@ -163,7 +160,6 @@ fn spawn_worker(
             &(config.lease_ms / 5).max(1).to_string(),
         ])
         .args(["--index-buckets", &config.index_buckets.to_string()])
-        .args(["--strategy", config.strategy.name()])
         .args(["--log-memory-bytes", &config.log_memory_bytes.to_string()])
         .args(&config.worker_extra_args)
         .stdin(Stdio::null())

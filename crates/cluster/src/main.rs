@@ -16,7 +16,7 @@ use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
 use prefixkv_dredis::block_termination_signals;
 use prefixkv_dredis::options::{FinderKind, MetadataLocation};
-use prefixkv_engine::{StoreConfig, Strategy};
+use prefixkv_engine::StoreConfig;
 
 #[derive(Parser, Debug)]
 #[command(about = "prefixkv-cluster: a sharded cluster of prefixkv engines under DPR")]
@@ -74,9 +74,6 @@ enum Command {
         /// Lease renewal interval (keep it well below the manager's lease).
         #[arg(long, default_value_t = 200)]
         heartbeat_interval_ms: u64,
-        /// Checkpoint strategy (fold-over, snapshot, persian, cpr-copy, blocking).
-        #[arg(long, default_value = "fold-over")]
-        strategy: String,
         /// Engine index buckets (power of two).
         #[arg(long, default_value_t = 1 << 16)]
         index_buckets: usize,
@@ -204,17 +201,13 @@ fn main() -> anyhow::Result<()> {
             checkpoint_interval_ms,
             recoverability,
             heartbeat_interval_ms,
-            strategy,
             index_buckets,
             log_memory_bytes,
         } => {
-            let strategy: Strategy = strategy
-                .parse()
-                .map_err(|e| anyhow::anyhow!("--strategy: {e}"))?;
             let mut store = StoreConfig::new(dir);
             store.index_buckets = index_buckets;
             store.log_memory_bytes = log_memory_bytes;
-            let mut config = WorkerConfig::new(id, listen, EngineConfig { store, strategy });
+            let mut config = WorkerConfig::new(id, listen, EngineConfig { store });
             config.checkpoint_interval_ms = checkpoint_interval_ms;
             config.recoverability = recoverability;
             config.heartbeat_interval_ms = heartbeat_interval_ms;

@@ -1,32 +1,36 @@
-//! The engine as a DPR [`StateObject`]: a DPR version is a CPR checkpoint of the engine.
+//! The engine as a DPR [`StateObject`]: a DPR version is a sealed version of the engine, made
+//! durable by a checkpoint of it.
 //!
-//! **Versions and labels.** The engine numbers its versions itself (1, 2, 3, ... per checkpoint);
-//! DPR needs versions it chooses (wall-clock slots, `Vs` fast-forwards, `Vmax` catch-up). So a
-//! DPR version is a *label* attached to an engine version: `commit(label)` starts a CPR checkpoint
-//! of the engine's current version `e` with the label in its commit cookie, and records `e →
-//! label`. The version batches run in now (the unsealed engine version) has no entry; its label is
-//! the worker's current version, which only grows ([`crate::worker`] mirrors it into
+//! **Versions and labels.** The engine numbers its versions itself (1, 2, 3, ... per seal); DPR
+//! needs versions it chooses (wall-clock slots, `Vs` fast-forwards). So a DPR version is a
+//! *label* attached to an engine version: `commit(label)` seals the engine's current version `e`
+//! ([`Store::seal`]: the CPR version switch alone, which writes nothing) and records `e → label`.
+//! The version batches run in now (the unsealed engine version) has no entry; its label is the
+//! worker's current version, which only grows ([`crate::worker`] mirrors it into
 //! [`Engine::set_current_label`]).
+//!
+//! **Seal now, write behind.** Sealing is cheap and never waits for a checkpoint, so the DPR
+//! worker runs in [`prefixkv_dpr::worker::FastForward::Seal`] mode, the paper's rule: a batch
+//! with a larger `Vs` seals the current version under its own number. (Relabelling it instead,
+//! as this adapter did while a seal had to wait for the previous checkpoint, let versions depend
+//! on larger ones, and under load the cut stopped advancing.) The persister thread writes the
+//! sealed versions' checkpoints one after another, in seal order ([`Store::checkpoint_sealed`]):
+//! each one a delta of the records written since the previous checkpoint
+//! ([`Scope::Since`]), or, every [`MAX_DELTAS`] deltas or once the deltas add up to more than
+//! the last whole image, a whole image ([`Scope::Full`]). So every DPR version has a checkpoint
+//! of its own that a restore can return to, and what each costs is what was written in it.
 //!
 //! Invariants:
 //! - Labels strictly increase with engine versions (DPR seals increasing versions).
 //! - A batch runs wholly in one engine version: the worker holds its latch shared while a batch
-//!   is admitted and runs, and exclusively while it commits (or restores), so no version switch
-//!   happens under a running batch. A CPR checkpoint would otherwise let a batch's operations
-//!   straddle the switch, and a batch reports one version for all of them: operations in the
-//!   older version would survive a rollback to it although the batch is reported as lost. The
-//!   batch's version is therefore the one it was admitted in.
-//! - `commit` returns only once the engine's version switch happened (`wait_for_version_switch`):
-//!   every batch admitted after the commit (under the worker's mutex) runs in the new engine
-//!   version. Hence a batch whose `Vs` or dependencies were raised after the seal never runs in
-//!   the sealed version (whose dependency set does not list them).
-//! - One checkpoint at a time: the engine refuses a second while one is being written, so
-//!   `commit` fails with [`StateObjectError::CommitInProgress`] until the persister thread saw
-//!   the previous one published (the worker's periodic commit simply tries again next tick; the
-//!   DPR worker runs in [`prefixkv_dpr::worker::FastForward::Relabel`] mode so that batches never
-//!   need a seal).
-//! - Checkpoints are removed only by `restore` (those above the target, newest first, durably)
-//!   and `prune` (those below the cut); the engine's own retention is disabled.
+//!   is admitted and runs, and exclusively while it seals (or restores), so no version switch
+//!   happens under a running batch. The batch's version is therefore the one it was admitted in.
+//! - Persistence callbacks fire in seal order (one persister, one queue), once each; versions
+//!   discarded by a restore get none (the DPR worker forgets them).
+//! - A delta is written only on top of the newest checkpoint of the current history (`tip`):
+//!   published, or the target of the last restore. Checkpoints are removed only by `restore`
+//!   (those above the target) and `prune` (those below the cut's chain: a delta needs its bases
+//!   down to a whole image); the engine's own retention is disabled.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,16 +43,23 @@ use parking_lot::{Condvar, Mutex};
 use prefixkv_dpr::state_object::{PersistCallback, StateObject, StateObjectError};
 use prefixkv_dpr::Version;
 use prefixkv_engine::checkpoint_files::manifest::decode_manifest_bytes;
-use prefixkv_engine::checkpoint_files::MANIFEST_FILE_NAME;
-use prefixkv_engine::{CheckpointToken, EngineError, Session, Store, StoreConfig, Strategy};
+use prefixkv_engine::checkpoint_files::{ManifestContent, ManifestKind, MANIFEST_FILE_NAME};
+use prefixkv_engine::{CheckpointReport, EngineError, Scope, Session, Store, StoreConfig};
 use prefixkv_storage::{Catalog, Disk};
 
 /// First bytes of a commit cookie written by this adapter.
 const COOKIE_MAGIC: &[u8; 4] = b"DPRv";
 
-/// How long a commit waits for the engine's version switch before saying so in the log (it keeps
-/// waiting: returning early would let batches with raised dependencies run in the sealed version).
-const SWITCH_WARN_AFTER: Duration = Duration::from_secs(5);
+/// How long a seal waits while the engine's state machine is busy (a rollback's PURGE) before
+/// the commit reports `CommitInProgress`.
+const SEAL_WAIT: Duration = Duration::from_secs(2);
+
+/// A whole image is written after this many deltas in a row (the chain a recovery reads).
+pub const MAX_DELTAS: usize = 64;
+
+/// Sealed versions waiting for their checkpoint beyond which periodic commits pause (a `Vs`
+/// fast-forward still seals): the disk is behind, and more versions would only wait longer.
+pub const MAX_BACKLOG: usize = 8;
 
 /// How long a restore waits for the checkpoint being written to finish.
 const RESTORE_WAIT: Duration = Duration::from_secs(60);
@@ -56,11 +67,11 @@ const RESTORE_WAIT: Duration = Duration::from_secs(60);
 /// Configuration of one worker's engine.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    /// The engine's configuration (its `dir` holds `checkpoints/`). `keep_checkpoints` is
-    /// overridden: DPR decides which versions to keep.
+    /// The engine's configuration (its `dir` holds `checkpoints/`). `keep_checkpoints` and
+    /// `rollback_ready` are overridden: DPR decides which versions to keep, and survivors roll
+    /// back in memory. Checkpoints are log scans of sealed versions (see the module docs), so
+    /// the engine's checkpoint strategy does not apply.
     pub store: StoreConfig,
-    /// The checkpoint strategy of every commit.
-    pub strategy: Strategy,
 }
 
 /// The engine and the sessions batches run on. Shared by the state object and the worker's
@@ -136,11 +147,14 @@ impl Engine {
     }
 }
 
-/// The commit persister's job: wait for one checkpoint and report it.
+/// The commit persister's job: write the checkpoint of one sealed version and report it.
 struct PersistJob {
     store: Arc<Store>,
-    token: CheckpointToken,
+    engine_version: u64,
     label: Version,
+    cookie: Vec<u8>,
+    /// [`Persisted::generation`] at the seal: a restore since discards the job.
+    generation: u64,
     on_persist: PersistCallback,
 }
 
@@ -149,8 +163,55 @@ struct PersistJob {
 struct Persisted {
     /// Label → engine version of every checkpoint on disk, ascending.
     versions: BTreeMap<Version, u64>,
+    /// Engine version → the base of every delta on disk (whole images are absent).
+    bases: BTreeMap<u64, u64>,
+    /// The checkpoint the next delta applies on (see the module docs); `None`: write a whole one.
+    tip: Option<u64>,
+    /// Deltas since the last whole image, and their bytes.
+    deltas_since_full: usize,
+    delta_bytes_since_full: u64,
+    /// Bytes of the last whole image.
+    full_bytes: u64,
+    /// Sealed versions whose checkpoint is not written yet.
+    backlog: usize,
     /// Whether a checkpoint is being written.
-    in_flight: bool,
+    writing: bool,
+    /// Grows with every restore: jobs sealed before it are of a discarded history.
+    generation: u64,
+}
+
+impl Persisted {
+    /// What the next checkpoint writes.
+    fn next_scope(&self) -> Scope {
+        match self.tip {
+            Some(tip)
+                if self.deltas_since_full < MAX_DELTAS
+                    && self.delta_bytes_since_full < self.full_bytes.max(1 << 20) =>
+            {
+                Scope::Since(tip)
+            }
+            _ => Scope::Full,
+        }
+    }
+
+    /// The oldest checkpoint `engine_version`'s image needs (its chain's whole image).
+    fn chain_root(&self, engine_version: u64) -> u64 {
+        let mut root = engine_version;
+        while let Some(&base) = self.bases.get(&root) {
+            debug_assert!(base < root);
+            root = base;
+        }
+        root
+    }
+
+    /// A restore to `engine_version` (0: empty) left only checkpoints at or below it.
+    fn restored_to(&mut self, label: Version, engine_version: u64) {
+        self.versions.retain(|&l, _| l <= label);
+        self.bases.retain(|&e, _| e <= engine_version);
+        self.tip = (engine_version != 0).then_some(engine_version);
+        self.generation += 1;
+        self.backlog = 0;
+    }
 }
 
 /// The engine as a DPR state object. See the module docs.
@@ -197,9 +258,13 @@ fn decode_cookie(cookie: &[u8]) -> Option<(Version, &[u8])> {
     Some((label, &cookie[12..]))
 }
 
-/// Reads the commit cookie of published checkpoint `engine_version` (`None`: no readable,
+/// Reads the MANIFEST content of published checkpoint `engine_version` (`None`: no readable,
 /// decodable MANIFEST: recovery decides what such a checkpoint means, and it is never a target).
-fn read_cookie(catalog: &Catalog, disk: &dyn Disk, engine_version: u64) -> Option<Vec<u8>> {
+fn read_content(
+    catalog: &Catalog,
+    disk: &dyn Disk,
+    engine_version: u64,
+) -> Option<ManifestContent> {
     let path = catalog.version_dir(engine_version).join(MANIFEST_FILE_NAME);
     // A MANIFEST is small; the engine's own limit is far below this one.
     let bytes = match prefixkv_storage::durable::read_file(disk, &path, 16 << 20) {
@@ -214,7 +279,7 @@ fn read_cookie(catalog: &Catalog, disk: &dyn Disk, engine_version: u64) -> Optio
         }
     };
     match decode_manifest_bytes(&bytes, &path) {
-        Ok(manifest) => Some(manifest.content.cookie),
+        Ok(manifest) => Some(manifest.content),
         Err(error) => {
             tracing::warn!(path = %path.display(), %error, "corrupt checkpoint");
             None
@@ -222,21 +287,32 @@ fn read_cookie(catalog: &Catalog, disk: &dyn Disk, engine_version: u64) -> Optio
     }
 }
 
-/// Reads the labels of the published checkpoints under `catalog` (label → engine version).
+/// The commit cookie of published checkpoint `engine_version` (see [`read_content`]).
+fn read_cookie(catalog: &Catalog, disk: &dyn Disk, engine_version: u64) -> Option<Vec<u8>> {
+    read_content(catalog, disk, engine_version).map(|content| content.cookie)
+}
+
+/// Reads the labels of the published checkpoints under `catalog` (label → engine version) and
+/// the base of each delta among them (engine version → base).
+#[allow(clippy::type_complexity)]
 fn read_labels(
     catalog: &Catalog,
     disk: &dyn Disk,
-) -> Result<BTreeMap<Version, u64>, StateObjectError> {
+) -> Result<(BTreeMap<Version, u64>, BTreeMap<u64, u64>), StateObjectError> {
     let root = catalog.root().to_path_buf();
     let versions = catalog
         .published_versions()
         .map_err(|e| engine_error(&root, EngineError::InvalidArgument(e.to_string())))?;
     let mut labels = BTreeMap::new();
+    let mut bases = BTreeMap::new();
     for engine_version in versions {
-        let Some(cookie) = read_cookie(catalog, disk, engine_version) else {
+        let Some(content) = read_content(catalog, disk, engine_version) else {
             continue;
         };
-        match decode_cookie(&cookie) {
+        if let ManifestKind::LogDelta { base } = content.kind {
+            bases.insert(engine_version, base);
+        }
+        match decode_cookie(&content.cookie) {
             Some((label, _)) => {
                 labels.insert(label, engine_version);
             }
@@ -251,7 +327,7 @@ fn read_labels(
             }
         }
     }
-    Ok(labels)
+    Ok((labels, bases))
 }
 
 impl EngineStateObject {
@@ -269,8 +345,9 @@ impl EngineStateObject {
         // while no checkpoint is being written.
         let catalog = Catalog::open(Arc::clone(&config.store.disk), &root)
             .map_err(|e| engine_error(&root, EngineError::InvalidArgument(e.to_string())))?;
-        let versions = read_labels(&catalog, &*config.store.disk)?;
+        let (versions, bases) = read_labels(&catalog, &*config.store.disk)?;
         let store = Store::open(config.store.clone()).map_err(|e| engine_error(&root, e))?;
+        let tip = store.recovery_info().map(|info| info.version);
         let mut engine_labels = BTreeMap::new();
         for (&label, &engine_version) in &versions {
             engine_labels.insert(engine_version, label);
@@ -287,7 +364,9 @@ impl EngineStateObject {
         let persisted = Arc::new((
             Mutex::new(Persisted {
                 versions,
-                in_flight: false,
+                bases,
+                tip,
+                ..Persisted::default()
             }),
             Condvar::new(),
         ));
@@ -317,9 +396,10 @@ impl EngineStateObject {
         Arc::clone(&self.engine)
     }
 
-    /// Whether a checkpoint is being written (a commit now would fail).
-    pub fn commit_in_flight(&self) -> bool {
-        self.persisted.0.lock().in_flight
+    /// Whether [`MAX_BACKLOG`] sealed versions are waiting for their checkpoints (periodic
+    /// commits then wait: the disk is behind).
+    pub fn backlog_full(&self) -> bool {
+        self.persisted.0.lock().backlog >= MAX_BACKLOG
     }
 
     /// Set once a checkpoint failed to persist (the worker then stops renewing its lease).
@@ -331,14 +411,15 @@ impl EngineStateObject {
         self.catalog.root().to_path_buf()
     }
 
-    /// Waits (bounded) until no checkpoint is being written.
+    /// Waits (bounded) until no checkpoint is being written (jobs still queued are of the history
+    /// the caller is discarding: the persister skips them).
     fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let (lock, changed) = &*self.persisted;
         let mut persisted = lock.lock();
-        while persisted.in_flight {
+        while persisted.writing {
             if changed.wait_until(&mut persisted, deadline).timed_out() {
-                return !persisted.in_flight;
+                return !persisted.writing;
             }
         }
         true
@@ -377,11 +458,7 @@ impl EngineStateObject {
         let started = Instant::now();
         match store.rollback(engine_version) {
             Ok(report) => {
-                self.persisted
-                    .0
-                    .lock()
-                    .versions
-                    .retain(|&label, _| label <= version);
+                self.persisted.0.lock().restored_to(version, engine_version);
                 self.engine
                     .labels
                     .lock()
@@ -408,52 +485,107 @@ impl EngineStateObject {
     }
 }
 
-/// The persister thread: waits for each checkpoint in commit order and reports it.
+/// The persister thread: writes each sealed version's checkpoint, in seal order, and reports it.
 fn persist(
     jobs: mpsc::Receiver<PersistJob>,
     persisted: Arc<(Mutex<Persisted>, Condvar)>,
     failed: Arc<AtomicBool>,
 ) {
+    let (lock, changed) = &*persisted;
     for job in jobs {
-        // A checkpoint's result always arrives (the engine reports failures too); the timeout
-        // only bounds a wedged disk, which is a failure of this worker.
-        let result = job
-            .store
-            .wait_for_commit(job.token, Duration::from_secs(600));
-        let (lock, changed) = &*persisted;
-        if let Err(EngineError::CheckpointAborted { version }) = &result {
-            // A rollback discarded this version before it was written (see `restore`): not a
-            // failure, and nothing to report (the DPR worker forgets the old world-line's
-            // pending versions when it restores).
-            tracing::info!(
-                label = job.label,
-                version,
-                "checkpoint abandoned by a rollback"
-            );
-            lock.lock().in_flight = false;
-            changed.notify_all();
-            continue;
-        }
+        let scope = {
+            let mut state = lock.lock();
+            if job.generation != state.generation {
+                // Sealed before a restore: its version was discarded (no report is expected).
+                continue;
+            }
+            state.writing = true;
+            state.next_scope()
+        };
+        let result = write_checkpoint(&job, scope);
         let outcome = {
             let mut state = lock.lock();
-            state.in_flight = false;
-            match result {
-                Ok(_) => {
-                    state.versions.insert(job.label, job.token.version);
-                    Ok(job.label)
+            state.writing = false;
+            let current = job.generation == state.generation;
+            let outcome = match result {
+                _ if !current => None,
+                // A rollback discarded this version while it was being written (see `restore`):
+                // not a failure, and nothing to report.
+                Err(EngineError::CheckpointAborted { version }) => {
+                    tracing::info!(
+                        label = job.label,
+                        version,
+                        "checkpoint abandoned by a rollback"
+                    );
+                    None
+                }
+                Ok(report) => {
+                    state.backlog = state.backlog.saturating_sub(1);
+                    state.versions.insert(job.label, job.engine_version);
+                    state.tip = Some(job.engine_version);
+                    match scope {
+                        Scope::Since(base) => {
+                            state.bases.insert(job.engine_version, base);
+                            state.deltas_since_full += 1;
+                            state.delta_bytes_since_full += report.bytes;
+                        }
+                        Scope::Full => {
+                            state.deltas_since_full = 0;
+                            state.delta_bytes_since_full = 0;
+                            state.full_bytes = report.bytes;
+                        }
+                    }
+                    Some(Ok(job.label))
                 }
                 Err(error) => {
+                    state.backlog = state.backlog.saturating_sub(1);
                     failed.store(true, Ordering::SeqCst);
-                    Err(StateObjectError::Io {
-                        path: PathBuf::from(format!("checkpoint v{}", job.token.version)),
+                    Some(Err(StateObjectError::Io {
+                        path: PathBuf::from(format!("checkpoint v{}", job.engine_version)),
                         source: std::io::Error::other(error.to_string()),
-                    })
+                    }))
                 }
-            }
+            };
+            changed.notify_all();
+            outcome
         };
-        changed.notify_all();
-        (job.on_persist)(outcome);
+        if let Some(outcome) = outcome {
+            (job.on_persist)(outcome);
+        }
     }
+}
+
+/// Writes `job`'s checkpoint and waits for it. The engine writes one at a time and a rollback's
+/// PURGE holds its state machine: `CheckpointInProgress` is waited out while the version is
+/// still sealed (a rollback unseals what it discards: then `CheckpointAborted`).
+fn write_checkpoint(job: &PersistJob, scope: Scope) -> Result<CheckpointReport, EngineError> {
+    let token = loop {
+        match job
+            .store
+            .checkpoint_sealed(job.engine_version, scope, job.cookie.clone())
+        {
+            Ok(token) => break token,
+            Err(EngineError::CheckpointInProgress) => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(error) => {
+                if !job.store.sealed_versions().contains(&job.engine_version) {
+                    return Err(EngineError::CheckpointAborted {
+                        version: job.engine_version,
+                    });
+                }
+                return Err(error);
+            }
+        }
+        if !job.store.sealed_versions().contains(&job.engine_version) {
+            return Err(EngineError::CheckpointAborted {
+                version: job.engine_version,
+            });
+        }
+    };
+    // A checkpoint's result always arrives (the engine reports failures too); the timeout only
+    // bounds a wedged disk, which is a failure of this worker.
+    job.store.wait_for_commit(token, Duration::from_secs(600))
 }
 
 impl Drop for EngineStateObject {
@@ -486,13 +618,6 @@ impl StateObject for EngineStateObject {
         on_persist: PersistCallback,
     ) -> Result<(), StateObjectError> {
         let root = self.root();
-        {
-            let mut persisted = self.persisted.0.lock();
-            if persisted.in_flight {
-                return Err(StateObjectError::CommitInProgress);
-            }
-            persisted.in_flight = true;
-        }
         let store = self.engine.store().ok_or_else(|| {
             engine_error(
                 &root,
@@ -501,35 +626,26 @@ impl StateObject for EngineStateObject {
                 ),
             )
         })?;
-        let token = match store
-            .checkpoint_with_cookie(self.config.strategy, encode_cookie(version, &metadata))
-        {
-            Ok(token) => token,
-            Err(error) => {
-                self.persisted.0.lock().in_flight = false;
-                return Err(match error {
-                    // A rollback's PURGE holds the engine's state machine until it ends.
-                    EngineError::CheckpointInProgress => StateObjectError::CommitInProgress,
-                    error => engine_error(&root, error),
-                });
+        let engine_version = match store.seal(SEAL_WAIT) {
+            Ok(engine_version) => engine_version,
+            // A rollback's PURGE holds the engine's state machine until it ends.
+            Err(EngineError::CheckpointInProgress) => {
+                return Err(StateObjectError::CommitInProgress)
             }
+            Err(error) => return Err(engine_error(&root, error)),
         };
-        self.engine.labels.lock().insert(token.version, version);
-        let started = Instant::now();
-        loop {
-            match store.wait_for_version_switch(token, SWITCH_WARN_AFTER) {
-                Ok(()) => break,
-                Err(_) => tracing::warn!(
-                    label = version,
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    "the engine's version switch is slow (a session is not refreshing)"
-                ),
-            }
-        }
+        self.engine.labels.lock().insert(engine_version, version);
+        let generation = {
+            let mut persisted = self.persisted.0.lock();
+            persisted.backlog += 1;
+            persisted.generation
+        };
         let job = PersistJob {
             store,
-            token,
+            engine_version,
             label: version,
+            cookie: encode_cookie(version, &metadata),
+            generation,
             on_persist,
         };
         self.jobs
@@ -552,6 +668,9 @@ impl StateObject for EngineStateObject {
         );
         // Sessions of the old world-line would answer their next operation with `RolledBack`.
         inner.idle.clear();
+        // Versions sealed above the target are discarded from here on: the persister skips their
+        // jobs instead of writing them (their engine versions are no longer sealed).
+        self.persisted.0.lock().generation += 1;
         // In memory first, without waiting for a checkpoint being written: it is of a version
         // above every persisted one, hence above the target, and the engine's rollback stops it
         // (`EngineError::CheckpointAborted`, which the persister does not count as a failure).
@@ -583,6 +702,7 @@ impl StateObject for EngineStateObject {
         // Engine versions above the recovered one will be used again: forget their labels (a
         // stale, smaller label would under-report a batch's version).
         let recovered = store.recovery_info().map_or(0, |info| info.version);
+        self.persisted.0.lock().restored_to(version, recovered);
         self.engine
             .labels
             .lock()
@@ -627,24 +747,40 @@ impl StateObject for EngineStateObject {
 
     fn prune(&mut self, below: Version) -> Result<(), StateObjectError> {
         let root = self.root();
-        let doomed: Vec<(Version, u64)> = self
-            .persisted
-            .0
-            .lock()
-            .versions
-            .range(..below)
-            .map(|(&label, &engine_version)| (label, engine_version))
-            .collect();
+        let (doomed, floor) = {
+            let persisted = self.persisted.0.lock();
+            let Some(&floor) = persisted.versions.get(&below) else {
+                // Not on disk (0, or already gone): nothing below it is known to be unneeded.
+                return Ok(());
+            };
+            // Everything the cut's checkpoint and the newer ones load on top of stays: deltas
+            // above the cut chain down to whole images at or below the cut's chain root.
+            let keep_from = persisted
+                .versions
+                .range(below..)
+                .map(|(_, &engine_version)| persisted.chain_root(engine_version))
+                .min()
+                .unwrap_or(floor);
+            let doomed: Vec<(Version, u64)> = persisted
+                .versions
+                .iter()
+                .filter(|&(&label, &engine_version)| label < below && engine_version < keep_from)
+                .map(|(&label, &engine_version)| (label, engine_version))
+                .collect();
+            (doomed, floor)
+        };
         // Compaction may now drop what only versions below the cut needed.
-        let floor = self.persisted.0.lock().versions.get(&below).copied();
-        if let (Some(floor), Some(store)) = (floor, self.engine.store()) {
+        if let Some(store) = self.engine.store() {
             store.set_rollback_floor(floor);
         }
         for (label, engine_version) in doomed {
             self.catalog
                 .remove(engine_version)
                 .map_err(|e| engine_error(&root, EngineError::InvalidArgument(e.to_string())))?;
-            self.persisted.0.lock().versions.remove(&label);
+            let mut persisted = self.persisted.0.lock();
+            persisted.versions.remove(&label);
+            persisted.bases.remove(&engine_version);
+            drop(persisted);
             self.engine.labels.lock().remove(&engine_version);
         }
         Ok(())

@@ -13,16 +13,18 @@
 //! same client library drives both):
 //! 1. The payload is parsed into RESP commands; their number must match the frame's.
 //! 2. **Admission** under the DPR worker's mutex, with no engine session held: world-line check,
-//!    `Vs` fast-forward (relabelling the current version, never sealing: see
-//!    [`prefixkv_dpr::worker::FastForward::Relabel`]), dependency set. A batch from a newer
-//!    world-line makes the worker restore first, under the exclusive latch.
+//!    `Vs` fast-forward (the paper's rule, [`prefixkv_dpr::worker::FastForward::Seal`]: the
+//!    current version is sealed under its own number and the worker moves on to `Vs`),
+//!    dependency set. A batch from a newer world-line (which makes the worker restore first) or
+//!    with a `Vs` or dependency above the worker's version (which seals) is admitted under the
+//!    exclusive latch: no batch runs across a version switch.
 //! 3. **Execution** on an engine session lent at admission, concurrently with other batches and
 //!    with a checkpoint being written (CPR), under the latch held shared: the response names the
 //!    version the batch was admitted in, and the whole batch ran in that version.
 //!
 //! **Maintenance thread.** Commits at wall-clock slots (`slot = now_ms / interval`: every worker
-//! seals at about the same time under the same numbers), whenever the previous checkpoint has
-//! been published; polls the metadata store for a new world-line and restores to the cut; prunes
+//! seals at about the same time under the same numbers) unless [`crate::state_object::MAX_BACKLOG`]
+//! sealed versions still wait for their checkpoints; polls the metadata store for a new world-line and restores to the cut; prunes
 //! versions below the cut. **Heartbeat thread.** Renews the lease unless a checkpoint failed.
 //!
 //! **Restart rule** (the incarnation marker). A worker that served in world-line `w` and starts
@@ -66,6 +68,16 @@ use prefixkv_resp::Command;
 use crate::commands;
 use crate::state_object::{Engine, EngineStateObject, Lent};
 use crate::topology::Topology;
+
+/// The smallest version `request` may run in: its `Vs`, or a larger dependency (the DPR
+/// worker's fast-forward rule, `DprWorker::process_batch`).
+fn fast_forward_floor(request: &DprHeader) -> prefixkv_dpr::Version {
+    request
+        .dependencies
+        .iter()
+        .map(|dependency| dependency.version)
+        .fold(request.version, prefixkv_dpr::Version::max)
+}
 
 /// The file recording the world-line a worker serves in (see the module docs).
 pub const INCARNATION_FILE: &str = "INCARNATION";
@@ -160,8 +172,11 @@ impl Core {
         }
         let shared = self.latch.read();
         let worker = self.worker.lock();
-        let (admission, _latch) = if request.world_line > worker.world_line() {
-            // A restore replaces the engine: no batch may hold a session meanwhile.
+        let (admission, _latch) = if request.world_line > worker.world_line()
+            || fast_forward_floor(request) > worker.version()
+        {
+            // A restore replaces the engine, and a seal switches its version: no batch may hold
+            // a session meanwhile.
             drop(worker);
             drop(shared);
             let exclusive = self.latch.write();
@@ -195,8 +210,8 @@ impl Core {
         }
         // The batch ran wholly in the engine version current at its admission (commits and
         // restores take the latch exclusively), so the admitted version is its version: the
-        // label that engine version had then. A later relabel may still raise that label (never
-        // past a persisted one), which is why the label read now can only be larger.
+        // label that engine version had then: its seal's label if it was sealed since, else the
+        // worker's current version, which only grew; either way at least the admitted one.
         debug_assert!(
             newest_engine_version == 0
                 || self.engine.label_of(newest_engine_version) >= header.version,
@@ -304,10 +319,11 @@ impl Core {
         }
     }
 
-    /// Seals the current version and moves to `slot`, unless a checkpoint is still being written.
+    /// Seals the current version and moves to `slot`, unless the sealed versions' checkpoints
+    /// are too far behind (see [`crate::state_object::MAX_BACKLOG`]).
     fn commit_to(&self, slot: u64) {
         let due = |worker: &DprWorker<EngineStateObject>| {
-            worker.version() < slot && !worker.state_object().commit_in_flight()
+            worker.version() < slot && !worker.state_object().backlog_full()
         };
         if !due(&self.worker.lock()) {
             return;
@@ -468,7 +484,7 @@ impl Worker {
             SystemClock.now_ms(),
         )
         .map_err(worker_error)?;
-        worker.set_fast_forward(FastForward::Relabel);
+        worker.set_fast_forward(FastForward::Seal);
         engine.set_current_label(worker.version());
         write_incarnation(&incarnation, worker.world_line()).map_err(|source| {
             StartError::Incarnation {

@@ -25,7 +25,7 @@ use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dredis::client::ClientConfig;
 use prefixkv_dredis::options::{FinderKind, MetadataLocation};
 use prefixkv_dredis::DprRedisClient;
-use prefixkv_engine::{StoreConfig, Strategy};
+use prefixkv_engine::StoreConfig;
 use rand::RngExt;
 
 const WORKERS: usize = 3;
@@ -91,10 +91,7 @@ fn start_workers(directory: &Path, metadata: &Path) -> (Worker, Processes, Vec<S
     let mut store = StoreConfig::new(directory.join("worker-0"));
     store.index_buckets = 1 << 14;
     store.log_memory_bytes = 64 << 20;
-    let engine = EngineConfig {
-        store,
-        strategy: Strategy::FoldOver,
-    };
+    let engine = EngineConfig { store };
     let mut config = WorkerConfig::new(0, addresses[0], engine);
     config.checkpoint_interval_ms = 40;
     let host = Worker::start(config, finder(metadata)).expect("start worker 0");

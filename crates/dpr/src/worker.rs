@@ -155,9 +155,10 @@ pub enum FastForward {
     #[default]
     Seal,
     /// Raise the current, unsealed version's number to the new version without sealing it; the
-    /// next periodic commit seals it under that number. For state objects that can run only one
-    /// commit at a time (a CPR checkpoint still being written cannot be followed by another), so
-    /// that a batch never waits for a commit to finish.
+    /// next periodic commit seals it under that number. Meant for state objects that can run
+    /// only one commit at a time, so that a batch never waits for a commit to finish; the engine
+    /// cluster used it until its seals became cheap, and no longer does: under continuous load
+    /// relabelling can stop the cut (`docs/simulation.md`). Kept for the simulator's comparison.
     ///
     /// Only for the exact finder: operations that already ran under the old number (which other
     /// workers' smaller versions may depend on) end up in the larger version, so a version can

@@ -206,6 +206,79 @@ pub(crate) fn run(
     result
 }
 
+/// Writes the checkpoint of `version`, which a [`Store::seal`](crate::Store::seal) already
+/// closed: no phase changes (sessions run versions above it meanwhile, and may seal more), a
+/// log scan of the records of `version` and below (`Scope::Full`) or of those above the base
+/// (`Scope::Since`), published with the CPR points the seal recorded.
+///
+/// Why the scan sees exactly the state of `version`: the seal returned once no session ran as
+/// `version` or below, so every such record was allocated before `tail` is read here, and the
+/// bump below waits until each one is completely written; with `rollback_ready` (required by
+/// `seal`) no later operation changes a record of an older version in place (`must_copy`), and
+/// compaction, which copies records with their versions, is excluded while this runs.
+pub(crate) fn run_sealed(
+    shared: &Arc<Shared>,
+    version: u64,
+    scope: crate::store::Scope,
+    session_points: BTreeMap<SessionId, u64>,
+    cookie: Vec<u8>,
+    started: Instant,
+) -> Result<CheckpointReport, EngineError> {
+    let _maintenance = shared.maintenance.lock();
+    let strategy = Strategy::FoldOver;
+    let strategy_index = Strategy::ALL
+        .iter()
+        .position(|candidate| *candidate == strategy)
+        .expect("listed");
+    shared
+        .running_strategy
+        .store(strategy_index as u64, Ordering::Release);
+    let phases = started.elapsed();
+    let tail = shared.log.tail_address();
+    bump_and_wait(shared, None);
+    let pending = shared.checkpoints.begin(version)?;
+    let begin = shared.log.begin_address();
+    let image_started = Instant::now();
+    shared.log.shift_read_only(tail);
+    let (kind, above, from) = match scope {
+        crate::store::Scope::Full => (ManifestKind::LogOrdered, 0, begin),
+        crate::store::Scope::Since(base) => (
+            ManifestKind::LogDelta { base },
+            base,
+            // No record of a version above the base lies below the tail of the moment the store
+            // first let a session run as one (`RollbackState::note_allowed`).
+            shared
+                .rollback
+                .purge_bound(base)
+                .unwrap_or(begin)
+                .max(begin),
+        ),
+    };
+    let (segments, breakdown) =
+        scan_log_parallel(shared, &pending, 1, (above, version), (from, tail))?;
+    let image = ImageWritten {
+        pending,
+        kind,
+        segments,
+        breakdown,
+        phases,
+        image_started,
+    };
+    let result = publish_image(
+        shared,
+        strategy,
+        version,
+        image,
+        session_points,
+        cookie,
+        started,
+    );
+    drop(_maintenance);
+    // Compaction was excluded while the checkpoint ran.
+    shared.request_compaction();
+    result
+}
+
 fn write_image(
     shared: &Arc<Shared>,
     strategy: Strategy,
@@ -226,9 +299,10 @@ fn write_image(
         .collect();
     let pending = shared.checkpoints.begin(version)?;
     let threads = shared.config.flusher_threads;
+    // Compaction is excluded while a checkpoint runs (the maintenance lock): begin stays put.
+    let begin = shared.log.begin_address();
     let image_started = Instant::now();
-    let (kind, (segments, mut breakdown)): (ManifestKind, (Vec<SegmentSummary>, _)) = match strategy
-    {
+    let (kind, (segments, breakdown)): (ManifestKind, (Vec<SegmentSummary>, _)) = match strategy {
         Strategy::Persian => (
             ManifestKind::KeyUnique,
             scan_index_parallel(shared, &pending, threads, version, false)?,
@@ -246,14 +320,63 @@ fn write_image(
             shared.log.shift_read_only(tail);
             (
                 ManifestKind::LogOrdered,
-                scan_log_parallel(shared, &pending, 1, version, tail)?,
+                scan_log_parallel(shared, &pending, 1, (0, version), (begin, tail))?,
             )
         }
         Strategy::Snapshot => (
             ManifestKind::LogOrdered,
-            scan_log_parallel(shared, &pending, threads, version, tail)?,
+            scan_log_parallel(shared, &pending, threads, (0, version), (begin, tail))?,
         ),
     };
+    let image = ImageWritten {
+        pending,
+        kind,
+        segments,
+        breakdown,
+        phases,
+        image_started,
+    };
+    publish_image(
+        shared,
+        strategy,
+        version,
+        image,
+        session_points,
+        cookie,
+        started,
+    )
+}
+
+/// What the scan of one checkpoint wrote, before it is published.
+struct ImageWritten {
+    pending: crate::checkpoint_files::PendingCheckpoint,
+    kind: ManifestKind,
+    segments: Vec<SegmentSummary>,
+    breakdown: CheckpointBreakdown,
+    /// Time from the request to the start of the image.
+    phases: Duration,
+    image_started: Instant,
+}
+
+/// Writes the MANIFEST of a scanned image and publishes it: sessions' commit points, rollback
+/// targets and pruning follow. Refuses (nothing published) once a rollback asked it to stop.
+fn publish_image(
+    shared: &Arc<Shared>,
+    strategy: Strategy,
+    version: u64,
+    image: ImageWritten,
+    session_points: BTreeMap<SessionId, u64>,
+    cookie: Vec<u8>,
+    started: Instant,
+) -> Result<CheckpointReport, EngineError> {
+    let ImageWritten {
+        pending,
+        kind,
+        segments,
+        mut breakdown,
+        phases,
+        image_started,
+    } = image;
     breakdown.phases = phases;
     breakdown.image = image_started.elapsed();
     let publish_started = Instant::now();
@@ -295,6 +418,7 @@ fn write_image(
     shared
         .rollback
         .record_published(version, session_points.clone());
+    shared.forget_sealed_through(version);
     let pruned = shared.checkpoints.prune(shared.config.keep_checkpoints)?;
     shared.rollback.forget_published(&pruned);
     breakdown.publish = publish_started.elapsed();
@@ -309,7 +433,6 @@ fn write_image(
         breakdown,
     })
 }
-
 /// K scanners over disjoint bucket ranges; each writes one KeyUnique segment, fsynced in parallel.
 fn scan_index_parallel(
     shared: &Arc<Shared>,
@@ -528,21 +651,23 @@ fn scan_index_range(
     Ok(index_scan)
 }
 
-/// Log records with version <= v in `[begin, tail)`, in address order, split into `threads`
-/// contiguous page ranges (segment i before segment i+1), written in parallel.
 /// Records a log-scanning checkpoint writes between checks for a rollback's abort request.
 const ABORT_CHECK_RECORDS: u64 = 4096;
 
+/// Log records with a version in `(above, version]` in `[from, tail)`, in address order, split
+/// into `threads` contiguous page ranges (segment i before segment i+1), written in parallel. A
+/// whole image has `above` 0 and `from` the begin address; a delta has `above` its base and
+/// `from` a bound below every record of a version above the base.
 fn scan_log_parallel(
     shared: &Arc<Shared>,
     pending: &crate::checkpoint_files::PendingCheckpoint,
     threads: usize,
-    version: u64,
-    tail: u64,
+    (above, version): (u64, u64),
+    (from, tail): (u64, u64),
 ) -> Result<(Vec<SegmentSummary>, CheckpointBreakdown), EngineError> {
     let log = &shared.log;
     let page_bytes = log.page_bytes() as u64;
-    let begin = log.begin_address();
+    let begin = from.max(log.begin_address());
     let invalid = shared.rollback.invalid();
     let first_page = begin / page_bytes;
     let end_page = tail.div_ceil(page_bytes).max(first_page + 1);
@@ -570,6 +695,7 @@ fn scan_log_parallel(
                 debug_assert!(word0 & FLAG_PRESENT != 0);
                 if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
                     || record.version() > version
+                    || record.version() <= above
                     || invalid.contains(record.version())
                 {
                     return true;

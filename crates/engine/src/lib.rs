@@ -34,4 +34,4 @@ pub use error::EngineError;
 pub use rollback::{PurgeReport, RollbackReport, ROLLBACK_WAIT_LIMIT};
 pub use session::Session;
 pub use state::Phase;
-pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Store, MAX_OPEN_SESSIONS};
+pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Scope, Store, MAX_OPEN_SESSIONS};

@@ -227,6 +227,7 @@ fn check_recovered(
                 "iteration {iteration}: v{version} content differs"
             );
         }
+        ManifestKind::LogDelta { .. } => unreachable!("this test writes no deltas"),
     }
     (Some(version), stale)
 }

@@ -12,6 +12,11 @@
 //! points no lower than those of the newest acknowledged checkpoint (checkpoints lose only a
 //! suffix, never a mixture) and no higher than what ran.
 //!
+//! The same runs with sealed versions (`Store::seal`, as the DPR cluster commits): one or two
+//! versions are sealed per round, with operations between and after, and their checkpoints are
+//! written behind (`Store::checkpoint_sealed`), deltas on the previous one and a whole image every
+//! third: recovery must load the chain.
+//!
 //! `ENGINE_POWER_CUT_SEEDS` (default 100) seeds per strategy; `ENGINE_POWER_CUT_SEED=n` replays
 //! one seed for every strategy. The fault tests: `ENOSPC` in the middle of a checkpoint (its
 //! segments or its MANIFEST), `EIO` from a segment's fsync.
@@ -20,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prefixkv_engine::{EngineError, SessionId, Store, StoreConfig, Strategy};
+use prefixkv_engine::{EngineError, Scope, SessionId, Store, StoreConfig, Strategy};
 use prefixkv_storage::{CrashMode, Fault, FaultError, FaultOp, SimDisk};
 use prefixkv_testkit::oracle::{self, Op, PointBounds, WorkloadSpec};
 use prefixkv_testkit::rng::{env_count, Rng};
@@ -28,7 +33,29 @@ use prefixkv_testkit::rng::{env_count, Rng};
 const KEYS: u64 = 300;
 const WORKER: u32 = 1;
 
+/// How a run makes its checkpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// `Store::checkpoint` with this strategy.
+    Classic(Strategy),
+    /// `Store::seal`, then `Store::checkpoint_sealed` (deltas and whole images).
+    Sealed,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mode::Classic(strategy) => write!(f, "{strategy}"),
+            Mode::Sealed => f.write_str("sealed"),
+        }
+    }
+}
+
 fn config(disk: &SimDisk) -> StoreConfig {
+    config_for(disk, Mode::Classic(Strategy::FoldOver))
+}
+
+fn config_for(disk: &SimDisk, mode: Mode) -> StoreConfig {
     let mut config = StoreConfig::new("/data/store");
     config.index_buckets = 1 << 9;
     config.log_memory_bytes = 4 << 20;
@@ -36,6 +63,11 @@ fn config(disk: &SimDisk) -> StoreConfig {
     config.flusher_threads = 2;
     config.keep_checkpoints = 2;
     config.disk = disk.as_disk();
+    if mode == Mode::Sealed {
+        // Sealing needs it; deltas need the caller to prune.
+        config.rollback_ready = true;
+        config.keep_checkpoints = usize::MAX;
+    }
     config
 }
 
@@ -59,6 +91,7 @@ struct Record {
     /// (loader, worker) serials acknowledged before the request of the newest checkpoint whose
     /// commit was acknowledged.
     acknowledged: Option<(u64, u64)>,
+    mode: Mode,
 }
 
 /// The client side of one run: the sessions and the record. The loader's session stays open
@@ -68,6 +101,10 @@ struct Client {
     loader: prefixkv_engine::Session,
     worker: prefixkv_engine::Session,
     record: Record,
+    /// Sealed mode: the newest published checkpoint (the next delta's base) and how many were
+    /// written.
+    tip: Option<u64>,
+    written: u64,
 }
 
 impl Client {
@@ -92,7 +129,10 @@ impl Client {
                 indices,
                 worker_serial: 0,
                 acknowledged: None,
+                mode: Mode::Classic(Strategy::FoldOver),
             },
+            tip: None,
+            written: 0,
         })
     }
 
@@ -130,6 +170,33 @@ impl Client {
         self.worker.suspend();
         store.wait_for_commit(token, Duration::from_secs(60))?;
         self.record.acknowledged = Some(request);
+        Ok(())
+    }
+
+    /// A round of [`Mode::Sealed`]: seals one or two versions (operations run before the first
+    /// and after each), then writes their checkpoints in seal order, each a delta on the
+    /// previous one except every third (and the first), which is whole.
+    fn sealed_round(&mut self, store: &Arc<Store>, rng: &mut Rng) -> Result<(), EngineError> {
+        let mut sealed = Vec::new();
+        for _ in 0..1 + rng.below(2) {
+            let request = (KEYS, self.record.worker_serial);
+            // The seal waits for protected sessions to refresh: this thread's own must not be.
+            self.worker.suspend();
+            sealed.push((store.seal(Duration::from_secs(10))?, request));
+            self.run(rng.below(80))?;
+        }
+        self.worker.suspend();
+        for (version, request) in sealed {
+            let scope = match self.tip {
+                Some(base) if !self.written.is_multiple_of(3) => Scope::Since(base),
+                _ => Scope::Full,
+            };
+            let token = store.checkpoint_sealed(version, scope, Vec::new())?;
+            store.wait_for_commit(token, Duration::from_secs(60))?;
+            self.tip = Some(version);
+            self.written += 1;
+            self.record.acknowledged = Some(request);
+        }
         Ok(())
     }
 
@@ -178,7 +245,8 @@ fn check_recovery(disk: &SimDisk, client: &Record, what: &str) -> Arc<Store> {
 }
 
 fn try_check_recovery(disk: &SimDisk, client: &Record) -> Result<Arc<Store>, String> {
-    let store = Store::open(config(disk)).map_err(|e| format!("reopen failed: {e}"))?;
+    let store =
+        Store::open(config_for(disk, client.mode)).map_err(|e| format!("reopen failed: {e}"))?;
     let bounds = client.bounds();
     let reported: Vec<(u32, u64)> = match store.recovery_info() {
         None => Vec::new(),
@@ -201,27 +269,33 @@ fn try_check_recovery(disk: &SimDisk, client: &Record) -> Result<Arc<Store>, Str
 }
 
 /// What one seed saw: (checkpoints acknowledged, version recovered).
-fn run_seed(strategy: Strategy, seed: u64) -> (u64, u64) {
-    let what = format!("{strategy} seed {seed} (ENGINE_POWER_CUT_SEED={seed})");
+fn run_seed(mode: Mode, seed: u64) -> (u64, u64) {
+    let what = format!("{mode} seed {seed} (ENGINE_POWER_CUT_SEED={seed})");
     let disk = SimDisk::new(seed);
-    let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9) ^ strategy as u64);
+    let salt = match mode {
+        Mode::Classic(strategy) => strategy as u64,
+        Mode::Sealed => 0xDE17A,
+    };
+    let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9) ^ salt);
     disk.cut_after(rng.below(140));
-    let store = match Store::open(config(&disk)) {
+    let store = match Store::open(config_for(&disk, mode)) {
         Ok(store) => store,
         // Cut while creating the directories: there is nothing to recover.
         Err(_) => {
             disk.crash(CrashMode::Random);
-            let store = Store::open(config(&disk)).unwrap();
+            let store = Store::open(config_for(&disk, mode)).unwrap();
             assert!(store.recovery_info().is_none(), "{what}");
             return (0, 0);
         }
     };
     let mut client = Client::start(&store, spec(seed)).unwrap();
+    client.record.mode = mode;
     let mut acknowledged = 0;
     for _ in 0..5 {
-        let ran = client
-            .run(rng.below(150))
-            .and_then(|()| client.checkpoint(&store, strategy, &mut rng));
+        let ran = client.run(rng.below(150)).and_then(|()| match mode {
+            Mode::Classic(strategy) => client.checkpoint(&store, strategy, &mut rng),
+            Mode::Sealed => client.sealed_round(&store, &mut rng),
+        });
         if ran.is_err() || disk.is_dead() {
             break;
         }
@@ -242,23 +316,27 @@ fn run_seed(strategy: Strategy, seed: u64) -> (u64, u64) {
 }
 
 fn run_strategy(strategy: Strategy) {
+    run_mode(Mode::Classic(strategy));
+}
+
+fn run_mode(mode: Mode) {
     if let Some(seed) = std::env::var("ENGINE_POWER_CUT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
     {
-        run_seed(strategy, seed);
+        run_seed(mode, seed);
         return;
     }
     let seeds = env_count("ENGINE_POWER_CUT_SEEDS", 100);
     let (mut acknowledged, mut unacknowledged_recovered, mut none) = (0, 0, 0);
     for seed in 0..seeds {
-        let (acked, recovered) = run_seed(strategy, seed);
+        let (acked, recovered) = run_seed(mode, seed);
         acknowledged += acked;
         unacknowledged_recovered += u64::from(recovered > acked);
         none += u64::from(recovered == 0);
     }
     eprintln!(
-        "{strategy}: {seeds} power-cut seeds, {acknowledged} checkpoints acknowledged, \
+        "{mode}: {seeds} power-cut seeds, {acknowledged} checkpoints acknowledged, \
          {unacknowledged_recovered} recoveries of a checkpoint whose acknowledgement the cut \
          prevented, {none} recoveries of no checkpoint"
     );
@@ -291,6 +369,11 @@ fn power_cuts_under_snapshot_checkpoints() {
 #[test]
 fn power_cuts_under_persian_checkpoints() {
     run_strategy(Strategy::Persian);
+}
+
+#[test]
+fn power_cuts_under_sealed_versions_written_as_deltas() {
+    run_mode(Mode::Sealed);
 }
 
 /// `ENOSPC` in the middle of a checkpoint (writing a segment, or the MANIFEST): the checkpoint
@@ -414,6 +497,45 @@ fn the_check_catches_a_lost_acknowledged_checkpoint() {
     disk.crash(CrashMode::KeepAll);
     let newest = std::path::Path::new("/data/store/checkpoints/v00000000000000000002");
     prefixkv_storage::io::remove_dir_all(&disk, newest).unwrap();
+    let problem = try_check_recovery(&disk, &record)
+        .err()
+        .expect("the tamper is caught");
+    assert!(
+        problem.contains("acknowledged work missing from the checkpoint"),
+        "{problem}"
+    );
+}
+
+/// The chain matters, and the check sees it: a test-only tamper deletes the base of the newest
+/// (acknowledged) delta; recovery refuses the delta (it names the missing base), falls back to
+/// the checkpoint before the base, and the check reports the acknowledged operations missing.
+#[test]
+fn the_check_catches_a_delta_recovered_without_its_base() {
+    let disk = SimDisk::new(6);
+    let store = Store::open(config_for(&disk, Mode::Sealed)).unwrap();
+    let mut client = Client::start(&store, spec(6)).unwrap();
+    client.record.mode = Mode::Sealed;
+    let mut rng = Rng::new(6);
+    while client.written < 3 {
+        client.run(120).unwrap();
+        client.sealed_round(&store, &mut rng).unwrap();
+    }
+    let record = client.finish();
+    drop(store);
+    disk.crash(CrashMode::KeepAll);
+    // Written: whole, delta, delta (and maybe more deltas). Delete the newest one's base.
+    let root = std::path::Path::new("/data/store/checkpoints");
+    let mut published: Vec<u64> = disk
+        .as_disk()
+        .list(root)
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry.name.strip_prefix('v')?.parse().ok())
+        .collect();
+    published.sort_unstable();
+    assert!(published.len() >= 3, "{published:?}");
+    let base = published[published.len() - 2];
+    prefixkv_storage::io::remove_dir_all(&disk, &root.join(format!("v{base:020}"))).unwrap();
     let problem = try_check_recovery(&disk, &record)
         .err()
         .expect("the tamper is caught");

@@ -42,6 +42,14 @@ pub enum ManifestKind {
     KeyUnique,
     /// Log records in address order, segment i before i+1; applied in order, last one wins.
     LogOrdered,
+    /// A `LogOrdered` delta: only the records of versions in `(base, version]`, in address order,
+    /// applied in order on top of the image of checkpoint `base` (itself full or a delta). A
+    /// separate kind rather than a field, so that a build that does not know deltas refuses the
+    /// checkpoint (an unknown variant fails to parse) instead of loading it as a whole image.
+    LogDelta {
+        /// The checkpoint this one applies on top of (a smaller version).
+        base: u64,
+    },
 }
 
 /// What the engine says about a checkpoint; stored in its MANIFEST.
@@ -94,6 +102,14 @@ impl Manifest {
     pub(crate) fn check_consistency(&self) -> Result<(), String> {
         if self.content.version == 0 {
             return Err("checkpoint version 0 is never written (versions start at 1)".into());
+        }
+        if let ManifestKind::LogDelta { base } = self.content.kind {
+            if base == 0 || base >= self.content.version {
+                return Err(format!(
+                    "delta checkpoint v{} names base v{base}: a base is a smaller, nonzero version",
+                    self.content.version
+                ));
+            }
         }
         if self.content.cookie.len() > MAX_COOKIE_BYTES {
             return Err(format!(

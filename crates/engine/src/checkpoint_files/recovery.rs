@@ -7,6 +7,10 @@
 //! - Loading decodes the files again with the same checks (files may change between verification
 //!   and loading); if a check fails after entries were already handed to the sink, the load
 //!   returns the error and the caller must discard what it built.
+//! - A delta checkpoint ([`ManifestKind::LogDelta`]) verifies only with its whole chain: every
+//!   base down to a full image is read and checked like the delta itself, and each base is of a
+//!   strictly smaller version (so a chain ends, within [`MAX_CHAIN`] links). A missing or
+//!   damaged base rejects the delta, and recovery falls back to an older checkpoint.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -20,12 +24,18 @@ use super::segment::{read_segment_file, DecodeLimits, EntryRef, SegmentSummary};
 use super::MANIFEST_FILE_NAME;
 use crate::error::EngineError;
 
+/// The longest chain of delta checkpoints recovery follows (a writer starts a full image long
+/// before: the cluster's persister after 64 deltas).
+pub const MAX_CHAIN: usize = 4096;
+
 /// A checkpoint that passed verification and can be loaded.
 #[derive(Debug, Clone)]
 pub struct VerifiedCheckpoint {
     disk: Arc<dyn Disk>,
     dir: PathBuf,
     manifest: Manifest,
+    /// For a delta: its bases, the full image first, each verified like this one.
+    chain: Vec<(PathBuf, Manifest)>,
     fell_back: Option<String>,
     limits: DecodeLimits,
 }
@@ -77,6 +87,62 @@ impl VerifiedCheckpoint {
                 &mut |entry| sink(entry),
             )
         })
+    }
+
+    /// Loads the image of a log-ordered checkpoint on the calling thread: for a delta, its full
+    /// base first and then every delta of the chain in version order; within each, segments in
+    /// index order and entries in file order. Each member passes on only the entries of its own
+    /// versions (`<= version` for the full image, `(base, version]` for a delta), so applying
+    /// them in order, the last one winning, builds the image of this checkpoint's version.
+    /// Returns the number of entries passed on.
+    pub fn load_image_in_order(
+        &self,
+        sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>,
+    ) -> Result<u64, EngineError> {
+        let mut passed = 0;
+        let members = self
+            .chain
+            .iter()
+            .map(|(dir, manifest)| (dir.as_path(), manifest))
+            .chain(std::iter::once((self.dir.as_path(), &self.manifest)));
+        for (dir, manifest) in members {
+            let version = manifest.content.version;
+            let above = match manifest.content.kind {
+                ManifestKind::LogDelta { base } => base,
+                ManifestKind::LogOrdered => 0,
+                ManifestKind::KeyUnique => {
+                    return Err(EngineError::InvalidArgument(format!(
+                        "checkpoint v{version} is KeyUnique: load it with load_parallel"
+                    )))
+                }
+            };
+            for summary in &manifest.segments {
+                read_segment_file(
+                    &*self.disk,
+                    dir,
+                    summary,
+                    version,
+                    self.limits,
+                    &mut |entry| {
+                        if entry.record_version <= above || entry.record_version > version {
+                            return Ok(());
+                        }
+                        passed += 1;
+                        sink(entry)
+                    },
+                )?;
+            }
+        }
+        Ok(passed)
+    }
+
+    /// The versions of the delta chain this checkpoint loads on top of, the full image first
+    /// (empty for a full checkpoint).
+    pub fn chain_versions(&self) -> Vec<u64> {
+        self.chain
+            .iter()
+            .map(|(_, manifest)| manifest.content.version)
+            .collect()
     }
 
     /// Loads the checkpoint on the calling thread: segments in index order, entries in file order.
@@ -199,19 +265,65 @@ fn verify(
     dir: &Path,
     version: u64,
     limits: DecodeLimits,
+    dir_of: &dyn Fn(u64) -> PathBuf,
 ) -> Result<VerifiedCheckpoint, EngineError> {
+    let manifest = verify_one(disk, dir, version, limits)?;
+    let mut chain = Vec::new();
+    let mut next = manifest.content.kind;
+    while let ManifestKind::LogDelta { base } = next {
+        if chain.len() >= MAX_CHAIN {
+            return Err(EngineError::corrupt(
+                dir,
+                0,
+                format!("delta checkpoint v{version} has a chain of more than {MAX_CHAIN} bases"),
+            ));
+        }
+        let base_dir = dir_of(base);
+        // A missing or damaged base makes the delta unusable: reported as damage to the delta
+        // (recovery then falls back past it).
+        let base_manifest = verify_one(disk, &base_dir, base, limits).map_err(|error| {
+            EngineError::corrupt(
+                dir,
+                0,
+                format!(
+                    "delta checkpoint v{version} needs base v{base}, which is unusable: {error}"
+                ),
+            )
+        })?;
+        if base_manifest.content.kind == ManifestKind::KeyUnique {
+            return Err(EngineError::corrupt(
+                dir,
+                0,
+                format!("delta checkpoint v{version} names base v{base}, a KeyUnique image"),
+            ));
+        }
+        next = base_manifest.content.kind;
+        chain.push((base_dir, base_manifest));
+    }
+    chain.reverse();
+    Ok(VerifiedCheckpoint {
+        disk: Arc::clone(disk),
+        dir: dir.to_path_buf(),
+        manifest,
+        chain,
+        fell_back: None,
+        limits,
+    })
+}
+
+/// Verifies one checkpoint directory (its MANIFEST and every segment), not its bases.
+fn verify_one(
+    disk: &Arc<dyn Disk>,
+    dir: &Path,
+    version: u64,
+    limits: DecodeLimits,
+) -> Result<Manifest, EngineError> {
     let manifest = read_manifest(&**disk, dir, version)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     each_segment_in_parallel(&manifest.segments, threads, &|summary| {
         read_segment_file(&**disk, dir, summary, version, limits, &mut |_| Ok(()))
     })?;
-    Ok(VerifiedCheckpoint {
-        disk: Arc::clone(disk),
-        dir: dir.to_path_buf(),
-        manifest,
-        fell_back: None,
-        limits,
-    })
+    Ok(manifest)
 }
 
 /// The selection rule; see `CheckpointDirectory::select_for_recovery`. A checkpoint is rejected
@@ -221,8 +333,9 @@ pub(crate) fn select(
     limits: DecodeLimits,
 ) -> Result<Option<VerifiedCheckpoint>, EngineError> {
     let disk = Arc::clone(catalog.disk());
+    let dir_of = |version| catalog.version_dir(version);
     let selected = catalog.select(|version, dir| {
-        verify(&disk, dir, version, limits).map_err(|error| match error {
+        verify(&disk, dir, version, limits, &dir_of).map_err(|error| match error {
             error @ EngineError::Corrupt { .. } => Rejection::Invalid(error.to_string()),
             other => Rejection::Abort(other),
         })

@@ -222,6 +222,11 @@ impl RollbackState {
         self.targets.lock().insert(version, points);
     }
 
+    /// Whether `version` is a published (or recovered) checkpoint still on disk.
+    pub(crate) fn is_target(&self, version: u64) -> bool {
+        self.targets.lock().contains_key(&version)
+    }
+
     /// Checkpoints that were deleted from disk are no longer rollback targets.
     pub(crate) fn forget_published(&self, versions: &[u64]) {
         let mut targets = self.targets.lock();
@@ -372,7 +377,19 @@ impl Store {
             acquired?;
         }
         let wait_ms = started.elapsed().as_secs_f64() * 1e3;
-        match self.throw(to_version, deadline) {
+        // No seal may switch versions under THROW (see `store::sealed`); one in progress is
+        // short (it waits only for sessions to refresh) and is waited for.
+        let Some(seal_guard) = shared.seal_lock.try_lock_until(deadline) else {
+            if inherited {
+                self.restart_purge();
+            } else {
+                shared.release_state_machine();
+            }
+            return Err(EngineError::Timeout);
+        };
+        let thrown = self.throw(to_version, deadline);
+        drop(seal_guard);
+        match thrown {
             Ok(report) => Ok(RollbackReport { wait_ms, ..report }),
             Err((error, released)) => {
                 if !released {
@@ -523,6 +540,8 @@ impl Store {
         } else {
             shared.rollback.purge_bound(invalid.bounds().0).unwrap_or(0)
         };
+        // Sealed, unwritten versions are all above the target (it is published): discarded.
+        shared.sealed.lock().clear();
         // THROW. The invalid range first: a session that sees the new world-line sees it too.
         shared
             .rollback

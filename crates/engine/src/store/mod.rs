@@ -26,6 +26,9 @@ use crate::state::{GlobalState, Phase, SystemState};
 use crate::{EngineError, SessionId, StoreConfig, Strategy};
 
 mod recovery;
+mod sealed;
+
+pub use sealed::Scope;
 
 /// Maximum number of sessions (epoch table slots) open at once, plus internal threads.
 /// How many sessions may be open at once (each holds one slot of the epoch table).
@@ -139,6 +142,15 @@ pub(crate) struct Shared {
     pub(crate) memory_changed: Condvar,
     /// Compaction and checkpoints exclude each other.
     pub(crate) maintenance: Mutex<()>,
+    /// Held by a [`Store::seal`] for its whole version switch, and by whatever else starts
+    /// changing the phase (a classic checkpoint's PREPARE or PAUSE, a rollback's THROW): a seal
+    /// starts only from REST and never interleaves with another state machine's phases.
+    pub(crate) seal_lock: Mutex<()>,
+    /// A classic checkpoint ([`Store::checkpoint`]) runs: its phases are under way, so seals wait.
+    pub(crate) classic_running: AtomicBool,
+    /// Versions sealed by [`Store::seal`] and not yet published, with each session's CPR point
+    /// in them (recorded at the seal, before any session could move on).
+    pub(crate) sealed: Mutex<BTreeMap<u64, BTreeMap<SessionId, u64>>>,
     pub(crate) compaction_requested: Mutex<bool>,
     /// A writer is held at the memory limit: compaction must run even if the log looks live.
     pub(crate) memory_wanted: AtomicBool,
@@ -306,6 +318,7 @@ impl Shared {
             }
         }
         results.insert(version, result);
+        self.classic_running.store(false, Ordering::SeqCst);
         self.checkpoint_running.store(false, Ordering::SeqCst);
         self.results_changed.notify_all();
     }
@@ -378,6 +391,9 @@ impl Store {
             memory_lock: Mutex::new(0),
             memory_changed: Condvar::new(),
             maintenance: Mutex::new(()),
+            seal_lock: Mutex::new(()),
+            classic_running: AtomicBool::new(false),
+            sealed: Mutex::new(BTreeMap::new()),
             compaction_requested: Mutex::new(false),
             memory_wanted: AtomicBool::new(false),
             compaction_wakeup: Condvar::new(),
@@ -544,9 +560,14 @@ impl Store {
                 cookie.len()
             )));
         }
+        // Under the seal lock: no seal is switching versions now, and none starts until this
+        // checkpoint's phases are over (`classic_running`), so `version` stays the current one.
+        let seal_guard = self.shared.seal_lock.lock();
         if self.shared.checkpoint_running.swap(true, Ordering::SeqCst) {
             return Err(EngineError::CheckpointInProgress);
         }
+        self.shared.classic_running.store(true, Ordering::SeqCst);
+        drop(seal_guard);
         let version = self.shared.state.load().version;
         let shared = self.shared.clone();
         let mut slot = self.checkpoint_thread.lock();
@@ -571,6 +592,7 @@ impl Store {
                 Ok(CheckpointToken { version })
             }
             Err(error) => {
+                self.shared.classic_running.store(false, Ordering::SeqCst);
                 self.shared
                     .checkpoint_running
                     .store(false, Ordering::SeqCst);

@@ -145,11 +145,8 @@ impl Store {
                     Ok(())
                 })?
             }
-            ManifestKind::LogOrdered => {
-                let records = verified.load_in_order(&mut |entry| {
-                    if entry.record_version > version {
-                        return Ok(());
-                    }
+            ManifestKind::LogOrdered | ManifestKind::LogDelta { .. } => {
+                let records = verified.load_image_in_order(&mut |entry| {
                     shared.apply_recovered(entry, false, &hint)
                 })?;
                 shared.observe_all(observe);

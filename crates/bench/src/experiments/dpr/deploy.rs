@@ -112,7 +112,6 @@ impl Deployment {
         config.lease_ms = plan.lease_ms;
         config.index_buckets = plan.index_buckets;
         config.log_memory_bytes = plan.log_memory_bytes;
-        config.strategy = plan.strategy;
         config.start_timeout_ms = 30_000;
         configure(&mut config);
         match LocalCluster::start(config) {

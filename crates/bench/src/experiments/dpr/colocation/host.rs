@@ -25,7 +25,7 @@ use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
 use prefixkv_dredis::client::{ClientConfig, ClientError};
 use prefixkv_dredis::options::{FinderKind, MetadataLocation};
 use prefixkv_dredis::{DprRedisClient, DprRedisSession};
-use prefixkv_engine::{StoreConfig, Strategy};
+use prefixkv_engine::StoreConfig;
 use prefixkv_resp::Reply;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -58,9 +58,6 @@ pub struct HostArgs {
     /// Lease renewal interval.
     #[arg(long, default_value_t = 200)]
     pub heartbeat_interval_ms: u64,
-    /// Checkpoint strategy.
-    #[arg(long, default_value = "fold-over")]
-    pub strategy: String,
     /// Engine index buckets.
     #[arg(long, default_value_t = 1 << 16)]
     pub index_buckets: usize,
@@ -127,14 +124,10 @@ pub fn host(args: &HostArgs) -> Result<()> {
         (0.0..=1.0).contains(&args.remote_fraction),
         "--remote-fraction must be within 0..=1"
     );
-    let strategy: Strategy = args
-        .strategy
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--strategy: {e}"))?;
     let mut store = StoreConfig::new(&args.dir);
     store.index_buckets = args.index_buckets;
     store.log_memory_bytes = args.log_memory_bytes;
-    let mut config = WorkerConfig::new(args.id, args.listen, EngineConfig { store, strategy });
+    let mut config = WorkerConfig::new(args.id, args.listen, EngineConfig { store });
     config.checkpoint_interval_ms = args.checkpoint_interval_ms;
     config.recoverability = args.recoverability;
     config.heartbeat_interval_ms = args.heartbeat_interval_ms;

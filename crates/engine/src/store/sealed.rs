@@ -1,0 +1,212 @@
+//! Seals, and checkpoints of sealed versions: the version switch of a checkpoint taken apart
+//! from its image, so that versions can be closed as often as a caller needs (DPR seals one
+//! whenever a batch carries a larger version) while images are written one at a time behind
+//! them, each either whole or a delta on top of the previous one.
+//!
+//! Invariants:
+//! - A seal runs only from REST and holds `seal_lock` from its check of the phase to its REST of
+//!   the next version; a classic checkpoint takes that lock to claim the state machine (and
+//!   seals wait while `classic_running`), a rollback holds it across its THROW. So a seal's
+//!   phases never interleave with another state machine's.
+//! - When a seal returns, no session runs as the sealed version or below, and every session's
+//!   CPR point in it is in `sealed`: recorded under `seal_lock`, before any session can move to
+//!   a later version (only a later seal moves them).
+//! - With `rollback_ready` (required), no operation changes a record of an older version in
+//!   place, so the log keeps the final state of every sealed version until a checkpoint of it
+//!   is written, whenever that is (compaction keeps what versions above its floor need).
+//! - `sealed` holds only unpublished versions: publishing one forgets it and every older one (a
+//!   checkpoint of an older sealed version can no longer be written: it would not be the newest
+//!   on disk), and a rollback forgets them all (they are above its target).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{CheckpointFailure, CheckpointToken, Shared, Store};
+use crate::checkpoint::bump_and_wait;
+use crate::state::{Phase, SystemState};
+use crate::{EngineError, SessionId};
+
+/// What the checkpoint of a sealed version writes ([`Store::checkpoint_sealed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The whole image of the version: every record of it and older versions in the log, in
+    /// address order (as the fold-over strategy writes it).
+    Full,
+    /// Only the records of versions above `base`, a checkpoint this store published (or
+    /// recovered) and still holds; recovery applies them on top of `base`'s image. The caller
+    /// must keep `base` (and its own base, down to a full image) as long as it keeps this one:
+    /// the store's own pruning is then off (`keep_checkpoints` must be `usize::MAX`).
+    Since(u64),
+}
+
+impl Shared {
+    /// A checkpoint of `version` was published: it and every older sealed version are done.
+    pub(crate) fn forget_sealed_through(&self, version: u64) {
+        let mut sealed = self.sealed.lock();
+        *sealed = sealed.split_off(&(version + 1));
+    }
+}
+
+impl Store {
+    /// Closes the current version without writing anything: runs the CPR phases PREPARE(v),
+    /// IN_PROGRESS(v+1), WAIT_PENDING(v+1) and returns in REST(v+1) with `v`, once no session
+    /// runs as `v` any more. Write its checkpoint later with [`Store::checkpoint_sealed`]
+    /// (versions may be sealed faster than they are written; each keeps its own state).
+    ///
+    /// Requires [`StoreConfig::rollback_ready`](crate::StoreConfig::rollback_ready). Waits,
+    /// until `timeout`, while another state machine changes phases (a classic checkpoint's
+    /// switch, a rollback's THROW and PURGE): then `CheckpointInProgress`. A checkpoint of a
+    /// sealed version being written does not hold a seal up.
+    ///
+    /// Do not call it from a thread whose own session holds epoch protection (suspend it
+    /// first): the switch waits for every protected session to refresh.
+    pub fn seal(&self, timeout: Duration) -> Result<u64, EngineError> {
+        let shared = &self.shared;
+        if !shared.config.rollback_ready {
+            return Err(EngineError::InvalidArgument(
+                "seal needs StoreConfig::rollback_ready = true: without it a write may change a \
+                 sealed version's record in place before its checkpoint reads it"
+                    .into(),
+            ));
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let _seal = shared.seal_lock.lock();
+                let state = shared.state.load();
+                if state.phase == Phase::Rest && !shared.classic_running.load(Ordering::SeqCst) {
+                    return self.switch_from(state);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(EngineError::CheckpointInProgress);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The seal's phases from `state` (REST(v)), under `seal_lock`.
+    fn switch_from(&self, state: SystemState) -> Result<u64, EngineError> {
+        let shared = &self.shared;
+        let version = state.version;
+        if version + 1 >= u32::MAX as u64 {
+            return Err(EngineError::InvalidArgument(
+                "record versions are 32 bits and this store has used them all".into(),
+            ));
+        }
+        let next = |phase| {
+            Some(SystemState {
+                phase,
+                version: version + 1,
+                world_line: state.world_line,
+            })
+        };
+        shared.publish_phase(Phase::Prepare, version);
+        bump_and_wait(shared, next(Phase::InProgress));
+        bump_and_wait(shared, next(Phase::WaitPending));
+        // Stored only once every protected session saw WAIT_PENDING: no operation of `version`
+        // is in flight, exactly as when a classic checkpoint enters WAIT_FLUSH.
+        bump_and_wait(shared, next(Phase::Rest));
+        let points: BTreeMap<SessionId, u64> = shared
+            .sessions
+            .lock()
+            .values()
+            .map(|session| (session.id, session.point_for(version)))
+            .collect();
+        shared.sealed.lock().insert(version, points);
+        Ok(version)
+    }
+
+    /// Versions sealed and not yet published, ascending.
+    pub fn sealed_versions(&self) -> Vec<u64> {
+        self.shared.sealed.lock().keys().copied().collect()
+    }
+
+    /// Starts writing the checkpoint of sealed version `version` on a checkpoint thread and
+    /// returns at once; [`Store::wait_for_commit`] reports it. `cookie` as for
+    /// [`Store::checkpoint_with_cookie`]. One checkpoint is written at a time
+    /// (`CheckpointInProgress` otherwise); seals go on meanwhile.
+    ///
+    /// Refused (`InvalidArgument`) for a version that is not sealed and unpublished, and for
+    /// [`Scope::Since`] a base that is not a published checkpoint below `version` or a store that
+    /// prunes checkpoints itself.
+    pub fn checkpoint_sealed(
+        &self,
+        version: u64,
+        scope: Scope,
+        cookie: Vec<u8>,
+    ) -> Result<CheckpointToken, EngineError> {
+        let shared = &self.shared;
+        let limit = crate::checkpoint_files::MAX_COOKIE_BYTES;
+        if cookie.len() > limit {
+            return Err(EngineError::InvalidArgument(format!(
+                "a commit cookie holds at most {limit} bytes, got {}",
+                cookie.len()
+            )));
+        }
+        if let Scope::Since(base) = scope {
+            if shared.config.keep_checkpoints != usize::MAX {
+                return Err(EngineError::InvalidArgument(
+                    "a delta checkpoint needs keep_checkpoints = usize::MAX: the store's own \
+                     pruning could delete the base it is applied on"
+                        .into(),
+                ));
+            }
+            if base >= version || !shared.rollback.is_target(base) {
+                return Err(EngineError::InvalidArgument(format!(
+                    "a delta of v{version} needs a base below it that this store published and \
+                     still holds; v{base} is not one"
+                )));
+            }
+        }
+        if shared.checkpoint_running.swap(true, Ordering::SeqCst) {
+            return Err(EngineError::CheckpointInProgress);
+        }
+        let Some(points) = shared.sealed.lock().get(&version).cloned() else {
+            shared.checkpoint_running.store(false, Ordering::SeqCst);
+            return Err(EngineError::InvalidArgument(format!(
+                "v{version} is not a sealed, unpublished version (those are {:?})",
+                self.sealed_versions()
+            )));
+        };
+        let background = shared.clone();
+        let mut slot = self.checkpoint_thread.lock();
+        if let Some(previous) = slot.take() {
+            // It already reported its result; joining only reaps the thread.
+            let _ = previous.join();
+        }
+        let spawned = std::thread::Builder::new()
+            .name(format!("prefixkv-checkpoint-v{version}"))
+            .spawn(move || {
+                let started = Instant::now();
+                let result = crate::checkpoint::run_sealed(
+                    &background,
+                    version,
+                    scope,
+                    points,
+                    cookie,
+                    started,
+                )
+                .map_err(|error| match error {
+                    EngineError::CheckpointAborted { .. } => CheckpointFailure::Discarded,
+                    other => CheckpointFailure::Failed(other.to_string()),
+                });
+                background.finish_checkpoint(version, result);
+            });
+        match spawned {
+            Ok(handle) => {
+                *slot = Some(handle);
+                Ok(CheckpointToken { version })
+            }
+            Err(error) => {
+                shared.checkpoint_running.store(false, Ordering::SeqCst);
+                Err(EngineError::io(
+                    "spawn checkpoint thread for",
+                    shared.config.dir.clone(),
+                    error,
+                ))
+            }
+        }
+    }
+}
