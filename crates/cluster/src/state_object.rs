@@ -176,6 +176,8 @@ struct Persisted {
     backlog: usize,
     /// Whether a checkpoint is being written.
     writing: bool,
+    /// Jobs sent to the persister and not yet done with (each holds the store).
+    queued: usize,
     /// Grows with every restore: jobs sealed before it are of a discarded history.
     generation: u64,
 }
@@ -411,15 +413,16 @@ impl EngineStateObject {
         self.catalog.root().to_path_buf()
     }
 
-    /// Waits (bounded) until no checkpoint is being written (jobs still queued are of the history
-    /// the caller is discarding: the persister skips them).
+    /// Waits (bounded) until the persister is done with every job, so none holds the store:
+    /// after a restore bumped the generation, queued jobs are of the discarded history and are
+    /// skipped at once; only a checkpoint being written is waited for.
     fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let (lock, changed) = &*self.persisted;
         let mut persisted = lock.lock();
-        while persisted.writing {
+        while persisted.queued > 0 {
             if changed.wait_until(&mut persisted, deadline).timed_out() {
-                return !persisted.writing;
+                return persisted.queued == 0;
             }
         }
         true
@@ -493,65 +496,76 @@ fn persist(
 ) {
     let (lock, changed) = &*persisted;
     for job in jobs {
-        let scope = {
-            let mut state = lock.lock();
-            if job.generation != state.generation {
-                // Sealed before a restore: its version was discarded (no report is expected).
-                continue;
-            }
-            state.writing = true;
-            state.next_scope()
-        };
-        let result = write_checkpoint(&job, scope);
-        let outcome = {
-            let mut state = lock.lock();
-            state.writing = false;
-            let current = job.generation == state.generation;
-            let outcome = match result {
-                _ if !current => None,
-                // A rollback discarded this version while it was being written (see `restore`):
-                // not a failure, and nothing to report.
-                Err(EngineError::CheckpointAborted { version }) => {
-                    tracing::info!(
-                        label = job.label,
-                        version,
-                        "checkpoint abandoned by a rollback"
-                    );
-                    None
-                }
-                Ok(report) => {
-                    state.backlog = state.backlog.saturating_sub(1);
-                    state.versions.insert(job.label, job.engine_version);
-                    state.tip = Some(job.engine_version);
-                    match scope {
-                        Scope::Since(base) => {
-                            state.bases.insert(job.engine_version, base);
-                            state.deltas_since_full += 1;
-                            state.delta_bytes_since_full += report.bytes;
-                        }
-                        Scope::Full => {
-                            state.deltas_since_full = 0;
-                            state.delta_bytes_since_full = 0;
-                            state.full_bytes = report.bytes;
-                        }
-                    }
-                    Some(Ok(job.label))
-                }
-                Err(error) => {
-                    state.backlog = state.backlog.saturating_sub(1);
-                    failed.store(true, Ordering::SeqCst);
-                    Some(Err(StateObjectError::Io {
-                        path: PathBuf::from(format!("checkpoint v{}", job.engine_version)),
-                        source: std::io::Error::other(error.to_string()),
-                    }))
-                }
-            };
-            changed.notify_all();
-            outcome
-        };
-        if let Some(outcome) = outcome {
-            (job.on_persist)(outcome);
+        // Consumes the job: its hold on the store ends before the count below says so (a reload
+        // waits for that, then reopens the store's directory).
+        persist_one(job, lock, changed, &failed);
+        lock.lock().queued -= 1;
+        changed.notify_all();
+    }
+}
+
+/// Writes and reports one job (see [`persist`]).
+fn persist_one(job: PersistJob, lock: &Mutex<Persisted>, changed: &Condvar, failed: &AtomicBool) {
+    let scope = {
+        let mut state = lock.lock();
+        if job.generation != state.generation {
+            // Sealed before a restore: its version was discarded (no report is expected).
+            return;
         }
+        state.writing = true;
+        state.next_scope()
+    };
+    let result = write_checkpoint(&job, scope);
+    let outcome = {
+        let mut state = lock.lock();
+        state.writing = false;
+        let outcome = match result {
+            // A restore began meanwhile: its version is discarded, and if it was published the
+            // restore removes it (a rollback unpublishes every checkpoint above its target; a
+            // reload removes every one on disk above it).
+            _ if job.generation != state.generation => None,
+            // A rollback discarded this version while it was being written (see `restore`):
+            // not a failure, and nothing to report.
+            Err(EngineError::CheckpointAborted { version }) => {
+                tracing::info!(
+                    label = job.label,
+                    version,
+                    "checkpoint abandoned by a rollback"
+                );
+                None
+            }
+            Ok(report) => {
+                state.backlog = state.backlog.saturating_sub(1);
+                state.versions.insert(job.label, job.engine_version);
+                state.tip = Some(job.engine_version);
+                match scope {
+                    Scope::Since(base) => {
+                        state.bases.insert(job.engine_version, base);
+                        state.deltas_since_full += 1;
+                        state.delta_bytes_since_full += report.bytes;
+                    }
+                    Scope::Full => {
+                        state.deltas_since_full = 0;
+                        state.delta_bytes_since_full = 0;
+                        state.full_bytes = report.bytes;
+                    }
+                }
+                Some(Ok(job.label))
+            }
+            Err(error) => {
+                state.backlog = state.backlog.saturating_sub(1);
+                failed.store(true, Ordering::SeqCst);
+                Some(Err(StateObjectError::Io {
+                    path: PathBuf::from(format!("checkpoint v{}", job.engine_version)),
+                    source: std::io::Error::other(error.to_string()),
+                }))
+            }
+        };
+        changed.notify_all();
+        outcome
+    };
+    if let Some(outcome) = outcome {
+        (job.on_persist)(outcome);
     }
 }
 
@@ -638,6 +652,7 @@ impl StateObject for EngineStateObject {
         let generation = {
             let mut persisted = self.persisted.0.lock();
             persisted.backlog += 1;
+            persisted.queued += 1;
             persisted.generation
         };
         let job = PersistJob {
@@ -684,20 +699,33 @@ impl StateObject for EngineStateObject {
         // Drop the store (its directory lock and threads) before opening it again: the persister
         // is idle and no session is lent, so this is the last holder.
         drop(inner.store.take());
-        let doomed: Vec<(Version, u64)> = self
-            .persisted
+        // Every checkpoint on disk above the target goes, newest first: the ones recorded, and
+        // one a persister published for a version the restore had already discarded.
+        let target = match version {
+            0 => 0,
+            label => match self.persisted.0.lock().versions.get(&label) {
+                Some(&engine_version) => engine_version,
+                None => {
+                    return Err(StateObjectError::NoSuchVersion {
+                        version,
+                        available: Vec::new(),
+                    })
+                }
+            },
+        };
+        let catalog_error = |e: prefixkv_storage::CatalogError| {
+            engine_error(&root, EngineError::InvalidArgument(e.to_string()))
+        };
+        let mut doomed = self.catalog.published_versions().map_err(catalog_error)?;
+        doomed.retain(|&engine_version| engine_version > target);
+        for &engine_version in doomed.iter().rev() {
+            self.catalog.remove(engine_version).map_err(catalog_error)?;
+        }
+        self.persisted
             .0
             .lock()
             .versions
-            .range(version + 1..)
-            .map(|(&label, &engine_version)| (label, engine_version))
-            .collect();
-        for &(label, engine_version) in doomed.iter().rev() {
-            self.catalog
-                .remove(engine_version)
-                .map_err(|e| engine_error(&root, EngineError::InvalidArgument(e.to_string())))?;
-            self.persisted.0.lock().versions.remove(&label);
-        }
+            .retain(|&label, _| label <= version);
         let store = Store::open(self.config.store.clone()).map_err(|e| engine_error(&root, e))?;
         // Engine versions above the recovered one will be used again: forget their labels (a
         // stale, smaller label would under-report a batch's version).

@@ -168,7 +168,7 @@ pub(crate) fn run(
             "record versions are 32 bits and this store has used them all".into(),
         ));
     }
-    let _maintenance = shared.maintenance.lock();
+    let _maintenance = shared.lock_maintenance();
     let strategy_index = Strategy::ALL
         .iter()
         .position(|candidate| *candidate == strategy)
@@ -224,7 +224,8 @@ pub(crate) fn run_sealed(
     cookie: Vec<u8>,
     started: Instant,
 ) -> Result<CheckpointReport, EngineError> {
-    let _maintenance = shared.maintenance.lock();
+    let _maintenance = shared.lock_maintenance();
+    let maintenance_wait = started.elapsed();
     let strategy = Strategy::FoldOver;
     let strategy_index = Strategy::ALL
         .iter()
@@ -254,8 +255,17 @@ pub(crate) fn run_sealed(
                 .max(begin),
         ),
     };
-    let (segments, breakdown) =
-        scan_log_parallel(shared, &pending, 1, (above, version), (from, tail))?;
+    let scanned = scan_log_parallel(shared, &pending, 1, (above, version), (from, tail));
+    if let Err(EngineError::CheckpointAborted { .. }) = &scanned {
+        // What a rollback waited for (it stops this checkpoint and takes the state machine).
+        tracing::info!(
+            version,
+            maintenance_wait_ms = maintenance_wait.as_secs_f64() * 1e3,
+            image_ms = image_started.elapsed().as_secs_f64() * 1e3,
+            "checkpoint of a sealed version stopped by a rollback"
+        );
+    }
+    let (segments, breakdown) = scanned?;
     let image = ImageWritten {
         pending,
         kind,

@@ -18,7 +18,8 @@
 //! one is still copied when it is its key's newest (the seal is stale).
 //!
 //! Invariants: compaction never runs during a checkpoint (the `maintenance` lock), so a checkpoint
-//! always sees a fixed begin address; copies use the compaction reserve of the page budget, so they
+//! always sees a fixed begin address; it starts no chunk while a checkpoint or PURGE waits for
+//! that lock (`Shared::lock_maintenance`), so it cannot hold them off chunk after chunk; copies use the compaction reserve of the page budget, so they
 //! can always make progress while user writes are held at the writer limit; a key's newest record
 //! is always at or above the begin address, so chain walks may stop there — which also needs every
 //! chain to point down the log (each record's previous address below its own; see
@@ -119,6 +120,10 @@ impl Chunk {
 /// Compacts one chunk of the oldest pages. Returns what it did, or `None` if it freed nothing
 /// (a checkpoint holds the maintenance lock, nothing to compact, or the reserve ran out).
 fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
+    // A checkpoint or PURGE waits for the lock: let it have it (the next request resumes).
+    if shared.maintenance_waiters.load(Ordering::SeqCst) > 0 {
+        return None;
+    }
     let _maintenance = shared.maintenance.try_lock()?;
     let log = &shared.log;
     let page_bytes = log.page_bytes() as u64;

@@ -44,6 +44,10 @@
 //! [`ManifestContent`] and one [`SegmentSummary`] (index, file name, entries, bytes, CRC32C) per
 //! segment, then a CRC32C of everything before it and the total length again.
 //!
+//! A delta checkpoint ([`ManifestKind::LogDelta`]) holds only the log records of the versions
+//! above its base, another published checkpoint; recovery verifies and loads the whole chain down
+//! to a full image (`recovery` module), so a delta is usable exactly while its bases are.
+//!
 //! # Publishing, and why a crash never leaves a half checkpoint that recovery would use
 //!
 //! Directories, publication, selection, quarantine and pruning are the storage crate's version

@@ -803,7 +803,7 @@ impl PurgeJob {
         while !wait_flag(shared, &self.adopted, Instant::now() + ROLLBACK_WAIT_LIMIT) {}
         let started = Instant::now();
         // Compaction and checkpoints wait; a superseded PURGE gives it up at its next check.
-        let maintenance = shared.maintenance.lock();
+        let maintenance = shared.lock_maintenance();
         let check_below = !rollback.tamper_purge_bound.load(Ordering::SeqCst);
         let Some(counts) = purge::run(shared, self.invalid, self.bound, check_below, &|| {
             self.superseded()

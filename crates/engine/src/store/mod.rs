@@ -140,8 +140,11 @@ pub(crate) struct Shared {
     /// Back-pressure: writers wait here for compaction to free pages.
     pub(crate) memory_lock: Mutex<u64>,
     pub(crate) memory_changed: Condvar,
-    /// Compaction and checkpoints exclude each other.
+    /// Compaction and checkpoints exclude each other. Checkpoints and PURGE take it with
+    /// [`Shared::lock_maintenance`], which compaction yields to.
     pub(crate) maintenance: Mutex<()>,
+    /// Threads waiting in [`Shared::lock_maintenance`]: compaction starts no chunk meanwhile.
+    pub(crate) maintenance_waiters: AtomicUsize,
     /// Held by a [`Store::seal`] for its whole version switch, and by whatever else starts
     /// changing the phase (a classic checkpoint's PREPARE or PAUSE, a rollback's THROW): a seal
     /// starts only from REST and never interleaves with another state machine's phases.
@@ -323,6 +326,16 @@ impl Shared {
         self.results_changed.notify_all();
     }
 
+    /// Takes the maintenance lock ahead of compaction: compaction takes it chunk by chunk with
+    /// `try_lock` and would otherwise win it again and again while the log stays above its
+    /// trigger (measured: a checkpoint, and the rollback waiting for it to stop, waited 5 s).
+    pub(crate) fn lock_maintenance(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.maintenance_waiters.fetch_add(1, Ordering::SeqCst);
+        let guard = self.maintenance.lock();
+        self.maintenance_waiters.fetch_sub(1, Ordering::SeqCst);
+        guard
+    }
+
     /// Wakes writers waiting for memory.
     pub(crate) fn notify_memory(&self) {
         let mut generation = self.memory_lock.lock();
@@ -391,6 +404,7 @@ impl Store {
             memory_lock: Mutex::new(0),
             memory_changed: Condvar::new(),
             maintenance: Mutex::new(()),
+            maintenance_waiters: AtomicUsize::new(0),
             seal_lock: Mutex::new(()),
             classic_running: AtomicBool::new(false),
             sealed: Mutex::new(BTreeMap::new()),
