@@ -169,13 +169,7 @@ pub(crate) fn run(
         ));
     }
     let _maintenance = shared.lock_maintenance();
-    let strategy_index = Strategy::ALL
-        .iter()
-        .position(|candidate| *candidate == strategy)
-        .expect("listed");
-    shared
-        .running_strategy
-        .store(strategy_index as u64, Ordering::Release);
+    shared.set_running_strategy(strategy);
     let result = if strategy == Strategy::Blocking {
         shared.publish_phase(Phase::Pause, version);
         bump_and_wait(shared, None);
@@ -227,13 +221,7 @@ pub(crate) fn run_sealed(
     let _maintenance = shared.lock_maintenance();
     let maintenance_wait = started.elapsed();
     let strategy = Strategy::FoldOver;
-    let strategy_index = Strategy::ALL
-        .iter()
-        .position(|candidate| *candidate == strategy)
-        .expect("listed");
-    shared
-        .running_strategy
-        .store(strategy_index as u64, Ordering::Release);
+    shared.set_running_strategy(strategy);
     let phases = started.elapsed();
     let tail = shared.log.tail_address();
     bump_and_wait(shared, None);

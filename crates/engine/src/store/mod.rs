@@ -174,6 +174,15 @@ impl Shared {
         Strategy::ALL[self.running_strategy.load(Ordering::Acquire) as usize]
     }
 
+    /// Records the strategy of the checkpoint starting now (see [`Shared::strategy_in_flight`]).
+    pub(crate) fn set_running_strategy(&self, strategy: Strategy) {
+        let index = Strategy::ALL
+            .iter()
+            .position(|candidate| *candidate == strategy)
+            .expect("every strategy is listed");
+        self.running_strategy.store(index as u64, Ordering::Release);
+    }
+
     /// The newest record of `key` for a reader: `None` if the index has no entry for its tag.
     /// Caller holds epoch protection. `invalid`: versions a rollback discarded (the session's
     /// copy, see `rollback` module).
@@ -583,6 +592,21 @@ impl Store {
         self.shared.classic_running.store(true, Ordering::SeqCst);
         drop(seal_guard);
         let version = self.shared.state.load().version;
+        self.spawn_checkpoint(version, move |shared, started| {
+            crate::checkpoint::run(shared, strategy, version, cookie, started)
+        })
+    }
+
+    /// Runs `job` for checkpoint `version` on the checkpoint thread and returns its token; the
+    /// result goes to [`Store::wait_for_commit`]. The caller claimed the state machine
+    /// (`checkpoint_running`); if the thread cannot start, it is given back.
+    fn spawn_checkpoint(
+        &self,
+        version: u64,
+        job: impl FnOnce(&Arc<Shared>, Instant) -> Result<CheckpointReport, EngineError>
+            + Send
+            + 'static,
+    ) -> Result<CheckpointToken, EngineError> {
         let shared = self.shared.clone();
         let mut slot = self.checkpoint_thread.lock();
         if let Some(previous) = slot.take() {
@@ -592,12 +616,10 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name(format!("prefixkv-checkpoint-v{version}"))
             .spawn(move || {
-                let started = Instant::now();
-                let result = crate::checkpoint::run(&shared, strategy, version, cookie, started)
-                    .map_err(|error| match error {
-                        EngineError::CheckpointAborted { .. } => CheckpointFailure::Discarded,
-                        other => CheckpointFailure::Failed(other.to_string()),
-                    });
+                let result = job(&shared, Instant::now()).map_err(|error| match error {
+                    EngineError::CheckpointAborted { .. } => CheckpointFailure::Discarded,
+                    other => CheckpointFailure::Failed(other.to_string()),
+                });
                 shared.finish_checkpoint(version, result);
             });
         match spawned {
@@ -607,9 +629,7 @@ impl Store {
             }
             Err(error) => {
                 self.shared.classic_running.store(false, Ordering::SeqCst);
-                self.shared
-                    .checkpoint_running
-                    .store(false, Ordering::SeqCst);
+                self.shared.release_state_machine();
                 Err(EngineError::io(
                     "spawn checkpoint thread for",
                     shared_dir(&self.shared),

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{CheckpointFailure, CheckpointToken, Shared, Store};
+use super::{CheckpointToken, Shared, Store};
 use crate::checkpoint::bump_and_wait;
 use crate::state::{Phase, SystemState};
 use crate::{EngineError, SessionId};
@@ -164,49 +164,15 @@ impl Store {
             return Err(EngineError::CheckpointInProgress);
         }
         let Some(points) = shared.sealed.lock().get(&version).cloned() else {
-            shared.checkpoint_running.store(false, Ordering::SeqCst);
+            // Given back with a notification: a rollback may be waiting for it.
+            shared.release_state_machine();
             return Err(EngineError::InvalidArgument(format!(
                 "v{version} is not a sealed, unpublished version (those are {:?})",
                 self.sealed_versions()
             )));
         };
-        let background = shared.clone();
-        let mut slot = self.checkpoint_thread.lock();
-        if let Some(previous) = slot.take() {
-            // It already reported its result; joining only reaps the thread.
-            let _ = previous.join();
-        }
-        let spawned = std::thread::Builder::new()
-            .name(format!("prefixkv-checkpoint-v{version}"))
-            .spawn(move || {
-                let started = Instant::now();
-                let result = crate::checkpoint::run_sealed(
-                    &background,
-                    version,
-                    scope,
-                    points,
-                    cookie,
-                    started,
-                )
-                .map_err(|error| match error {
-                    EngineError::CheckpointAborted { .. } => CheckpointFailure::Discarded,
-                    other => CheckpointFailure::Failed(other.to_string()),
-                });
-                background.finish_checkpoint(version, result);
-            });
-        match spawned {
-            Ok(handle) => {
-                *slot = Some(handle);
-                Ok(CheckpointToken { version })
-            }
-            Err(error) => {
-                shared.checkpoint_running.store(false, Ordering::SeqCst);
-                Err(EngineError::io(
-                    "spawn checkpoint thread for",
-                    shared.config.dir.clone(),
-                    error,
-                ))
-            }
-        }
+        self.spawn_checkpoint(version, move |shared, started| {
+            crate::checkpoint::run_sealed(shared, version, scope, points, cookie, started)
+        })
     }
 }
