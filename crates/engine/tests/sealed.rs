@@ -2,7 +2,7 @@
 //! images (`Store::seal`, `Store::checkpoint_sealed`), checked against what the writers know of
 //! their own operations.
 //!
-//! Writer `s` upserts `w{s}:{i % KEYS}` = `i` for its serials `i = 1, 2, ...`; the sealer seals
+//! Writer `s` upserts `w{s}:{i % keys}` = `i` for its serials `i = 1, 2, ...`; the sealer seals
 //! every few hundred microseconds, noting each writer's acknowledged serial just before the seal;
 //! a persister writes each sealed version's checkpoint in order (a whole image every fourth, a
 //! delta on the previous one otherwise). Afterwards, for sampled versions, only the checkpoints up
@@ -10,7 +10,11 @@
 //! point `p` must be at least the serial acknowledged before that seal and at most what ran, and
 //! its keys must hold exactly the prefix `1..=p` of its operations.
 //!
-//! `ENGINE_SEALED_ROUNDS` (default 300) seals per run.
+//! `ENGINE_SEALED_ROUNDS` (default 300) seals per run; `ENGINE_SEALED_KEYS` (default 64) keys
+//! per writer (each writer writes all of them once before the first seal, so a large value makes
+//! every image hold that many keys; the log budget grows with it); `ENGINE_SEALED_FULL_EVERY`
+//! (default 4) how often a whole image is written. Writers pause while more than
+//! [`MAX_UNWRITTEN`] sealed versions wait (the log keeps them all in memory).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,19 +26,29 @@ use prefixkv_engine::{Scope, SessionId, Store, StoreConfig};
 use prefixkv_testkit::rng::env_count;
 
 const WRITERS: usize = 3;
-const KEYS: u64 = 64;
+
+/// Sealed, unwritten versions beyond which writers pause.
+const MAX_UNWRITTEN: usize = 4;
+
+/// Keys per writer (`ENGINE_SEALED_KEYS`).
+fn keys() -> u64 {
+    static KEYS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *KEYS.get_or_init(|| env_count("ENGINE_SEALED_KEYS", 64).max(1))
+}
 
 fn config(dir: &Path) -> StoreConfig {
     let mut config = StoreConfig::new(dir);
-    config.index_buckets = 1 << 12;
-    config.log_memory_bytes = 64 << 20;
+    let keys = keys() * WRITERS as u64;
+    config.index_buckets = (keys as usize).next_power_of_two().max(1 << 12);
+    // Room for a few versions of every key (records of 64 bytes and more).
+    config.log_memory_bytes = (keys * 512).max(64 << 20);
     config.rollback_ready = true;
     config.keep_checkpoints = usize::MAX;
     config
 }
 
 fn key(writer: usize, serial: u64) -> Vec<u8> {
-    format!("w{writer}:{}", serial % KEYS).into_bytes()
+    format!("w{writer}:{}", serial % keys()).into_bytes()
 }
 
 /// One published checkpoint: its version and each writer's serial acknowledged before its seal.
@@ -71,10 +85,11 @@ fn check(
                 published.version, published.acknowledged[writer], issued[writer]
             ));
         }
-        for slot in 0..KEYS {
+        let keys = keys();
+        for slot in 0..keys {
             // The last serial <= point that wrote this key, if any.
             let expected = (point >= slot.max(1))
-                .then(|| point - (point + KEYS - slot) % KEYS)
+                .then(|| point - (point + keys - slot) % keys)
                 .filter(|&serial| serial >= 1);
             let found = reader
                 .read(&key(writer, slot), &mut value)
@@ -92,7 +107,8 @@ fn check(
     Ok(())
 }
 
-/// Copies the checkpoints at or below `version` into a fresh store directory.
+/// Links (or, across file systems, copies) the checkpoints at or below `version` into a fresh
+/// store directory: recovery only reads them.
 fn copy_up_to(from: &Path, version: u64, to: &Path) {
     let source = from.join("checkpoints");
     let target = to.join("checkpoints");
@@ -110,7 +126,10 @@ fn copy_up_to(from: &Path, version: u64, to: &Path) {
         std::fs::create_dir(&dir).unwrap();
         for file in std::fs::read_dir(entry.path()).unwrap() {
             let file = file.unwrap();
-            std::fs::copy(file.path(), dir.join(file.file_name())).unwrap();
+            let target = dir.join(file.file_name());
+            if std::fs::hard_link(file.path(), &target).is_err() {
+                std::fs::copy(file.path(), &target).unwrap();
+            }
         }
     }
 }
@@ -136,6 +155,14 @@ fn sealed_versions_written_behind_recover_each_writers_prefix() {
                 ids.send((session.id(), writer)).unwrap();
                 let mut serial = 0u64;
                 while !stop.load(Ordering::Relaxed) {
+                    if serial % 1024 == 0 {
+                        session.suspend();
+                        while store.sealed_versions().len() > MAX_UNWRITTEN
+                            && !stop.load(Ordering::Relaxed)
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
                     serial += 1;
                     session
                         .upsert(&key(writer, serial), &serial.to_le_bytes())
@@ -152,8 +179,13 @@ fn sealed_versions_written_behind_recover_each_writers_prefix() {
         .collect();
     drop(id_sender);
     let ids: BTreeMap<SessionId, usize> = id_receiver.iter().take(WRITERS).collect();
+    // Every key written once before the first seal, so every image holds all of them.
+    while (0..WRITERS).any(|writer| acked[writer].load(Ordering::SeqCst) < keys()) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // The persister: each sealed version's checkpoint, in seal order.
     let (jobs, queue) = mpsc::channel::<Published>();
+    let full_every = env_count("ENGINE_SEALED_FULL_EVERY", 4).max(1) as usize;
     let persister = {
         let store = Arc::clone(&store);
         std::thread::spawn(move || {
@@ -161,7 +193,7 @@ fn sealed_versions_written_behind_recover_each_writers_prefix() {
             let mut tip = None;
             for (written, job) in queue.into_iter().enumerate() {
                 let scope = match tip {
-                    Some(base) if written % 4 != 0 => Scope::Since(base),
+                    Some(base) if written % full_every != 0 => Scope::Since(base),
                     _ => Scope::Full,
                 };
                 let token = store
