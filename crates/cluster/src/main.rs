@@ -41,7 +41,8 @@ enum Command {
         /// A worker silent this long has failed (a worker process's exit is noticed at once).
         #[arg(long, default_value_t = 2000)]
         lease_ms: u64,
-        /// What acknowledged batches are guaranteed: none, eventual, dpr, synchronous.
+        /// What acknowledged batches are guaranteed: none, eventual, dpr, synchronous (dpr plus
+        /// an fdatasync of every batch: measures that cost; recovery does not replay the log).
         #[arg(long, default_value = "dpr")]
         recoverability: Recoverability,
         /// Engine index buckets per worker (power of two).
@@ -68,7 +69,8 @@ enum Command {
         /// Commit (CPR checkpoint) interval.
         #[arg(long, default_value_t = 100)]
         checkpoint_interval_ms: u64,
-        /// What acknowledged batches are guaranteed: none, eventual, dpr, synchronous.
+        /// What acknowledged batches are guaranteed: none, eventual, dpr, synchronous (dpr plus
+        /// an fdatasync of every batch: measures that cost; recovery does not replay the log).
         #[arg(long, default_value = "dpr")]
         recoverability: Recoverability,
         /// Lease renewal interval (keep it well below the manager's lease).
