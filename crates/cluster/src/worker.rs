@@ -23,9 +23,10 @@
 //!    version the batch was admitted in, and the whole batch ran in that version.
 //!
 //! **Maintenance thread.** Commits at wall-clock slots (`slot = now_ms / interval`: every worker
-//! seals at about the same time under the same numbers) unless [`crate::state_object::MAX_BACKLOG`]
-//! sealed versions still wait for their checkpoints; polls the metadata store for a new world-line and restores to the cut; prunes
-//! versions below the cut. **Heartbeat thread.** Renews the lease unless a checkpoint failed.
+//! seals at about the same time under the same numbers) unless
+//! [`crate::state_object::MAX_BACKLOG`] sealed versions still wait for their checkpoints; polls
+//! the metadata store for a new world-line and restores to the cut; prunes versions below the
+//! cut. **Heartbeat thread.** Renews the lease unless a checkpoint failed.
 //!
 //! **Restart rule** (the incarnation marker). A worker that served in world-line `w` and starts
 //! again (after a crash, a kill or even a clean stop: its in-memory versions above the cut are
