@@ -158,7 +158,7 @@ fn sealed_versions_written_behind_recover_each_writers_prefix() {
                 ids.send((session.id(), writer)).unwrap();
                 let mut serial = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    if serial % 1024 == 0 {
+                    if serial.is_multiple_of(1024) {
                         session.suspend();
                         while store.sealed_versions().len() > MAX_UNWRITTEN
                             && !stop.load(Ordering::Relaxed)
