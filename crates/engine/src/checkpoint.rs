@@ -201,16 +201,14 @@ pub(crate) fn run(
 }
 
 /// Writes the checkpoint of `version`, which a [`Store::seal`](crate::Store::seal) already
-/// closed: no phase changes (sessions run versions above it meanwhile, and may seal more). A
-/// whole image (`Scope::Full`) is an index scan for each key's newest record of `version` or
-/// older; a delta (`Scope::Since`) a log scan of the records of the versions above its base.
-/// Published with the CPR points the seal recorded.
+/// closed: no phase changes (sessions run versions above it meanwhile, and may seal more), a
+/// log scan of the records of `version` and below (`Scope::Full`) or of those above the base
+/// (`Scope::Since`), published with the CPR points the seal recorded.
 ///
 /// Why the scan sees exactly the state of `version`: the seal returned once no session ran as
 /// `version` or below, so every such record was allocated before `tail` is read here, and the
 /// bump below waits until each one is completely written; with `rollback_ready` (required by
-/// `seal`) no later operation changes a record of an older version in place (`must_copy`), so a
-/// chain walk that skips the newer versions finds each key's record of `version` unchanged; and
+/// `seal`) no later operation changes a record of an older version in place (`must_copy`), and
 /// compaction, which copies records with their versions, is excluded while this runs.
 pub(crate) fn run_sealed(
     shared: &Arc<Shared>,
@@ -231,33 +229,21 @@ pub(crate) fn run_sealed(
     let begin = shared.log.begin_address();
     let image_started = Instant::now();
     shared.log.shift_read_only(tail);
-    let (kind, scanned) = match scope {
-        // Each key's newest record of `version` or older, from the index: a whole image holds
-        // every key once (not the log's superseded records), and loads in parallel.
-        crate::store::Scope::Full => (
-            ManifestKind::KeyUnique,
-            scan_index_parallel(
-                shared,
-                &pending,
-                shared.config.flusher_threads,
-                version,
-                false,
-            ),
-        ),
-        crate::store::Scope::Since(base) => {
+    let (kind, above, from) = match scope {
+        crate::store::Scope::Full => (ManifestKind::LogOrdered, 0, begin),
+        crate::store::Scope::Since(base) => (
+            ManifestKind::LogDelta { base },
+            base,
             // No record of a version above the base lies below the tail of the moment the store
             // first let a session run as one (`RollbackState::note_allowed`).
-            let from = shared
+            shared
                 .rollback
                 .purge_bound(base)
                 .unwrap_or(begin)
-                .max(begin);
-            (
-                ManifestKind::LogDelta { base },
-                scan_log_parallel(shared, &pending, 1, (base, version), (from, tail)),
-            )
-        }
+                .max(begin),
+        ),
     };
+    let scanned = scan_log_parallel(shared, &pending, 1, (above, version), (from, tail));
     if let Err(EngineError::CheckpointAborted { .. }) = &scanned {
         // What a rollback waited for (it stops this checkpoint and takes the state machine).
         tracing::info!(
@@ -582,10 +568,6 @@ fn scan_index_range(
     let mut start = range.start;
     let mut index_scan = Duration::ZERO;
     while start < range.end {
-        // A rollback that discards this version asked for it to stop (see `scan_log_parallel`).
-        if shared.abort_checkpoint.load(Ordering::Relaxed) {
-            return Err(EngineError::CheckpointAborted { version });
-        }
         let end = (start + chunk).min(range.end);
         heads.clear();
         let index_started = Instant::now();

@@ -8,8 +8,7 @@
 //!   and loading); if a check fails after entries were already handed to the sink, the load
 //!   returns the error and the caller must discard what it built.
 //! - A delta checkpoint ([`ManifestKind::LogDelta`]) verifies only with its whole chain: every
-//!   base down to a whole image (log-ordered or key-unique) is read and checked like the delta
-//!   itself, and each base is of a
+//!   base down to a full image is read and checked like the delta itself, and each base is of a
 //!   strictly smaller version (so a chain ends, within [`MAX_CHAIN`] links). A missing or
 //!   damaged base rejects the delta, and recovery falls back to an older checkpoint.
 
@@ -90,19 +89,15 @@ impl VerifiedCheckpoint {
         })
     }
 
-    /// Loads the image of a log-ordered checkpoint or of a delta's chain: the chain's whole image
-    /// first, then every delta in version order. A `KeyUnique` whole image goes to `unique` with
-    /// up to `threads` threads (each key once, in no particular order); log-ordered members go
-    /// to `ordered` on the calling thread, segments in index order and entries in file order.
-    /// Each member passes on only the entries of its own versions (`<= version` for the whole
-    /// image, `(base, version]` for a delta), so applying them in this order, the last one
-    /// winning, builds the image of this checkpoint's version. Returns the number of entries
-    /// passed on.
-    pub fn load_chain(
+    /// Loads the image of a log-ordered checkpoint on the calling thread: for a delta, its full
+    /// base first and then every delta of the chain in version order; within each, segments in
+    /// index order and entries in file order. Each member passes on only the entries of its own
+    /// versions (`<= version` for the full image, `(base, version]` for a delta), so applying
+    /// them in order, the last one winning, builds the image of this checkpoint's version.
+    /// Returns the number of entries passed on.
+    pub fn load_image_in_order(
         &self,
-        threads: usize,
-        unique: &(dyn Fn(EntryRef<'_>) -> Result<(), EngineError> + Sync),
-        ordered: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>,
+        sink: &mut dyn FnMut(EntryRef<'_>) -> Result<(), EngineError>,
     ) -> Result<u64, EngineError> {
         let mut passed = 0;
         let members = self
@@ -116,17 +111,9 @@ impl VerifiedCheckpoint {
                 ManifestKind::LogDelta { base } => base,
                 ManifestKind::LogOrdered => 0,
                 ManifestKind::KeyUnique => {
-                    passed += each_segment_in_parallel(&manifest.segments, threads, &|summary| {
-                        read_segment_file(
-                            &*self.disk,
-                            dir,
-                            summary,
-                            version,
-                            self.limits,
-                            &mut |entry| unique(entry),
-                        )
-                    })?;
-                    continue;
+                    return Err(EngineError::InvalidArgument(format!(
+                        "checkpoint v{version} is KeyUnique: load it with load_parallel"
+                    )))
                 }
             };
             for summary in &manifest.segments {
@@ -141,7 +128,7 @@ impl VerifiedCheckpoint {
                             return Ok(());
                         }
                         passed += 1;
-                        ordered(entry)
+                        sink(entry)
                     },
                 )?;
             }
@@ -303,6 +290,13 @@ fn verify(
                 ),
             )
         })?;
+        if base_manifest.content.kind == ManifestKind::KeyUnique {
+            return Err(EngineError::corrupt(
+                dir,
+                0,
+                format!("delta checkpoint v{version} names base v{base}, a KeyUnique image"),
+            ));
+        }
         next = base_manifest.content.kind;
         chain.push((base_dir, base_manifest));
     }

@@ -146,18 +146,9 @@ impl Store {
                 })?
             }
             ManifestKind::LogOrdered | ManifestKind::LogDelta { .. } => {
-                // A key-unique whole image under deltas loads in parallel; the log-ordered
-                // members after it in order. Observed once everything is applied.
-                let records = verified.load_chain(
-                    shared.config.flusher_threads,
-                    &|entry| {
-                        if entry.tombstone {
-                            return Ok(());
-                        }
-                        shared.apply_recovered(entry, true, &hint)
-                    },
-                    &mut |entry| shared.apply_recovered(entry, false, &hint),
-                )?;
+                let records = verified.load_image_in_order(&mut |entry| {
+                    shared.apply_recovered(entry, false, &hint)
+                })?;
                 shared.observe_all(observe);
                 records
             }
