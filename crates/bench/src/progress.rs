@@ -17,3 +17,13 @@ pub fn bar(steps: u64, what: &str) -> ProgressBar {
     bar.set_prefix(what.to_string());
     bar
 }
+
+/// Prints `line` above `bar` (so the bar is redrawn below it), or on stderr when the bar is
+/// hidden: the one place a run's per-step results go.
+pub fn line(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}

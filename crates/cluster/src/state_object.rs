@@ -172,11 +172,9 @@ struct Persisted {
     delta_bytes_since_full: u64,
     /// Bytes of the last whole image.
     full_bytes: u64,
-    /// Sealed versions whose checkpoint is not written yet.
-    backlog: usize,
-    /// Whether a checkpoint is being written.
-    writing: bool,
-    /// Jobs sent to the persister and not yet done with (each holds the store).
+    /// Jobs sent to the persister and not yet done with (each holds the store): the sealed
+    /// versions whose checkpoint is not written yet, plus, for a moment after a restore, those
+    /// of the discarded history, which the persister skips.
     queued: usize,
     /// Grows with every restore: jobs sealed before it are of a discarded history.
     generation: u64,
@@ -206,13 +204,12 @@ impl Persisted {
         root
     }
 
-    /// A restore to `engine_version` (0: empty) left only checkpoints at or below it.
+    /// A restore to `engine_version` (0: empty) left only checkpoints at or below it. (The
+    /// restore bumped `generation` before it began.)
     fn restored_to(&mut self, label: Version, engine_version: u64) {
         self.versions.retain(|&l, _| l <= label);
         self.bases.retain(|&e, _| e <= engine_version);
         self.tip = (engine_version != 0).then_some(engine_version);
-        self.generation += 1;
-        self.backlog = 0;
     }
 }
 
@@ -401,7 +398,7 @@ impl EngineStateObject {
     /// Whether [`MAX_BACKLOG`] sealed versions are waiting for their checkpoints (periodic
     /// commits then wait: the disk is behind).
     pub fn backlog_full(&self) -> bool {
-        self.persisted.0.lock().backlog >= MAX_BACKLOG
+        self.persisted.0.lock().queued >= MAX_BACKLOG
     }
 
     /// Set once a checkpoint failed to persist (the worker then stops renewing its lease).
@@ -507,18 +504,16 @@ fn persist(
 /// Writes and reports one job (see [`persist`]).
 fn persist_one(job: PersistJob, lock: &Mutex<Persisted>, changed: &Condvar, failed: &AtomicBool) {
     let scope = {
-        let mut state = lock.lock();
+        let state = lock.lock();
         if job.generation != state.generation {
             // Sealed before a restore: its version was discarded (no report is expected).
             return;
         }
-        state.writing = true;
         state.next_scope()
     };
     let result = write_checkpoint(&job, scope);
     let outcome = {
         let mut state = lock.lock();
-        state.writing = false;
         let outcome = match result {
             // A restore began meanwhile: its version is discarded, and if it was published the
             // restore removes it (a rollback unpublishes every checkpoint above its target; a
@@ -535,7 +530,6 @@ fn persist_one(job: PersistJob, lock: &Mutex<Persisted>, changed: &Condvar, fail
                 None
             }
             Ok(report) => {
-                state.backlog = state.backlog.saturating_sub(1);
                 state.versions.insert(job.label, job.engine_version);
                 state.tip = Some(job.engine_version);
                 match scope {
@@ -553,7 +547,6 @@ fn persist_one(job: PersistJob, lock: &Mutex<Persisted>, changed: &Condvar, fail
                 Some(Ok(job.label))
             }
             Err(error) => {
-                state.backlog = state.backlog.saturating_sub(1);
                 failed.store(true, Ordering::SeqCst);
                 Some(Err(StateObjectError::Io {
                     path: PathBuf::from(format!("checkpoint v{}", job.engine_version)),
@@ -651,7 +644,6 @@ impl StateObject for EngineStateObject {
         self.engine.labels.lock().insert(engine_version, version);
         let generation = {
             let mut persisted = self.persisted.0.lock();
-            persisted.backlog += 1;
             persisted.queued += 1;
             persisted.generation
         };

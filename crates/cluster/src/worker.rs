@@ -70,16 +70,6 @@ use crate::commands;
 use crate::state_object::{Engine, EngineStateObject, Lent};
 use crate::topology::Topology;
 
-/// The smallest version `request` may run in: its `Vs`, or a larger dependency (the DPR
-/// worker's fast-forward rule, `DprWorker::process_batch`).
-fn fast_forward_floor(request: &DprHeader) -> prefixkv_dpr::Version {
-    request
-        .dependencies
-        .iter()
-        .map(|dependency| dependency.version)
-        .fold(request.version, prefixkv_dpr::Version::max)
-}
-
 /// The file recording the world-line a worker serves in (see the module docs).
 pub const INCARNATION_FILE: &str = "INCARNATION";
 
@@ -174,7 +164,7 @@ impl Core {
         let shared = self.latch.read();
         let worker = self.worker.lock();
         let (admission, _latch) = if request.world_line > worker.world_line()
-            || fast_forward_floor(request) > worker.version()
+            || request.version_floor() > worker.version()
         {
             // A restore replaces the engine, and a seal switches its version: no batch may hold
             // a session meanwhile.

@@ -143,6 +143,16 @@ fn read_u64(bytes: &[u8], offset: usize) -> u64 {
 }
 
 impl DprHeader {
+    /// The smallest version a request may run in (§3.2's rule): its `Vs`, or a larger
+    /// dependency. A well-behaved session sends `Vs` >= every dependency; taking the maximum keeps
+    /// the Lamport invariant even for a sender that does not.
+    pub fn version_floor(&self) -> Version {
+        self.dependencies
+            .iter()
+            .map(|dependency| dependency.version)
+            .fold(self.version, Version::max)
+    }
+
     /// Encoded size of this header in bytes.
     pub fn encoded_len_bytes(&self) -> usize {
         FIXED_LEN_BYTES + PAIR_LEN_BYTES * self.dependencies.len()

@@ -309,13 +309,7 @@ impl<S: StateObject> DprWorker<S> {
                 response: self.response(HeaderKind::Rollback, request),
             });
         }
-        // A well-behaved session sends `Vs` >= every dependency; taking the maximum keeps the
-        // Lamport invariant even for a sender that does not.
-        let floor = request
-            .dependencies
-            .iter()
-            .map(|d| d.version)
-            .fold(request.version, Version::max);
+        let floor = request.version_floor();
         if floor > self.version {
             match self.fast_forward {
                 FastForward::Seal => self.seal(self.version, floor)?,

@@ -155,6 +155,37 @@ pub(crate) fn bump_and_wait(shared: &Arc<Shared>, next: Option<SystemState>) {
     }
 }
 
+/// The CPR version switch from `version` (in REST) to `version + 1`: PREPARE(v), then
+/// IN_PROGRESS, WAIT_PENDING and `last` of v+1, each stored only once every protected session
+/// refreshed since the previous one. So once `last` is stored, every session runs as v+1 and no
+/// operation of v is in flight. The caller owns the phase changes (a checkpoint driver, or a seal
+/// under `seal_lock`).
+pub(crate) fn switch_version(shared: &Arc<Shared>, version: u64, last: Phase) {
+    shared.publish_phase(Phase::Prepare, version);
+    let world_line = shared.state.load().world_line;
+    let next = |phase| {
+        Some(SystemState {
+            phase,
+            version: version + 1,
+            world_line,
+        })
+    };
+    bump_and_wait(shared, next(Phase::InProgress));
+    bump_and_wait(shared, next(Phase::WaitPending));
+    bump_and_wait(shared, next(last));
+}
+
+/// Each session's CPR point in `version`, once no session runs as `version` any more (after
+/// [`switch_version`]).
+pub(crate) fn session_points(shared: &Shared, version: u64) -> BTreeMap<SessionId, u64> {
+    shared
+        .sessions
+        .lock()
+        .values()
+        .map(|session| (session.id, session.point_for(version)))
+        .collect()
+}
+
 /// Runs one checkpoint of `version`. Always leaves the store in REST(version + 1).
 pub(crate) fn run(
     shared: &Arc<Shared>,
@@ -175,19 +206,8 @@ pub(crate) fn run(
         bump_and_wait(shared, None);
         write_image(shared, strategy, version, cookie, started)
     } else {
-        shared.publish_phase(Phase::Prepare, version);
-        let world_line = shared.state.load().world_line;
-        let next = |phase| {
-            Some(SystemState {
-                phase,
-                version: version + 1,
-                world_line,
-            })
-        };
-        bump_and_wait(shared, next(Phase::InProgress));
-        bump_and_wait(shared, next(Phase::WaitPending));
         // This engine has no operations pending on I/O: WAIT_PENDING ends once every session saw it.
-        bump_and_wait(shared, next(Phase::WaitFlush));
+        switch_version(shared, version, Phase::WaitFlush);
         write_image(shared, strategy, version, cookie, started)
     };
     {
@@ -289,12 +309,7 @@ fn write_image(
     // writing happen inside one protected operation.
     let tail = shared.log.tail_address();
     bump_and_wait(shared, None);
-    let session_points: BTreeMap<SessionId, u64> = shared
-        .sessions
-        .lock()
-        .values()
-        .map(|session| (session.id, session.point_for(version)))
-        .collect();
+    let session_points = session_points(shared, version);
     let pending = shared.checkpoints.begin(version)?;
     let threads = shared.config.flusher_threads;
     // Compaction is excluded while a checkpoint runs (the maintenance lock): begin stays put.

@@ -576,13 +576,7 @@ impl Store {
         strategy: Strategy,
         cookie: Vec<u8>,
     ) -> Result<CheckpointToken, EngineError> {
-        let limit = crate::checkpoint_files::MAX_COOKIE_BYTES;
-        if cookie.len() > limit {
-            return Err(EngineError::InvalidArgument(format!(
-                "a commit cookie holds at most {limit} bytes, got {}",
-                cookie.len()
-            )));
-        }
+        check_cookie(&cookie)?;
         // Under the seal lock: no seal is switching versions now, and none starts until this
         // checkpoint's phases are over (`classic_running`), so `version` stays the current one.
         let seal_guard = self.shared.seal_lock.lock();
@@ -724,6 +718,19 @@ impl Store {
     pub fn log_memory_in_use_bytes(&self) -> u64 {
         self.shared.log.memory_in_use_bytes()
     }
+}
+
+/// Refuses a commit cookie above
+/// [`checkpoint_files::MAX_COOKIE_BYTES`](crate::checkpoint_files::MAX_COOKIE_BYTES).
+fn check_cookie(cookie: &[u8]) -> Result<(), EngineError> {
+    let limit = crate::checkpoint_files::MAX_COOKIE_BYTES;
+    if cookie.len() > limit {
+        return Err(EngineError::InvalidArgument(format!(
+            "a commit cookie holds at most {limit} bytes, got {}",
+            cookie.len()
+        )));
+    }
+    Ok(())
 }
 
 fn shared_dir(shared: &Shared) -> PathBuf {

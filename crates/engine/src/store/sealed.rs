@@ -18,14 +18,12 @@
 //!   checkpoint of an older sealed version can no longer be written: it would not be the newest
 //!   on disk), and a rollback forgets them all (they are above its target).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{CheckpointToken, Shared, Store};
-use crate::checkpoint::bump_and_wait;
+use super::{check_cookie, CheckpointToken, Shared, Store};
 use crate::state::{Phase, SystemState};
-use crate::{EngineError, SessionId};
+use crate::EngineError;
 
 /// What the checkpoint of a sealed version writes ([`Store::checkpoint_sealed`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,25 +93,10 @@ impl Store {
                 "record versions are 32 bits and this store has used them all".into(),
             ));
         }
-        let next = |phase| {
-            Some(SystemState {
-                phase,
-                version: version + 1,
-                world_line: state.world_line,
-            })
-        };
-        shared.publish_phase(Phase::Prepare, version);
-        bump_and_wait(shared, next(Phase::InProgress));
-        bump_and_wait(shared, next(Phase::WaitPending));
-        // Stored only once every protected session saw WAIT_PENDING: no operation of `version`
-        // is in flight, exactly as when a classic checkpoint enters WAIT_FLUSH.
-        bump_and_wait(shared, next(Phase::Rest));
-        let points: BTreeMap<SessionId, u64> = shared
-            .sessions
-            .lock()
-            .values()
-            .map(|session| (session.id, session.point_for(version)))
-            .collect();
+        // REST is stored only once every protected session saw WAIT_PENDING: no operation of
+        // `version` is in flight, exactly as when a classic checkpoint enters WAIT_FLUSH.
+        crate::checkpoint::switch_version(shared, version, Phase::Rest);
+        let points = crate::checkpoint::session_points(shared, version);
         shared.sealed.lock().insert(version, points);
         Ok(version)
     }
@@ -138,13 +121,7 @@ impl Store {
         cookie: Vec<u8>,
     ) -> Result<CheckpointToken, EngineError> {
         let shared = &self.shared;
-        let limit = crate::checkpoint_files::MAX_COOKIE_BYTES;
-        if cookie.len() > limit {
-            return Err(EngineError::InvalidArgument(format!(
-                "a commit cookie holds at most {limit} bytes, got {}",
-                cookie.len()
-            )));
-        }
+        check_cookie(&cookie)?;
         if let Scope::Since(base) = scope {
             if shared.config.keep_checkpoints != usize::MAX {
                 return Err(EngineError::InvalidArgument(

@@ -113,11 +113,7 @@ pub(super) fn run(
             "dpr colocation: round {round} {}: {ops_per_s:.0} ops/s",
             contender.label()
         );
-        if bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            bar.println(line);
-        }
+        crate::progress::line(&bar, line);
         bar.inc(1);
     }
     bar.finish_and_clear();
