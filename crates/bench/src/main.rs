@@ -67,15 +67,33 @@ fn main() -> Result<()> {
     finish(common, &report)
 }
 
-/// Writes the report, prints where it went and its summary, and fails if verification failed.
+/// Writes the report, prints where it went, its summary and its checks, and fails if a check
+/// failed (a run with no check is not a failure: its `verified` is `null`).
 fn finish(common: &Common, report: &Report) -> Result<()> {
     let path = report.write(&common.out)?;
     println!("{}: wrote {}", report.experiment, path.display());
     for (name, value) in &report.summary {
         println!("  {name} = {value}");
     }
-    println!("  verified = {}", report.verified);
-    if !report.verified {
+    match report.verified {
+        None => println!("  verified = null (no check ran)"),
+        Some(verified) => println!(
+            "  verified = {verified} ({} checks: {})",
+            report.checks.len(),
+            report
+                .checks
+                .iter()
+                .map(|c| format!(
+                    "{} n={} {}",
+                    c.what,
+                    c.n,
+                    if c.passed { "ok" } else { "FAILED" }
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
+    if report.failed() {
         anyhow::bail!(
             "{}: verification failed (see the notes in {})",
             report.experiment,

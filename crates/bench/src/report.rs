@@ -1,7 +1,13 @@
 //! The result file every experiment writes, in the shape of `BENCHMARKS.md`.
 //!
-//! Invariants: field names are stable (scripts read them); units live in field names; a report
-//! says `"verified": true` only when every row that could be verified was.
+//! Invariants: field names are stable (scripts read them); units live in field names.
+//!
+//! `verified` is earned, never assumed: it is `null` until a check runs, `true` only when at least
+//! one check ran and every check passed, `false` as soon as one failed. Each check is listed in
+//! `checks` with what it compared and against what, so a reader can tell a recovered state
+//! compared with what clients were acknowledged from a count compared with itself. A check that
+//! runs more than once (one per round or cell) is folded into one entry: `n` adds up, `passed`
+//! is the conjunction.
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -73,15 +79,30 @@ pub struct Report {
     pub rows: Vec<Map<String, Value>>,
     /// The ratios the experiment exists to show.
     pub summary: Map<String, Value>,
-    /// True only if every verification the run performed passed.
-    pub verified: bool,
+    /// `Some(true)` only if at least one check ran and all passed; `None` (`null`) if none ran.
+    pub verified: Option<bool>,
+    /// Every check the run performed, folded by (`what`, `against`).
+    pub checks: Vec<Check>,
     /// Where the run had to scale down from the seed's experiment, in words.
     pub notes: Vec<String>,
 }
 
+/// One kind of check a run performed, in words a reader of the JSON can judge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What was checked, e.g. "every key of the recovered server".
+    pub what: String,
+    /// The reference it was compared with, e.g. "each writer's last acknowledged value".
+    pub against: String,
+    /// How many items (keys, images, operations, cells) were compared, summed over every run.
+    pub n: u64,
+    /// True only if every run of this check passed.
+    pub passed: bool,
+}
+
 impl Report {
-    /// Starts an empty report for `experiment`; `verified` starts true and is cleared by
-    /// [`Report::record_verification`].
+    /// Starts an empty report for `experiment`; `verified` starts `null` and is set by
+    /// [`Report::check`].
     pub fn new(experiment: &str) -> Report {
         Report {
             experiment: experiment.to_string(),
@@ -91,14 +112,46 @@ impl Report {
             config: Map::new(),
             rows: Vec::new(),
             summary: Map::new(),
-            verified: true,
+            verified: None,
+            checks: Vec::new(),
             notes: Vec::new(),
         }
     }
 
-    /// Folds one verification result into the report's overall verdict.
-    pub fn record_verification(&mut self, passed: bool) {
-        self.verified &= passed;
+    /// Records that a check ran: `what` was compared with `against` over `n` items and
+    /// `passed` or not. Folds into an existing entry with the same `what` and `against`.
+    pub fn check(&mut self, what: &str, against: &str, n: u64, passed: bool) {
+        assert!(
+            !what.is_empty() && !against.is_empty(),
+            "a check says what it compared"
+        );
+        self.verified = Some(self.verified.unwrap_or(true) && passed);
+        match self
+            .checks
+            .iter_mut()
+            .find(|c| c.what == what && c.against == against)
+        {
+            Some(check) => {
+                check.n += n;
+                check.passed &= passed;
+            }
+            None => self.checks.push(Check {
+                what: what.to_string(),
+                against: against.to_string(),
+                n,
+                passed,
+            }),
+        }
+    }
+
+    /// True when a check ran and one failed; a run with no check has not failed.
+    pub fn failed(&self) -> bool {
+        self.verified == Some(false)
+    }
+
+    /// The verdict as JSON: `true`, `false` or `null`.
+    pub fn verified_json(&self) -> Value {
+        self.verified.map_or(Value::Null, Value::from)
     }
 
     /// Sets a config entry.
@@ -203,12 +256,41 @@ mod tests {
         report
             .rows
             .push(row([("variant", Value::from("a")), ("x", Value::from(1))]));
-        report.record_verification(false);
+        report.check("a", "b", 1, false);
         let path = report.write(dir.path()).unwrap();
         let parsed: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         assert_eq!(parsed["summary"]["ratio"], 2.0);
         assert!(parsed["summary"]["broken"].is_null());
         assert_eq!(parsed["verified"], false);
+        assert_eq!(parsed["checks"][0]["passed"], false);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_run_with_no_checks_is_not_verified_but_null() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = Report::new("unit");
+        assert_eq!(report.verified, None);
+        assert!(!report.failed());
+        let path = report.write(dir.path()).unwrap();
+        let parsed: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(parsed["verified"].is_null());
+        assert_eq!(parsed["checks"], Value::Array(Vec::new()));
+    }
+
+    #[test]
+    fn checks_fold_by_what_and_against_and_one_failure_fails_the_run() {
+        let mut report = Report::new("unit");
+        report.check("keys", "acks", 10, true);
+        report.check("keys", "acks", 5, true);
+        assert_eq!(report.verified, Some(true));
+        report.check("images", "replay", 3, true);
+        report.check("keys", "acks", 1, false);
+        assert_eq!(report.verified, Some(false));
+        assert!(report.failed());
+        assert_eq!(report.checks.len(), 2);
+        assert_eq!(report.checks[0].n, 16);
+        assert!(!report.checks[0].passed);
+        assert!(report.checks[1].passed);
     }
 }

@@ -52,10 +52,11 @@ fn block_io_uring_for_this_thread() -> bool {
     // SAFETY: plain prctl calls; `fprog` and `program` outlive the call (the kernel copies them).
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            eprintln!(
-                "skipping: PR_SET_NO_NEW_PRIVS failed: {}",
+            let why = format!(
+                "PR_SET_NO_NEW_PRIVS failed: {}",
                 std::io::Error::last_os_error()
             );
+            prefixkv_testkit::skip::unavailable("seccomp", &why);
             return false;
         }
         let installed = libc::prctl(
@@ -64,10 +65,11 @@ fn block_io_uring_for_this_thread() -> bool {
             &fprog as *const SockFprog,
         );
         if installed != 0 {
-            eprintln!(
-                "skipping: installing a seccomp filter failed: {}",
+            let why = format!(
+                "installing a seccomp filter failed: {}",
                 std::io::Error::last_os_error()
             );
+            prefixkv_testkit::skip::unavailable("seccomp", &why);
             return false;
         }
     }

@@ -138,6 +138,7 @@ fn stress(strategy: BackfillStrategy) {
         commits
     );
     store.checkpoint(CheckpointMode::Truncate).unwrap();
+    assert_fast_backfill_ran_on_io_uring(&store, strategy);
     drop(store);
     let (store, _) = PageStore::open(
         dir.path().join("db"),

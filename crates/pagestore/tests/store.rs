@@ -57,6 +57,7 @@ fn commits_checkpoints_and_reopen_agree_with_the_model() {
                     "{strategy:?}"
                 );
             }
+            assert_fast_backfill_ran_on_io_uring(&store, strategy);
         }
         let (store, _report) = PageStore::open(&path, options(strategy)).unwrap();
         let versions = read_versions(&store, 40).unwrap();
@@ -349,6 +350,7 @@ fn fast_backfill_reads_misses_through_io_uring_and_the_pool() {
             "{strategy:?}: fast backfill reader = {}",
             store.backfill_reader()
         );
+        assert_fast_backfill_ran_on_io_uring(&store, strategy);
         assert_eq!(outcome.cache_hits, 0);
         assert_eq!(outcome.wal_reads, 700);
         assert_eq!(outcome.pages_written, 700);

@@ -9,6 +9,8 @@
 //!   its progress lines with bounded waits, kill it, keep the lines it printed before it died).
 //! - [`counters`]: client-side counters in a shared file mapping, readable after a SIGKILL.
 //! - [`rng`]: seeded randomness with a replayable seed, and `env_count` for test sizes.
+//! - [`skip`]: a test whose facility (io_uring, seccomp) is missing fails unless
+//!   `PREFIXKV_TEST_ALLOW_SKIP` allows skipping it.
 //!
 //! A dev-dependency of every crate with crash tests, and a dependency of `prefixkv-bench`.
 
@@ -19,5 +21,6 @@ pub mod child;
 pub mod counters;
 pub mod oracle;
 pub mod rng;
+pub mod skip;
 
 pub use rng::env_count;

@@ -113,12 +113,23 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         entry.0 += 1;
         match outcome {
             Ok(at_reported) => {
+                report.check(
+                    "recovered image and CPR points after a SIGKILL (one per kill)",
+                    "the client-side bounds and the oracle state at those points",
+                    1,
+                    true,
+                );
                 entry.1 += 1;
                 entry.2 += u32::from(at_reported);
             }
             Err(error) => {
                 eprintln!("crash: {error:#}");
-                report.record_verification(false);
+                report.check(
+                    "recovered image and CPR points after a SIGKILL (one per kill)",
+                    "the client-side bounds and the oracle state at those points",
+                    1,
+                    false,
+                );
                 report.notes.push(format!("{error:#}"));
             }
         }

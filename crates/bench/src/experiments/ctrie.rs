@@ -190,7 +190,12 @@ fn fig3_updates(
             spread.insert_into(&mut entry, "throughput_ops_per_s");
             report.rows.push(entry);
             let intact = lengths[index] as u64 == size;
-            report.record_verification(intact);
+            report.check(
+                "fig3 maps' length after updates (a count only)",
+                "the number of keys loaded",
+                1,
+                intact,
+            );
             if !intact {
                 report.notes.push(format!(
                     "fig3: {name} holds {} keys after updates of {size} loaded keys",
@@ -677,8 +682,18 @@ fn verify_models(
         snapshot.len() == expected.len()
             && snapshot.iter().collect::<HashMap<u64, u64>>() == *expected
     });
-    report.record_verification(final_ok);
-    report.record_verification(kept_ok);
+    report.check(
+        "the CTrie's final snapshot, entry by entry",
+        "a model HashMap updated by the same operations",
+        model.len() as u64,
+        final_ok,
+    );
+    report.check(
+        "a snapshot kept through later updates, entry by entry",
+        "a copy of the model taken when the snapshot was",
+        kept.map_or(0, |(_, expected)| expected.len() as u64),
+        kept_ok,
+    );
     report.config(
         "verified_final_snapshot_entries",
         final_entries.len() as u64,

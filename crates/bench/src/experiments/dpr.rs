@@ -645,7 +645,7 @@ fn write_summary(report: &mut Report, plan: &Plan, totals: &Totals, load_start: 
     report.config("load_average_end", load_end);
     report
         .summary
-        .insert("verified".into(), report.verified.into());
+        .insert("verified".into(), report.verified_json());
     let shown = |key: &str| {
         report
             .summary

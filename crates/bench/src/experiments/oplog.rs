@@ -380,7 +380,12 @@ fn run_cells(report: &mut Report, args: &Args, plan: &Plan) -> Result<Cells> {
             let dir = plan.base_dir.join(variant.name());
             let cell = run_cell(variant, appenders, args.record_bytes, duration, &dir)
                 .with_context(|| format!("{} with {appenders} appenders", variant.name()))?;
-            report.record_verification(cell.verified);
+            report.check(
+                "log records read back after each cell",
+                "the records the appenders were acknowledged",
+                1,
+                cell.verified,
+            );
             cells.entry((contender, appenders)).or_default().push(cell);
             bar.inc(1);
         }

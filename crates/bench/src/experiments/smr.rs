@@ -431,7 +431,12 @@ fn report_main(report: &mut Report, setting: &Setting, results: &[Vec<RunResult>
             Value::from(runs.first().map_or(0, |r| r.phase.delta)),
         );
         for run in runs {
-            report.record_verification(run.verified);
+            report.check(
+                "replicas' final state after the run",
+                "the commands the clients were acknowledged",
+                1,
+                run.verified,
+            );
             if !run.verified {
                 report.notes.push(format!(
                     "{} {}: {}",
@@ -673,7 +678,12 @@ fn record_sweep_verification(
     verified: bool,
     verification: String,
 ) {
-    report.record_verification(verified);
+    report.check(
+        &format!("{what}: the replicas' final state"),
+        "the commands the clients were acknowledged",
+        1,
+        verified,
+    );
     if !verified {
         report.notes.push(format!("{what}: {verification}"));
     }

@@ -199,7 +199,12 @@ pub(super) fn alternate_runs(
     for (round, number) in alternating_schedule(contenders.len(), rounds) {
         let contender = &contenders[number];
         let outcome = run(contender)?;
-        report.record_verification(outcome.verified);
+        report.check(
+            &format!("{part}: recovered images"),
+            "the end-to-end oracle of the run's own transactions",
+            1,
+            outcome.verified,
+        );
         if let Some(failure) = &outcome.failure {
             let message = format!("{part} {} round {round}: {failure}", contender.label);
             eprintln!("tick: {message}");

@@ -435,7 +435,12 @@ pub(super) fn run_part(
             eprintln!("tick: {message}");
             report.notes.push(message);
         }
-        report.record_verification(cell.verified);
+        report.check(
+            "MMO checkpoint images and final state",
+            "the same algorithm's read() and the plain-vector final state",
+            1,
+            cell.verified,
+        );
         overheads[contender].push(cell.overhead_ns(baseline_ns));
         ticks[contender].extend_from_slice(&cell.tick_ns);
         memory[contender] = cell.memory_bytes;

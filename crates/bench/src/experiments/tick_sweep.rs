@@ -289,7 +289,12 @@ pub(super) fn run_sweep(plan: &SweepPlan, report: &mut Report, label: &str) -> R
                 eprintln!("{message}");
                 report.notes.push(message);
             }
-            report.record_verification(cell.verified);
+            report.check(
+                "tick sweep checkpoint images and final state",
+                "the same algorithm's read() and the plain-vector final state",
+                1,
+                cell.verified,
+            );
             sweep.overhead[contender][rate_number].push(cell.overhead_ns(baseline_ns));
             sweep.tick_times[contender][rate_number].extend_from_slice(&cell.tick_ns);
             sweep.prepare_times[contender][rate_number].push(median(&cell.prepare_ns));

@@ -572,7 +572,12 @@ pub(super) fn run_part(
                 .join()
                 .expect("the TPC-C mutator thread panicked")
         })?;
-        report.record_verification(run.verified);
+        report.check(
+            "TPC-C checkpoint images",
+            "a reference replay of the same transactions",
+            1,
+            run.verified,
+        );
         if let Some(failure) = failure {
             let message = format!("tpcc {} round {round}: {failure}", contender.label());
             eprintln!("tick: {message}");

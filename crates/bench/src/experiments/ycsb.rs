@@ -190,7 +190,12 @@ fn run_round(
             .push(measured);
     }
     let present = count_present(&*map, plan.keys);
-    report.record_verification(present == plan.keys);
+    report.check(
+        "loaded keys present after the runs (presence only)",
+        "the keys the load phase inserted",
+        plan.keys,
+        present == plan.keys,
+    );
     if present != plan.keys {
         report.notes.push(format!(
             "{} round {round}: {} of {} keys present after the runs",
@@ -203,7 +208,12 @@ fn run_round(
     if let Some(store) = store {
         drop(store);
         let recovered = verify_checkpoint(plan, dir.path())?;
-        report.record_verification(recovered == plan.keys);
+        report.check(
+            "keys present in the recovered checkpoint (presence only)",
+            "the keys the load phase inserted",
+            plan.keys,
+            recovered == plan.keys,
+        );
         if recovered != plan.keys {
             report.notes.push(format!(
                 "engine-persian round {round}: the newest checkpoint recovered {recovered} of {} keys",

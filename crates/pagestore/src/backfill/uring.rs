@@ -300,9 +300,13 @@ mod tests {
             txn.write_page(page, &[page as u8; 4096]).unwrap();
         }
         txn.commit().unwrap();
-        let Ok(mut ring) = IoUring::new(RING_ENTRIES) else {
-            eprintln!("io_uring unavailable; nothing to test");
-            return;
+        let mut ring = match IoUring::new(RING_ENTRIES) {
+            Ok(ring) => ring,
+            Err(error) => {
+                // Fails unless PREFIXKV_TEST_ALLOW_SKIP lists io_uring.
+                prefixkv_testkit::skip::unavailable("io_uring", &error.to_string());
+                return;
+            }
         };
         let mut engine = engine(&mut ring, &store);
         let mut events = Vec::new();

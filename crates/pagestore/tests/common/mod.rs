@@ -2,7 +2,7 @@
 //! generator, so any committed prefix can be recomputed by the oracle.
 #![allow(dead_code)]
 
-use prefixkv_pagestore::{PageStore, Result};
+use prefixkv_pagestore::{BackfillStrategy, PageStore, Result};
 
 /// A page image determined entirely by `(page, commit)`; a torn page cannot match any image.
 pub fn page_image(page: u32, commit: u32, page_size: usize) -> Vec<u8> {
@@ -131,4 +131,20 @@ pub fn env_count(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// After a checkpoint with `strategy`: a `Fast` backfill on a real file must have run on
+/// io_uring, or the test tested only the thread pool. Fails unless `PREFIXKV_TEST_ALLOW_SKIP`
+/// lists io_uring (then it says so and goes on).
+pub fn assert_fast_backfill_ran_on_io_uring(store: &PageStore, strategy: BackfillStrategy) {
+    if strategy != BackfillStrategy::Fast {
+        return;
+    }
+    let reader = store.backfill_reader();
+    if reader != "io_uring" {
+        prefixkv_testkit::skip::unavailable(
+            "io_uring",
+            &format!("the Fast backfill ran on: {reader}"),
+        );
+    }
 }

@@ -123,7 +123,12 @@ pub(super) fn run(
         report.rows.push(contender_row(plan, *contender, outcome));
         if outcome.verified_cells > 0 {
             let passed = outcome.verify_errors.is_empty() && outcome.verify_present > 0;
-            report.record_verification(passed);
+            report.check(
+                "co-located and remote verifier sessions' writes read back after the run",
+                "the writes each verifier was told committed",
+                outcome.verify_present,
+                passed,
+            );
             if !passed {
                 report.notes.push(format!(
                     "colocation {}: verifier check failed ({} operations expected present): {}",

@@ -168,7 +168,15 @@ pub(super) fn run(
             .notes
             .push("failures: a kill was not followed by a recovery on a newer world-line".into());
     }
-    report.record_verification(verified);
+    report.check(
+        &format!(
+            "verifier sessions' writes read back after {} failures",
+            kind.name()
+        ),
+        "the oracle of what each verifier was told committed and rolled back",
+        (check.present + check.absent + check.either) as u64,
+        verified,
+    );
     report.notes.extend(check.errors.iter().take(20).cloned());
     let final_world_line = states.last().map_or(0, |&(_, w, _)| w);
     if final_world_line > kills.len() as u64 {

@@ -221,7 +221,12 @@ pub(super) fn run(common: &Common, plan: &SimPlan, report: &mut Report) -> Resul
                 cell.verified(),
                 cell.wall_seconds
             );
-            report.record_verification(cell.verified());
+            report.check(
+                "simulated runs (one per seed): each session's recovered operations",
+                "the simulation's record of what each session was told committed",
+                cell.reports.len() as u64,
+                cell.verified(),
+            );
             report.rows.push(row);
             cells.push(cell);
         }
