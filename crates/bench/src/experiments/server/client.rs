@@ -77,15 +77,17 @@ impl Client {
         }
     }
 
-    /// Reads `count` replies and fails on the first error reply.
+    /// Reads `count` replies and fails on the first that is not `+OK`: a write counts as
+    /// acknowledged only when its reply is exactly that.
     pub fn read_ok(&mut self, count: usize) -> Result<()> {
         for _ in 0..count {
-            if let Reply::Error(text) = self.read()? {
-                bail!(
-                    "127.0.0.1:{} answered an error: {}",
+            match self.read()? {
+                Reply::SimpleString(text) if &text[..] == b"OK" => {}
+                other => bail!(
+                    "127.0.0.1:{} answered {} where OK was expected",
                     self.port,
-                    String::from_utf8_lossy(&text)
-                );
+                    reply_text(&other)
+                ),
             }
         }
         Ok(())
