@@ -52,7 +52,8 @@ pub struct Args {
     /// Key distributions: uniform (default), zipfian.
     #[arg(long, value_delimiter = ',', default_value = "uniform")]
     pub distributions: Vec<KeyDistribution>,
-    /// Contenders (comma separated): none, blocking, cpr-copy, fold-over, snapshot, persian, dashmap, papaya.
+    /// Contenders (comma separated): none, none-no-hints, blocking, cpr-copy, fold-over, snapshot,
+    /// persian, dashmap, papaya. Default all.
     #[arg(long, value_delimiter = ',')]
     pub variants: Option<Vec<String>>,
     /// Number of distinct keys (8-byte keys, 8-byte values). Default 1,000,000 (quick: 100,000).
@@ -117,8 +118,11 @@ impl Mix {
 /// What one contender is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Contender {
-    /// The engine; `None` = no checkpoints.
+    /// The engine with its batch hints (prefetches 16 operations ahead); `None` = no checkpoints.
     Engine(Option<Strategy>),
+    /// The engine without checkpoints and without hints, one operation at a time as the maps run:
+    /// the like-for-like row that `engine_over_dashmap` and `engine_over_papaya` use.
+    EngineNoHints,
     /// `dashmap` with SipHash (`ycsb`'s `dashmap-siphash`).
     DashMap,
     /// `papaya` with its default hasher.
@@ -129,11 +133,12 @@ impl Contender {
     fn parse(name: &str) -> Result<Contender> {
         Ok(match name {
             "none" => Contender::Engine(None),
+            "none-no-hints" => Contender::EngineNoHints,
             "dashmap" => Contender::DashMap,
             "papaya" => Contender::Papaya,
             other => Contender::Engine(Some(other.parse().map_err(|_| {
                 anyhow::anyhow!(
-                    "unknown variant {other:?}: expected none, blocking, cpr-copy, fold-over, snapshot, persian, dashmap or papaya"
+                    "unknown variant {other:?}: expected none, none-no-hints, blocking, cpr-copy, fold-over, snapshot, persian, dashmap or papaya"
                 )
             })?)),
         })
@@ -141,6 +146,7 @@ impl Contender {
     fn name(self) -> String {
         match self {
             Contender::Engine(None) => "none".into(),
+            Contender::EngineNoHints => "none-no-hints".into(),
             Contender::Engine(Some(strategy)) => strategy.to_string(),
             Contender::DashMap => "dashmap".into(),
             Contender::Papaya => "papaya".into(),
@@ -170,8 +176,9 @@ type Point = (Mix, KeyDistribution, usize);
 type Cells = BTreeMap<(usize, usize), Vec<Cell>>;
 
 /// The contenders run when `--variants` is not given.
-const DEFAULT_VARIANTS: [&str; 8] = [
+const DEFAULT_VARIANTS: [&str; 9] = [
     "none",
+    "none-no-hints",
     "blocking",
     "cpr-copy",
     "fold-over",

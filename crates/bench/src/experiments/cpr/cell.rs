@@ -31,7 +31,10 @@ pub(super) fn run_cell(
 ) -> Result<Cell> {
     let keys = plan.keys as usize;
     match contender {
-        Contender::Engine(strategy) => run_engine_cell(plan, strategy, operations, threads),
+        Contender::Engine(strategy) => {
+            run_engine_cell(plan, strategy, operations, threads, PREFETCH_AHEAD)
+        }
+        Contender::EngineNoHints => run_engine_cell(plan, None, operations, threads, 0),
         Contender::DashMap => {
             let map = DashMapMap(dashmap::DashMap::with_capacity_and_hasher(
                 keys,
@@ -82,6 +85,8 @@ fn map_worker<'a>(map: &'a dyn Loaded) -> Result<Box<dyn CellWorker + 'a>> {
 struct EngineWorker<'a> {
     session: Session,
     value: Vec<u8>,
+    /// Batch hints this many operations ahead (0: none).
+    prefetch_ahead: usize,
     parked: &'a Mutex<Vec<Session>>,
 }
 
@@ -91,7 +96,7 @@ impl CellWorker for EngineWorker<'_> {
             &mut self.session,
             &mut self.value,
             chunk,
-            PREFETCH_AHEAD,
+            self.prefetch_ahead,
         )?)
     }
 
@@ -112,12 +117,14 @@ impl CellWorker for EngineWorker<'_> {
     }
 }
 
-/// The engine under load, optionally checkpointing, then recovery and verification.
+/// The engine under load (with batch hints `prefetch_ahead` operations ahead, 0: none),
+/// optionally checkpointing, then recovery and verification.
 fn run_engine_cell(
     plan: &Plan,
     strategy: Option<Strategy>,
     operations: &Operations,
     threads: usize,
+    prefetch_ahead: usize,
 ) -> Result<Cell> {
     let run_dir = tempfile::Builder::new()
         .prefix("prefixkv-bench-cpr-")
@@ -131,7 +138,8 @@ fn run_engine_cell(
         HashMap::from([(loader.id(), LOADER_SESSION)]);
     let ids = Mutex::new(Vec::new());
     let parked = Mutex::new(Vec::new());
-    let make = |session_index: u32| engine_worker(&store, &ids, &parked, session_index);
+    let make =
+        |session_index: u32| engine_worker(&store, &ids, &parked, session_index, prefetch_ahead);
     let driver = strategy.map(|s| (s, &store));
     let measured = measure(plan, threads, operations, &make, driver, Some(&store))?;
     session_indices.extend(ids.into_inner().expect("ids lock"));
@@ -161,6 +169,7 @@ fn engine_worker<'a>(
     ids: &Mutex<Vec<(SessionId, u32)>>,
     parked: &'a Mutex<Vec<Session>>,
     session_index: u32,
+    prefetch_ahead: usize,
 ) -> Result<Box<dyn CellWorker + 'a>> {
     let session = store.start_session();
     ids.lock()
@@ -169,6 +178,7 @@ fn engine_worker<'a>(
     Ok(Box::new(EngineWorker {
         session,
         value: Vec::with_capacity(16),
+        prefetch_ahead,
         parked,
     }))
 }

@@ -171,7 +171,7 @@ fn write_throughput_ratios(report: &mut Report, median_of: &MedianOf<'_>) {
     let outside = |c: &Cell| Some(c.outside_ops_per_s);
     type Metric<'a> = &'a dyn Fn(&Cell) -> Option<f64>;
     // (summary field, numerator variant and metric, denominator variant and metric)
-    let ratios: [(&str, &str, Metric, &str, Metric); 7] = [
+    let ratios: [(&str, &str, Metric, &str, Metric); 10] = [
         (
             "persian_over_cpr_copy",
             "persian",
@@ -201,8 +201,43 @@ fn write_throughput_ratios(report: &mut Report, median_of: &MedianOf<'_>) {
             "cpr-copy",
             &outside,
         ),
-        ("engine_over_dashmap", "none", &total, "dashmap", &total),
-        ("engine_over_papaya", "none", &total, "papaya", &total),
+        // Like for like: the engine one operation at a time, as the maps run.
+        (
+            "engine_over_dashmap",
+            "none-no-hints",
+            &total,
+            "dashmap",
+            &total,
+        ),
+        (
+            "engine_over_papaya",
+            "none-no-hints",
+            &total,
+            "papaya",
+            &total,
+        ),
+        // The engine with its batch hints (prefetches 16 operations ahead), which no map has.
+        (
+            "engine_batched_over_dashmap",
+            "none",
+            &total,
+            "dashmap",
+            &total,
+        ),
+        (
+            "engine_batched_over_papaya",
+            "none",
+            &total,
+            "papaya",
+            &total,
+        ),
+        (
+            "hints_over_no_hints",
+            "none",
+            &total,
+            "none-no-hints",
+            &total,
+        ),
     ];
     for (field, top, top_metric, bottom, bottom_metric) in ratios {
         report.summary(
