@@ -20,6 +20,7 @@
 mod contenders;
 mod counters;
 mod driver;
+mod ledger;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -34,7 +35,7 @@ use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, median, ratio, Spread};
 use crate::workload::maps::Loaded;
-use crate::workload::operations::{self, encode_key, Operations};
+use crate::workload::operations::{self, Operations};
 use crate::workload::KeyDistribution;
 use crate::Common;
 use contenders::Contender;
@@ -181,8 +182,10 @@ fn run_round(
         .prefix("prefixkv-bench-ycsb-")
         .tempdir_in(&plan.data_dir)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (map, store) = contenders::load(contender, plan.keys, cores, dir.path())?;
-    for (key, measured) in measure_round(plan, &*map, store.as_deref(), operations)
+    let loaded = contenders::load(contender, plan.keys, cores, dir.path())?;
+    let (map, store) = (loaded.map, loaded.store);
+    let ledger = ledger::Ledger::default();
+    for (key, measured) in measure_round(plan, &*map, store.as_deref(), operations, &ledger)
         .with_context(|| format!("{} round {round}", contender.name()))?
     {
         runs.entry((index, key.0, key.1))
@@ -207,18 +210,21 @@ fn run_round(
     drop(map);
     if let Some(store) = store {
         drop(store);
-        let recovered = verify_checkpoint(plan, dir.path())?;
+        let (ok, detail) =
+            verify_checkpoint(plan, dir.path(), &ledger, &loaded.loaders, operations)?;
         report.check(
-            "keys present in the recovered checkpoint (presence only)",
-            "the keys the load phase inserted",
+            "every key of the checkpointed engine's newest checkpoint, recovered after its round \
+             (each value names the session and serial that wrote it)",
+            "a replay of each session's operations up to its CPR point, the points held to what \
+             the sessions had been acknowledged when that checkpoint was requested",
             plan.keys,
-            recovered == plan.keys,
+            ok,
         );
-        if recovered != plan.keys {
-            report.notes.push(format!(
-                "engine-persian round {round}: the newest checkpoint recovered {recovered} of {} keys",
-                plan.keys
-            ));
+        if !ok {
+            eprintln!("ycsb: engine-persian round {round}: verification FAILED: {detail}");
+            report
+                .notes
+                .push(format!("engine-persian round {round}: {detail}"));
         }
     }
     Ok(())
@@ -295,6 +301,7 @@ fn measure_round(
     map: &dyn Loaded,
     store: Option<&prefixkv_engine::Store>,
     operations: &[Operations],
+    ledger: &ledger::Ledger,
 ) -> Result<Vec<((usize, usize), Run)>> {
     let stop = AtomicBool::new(false);
     let counts = contenders::CheckpointCounts::default();
@@ -302,14 +309,14 @@ fn measure_round(
         let driver = store.map(|store| {
             let (stop, counts) = (&stop, &counts);
             scope.spawn(move || {
-                contenders::checkpoint_driver(store, plan.checkpoint_interval, stop, counts)
+                contenders::checkpoint_driver(store, plan.checkpoint_interval, stop, counts, ledger)
             })
         });
         let mut measured = Vec::new();
         let mut failure = None;
         'points: for (point, ops) in operations.iter().enumerate() {
             for &threads in &plan.threads {
-                match measure(plan, map, &counts, ops, threads) {
+                match measure(plan, map, &counts, (point, ops), threads, ledger) {
                     Ok(run) => measured.push(((point, threads), run)),
                     Err(error) => {
                         failure = Some(error.context(format!("at {threads} threads")));
@@ -337,12 +344,22 @@ fn measure(
     plan: &Plan,
     map: &dyn Loaded,
     counts: &contenders::CheckpointCounts,
-    operations: &Operations,
+    (point, operations): (usize, &Operations),
     threads: usize,
+    ledger: &ledger::Ledger,
 ) -> Result<Run> {
     let completed_before = counts.completed.load(Ordering::Relaxed);
+    let (first_session, acknowledged) = ledger.start_run(threads)?;
     let counters = counters::Counters::start();
-    let ops_per_s = driver::run(threads, plan.duration, operations, &|_| map.worker());
+    let (ops_per_s, ends) = driver::run(
+        threads,
+        plan.duration,
+        operations,
+        &|_| map.worker(),
+        first_session,
+        &acknowledged,
+    );
+    ledger.finish_run(point, ends);
     let hardware = counters.and_then(counters::Counters::read);
     let total_ops = ops_per_s * plan.duration.as_secs_f64();
     Ok(Run {
@@ -361,17 +378,25 @@ fn count_present(map: &dyn Loaded, keys: u64) -> u64 {
         .count() as u64
 }
 
-/// Reopens the checkpointed engine's directory and counts the keys its newest checkpoint holds.
-fn verify_checkpoint(plan: &Plan, dir: &std::path::Path) -> Result<u64> {
+/// Reopens the checkpointed engine's directory and checks its newest checkpoint with the stamp
+/// rule against the round's `ledger` ([`ledger::Ledger::check_recovered`]).
+fn verify_checkpoint(
+    plan: &Plan,
+    dir: &std::path::Path,
+    ledger: &ledger::Ledger,
+    loaders: &[(prefixkv_engine::SessionId, u64)],
+    operations: &[Operations],
+) -> Result<(bool, String)> {
     let store = prefixkv_engine::Store::open(contenders::engine_config(plan.keys, dir))?;
+    let Some(info) = store.recovery_info().cloned() else {
+        return Ok((false, "no checkpoint was published to recover".into()));
+    };
     let mut session = store.start_session();
-    let mut value = Vec::new();
-    let mut present = 0;
-    for index in 0..plan.keys {
-        let key = encode_key(operations::key(index));
-        present += u64::from(session.read(&key, &mut value)?);
-    }
-    Ok(present)
+    let mut read = |key: &[u8]| -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(session.read(key, &mut value)?.then_some(value))
+    };
+    Ok(ledger.check_recovered(plan.keys, loaders, operations, &info, &mut read))
 }
 
 /// Bytes of RSS per key after loading, per contender, each in its own child process.
@@ -412,11 +437,10 @@ fn memory_child(plan: &Plan, contender: Contender) -> Result<()> {
         .tempdir_in(&plan.data_dir)?;
     let before = crate::memory::current_rss_bytes();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (map, store) = contenders::load(contender, plan.keys, cores, dir.path())?;
+    let loaded = contenders::load(contender, plan.keys, cores, dir.path())?;
     let after = crate::memory::current_rss_bytes();
     println!("rss_growth_bytes {}", after.saturating_sub(before));
-    drop(map);
-    drop(store);
+    drop(loaded);
     Ok(())
 }
 
