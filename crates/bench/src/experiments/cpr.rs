@@ -6,18 +6,24 @@
 //! is timed; a loader writes every key once, then `threads` worker sessions take 3,200-operation
 //! chunks from one shared cursor (wrapping around the fixed-size arrays, so memory does not grow
 //! with time or threads) for a fixed time while the driver checkpoints every
-//! `checkpoint_interval_ms`. Contenders are the engine with no checkpoints (`none`), with each
-//! checkpoint strategy, and two in-memory maps without durability (`dashmap`, `papaya`), all
-//! running `ycsb`'s map code ([`crate::workload::maps`]); so `engine_over_dashmap` here is
-//! measured as `ycsb`'s `engine_over_dashmap_siphash` is. Contenders alternate over rounds
-//! (BENCHMARKS.md rule 1).
+//! `checkpoint_interval_ms`. Contenders are the engine with no checkpoints, with its batch
+//! prefetch hints (`none`) and without them (`none-no-hints`), with each checkpoint strategy
+//! (hinted), and two in-memory maps without durability (`dashmap`, `papaya`), all running
+//! `ycsb`'s map code ([`crate::workload::maps`]). `engine_over_dashmap` / `engine_over_papaya`
+//! are `none-no-hints` over the map, like for like and measured as `ycsb`'s
+//! `engine_over_dashmap_siphash` is; `engine_batched_over_*` are `none` (hinted) over maps
+//! without lookahead. Contenders alternate over rounds (BENCHMARKS.md rule 1).
 //!
 //! Correctness rides along: every upsert writes a value naming its session and serial, and each
 //! worker logs the chunks it ran. After a checkpointed run the store is dropped, reopened from its
-//! newest checkpoint, and the recovered image is checked ([`verify`]) against the CPR points the
+//! newest checkpoint (taken after the workers stopped), and the recovered image is checked
+//! ([`verify`], the stamp rule of [`crate::workload::stamp_rule`]) against the CPR points the
 //! checkpoint reported, once those are checked against what each session had been acknowledged.
-//! The `none` run is checked live, with each session's last serial as its point. A row says
-//! `"verified": true` only if that passed.
+//! Then the newest checkpoint requested while the workers ran (kept on disk beside the final
+//! one) is copied alone into a fresh directory, recovered and checked the same way against the
+//! acknowledgements noted at its request (`under_load_verified`, its own check). The `none` runs
+//! are checked live, with each session's last serial as its point. A row says
+//! `"verified": true` only if its check passed.
 //!
 //! Steps: [`plan`] (flags into sizes), the cells of every point and round ([`cell`], measured by
 //! [`measure`]), then the report ([`summary`]: rows, summary ratios, plots).
@@ -297,6 +303,9 @@ fn write_config(report: &mut Report, common: &Common, args: &Args, plan: &Plan) 
         "scaled to {} keys and {} s per cell on a {cores}-core machine",
         plan.keys, plan.seconds
     ));
+    report
+        .notes
+        .push(crate::experiments::ycsb::BATCHED_NOTE.replace("engine-no-hints", "none-no-hints"));
 }
 
 /// Every (mix, distribution, threads), mixes outermost, so that points sharing operations are
