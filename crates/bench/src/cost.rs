@@ -1,11 +1,13 @@
 //! What a checkpoint costs, in one place for `cpr` and `server`: per-row medians of the engine's
-//! [`CheckpointBreakdown`], the cost figures of the summaries (`checkpoint_cycles_per_byte`,
+//! [`CheckpointBreakdown`], the cost figures of the summaries (`checkpoint_cycles_per_byte_estimated`,
 //! `checkpoint_write_mb_per_s`), and the yardstick the write rate is compared with
 //! (`checkpoint_write_over_raw`): what one thread gets writing the same number of bytes in large
 //! writes followed by one `fdatasync`, with no scanning, encoding or checksums.
 //!
-//! Cycles are the segment threads' CPU time times the host's clock (`Host::cpu_mhz`): the virtual
-//! machines we measure on expose no cycle counter. A checkpoint's write rate is its bytes over
+//! Cycles are an estimate, not a count, hence the `_estimated` in the field names: the segment
+//! threads' CPU time times the nominal clock `/proc/cpuinfo` reports (`Host::cpu_mhz`), because
+//! the virtual machines we measure on expose no cycle counter; turbo, frequency scaling and steal
+//! time all make it differ from the cycles really spent. A checkpoint's write rate is its bytes over
 //! the image's wall time (segment threads started until the last segment fsynced), so the CPR
 //! phase changes before and the publishing after are not in it; they are reported beside it.
 
@@ -19,7 +21,8 @@ use std::time::Instant;
 use crate::report::Report;
 use crate::stats::ratio;
 
-/// One checkpoint's cost figures.
+/// One checkpoint's estimated cycles per byte: its segment threads' CPU time times the nominal
+/// clock `cpu_mhz`, over its bytes (an estimate, see the module comment; never a counted figure).
 pub fn cycles_per_byte(breakdown: &CheckpointBreakdown, bytes: u64, cpu_mhz: f64) -> f64 {
     breakdown.thread_cpu.as_secs_f64() * cpu_mhz * 1e6 / bytes.max(1) as f64
 }
@@ -68,9 +71,9 @@ pub fn insert_into(
         .map(|(b, bytes)| write_mb_per_s(b, *bytes))
         .collect();
     if cpu_mhz > 0.0 {
-        insert_median(row, "checkpoint_cycles_per_byte", &cycles);
+        insert_median(row, "checkpoint_cycles_per_byte_estimated", &cycles);
     } else {
-        row.insert("checkpoint_cycles_per_byte".into(), Value::Null);
+        row.insert("checkpoint_cycles_per_byte_estimated".into(), Value::Null);
     }
     insert_median(row, "checkpoint_write_mb_per_s", &rates);
     let bytes: Vec<f64> = checkpoints.iter().map(|(_, bytes)| *bytes as f64).collect();
@@ -83,14 +86,14 @@ pub fn insert_into(
 /// are pooled is the experiment's: `cpr` takes the median over rounds of each round's median).
 pub type MedianOver<'a> = dyn Fn(&dyn Fn(&(CheckpointBreakdown, u64)) -> f64) -> f64 + 'a;
 
-/// Adds the summary's cost fields: `checkpoint_cycles_per_byte` (null when the host clock is
-/// unknown), `checkpoint_write_mb_per_s`, and, measured now in `dir` with as many bytes as the
+/// Adds the summary's cost fields: `checkpoint_cycles_per_byte_estimated` (CPU time times the
+/// nominal clock, an estimate; null when the host clock is unknown), `checkpoint_write_mb_per_s`, and, measured now in `dir` with as many bytes as the
 /// median checkpoint, `raw_write_mb_per_s` and `checkpoint_write_over_raw`.
 pub fn summarise(report: &mut Report, dir: &Path, median: &MedianOver) -> Result<()> {
     let cpu_mhz = report.host.cpu_mhz;
     let cycles = median(&|(b, bytes)| cycles_per_byte(b, *bytes, cpu_mhz));
     report.summary(
-        "checkpoint_cycles_per_byte",
+        "checkpoint_cycles_per_byte_estimated",
         if cpu_mhz > 0.0 { cycles } else { f64::NAN },
     );
     let write_mb_per_s = median(&|(b, bytes)| write_mb_per_s(b, *bytes));
@@ -162,7 +165,7 @@ mod tests {
         assert!((write_mb_per_s(&breakdown, 1_000_000_000) - 2000.0).abs() < 1e-6);
         let mut row = Map::new();
         insert_into(&mut row, &[(breakdown, 1_000_000_000)], 0.0);
-        assert_eq!(row["checkpoint_cycles_per_byte"], Value::Null);
+        assert_eq!(row["checkpoint_cycles_per_byte_estimated"], Value::Null);
         assert_eq!(row["checkpoint_image_ms"], Value::from(500.0));
         assert_eq!(row["checkpoint_each"][0]["image_ms"], Value::from(500.0));
         assert_eq!(

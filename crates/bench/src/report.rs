@@ -23,8 +23,9 @@ pub struct Host {
     pub memory_bytes: u64,
     /// Kernel release (`uname -r`).
     pub kernel: String,
-    /// The first CPU's clock in MHz (`/proc/cpuinfo`), or 0. Cycle figures (`*_cycles_per_byte`)
-    /// are CPU time times this clock: virtual machines often have no cycle counter to read.
+    /// The first CPU's nominal clock in MHz (`/proc/cpuinfo`), or 0. Cycle figures
+    /// (`*_cycles_per_byte_estimated`) are CPU time times this clock, estimates: virtual machines
+    /// often have no cycle counter to read.
     pub cpu_mhz: f64,
 }
 

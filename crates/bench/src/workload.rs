@@ -1,6 +1,7 @@
 //! Workloads shared by the experiments: key generators, uniform and zipfian over `0..keys`
 //! ([`KeyGenerator`]); FASTER's pre-generated operations and shared chunk cursor
-//! ([`operations`]); and the maps that `ycsb` and `cpr` both measure ([`maps`]).
+//! ([`operations`]); the maps that `ycsb` and `cpr` both measure ([`maps`]); and the rule both
+//! check an engine's image with ([`stamp_rule`]).
 //!
 //! Zipfian keys are scrambled (multiplied by an odd constant modulo the key count's power of two
 //! and folded back) so the hot keys are spread over the hash index rather than clustered, as
@@ -8,6 +9,7 @@
 
 pub mod maps;
 pub mod operations;
+pub mod stamp_rule;
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};

@@ -41,6 +41,9 @@ fn tiny_cpr_run_writes_a_verified_report_with_every_summary_field() {
         "blocking_during_over_outside",
         "engine_over_dashmap",
         "engine_over_papaya",
+        "engine_batched_over_dashmap",
+        "engine_batched_over_papaya",
+        "hints_over_no_hints",
         "persian_memory_overhead",
     ] {
         assert!(
@@ -49,7 +52,7 @@ fn tiny_cpr_run_writes_a_verified_report_with_every_summary_field() {
         );
     }
     let rows = report["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 8, "one row per contender");
+    assert_eq!(rows.len(), 9, "one row per contender");
     for row in rows {
         for field in [
             "throughput_ops_per_s",
@@ -61,6 +64,22 @@ fn tiny_cpr_run_writes_a_verified_report_with_every_summary_field() {
             assert!(row.get(field).is_some(), "row lacks {field}: {row}");
         }
     }
+    // Every checkpointing contender recovered a checkpoint taken while its workers ran.
+    for row in rows {
+        let variant = row["variant"].as_str().unwrap();
+        if !["none", "none-no-hints", "dashmap", "papaya"].contains(&variant) {
+            assert_eq!(row["under_load_verified"], true, "{variant}: {row}");
+        }
+    }
+    let checks = report["checks"].as_array().unwrap();
+    assert!(
+        checks.iter().any(|c| c["what"]
+            .as_str()
+            .unwrap()
+            .contains("taken while the workers ran")
+            && c["passed"] == true),
+        "no passing under-load check: {checks:?}"
+    );
     assert!(out.path().join("cpr.png").exists() && out.path().join("cpr.svg").exists());
     assert!(out.path().join("cpr-timeline.png").exists());
 }

@@ -6,18 +6,24 @@
 //! is timed; a loader writes every key once, then `threads` worker sessions take 3,200-operation
 //! chunks from one shared cursor (wrapping around the fixed-size arrays, so memory does not grow
 //! with time or threads) for a fixed time while the driver checkpoints every
-//! `checkpoint_interval_ms`. Contenders are the engine with no checkpoints (`none`), with each
-//! checkpoint strategy, and two in-memory maps without durability (`dashmap`, `papaya`), all
-//! running `ycsb`'s map code ([`crate::workload::maps`]); so `engine_over_dashmap` here is
-//! measured as `ycsb`'s `engine_over_dashmap_siphash` is. Contenders alternate over rounds
-//! (BENCHMARKS.md rule 1).
+//! `checkpoint_interval_ms`. Contenders are the engine with no checkpoints, with its batch
+//! prefetch hints (`none`) and without them (`none-no-hints`), with each checkpoint strategy
+//! (hinted), and two in-memory maps without durability (`dashmap`, `papaya`), all running
+//! `ycsb`'s map code ([`crate::workload::maps`]). `engine_over_dashmap` / `engine_over_papaya`
+//! are `none-no-hints` over the map, like for like and measured as `ycsb`'s
+//! `engine_over_dashmap_siphash` is; `engine_batched_over_*` are `none` (hinted) over maps
+//! without lookahead. Contenders alternate over rounds (BENCHMARKS.md rule 1).
 //!
 //! Correctness rides along: every upsert writes a value naming its session and serial, and each
 //! worker logs the chunks it ran. After a checkpointed run the store is dropped, reopened from its
-//! newest checkpoint, and the recovered image is checked ([`verify`]) against the CPR points the
+//! newest checkpoint (taken after the workers stopped), and the recovered image is checked
+//! ([`verify`], the stamp rule of [`crate::workload::stamp_rule`]) against the CPR points the
 //! checkpoint reported, once those are checked against what each session had been acknowledged.
-//! The `none` run is checked live, with each session's last serial as its point. A row says
-//! `"verified": true` only if that passed.
+//! Then the newest checkpoint requested while the workers ran (kept on disk beside the final
+//! one) is copied alone into a fresh directory, recovered and checked the same way against the
+//! acknowledgements noted at its request (`under_load_verified`, its own check). The `none` runs
+//! are checked live, with each session's last serial as its point. A row says
+//! `"verified": true` only if its check passed.
 //!
 //! Steps: [`plan`] (flags into sizes), the cells of every point and round ([`cell`], measured by
 //! [`measure`]), then the report ([`summary`]: rows, summary ratios, plots).
@@ -52,7 +58,8 @@ pub struct Args {
     /// Key distributions: uniform (default), zipfian.
     #[arg(long, value_delimiter = ',', default_value = "uniform")]
     pub distributions: Vec<KeyDistribution>,
-    /// Contenders (comma separated): none, blocking, cpr-copy, fold-over, snapshot, persian, dashmap, papaya.
+    /// Contenders (comma separated): none, none-no-hints, blocking, cpr-copy, fold-over, snapshot,
+    /// persian, dashmap, papaya. Default all.
     #[arg(long, value_delimiter = ',')]
     pub variants: Option<Vec<String>>,
     /// Number of distinct keys (8-byte keys, 8-byte values). Default 1,000,000 (quick: 100,000).
@@ -117,8 +124,11 @@ impl Mix {
 /// What one contender is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Contender {
-    /// The engine; `None` = no checkpoints.
+    /// The engine with its batch hints (prefetches 16 operations ahead); `None` = no checkpoints.
     Engine(Option<Strategy>),
+    /// The engine without checkpoints and without hints, one operation at a time as the maps run:
+    /// the like-for-like row that `engine_over_dashmap` and `engine_over_papaya` use.
+    EngineNoHints,
     /// `dashmap` with SipHash (`ycsb`'s `dashmap-siphash`).
     DashMap,
     /// `papaya` with its default hasher.
@@ -129,11 +139,12 @@ impl Contender {
     fn parse(name: &str) -> Result<Contender> {
         Ok(match name {
             "none" => Contender::Engine(None),
+            "none-no-hints" => Contender::EngineNoHints,
             "dashmap" => Contender::DashMap,
             "papaya" => Contender::Papaya,
             other => Contender::Engine(Some(other.parse().map_err(|_| {
                 anyhow::anyhow!(
-                    "unknown variant {other:?}: expected none, blocking, cpr-copy, fold-over, snapshot, persian, dashmap or papaya"
+                    "unknown variant {other:?}: expected none, none-no-hints, blocking, cpr-copy, fold-over, snapshot, persian, dashmap or papaya"
                 )
             })?)),
         })
@@ -141,6 +152,7 @@ impl Contender {
     fn name(self) -> String {
         match self {
             Contender::Engine(None) => "none".into(),
+            Contender::EngineNoHints => "none-no-hints".into(),
             Contender::Engine(Some(strategy)) => strategy.to_string(),
             Contender::DashMap => "dashmap".into(),
             Contender::Papaya => "papaya".into(),
@@ -170,8 +182,9 @@ type Point = (Mix, KeyDistribution, usize);
 type Cells = BTreeMap<(usize, usize), Vec<Cell>>;
 
 /// The contenders run when `--variants` is not given.
-const DEFAULT_VARIANTS: [&str; 8] = [
+const DEFAULT_VARIANTS: [&str; 9] = [
     "none",
+    "none-no-hints",
     "blocking",
     "cpr-copy",
     "fold-over",
@@ -290,6 +303,9 @@ fn write_config(report: &mut Report, common: &Common, args: &Args, plan: &Plan) 
         "scaled to {} keys and {} s per cell on a {cores}-core machine",
         plan.keys, plan.seconds
     ));
+    report
+        .notes
+        .push(crate::experiments::ycsb::BATCHED_NOTE.replace("engine-no-hints", "none-no-hints"));
 }
 
 /// Every (mix, distribution, threads), mixes outermost, so that points sharing operations are

@@ -12,7 +12,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use prefixkv_engine::{EngineError, Session, Store};
+use prefixkv_engine::{EngineError, Session, SessionId, Store};
 
 use super::operations::{encode_key, key, Chunk, Kind};
 
@@ -22,6 +22,11 @@ pub trait Worker {
     fn run(&mut self, chunk: &Chunk<'_>);
     /// Whether the map holds `key` (for verification, not timed).
     fn contains(&mut self, key: u64) -> bool;
+    /// The engine session this worker runs on (engine workers only), so that a recovered
+    /// checkpoint's CPR points can be mapped back to the bench's session indices.
+    fn engine_session(&self) -> Option<SessionId> {
+        None
+    }
 }
 
 /// A loaded map, ready to hand out workers.
@@ -32,21 +37,30 @@ pub trait Loaded: Sync {
 
 /// Upserts `key(0..keys)` once each, split into contiguous blocks over `threads` loader threads;
 /// key `key(i)` gets `stamp(0, i + 1)`, as if one loader session (index 0) wrote them in order.
-pub fn fill(map: &dyn Loaded, keys: u64, threads: usize) {
+/// Returns, for an engine, each loader thread's engine session and how many upserts it ran.
+pub fn fill(map: &dyn Loaded, keys: u64, threads: usize) -> Vec<(SessionId, u64)> {
     let threads = threads.max(1) as u64;
     std::thread::scope(|scope| {
-        for thread in 0..threads {
-            scope.spawn(move || {
-                let mut worker = map.worker();
-                let block = keys * thread / threads..keys * (thread + 1) / threads;
-                let loaded = load_range(0, block, &mut |chunk| {
-                    worker.run(chunk);
-                    Ok::<(), std::convert::Infallible>(())
-                });
-                let Ok(()) = loaded;
-            });
-        }
-    });
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                scope.spawn(move || {
+                    let mut worker = map.worker();
+                    let block = keys * thread / threads..keys * (thread + 1) / threads;
+                    let upserts = block.end - block.start;
+                    let loaded = load_range(0, block, &mut |chunk| {
+                        worker.run(chunk);
+                        Ok::<(), std::convert::Infallible>(())
+                    });
+                    let Ok(()) = loaded;
+                    worker.engine_session().map(|id| (id, upserts))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|handle| handle.join().expect("a loader thread panicked"))
+            .collect()
+    })
 }
 
 /// Upserts `key(i)` for every `i` in `indices`, in order and in chunks, as `session` writing
@@ -163,6 +177,10 @@ impl Worker for EngineWorker {
         self.session
             .read(&encode_key(key), &mut self.value)
             .expect("the engine refused a read")
+    }
+
+    fn engine_session(&self) -> Option<SessionId> {
+        Some(self.session.id())
     }
 }
 

@@ -14,8 +14,8 @@ use anyhow::{bail, ensure, Context, Result};
 use prefixkv_engine::{Session, SessionId, Store, StoreConfig, Strategy};
 use prefixkv_testkit::oracle::LOADER_SESSION;
 
-use super::measure::{measure, Cell, CellWorker, Measured};
-use super::verify::{recovery_bounds, verify, verify_recovery, History};
+use super::measure::{measure, Cell, CellWorker, ClientRecord};
+use super::verify::{recovery_bounds, verify, verify_recovery, History, RunLog};
 use super::{Contender, Plan};
 use crate::workload::maps::{
     fill, load_range, run_engine_chunk, DashMapMap, Loaded, PapayaMap, Worker, PREFETCH_AHEAD,
@@ -31,7 +31,10 @@ pub(super) fn run_cell(
 ) -> Result<Cell> {
     let keys = plan.keys as usize;
     match contender {
-        Contender::Engine(strategy) => run_engine_cell(plan, strategy, operations, threads),
+        Contender::Engine(strategy) => {
+            run_engine_cell(plan, strategy, operations, threads, PREFETCH_AHEAD)
+        }
+        Contender::EngineNoHints => run_engine_cell(plan, None, operations, threads, 0),
         Contender::DashMap => {
             let map = DashMapMap(dashmap::DashMap::with_capacity_and_hasher(
                 keys,
@@ -82,6 +85,8 @@ fn map_worker<'a>(map: &'a dyn Loaded) -> Result<Box<dyn CellWorker + 'a>> {
 struct EngineWorker<'a> {
     session: Session,
     value: Vec<u8>,
+    /// Batch hints this many operations ahead (0: none).
+    prefetch_ahead: usize,
     parked: &'a Mutex<Vec<Session>>,
 }
 
@@ -91,7 +96,7 @@ impl CellWorker for EngineWorker<'_> {
             &mut self.session,
             &mut self.value,
             chunk,
-            PREFETCH_AHEAD,
+            self.prefetch_ahead,
         )?)
     }
 
@@ -112,12 +117,14 @@ impl CellWorker for EngineWorker<'_> {
     }
 }
 
-/// The engine under load, optionally checkpointing, then recovery and verification.
+/// The engine under load (with batch hints `prefetch_ahead` operations ahead, 0: none),
+/// optionally checkpointing, then recovery and verification.
 fn run_engine_cell(
     plan: &Plan,
     strategy: Option<Strategy>,
     operations: &Operations,
     threads: usize,
+    prefetch_ahead: usize,
 ) -> Result<Cell> {
     let run_dir = tempfile::Builder::new()
         .prefix("prefixkv-bench-cpr-")
@@ -131,25 +138,37 @@ fn run_engine_cell(
         HashMap::from([(loader.id(), LOADER_SESSION)]);
     let ids = Mutex::new(Vec::new());
     let parked = Mutex::new(Vec::new());
-    let make = |session_index: u32| engine_worker(&store, &ids, &parked, session_index);
+    let make =
+        |session_index: u32| engine_worker(&store, &ids, &parked, session_index, prefetch_ahead);
     let driver = strategy.map(|s| (s, &store));
     let measured = measure(plan, threads, operations, &make, driver, Some(&store))?;
     session_indices.extend(ids.into_inner().expect("ids lock"));
     let history = History {
-        operations,
         keys: plan.keys,
-        chunk_logs: &measured.chunk_logs,
+        runs: vec![RunLog {
+            operations,
+            chunk_logs: &measured.record.chunk_logs,
+        }],
     };
-    let (verified, detail) = match strategy {
-        None => verify_live(&store, &history, &measured),
+    let ((verified, detail), under_load) = match strategy {
+        None => (verify_live(&store, &history, &measured.record), None),
         Some(_) => {
             drop((parked, loader, store));
-            verify_recovered(config, &history, &measured, &session_indices)?
+            let record = &measured.record;
+            let last = verify_recovered(config.clone(), &history, record, &session_indices)?;
+            let under_load = verify_under_load(&config, &history, record, &session_indices)?;
+            (last, under_load)
         }
+    };
+    let (under_load_verified, under_load_detail) = match under_load {
+        Some((ok, detail)) => (Some(ok), detail),
+        None => (None, String::new()),
     };
     Ok(Cell {
         verified: Some(verified),
         verify_detail: detail,
+        under_load_verified,
+        under_load_detail,
         log_memory_budget_bytes: Some(budget_bytes),
         ..measured.cell
     })
@@ -161,6 +180,7 @@ fn engine_worker<'a>(
     ids: &Mutex<Vec<(SessionId, u32)>>,
     parked: &'a Mutex<Vec<Session>>,
     session_index: u32,
+    prefetch_ahead: usize,
 ) -> Result<Box<dyn CellWorker + 'a>> {
     let session = store.start_session();
     ids.lock()
@@ -169,6 +189,7 @@ fn engine_worker<'a>(
     Ok(Box::new(EngineWorker {
         session,
         value: Vec::with_capacity(16),
+        prefetch_ahead,
         parked,
     }))
 }
@@ -190,9 +211,9 @@ pub(super) fn load_engine(store: &Arc<Store>, keys: u64) -> Result<Session> {
 }
 
 /// Live check of the `none` run: every session is quiescent, so its point is its last serial.
-fn verify_live(store: &Arc<Store>, history: &History<'_>, measured: &Measured) -> (bool, String) {
+fn verify_live(store: &Arc<Store>, history: &History<'_>, record: &ClientRecord) -> (bool, String) {
     let points: Vec<(u32, u64)> = std::iter::once((LOADER_SESSION, history.keys))
-        .chain(measured.final_serials.iter().copied())
+        .chain(record.final_serials.iter().copied())
         .collect();
     let mut reader = store.start_session();
     let verdict = verify(history, &points, &mut reader_of(&mut reader));
@@ -204,7 +225,7 @@ fn verify_live(store: &Arc<Store>, history: &History<'_>, measured: &Measured) -
 fn verify_recovered(
     config: StoreConfig,
     history: &History<'_>,
-    measured: &Measured,
+    record: &ClientRecord,
     session_indices: &HashMap<SessionId, u32>,
 ) -> Result<(bool, String)> {
     let recovered = Store::open(config)?;
@@ -219,17 +240,73 @@ fn verify_recovered(
             None => bail!("recovered an unknown session {id}"),
         }
     }
-    Ok(
-        match recovery_bounds(history.keys, measured, info.version) {
-            Err(problem) => (false, problem),
-            Ok(bounds) => {
-                let mut reader = recovered.start_session();
-                let verdict =
-                    verify_recovery(history, &reported, &bounds, &mut reader_of(&mut reader));
-                verdict
-            }
-        },
-    )
+    Ok(match recovery_bounds(history.keys, record, info.version) {
+        Err(problem) => (false, problem),
+        Ok(bounds) => {
+            let mut reader = recovered.start_session();
+            let verdict = verify_recovery(history, &reported, &bounds, &mut reader_of(&mut reader));
+            verdict
+        }
+    })
+}
+
+/// Recovers the newest checkpoint that was requested while the workers ran (any but the final
+/// one, which is requested after they stopped; `keep_checkpoints` = 2 keeps it on disk), from a
+/// copy of its directory alone, and verifies it against the acknowledgements recorded when it
+/// was requested. `None` if no checkpoint taken under load was published (a run shorter than the
+/// checkpoint interval).
+fn verify_under_load(
+    config: &StoreConfig,
+    history: &History<'_>,
+    record: &ClientRecord,
+    session_indices: &HashMap<SessionId, u32>,
+) -> Result<Option<(bool, String)>> {
+    let Some(&last) = record.acknowledged_at_request.keys().max() else {
+        return Ok(None);
+    };
+    let root = config.dir.join("checkpoints");
+    let mut under_load = None;
+    for entry in std::fs::read_dir(&root).with_context(|| format!("listing {}", root.display()))? {
+        let name = entry?.file_name();
+        let version = name
+            .to_str()
+            .and_then(|name| name.strip_prefix('v'))
+            .filter(|digits| digits.len() == 20)
+            .and_then(|digits| digits.parse::<u64>().ok());
+        if let Some(version) = version.filter(|&v| v < last) {
+            under_load = under_load.max(Some(version));
+        }
+    }
+    let Some(version) = under_load else {
+        return Ok(None);
+    };
+    let name = format!("v{version:020}");
+    let copy = tempfile::Builder::new()
+        .prefix("prefixkv-bench-cpr-under-load-")
+        .tempdir_in(config.dir.parent().unwrap_or(&config.dir))?;
+    copy_files(
+        &root.join(&name),
+        &copy.path().join("checkpoints").join(&name),
+    )?;
+    let mut copied = config.clone();
+    copied.dir = copy.path().to_path_buf();
+    let (ok, detail) = verify_recovered(copied, history, record, session_indices)?;
+    Ok(Some((
+        ok,
+        format!("checkpoint v{version}, taken under load: {detail}"),
+    )))
+}
+
+/// Copies the files of directory `from` (a checkpoint: a manifest and segments) into `to`.
+fn copy_files(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("listing {}", from.display()))? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        std::fs::copy(entry.path(), &target)
+            .with_context(|| format!("copying {}", entry.path().display()))?;
+    }
+    Ok(())
 }
 
 /// Reads keys of an image through `session`.
@@ -263,4 +340,109 @@ pub(super) fn engine_config(plan: &Plan, dir: &Path) -> StoreConfig {
     config.flusher_threads = plan.flushers;
     config.keep_checkpoints = 2;
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::operations::{Cursor, Kind, OperationMix};
+    use crate::workload::KeyDistribution;
+    use std::time::Duration;
+
+    /// A checkpoint requested while a worker kept running, then a final one: the under-load
+    /// check recovers the first from a copy and passes; it fails when the client record says the
+    /// worker had been acknowledged more than that checkpoint's point at its request, and when
+    /// the client record of what the worker ran differs from what the image holds.
+    #[test]
+    fn the_checkpoint_under_load_is_recovered_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store_dir = dir.path().join("store");
+        let mut config = StoreConfig::new(store_dir);
+        config.index_buckets = 1 << 10;
+        config.log_memory_bytes = 64 << 20;
+        config.keep_checkpoints = 2;
+        let keys = 2_000;
+        let mix = OperationMix {
+            read_percent: 50,
+            write: Kind::Upsert,
+        };
+        let operations = Operations::generate(mix, KeyDistribution::Uniform, keys, 12_800, 5);
+        let cursor = Cursor::new(&operations);
+        let mut record = ClientRecord::default();
+        let mut indices = HashMap::new();
+        let mut log = Vec::new();
+        let mut serial = 0;
+        let under_load_version;
+        {
+            let store = Store::open(config.clone()).unwrap();
+            let mut loader = load_engine(&store, keys).unwrap();
+            indices.insert(loader.id(), LOADER_SESSION);
+            let mut worker = store.start_session();
+            indices.insert(worker.id(), 1u32);
+            let mut value = Vec::new();
+            let mut run_chunk = |worker: &mut Session, serial: &mut u64, log: &mut Vec<u64>| {
+                let chunk = cursor.take(1, *serial + 1);
+                run_engine_chunk(worker, &mut value, &chunk, PREFETCH_AHEAD).unwrap();
+                *serial += chunk.len();
+                log.push(chunk.position);
+            };
+            for _ in 0..2 {
+                run_chunk(&mut worker, &mut serial, &mut log);
+            }
+            loader.suspend();
+            let token = store.checkpoint(Strategy::Persian).unwrap();
+            under_load_version = token.version;
+            record
+                .acknowledged_at_request
+                .insert(token.version, vec![(1, serial)]);
+            // The worker runs on while the checkpoint is in flight, then idles (suspended) so
+            // that the checkpoint's phases need not wait for it; its next operation resumes it.
+            run_chunk(&mut worker, &mut serial, &mut log);
+            worker.suspend();
+            store
+                .wait_for_commit(token, Duration::from_secs(60))
+                .unwrap();
+            run_chunk(&mut worker, &mut serial, &mut log);
+            worker.suspend();
+            let token = store.checkpoint(Strategy::Persian).unwrap();
+            record
+                .acknowledged_at_request
+                .insert(token.version, vec![(1, serial)]);
+            store
+                .wait_for_commit(token, Duration::from_secs(60))
+                .unwrap();
+        }
+        record.final_serials = vec![(1, serial)];
+        record.chunk_logs = vec![(1, log.clone())];
+        let check = |record: &ClientRecord| {
+            let history = History {
+                keys,
+                runs: vec![RunLog {
+                    operations: &operations,
+                    chunk_logs: &record.chunk_logs,
+                }],
+            };
+            verify_under_load(&config, &history, record, &indices)
+                .unwrap()
+                .expect("a checkpoint was taken under load")
+        };
+        let (ok, detail) = check(&record);
+        assert!(ok, "{detail}");
+        assert!(
+            detail.contains(&format!("v{under_load_version}")),
+            "{detail}"
+        );
+
+        let mut overclaimed = record.clone();
+        overclaimed
+            .acknowledged_at_request
+            .insert(under_load_version, vec![(1, serial)]);
+        let (ok, detail) = check(&overclaimed);
+        assert!(!ok && detail.contains("acknowledged serial"), "{detail}");
+
+        let mut rewritten = record.clone();
+        rewritten.chunk_logs = vec![(1, log.iter().rev().copied().collect())];
+        let (ok, detail) = check(&rewritten);
+        assert!(!ok, "an image of other operations passed: {detail}");
+    }
 }

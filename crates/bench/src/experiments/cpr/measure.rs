@@ -56,13 +56,25 @@ pub(super) struct Cell {
     pub(super) log_memory_budget_bytes: Option<u64>,
     /// (seconds since start, ops/s over the preceding 100 ms).
     pub(super) timeline: Vec<(f64, f64)>,
+    /// Whether the image of the last checkpoint (or, without checkpoints, the live store) passed
+    /// the stamp rule; `None` for maps, which are not checked.
     pub(super) verified: Option<bool>,
     pub(super) verify_detail: String,
+    /// Whether the newest checkpoint requested while the workers ran, recovered from a copy,
+    /// passed the stamp rule; `None` where none was published under load (or no checkpoints).
+    pub(super) under_load_verified: Option<bool>,
+    pub(super) under_load_detail: String,
 }
 
 /// A cell's measurement plus what verification needs from the client side.
 pub(super) struct Measured {
     pub(super) cell: Cell,
+    pub(super) record: ClientRecord,
+}
+
+/// What a cell's clients recorded: the reference verification holds the store to.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ClientRecord {
     /// (session index, last serial) per worker.
     pub(super) final_serials: Vec<(u32, u64)>,
     /// (session index, position of every chunk it ran, in order) per worker.
@@ -132,9 +144,11 @@ pub(super) fn measure(
         let (cell, acknowledged_at_request) = sampler.into_cell();
         Ok(Measured {
             cell,
-            final_serials,
-            chunk_logs: ends.into_iter().map(|e| (e.0, e.2)).collect(),
-            acknowledged_at_request,
+            record: ClientRecord {
+                final_serials,
+                chunk_logs: ends.into_iter().map(|e| (e.0, e.2)).collect(),
+                acknowledged_at_request,
+            },
         })
     })
 }
@@ -320,6 +334,8 @@ impl<'a> Sampler<'a> {
             checkpoints: self.windows,
             verified: None,
             verify_detail: String::new(),
+            under_load_verified: None,
+            under_load_detail: String::new(),
         };
         (cell, self.acknowledged_at_request)
     }

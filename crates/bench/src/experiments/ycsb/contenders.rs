@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use prefixkv_engine::{Store, StoreConfig, Strategy};
+use prefixkv_engine::{SessionId, Store, StoreConfig, Strategy};
+
+use super::ledger::Ledger;
 
 use crate::workload::maps::{
     fill, DashMapMap, EngineMap, Loaded, PapayaMap, RwLockMap, PREFETCH_AHEAD,
@@ -69,8 +71,15 @@ impl Contender {
     }
 }
 
-/// A loaded contender, and the engine store a checkpoint driver runs on (checkpointed engine only).
-pub type LoadedMap = (Box<dyn Loaded>, Option<Arc<Store>>);
+/// A loaded contender.
+pub struct LoadedMap {
+    /// The map, ready to hand out workers.
+    pub map: Box<dyn Loaded>,
+    /// The engine store a checkpoint driver runs on (checkpointed engine only).
+    pub store: Option<Arc<Store>>,
+    /// The loader threads' engine sessions and the upserts each ran (engines only).
+    pub loaders: Vec<(SessionId, u64)>,
+}
 
 /// Builds `contender` and loads keys `key(0..keys)` into it (with `threads` loader threads).
 /// `dir` holds the engine's files. Returns the map and, for the checkpointing contender, the
@@ -92,9 +101,13 @@ pub fn load(
                     PREFETCH_AHEAD
                 },
             };
-            fill(&map, keys, threads);
-            let driver = (contender == Contender::EnginePersian).then_some(store);
-            return Ok((Box::new(map), driver));
+            let loaders = fill(&map, keys, threads);
+            let store = (contender == Contender::EnginePersian).then_some(store);
+            return Ok(LoadedMap {
+                map: Box::new(map),
+                store,
+                loaders,
+            });
         }
         Contender::DashMapSipHash => {
             Box::new(DashMapMap(dashmap::DashMap::with_capacity_and_hasher(
@@ -112,7 +125,11 @@ pub fn load(
         Contender::ShardedRwLock => Box::new(RwLockMap::with_capacity(keys)),
     };
     fill(&*loaded, keys, threads);
-    Ok((loaded, None))
+    Ok(LoadedMap {
+        map: loaded,
+        store: None,
+        loaders: Vec::new(),
+    })
 }
 
 /// The engine's configuration for `keys` 8-byte keys: about 2 keys per bucket, and a log budget
@@ -135,7 +152,8 @@ pub struct CheckpointCounts {
 }
 
 /// Takes a Persian checkpoint every `interval` until `stop`, counting started and finished
-/// ones in `counts`. It runs for a whole round of the checkpointed contender (not per run), so the
+/// ones in `counts`, and noting in `ledger`, before each request, what every session had been
+/// acknowledged. It runs for a whole round of the checkpointed contender (not per run), so the
 /// cadence is the system's, whatever the length of one run: a run of 3 s under a 5 s interval
 /// meets a checkpoint in the share of runs that the interval implies.
 pub fn checkpoint_driver(
@@ -143,6 +161,7 @@ pub fn checkpoint_driver(
     interval: Duration,
     stop: &std::sync::atomic::AtomicBool,
     counts: &CheckpointCounts,
+    ledger: &Ledger,
 ) -> Result<()> {
     let mut next = std::time::Instant::now() + interval;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -153,7 +172,10 @@ pub fn checkpoint_driver(
         counts
             .started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Read before the request: a lower bound of what each session was acknowledged.
+        let acknowledged = ledger.acknowledged_now();
         let token = store.checkpoint(Strategy::Persian)?;
+        ledger.requested(token.version, acknowledged);
         store.wait_for_commit(token, Duration::from_secs(600))?;
         counts
             .completed

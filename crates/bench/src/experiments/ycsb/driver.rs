@@ -51,39 +51,69 @@ impl Workload {
     }
 }
 
+/// What one worker of a run did: its session index, last serial, chunk log (positions in the
+/// order it ran them), and its engine session, if it ran on one.
+pub struct WorkerEnd {
+    /// The session index its stamps carry.
+    pub session: u32,
+    /// Its last serial (operations it ran).
+    pub serial: u64,
+    /// The position of every chunk it ran, in order.
+    pub chunks: Vec<u64>,
+    /// The engine session it ran on (engine contenders only).
+    pub engine_session: Option<prefixkv_engine::SessionId>,
+}
+
 /// Runs `threads` workers made by `make_worker(thread)` over `operations` for `duration`;
-/// returns operations per second. Workers are made (and pinned) before the clock starts; worker
-/// `thread` stamps its writes as session `thread + 1`.
+/// returns operations per second and what each worker did. Workers are made (and pinned) before
+/// the clock starts; worker `thread` stamps its writes as session `first_session + thread` and
+/// stores its last serial in `acknowledged[thread]` after every chunk (every contender pays that
+/// one store per 3,200 operations, and the chunk log's push, alike).
 pub fn run<'a>(
     threads: usize,
     duration: Duration,
     operations: &Operations,
     make_worker: &(dyn Fn(usize) -> Box<dyn Worker + 'a> + Sync),
-) -> f64 {
+    first_session: u32,
+    acknowledged: &[std::sync::Arc<AtomicU64>],
+) -> (f64, Vec<WorkerEnd>) {
+    assert_eq!(acknowledged.len(), threads, "one counter per worker");
     let cursor = Cursor::new(operations);
     let done = AtomicBool::new(false);
-    let total = AtomicU64::new(0);
     let ready = AtomicU64::new(0);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let elapsed = std::thread::scope(|scope| {
-        for thread in 0..threads {
-            let (cursor, done, total, ready) = (&cursor, &done, &total, &ready);
-            scope.spawn(move || {
-                pin_to_core(thread % cores);
-                let mut worker = make_worker(thread);
-                ready.fetch_add(1, Ordering::SeqCst);
-                while ready.load(Ordering::SeqCst) < threads as u64 + 1 {
-                    std::hint::spin_loop();
-                }
-                let mut count = 0u64;
-                while !done.load(Ordering::Relaxed) {
-                    let chunk = cursor.take(thread as u32 + 1, count + 1);
-                    worker.run(&chunk);
-                    count += chunk.len();
-                }
-                total.fetch_add(count, Ordering::Relaxed);
-            });
-        }
+    let (elapsed, ends) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let (cursor, done, ready) = (&cursor, &done, &ready);
+                let counter = &*acknowledged[thread];
+                scope.spawn(move || {
+                    pin_to_core(thread % cores);
+                    let session = first_session + thread as u32;
+                    let mut worker = make_worker(thread);
+                    let engine_session = worker.engine_session();
+                    let mut chunks = Vec::new();
+                    ready.fetch_add(1, Ordering::SeqCst);
+                    while ready.load(Ordering::SeqCst) < threads as u64 + 1 {
+                        std::hint::spin_loop();
+                    }
+                    let mut count = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        let chunk = cursor.take(session, count + 1);
+                        worker.run(&chunk);
+                        count += chunk.len();
+                        chunks.push(chunk.position);
+                        counter.store(count, Ordering::SeqCst);
+                    }
+                    WorkerEnd {
+                        session,
+                        serial: count,
+                        chunks,
+                        engine_session,
+                    }
+                })
+            })
+            .collect();
         while ready.load(Ordering::SeqCst) < threads as u64 {
             std::thread::yield_now();
         }
@@ -92,7 +122,13 @@ pub fn run<'a>(
         std::thread::sleep(duration); // the measured interval itself, not a wait for a condition
         done.store(true, Ordering::Relaxed);
         // Each worker finishes the chunk it is in (at most 3,200 operations more): negligible.
-        started.elapsed()
+        let elapsed = started.elapsed();
+        let ends: Vec<WorkerEnd> = handles
+            .into_iter()
+            .map(|handle| handle.join().expect("a ycsb worker panicked"))
+            .collect();
+        (elapsed, ends)
     });
-    total.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+    let total: u64 = ends.iter().map(|end| end.serial).sum();
+    (total as f64 / elapsed.as_secs_f64(), ends)
 }
