@@ -3,8 +3,9 @@
 //! the cost of a snapshot (plus the first write after it) as the map grows.
 //!
 //! Part 1 (throughput): every contender is filled with the same keys, then `threads` threads
-//! run a get/insert mix (r90w10 by default: 90 % gets, 10 % inserts of uniform 8-byte keys)
-//! for a fixed time; contenders alternate over `common.rounds()` rounds. All maps hash with
+//! run a get/insert mix (r90w10 by default: 90 % gets, 10 % inserts of uniform 8-byte keys,
+//! each insert moved onto a key its thread owns, `key % threads == thread`, so that the final
+//! contents can be checked against a model) for a fixed time; contenders alternate over `common.rounds()` rounds. All maps hash with
 //! the same function (foldhash), except concread, whose hasher is fixed (foldhash's fast
 //! variant, with its `foldhash` feature).
 //!
@@ -18,24 +19,28 @@
 //! keys in the CTrie, dashmap, papaya and a `BTreeMap` behind a mutex (the blocking model's
 //! structure); rows `part: "fig3_updates"`, plot `ctrie-fig3`.
 //!
-//! Verification: a CTrie read-only snapshot kept from the smallest size must still iterate to
-//! that size's model at the end, and a final snapshot of the grown CTrie must iterate to the
-//! final model (every key and value, and `len`); after part 3 every structure holds exactly the
-//! loaded key count.
+//! Verification: after parts 1 and 3, every map is compared entry by entry with a model of its
+//! contents (`ctrie/mix.rs`: each worker writes only keys it owns, with values unique per write, and
+//! the model replays each thread's operations up to the count it reported, so a lost update
+//! shows), and its length with the model's. In part 2, a CTrie read-only snapshot kept from the
+//! smallest size must still iterate to that size's model at the end, and a final snapshot of
+//! the grown CTrie must iterate to the final model (every key and value, and `len`).
 
 use crate::plot::{write_line_chart, LineChart, Series};
 use crate::progress;
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, ratio, Latencies, Spread};
-use crate::workload::{KeyDistribution, KeyGenerator};
 use anyhow::{bail, Result};
 use concread::hashtrie::HashTrie;
 use parking_lot::RwLock;
 use prefixkv_ctrie::{CTrie, DefaultHashBuilder, ReadOnlySnapshot};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+mod mix;
+
+use mix::{check_with_models, run_mix, MixRun};
 
 /// Flags of `prefixkv-bench ctrie`.
 #[derive(clap::Args, Debug)]
@@ -69,6 +74,8 @@ pub struct Args {
 trait Contender: Sync {
     fn get(&self, key: u64) -> Option<u64>;
     fn insert(&self, key: u64, value: u64);
+    /// Keys held (for the model check: no key beyond the model's).
+    fn len(&self) -> usize;
 }
 
 impl Contender for CTrie<u64, u64> {
@@ -77,6 +84,9 @@ impl Contender for CTrie<u64, u64> {
     }
     fn insert(&self, key: u64, value: u64) {
         CTrie::insert(self, key, value);
+    }
+    fn len(&self) -> usize {
+        CTrie::len(self)
     }
 }
 
@@ -87,6 +97,9 @@ impl Contender for dashmap::DashMap<u64, u64, DefaultHashBuilder> {
     fn insert(&self, key: u64, value: u64) {
         dashmap::DashMap::insert(self, key, value);
     }
+    fn len(&self) -> usize {
+        dashmap::DashMap::len(self)
+    }
 }
 
 impl Contender for papaya::HashMap<u64, u64, DefaultHashBuilder> {
@@ -95,6 +108,9 @@ impl Contender for papaya::HashMap<u64, u64, DefaultHashBuilder> {
     }
     fn insert(&self, key: u64, value: u64) {
         self.pin().insert(key, value);
+    }
+    fn len(&self) -> usize {
+        self.pin().len()
     }
 }
 
@@ -106,6 +122,9 @@ impl Contender for HashTrie<u64, u64> {
         let mut write = self.write();
         write.insert(key, value);
         write.commit();
+    }
+    fn len(&self) -> usize {
+        self.read().len()
     }
 }
 
@@ -123,6 +142,9 @@ impl Contender for LockedImbl {
     fn insert(&self, key: u64, value: u64) {
         self.0.write().insert(key, value);
     }
+    fn len(&self) -> usize {
+        self.0.read().len()
+    }
 }
 
 /// `BTreeMap` behind a lock: SMaRtTrie's blocking model keeps its state in an ordered map.
@@ -135,11 +157,14 @@ impl Contender for LockedBTree {
     fn insert(&self, key: u64, value: u64) {
         self.0.lock().insert(key, value);
     }
+    fn len(&self) -> usize {
+        self.0.lock().len()
+    }
 }
 
 /// Part 3, SMaRtTrie's Fig. 3: one thread updating uniformly random loaded keys, per state
 /// size, in each structure the replicated store could hold its state in. Verified: every
-/// structure still holds exactly the loaded key count (updates never add or remove a key).
+/// structure, entry by entry, against the model of the loaded keys and the updates it ran.
 fn fig3_updates(
     report: &mut Report,
     sizes: &[u64],
@@ -166,18 +191,27 @@ fn fig3_updates(
         }
         let contenders: [&dyn Contender; 4] = [&ctrie, &dash, &papaya_map, &btree];
         let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+        let mut runs: Vec<Vec<MixRun>> = vec![Vec::new(); names.len()];
         for (round, contender) in alternating_schedule(names.len(), rounds) {
             // One thread, 0 % reads: updates of existing keys only.
-            let ops = run_mix(contenders[contender], 1, size, 0, duration, round as u64);
+            let seed = round as u64;
+            let (ops, operations) = run_mix(contenders[contender], 1, size, 0, duration, seed);
             throughput[contender].push(ops);
+            runs[contender].push(MixRun { seed, operations });
             bar.inc(1);
         }
-        let lengths = [
-            ctrie.len(),
-            dash.len(),
-            papaya_map.len(),
-            btree.0.lock().len(),
-        ];
+        let maps: Vec<(&str, &dyn Contender)> = names.iter().copied().zip(contenders).collect();
+        check_with_models(
+            report,
+            (
+                "fig3 maps after single-thread updates, every entry and the length",
+                "a model of the loaded keys replaying the updates",
+            ),
+            &maps,
+            size,
+            0,
+            &runs,
+        );
         for (index, name) in names.iter().enumerate() {
             let spread = Spread::of(&throughput[index]);
             series[index].push((size as f64, spread.median));
@@ -189,19 +223,6 @@ fn fig3_updates(
             ]);
             spread.insert_into(&mut entry, "throughput_ops_per_s");
             report.rows.push(entry);
-            let intact = lengths[index] as u64 == size;
-            report.check(
-                "fig3 maps' length after updates (a count only)",
-                "the number of keys loaded",
-                1,
-                intact,
-            );
-            if !intact {
-                report.notes.push(format!(
-                    "fig3: {name} holds {} keys after updates of {size} loaded keys",
-                    lengths[index]
-                ));
-            }
         }
     }
     bar.finish_and_clear();
@@ -210,55 +231,6 @@ fn fig3_updates(
 
 fn value_of(key: u64) -> u64 {
     key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555
-}
-
-/// Runs the mix on `map` for `duration`; returns operations per second.
-fn run_mix(
-    map: &dyn Contender,
-    threads: usize,
-    keys: u64,
-    read_percent: u32,
-    duration: Duration,
-    seed: u64,
-) -> f64 {
-    let stop = AtomicBool::new(false);
-    let start = Instant::now();
-    let total: u64 = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|thread| {
-                let stop = &stop;
-                scope.spawn(move || {
-                    let mut generator = KeyGenerator::new(
-                        KeyDistribution::Uniform,
-                        keys,
-                        seed * 64 + thread as u64,
-                    );
-                    let mut operations = 0u64;
-                    let mut checksum = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        for _ in 0..256 {
-                            let key = generator.next_key();
-                            if generator.percent() < read_percent {
-                                checksum = checksum.wrapping_add(map.get(key).unwrap_or(0));
-                            } else {
-                                map.insert(key, value_of(key) ^ operations);
-                            }
-                            operations += 1;
-                        }
-                    }
-                    std::hint::black_box(checksum);
-                    operations
-                })
-            })
-            .collect();
-        std::thread::sleep(duration);
-        stop.store(true, Ordering::Relaxed);
-        workers
-            .into_iter()
-            .map(|worker| worker.join().expect("worker panicked"))
-            .sum()
-    });
-    total as f64 / start.elapsed().as_secs_f64()
 }
 
 /// One snapshotting structure of part 2.
@@ -422,6 +394,10 @@ fn plan(common: &crate::Common, args: &Args) -> Result<Plan> {
     if args.threads == 0 || args.read_percent > 100 || args.snapshots_per_round == 0 {
         bail!("--threads and --snapshots-per-round must be at least 1, --read-percent at most 100");
     }
+    if args.keys.is_some_and(|keys| keys < args.threads as u64) {
+        // Each thread writes only keys it owns: it needs at least one.
+        bail!("--keys must be at least --threads");
+    }
     let quick = common.quick;
     let max_snapshot_keys =
         args.max_snapshot_keys
@@ -498,19 +474,36 @@ fn throughput_part(report: &mut Report, plan: &Plan) -> HashMap<&'static str, f6
     let schedule = alternating_schedule(contenders.len(), plan.rounds);
     let bar = progress::bar(schedule.len() as u64, "throughput");
     let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+    let mut runs: Vec<Vec<MixRun>> = vec![Vec::new(); contenders.len()];
     for (round, contender) in schedule {
-        let ops = run_mix(
+        let seed = round as u64;
+        let (ops, operations) = run_mix(
             contenders[contender],
             plan.threads,
             plan.keys,
             plan.read_percent,
             plan.duration,
-            round as u64,
+            seed,
         );
         throughput[contender].push(ops);
+        runs[contender].push(MixRun { seed, operations });
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let maps: Vec<(&str, &dyn Contender)> =
+        THROUGHPUT_NAMES.iter().copied().zip(contenders).collect();
+    check_with_models(
+        report,
+        (
+            "part 1 maps after the concurrent get/insert mix, every entry and the length",
+            "a model of the loaded keys replaying each thread's writes (disjoint keys per \
+             thread, values unique per write)",
+        ),
+        &maps,
+        plan.keys,
+        plan.read_percent,
+        &runs,
+    );
     let mut medians = HashMap::new();
     for (index, name) in THROUGHPUT_NAMES.iter().enumerate() {
         let spread = Spread::of(&throughput[index]);

@@ -83,7 +83,8 @@ mod failures;
 mod session;
 mod simulation;
 mod sweeps;
-mod track;
+/// The verifier oracle is shared with `dredis`: one place classifies rollback reports.
+pub(super) mod track;
 
 pub use colocation::host::{host, HostArgs};
 use deploy::Device;

@@ -18,20 +18,19 @@
 //! Recovery: with clients writing unique keys to D-Redis, one redis-server is SIGKILLed;
 //! `recovery_ms` is the time from the kill until every client completed a batch on the new
 //! world-line (it includes the lease expiry that detects the failure, `--lease-ms`). Afterwards
-//! every Redis is read and each client's keys must be exactly what its rollback report says
-//! survived (present, absent, or uncertain for batches in flight at the failure), and no
-//! operation inside the last commit point a client was told of may be reported lost by a
-//! rollback (the report is checked against what the client was told): `verified`.
+//! every key of every client is read from every Redis and checked by `dpr`'s verifier oracle
+//! ([`super::dpr::track::Oracle`], one classification for both experiments): an operation
+//! inside the last commit point the client was told of must be present whatever the rollback
+//! report says of it (and a report calling it lost is itself a failure); an acknowledged one
+//! after it must be present unless the report says lost; only operations after that commit
+//! point that the report calls uncertain may go either way; no other key may exist. `verified`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use prefixkv_dpr::session::CommitPoint;
-use prefixkv_dredis::client::{shard_for_key, ClientError, Fate, RollbackReport};
+use prefixkv_dredis::client::shard_for_key;
 use prefixkv_dredis::redis::{encode_command, RedisConnection, RedisProcess, RedisServerConfig};
 use prefixkv_dredis::wire::FrameLimits;
 use prefixkv_dredis::{
@@ -45,6 +44,10 @@ use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, median, ratio, Latencies, Spread};
 use crate::workload::{KeyDistribution, KeyGenerator};
 use crate::Common;
+
+mod recovery;
+
+use recovery::recovery;
 
 /// Flags of the `dredis` experiment.
 #[derive(clap::Args, Debug)]
@@ -390,154 +393,6 @@ impl Deployment {
     }
 }
 
-/// Runs the recovery measurement; returns (recovery_ms, verified, notes).
-fn recovery(deployment: &Deployment, args: &Args) -> Result<(f64, bool, Vec<String>)> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    for client in 0..args.clients as u64 {
-        let config = deployment.client_config("dredis", args);
-        let stop = Arc::clone(&stop);
-        threads.push(std::thread::spawn(move || -> Result<_> {
-            let session_id = 2_000_000 + client;
-            let mut session = DprRedisClient::new(config)?.session(session_id)?;
-            // Per tag: Some(true) present, Some(false) absent, None uncertain.
-            let mut expected: BTreeMap<u64, Option<bool>> = BTreeMap::new();
-            // The last commit point this client was told of: no operation inside it may be
-            // reported lost by a rollback (the report is the system's claim, checked here; the
-            // read-back below checks the report's survivors against Redis).
-            let mut committed: Option<CommitPoint> = None;
-            let mut lost_committed: Vec<u64> = Vec::new();
-            let mut back_on_new_world_line: Option<Instant> = None;
-            let mut rolled_back = false;
-            let mut next_tag = 0u64;
-            loop {
-                let stopping = stop.load(Ordering::SeqCst);
-                let step: Result<(), ClientError> = (|| {
-                    if stopping {
-                        return session.drain();
-                    }
-                    for _ in 0..16 {
-                        // The session numbers pushes 0, 1, 2, ... (a failed send still uses one).
-                        let tag = next_tag;
-                        next_tag += 1;
-                        expected.insert(tag, Some(false));
-                        let key = format!("r{session_id}:{tag}");
-                        session.push(&[b"SET", key.as_bytes(), b"v"])?;
-                    }
-                    session.flush()?;
-                    committed = Some(session.commit_point()?);
-                    Ok(())
-                })();
-                let completed = session.take_completed();
-                if rolled_back && back_on_new_world_line.is_none() && !completed.is_empty() {
-                    back_on_new_world_line = Some(Instant::now());
-                }
-                for c in completed {
-                    expected.insert(c.tag, Some(true));
-                }
-                match step {
-                    Ok(()) if stopping => break,
-                    Ok(()) => {}
-                    Err(ClientError::Rollback(report)) => {
-                        rolled_back = true;
-                        lost_committed.extend(lost_inside(committed.as_ref(), &report));
-                        // What survived is the new floor of what the client may rely on.
-                        if let Some(point) = committed.as_mut() {
-                            point.until_sequence =
-                                point.until_sequence.min(report.prefix.until_sequence);
-                            point.excluded.clear();
-                        }
-                        for op in &report.operations {
-                            expected.insert(
-                                op.tag,
-                                match op.fate {
-                                    Fate::Survived => Some(true),
-                                    Fate::Uncertain => None,
-                                    Fate::Lost | Fate::Rejected | Fate::NotSent => Some(false),
-                                },
-                            );
-                        }
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-            }
-            Ok((session_id, expected, lost_committed, back_on_new_world_line))
-        }));
-    }
-    // Load for a while (including commits) before the kill.
-    std::thread::sleep(Duration::from_millis(4 * args.commit_interval_ms + 300));
-    let pid = deployment.cluster.redis_pids()[0].context("shard 0 has no redis")?;
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-    let kill_time = Instant::now();
-    let world_line = deployment.cluster.cluster_state()?.world_line;
-    let deadline = kill_time + Duration::from_secs(60);
-    loop {
-        let state = deployment.cluster.cluster_state()?;
-        let all_back = deployment
-            .cluster
-            .proxy_world_lines()
-            .iter()
-            .all(|&w| w == state.world_line);
-        if state.world_line > world_line && !state.recovering && all_back {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the D-Redis cluster did not recover within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // Let every client complete batches on the new world-line.
-    std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::SeqCst);
-    let mut recovery_ms: f64 = 0.0;
-    let mut verified = true;
-    let mut notes = Vec::new();
-    let redis = deployment.cluster.redis_addresses();
-    for thread in threads {
-        let (session_id, expected, lost_committed, back) = thread.join().expect("client thread")?;
-        let Some(back) = back else {
-            bail!("client {session_id} never completed a batch on the new world-line");
-        };
-        recovery_ms = recovery_ms.max(back.duration_since(kill_time).as_secs_f64() * 1000.0);
-        let mut found = std::collections::BTreeSet::new();
-        for address in &redis {
-            let mut connection = RedisConnection::connect(*address, Duration::from_secs(10))?;
-            if let Reply::Array(keys) =
-                connection.command(&[b"KEYS", format!("r{session_id}:*").as_bytes()])?
-            {
-                for key in keys {
-                    if let Reply::BulkString(key) = key {
-                        found.insert(String::from_utf8_lossy(&key).into_owned());
-                    }
-                }
-            }
-        }
-        let found_tags = found
-            .iter()
-            .filter_map(|key| key.strip_prefix(&format!("r{session_id}:"))?.parse().ok())
-            .collect();
-        let check = check_client(&expected, &found_tags);
-        let (present, absent, uncertain) = (check.present, check.absent, check.uncertain);
-        let wrong = check.mismatches + lost_committed.len() + (found.len() - found_tags.len());
-        if let Some(sequence) = lost_committed.first() {
-            notes.push(format!(
-                "client {session_id}: operation {sequence} was inside a reported commit point but \
-                 a rollback reported it lost"
-            ));
-        }
-        let lost_committed = lost_committed.len();
-        if wrong > 0 {
-            verified = false;
-        }
-        notes.push(format!(
-            "recovery client {session_id}: {present} present, {absent} absent, {uncertain} uncertain, \
-             {lost_committed} lost inside a reported commit point, {wrong} mismatches"
-        ));
-    }
-    Ok((recovery_ms, verified, notes))
-}
-
 /// Sizes after applying `--quick` defaults.
 struct Plan {
     shard_counts: Vec<usize>,
@@ -577,16 +432,18 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             run_point(&mut report, &mut totals, &deployment, args, &plan, point)?;
         }
         if shard_index == 0 {
-            let (measured, verified, notes) = recovery(&deployment, args)?;
-            totals.recovery_ms = measured;
+            let recovery = recovery(&deployment, args)?;
+            totals.recovery_ms = recovery.recovery_ms;
             report.check(
-                "a verifier's writes read back after a shard failure and rollback",
-                "what the client was told committed, with the rollback report's uncertain \
-                 operations accepted either way",
-                1,
-                verified,
+                "every recovery client's writes read back from Redis after a shard failure and \
+                 rollback",
+                "what each client was acknowledged and told: inside the last commit point told \
+                 present whatever the rollback report says; after it, the report's fate \
+                 (uncertain accepted either way)",
+                recovery.operations,
+                recovery.verified,
             );
-            report.notes.extend(notes);
+            report.notes.extend(recovery.notes);
         }
     }
     write_summary(&mut report, &totals);
@@ -779,101 +636,4 @@ fn write_chart(common: &Common, series: BTreeMap<String, Vec<(f64, f64)>>) -> Re
         &common.out,
         "dredis",
     )
-}
-
-/// What the recovery check found for one client.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct ClientCheck {
-    present: usize,
-    absent: usize,
-    uncertain: usize,
-    /// Tags whose presence in Redis differs from what the client was told (completed, or the
-    /// rollback report's verdict), or found but never sent.
-    mismatches: usize,
-}
-
-/// Compares what Redis holds (`found`, the client's tags) with each tag's expected fate.
-fn check_client(
-    expected: &BTreeMap<u64, Option<bool>>,
-    found: &std::collections::BTreeSet<u64>,
-) -> ClientCheck {
-    let mut check = ClientCheck::default();
-    for (tag, fate) in expected {
-        let exists = found.contains(tag);
-        match fate {
-            Some(true) => check.present += 1,
-            Some(false) => check.absent += 1,
-            None => check.uncertain += 1,
-        }
-        if fate.is_some_and(|f| f != exists) {
-            check.mismatches += 1;
-        }
-    }
-    check.mismatches += found.iter().filter(|t| !expected.contains_key(t)).count();
-    check
-}
-
-/// Sequence numbers a rollback reported lost (or rejected) although they were inside the last
-/// commit point the client had been told of: the guarantee itself broken.
-fn lost_inside(committed: Option<&CommitPoint>, report: &RollbackReport) -> Vec<u64> {
-    let Some(point) = committed else {
-        return Vec::new();
-    };
-    report
-        .operations
-        .iter()
-        .filter(|op| matches!(op.fate, Fate::Lost | Fate::Rejected))
-        .filter_map(|op| op.sequence)
-        .filter(|&sequence| {
-            sequence < point.until_sequence
-                && !point
-                    .excluded
-                    .iter()
-                    .any(|r| r.start <= sequence && sequence < r.end)
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use prefixkv_dpr::session::SequenceRange;
-    use prefixkv_dredis::client::OperationFate;
-    use std::collections::BTreeSet;
-
-    fn fates(n: u64) -> BTreeMap<u64, Option<bool>> {
-        (0..n).map(|t| (t, Some(true))).collect()
-    }
-
-    #[test]
-    fn an_intact_recovery_passes_and_a_dropped_write_fails() {
-        let mut found: BTreeSet<u64> = (0..10).collect();
-        assert_eq!(check_client(&fates(10), &found).mismatches, 0);
-        found.remove(&3); // tampered: an acknowledged write removed from Redis
-        assert_eq!(check_client(&fates(10), &found).mismatches, 1);
-    }
-
-    #[test]
-    fn a_rollback_that_loses_a_committed_operation_fails() {
-        let point = CommitPoint {
-            until_sequence: 6,
-            excluded: vec![SequenceRange { start: 2, end: 3 }],
-        };
-        let operation = |sequence: u64, fate| OperationFate {
-            tag: sequence,
-            sequence: Some(sequence),
-            fate,
-        };
-        let report = RollbackReport {
-            prefix: Default::default(),
-            operations: vec![
-                operation(2, Fate::Lost),     // excluded from the point: allowed
-                operation(4, Fate::Survived), // inside and kept
-                operation(5, Fate::Lost),     // inside the point and lost: the violation
-                operation(7, Fate::Lost),     // after the point: allowed
-            ],
-        };
-        assert_eq!(lost_inside(Some(&point), &report), vec![5]);
-        assert!(lost_inside(None, &report).is_empty());
-    }
 }

@@ -23,8 +23,8 @@ use super::e2e::{
     alternate_runs, check_recovery, end_to_end_row, insert_percentiles, median_over, thread_cpu_ns,
     tick_series, Contender, EndToEnd,
 };
-use super::sweep::{capture_all, CycleTimer, OverheadCell};
-use super::{image_crc, Setup, WARMUP_TICKS};
+use super::sweep::{capture_all, CycleTimer, ImageReplay, OverheadCell};
+use super::{Setup, WARMUP_TICKS};
 use crate::plot::{write_line_chart, LineChart};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, Spread};
@@ -274,15 +274,15 @@ pub(super) fn run_overhead<A: Algorithm>(
     let mut image = vec![0u64; words];
     let mut zones = HashMap::new();
     let mut cell = OverheadCell::new(algorithm.memory_bytes());
+    // The world's rules on a plain vector, with their own zone table: the independent replay.
+    let mut replay_zones = HashMap::new();
+    let mut replay = ImageReplay::new(words, |state: &mut [u64], tick: u64| {
+        world.step(state, tick, &mut replay_zones);
+    });
     for tick in 1..=total_ticks as u64 {
         let started = timer.now();
         world.step(&mut AlgorithmCells(&algorithm), tick, &mut zones);
         let updated = timer.now();
-        let check = tick % 4 == 0 || tick as usize == total_ticks;
-        let reference_crc = check.then(|| {
-            let reference: Vec<u64> = (0..words).map(|i| algorithm.read(i)).collect();
-            image_crc(&reference)
-        });
         let prepare_started = timer.now();
         // SAFETY: this thread is the only mutator, and the previous capture finished below.
         unsafe { algorithm.prepare() };
@@ -294,11 +294,10 @@ pub(super) fn run_overhead<A: Algorithm>(
             cell.prepare_ns.push(prepare_ns);
         }
         capture_all(&algorithm, &mut image);
-        if let Some(reference_crc) = reference_crc {
-            cell.verified &= image_crc(&image) == reference_crc;
-        }
+        replay.check(tick, &image);
     }
-    cell.verified &= (0..words).all(|i| algorithm.read(i) == expected[i]);
+    cell.record_images(&replay);
+    cell.final_state_matches = (0..words).all(|i| algorithm.read(i) == expected[i]);
     Ok(cell)
 }
 
@@ -427,19 +426,14 @@ pub(super) fn run_part(
                 &setup.timer
             )
         )?;
-        if !cell.verified {
-            let message = format!(
-                "MMO overhead {} round {round}: image or final state mismatch",
-                kind.short_name()
-            );
-            eprintln!("tick: {message}");
-            report.notes.push(message);
-        }
-        report.check(
-            "MMO checkpoint images and final state",
-            "the same algorithm's read() and the plain-vector final state",
-            1,
-            cell.verified,
+        cell.report_checks(
+            report,
+            (
+                "MMO checkpoint images, tick by tick",
+                "an independent plain-vector replay of the same world ticks",
+            ),
+            entities * ENTITY_WORDS,
+            &format!("MMO overhead {} round {round}", kind.short_name()),
         );
         overheads[contender].push(cell.overhead_ns(baseline_ns));
         ticks[contender].extend_from_slice(&cell.tick_ns);
@@ -553,5 +547,25 @@ mod tests {
             let (x, y) = (first[e * ENTITY_WORDS], first[e * ENTITY_WORDS + 1]);
             assert!(x < MAP_UNITS as u64 && y < MAP_UNITS as u64);
         }
+    }
+
+    #[test]
+    fn mmo_images_match_the_replay_and_a_changed_cell_fails() {
+        let world = World::new(2_000, 500, 0.8, 11).unwrap();
+        let timer = CycleTimer::calibrate();
+        let (_, expected, _) = run_baseline(&world, 6, &timer);
+        let cell =
+            run_overhead::<InterleavedPingPong>(&world, false, 6, &expected, &timer).unwrap();
+        assert_eq!((cell.images_compared, cell.image_mismatch), (6, None));
+        assert!(cell.final_state_matches);
+        // The replay of the world's rules catches one cell changed in the final image.
+        let mut zones = HashMap::new();
+        let mut replay = ImageReplay::new(expected.len(), |state: &mut [u64], tick: u64| {
+            world.step(state, tick, &mut zones);
+        });
+        let mut tampered = expected.clone();
+        tampered[4 * ENTITY_WORDS + 4] ^= 1;
+        assert!(!replay.check(6, &tampered));
+        assert!(replay.check(6, &expected));
     }
 }

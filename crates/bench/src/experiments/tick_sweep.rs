@@ -8,10 +8,14 @@
 //! ~30 ns cost of reading a clock. A no-checkpoint baseline (plain `Vec<u64>` stores of the same
 //! updates) gives the updates' own cost; the overhead per checkpoint is the median `prepare` plus
 //! the median update time minus the baseline's (floored at zero). The writer's capture runs
-//! untimed between ticks; every fourth image is compared (CRC32C) with the state at its point of
-//! consistency, and the final state with the baseline's. Contenders alternate over rounds.
+//! untimed between ticks. Contenders alternate over rounds.
+//!
+//! Verification never asks the algorithm under test what its state should be: every checkpoint
+//! image is compared, cell for cell, with an [`ImageReplay`] — a plain `Vec<u64>` brought to the
+//! image's tick by the same deterministic updates — and the live state after the last tick with
+//! the no-checkpoint baseline's plain vector.
 
-use super::{image_crc, tick_updates, WARMUP_TICKS};
+use super::{tick_updates, WARMUP_TICKS};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, median, Spread};
 use anyhow::{Context, Result};
@@ -96,12 +100,78 @@ impl CycleTimer {
     }
 }
 
-/// What one overhead cell measured.
+/// The independent oracle of checkpoint images: a plain `Vec<u64>` brought forward by the same
+/// deterministic updates as the algorithm under test (`step(state, tick)` applies tick `tick`,
+/// numbered from 1), never by that algorithm. Images are offered in increasing tick order (the
+/// writer captures them so), so the replay runs forward once and holds one state, not one per
+/// tick.
+pub(super) struct ImageReplay<S: FnMut(&mut [u64], u64)> {
+    state: Vec<u64>,
+    step: S,
+    /// Ticks applied to `state`.
+    tick: u64,
+    /// Images compared.
+    images: u64,
+    /// The first image that differed from the replay: (its tick, the first differing cell).
+    first_mismatch: Option<(u64, usize)>,
+}
+
+impl<S: FnMut(&mut [u64], u64)> ImageReplay<S> {
+    /// A replay of `words` zeroed cells (every state starts zeroed) advanced by `step`.
+    pub(super) fn new(words: usize, step: S) -> Self {
+        ImageReplay {
+            state: vec![0; words],
+            step,
+            tick: 0,
+            images: 0,
+            first_mismatch: None,
+        }
+    }
+
+    /// Compares `image`, captured at the point of consistency of `tick`, cell for cell with the
+    /// replay after `tick` ticks; returns whether they are equal. Ticks must not go backwards.
+    pub(super) fn check(&mut self, tick: u64, image: &[u64]) -> bool {
+        assert!(tick >= self.tick, "images come in tick order");
+        while self.tick < tick {
+            self.tick += 1;
+            (self.step)(&mut self.state, self.tick);
+        }
+        self.images += 1;
+        // A whole-slice comparison (a memcmp); the position only when it fails.
+        if image == self.state.as_slice() {
+            return true;
+        }
+        let cell = image
+            .iter()
+            .zip(&self.state)
+            .position(|(a, b)| a != b)
+            .unwrap_or(image.len().min(self.state.len()));
+        self.first_mismatch.get_or_insert((tick, cell));
+        false
+    }
+
+    /// Images compared so far.
+    pub(super) fn images(&self) -> u64 {
+        self.images
+    }
+
+    /// The first image that differed: (tick, cell).
+    pub(super) fn first_mismatch(&self) -> Option<(u64, usize)> {
+        self.first_mismatch
+    }
+}
+
+/// What one overhead cell measured, and what its checks found.
 pub(super) struct OverheadCell {
     pub(super) tick_ns: Vec<f64>,
     pub(super) prepare_ns: Vec<f64>,
     pub(super) memory_bytes: usize,
-    pub(super) verified: bool,
+    /// Checkpoint images compared with the independent replay.
+    pub(super) images_compared: u64,
+    /// The first image that differed from the replay: (tick, cell).
+    pub(super) image_mismatch: Option<(u64, usize)>,
+    /// Whether the live state after the last tick equals the baseline's plain vector.
+    pub(super) final_state_matches: bool,
 }
 
 impl OverheadCell {
@@ -111,7 +181,51 @@ impl OverheadCell {
             tick_ns: Vec::new(),
             prepare_ns: Vec::new(),
             memory_bytes,
-            verified: true,
+            images_compared: 0,
+            image_mismatch: None,
+            final_state_matches: false,
+        }
+    }
+
+    /// Takes the replay's verdict on the images.
+    pub(super) fn record_images<S: FnMut(&mut [u64], u64)>(&mut self, replay: &ImageReplay<S>) {
+        self.images_compared = replay.images();
+        self.image_mismatch = replay.first_mismatch();
+    }
+
+    /// Records this cell's two checks in `report` (the image check under `what` / `against`, so
+    /// each workload says what it replayed), and a note naming what differed when one failed.
+    pub(super) fn report_checks(
+        &self,
+        report: &mut Report,
+        (what, against): (&str, &str),
+        words: usize,
+        label: &str,
+    ) {
+        report.check(
+            what,
+            against,
+            self.images_compared,
+            self.image_mismatch.is_none(),
+        );
+        report.check(
+            "the live state after the last tick, cell by cell",
+            "the no-checkpoint baseline's plain vector after the same updates",
+            words as u64,
+            self.final_state_matches,
+        );
+        if let Some((tick, cell)) = self.image_mismatch {
+            report.notes.push(format!(
+                "tick {label}: the image of tick {tick} differs from the replay at cell {cell}"
+            ));
+        }
+        if !self.final_state_matches {
+            report.notes.push(format!(
+                "tick {label}: the final state differs from the baseline's"
+            ));
+        }
+        if self.image_mismatch.is_some() || !self.final_state_matches {
+            eprintln!("tick {label}: a check failed (see the report's notes)");
         }
     }
 
@@ -139,9 +253,7 @@ fn run_baseline(
     let mut times = Vec::new();
     for (number, updates) in ticks.iter().enumerate() {
         let started = timer.now();
-        for &(index, value) in updates {
-            state[index as usize] = value;
-        }
+        apply_updates(&mut state, updates);
         std::hint::black_box(&mut state);
         let ended = timer.now();
         if number >= WARMUP_TICKS {
@@ -171,19 +283,15 @@ fn run_overhead<A: Algorithm>(
     let algorithm = A::new(words, huge_pages).context("allocating the state")?;
     let mut image = vec![0u64; words];
     let mut cell = OverheadCell::new(algorithm.memory_bytes());
+    let mut replay = ImageReplay::new(words, |state: &mut [u64], tick: u64| {
+        apply_updates(state, &ticks[tick as usize - 1]);
+    });
     for (number, updates) in ticks.iter().enumerate() {
         let started = timer.now();
         for &(index, value) in updates {
             algorithm.write(index as usize, value);
         }
         let updated = timer.now();
-        let check = number % 4 == 0 || number + 1 == ticks.len();
-        let reference_crc = if check {
-            let reference: Vec<u64> = (0..words).map(|i| algorithm.read(i)).collect();
-            Some(image_crc(&reference))
-        } else {
-            None
-        };
         let prepare_started = timer.now();
         // SAFETY: this thread is the only mutator, and the previous capture finished below.
         unsafe { algorithm.prepare() };
@@ -195,12 +303,19 @@ fn run_overhead<A: Algorithm>(
             cell.prepare_ns.push(prepare_ns);
         }
         capture_all(&algorithm, &mut image);
-        if let Some(reference_crc) = reference_crc {
-            cell.verified &= image_crc(&image) == reference_crc;
-        }
+        // The image of tick `number + 1` (ticks counted from 1), against the replay's.
+        replay.check(number as u64 + 1, &image);
     }
-    cell.verified &= (0..words).all(|i| algorithm.read(i) == expected[i]);
+    cell.record_images(&replay);
+    cell.final_state_matches = (0..words).all(|i| algorithm.read(i) == expected[i]);
     Ok(cell)
+}
+
+/// One tick's updates applied to a plain vector (the baseline's and the replay's step).
+fn apply_updates(state: &mut [u64], updates: &[(u32, u64)]) {
+    for &(index, value) in updates {
+        state[index as usize] = value;
+    }
 }
 
 /// What to sweep.
@@ -281,19 +396,14 @@ pub(super) fn run_sweep(plan: &SweepPlan, report: &mut Report, label: &str) -> R
                     plan.timer
                 )
             )?;
-            if !cell.verified {
-                let message = format!(
-                    "tick {label}: {} at {rate}/s round {round}: image or final state mismatch",
-                    kind.short_name()
-                );
-                eprintln!("{message}");
-                report.notes.push(message);
-            }
-            report.check(
-                "tick sweep checkpoint images and final state",
-                "the same algorithm's read() and the plain-vector final state",
-                1,
-                cell.verified,
+            cell.report_checks(
+                report,
+                (
+                    "checkpoint images, tick by tick",
+                    "an independent plain-vector replay of the same updates",
+                ),
+                plan.words,
+                &format!("{label}: {} at {rate}/s round {round}", kind.short_name()),
             );
             sweep.overhead[contender][rate_number].push(cell.overhead_ns(baseline_ns));
             sweep.tick_times[contender][rate_number].extend_from_slice(&cell.tick_ns);
@@ -340,7 +450,7 @@ pub(super) fn sweep_rows(
 }
 
 /// Memory a sweep cell of `kind` needs for `words` cells: the algorithm's arrays, the writer's
-/// image, the baseline and its reference state.
+/// image, the baseline's state and the image replay's.
 fn cell_bytes(kind: AlgorithmKind, words: usize) -> u64 {
     let state = words as u64 * 8;
     let arrays = match kind {
@@ -407,4 +517,101 @@ pub(super) fn run_scaling(
         largest = Some(state_mb);
     }
     Ok(largest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small Zipf update stream: `ticks` ticks of `per_tick` updates over `words` cells.
+    fn small_stream(words: usize, ticks: usize, per_tick: usize) -> Vec<Vec<(u32, u64)>> {
+        let zipf = Zipf::new(words as f64, 0.8).unwrap();
+        (0..ticks as u64)
+            .map(|t| tick_updates(&zipf, words, per_tick, 0xC0DE + t))
+            .collect()
+    }
+
+    /// The images `A` captures, one per tick (as the sweep takes them), for `stream`.
+    fn images_of<A: Algorithm>(words: usize, stream: &[Vec<(u32, u64)>]) -> Vec<Vec<u64>> {
+        let algorithm = A::new(words, false).unwrap();
+        let mut image = vec![0u64; words];
+        let mut images = Vec::new();
+        for updates in stream {
+            for &(index, value) in updates {
+                algorithm.write(index as usize, value);
+            }
+            // SAFETY: this thread is the only mutator; the previous capture has finished.
+            unsafe { algorithm.prepare() };
+            capture_all(&algorithm, &mut image);
+            images.push(image.clone());
+        }
+        images
+    }
+
+    fn replay_of(
+        words: usize,
+        stream: &[Vec<(u32, u64)>],
+    ) -> ImageReplay<impl FnMut(&mut [u64], u64) + '_> {
+        ImageReplay::new(words, move |state: &mut [u64], tick: u64| {
+            apply_updates(state, &stream[tick as usize - 1]);
+        })
+    }
+
+    #[test]
+    fn every_algorithms_images_match_the_replay_tick_by_tick() {
+        let (words, stream) = (4096, small_stream(4096, 9, 300));
+        for kind in AlgorithmKind::ALL {
+            let images = dispatch!(kind, images_of(words, &stream));
+            let mut replay = replay_of(words, &stream);
+            for (number, image) in images.iter().enumerate() {
+                assert!(
+                    replay.check(number as u64 + 1, image),
+                    "{} tick {}",
+                    kind.short_name(),
+                    number + 1
+                );
+            }
+            assert_eq!(replay.images(), 9);
+            assert_eq!(replay.first_mismatch(), None);
+        }
+    }
+
+    #[test]
+    fn the_replay_catches_one_changed_cell_and_an_image_from_the_wrong_tick() {
+        let (words, stream) = (4096, small_stream(4096, 6, 300));
+        let images = images_of::<InterleavedPingPong>(words, &stream);
+        // Tampered: one cell of the image of tick 4 changed; only that image fails.
+        let mut replay = replay_of(words, &stream);
+        let mut verdicts = Vec::new();
+        for (number, image) in images.iter().enumerate() {
+            let mut image = image.clone();
+            if number + 1 == 4 {
+                image[1234] ^= 1;
+            }
+            verdicts.push(replay.check(number as u64 + 1, &image));
+        }
+        assert_eq!(verdicts, [true, true, true, false, true, true]);
+        assert_eq!(replay.first_mismatch(), Some((4, 1234)));
+        // An image one tick stale (tick 2's offered as tick 3's) differs from the replay.
+        let mut replay = replay_of(words, &stream);
+        assert!(replay.check(1, &images[0]));
+        assert!(!replay.check(3, &images[1]));
+    }
+
+    #[test]
+    fn an_overhead_cell_checks_every_image_and_the_final_state() {
+        let (words, stream) = (4096, small_stream(4096, 6, 300));
+        let mut baseline = vec![0u64; words];
+        for updates in &stream {
+            apply_updates(&mut baseline, updates);
+        }
+        let timer = CycleTimer::calibrate();
+        let cell = run_overhead::<NaiveSnapshot>(words, false, &stream, &baseline, &timer).unwrap();
+        assert_eq!((cell.images_compared, cell.image_mismatch), (6, None));
+        assert!(cell.final_state_matches);
+        // A baseline with one cell changed fails the final-state check.
+        baseline[17] ^= 1;
+        let cell = run_overhead::<NaiveSnapshot>(words, false, &stream, &baseline, &timer).unwrap();
+        assert!(!cell.final_state_matches);
+    }
 }

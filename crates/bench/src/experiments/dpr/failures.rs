@@ -12,9 +12,11 @@
 //! that bound it: first operation back and metadata recovery end.
 //!
 //! Verification (`verified`): every verifier session's keys are read back through the cluster
-//! and must match its oracle ([`super::track::Oracle`]): acknowledged operations that no rollback
-//! reported lost are present with their value, reported-lost ones are absent, none inside a
-//! commit point the session was told was reported lost, and every kill led to a new world-line.
+//! and must match its oracle ([`super::track::Oracle`]): operations inside the last commit point
+//! the session was told of are present with their value whatever a rollback report says of them
+//! (and none of them may be reported lost); after it, acknowledged operations that no rollback
+//! reported lost are present, reported-lost ones are absent, reported-uncertain ones may go
+//! either way; and every kill led to a new world-line.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -173,7 +175,9 @@ pub(super) fn run(
             "verifier sessions' writes read back after {} failures",
             kind.name()
         ),
-        "the oracle of what each verifier was told committed and rolled back",
+        "what each verifier was acknowledged and told: inside the last commit point told \
+         present whatever the rollback report says; after it, the report's fate (uncertain \
+         accepted either way)",
         (check.present + check.absent + check.either) as u64,
         verified,
     );

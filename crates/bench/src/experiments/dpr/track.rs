@@ -6,11 +6,14 @@
 //!   it (commit latency = commit observed − completion), resolved by rollback reports;
 //! - [`Oracle`]: what a verifier session, writing unique keys, was acknowledged and told, and the
 //!   check of what the cluster holds at the end against it (as `crates/cluster/tests/kill.rs`).
+//!   Shared by `dpr` and `dredis`, so rollback reports are classified in one place.
 //!
 //! Invariants: an operation is counted committed at most once and only after it completed; after
 //! a rollback every operation the tracker held is resolved (committed, lost or uncertain), since
 //! the report names every operation the session still tracked and the unnamed ones were committed
-//! before the failure.
+//! before the failure. The oracle trusts commit points over reports: an operation inside the last
+//! commit point told to a session must be present whatever a rollback report says of it; only
+//! operations after that point may be accepted either way.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,7 +24,7 @@ use prefixkv_dredis::client::{Fate, RollbackReport};
 use crate::stats::Latencies;
 
 /// Whether `sequence` is covered by `point` (below it and not excluded).
-pub(super) fn covered(point: &CommitPoint, sequence: u64) -> bool {
+pub(crate) fn covered(point: &CommitPoint, sequence: u64) -> bool {
     sequence < point.until_sequence
         && !point
             .excluded
@@ -208,46 +211,47 @@ impl CommitTracker {
 
 /// What the oracle knows of one operation of a verifier session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Expected {
+pub(crate) enum Expected {
     /// Pushed, no outcome yet.
     Pushed,
     /// Must be in the final state.
     Present,
     /// Must not be.
     Absent,
-    /// May or may not be (in flight at a failure).
+    /// May or may not be: the report called it uncertain (in flight at a failure) and it lies
+    /// outside the last commit point told to the session.
     Either,
 }
 
 /// A verifier session's writes (`SET u<session>:<tag> v<tag>`, every key written once) and what
 /// it was acknowledged and told about them.
 #[derive(Debug, Clone)]
-pub(super) struct Oracle {
+pub(crate) struct Oracle {
     /// The session id.
-    pub session: u64,
+    pub(crate) session: u64,
     /// Per tag.
-    pub expected: BTreeMap<u64, Expected>,
+    pub(crate) expected: BTreeMap<u64, Expected>,
     /// The last commit point the session was told of.
     committed: CommitPoint,
     /// Guarantees broken while the session ran (a committed operation reported lost).
-    pub violations: Vec<String>,
+    pub(crate) violations: Vec<String>,
     /// Rollbacks seen.
-    pub rollbacks: u64,
+    pub(crate) rollbacks: u64,
 }
 
 /// What [`Oracle::check`] found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(super) struct OracleCheck {
-    pub present: usize,
-    pub absent: usize,
-    pub either: usize,
+pub(crate) struct OracleCheck {
+    pub(crate) present: usize,
+    pub(crate) absent: usize,
+    pub(crate) either: usize,
     /// Every disagreement, in words.
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
 }
 
 impl Oracle {
     /// An oracle for session `session`.
-    pub fn new(session: u64) -> Oracle {
+    pub(crate) fn new(session: u64) -> Oracle {
         Oracle {
             session,
             expected: BTreeMap::new(),
@@ -258,22 +262,27 @@ impl Oracle {
     }
 
     /// The key of operation `tag` of `session`.
-    pub fn key(session: u64, tag: u64) -> Vec<u8> {
-        format!("u{session}:{tag}").into_bytes()
+    pub(crate) fn key(session: u64, tag: u64) -> Vec<u8> {
+        format!("{}{tag}", Oracle::key_prefix(session)).into_bytes()
+    }
+
+    /// What every key of `session` starts with (the tag follows).
+    pub(crate) fn key_prefix(session: u64) -> String {
+        format!("u{session}:")
     }
 
     /// The value operation `tag` writes.
-    pub fn value(tag: u64) -> Vec<u8> {
+    pub(crate) fn value(tag: u64) -> Vec<u8> {
         format!("v{tag}").into_bytes()
     }
 
     /// Operation `tag` was pushed (before it is sent: a failed push still has its tag).
-    pub fn pushed(&mut self, tag: u64) {
+    pub(crate) fn pushed(&mut self, tag: u64) {
         self.expected.insert(tag, Expected::Pushed);
     }
 
     /// Operation `tag` was acknowledged.
-    pub fn completed(&mut self, tag: u64) {
+    pub(crate) fn completed(&mut self, tag: u64) {
         if let Some(entry) = self.expected.get_mut(&tag) {
             if *entry == Expected::Pushed {
                 *entry = Expected::Present;
@@ -282,30 +291,37 @@ impl Oracle {
     }
 
     /// The session was told `point`.
-    pub fn committed(&mut self, point: &CommitPoint) {
+    pub(crate) fn committed(&mut self, point: &CommitPoint) {
         self.committed = point.clone();
     }
 
-    /// A rollback report: each named operation's fate is what the final state must show, and no
-    /// operation inside the last commit point told may be reported lost or rejected.
-    pub fn rolled_back(&mut self, report: &RollbackReport) {
+    /// A rollback report. An operation inside the last commit point told to the session must be
+    /// present whatever the report says of it (the commit point is the guarantee the client
+    /// holds; the report is the system's claim about itself), and a report calling such an
+    /// operation lost or rejected is a violation in itself. Only operations outside that commit
+    /// point take the report's fate: survived present, lost / rejected / not sent absent,
+    /// uncertain either way.
+    pub(crate) fn rolled_back(&mut self, report: &RollbackReport) {
         self.rollbacks += 1;
         for operation in &report.operations {
+            let inside = operation
+                .sequence
+                .is_some_and(|sequence| covered(&self.committed, sequence));
             let expected = match operation.fate {
+                _ if inside => Expected::Present,
                 Fate::Survived => Expected::Present,
                 Fate::Lost | Fate::Rejected | Fate::NotSent => Expected::Absent,
                 Fate::Uncertain => Expected::Either,
             };
-            if matches!(operation.fate, Fate::Lost | Fate::Rejected) {
-                if let Some(sequence) = operation.sequence {
-                    if covered(&self.committed, sequence) {
-                        self.violations.push(format!(
-                            "session {}: operation {sequence} was inside the commit point told \
-                             (until {}) but a rollback reported it {:?}",
-                            self.session, self.committed.until_sequence, operation.fate
-                        ));
-                    }
-                }
+            if inside && matches!(operation.fate, Fate::Lost | Fate::Rejected) {
+                self.violations.push(format!(
+                    "session {}: operation {} was inside the commit point told (until {}) but a \
+                     rollback reported it {:?}",
+                    self.session,
+                    operation.sequence.unwrap_or_default(),
+                    self.committed.until_sequence,
+                    operation.fate
+                ));
             }
             self.expected.insert(operation.tag, expected);
         }
@@ -321,7 +337,7 @@ impl Oracle {
     /// Compares what the cluster holds for this session (`found`: tag → value, absent keys
     /// omitted) with every operation's expected fate; also reports operations left without an
     /// outcome and the violations seen while running.
-    pub fn check(&self, found: &BTreeMap<u64, Vec<u8>>) -> OracleCheck {
+    pub(crate) fn check(&self, found: &BTreeMap<u64, Vec<u8>>) -> OracleCheck {
         let mut check = OracleCheck {
             errors: self.violations.clone(),
             ..OracleCheck::default()
@@ -506,5 +522,32 @@ mod tests {
         oracle.rolled_back(&report(vec![(1, Some(1), Fate::Lost)]));
         assert_eq!(oracle.violations.len(), 1);
         assert_eq!(oracle.rollbacks, 2);
+    }
+
+    #[test]
+    fn an_uncertain_operation_inside_the_commit_point_told_must_be_present() {
+        let (mut oracle, mut found) = acknowledged_oracle(6);
+        oracle.committed(&CommitPoint {
+            until_sequence: 4,
+            excluded: Vec::new(),
+        });
+        // The report calls 2 (inside the point told) and 5 (after it) uncertain.
+        oracle.rolled_back(&report(vec![
+            (2, Some(2), Fate::Uncertain),
+            (5, Some(5), Fate::Uncertain),
+        ]));
+        assert_eq!(oracle.expected[&2], Expected::Present);
+        assert_eq!(oracle.expected[&5], Expected::Either);
+        // Untampered: both present passes, and so does 5 missing (it may go either way).
+        let check = oracle.check(&found);
+        assert!(check.errors.is_empty(), "{:?}", check.errors);
+        assert_eq!((check.present, check.either), (5, 1));
+        found.remove(&5);
+        assert!(oracle.check(&found).errors.is_empty());
+        // Tampered: the read-back lacks the committed operation the report called uncertain.
+        found.remove(&2);
+        let errors = oracle.check(&found).errors;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("operation 2"), "{errors:?}");
     }
 }
