@@ -18,14 +18,6 @@ use prefixkv_engine::{SessionId, Store, Strategy};
 const KEYS: u64 = 2000;
 const WORKERS: u32 = 3;
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
 #[test]
 fn checkpoints_under_load_recover_prefix_consistent_images() {
     let rounds = env_count("PREFIXKV_STRESS_ROUNDS", 3);
@@ -99,13 +91,14 @@ fn checkpoints_under_load_recover_prefix_consistent_images() {
                 report.session_points.values().collect::<Vec<_>>()
             );
             let copy = tempfile::tempdir().unwrap();
-            copy_dir(
+            prefixkv_testkit::fs::copy_dir(
                 &report.dir,
                 &copy
                     .path()
                     .join("checkpoints")
                     .join(report.dir.file_name().unwrap()),
-            );
+            )
+            .unwrap();
 
             let recovered = Store::open(small_config(copy.path())).unwrap();
             let info = recovered.recovery_info().unwrap().clone();

@@ -505,13 +505,6 @@ fn a_second_handle_on_the_same_directory_is_refused() {
     drop(log);
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
 /// A crash can cut the last group anywhere: every cut point inside the last three frames is
 /// recovered as the prefix of whole frames, reported as a torn tail unless it falls on a frame
 /// boundary; so is a tail of zeros (a file extended but never written).
@@ -534,7 +527,7 @@ fn every_cut_point_of_the_tail_recovers_the_whole_frame_prefix() {
     let start = boundaries[boundaries.len().saturating_sub(4)];
     for cut in start..=full.len() as u64 {
         let dir = tempfile::tempdir().unwrap();
-        copy_dir(source.path(), dir.path());
+        prefixkv_testkit::fs::copy_dir(source.path(), dir.path()).unwrap();
         let path = dir.path().join(&segment_name);
         OpenOptions::new()
             .write(true)
@@ -559,7 +552,7 @@ fn every_cut_point_of_the_tail_recovers_the_whole_frame_prefix() {
     }
     // Zeros after the valid data.
     let dir = tempfile::tempdir().unwrap();
-    copy_dir(source.path(), dir.path());
+    prefixkv_testkit::fs::copy_dir(source.path(), dir.path()).unwrap();
     let path = dir.path().join(&segment_name);
     OpenOptions::new()
         .append(true)

@@ -8,6 +8,7 @@
 //! - [`child`]: the SIGKILL child-process harness (re-execute a test binary or run a command, read
 //!   its progress lines with bounded waits, kill it, keep the lines it printed before it died).
 //! - [`counters`]: client-side counters in a shared file mapping, readable after a SIGKILL.
+//! - [`fs`]: copying a store's directory aside, subdirectories included.
 //! - [`rng`]: seeded randomness with a replayable seed, and `env_count` for test sizes.
 //! - [`skip`]: a test whose facility (io_uring, seccomp) is missing fails unless
 //!   `PREFIXKV_TEST_ALLOW_SKIP` allows skipping it.
@@ -19,6 +20,7 @@
 pub mod acknowledged;
 pub mod child;
 pub mod counters;
+pub mod fs;
 pub mod oracle;
 pub mod rng;
 pub mod skip;

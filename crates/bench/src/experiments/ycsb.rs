@@ -413,10 +413,7 @@ fn verify_checkpoint(
         return Ok((false, "no checkpoint was published to recover".into()));
     };
     let mut session = store.start_session();
-    let mut read = |key: &[u8]| -> Result<Option<Vec<u8>>> {
-        let mut value = Vec::new();
-        Ok(session.read(key, &mut value)?.then_some(value))
-    };
+    let mut read = crate::workload::stamp_rule::engine_reader(&mut session);
     Ok(ledger.check_recovered(plan.keys, loaders, operations, &info, &mut read))
 }
 

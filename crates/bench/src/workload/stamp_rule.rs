@@ -55,6 +55,16 @@ pub struct History<'a> {
 /// Reads one key of an image: `Ok(None)` when absent.
 pub type ReadKey<'a> = dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>> + 'a;
 
+/// Reads the keys of an engine's image (live or recovered) through `session`.
+pub fn engine_reader(
+    session: &mut prefixkv_engine::Session,
+) -> impl FnMut(&[u8]) -> Result<Option<Vec<u8>>> + '_ {
+    move |key| {
+        let mut value = Vec::new();
+        Ok(session.read(key, &mut value)?.then_some(value))
+    }
+}
+
 /// Checks the image read through `read` against `history`, with `points` (session index, CPR
 /// point) for the sessions (a worker missing from `points` has point 0). Returns whether it
 /// passed and what was checked or the first problem found.

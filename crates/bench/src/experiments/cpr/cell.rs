@@ -21,6 +21,7 @@ use crate::workload::maps::{
     fill, load_range, run_engine_chunk, DashMapMap, Loaded, PapayaMap, Worker, PREFETCH_AHEAD,
 };
 use crate::workload::operations::{Chunk, Operations};
+use crate::workload::stamp_rule::engine_reader;
 
 /// Runs one contender at one point for one round.
 pub(super) fn run_cell(
@@ -216,7 +217,7 @@ fn verify_live(store: &Arc<Store>, history: &History<'_>, record: &ClientRecord)
         .chain(record.final_serials.iter().copied())
         .collect();
     let mut reader = store.start_session();
-    let verdict = verify(history, &points, &mut reader_of(&mut reader));
+    let verdict = verify(history, &points, &mut engine_reader(&mut reader));
     verdict
 }
 
@@ -244,7 +245,8 @@ fn verify_recovered(
         Err(problem) => (false, problem),
         Ok(bounds) => {
             let mut reader = recovered.start_session();
-            let verdict = verify_recovery(history, &reported, &bounds, &mut reader_of(&mut reader));
+            let verdict =
+                verify_recovery(history, &reported, &bounds, &mut engine_reader(&mut reader));
             verdict
         }
     })
@@ -284,10 +286,9 @@ fn verify_under_load(
     let copy = tempfile::Builder::new()
         .prefix("prefixkv-bench-cpr-under-load-")
         .tempdir_in(config.dir.parent().unwrap_or(&config.dir))?;
-    copy_files(
-        &root.join(&name),
-        &copy.path().join("checkpoints").join(&name),
-    )?;
+    let from = root.join(&name);
+    prefixkv_testkit::fs::copy_dir(&from, &copy.path().join("checkpoints").join(&name))
+        .with_context(|| format!("copying {}", from.display()))?;
     let mut copied = config.clone();
     copied.dir = copy.path().to_path_buf();
     let (ok, detail) = verify_recovered(copied, history, record, session_indices)?;
@@ -295,26 +296,6 @@ fn verify_under_load(
         ok,
         format!("checkpoint v{version}, taken under load: {detail}"),
     )))
-}
-
-/// Copies the files of directory `from` (a checkpoint: a manifest and segments) into `to`.
-fn copy_files(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
-    for entry in std::fs::read_dir(from).with_context(|| format!("listing {}", from.display()))? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        std::fs::copy(entry.path(), &target)
-            .with_context(|| format!("copying {}", entry.path().display()))?;
-    }
-    Ok(())
-}
-
-/// Reads keys of an image through `session`.
-fn reader_of(session: &mut Session) -> impl FnMut(&[u8]) -> Result<Option<Vec<u8>>> + '_ {
-    move |key| {
-        let mut out = Vec::new();
-        Ok(session.read(key, &mut out)?.then_some(out))
-    }
 }
 
 /// The engine's configuration for `cpr`: the index of `ycsb`'s engine, more log (checkpoints

@@ -63,8 +63,8 @@ mod tests {
     use crate::experiments::cpr::cell::load_engine;
     use crate::workload::maps::{run_engine_chunk, PREFETCH_AHEAD};
     use crate::workload::operations::{encode_key, key, Cursor, Kind, OperationMix, Operations};
+    use crate::workload::stamp_rule::engine_reader;
     use crate::workload::KeyDistribution;
-    use anyhow::Result;
     use prefixkv_engine::{Store, StoreConfig, Strategy};
     use std::collections::HashMap;
     use std::time::Duration;
@@ -140,19 +140,14 @@ mod tests {
             }],
         };
         let mut reader = recovered.start_session();
-        let mut read = |key: &[u8]| -> Result<Option<Vec<u8>>> {
-            let mut out = Vec::new();
-            Ok(reader.read(key, &mut out)?.then_some(out))
-        };
+        let mut read = engine_reader(&mut reader);
         let (ok, detail) = verify_recovery(&history, &reported, &bounds(worker_ops), &mut read);
         assert!(ok, "{detail}");
         let (ok, detail) = verify_recovery(&history, &reported, &bounds(worker_ops + 1), &mut read);
         assert!(!ok && detail.contains("acknowledged serial"), "{detail}");
+        drop(read);
         reader.delete(&encode_key(key(7))).unwrap();
-        let mut read = |key: &[u8]| -> Result<Option<Vec<u8>>> {
-            let mut out = Vec::new();
-            Ok(reader.read(key, &mut out)?.then_some(out))
-        };
+        let mut read = engine_reader(&mut reader);
         let (ok, detail) = verify_recovery(&history, &reported, &bounds(worker_ops), &mut read);
         assert!(!ok && detail.contains("missing key 7"), "{detail}");
     }

@@ -71,20 +71,6 @@ fn write(port: u16, plan: &Plan, acks: &mut Acks, batches: usize) -> Result<()> 
     Ok(())
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
-
 /// Untampered: both checks pass over every key. Then, on the restarted server, one value is
 /// replaced by a version no writer was acknowledged for, one key is deleted and a stray key is
 /// added: the check fails and names each.
@@ -152,7 +138,7 @@ fn an_older_checkpoint_put_back_fails_the_check_after_restart() {
     let mut acks = Acks::new(plan.keys, plan.writers);
     write(server.port, &plan, &mut acks, 10).unwrap();
     let first = verify_with(&binaries, &launch, &mut server, &plan, &acks, || {
-        Ok(copy_dir(&data, &older)?)
+        Ok(prefixkv_testkit::fs::copy_dir(&data, &older)?)
     })
     .unwrap();
     assert!(first.after_restart.passed(), "{}", first.after_restart);
@@ -160,7 +146,7 @@ fn an_older_checkpoint_put_back_fails_the_check_after_restart() {
     write(server.port, &plan, &mut acks, 10).unwrap();
     let second = verify_with(&binaries, &launch, &mut server, &plan, &acks, || {
         std::fs::remove_dir_all(&data)?;
-        Ok(copy_dir(&older, &data)?)
+        Ok(prefixkv_testkit::fs::copy_dir(&older, &data)?)
     })
     .unwrap();
     assert!(second.after_save.passed(), "{}", second.after_save);

@@ -268,10 +268,7 @@ mod tests {
         assert_eq!(info.version, version);
         let mut session = recovered.start_session();
         let check = |session: &mut prefixkv_engine::Session, ledger: &Ledger| {
-            let mut read = |key: &[u8]| -> Result<Option<Vec<u8>>> {
-                let mut value = Vec::new();
-                Ok(session.read(key, &mut value)?.then_some(value))
-            };
+            let mut read = stamp_rule::engine_reader(session);
             ledger.check_recovered(keys, &loaded.loaders, &operations, &info, &mut read)
         };
         let (ok, detail) = check(&mut session, &ledger);
@@ -316,10 +313,7 @@ mod tests {
             .find(|(_, &s)| s == 2)
             .map(|(id, _)| *id);
         short.session_commit_points.insert(id.unwrap(), 100);
-        let mut read = |key: &[u8]| -> Result<Option<Vec<u8>>> {
-            let mut value = Vec::new();
-            Ok(session.read(key, &mut value)?.then_some(value))
-        };
+        let mut read = stamp_rule::engine_reader(&mut session);
         let (ok, detail) =
             ledger.check_recovered(keys, &loaded.loaders, &operations, &short, &mut read);
         assert!(!ok && detail.contains("acknowledged serial"), "{detail}");
