@@ -4,10 +4,13 @@
 //! 1. **redis-benchmark.** For each durability (`none` = Redis `appendonly no`; `everysec`,
 //!    `always` = Redis `appendonly yes` with that `appendfsync`; Redis always with `save ""`), both
 //!    servers start on free loopback ports with fresh data directories; then
-//!    `redis-benchmark -t set,get,lpush,sadd,zadd -c 50 -r 1000000 -n N -P p --csv` runs at each
+//!    `redis-benchmark -t <test> -c 50 -r 1000000 -n N -P p --csv` runs for each test (set, get,
+//!    lpush, sadd, zadd; `evalsha` and `xadd` as command lines, `benchmark::command_of`) at each
 //!    pipeline depth (`--tests` chooses the tests),
 //!    alternating the servers over `--rounds` rounds (A B, B A, ...). Rows hold the median
-//!    requests/s with min and max.
+//!    requests/s with min and max, and the server's CPU time per request (`/proc/<pid>/stat`
+//!    over the run, divided by its requests): the client shares the 2 cores, so requests/s is
+//!    often client-bound while CPU per request is not.
 //! 2. **Snapshot under load** ([`snapshot`]). On each server: load a dataset, write from several
 //!    pipelined connections, trigger BGSAVE, and compare throughput and p99 during the saves with
 //!    outside them, and the memory growth over the dataset size. Then SAVE, SIGKILL, restart, and
@@ -49,7 +52,13 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "none,everysec,always")]
     pub durabilities: Vec<String>,
     /// redis-benchmark tests (`-t`); a summary ratio is reported for each.
-    #[arg(long, value_delimiter = ',', default_value = "set,get,lpush,sadd,zadd")]
+    /// `evalsha` (a rate limiter's INCR + EXPIRE script) and `xadd` (one capped event stream)
+    /// run as command lines (`benchmark::command_of`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "set,get,lpush,sadd,zadd,evalsha,xadd"
+    )]
     pub tests: Vec<String>,
     /// redis-benchmark pipeline depths (`-P`).
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
@@ -161,8 +170,12 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config(
         "redis_benchmark",
         format!(
-            "redis-benchmark -t {} -c {} -r {} -n {requests_p1} (-P 1) / -n {requests_pipelined} (deeper) -P <p> --csv",
-            args.tests.join(","), args.clients, args.keyspace
+            "redis-benchmark -t <test> (one run per test; evalsha and xadd as command lines: {}) -c {} -r {} -n {requests_p1} (-P 1) / -n {requests_pipelined} (deeper) -P <p> --csv",
+            ["evalsha", "xadd"]
+                .map(|test| benchmark::command_of(test, "<sha1>").unwrap_or_default().join(" "))
+                .join(" / "),
+            args.clients,
+            args.keyspace
         ),
     );
     report.config("pipelines", args.pipelines.clone());
@@ -197,8 +210,9 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     .context("creating the temporary data directory")?;
 
     if args.phases.iter().any(|p| p == "benchmark") {
-        let load = |pipeline: usize| benchmark::Load {
-            tests: args.tests.iter().map(|t| t.to_ascii_lowercase()).collect(),
+        let load = |pipeline: usize, test: &str, command: Option<Vec<String>>| benchmark::Load {
+            test: test.to_string(),
+            command,
             clients: args.clients,
             keyspace: args.keyspace,
             requests: if pipeline <= 1 {
@@ -232,15 +246,35 @@ fn redis_version(binaries: &Binaries) -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// (server, durability, pipeline, test) → requests/s and p99 ms of every round.
-type Cells = BTreeMap<(String, String, usize, String), Vec<(f64, Option<f64>)>>;
+/// One round of one test on one server.
+struct Measured {
+    requests_per_s: f64,
+    p99_latency_ms: Option<f64>,
+    /// The server's CPU time over the run divided by its requests.
+    server_cpu_us_per_request: f64,
+}
+
+/// (server, durability, pipeline, test) → every round's measurement.
+type Cells = BTreeMap<(String, String, usize, String), Vec<Measured>>;
+
+/// Loads [`benchmark::RATE_LIMIT_SCRIPT`] on the server (the script cache does not survive a
+/// restart, and each durability starts fresh servers) and returns its SHA1.
+fn load_rate_limit_script(port: u16) -> Result<String> {
+    let mut connection = client::Client::connect(port)?;
+    let reply = connection.call(&["SCRIPT", "LOAD", benchmark::RATE_LIMIT_SCRIPT])?;
+    let sha = client::reply_text(&reply);
+    if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("SCRIPT LOAD answered {sha:?}, not a SHA1");
+    }
+    Ok(sha)
+}
 
 fn run_benchmarks(
     binaries: &Binaries,
     common: &Common,
     durabilities: &[Durability],
     args: &Args,
-    load: &dyn Fn(usize) -> benchmark::Load,
+    load: &dyn Fn(usize, &str, Option<Vec<String>>) -> benchmark::Load,
     temp: &std::path::Path,
     report: &mut Report,
 ) -> Result<()> {
@@ -267,17 +301,41 @@ fn run_benchmarks(
                 Duration::from_secs(60),
             )?);
         }
+        let mut shas = Vec::new();
+        for server in &servers {
+            shas.push(
+                if args.tests.iter().any(|t| t.eq_ignore_ascii_case("evalsha")) {
+                    load_rate_limit_script(server.port)
+                        .with_context(|| format!("loading the script on {}", server.kind.name()))?
+                } else {
+                    String::new()
+                },
+            );
+        }
         for &(_round, contender) in &schedule {
             let server = &servers[contender];
+            let pid = server
+                .pid()
+                .context("a benchmarked server has no process")?;
             for &pipeline in pipelines {
                 bar.set_message(format!(
                     "{} {} -P {pipeline}",
                     server.kind.name(),
                     durability.name()
                 ));
-                let lines = benchmark::run(&binaries.redis_benchmark, server.port, load(pipeline))
-                    .with_context(|| format!("{} at {}", server.kind.name(), durability.name()))?;
-                for line in lines {
+                for test in &args.tests {
+                    let test = test.to_ascii_lowercase();
+                    let load = load(
+                        pipeline,
+                        &test,
+                        benchmark::command_of(&test, &shas[contender]),
+                    );
+                    let cpu_before_us = benchmark::cpu_time_us(pid)?;
+                    let line = benchmark::run(&binaries.redis_benchmark, server.port, &load)
+                        .with_context(|| {
+                            format!("{} at {}", server.kind.name(), durability.name())
+                        })?;
+                    let cpu_us = benchmark::cpu_time_us(pid)?.saturating_sub(cpu_before_us);
                     cells
                         .entry((
                             server.kind.name().to_string(),
@@ -286,7 +344,11 @@ fn run_benchmarks(
                             line.test,
                         ))
                         .or_default()
-                        .push((line.requests_per_s, line.p99_latency_ms));
+                        .push(Measured {
+                            requests_per_s: line.requests_per_s,
+                            p99_latency_ms: line.p99_latency_ms,
+                            server_cpu_us_per_request: cpu_us as f64 / load.requests as f64,
+                        });
                 }
                 bar.inc(1);
             }
@@ -303,7 +365,7 @@ fn run_benchmarks(
             test.to_string(),
         );
         cells.get(&key).map_or(f64::NAN, |values| {
-            median(&values.iter().map(|v| v.0).collect::<Vec<_>>())
+            median(&values.iter().map(|v| v.requests_per_s).collect::<Vec<_>>())
         })
     };
     for ((server, durability, pipeline, test), values) in &cells {
@@ -315,10 +377,17 @@ fn run_benchmarks(
             ("test", Value::from(test.as_str())),
             ("rounds", Value::from(values.len() as u64)),
         ]);
-        Spread::of(&values.iter().map(|v| v.0).collect::<Vec<_>>())
+        Spread::of(&values.iter().map(|v| v.requests_per_s).collect::<Vec<_>>())
             .insert_into(&mut cell, "throughput_ops_per_s");
-        let p99: Vec<f64> = values.iter().filter_map(|v| v.1).collect();
+        let p99: Vec<f64> = values.iter().filter_map(|v| v.p99_latency_ms).collect();
         Spread::of(&p99).insert_into(&mut cell, "p99_latency_ms");
+        Spread::of(
+            &values
+                .iter()
+                .map(|v| v.server_cpu_us_per_request)
+                .collect::<Vec<_>>(),
+        )
+        .insert_into(&mut cell, "server_cpu_us_per_request");
         if server == Kind::Prefixkv.name() {
             cell.insert(
                 "over_redis".into(),

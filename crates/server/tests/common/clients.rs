@@ -1,6 +1,7 @@
-//! Client-library checks (`tests/go_redis.rs`, `tests/jedis.rs`): a program written against one
-//! client library, built once, then run against prefixkv-server and against a real redis-server,
-//! in RESP2 and in RESP3. Passing against redis-server shows the program expects what Redis
+//! Client-library and application checks (`tests/go_redis.rs`, `tests/jedis.rs`,
+//! `tests/apps.rs`): a program written against one client library or application, built once,
+//! then run against a real redis-server and against prefixkv-server (client libraries in RESP2
+//! and in RESP3). Passing against redis-server shows the program expects what Redis
 //! answers; passing against prefixkv-server shows we answer the same.
 //!
 //! Invariants: every child process is bounded ([`BUILD_LIMIT`], [`RUN_LIMIT`]); a missing tool
@@ -65,34 +66,49 @@ fn printed(output: &Output) -> String {
 /// RESP2 and RESP3 (the program flushes the database first, so the runs do not see each other's
 /// keys). Each run must exit 0 and print a line starting with `ok `.
 pub fn run_against_both(label: &str, mut check: impl FnMut(u16, u8) -> Command) {
+    for_both_servers(|server, port| {
+        for protocol in [2, 3] {
+            run_check(
+                &format!("{label} against {server} in RESP{protocol}"),
+                check(port, protocol),
+            );
+        }
+    });
+}
+
+/// Starts a redis-server and a prefixkv-server (its defaults but `appendfsync everysec`) and
+/// calls `each(name, port)` for redis-server first: a failure there is a wrong expectation in
+/// the program, not a server bug.
+pub fn for_both_servers(mut each: impl FnMut(&str, u16)) {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    each("redis-server", redis.port);
+    drop(redis);
     let prefixkv_dir = tempfile::tempdir().unwrap();
     let prefixkv = Server::start(
         prefixkv_dir.path(),
         &["--appendfsync", "everysec", "--engine-memory", "64mb"],
     );
-    let redis_dir = tempfile::tempdir().unwrap();
-    let redis = Server::start_redis(redis_dir.path());
-    // Redis first: a failure there is a wrong expectation in the program, not a server bug.
-    for (server, port) in [
-        ("redis-server", redis.port),
-        ("prefixkv-server", prefixkv.port),
-    ] {
-        for protocol in [2, 3] {
-            let started = Instant::now();
-            let output = prefixkv_testkit::child::output_within(check(port, protocol), RUN_LIMIT)
-                .unwrap_or_else(|error| panic!("{label} against {server}: {error}"));
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success() && stdout.starts_with("ok "),
-                "{label} against {server} in RESP{protocol} failed ({}):\n{}",
-                output.status,
-                printed(&output)
-            );
-            eprintln!(
-                "{label} against {server}: {} in {:.1} s",
-                stdout.trim(),
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
+    each("prefixkv-server", prefixkv.port);
+}
+
+/// Runs one check program, bounded by [`RUN_LIMIT`]: it must exit 0 with a line of its
+/// standard output starting with `ok `.
+pub fn run_check(what: &str, command: Command) {
+    let started = Instant::now();
+    let output = prefixkv_testkit::child::output_within(command, RUN_LIMIT)
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let ok = stdout.lines().find(|line| line.starts_with("ok "));
+    assert!(
+        output.status.success() && ok.is_some(),
+        "{what} failed ({}):\n{}",
+        output.status,
+        printed(&output)
+    );
+    eprintln!(
+        "{what}: {} in {:.1} s",
+        ok.unwrap_or_default(),
+        started.elapsed().as_secs_f64()
+    );
 }
