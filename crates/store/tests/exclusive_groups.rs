@@ -462,3 +462,50 @@ fn a_split_transaction_is_recovered_whole_or_not_at_all() {
     assert!(read_state(&store).is_empty(), "{recovered}");
     assert_eq!(recovered.incomplete_groups.len(), 1, "{recovered}");
 }
+
+/// Reads inside `StoreSession::shared` never see part of an exclusive body: a writer's bodies
+/// set `a` and `b` to the same value through two transactions; readers read both in one shared
+/// scope and must find them equal. (Plain reads outside a shared scope take no gate and may.)
+#[test]
+fn shared_readers_never_see_part_of_an_exclusive_body() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = DurableStore::open(options_at(dir.path(), Durability::EverySec)).unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut session = store.session().unwrap();
+            for n in 0..2000u64 {
+                let value = n.to_string();
+                let (_, mark) = session.exclusive(|session| {
+                    for key in [b"a", b"b"] {
+                        let mut txn = session.begin(&[key]);
+                        txn.put(key, value.as_bytes()).unwrap();
+                        txn.commit().unwrap();
+                    }
+                });
+                mark.unwrap().unwrap().wait().unwrap();
+            }
+            session.suspend();
+            done.store(true, Ordering::SeqCst);
+        });
+        for _ in 0..2 {
+            scope.spawn(|| {
+                let mut session = store.session().unwrap();
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                while !done.load(Ordering::SeqCst) {
+                    session.shared(|session| {
+                        a.clear();
+                        b.clear();
+                        session.read(b"a", &mut a).unwrap();
+                        std::thread::yield_now();
+                        session.read(b"b", &mut b).unwrap();
+                    });
+                    assert_eq!(a, b, "a shared read saw part of an exclusive body");
+                }
+                session.suspend();
+            });
+        }
+        writer.join().unwrap();
+    });
+}
