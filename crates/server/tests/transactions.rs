@@ -349,3 +349,42 @@ fn plain_reads_never_see_part_of_an_exec() {
         .unwrap();
     assert_eq!((a, b), (2 * rounds, 2 * rounds));
 }
+
+/// The writes inside an EXEC are acknowledged with the EXEC's oplog group: in `always` (no
+/// checkpoint taken) EXEC's reply came after the group's sync, so PREFIXKV.COMMITPOINT counts
+/// each of them durable at once, and WAITAOF returns at once. (Had their marks kept no log
+/// position, only a checkpoint could make them durable.)
+#[test]
+fn writes_inside_exec_are_durable_with_the_exec() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--appendfsync",
+            "always",
+            "--checkpoint-interval",
+            "3600000",
+            "--engine-memory",
+            "64mb",
+        ],
+    );
+    let mut connection = server.connect(false);
+    let _: (String, String, i64) = redis::pipe()
+        .atomic()
+        .set("x", "1")
+        .set("y", "2")
+        .incr("z", 1)
+        .query(&mut connection)
+        .unwrap();
+    let (writes, durable): (i64, i64) = redis::cmd("PREFIXKV.COMMITPOINT")
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!((writes, durable), (3, 3));
+    let waited: (i64, i64) = redis::cmd("WAITAOF")
+        .arg(1)
+        .arg(0)
+        .arg(5000)
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(waited, (1, 0));
+}

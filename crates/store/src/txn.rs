@@ -162,8 +162,10 @@ impl Group {
         }))
     }
 
+    /// Whether the group holds anything: a write (logged or not: a mode without a log still
+    /// tracks the serial, which must not leak into the next transaction's mark), or parts.
     fn is_pending(&self) -> bool {
-        !self.record.is_empty() || self.parts_appended
+        self.last_serial != 0 || !self.record.is_empty() || self.parts_appended
     }
 }
 

@@ -509,3 +509,26 @@ fn shared_readers_never_see_part_of_an_exclusive_body() {
         writer.join().unwrap();
     });
 }
+
+/// A transaction dropped after a write (an error path) closes its group, in every mode: the next
+/// transaction that writes nothing commits to no mark, and one inside a body reports no position.
+#[test]
+fn a_dropped_transaction_leaves_nothing_to_the_next_one() {
+    for durability in [Durability::Checkpoint, Durability::EverySec] {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = DurableStore::open(options_at(dir.path(), durability)).unwrap();
+        let mut session = store.session().unwrap();
+        {
+            let mut txn = session.begin(&[b"k"]);
+            txn.put(b"k", b"1").unwrap();
+        }
+        assert!(session.begin(&[b"k"]).commit().unwrap().is_none());
+        let ((), mark) = session.exclusive(|session| {
+            let mut txn = session.begin(&[b"k"]);
+            txn.put(b"k", b"2").unwrap();
+        });
+        let mark = mark.unwrap().expect("the body wrote");
+        assert_eq!(mark.lsn.is_some(), durability.uses_oplog(), "{durability}");
+        assert!(session.begin(&[b"k"]).commit().unwrap().is_none());
+    }
+}
