@@ -16,9 +16,13 @@
 //! - Every write of a user key marks the clients that WATCH it (`crate::watch`), inside its
 //!   transaction, so an EXEC (which holds the exec gate exclusively) sees every mark of every
 //!   write that finished before it.
-//! - MULTI/EXEC isolation: `prefixkv_store::StoreSession::exclusive` (no other write runs while
-//!   an EXEC runs; reads take no locks, so a concurrent read may see part of an EXEC, as it may
-//!   see part of an MSET).
+//! - MULTI/EXEC (and script) isolation: the body runs in `prefixkv_store::StoreSession::exclusive`
+//!   (the exec gate held exclusively) and every other command runs whole inside
+//!   `StoreSession::shared` (the gate held shared: `commands::run_command`), so no command, read
+//!   or write, runs while a body is half done. Reads take no lock of their own, so a read may
+//!   still see part of a plain multi-key write (an MSET), as documented.
+//! - An exclusive body's writes are one oplog group: recovery applies all of them or none, and
+//!   its writes are acknowledged with the body's mark (`commands::run_exclusive`).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -312,13 +316,16 @@ impl Keyspace {
         }
     }
 
-    /// Runs `body` (an EXEC's queued commands) while no other write can run. Must not nest.
+    /// Runs `body` (an EXEC's queued commands, a script) while no other command can run, its
+    /// writes one oplog group. Returns `body`'s value and the group's mark, which acknowledges
+    /// the writes inside (`commands::run_exclusive` does both). Must not nest.
     pub fn exclusive<R>(
         &self,
         session: &mut StoreSession,
         body: impl FnOnce(&mut StoreSession) -> R,
-    ) -> R {
-        session.exclusive(body)
+    ) -> (R, Result<Option<WriteMark>, CommandError>) {
+        let (value, mark) = session.exclusive(body);
+        (value, mark.map_err(CommandError::from))
     }
 
     /// Visits every key of `database` (user key, encoded value) from engine bucket `cursor`,

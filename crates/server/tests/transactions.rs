@@ -291,3 +291,100 @@ fn exec_is_isolated_from_other_clients_writes() {
         .unwrap();
     assert_eq!((a, b), (2 * rounds, 2 * rounds));
 }
+
+/// Readers outside any transaction never see part of an EXEC: while writers run `MULTI; INCR a;
+/// INCR b; EXEC`, a single `MGET a b` always finds
+/// `a == b`. Before reads took the exec gate shared, an MGET running between the EXEC's two
+/// INCRs saw `a = b + 1` within a few hundred rounds.
+#[test]
+fn plain_reads_never_see_part_of_an_exec() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let rounds = 1000;
+    let done = AtomicBool::new(false);
+    let reads = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let mut connection = server.connect(false);
+                scope.spawn(move || {
+                    for _ in 0..rounds {
+                        let _: (i64, i64) = redis::pipe()
+                            .atomic()
+                            .incr("a", 1)
+                            .incr("b", 1)
+                            .query(&mut connection)
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..2 {
+            let mut connection = server.connect(false);
+            let (done, reads) = (&done, &reads);
+            scope.spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    let (a, b): (Option<i64>, Option<i64>) = redis::cmd("MGET")
+                        .arg("a")
+                        .arg("b")
+                        .query(&mut connection)
+                        .unwrap();
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    assert_eq!(a, b, "an MGET saw half of a writer's EXEC");
+                }
+            });
+        }
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    assert!(reads.load(Ordering::Relaxed) > 0, "no read ran");
+    let mut connection = server.connect(false);
+    let (a, b): (i64, i64) = redis::pipe()
+        .get("a")
+        .get("b")
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!((a, b), (2 * rounds, 2 * rounds));
+}
+
+/// The writes inside an EXEC are acknowledged with the EXEC's oplog group: in `always` (no
+/// checkpoint taken) EXEC's reply came after the group's sync, so PREFIXKV.COMMITPOINT counts
+/// each of them durable at once, and WAITAOF returns at once. (Had their marks kept no log
+/// position, only a checkpoint could make them durable.)
+#[test]
+fn writes_inside_exec_are_durable_with_the_exec() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--appendfsync",
+            "always",
+            "--checkpoint-interval",
+            "3600000",
+            "--engine-memory",
+            "64mb",
+        ],
+    );
+    let mut connection = server.connect(false);
+    let _: (String, String, i64) = redis::pipe()
+        .atomic()
+        .set("x", "1")
+        .set("y", "2")
+        .incr("z", 1)
+        .query(&mut connection)
+        .unwrap();
+    let (writes, durable): (i64, i64) = redis::cmd("PREFIXKV.COMMITPOINT")
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!((writes, durable), (3, 3));
+    let waited: (i64, i64) = redis::cmd("WAITAOF")
+        .arg(1)
+        .arg(0)
+        .arg(5000)
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(waited, (1, 0));
+}

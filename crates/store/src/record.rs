@@ -1,18 +1,36 @@
-//! The operation-log record: one committed write transaction of one engine session.
+//! The operation-log record: the writes of one engine session, a whole group of them (a write
+//! transaction, or an exclusive body such as MULTI/EXEC or a script) or one part of a group that
+//! spans several records.
 //!
 //! ```text
-//! [session id u64]
+//! [header u64: bit 63 "more records of this group follow", bit 62 "continues a group that
+//!  earlier records started", bits 0..62 the session id]
 //! then per operation:
 //! [serial u64][kind u8: 1 put, 2 delete][key length u32][key][value length u32][value]
 //! ```
 //! All integers little-endian. A delete has an empty value. The log frames and checksums each
-//! record (`docs/storage.md`); this format only has to be unambiguous.
+//! record (`docs/storage.md`); this format only has to be unambiguous. Records written before
+//! groups existed have both flag bits clear (session ids are counters far below 2^62), which
+//! reads as a whole group of one record.
 //!
 //! Invariants: a record holds absolute effects (the value written, or a delete), never an
 //! increment, so applying one twice is harmless; every operation carries the engine serial it ran
 //! at in its session, so replay can skip what a checkpoint already holds. The decoder checks every
 //! length against the bytes present before it takes a slice and allocates nothing from a length
 //! field; a record that does not decode as a whole is rejected before any of it is applied.
+//!
+//! Groups (the crash-safety argument for "all of a group or none of it"): the records of one group
+//! are appended back to back, by one session, with no other record between them (an exclusive
+//! body holds the exec gate exclusively, a transaction holds it shared and appends its parts
+//! before it releases anything, and no checkpoint request runs meanwhile), and they are
+//! [`Part::First`], any number of [`Part::Middle`], then [`Part::Last`], or a single
+//! [`Part::Whole`]. The log keeps a dense prefix of what was appended, so after a crash a group is
+//! either complete or a run of its first parts at the very end of the log; the process that
+//! reopens the log appends after that run, and the next record it appends starts a new group
+//! (`First` or `Whole`). Replay therefore applies a group only when it meets its `Last` part, and
+//! drops an open group that the end of the log or the start of another group interrupts: such a
+//! group never completed, so no client was told it was durable in `always`, and in the other
+//! modes losing it whole is within their loss bound.
 
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
@@ -28,10 +46,89 @@ pub struct Operation<'a> {
     pub value: Option<&'a [u8]>,
 }
 
-/// Appends one operation to a record payload (starting it with `session_id` when empty).
+/// Header bit: more records of this group follow this one.
+const MORE_FOLLOW: u64 = 1 << 63;
+/// Header bit: this record continues a group that earlier records started.
+const CONTINUES: u64 = 1 << 62;
+/// The header bits that hold the session id.
+const SESSION_BITS: u64 = CONTINUES - 1;
+
+/// Where a record stands in its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The whole group (the common case, and every record written before groups existed).
+    Whole,
+    /// The first record of a group that more records complete.
+    First,
+    /// Neither the first nor the last record of its group.
+    Middle,
+    /// The record that completes its group.
+    Last,
+}
+
+impl Part {
+    /// The part of a group's record: whether records precede it and whether more follow.
+    pub fn of(continues: bool, more_follow: bool) -> Part {
+        match (continues, more_follow) {
+            (false, false) => Part::Whole,
+            (false, true) => Part::First,
+            (true, true) => Part::Middle,
+            (true, false) => Part::Last,
+        }
+    }
+
+    /// Whether earlier records of its group precede it.
+    pub fn continues(self) -> bool {
+        matches!(self, Part::Middle | Part::Last)
+    }
+
+    /// Whether more records of its group follow it.
+    pub fn more_follow(self) -> bool {
+        matches!(self, Part::First | Part::Middle)
+    }
+}
+
+/// A decoded record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// The engine session that wrote it.
+    pub session_id: u64,
+    /// Its place in its group.
+    pub part: Part,
+    /// Its operations (a group's last part may have none).
+    pub operations: Vec<Operation<'a>>,
+}
+
+/// Starts a record payload of `session_id` (its part is [`Part::Whole`] until [`set_part`]).
+pub fn start_record(record: &mut Vec<u8>, session_id: u64) {
+    assert!(
+        session_id <= SESSION_BITS,
+        "session id {session_id} does not fit the record header"
+    );
+    record.clear();
+    record.extend_from_slice(&session_id.to_le_bytes());
+}
+
+/// Sets the part of a record that [`start_record`] started.
+pub fn set_part(record: &mut [u8], part: Part) {
+    let (head, _) = record
+        .split_first_chunk_mut::<8>()
+        .expect("a record starts with its header");
+    let mut header = u64::from_le_bytes(*head) & SESSION_BITS;
+    if part.continues() {
+        header |= CONTINUES;
+    }
+    if part.more_follow() {
+        header |= MORE_FOLLOW;
+    }
+    *head = header.to_le_bytes();
+}
+
+/// Appends one operation to a record payload (starting it with `session_id` when empty, as a
+/// [`Part::Whole`] record).
 pub fn encode_operation(record: &mut Vec<u8>, session_id: u64, operation: Operation<'_>) {
     if record.is_empty() {
-        record.extend_from_slice(&session_id.to_le_bytes());
+        start_record(record, session_id);
     }
     record.extend_from_slice(&operation.serial.to_le_bytes());
     record.push(if operation.value.is_some() {
@@ -46,10 +143,18 @@ pub fn encode_operation(record: &mut Vec<u8>, session_id: u64, operation: Operat
     record.extend_from_slice(value);
 }
 
-/// Decodes a whole record: its session id and operations, or why it is damaged.
-pub fn decode_record(payload: &[u8]) -> Result<(u64, Vec<Operation<'_>>), String> {
+/// The part of a record, from its header alone (the whole record is decoded when applied).
+pub fn part_of(payload: &[u8]) -> Result<Part, String> {
+    let header = take_u64(&mut &payload[..])?;
+    Ok(Part::of(header & CONTINUES != 0, header & MORE_FOLLOW != 0))
+}
+
+/// Decodes a whole record: its session id, part and operations, or why it is damaged.
+pub fn decode_record(payload: &[u8]) -> Result<Record<'_>, String> {
     let mut rest = payload;
-    let session_id = take_u64(&mut rest)?;
+    let header = take_u64(&mut rest)?;
+    let part = Part::of(header & CONTINUES != 0, header & MORE_FOLLOW != 0);
+    let session_id = header & SESSION_BITS;
     let mut operations = Vec::new();
     while !rest.is_empty() {
         let serial = take_u64(&mut rest)?;
@@ -68,7 +173,11 @@ pub fn decode_record(payload: &[u8]) -> Result<(u64, Vec<Operation<'_>>), String
         }
         operations.push(Operation { serial, key, value });
     }
-    Ok((session_id, operations))
+    Ok(Record {
+        session_id,
+        part,
+        operations,
+    })
 }
 
 fn take_u64(rest: &mut &[u8]) -> Result<u64, String> {
@@ -103,7 +212,7 @@ mod tests {
     proptest! {
         #[test]
         fn records_round_trip(
-            session_id in any::<u64>(),
+            session_id in any::<u64>().prop_map(|id| id & SESSION_BITS),
             operations in proptest::collection::vec(
                 (1u64.., proptest::collection::vec(any::<u8>(), 0..20),
                  proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))),
@@ -116,8 +225,13 @@ mod tests {
                     serial: *serial, key, value: value.as_deref(),
                 });
             }
-            let (decoded_session, decoded) = decode_record(&record).unwrap();
-            prop_assert_eq!(decoded_session, session_id);
+            let parts = [Part::Whole, Part::First, Part::Middle, Part::Last];
+            let part = parts[(session_id % 4) as usize];
+            set_part(&mut record, part);
+            let decoded = decode_record(&record).unwrap();
+            prop_assert_eq!(decoded.session_id, session_id);
+            prop_assert_eq!(decoded.part, part);
+            let decoded = decoded.operations;
             prop_assert_eq!(decoded.len(), operations.len());
             for (operation, (serial, key, value)) in decoded.iter().zip(&operations) {
                 prop_assert_eq!(operation.serial, *serial);
@@ -126,8 +240,8 @@ mod tests {
             }
             // A cut inside an operation is an error, never a misread.
             for cut in 8..record.len() {
-                if let Ok((_, partial)) = decode_record(&record[..cut]) {
-                    prop_assert!(partial.len() < operations.len());
+                if let Ok(partial) = decode_record(&record[..cut]) {
+                    prop_assert!(partial.operations.len() < operations.len());
                 }
             }
         }
@@ -136,6 +250,31 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = decode_record(&bytes);
         }
+    }
+
+    #[test]
+    fn records_without_flags_read_as_whole_groups() {
+        let mut record = Vec::new();
+        let operation = Operation {
+            serial: 3,
+            key: b"k",
+            value: Some(b"v"),
+        };
+        encode_operation(&mut record, 41, operation);
+        let decoded = decode_record(&record).unwrap();
+        assert_eq!((decoded.session_id, decoded.part), (41, Part::Whole));
+        for part in [Part::First, Part::Middle, Part::Last, Part::Whole] {
+            set_part(&mut record, part);
+            let decoded = decode_record(&record).unwrap();
+            assert_eq!((decoded.session_id, decoded.part), (41, part));
+            assert_eq!(decoded.operations, vec![operation]);
+        }
+        // A closing part may carry no operation.
+        let mut empty = Vec::new();
+        start_record(&mut empty, 41);
+        set_part(&mut empty, Part::Last);
+        let decoded = decode_record(&empty).unwrap();
+        assert_eq!((decoded.part, decoded.operations.len()), (Part::Last, 0));
     }
 
     #[test]

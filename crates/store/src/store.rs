@@ -15,7 +15,7 @@
 //!    (the `checkpoint` mode, or `everysec` having lost the record's log tail) never brings back
 //!    half an MSET or half of a structure kept in several records (`tests/txn_atomicity.rs`).
 //!    Writers wait only for the phase changes (the image is written after the gate is released);
-//!    readers take no gate and never wait.
+//!    so do commands run inside `StoreSession::shared`; plain reads take no gate and never wait.
 //! 1. *Order.* A write transaction holds the stripe locks of its keys from its first engine write
 //!    until its log record is appended ([`crate::Txn`]), so for every key the log order of its
 //!    writes equals the engine order.
@@ -48,6 +48,10 @@
 //!    checkpoints of every logging mode thus resume writes once space returns. Writes whose
 //!    append failed were applied to the engine: their clients got an error, and they may or may
 //!    not survive (the next checkpoint holds them), as with any write whose outcome was an error.
+//! 7. *Groups whole or not at all.* A transaction, and every transaction of an exclusive body, is
+//!    one log group, its parts appended back to back under the exec gate (so a covered LSN never
+//!    falls inside one either); replay applies a group only once it reads its last part and
+//!    drops a group that a crash cut (`record` module docs, [`replay`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -64,7 +68,7 @@ use prefixkv_engine::{
 use prefixkv_oplog::{AppendTicket, Oplog, OplogError, SyncPolicy};
 use prefixkv_storage::{real_disk, DirLock, Disk};
 
-use crate::record::decode_record;
+use crate::record::{decode_record, part_of};
 use crate::{Durability, StoreError, StoreSession};
 
 /// Stripe locks ordering writes per key (a power of two).
@@ -122,9 +126,13 @@ pub struct Options {
     pub engine: prefixkv_engine::StoreConfig,
     /// The strategy of every checkpoint the store takes.
     pub strategy: Strategy,
-    /// Largest operation-log record (a write transaction is split into several records above
-    /// [`RECORD_SPLIT_BYTES`](crate::RECORD_SPLIT_BYTES)).
+    /// Largest operation-log record (a log group is split into several records above
+    /// `record_split_bytes`).
     pub oplog_max_record_bytes: u32,
+    /// A log group (a transaction, an exclusive body) is cut into several records, recovered
+    /// together, once its pending payload passes this size ([`RECORD_SPLIT_BYTES`]
+    /// (crate::RECORD_SPLIT_BYTES) by default; tests lower it to split small groups).
+    pub record_split_bytes: usize,
     /// Size at which the log starts a new segment (truncation removes whole segments).
     pub oplog_segment_bytes: u64,
     /// Where files live: the real disk by default; power-cut tests pass a simulated one.
@@ -141,6 +149,7 @@ impl Options {
             durability,
             strategy: Strategy::Persian,
             oplog_max_record_bytes: 64 << 20,
+            record_split_bytes: crate::RECORD_SPLIT_BYTES,
             oplog_segment_bytes: prefixkv_oplog::Config::default().segment_bytes,
             disk: real_disk(),
         }
@@ -158,6 +167,9 @@ pub struct Recovered {
     pub records_replayed: u64,
     /// Operations applied from them (the rest were already in the checkpoint).
     pub operations_replayed: u64,
+    /// Incomplete log groups that were not applied (`record` module docs): the first LSN and
+    /// the number of records of each. Only a crash while a group was being appended leaves one.
+    pub incomplete_groups: Vec<(u64, u64)>,
     /// A torn log tail that was dropped, described.
     pub torn_tail: Option<String>,
     /// The mode does not log but a log was found: it was folded into a checkpoint through this
@@ -192,6 +204,13 @@ impl fmt::Display for Recovered {
                 formatter,
                 "; replayed {} oplog records ({} operations) from LSN {from}",
                 self.records_replayed, self.operations_replayed
+            )?;
+        }
+        for (first, records) in &self.incomplete_groups {
+            write!(
+                formatter,
+                "; dropped an incomplete log group of {records} records from LSN {first} (a \
+                 crash cut it: none of its writes applied)"
             )?;
         }
         if let Some(lsn) = self.log_restarted_at {
@@ -242,6 +261,8 @@ pub struct DurableStore {
     keep_checkpoints: usize,
     pub(crate) stripes: Box<[Mutex<()>]>,
     pub(crate) exec_gate: ShardedLock<()>,
+    /// See [`Options::record_split_bytes`].
+    pub(crate) record_split_bytes: usize,
     /// Covered LSN of each checkpoint the engine keeps that this process knows, oldest first.
     kept_covered: Mutex<VecDeque<u64>>,
     checkpoint_lock: Mutex<()>,
@@ -381,10 +402,11 @@ impl DurableStore {
                 &points,
                 observers.replayed,
             )
-            .map(|(from, records, operations)| {
-                recovered.replayed_from = from;
-                recovered.records_replayed = records;
-                recovered.operations_replayed = operations;
+            .map(|replayed| {
+                recovered.replayed_from = replayed.from;
+                recovered.records_replayed = replayed.records;
+                recovered.operations_replayed = replayed.operations;
+                recovered.incomplete_groups = replayed.incomplete_groups;
             })
             .map_err(|detail| StoreError::Recovery {
                 context: format!("replaying {}", oplog_dir.display()),
@@ -406,6 +428,7 @@ impl DurableStore {
             keep_checkpoints: engine_config.keep_checkpoints,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             exec_gate: ShardedLock::new(()),
+            record_split_bytes: options.record_split_bytes.max(1),
             kept_covered: Mutex::new(covered.into_iter().collect()),
             checkpoint_lock: Mutex::new(()),
             writes: AtomicU64::new(0),
@@ -548,13 +571,14 @@ impl DurableStore {
     /// version has switched, so every transaction runs entirely before the checkpoint's version
     /// ends or entirely after. Returns the token, the covered LSN and whether the log had failed
     /// before it was read. Writers wait meanwhile (for the CPR phase changes only, not for the
-    /// image); readers never do.
+    /// image); plain reads never do.
     fn request_between_transactions(
         &self,
     ) -> Result<(CheckpointToken, Option<u64>, bool), StoreError> {
-        if crate::txn::running_exclusive() {
+        if crate::txn::running_exclusive() || crate::txn::holding_shared() {
             return Err(StoreError::Engine(EngineError::InvalidArgument(
-                "a checkpoint cannot be taken inside an exclusive body (it would wait for itself)"
+                "a checkpoint cannot be taken inside an exclusive body or a shared one (it would \
+                 wait for itself)"
                     .into(),
             )));
         }
@@ -662,8 +686,20 @@ impl DurableStore {
     }
 }
 
-/// Replays the log after the checkpoint (module docs, step 3). Returns the first LSN replayed
-/// (if any), records and operations applied.
+/// What [`replay`] did.
+struct Replayed {
+    /// The first LSN replayed, if any.
+    from: Option<u64>,
+    records: u64,
+    operations: u64,
+    /// (first LSN, records) of each incomplete group dropped.
+    incomplete_groups: Vec<(u64, u64)>,
+}
+
+/// Replays the log after the checkpoint (module docs, step 3), a whole group at a time: the
+/// records of a group that spans several are held until its last part arrives, and a group that
+/// never completed is dropped (`record` module docs). Holding a group costs memory up to its
+/// size, which its writer held in the engine anyway.
 fn replay(
     engine: &Arc<Engine>,
     log: &Oplog,
@@ -671,7 +707,13 @@ fn replay(
     covered: Option<u64>,
     points: &BTreeMap<SessionId, u64>,
     observe: ReplayObserver<'_>,
-) -> Result<(Option<u64>, u64, u64), String> {
+) -> Result<Replayed, String> {
+    let mut replayed = Replayed {
+        from: None,
+        records: 0,
+        operations: 0,
+        incomplete_groups: Vec::new(),
+    };
     if recovered.checkpoint.is_none() && log.oldest_lsn() > 1 {
         return Err(format!(
             "the log starts at LSN {} but no checkpoint exists to hold the earlier records; \
@@ -681,7 +723,7 @@ fn replay(
     }
     let start = covered.map_or(log.oldest_lsn(), |lsn| lsn + 1);
     if start >= log.next_lsn() {
-        return Ok((None, 0, 0));
+        return Ok(replayed);
     }
     if start < log.oldest_lsn() {
         return Err(format!(
@@ -689,23 +731,56 @@ fn replay(
             log.oldest_lsn()
         ));
     }
+    replayed.from = Some(start);
     let mut session = engine.try_start_session().map_err(|e| e.to_string())?;
-    let (mut records, mut operations) = (0, 0);
-    for item in log.replay(start).map_err(|e| e.to_string())? {
-        let (lsn, payload) = item.map_err(|e| e.to_string())?;
-        let (session_id, ops) =
-            decode_record(&payload).map_err(|detail| format!("record LSN {lsn}: {detail}"))?;
-        let point = points.get(&SessionId(session_id)).copied().unwrap_or(0);
-        for op in ops.into_iter().filter(|op| op.serial > point) {
+    let mut apply = |lsn: u64, payload: &[u8]| -> Result<u64, String> {
+        let record =
+            decode_record(payload).map_err(|detail| format!("record LSN {lsn}: {detail}"))?;
+        let point = points
+            .get(&SessionId(record.session_id))
+            .copied()
+            .unwrap_or(0);
+        let mut applied = 0;
+        for op in record.operations.into_iter().filter(|op| op.serial > point) {
             let existed = match op.value {
                 Some(value) => session.upsert_existed(op.key, value),
                 None => session.delete(op.key),
             }
             .map_err(|error| format!("record LSN {lsn}: applying it failed: {error}"))?;
             observe(op.key, op.value, existed);
-            operations += 1;
+            applied += 1;
         }
-        records += 1;
+        Ok(applied)
+    };
+    // The parts of the group being read, with their LSNs, until its last part.
+    let mut open: Vec<(u64, Vec<u8>)> = Vec::new();
+    for item in log.replay(start).map_err(|e| e.to_string())? {
+        let (lsn, payload) = item.map_err(|e| e.to_string())?;
+        let part = part_of(&payload).map_err(|detail| format!("record LSN {lsn}: {detail}"))?;
+        if !part.continues() {
+            if let Some(&(first, _)) = open.first() {
+                // A new group starts while one is open: that one was cut by a crash.
+                replayed.incomplete_groups.push((first, open.len() as u64));
+                open.clear();
+            }
+        } else if open.is_empty() {
+            return Err(format!(
+                "record LSN {lsn} continues a log group whose first record is not in the replayed \
+                 log (the log was edited, or a checkpoint cut a group)"
+            ));
+        }
+        if part.more_follow() {
+            open.push((lsn, payload));
+            continue;
+        }
+        replayed.records += open.len() as u64 + 1;
+        for (lsn, payload) in open.drain(..) {
+            replayed.operations += apply(lsn, &payload)?;
+        }
+        replayed.operations += apply(lsn, &payload)?;
     }
-    Ok((Some(start), records, operations))
+    if let Some(&(first, _)) = open.first() {
+        replayed.incomplete_groups.push((first, open.len() as u64));
+    }
+    Ok(replayed)
 }

@@ -7,16 +7,24 @@
 //!   record is appended; so for every key, log order = engine order.
 //! - Every write transaction first holds the exec gate shared, before any stripe (order: gate,
 //!   then stripes); [`StoreSession::exclusive`] holds it exclusively, so no other session's write
-//!   runs between the writes of an exclusive body (MULTI/EXEC). The thread running an exclusive
-//!   body skips the gate.
+//!   runs between the writes of an exclusive body (MULTI/EXEC, a script). The thread running an
+//!   exclusive body skips the gate, and so does a thread inside [`StoreSession::shared`], which
+//!   holds it shared around a whole command so that its reads, too, never see part of an
+//!   exclusive body. A thread holding the gate never asks for it again (a recursive read could
+//!   deadlock behind a waiting writer): two thread-local flags say which side it holds.
+//! - Log groups (`record` module docs): a transaction's writes are one group of log records,
+//!   and so are all the writes of an exclusive body: its transactions add their operations to the
+//!   session's group, which the body's end appends (split into parts above the split size), under
+//!   the gate. Recovery applies a group whole or not at all. A write inside a body is acknowledged
+//!   with the body's [`WriteMark`] (returned by [`StoreSession::exclusive`]), never with its own.
 //! - A checkpoint is requested only while the exec gate is held exclusively, until the engine's
 //!   version switched (`store` module docs, step 0): a transaction never straddles a checkpoint's
 //!   version, so a recovered checkpoint holds each transaction whole or not at all.
 //! - A session about to block on a contended lock suspends its engine session first: the holder
 //!   may be waiting inside the engine for every protected session to refresh (an epoch bump, a
 //!   checkpoint phase), which a blocked thread would never do.
-//! - A transaction dropped by an error still appends the record of the writes it made, so the log
-//!   never misses an engine write.
+//! - A transaction dropped by an error still appends the record of the writes it made, and an
+//!   exclusive body that panics still appends its group, so the log never misses an engine write.
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -27,21 +35,138 @@ use parking_lot::MutexGuard;
 use prefixkv_engine::{EngineError, Session};
 use prefixkv_oplog::AppendTicket;
 
-use crate::record::{encode_operation, Operation};
+use crate::record::{encode_operation, set_part, start_record, Operation, Part};
 use crate::store::STRIPES;
 use crate::{DurableStore, StoreError};
 
-/// A transaction's log record is cut into several once its payload passes this size.
+/// A log group (a transaction, an exclusive body) is cut into several records once its pending
+/// payload passes this size (the default of [`crate::Options::record_split_bytes`]).
 pub const RECORD_SPLIT_BYTES: usize = 8 << 20;
 
 thread_local! {
     /// This thread holds the exec gate exclusively (it runs an exclusive body).
     static RUNNING_EXCLUSIVE: Cell<bool> = const { Cell::new(false) };
+    /// This thread holds the exec gate shared for a whole command ([`StoreSession::shared`]).
+    static HOLDING_SHARED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether this thread runs an exclusive body (holds the exec gate exclusively).
 pub(crate) fn running_exclusive() -> bool {
     RUNNING_EXCLUSIVE.with(Cell::get)
+}
+
+/// Whether this thread holds the exec gate shared through [`StoreSession::shared`].
+pub(crate) fn holding_shared() -> bool {
+    HOLDING_SHARED.with(Cell::get)
+}
+
+/// Resets a thread-local flag however the scope that set it ends (a panic unwinds through here).
+struct FlagGuard(&'static std::thread::LocalKey<Cell<bool>>);
+
+impl FlagGuard {
+    fn set(flag: &'static std::thread::LocalKey<Cell<bool>>) -> FlagGuard {
+        flag.with(|cell| cell.set(true));
+        FlagGuard(flag)
+    }
+}
+
+impl Drop for FlagGuard {
+    fn drop(&mut self) {
+        self.0.with(|cell| cell.set(false));
+    }
+}
+
+/// The log group being written by a session: the operations of one transaction, or of every
+/// transaction of an exclusive body (`record` module docs). Parts already appended are
+/// `First`/`Middle`; closing appends the rest as the `Last` part (or as a `Whole` record when
+/// nothing was appended before).
+#[derive(Default)]
+struct Group {
+    /// The pending part: header and operations, empty when nothing is pending.
+    record: Vec<u8>,
+    /// An earlier part of this group is in the log (the next part continues it).
+    parts_appended: bool,
+    /// The session serial of the group's last write (0: none yet).
+    last_serial: u64,
+    /// The LSN and completion of the group's last appended part.
+    last_lsn: Option<u64>,
+    ticket: Option<AppendTicket>,
+}
+
+impl Group {
+    /// Adds one operation (the caller checked that the store logs), appending the pending part
+    /// first when it reached the split size.
+    fn add(
+        &mut self,
+        store: &DurableStore,
+        session_id: u64,
+        operation: Operation<'_>,
+    ) -> Result<(), StoreError> {
+        if self.record.len() >= store.record_split_bytes {
+            self.append(store, session_id, true)?;
+        }
+        encode_operation(&mut self.record, session_id, operation);
+        Ok(())
+    }
+
+    /// Appends the pending part; `more_follow` when the group goes on after it.
+    fn append(
+        &mut self,
+        store: &DurableStore,
+        session_id: u64,
+        more_follow: bool,
+    ) -> Result<(), StoreError> {
+        if self.record.is_empty() {
+            if !self.parts_appended || more_follow {
+                return Ok(());
+            }
+            // Earlier parts are in the log: close the group with an empty last part.
+            start_record(&mut self.record, session_id);
+        }
+        set_part(&mut self.record, Part::of(self.parts_appended, more_follow));
+        let appended = store.append(&self.record);
+        // Cleared whatever the outcome: a failed append fails the log for good, so retrying
+        // would only fail again.
+        self.record.clear();
+        let ticket = appended?;
+        self.parts_appended = more_follow;
+        self.last_lsn = Some(ticket.lsn());
+        self.ticket = Some(ticket);
+        Ok(())
+    }
+
+    /// Appends the rest of the group and starts a new one; the group's mark (`None` when it
+    /// wrote nothing).
+    fn close(
+        &mut self,
+        store: &DurableStore,
+        session_id: u64,
+    ) -> Result<Option<WriteMark>, StoreError> {
+        let appended = if store.logs() {
+            self.append(store, session_id, false)
+        } else {
+            Ok(())
+        };
+        let Group {
+            last_serial,
+            last_lsn,
+            ticket,
+            ..
+        } = std::mem::take(self);
+        appended?;
+        Ok((last_serial != 0).then(|| WriteMark {
+            serial: last_serial,
+            lsn: last_lsn,
+            ticket,
+            acknowledge_after_sync: store.durability().acknowledge_after_sync(),
+        }))
+    }
+
+    /// Whether the group holds anything: a write (logged or not: a mode without a log still
+    /// tracks the serial, which must not leak into the next transaction's mark), or parts.
+    fn is_pending(&self) -> bool {
+        self.last_serial != 0 || !self.record.is_empty() || self.parts_appended
+    }
 }
 
 fn stripe_of(key: &[u8]) -> usize {
@@ -52,11 +177,20 @@ fn stripe_of(key: &[u8]) -> usize {
 pub struct StoreSession {
     store: Arc<DurableStore>,
     session: Session,
+    /// The log group being written (pending only inside a transaction or an exclusive body).
+    group: Group,
+    /// An exclusive body runs on this session: its transactions add to `group`.
+    in_body: bool,
 }
 
 impl StoreSession {
     pub(crate) fn new(store: Arc<DurableStore>, session: Session) -> StoreSession {
-        StoreSession { store, session }
+        StoreSession {
+            store,
+            session,
+            group: Group::default(),
+            in_body: false,
+        }
     }
 
     /// The store.
@@ -105,9 +239,14 @@ impl StoreSession {
         let mut stripes: Vec<usize> = keys.iter().map(|key| stripe_of(key)).collect();
         stripes.sort_unstable();
         stripes.dedup();
-        let StoreSession { store, session } = self;
+        let StoreSession {
+            store,
+            session,
+            group,
+            in_body,
+        } = self;
         let store: &DurableStore = store;
-        let gate = if RUNNING_EXCLUSIVE.with(Cell::get) {
+        let gate = if running_exclusive() || holding_shared() {
             None
         } else {
             Some(match store.exec_gate.try_read() {
@@ -137,18 +276,51 @@ impl StoreSession {
             stripes,
             store,
             session,
-            record: Vec::new(),
+            group,
+            in_body: *in_body,
             last_serial: 0,
-            last_lsn: None,
-            ticket: None,
         }
     }
 
-    /// Runs `body` while no other session's write can run (MULTI/EXEC). Must not nest.
-    pub fn exclusive<R>(&mut self, body: impl FnOnce(&mut StoreSession) -> R) -> R {
+    /// Runs `body` (one command) holding the exec gate shared, so that nothing it reads or writes
+    /// can see part of an exclusive body: a body runs entirely before or entirely after it. Its
+    /// transactions skip the gate. Inside an exclusive body, or nested, it just runs `body`.
+    /// `body` must not call [`StoreSession::exclusive`] or request a checkpoint (both wait for
+    /// every shared holder, this one included).
+    pub fn shared<R>(&mut self, body: impl FnOnce(&mut StoreSession) -> R) -> R {
+        if running_exclusive() || holding_shared() {
+            return body(self);
+        }
+        let store = self.store.clone();
+        let _gate = match store.exec_gate.try_read() {
+            Ok(guard) => guard,
+            Err(_) => {
+                self.session.suspend();
+                store
+                    .exec_gate
+                    .read()
+                    .expect("the exec gate is never poisoned")
+            }
+        };
+        let _holding = FlagGuard::set(&HOLDING_SHARED);
+        body(self)
+    }
+
+    /// Runs `body` while no other session's command can run (MULTI/EXEC, a script), with its
+    /// writes as one log group: recovery brings back all of them or none. Returns `body`'s value
+    /// and the body's [`WriteMark`] (`Ok(None)` when it wrote nothing): the writes inside are
+    /// acknowledged with it (in `always`, once it is synced), since the marks their own commits
+    /// return carry no log position. An `Err` says the group could not be appended (the log
+    /// failed): the writes were applied but their outcome is uncertain. Must not nest, nor run
+    /// inside [`StoreSession::shared`].
+    pub fn exclusive<R>(
+        &mut self,
+        body: impl FnOnce(&mut StoreSession) -> R,
+    ) -> (R, Result<Option<WriteMark>, StoreError>) {
+        assert!(!running_exclusive(), "exclusive bodies do not nest");
         assert!(
-            !RUNNING_EXCLUSIVE.with(Cell::get),
-            "exclusive bodies do not nest"
+            !holding_shared(),
+            "an exclusive body cannot start inside a shared one (it would wait for itself)"
         );
         let store = self.store.clone();
         let _gate = match store.exec_gate.try_write() {
@@ -161,20 +333,29 @@ impl StoreSession {
                     .expect("the exec gate is never poisoned")
             }
         };
-        /// Clears the flag however `body` ends (a panic unwinds through here).
-        struct Running;
-        impl Drop for Running {
-            fn drop(&mut self) {
-                RUNNING_EXCLUSIVE.with(|running| running.set(false));
+        let _running = FlagGuard::set(&RUNNING_EXCLUSIVE);
+        self.in_body = true;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(self)));
+        self.in_body = false;
+        // Appended under the gate, whatever `body` did: the log never misses an engine write, and
+        // no other record comes between the group's parts.
+        let mark = self.group.close(&store, self.session.id().0);
+        match outcome {
+            Ok(value) => (value, mark),
+            Err(panic) => {
+                if let Err(error) = mark {
+                    tracing::error!(
+                        "an exclusive body panicked and its writes could not be logged: {error}"
+                    );
+                }
+                std::panic::resume_unwind(panic)
             }
         }
-        RUNNING_EXCLUSIVE.with(|running| running.set(true));
-        let _running = Running;
-        body(self)
     }
 }
 
-/// Where a committed transaction landed.
+/// Where a committed transaction (or an exclusive body) landed. A transaction inside an exclusive
+/// body has no log position of its own (`lsn` and `ticket` are `None`): the body's mark has them.
 #[derive(Debug)]
 pub struct WriteMark {
     /// The session serial of its last write.
@@ -208,10 +389,12 @@ pub struct Txn<'a> {
     stripes: Vec<usize>,
     store: &'a DurableStore,
     session: &'a mut Session,
-    record: Vec<u8>,
+    /// The session's log group: this transaction's alone, or its exclusive body's.
+    group: &'a mut Group,
+    /// It runs inside an exclusive body: the body's end appends the group.
+    in_body: bool,
+    /// The session serial of this transaction's last write (0: none).
     last_serial: u64,
-    last_lsn: Option<u64>,
-    ticket: Option<AppendTicket>,
 }
 
 impl Txn<'_> {
@@ -267,6 +450,7 @@ impl Txn<'_> {
 
     fn log(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
         self.last_serial = self.session.serial();
+        self.group.last_serial = self.last_serial;
         if !self.store.logs() {
             return Ok(());
         }
@@ -275,44 +459,38 @@ impl Txn<'_> {
             key,
             value,
         };
-        encode_operation(&mut self.record, self.session.id().0, operation);
-        if self.record.len() >= RECORD_SPLIT_BYTES {
-            self.append_record()?;
-        }
-        Ok(())
-    }
-
-    fn append_record(&mut self) -> Result<(), StoreError> {
-        if self.store.logs() && !self.record.is_empty() {
-            let ticket = self.store.append(&self.record)?;
-            self.last_lsn = Some(ticket.lsn());
-            self.ticket = Some(ticket);
-            self.record.clear();
-        }
-        Ok(())
+        self.group.add(self.store, self.session.id().0, operation)
     }
 
     /// Appends the log record (still under the stripes) and releases the locks. `None` when the
-    /// transaction wrote nothing. Call [`WriteMark::wait`] before acknowledging.
-    pub fn commit(mut self) -> Result<Option<WriteMark>, StoreError> {
-        self.append_record()?;
-        if self.last_serial == 0 {
-            return Ok(None);
+    /// transaction wrote nothing. Call [`WriteMark::wait`] before acknowledging. Inside an
+    /// exclusive body nothing is appended yet and the mark has no log position: acknowledge with
+    /// the body's mark.
+    pub fn commit(self) -> Result<Option<WriteMark>, StoreError> {
+        if self.in_body {
+            if self.last_serial == 0 {
+                return Ok(None);
+            }
+            self.store.writes.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(WriteMark {
+                serial: self.last_serial,
+                lsn: None,
+                ticket: None,
+                acknowledge_after_sync: self.store.durability().acknowledge_after_sync(),
+            }));
         }
-        self.store.writes.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(WriteMark {
-            serial: self.last_serial,
-            lsn: self.last_lsn,
-            ticket: self.ticket.take(),
-            acknowledge_after_sync: self.store.durability().acknowledge_after_sync(),
-        }))
+        let mark = self.group.close(self.store, self.session.id().0)?;
+        if mark.is_some() {
+            self.store.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(mark)
     }
 }
 
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
-        if !self.record.is_empty() {
-            if let Err(error) = self.append_record() {
+        if !self.in_body && self.group.is_pending() {
+            if let Err(error) = self.group.close(self.store, self.session.id().0) {
                 tracing::error!("a dropped transaction could not log its writes: {error}");
             }
         }

@@ -157,6 +157,24 @@ impl Client {
         }
     }
 
+    /// Acknowledges the writes of an exclusive body with the body's mark: the writes noted since
+    /// the session's serial was `serial_before` carry no log position of their own (their log
+    /// group is appended at the body's end), so they become durable with the group's last record.
+    pub fn note_group(&mut self, serial_before: u64, mark: Option<WriteMark>) {
+        let Some(mark) = mark else { return };
+        for entry in self.pending.iter_mut().rev() {
+            if entry.0 <= serial_before {
+                break;
+            }
+            if entry.1.is_none() {
+                entry.1 = mark.lsn;
+            }
+        }
+        if let Some(ticket) = mark.ticket {
+            self.ticket = Some(ticket);
+        }
+    }
+
     /// Moves writes that became durable out of `pending`; returns (writes, durable writes).
     pub fn commit_point(&mut self, server: &Server, session: &Session) -> (u64, u64) {
         let committed_serial = session.committed_serial();
@@ -383,6 +401,26 @@ pub fn read_collection<T, R>(
     Ok(result)
 }
 
+/// Runs `body` as an exclusive body (EXEC's queued commands, a script): no other client's command
+/// runs meanwhile, and its writes are one oplog group that recovery applies whole or not at all.
+/// The writes inside are acknowledged with the group's mark (noted on `client`, so the connection
+/// awaits the group's record in `always`). An `Err` says the group could not be logged (the oplog
+/// failed): the writes were applied, their outcome is uncertain, and the caller answers the error
+/// instead of `body`'s replies.
+pub fn run_exclusive<R>(
+    server: &Server,
+    client: &mut Client,
+    session: &mut Session,
+    body: impl FnOnce(&mut Client, &mut Session) -> R,
+) -> CommandResult<R> {
+    let serial_before = session.serial();
+    let (value, mark) = server
+        .keyspace
+        .exclusive(session, |session| body(client, session));
+    client.note_group(serial_before, mark?);
+    Ok(value)
+}
+
 /// A refused command inside MULTI makes the whole transaction fail at EXEC, as in Redis.
 fn refuse_in_transaction(client: &mut Client) {
     if let Some(transaction) = client.transaction.as_mut() {
@@ -494,7 +532,33 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
             return Outcome::Rejected;
         }
     }
-    Outcome::Executed(dispatch(ctx, name, args))
+    Outcome::Executed(dispatch_shared(ctx, name, args))
+}
+
+/// Runs the command whole while no exclusive body (EXEC, a script) is half done: the exec gate
+/// is held shared around it (inside an exclusive body this is a no-op), so readers, too, see a
+/// body entirely or not at all (`keyspace` invariants). A command that waits (a blocking pop, SAVE)
+/// returns before it waits, releasing the gate.
+fn dispatch_shared(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
+    let Ctx {
+        server,
+        client,
+        session,
+        w,
+    } = ctx;
+    let encoder = w.encoder;
+    session.shared(|session| {
+        let mut inner = Ctx {
+            server,
+            client,
+            session,
+            w: Writer {
+                encoder,
+                out: &mut *w.out,
+            },
+        };
+        dispatch(&mut inner, name, args)
+    })
 }
 
 /// Runs a command that passed its checks.

@@ -1,5 +1,6 @@
 //! MULTI / EXEC / DISCARD: commands queued on the connection and run together by EXEC, with no
-//! other client's write in between (see the exec gate in `keyspace`). As in Redis, a command
+//! other client's command in between, reads included, and with their writes one oplog group that
+//! recovery applies whole or not at all (see the exec gate in `keyspace`). As in Redis, a command
 //! refused while queuing (unknown, wrong arity, not allowed in a transaction, over the size
 //! limit) makes EXEC answer EXECABORT; an error *during* EXEC is one element of its reply and the
 //! other commands still run. WATCH is Redis's optimistic locking (`crate::watch`): EXEC checks,
@@ -119,10 +120,10 @@ fn watch(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> CommandResult {
 /// runs nothing and answers a null array.
 fn exec(ctx: &mut Ctx<'_>, queued: Vec<Vec<Bytes>>) {
     let server = ctx.server;
-    let client = &mut *ctx.client;
     let encoder = ctx.w.encoder;
     let out = &mut *ctx.w.out;
-    server.keyspace.exclusive(ctx.session, |session| {
+    let reply_start = out.len();
+    let logged = super::run_exclusive(server, ctx.client, ctx.session, |client, session| {
         if client.watch.is_watching() {
             let watched = client.watch.keys().to_vec();
             for (database, key) in &watched {
@@ -149,4 +150,10 @@ fn exec(ctx: &mut Ctx<'_>, queued: Vec<Vec<Bytes>>) {
         }
         client.in_exec = false;
     });
+    if let Err(error) = logged {
+        // The queued commands ran but their writes could not be logged: answer the error, not
+        // replies that would read as acknowledged.
+        out.truncate(reply_start);
+        encoder.error(out, error.to_string().as_bytes());
+    }
 }
