@@ -317,3 +317,89 @@ fn cmsgpack_matches_redis() {
         "return cmsgpack._NAME, cmsgpack._VERSION, cmsgpack._COPYRIGHT, cmsgpack._DESCRIPTION",
     ]);
 }
+
+/// `bytes` as a one-line Lua string literal.
+fn lua_bytes(bytes: &[u8]) -> String {
+    let mut s = String::from("'");
+    for b in bytes {
+        s.push_str(&format!("\\{b:03}"));
+    }
+    s.push('\'');
+    s
+}
+
+/// `n` as a Lua expression that evaluates to exactly `n`.
+fn lua_num(n: f64) -> String {
+    if n.is_nan() {
+        "(0/0)".into()
+    } else if n.is_infinite() {
+        if n > 0.0 { "(1/0)" } else { "(-1/0)" }.into()
+    } else {
+        // Rust's shortest round-trip form reads back as the same double.
+        format!("({n:e})")
+    }
+}
+
+/// Random inputs on both sides: decoders on random bytes, formatting on random numbers.
+#[test]
+fn random_inputs_match_redis() {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let mut runner = TestRunner::new(Config::default());
+    let mut cases = Vec::new();
+    let json_alphabet: Vec<u8> = b"[]{}:,\"\\u0123456789abcdefnulltrue-+.eExI \t\n".to_vec();
+    let json = proptest::collection::vec(proptest::sample::select(json_alphabet), 0..30);
+    let mp_alphabet: Vec<u8> = vec![
+        0x90, 0x92, 0x81, 0xdc, 0xde, 0xd9, 0xda, 0xc0, 0xc2, 0xc3, 0xca, 0xcb, 0xcc, 0xcd, 0xcf,
+        0xd0, 0xd1, 0xd3, 0xa2, 0xff, 0x00, 0x01, 0x7f, 0xc1, 0x41,
+    ];
+    let mp = proptest::collection::vec(proptest::sample::select(mp_alphabet), 0..30);
+    let fmt = proptest::collection::vec(
+        proptest::sample::select(b"<>!4 xbBhHlLTiI3fdcs0".to_vec()),
+        0..10,
+    );
+    let data = proptest::collection::vec(any::<u8>(), 0..40);
+    let number = prop_oneof![
+        any::<f64>(),
+        any::<i64>().prop_map(|n| n as f64),
+        (-1_000_000i64..1_000_000).prop_map(|n| n as f64 / 1000.0),
+        (-70i32..70).prop_map(|e| 2f64.powi(e * 16)),
+    ];
+    for _ in 0..250 {
+        let j = json.new_tree(&mut runner).unwrap().current();
+        cases.push(format!("return cjson.decode({})", lua_bytes(&j)));
+        let m = mp.new_tree(&mut runner).unwrap().current();
+        cases.push(format!("return cmsgpack.unpack({})", lua_bytes(&m)));
+        let f = fmt.new_tree(&mut runner).unwrap().current();
+        let d = data.new_tree(&mut runner).unwrap().current();
+        cases.push(format!(
+            "return struct.unpack({}, {})",
+            lua_bytes(&f),
+            lua_bytes(&d)
+        ));
+        let n = number.new_tree(&mut runner).unwrap().current();
+        let k = number.new_tree(&mut runner).unwrap().current();
+        let (n, k) = (lua_num(n), lua_num(k));
+        cases.push(format!(
+            "return cjson.encode({n}), cmsgpack.pack({n}), bit.tobit({n}), bit.band({n}, {k}), bit.tohex({n}, {k}), bit.rol({n}, {k}), bit.arshift({n}, {k})"
+        ));
+        cases.push(format!(
+            "return struct.pack('>l', {n}), struct.pack('<I3', {n}), struct.pack('f', {n}), struct.pack('>L', {k}), struct.pack('h', {k})"
+        ));
+        cases.push(format!(
+            "local c = cjson.new() c.encode_invalid_numbers(true) c.encode_number_precision(1 + ({k} % 14)) return c.encode({{{n}, {k}, [{k}] = {n}}})"
+        ));
+    }
+    let mut redis = Redis::start();
+    let vm = Vm::new();
+    let bad = compare(&mut redis, &vm, &cases);
+    assert!(
+        bad.is_empty(),
+        "{} of {} cases differ:\n{}",
+        bad.len(),
+        cases.len(),
+        bad.join("\n")
+    );
+}
