@@ -34,6 +34,26 @@ fn harness_detects_differences() {
 }
 
 #[test]
+fn names_and_positions_match_redis() {
+    // How a function is reached decides the name and position in its errors.
+    run(&[
+        "local d = cjson.decode return d('[')",
+        "local d = cjson.decode local x = d('[') return x",
+        "local c = cjson return c.decode('[')",
+        "return cjson:decode()",
+        "return cjson:encode()",
+        "return struct:pack()",
+        "return bit:tohex()",
+        "return pcall(cjson.decode, '[')",
+        "return pcall(struct.unpack, 'b', 'a', 0)",
+        "local t = {f = cmsgpack.unpack} return t.f('\\193')",
+        "return select(2, pcall(bit.band, 'x'))",
+        "local function f() return cjson.decode('x') end return f()",
+        "local ok, e = pcall(cjson.decode, '[') return type(e), e .. '!'",
+    ]);
+}
+
+#[test]
 fn bit_matches_redis() {
     run(&[
         "return bit.tobit(1), bit.tobit(-1), bit.tobit(2^32 + 5), bit.tobit(2^31), bit.tobit(1.5), bit.tobit(2.5), bit.tobit(-2.5)",
