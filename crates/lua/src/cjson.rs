@@ -11,8 +11,9 @@
 //!   the tables of outer levels in a Lua scratch table, so deep nesting uses neither the Rust
 //!   stack nor one mlua reference per level. Their depth limits are the configured maximum and
 //!   Lua 5.1's 8000-slot C stack, counted as the C code uses it, so they fail where Redis fails.
-//! - `encode`'s output is bounded by [`MAX_ENCODED_BYTES`] (a self-referencing table nested
-//!   to the depth limit can otherwise ask for exponential output); Redis has no such bound.
+//! - `encode`'s output is bounded by `Limits::max_output_bytes` (a self-referencing table
+//!   nested to the depth limit can otherwise ask for exponential output); Redis has no such
+//!   bound.
 //! - `encode_keep_buffer` only records its setting: buffer reuse is an allocation strategy of
 //!   the C code and has no visible effect.
 use std::sync::{Arc, Mutex};
@@ -23,9 +24,6 @@ use crate::call::{self, Args, Raise, Returns};
 
 mod decode;
 mod encode;
-
-/// The most bytes `cjson.encode` produces before failing with "output too large".
-pub const MAX_ENCODED_BYTES: usize = 512 * 1024 * 1024;
 
 /// One cjson module's configuration (`json_config_t`).
 #[derive(Clone, Debug)]
@@ -39,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) decode_invalid_numbers: i32,
     pub(crate) encode_keep_buffer: i32,
     pub(crate) encode_number_precision: i32,
+    /// Not a Lua setting: `Limits::max_output_bytes`.
+    pub(crate) max_output: usize,
 }
 
 impl Default for Config {
@@ -53,6 +53,7 @@ impl Default for Config {
             decode_invalid_numbers: 1,
             encode_keep_buffer: 1,
             encode_number_precision: 14,
+            max_output: crate::Limits::default().max_output_bytes,
         }
     }
 }
@@ -146,8 +147,11 @@ fn enum_option(
 const BOOL_OPTIONS: &[&str] = &["off", "on"];
 
 /// Builds one cjson module table with its own configuration.
-pub(crate) fn create(lua: &Lua) -> mlua::Result<Table> {
-    let cfg: Shared = Arc::new(Mutex::new(Config::default()));
+pub(crate) fn create(lua: &Lua, limits: crate::Limits) -> mlua::Result<Table> {
+    let cfg: Shared = Arc::new(Mutex::new(Config {
+        max_output: limits.max_output_bytes,
+        ..Config::default()
+    }));
     let next = call::next_function(lua)?;
     let t = lua.create_table()?;
 
@@ -257,8 +261,8 @@ pub(crate) fn create(lua: &Lua) -> mlua::Result<Table> {
     }
     t.raw_set(
         "new",
-        call::function(lua, 0, |lua, _| {
-            Ok(Returns::one(Value::Table(create(lua)?)))
+        call::function(lua, 0, move |lua, _| {
+            Ok(Returns::one(Value::Table(create(lua, limits)?)))
         })?,
     )?;
     t.raw_set("null", Value::NULL)?;

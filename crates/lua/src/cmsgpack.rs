@@ -18,20 +18,18 @@
 //!   limited by Lua 5.1's 8000-slot C stack, counted as the C decoder uses it, so the same
 //!   inputs fail with the same "stack overflow (...)" errors. Decoding walks nesting with an
 //!   explicit stack and keeps enclosing tables in a Lua scratch table (O(1) mlua references).
-//! - `pack`'s output is bounded by [`MAX_PACKED_BYTES`] (nested self-references up to the 16
-//!   levels can ask for exponential output); Redis has no such bound.
+//! - `pack`'s output is bounded by `Limits::max_output_bytes` (nested self-references up to
+//!   the 16 levels can ask for exponential output); Redis has no such bound.
 use mlua::{Lua, Table, Value};
 
 use crate::call::{self, Args, Outcome, Raise, Returns, LUAI_MAXCSTACK};
-
-/// The most bytes `cmsgpack.pack` produces before failing.
-pub const MAX_PACKED_BYTES: usize = 512 * 1024 * 1024;
 
 const MAX_NESTING: u32 = 16;
 
 struct Packer<'a> {
     lua: &'a Lua,
     out: Vec<u8>,
+    max: usize,
 }
 
 fn header(out: &mut Vec<u8>, n: usize, fix: u8, b16: u8, b32: u8) {
@@ -125,11 +123,9 @@ impl Packer<'_> {
             Value::Table(t) => self.table(t, level, top)?,
             _ => self.out.push(0xc0),
         }
-        if self.out.len() > MAX_PACKED_BYTES {
-            return Err(call::error(
-                self.lua,
-                format!("MessagePack pack output exceeds {MAX_PACKED_BYTES} bytes"),
-            ));
+        if self.out.len() > self.max {
+            let msg = format!("MessagePack pack output exceeds {} bytes", self.max);
+            return Err(call::error(self.lua, msg));
         }
         Ok(())
     }
@@ -182,7 +178,7 @@ impl Packer<'_> {
     }
 }
 
-fn pack(lua: &Lua, args: &Args) -> Outcome {
+fn pack(lua: &Lua, args: &Args, max: usize) -> Outcome {
     let nargs = args.too_many.unwrap_or(args.top() as i64);
     if nargs == 0 {
         return Err(call::arg_error(lua, 0, "MessagePack pack needs input."));
@@ -196,6 +192,7 @@ fn pack(lua: &Lua, args: &Args) -> Outcome {
     }
     let mut p = Packer {
         lua,
+        max,
         out: Vec::new(),
     };
     for i in 1..=args.top() {
@@ -208,10 +205,14 @@ fn pack(lua: &Lua, args: &Args) -> Outcome {
 mod unpack;
 
 /// Builds the `cmsgpack` table.
-pub(crate) fn create(lua: &Lua) -> mlua::Result<Table> {
+pub(crate) fn create(lua: &Lua, limits: crate::Limits) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     // Redis refuses more than 4000 arguments (lua_checkstack(L, nargs) within 8000 slots).
-    t.raw_set("pack", call::function(lua, LUAI_MAXCSTACK / 2, pack)?)?;
+    let max = limits.max_output_bytes;
+    t.raw_set(
+        "pack",
+        call::function(lua, LUAI_MAXCSTACK / 2, move |l, a| pack(l, a, max))?,
+    )?;
     t.raw_set("unpack", call::function(lua, 0, unpack::unpack)?)?;
     t.raw_set("unpack_one", call::function(lua, 0, unpack::unpack_one)?)?;
     t.raw_set(

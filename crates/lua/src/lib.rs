@@ -24,15 +24,36 @@ mod cmsgpack;
 mod numconv;
 mod structlib;
 
-pub use cjson::MAX_ENCODED_BYTES;
-pub use cmsgpack::MAX_PACKED_BYTES;
+/// Bounds on what the libraries produce, beyond Redis's own limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The most bytes one `cjson.encode` or `cmsgpack.pack` call produces; past it the call
+    /// fails with an error instead of allocating more (Redis has no such bound: a table that
+    /// contains itself several times can ask for exponential output).
+    pub max_output_bytes: usize,
+}
+
+impl Default for Limits {
+    /// 512 MiB, Redis's default `proto-max-bulk-len`: a reply cannot be larger anyway.
+    fn default() -> Self {
+        Limits {
+            max_output_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
 
 /// Registers `cjson`, `cmsgpack`, `bit` and `struct` as globals of `lua`, as Redis 7.0 does
-/// for its scripting VM. Call it before the sandbox makes globals read-only.
+/// for its scripting VM, with the default [`Limits`]. Call it before the sandbox makes globals
+/// read-only.
 pub fn load_libraries(lua: &mlua::Lua) -> mlua::Result<()> {
+    load_libraries_with(lua, Limits::default())
+}
+
+/// [`load_libraries`] with explicit [`Limits`].
+pub fn load_libraries_with(lua: &mlua::Lua, limits: Limits) -> mlua::Result<()> {
     let g = lua.globals();
-    g.raw_set("cjson", cjson::create(lua)?)?;
-    g.raw_set("cmsgpack", cmsgpack::create(lua)?)?;
+    g.raw_set("cjson", cjson::create(lua, limits)?)?;
+    g.raw_set("cmsgpack", cmsgpack::create(lua, limits)?)?;
     g.raw_set("bit", bit::create(lua)?)?;
     g.raw_set("struct", structlib::create(lua)?)?;
     Ok(())

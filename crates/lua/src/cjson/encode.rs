@@ -15,7 +15,7 @@
 //!   does, or past the configured depth: "Cannot serialise, excessive nesting (<depth>)".
 use mlua::{Function, LightUserData, Lua, Table, Value};
 
-use super::{Config, MAX_ENCODED_BYTES};
+use super::Config;
 use crate::call::{self, Raise, LUAI_MAXCSTACK};
 use crate::numconv;
 
@@ -79,10 +79,11 @@ impl Encoder<'_> {
     }
 
     fn check_size(&self) -> Result<(), Raise> {
-        if self.out.len() > MAX_ENCODED_BYTES {
+        let max = self.cfg.max_output;
+        if self.out.len() > max {
             return Err(call::error(
                 self.lua,
-                format!("Cannot serialise, output exceeds {MAX_ENCODED_BYTES} bytes"),
+                format!("Cannot serialise, output exceeds {max} bytes"),
             ));
         }
         Ok(())
