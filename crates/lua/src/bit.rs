@@ -17,7 +17,7 @@ use crate::call::{self, num, Args, Outcome, Raise, Returns};
 
 /// LuaBitOp's `barg`.
 fn barg(lua: &Lua, args: &Args, i: usize) -> Result<u32, Raise> {
-    let n = call::to_number(lua, args.get(i))?;
+    let n = call::to_number(lua, args.get(i).as_ref())?;
     let b = (n.unwrap_or(0.0) + 6_755_399_441_055_744.0).to_bits() as u32;
     if b == 0 && n.is_none() {
         return Err(call::type_error(lua, args, i, "number"));

@@ -16,9 +16,13 @@
 //!   handed over in one table that `outer` unpacks onto the Lua stack, so a function returning
 //!   thousands of values (`cmsgpack.unpack`, `struct.unpack`) cannot exhaust mlua's reference
 //!   stack (which, like any Lua 5.1 stack, holds at most 8000 slots).
+//! - Arguments never need one mlua reference each either: a call with more than
+//!   [`REF_ARGS_BUDGET`] arguments that are strings, tables, functions, userdata or threads
+//!   reaches the inner as one table (read one argument at a time), so even the ~8000 arguments
+//!   Lua allows cannot exhaust mlua's reference stack (which would panic).
 //! - A function may declare a maximum argument count; beyond it `outer` does not hand the
-//!   arguments to mlua at all (which would make one reference per argument) but tells the inner
-//!   how many there were, so it can raise the error Redis raises.
+//!   arguments to mlua at all but tells the inner how many there were, so it can raise the
+//!   error Redis raises.
 use std::ffi::{c_int, c_void};
 
 use mlua::{ffi, Function, LightUserData, Lua, MultiValue, Table, Value};
@@ -34,10 +38,18 @@ const STATUS_OK: i64 = 0;
 const STATUS_SPILLED: i64 = 1;
 const STATUS_ERROR: i64 = 2;
 
+/// Calls with more reference-typed arguments than this get them packed in one table.
+const REF_ARGS_BUDGET: c_int = 256;
+
 static TOO_MANY_MARKER: u8 = 0;
+static PACKED_MARKER: u8 = 0;
 
 fn marker() -> *mut c_void {
     std::ptr::addr_of!(TOO_MANY_MARKER) as *mut c_void
+}
+
+fn packed_marker() -> *mut c_void {
+    std::ptr::addr_of!(PACKED_MARKER) as *mut c_void
 }
 
 /// Why a library function stops: a message raised as a Lua string (already carrying its
@@ -61,6 +73,8 @@ pub(crate) type Outcome = Result<Returns, Raise>;
 /// The arguments of one call, 1-based as in the Lua C API.
 pub(crate) struct Args {
     vals: Vec<Value>,
+    /// Arguments handed over in one table (see `REF_ARGS_BUDGET`), with their count.
+    packed: Option<(Table, usize)>,
     /// Set when the caller passed more arguments than the function's maximum: their count.
     pub(crate) too_many: Option<i64>,
     /// When set, the slot just past the arguments reads as nil: `struct.pack` pushes a nil
@@ -72,15 +86,23 @@ pub(crate) struct Args {
 impl Args {
     /// `lua_gettop`.
     pub(crate) fn top(&self) -> usize {
-        self.vals.len()
+        match &self.packed {
+            Some((_, n)) => *n,
+            None => self.vals.len(),
+        }
     }
 
     /// Argument `i` (1-based), `None` when absent (`lua_isnone`).
-    pub(crate) fn get(&self, i: usize) -> Option<&Value> {
-        if self.nil_marker.get() && i == self.vals.len() + 1 {
-            return Some(&self.nil);
+    pub(crate) fn get(&self, i: usize) -> Option<Value> {
+        if self.nil_marker.get() && i == self.top() + 1 {
+            return Some(self.nil.clone());
         }
-        i.checked_sub(1).and_then(|j| self.vals.get(j))
+        match &self.packed {
+            // rawgeti on an array slot does not allocate, so it cannot fail.
+            Some((t, n)) if (1..=*n).contains(&i) => Some(t.raw_get(i).unwrap_or(Value::Nil)),
+            Some(_) => None,
+            None => i.checked_sub(1).and_then(|j| self.vals.get(j)).cloned(),
+        }
     }
 
     /// Makes the slot past the last argument read as nil (see `nil_marker`).
@@ -216,7 +238,30 @@ unsafe extern "C-unwind" fn outer(l: *mut ffi::lua_State) -> c_int {
         ffi::lua_pushinteger(l, nargs as ffi::lua_Integer);
         ffi::lua_pushlightuserdata(l, marker());
     }
-    let n = ffi::lua_gettop(l);
+    let mut n = ffi::lua_gettop(l);
+    let mut refs = 0;
+    for i in 1..=n {
+        let t = ffi::lua_type(l, i);
+        if !matches!(
+            t,
+            ffi::LUA_TNIL | ffi::LUA_TBOOLEAN | ffi::LUA_TNUMBER | ffi::LUA_TLIGHTUSERDATA
+        ) {
+            refs += 1;
+        }
+    }
+    if refs > REF_ARGS_BUDGET {
+        // (args...) -> (table of args, count, marker); lua_createtable raises on no memory.
+        ffi::lua_createtable(l, n, 0);
+        for i in 1..=n {
+            ffi::lua_pushvalue(l, i);
+            ffi::lua_rawseti(l, -2, i as _);
+        }
+        ffi::lua_insert(l, 1);
+        ffi::lua_settop(l, 1);
+        ffi::lua_pushinteger(l, n as ffi::lua_Integer);
+        ffi::lua_pushlightuserdata(l, packed_marker());
+        n = 3;
+    }
     ffi::lua_pushvalue(l, ffi::lua_upvalueindex(1));
     ffi::lua_insert(l, 1);
     ffi::lua_call(l, n, ffi::LUA_MULTRET);
@@ -258,6 +303,17 @@ where
     let inner = lua.create_function(move |lua, mv: MultiValue| {
         let mut vals: Vec<Value> = mv.into_iter().collect();
         let mut too_many = None;
+        let mut packed = None;
+        if vals.len() == 3 {
+            if let (Value::Table(t), Value::LightUserData(LightUserData(p))) = (&vals[0], &vals[2])
+            {
+                if *p == packed_marker() {
+                    let n = as_number(&vals[1]).unwrap_or(0.0) as usize;
+                    packed = Some((t.clone(), n));
+                    vals.clear();
+                }
+            }
+        }
         if vals.len() == 2 {
             if let Value::LightUserData(LightUserData(p)) = vals[1] {
                 if p == marker() {
@@ -272,6 +328,7 @@ where
         }
         let args = Args {
             vals,
+            packed,
             too_many,
             nil_marker: std::cell::Cell::new(false),
             nil: Value::Nil,
@@ -397,7 +454,10 @@ pub(crate) fn type_name(v: Option<&Value>) -> &'static str {
 
 /// `luaL_typerror`: "<expected> expected, got <type>".
 pub(crate) fn type_error(lua: &Lua, args: &Args, narg: usize, expected: &str) -> Raise {
-    let msg = format!("{expected} expected, got {}", type_name(args.get(narg)));
+    let msg = format!(
+        "{expected} expected, got {}",
+        type_name(args.get(narg).as_ref())
+    );
     arg_error(lua, narg as i64, msg)
 }
 
@@ -421,7 +481,7 @@ pub(crate) fn to_number(lua: &Lua, v: Option<&Value>) -> mlua::Result<Option<f64
 
 /// `luaL_checknumber`.
 pub(crate) fn check_number(lua: &Lua, args: &Args, narg: usize) -> Result<f64, Raise> {
-    match to_number(lua, args.get(narg))? {
+    match to_number(lua, args.get(narg).as_ref())? {
         Some(n) => Ok(n),
         None => Err(type_error(lua, args, narg, "number")),
     }
@@ -473,8 +533,8 @@ pub(crate) fn opt_integer(lua: &Lua, args: &Args, narg: usize, def: i64) -> Resu
 /// `luaL_checklstring`: strings, and numbers converted as Lua converts them.
 pub(crate) fn check_string(lua: &Lua, args: &Args, narg: usize) -> Result<mlua::LuaString, Raise> {
     match args.get(narg) {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(v @ (Value::Integer(_) | Value::Number(_))) => match lua.coerce_string(v.clone())? {
+        Some(Value::String(s)) => Ok(s),
+        Some(v @ (Value::Integer(_) | Value::Number(_))) => match lua.coerce_string(v)? {
             Some(s) => Ok(s),
             None => Err(type_error(lua, args, narg, "string")),
         },

@@ -119,7 +119,7 @@ fn enum_option(
 ) -> Result<Value, Raise> {
     match args.get(i) {
         None | Some(Value::Nil) => {}
-        Some(Value::Boolean(b)) => *setting = i32::from(*b),
+        Some(Value::Boolean(b)) => *setting = i32::from(b),
         Some(_) => {
             let s = call::check_string(lua, args, i)?;
             let bytes = s.as_bytes();
@@ -163,12 +163,7 @@ pub(crate) fn create(lua: &Lua, limits: crate::Limits) -> mlua::Result<Table> {
                 return Err(call::arg_error(lua, 1, "expected 1 argument"));
             }
             let conf = snapshot(&c);
-            let out = encode::encode(
-                lua,
-                &conf,
-                &next,
-                args.get(1).cloned().unwrap_or(Value::Nil),
-            )?;
+            let out = encode::encode(lua, &conf, &next, args.get(1).unwrap_or(Value::Nil))?;
             Ok(Returns::one(Value::String(lua.create_string(out)?)))
         })?,
     )?;

@@ -196,7 +196,7 @@ fn pack(lua: &Lua, args: &Args, max: usize) -> Outcome {
         out: Vec::new(),
     };
     for i in 1..=args.top() {
-        let v = args.get(i).cloned().unwrap_or(Value::Nil);
+        let v = args.get(i).unwrap_or(Value::Nil);
         p.value(&v, 0, nargs + i as i64)?;
     }
     Ok(Returns::one(Value::String(lua.create_string(&p.out)?)))

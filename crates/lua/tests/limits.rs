@@ -84,3 +84,23 @@ fn deep_nesting_does_not_recurse() {
         .unwrap();
     worker.join().expect("deep nesting on a 256 KiB stack");
 }
+
+/// mlua holds one reference per string or table argument it converts, in a stack of about
+/// 8000 slots shared with the host; Lua allows calls with nearly 8000 arguments. The libraries
+/// must not convert them one by one, or a host holding references would see a panic.
+#[test]
+fn many_arguments_while_the_host_holds_references() {
+    let lua = vm(Limits::default());
+    let held: Vec<_> = (0..1000)
+        .map(|i| lua.create_string(format!("held {i}")).unwrap())
+        .collect();
+    let n: usize = lua
+        .load(
+            "local t = {} for i = 1, 7990 do t[i] = 'ab' end \
+             return #struct.pack(string.rep('c1', 7990), unpack(t)) + select('#', cmsgpack.unpack(unpack(t)))",
+        )
+        .eval()
+        .unwrap();
+    assert_eq!(n, 7990 + 2);
+    assert_eq!(held.len(), 1000);
+}

@@ -49,6 +49,15 @@ fn names_and_positions_match_redis() {
         "local t = {f = cmsgpack.unpack} return t.f('\\193')",
         "return select(2, pcall(bit.band, 'x'))",
         "local function f() return cjson.decode('x') end return f()",
+        // Many arguments (past what one mlua reference per argument could hold).
+        "local t = {} for i = 1, 7990 do t[i] = 'ab' end return #struct.pack(string.rep('c1', 7990), unpack(t))",
+        "local t = {} for i = 1, 300 do t[i] = 'a' end t[301] = 'x' return struct.pack(string.rep('s', 300) .. 'b', unpack(t))",
+        "local t = {} for i = 1, 300 do t[i] = 'a' end return struct.pack(string.rep('s', 301), unpack(t))",
+        "local t = {} for i = 1, 7000 do t[i] = i end return bit.bor(unpack(t)), bit.bxor(unpack(t))",
+        "local t = {} for i = 1, 7000 do t[i] = {} end return select('#', cjson.encode(unpack(t)))",
+        "local t = {} for i = 1, 3999 do t[i] = {i} end return #cmsgpack.pack(unpack(t))",
+        "local t = {} for i = 1, 4001 do t[i] = {i} end return cmsgpack.pack(unpack(t))",
+        "local t = {} for i = 1, 7000 do t[i] = 's' end return select('#', cmsgpack.unpack(unpack(t)))",
         "local ok, e = pcall(cjson.decode, '[') return type(e), e .. '!'",
     ]);
 }
