@@ -151,7 +151,7 @@ pub struct Keyspace {
     pub expired_keys: AtomicU64,
     /// WATCH registrations: every write below marks the clients watching its key.
     pub watches: Watches,
-    /// Clients blocked on lists: a write that creates or grows a list wakes them.
+    /// Blocked clients: a write that puts a list or sorted set wakes the first one waiting.
     pub blocked: crate::blocking::Blocked,
     /// The next collection object id: above every id recovery met, so an id is never shared by
     /// two live objects. 1 until the first collection exists (see [`Keyspace::may_hold_records`]).
@@ -610,9 +610,9 @@ impl Txn<'_> {
         let existed = self.inner.put(&engine_key(database, key), &encoded)?;
         self.keyspace.counts.count_write(database, true, existed);
         self.keyspace.watches.touch(database, key);
-        if kind == Kind::List {
-            self.keyspace.blocked.ready(database, key);
-        }
+        // Wakes the first client blocked on this key for this kind (one atomic load when
+        // nobody is blocked).
+        self.keyspace.blocked.ready_kind(database, key, kind);
         Ok(())
     }
 

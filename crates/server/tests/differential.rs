@@ -426,6 +426,173 @@ fn collection_command(rng: &mut Rng) -> Vec<String> {
     }
 }
 
+const ZKEYS: &[&str] = &["za", "zb", "zc", "st", "la", "s", "missing"];
+
+/// Random numkeys and keys for the multi-key sorted-set and list commands (a wrong count
+/// sometimes, to compare the errors).
+fn numkeys_and_keys(rng: &mut Rng, from: &[&str]) -> Vec<String> {
+    let count = 1 + rng.below(3) as usize;
+    let shown = match rng.below(12) {
+        0 => "0".to_string(),
+        1 => "x".to_string(),
+        2 => "9".to_string(),
+        _ => count.to_string(),
+    };
+    let mut args = vec![shown];
+    for _ in 0..count {
+        args.push(pick(rng, from).to_string());
+    }
+    args
+}
+
+/// One random command among those issue 29 added (sorted-set algebra, lex ranges, ZRANGESTORE,
+/// ZRANDMEMBER with deterministic counts, the MPOP family and the blocking pops on keys that
+/// have data or a short timeout), over sorted sets, a set, a list and a string.
+fn newer_command(rng: &mut Rng) -> Vec<String> {
+    let s = |text: &str| text.to_string();
+    let z = |rng: &mut Rng| s(pick(rng, &["za", "zb", "zc"]));
+    let any = |rng: &mut Rng| s(pick(rng, ZKEYS));
+    let m = |rng: &mut Rng| s(pick(rng, &["a", "b", "c", "d", "e"]));
+    let lex = |rng: &mut Rng| s(pick(rng, LEX_BOUNDS));
+    match rng.below(30) {
+        0..=4 => {
+            let mut args = vec![s("ZADD"), z(rng)];
+            for _ in 0..1 + rng.below(3) {
+                args.push(s(pick(rng, &["0", "1", "2", "-1.5", "3", "inf", "0.1"])));
+                args.push(m(rng));
+            }
+            args
+        }
+        5 => vec![s("SADD"), s("st"), m(rng), m(rng)],
+        6 => vec![s("RPUSH"), s(pick(rng, &["la", "lb"])), m(rng), m(rng)],
+        7 => vec![s("SET"), s("s"), s("v")],
+        8..=10 => {
+            let name = pick(rng, &["ZUNION", "ZINTER", "ZDIFF"]);
+            let mut args = vec![s(name)];
+            args.extend(numkeys_and_keys(rng, ZKEYS));
+            if rng.chance(1, 3) {
+                args.push(s("WEIGHTS"));
+                for _ in 0..args.len().saturating_sub(2).min(3) {
+                    args.push(s(pick(rng, &["1", "2", "-1", "0.5", "x"])));
+                }
+            }
+            if rng.chance(1, 3) {
+                args.extend([s("AGGREGATE"), s(pick(rng, &["SUM", "MIN", "MAX", "AVG"]))]);
+            }
+            if rng.chance(1, 2) {
+                args.push(s("WITHSCORES"));
+            }
+            args
+        }
+        11 | 12 => {
+            let name = pick(rng, &["ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE"]);
+            let mut args = vec![s(name), s(pick(rng, &["zc", "dst"]))];
+            args.extend(numkeys_and_keys(rng, ZKEYS));
+            if rng.chance(1, 4) {
+                args.extend([s("AGGREGATE"), s(pick(rng, &["MIN", "MAX"]))]);
+            }
+            if rng.chance(1, 6) {
+                args.push(s("WITHSCORES"));
+            }
+            args
+        }
+        13 => {
+            let mut args = vec![s("ZINTERCARD")];
+            args.extend(numkeys_and_keys(rng, ZKEYS));
+            if rng.chance(1, 2) {
+                args.extend([s("LIMIT"), s(pick(rng, &["0", "1", "2", "-1", "x"]))]);
+            }
+            args
+        }
+        14 => vec![
+            s("ZLEXCOUNT"),
+            s(pick(rng, &["zl", "missing", "s"])),
+            lex(rng),
+            lex(rng),
+        ],
+        15 => vec![
+            s("ZREMRANGEBYLEX"),
+            s(pick(rng, &["zl", "s"])),
+            lex(rng),
+            lex(rng),
+        ],
+        16 => vec![s("ZADD"), s("zl"), s("0"), m(rng), s("0"), m(rng)],
+        17 | 18 => {
+            let mut args = vec![s("ZRANGESTORE"), s(pick(rng, &["dst", "zc"])), any(rng)];
+            match rng.below(4) {
+                0 => args.extend([small_int(rng), small_int(rng)]),
+                1 => args.extend([s("0"), s("(3"), s("BYSCORE")]),
+                2 => {
+                    // Lex ranges only on a set of equal scores (Redis leaves others undefined).
+                    args[2] = s("zl");
+                    args.extend([s("[a"), s("+"), s("BYLEX")]);
+                }
+                _ => args.extend([s("3"), s("-inf"), s("BYSCORE"), s("REV")]),
+            }
+            if rng.chance(1, 3) {
+                args.extend([
+                    s("LIMIT"),
+                    s(pick(rng, &["0", "1"])),
+                    s(pick(rng, &["1", "-1"])),
+                ]);
+            }
+            if rng.chance(1, 8) {
+                args.push(s("WITHSCORES"));
+            }
+            args
+        }
+        19 => {
+            // Counts whose answer does not depend on chance: 0, at least the size, errors.
+            let mut args = vec![s("ZRANDMEMBER"), any(rng)];
+            args.push(s(pick(rng, &["0", "100", "x"])));
+            if rng.chance(1, 2) {
+                args.push(s(pick(rng, &["WITHSCORES", "WITHSCORES", "NO"])));
+            }
+            args
+        }
+        20 | 21 => {
+            let mut args = vec![s("ZMPOP")];
+            args.extend(numkeys_and_keys(rng, ZKEYS));
+            args.push(s(pick(rng, &["MIN", "MAX", "max", "MID"])));
+            if rng.chance(1, 2) {
+                args.extend([s("COUNT"), s(pick(rng, &["1", "2", "10", "0", "-1"]))]);
+            }
+            args
+        }
+        22 => {
+            let mut args = vec![s("LMPOP")];
+            args.extend(numkeys_and_keys(rng, &["la", "lb", "s", "missing"]));
+            args.push(s(pick(rng, &["LEFT", "RIGHT", "UP"])));
+            if rng.chance(1, 2) {
+                args.extend([s("COUNT"), s(pick(rng, &["1", "3", "0"]))]);
+            }
+            args
+        }
+        23 => vec![
+            s(pick(rng, &["BZPOPMIN", "BZPOPMAX"])),
+            z(rng),
+            any(rng),
+            s(pick(rng, &["0.01", "-1", "x"])),
+        ],
+        24 => {
+            let mut args = vec![s("BZMPOP"), s("0.01")];
+            args.extend(numkeys_and_keys(rng, ZKEYS));
+            args.push(s(pick(rng, &["MIN", "MAX"])));
+            args
+        }
+        25 => {
+            let mut args = vec![s("BLMPOP"), s("0.01")];
+            args.extend(numkeys_and_keys(rng, &["la", "lb", "s", "missing"]));
+            args.push(s(pick(rng, &["LEFT", "RIGHT"])));
+            args
+        }
+        26 => vec![s("ZRANGE"), any(rng), s("0"), s("-1"), s("WITHSCORES")],
+        27 => vec![s("LRANGE"), s(pick(rng, &["la", "lb"])), s("0"), s("-1")],
+        28 => vec![s("DEL"), any(rng)],
+        _ => vec![s("TYPE"), s("dst")],
+    }
+}
+
 /// Replies whose order Redis leaves to its hash tables, sorted so both servers compare: the
 /// elements of a set-like reply, the (field, value) pairs of HGETALL.
 fn normalized(args: &[String], reply: Reply) -> Reply {
@@ -435,9 +602,10 @@ fn normalized(args: &[String], reply: Reply) -> Reply {
         items
     };
     match (name.as_str(), reply) {
-        ("SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "HKEYS" | "HVALS", Reply::Array(items)) => {
-            Reply::Array(sort(items))
-        }
+        (
+            "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "HKEYS" | "HVALS" | "ZRANDMEMBER",
+            Reply::Array(items),
+        ) => Reply::Array(sort(items)),
         ("HGETALL", Reply::Array(items)) => {
             let mut pairs: Vec<Vec<Reply>> = items.chunks(2).map(|p| p.to_vec()).collect();
             pairs.sort_by_key(|pair| format!("{pair:?}"));
@@ -577,5 +745,36 @@ fn a_differing_reply_is_caught() {
             .downcast::<String>()
             .unwrap();
         assert!(message.contains("seed 1 step 2"), "{message}");
+    }
+}
+
+/// The commands issue 29 added, compared in RESP2 and then in RESP3 (scores as doubles, pairs
+/// nested).
+#[test]
+fn newer_command_sequences_get_redis_replies() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
+    let seeds = env_count("DIFFERENTIAL_SEEDS", 4);
+    let steps = env_count("DIFFERENTIAL_STEPS", 2_500);
+    for protocol in ["2", "3"] {
+        for raw in [&mut redis_raw, &mut ours_raw] {
+            assert!(matches!(
+                raw.call(&["HELLO", protocol]),
+                Reply::Map(_) | Reply::Array(_)
+            ));
+        }
+        for seed in 0..seeds {
+            run_generated(
+                &mut redis_raw,
+                &mut ours_raw,
+                2000 + seed,
+                steps,
+                newer_command,
+                &|_, reply| reply,
+            );
+        }
     }
 }

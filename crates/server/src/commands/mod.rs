@@ -72,6 +72,8 @@ pub enum AsyncOp {
         keys: Vec<Bytes>,
         /// Give up after this many ms (0 = wait forever).
         timeout_ms: u64,
+        /// The kind of value waited for (a write of another kind at the key does not wake).
+        kind: crate::value::Kind,
     },
 }
 
@@ -107,6 +109,9 @@ pub struct Client {
     pub subscriptions: Option<ClientSubscriptions>,
     /// EXEC is running this connection's queued commands (blocking commands do not wait).
     pub in_exec: bool,
+    /// A blocked command runs again after a wake-up: a key of another type reads as empty
+    /// (Redis leaves the client blocked) instead of answering WRONGTYPE.
+    pub unblocking: bool,
     /// The last command's index in the command table, shared with CLIENT LIST's view of this
     /// connection (`usize::MAX` before the first).
     pub last_command: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -141,6 +146,7 @@ impl Client {
             watch: ClientWatch::default(),
             subscriptions: None,
             in_exec: false,
+            unblocking: false,
             last_command: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
         }
     }
@@ -517,19 +523,21 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(ctx, name, args),
         "lcs" => lcs::run(ctx, args),
         "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "llen" | "lrange"
-        | "lindex" | "lset" | "linsert" | "lrem" | "ltrim" | "lpos" | "lmove" | "rpoplpush" => {
-            lists::run(ctx, name, args)
+        | "lindex" | "lset" | "linsert" | "lrem" | "ltrim" | "lpos" | "lmove" | "rpoplpush"
+        | "lmpop" => lists::run(ctx, name, args),
+        "blpop" | "brpop" | "blmove" | "brpoplpush" | "blmpop" => {
+            return lists::run_blocking(ctx, name, args)
         }
-        "blpop" | "brpop" | "blmove" | "brpoplpush" => return lists::run_blocking(ctx, name, args),
+        "bzpopmin" | "bzpopmax" | "bzmpop" => return zsets::run_blocking(ctx, name, args),
         "sadd" | "srem" | "sismember" | "smismember" | "scard" | "smembers" | "srandmember"
         | "spop" | "smove" | "sinter" | "sunion" | "sdiff" | "sinterstore" | "sunionstore"
         | "sdiffstore" | "sintercard" | "sscan" => sets::run(ctx, name, args),
         "zadd" | "zincrby" | "zrem" | "zscore" | "zmscore" | "zcard" | "zcount" | "zrank"
         | "zrevrank" | "zrange" | "zrangebyscore" | "zrevrangebyscore" | "zrevrange"
         | "zrangebylex" | "zrevrangebylex" | "zpopmin" | "zpopmax" | "zremrangebyrank"
-        | "zremrangebyscore" | "zunionstore" | "zinterstore" | "zscan" => {
-            zsets::run(ctx, name, args)
-        }
+        | "zremrangebyscore" | "zunionstore" | "zinterstore" | "zscan" | "zlexcount"
+        | "zremrangebylex" | "zmpop" | "zunion" | "zinter" | "zdiff" | "zdiffstore"
+        | "zintercard" | "zrangestore" | "zrandmember" => zsets::run(ctx, name, args),
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
             pubsub::run(ctx, name, args)
         }
