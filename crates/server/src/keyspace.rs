@@ -458,6 +458,29 @@ impl Keyspace {
         }
     }
 
+    /// Every key of `database`, expired ones included, up to `limit` of them (`None` past it).
+    pub fn all_keys(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        limit: usize,
+    ) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
+        let mut out = Vec::new();
+        let mut cursor = 0;
+        loop {
+            cursor =
+                self.scan_step(session, database, cursor, MAX_BUCKETS_PER_STEP, |key, _| {
+                    out.push(key.to_vec())
+                })?;
+            if out.len() > limit {
+                return Ok(None);
+            }
+            if cursor == 0 {
+                return Ok(Some(out));
+            }
+        }
+    }
+
     /// Deletes every key of `database`, a scan step at a time (not atomic with respect to
     /// concurrent writers, as documented). Returns the last write mark.
     pub fn flush_database(

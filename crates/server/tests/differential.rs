@@ -454,7 +454,50 @@ fn newer_command(rng: &mut Rng) -> Vec<String> {
     let any = |rng: &mut Rng| s(pick(rng, ZKEYS));
     let m = |rng: &mut Rng| s(pick(rng, &["a", "b", "c", "d", "e"]));
     let lex = |rng: &mut Rng| s(pick(rng, LEX_BOUNDS));
-    match rng.below(30) {
+    match rng.below(42) {
+        30..=32 => sort_command(rng),
+        33 => vec![
+            s("RPUSH"),
+            s("ln"),
+            small_int(rng),
+            s(pick(rng, &["1.5", "-inf", "7"])),
+        ],
+        34 => vec![
+            s("SET"),
+            format!("w_{}", m(rng)),
+            s(pick(rng, &["1", "-2", "3.5", "x"])),
+        ],
+        35 => vec![s("HSET"), format!("h_{}", m(rng)), s("f"), small_int(rng)],
+        36 => vec![
+            s("SWAPDB"),
+            s("0"),
+            s(pick(rng, &["1", "1", "0", "16", "x"])),
+        ],
+        37 => {
+            let mut args = vec![s("COPY"), any(rng), s(pick(rng, &["dst", "za", "la"]))];
+            if rng.chance(1, 2) {
+                args.extend([s("DB"), s(pick(rng, &["0", "1", "1", "16"]))]);
+            }
+            if rng.chance(1, 2) {
+                args.push(s("REPLACE"));
+            }
+            args
+        }
+        38 => vec![s("MOVE"), any(rng), s(pick(rng, &["1", "0", "x"]))],
+        39 => {
+            // Absolute times, so EXPIRETIME answers the same on both servers.
+            let mut args = vec![
+                s(pick(rng, &["EXPIREAT", "PEXPIREAT"])),
+                any(rng),
+                s(pick(rng, &["4000000000", "4100000000", "4000000000000"])),
+            ];
+            if rng.chance(2, 3) {
+                args.push(s(pick(rng, &["NX", "XX", "GT", "LT", "nx", "YY"])));
+            }
+            args
+        }
+        40 => vec![s(pick(rng, &["EXPIRETIME", "PERSIST"])), any(rng)],
+        41 => vec![s("OBJECT"), s("FREQ"), any(rng)],
         0..=4 => {
             let mut args = vec![s("ZADD"), z(rng)];
             for _ in 0..1 + rng.below(3) {
@@ -591,6 +634,57 @@ fn newer_command(rng: &mut Rng) -> Vec<String> {
         28 => vec![s("DEL"), any(rng)],
         _ => vec![s("TYPE"), s("dst")],
     }
+}
+
+/// A random SORT or SORT_RO over lists, a set and sorted sets, with BY and GET patterns on
+/// strings `w_*` and hash fields `h_*->f` (ties in ALPHA BY orders are left to chance in Redis,
+/// so BY is numeric there).
+fn sort_command(rng: &mut Rng) -> Vec<String> {
+    let s = |text: &str| text.to_string();
+    let name = pick(rng, &["SORT", "SORT", "SORT_RO"]);
+    let key = pick(rng, &["la", "ln", "st", "za", "zb", "s", "missing"]);
+    let mut args = vec![s(name), s(key)];
+    let mut alpha = rng.chance(1, 2);
+    let mut by = false;
+    match rng.below(5) {
+        0 => {
+            args.extend([s("BY"), s(pick(rng, &["w_*", "h_*->f"]))]);
+            by = true;
+        }
+        // Nothing to sort by: a list's order (a set's and a sorted set's are their hash
+        // tables' in Redis).
+        1 if matches!(key, "la" | "ln") => args.extend([s("BY"), s("nosort")]),
+        _ => {}
+    }
+    if by && alpha {
+        alpha = false;
+    }
+    if rng.chance(1, 3) {
+        args.extend([
+            s("LIMIT"),
+            small_int(rng),
+            s(pick(rng, &["1", "2", "-1", "x"])),
+        ]);
+    }
+    for _ in 0..rng.below(3) {
+        args.extend([
+            s("GET"),
+            s(pick(rng, &["#", "w_*", "h_*->f", "nostar", "h_*->"])),
+        ]);
+    }
+    if rng.chance(1, 2) {
+        args.push(s(pick(rng, &["ASC", "DESC"])));
+    }
+    if alpha {
+        args.push(s("ALPHA"));
+    }
+    if rng.chance(1, 4) {
+        args.extend([s("STORE"), s(pick(rng, &["dst", "la"]))]);
+    }
+    if rng.chance(1, 20) {
+        args.push(s("BOGUS"));
+    }
+    args
 }
 
 /// Replies whose order Redis leaves to its hash tables, sorted so both servers compare: the
@@ -776,5 +870,95 @@ fn newer_command_sequences_get_redis_replies() {
                 &|_, reply| reply,
             );
         }
+    }
+}
+
+/// CLIENT REPLY OFF, ON and SKIP: the same pipelined requests to both servers give the same
+/// reply stream (OFF and SKIP answer nothing, SKIP drops exactly the next reply).
+#[test]
+fn client_reply_modes_match_redis() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let requests: &[&[&str]] = &[
+        &["CLIENT", "REPLY", "OFF"],
+        &["SET", "k", "1"],
+        &["GET", "k"],
+        &["GET", "nokey", "extra"],
+        &["CLIENT", "REPLY", "ON"],
+        &["GET", "k"],
+        &["CLIENT", "REPLY", "SKIP"],
+        &["INCR", "k"],
+        &["GET", "k"],
+        &["CLIENT", "REPLY", "MAYBE"],
+        &["PING"],
+    ];
+    let mut streams = Vec::new();
+    for server in [&redis, &ours] {
+        let mut raw = server.raw();
+        for request in requests {
+            let args: Vec<&[u8]> = request.iter().map(|a| a.as_bytes()).collect();
+            raw.send(&args);
+        }
+        let replies: Vec<Reply> = (0..5).map(|_| raw.read().unwrap()).collect();
+        streams.push(replies);
+    }
+    assert_eq!(
+        streams[1][..3],
+        [Reply::simple("OK"), Reply::bulk("1"), Reply::bulk("2")],
+        "ours: {:?}",
+        streams[1]
+    );
+    assert_eq!(streams[0], streams[1]);
+}
+
+/// MEMORY USAGE: null for a missing key, Redis's errors, and an estimate that grows with the
+/// value for every type (the numbers themselves are prefixkv's own: docs/server.md).
+#[test]
+fn memory_usage_estimates_and_errors() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
+    for args in [
+        &["MEMORY", "USAGE", "missing"][..],
+        &["MEMORY", "USAGE", "k", "SAMPLES", "-1"],
+        &["MEMORY", "USAGE", "k", "SAMPLES"],
+        &["MEMORY", "USAGE"],
+        &["MEMORY", "NOPE"],
+    ] {
+        assert_eq!(ours_raw.call(args), redis_raw.call(args), "{args:?}");
+    }
+    let usage = |raw: &mut common::Raw, key: &str| match raw
+        .call(&["MEMORY", "USAGE", key, "SAMPLES", "0"])
+    {
+        Reply::Integer(n) => n,
+        other => panic!("{other:?}"),
+    };
+    let big = "x".repeat(1000);
+    for (fill, key) in [
+        (&["SET", "s1", "a"][..], "s1"),
+        (&["RPUSH", "l1", "a"], "l1"),
+        (&["SADD", "t1", "a"], "t1"),
+        (&["ZADD", "z1", "1", "a"], "z1"),
+    ] {
+        ours_raw.call(fill);
+        let small = usage(&mut ours_raw, key);
+        let mut grow: Vec<&str> = fill.to_vec();
+        if let Some(last) = grow.last_mut() {
+            *last = &big;
+        }
+        if fill[0] != "SET" {
+            ours_raw.call(&grow);
+        } else {
+            ours_raw.call(&["SET", "s1", &big]);
+        }
+        let larger = usage(&mut ours_raw, key);
+        assert!(
+            small > key.len() as i64 && larger >= small + 999,
+            "{key}: {small} then {larger}"
+        );
     }
 }

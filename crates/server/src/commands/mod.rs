@@ -13,10 +13,12 @@ mod hashes;
 mod keys;
 mod lcs;
 mod lists;
+mod memory;
 mod pubsub;
 pub use pubsub::encode_message;
 mod server;
 mod sets;
+mod sort;
 mod strings;
 pub mod table;
 mod transaction;
@@ -109,6 +111,10 @@ pub struct Client {
     pub subscriptions: Option<ClientSubscriptions>,
     /// EXEC is running this connection's queued commands (blocking commands do not wait).
     pub in_exec: bool,
+    /// CLIENT REPLY OFF: no reply is sent until CLIENT REPLY ON.
+    pub reply_off: bool,
+    /// CLIENT REPLY SKIP: the next command's reply is not sent.
+    pub skip_next_reply: bool,
     /// A blocked command runs again after a wake-up: a key of another type reads as empty
     /// (Redis leaves the client blocked) instead of answering WRONGTYPE.
     pub unblocking: bool,
@@ -147,6 +153,8 @@ impl Client {
             subscriptions: None,
             in_exec: false,
             unblocking: false,
+            reply_off: false,
+            skip_next_reply: false,
             last_command: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
         }
     }
@@ -432,7 +440,15 @@ pub fn execute(
     let started = Instant::now();
     let reply_start = ctx.w.out.len();
     let counters = server.command_stats.command(index);
-    match run_command(&mut ctx, spec, &name, args) {
+    // CLIENT REPLY: a SKIP before this command drops its reply; so does OFF (the command may be
+    // CLIENT REPLY ON, which clears it first); OFF and SKIP themselves send nothing.
+    let skipped = std::mem::take(&mut ctx.client.skip_next_reply);
+    let outcome = run_command(&mut ctx, spec, &name, args);
+    let is_skip = ctx.client.skip_next_reply;
+    if skipped || is_skip || ctx.client.reply_off {
+        ctx.w.out.truncate(reply_start);
+    }
+    match outcome {
         Outcome::Executed(flow) => {
             let duration_us = started.elapsed().as_micros() as u64;
             // Every reply that starts with '-' is an error line.
@@ -543,9 +559,11 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         }
         "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"
-        | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" => {
+        | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" | "swapdb" => {
             keys::run(ctx, name, args)
         }
+        "sort" | "sort_ro" => sort::run(ctx, name, args),
+        "memory" => memory::run(ctx, args),
         _ => return server::run(ctx, name, args),
     };
     if let Err(error) = result {
