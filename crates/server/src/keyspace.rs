@@ -21,7 +21,7 @@
 //!   see part of an MSET).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -134,6 +134,7 @@ impl KeyCounts {
             sweeping_expires: Default::default(),
             expire_cursor: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
+            ttl_written: AtomicBool::new(true),
             watches: Watches::default(),
         }
     }
@@ -147,6 +148,9 @@ pub struct Keyspace {
     /// Keys with an expiry counted by the sweep cycle in progress.
     sweeping_expires: [AtomicI64; DATABASES],
     expire_cursor: AtomicU64,
+    /// A key with an expiry was written since the last sweep cycle began (a cycle that saw no
+    /// expiring key and no such write skips the next one: an idle keyspace costs nothing).
+    ttl_written: AtomicBool,
     /// Keys removed by active or lazy expiry.
     pub expired_keys: AtomicU64,
     /// WATCH registrations: every write below marks the clients watching its key.
@@ -513,7 +517,10 @@ impl Keyspace {
     }
 
     /// Active expiry: examines `buckets` index buckets (rotating over the whole index) in every
-    /// database and deletes their expired keys. Returns how many were removed.
+    /// database and deletes their expired keys. Returns how many were removed. Incremental and
+    /// bounded: one call visits at most [`MAX_BUCKETS_PER_STEP`] buckets and deletes only the
+    /// expired keys among them, each in its own small transaction. A new cycle starts only if
+    /// the last one saw a key with an expiry or one was written since.
     pub fn expire_sweep(
         &self,
         session: &mut StoreSession,
@@ -521,6 +528,14 @@ impl Keyspace {
     ) -> Result<u64, CommandError> {
         let now = now_ms();
         let cursor = self.expire_cursor.load(Ordering::Relaxed);
+        if cursor == 0 {
+            let seen: i64 = (0..DATABASES)
+                .map(|db| self.counts.counts[db].expires.load(Ordering::Relaxed))
+                .sum();
+            if !self.ttl_written.swap(false, Ordering::Relaxed) && seen <= 0 {
+                return Ok(0);
+            }
+        }
         let mut expired: Vec<(u8, Vec<u8>)> = Vec::new();
         let mut with_expiry = [0i64; DATABASES];
         let next = session.scan(
@@ -628,6 +643,9 @@ impl Txn<'_> {
         expire_at_ms: u64,
         payload: &[u8],
     ) -> Result<(), CommandError> {
+        if expire_at_ms != 0 && !self.keyspace.ttl_written.load(Ordering::Relaxed) {
+            self.keyspace.ttl_written.store(true, Ordering::Relaxed);
+        }
         let mut encoded = Vec::new();
         value::encode(kind, expire_at_ms, payload, &mut encoded);
         let existed = self.inner.put(&engine_key(database, key), &encoded)?;
