@@ -135,6 +135,7 @@ impl KeyCounts {
             expire_cursor: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
             ttl_written: AtomicBool::new(true),
+            notifier: Default::default(),
             watches: Watches::default(),
         }
     }
@@ -153,6 +154,8 @@ pub struct Keyspace {
     ttl_written: AtomicBool,
     /// Keys removed by active or lazy expiry.
     pub expired_keys: AtomicU64,
+    /// Keyspace notifications: writes record the keys they touch while it is active.
+    pub notifier: crate::notify::Notifier,
     /// WATCH registrations: every write below marks the clients watching its key.
     pub watches: Watches,
     /// Blocked clients: a write that puts a list or sorted set wakes the first one waiting.
@@ -610,6 +613,12 @@ impl Txn<'_> {
         if stored.expire_at_ms != 0 && stored.expire_at_ms <= self.now_ms {
             self.delete(database, key)?;
             self.keyspace.expired_keys.fetch_add(1, Ordering::Relaxed);
+            let notifier = &self.keyspace.notifier;
+            if notifier.active() {
+                // Not the command's write: an event of its own.
+                crate::notify::forget_last_touch(database, key);
+                notifier.notify(crate::notify::EXPIRED, "expired", database, key);
+            }
             self.expired_now = true;
             return Ok(None);
         }
@@ -650,6 +659,13 @@ impl Txn<'_> {
         value::encode(kind, expire_at_ms, payload, &mut encoded);
         let existed = self.inner.put(&engine_key(database, key), &encoded)?;
         self.keyspace.counts.count_write(database, true, existed);
+        let notifier = &self.keyspace.notifier;
+        if notifier.active() {
+            crate::notify::record_touch(database, key, true);
+            if !existed {
+                notifier.notify(crate::notify::NEW, "new", database, key);
+            }
+        }
         self.keyspace.watches.touch(database, key);
         // Wakes the first client blocked on this key for this kind (one atomic load when
         // nobody is blocked).
@@ -677,6 +693,9 @@ impl Txn<'_> {
         self.keyspace.counts.count_write(database, false, existed);
         if existed {
             self.keyspace.watches.touch(database, key);
+            if self.keyspace.notifier.active() {
+                crate::notify::record_touch(database, key, false);
+            }
         }
         Ok(existed)
     }

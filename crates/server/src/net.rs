@@ -128,6 +128,7 @@ fn worker(
                     if let Err(error) = result {
                         tracing::warn!("active expiry: {error}");
                     }
+                    server.keyspace.notifier.flush(&server.pubsub);
                 }
             });
         }

@@ -962,3 +962,90 @@ fn memory_usage_estimates_and_errors() {
         );
     }
 }
+
+/// Reads Pub/Sub pushes until the `marker` message; the (channel, payload) pairs of the rest.
+fn notifications_until_marker(subscriber: &mut Raw) -> Vec<(Reply, Reply)> {
+    let mut seen = Vec::new();
+    loop {
+        let Some(Reply::Array(items) | Reply::Push(items)) = subscriber.read() else {
+            panic!("the subscriber's connection ended");
+        };
+        let kind = items[0].clone();
+        if kind == Reply::bulk("message") && items[1] == Reply::bulk("marker") {
+            return seen;
+        }
+        if kind == Reply::bulk("pmessage") {
+            seen.push((items[2].clone(), items[3].clone()));
+        }
+    }
+}
+
+/// Keyspace notifications: with `notify-keyspace-events KEA` the same generated commands make
+/// both servers publish the same messages, in the same order (compared per batch of steps).
+#[test]
+fn keyspace_notifications_match_redis() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let mut subscribers = Vec::new();
+    let mut writers = Vec::new();
+    for server in [&redis, &ours] {
+        let mut writer = server.raw();
+        let reply = writer.call(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]);
+        assert_eq!(reply, Reply::simple("OK"));
+        assert_eq!(
+            writer.call(&["CONFIG", "GET", "notify-keyspace-events"]),
+            Reply::Array(vec![
+                Reply::bulk("notify-keyspace-events"),
+                Reply::bulk("AKE")
+            ])
+        );
+        let mut subscriber = server.raw();
+        subscriber
+            .stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        subscriber.send(&[b"PSUBSCRIBE", b"__key*__:*"]);
+        subscriber.read().unwrap();
+        subscriber.send(&[b"SUBSCRIBE", b"marker"]);
+        subscriber.read().unwrap();
+        subscribers.push(subscriber);
+        writers.push(writer);
+    }
+    let generators: [fn(&mut Rng) -> Vec<String>; 3] = [command, collection_command, newer_command];
+    for (round, generate) in generators.into_iter().enumerate() {
+        let mut rng = Rng::new(3000 + round as u64);
+        for batch in 0..10 {
+            let mut commands = Vec::new();
+            for _ in 0..30 {
+                let args = generate(&mut rng);
+                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                for writer in writers.iter_mut() {
+                    writer.call(&refs);
+                }
+                commands.push(args.join(" "));
+            }
+            let mut streams = Vec::new();
+            for (writer, subscriber) in writers.iter_mut().zip(subscribers.iter_mut()) {
+                writer.call(&["PUBLISH", "marker", "end"]);
+                streams.push(notifications_until_marker(subscriber));
+            }
+            if streams[0] != streams[1] {
+                let at = (0..)
+                    .find(|&i| streams[0].get(i) != streams[1].get(i))
+                    .unwrap();
+                let window = |stream: &[(Reply, Reply)]| {
+                    stream[at.saturating_sub(2)..(at + 4).min(stream.len())].to_vec()
+                };
+                panic!(
+                    "generator {round} batch {batch}, message {at}:\n  redis-server: {:?}\n  \
+                     prefixkv:     {:?}\n  commands:\n  {}",
+                    window(&streams[0]),
+                    window(&streams[1]),
+                    commands.join("\n  ")
+                );
+            }
+        }
+    }
+}

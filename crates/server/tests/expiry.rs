@@ -35,3 +35,43 @@ fn keys_expire_without_being_read() {
     let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
     expire_without_reads(&ours);
 }
+
+/// `notify-keyspace-events Ex`: a key removed by active expiry (never read) publishes
+/// `expired` on `__keyevent@0__:expired`; with `n`, a created key publishes `new` first.
+#[test]
+fn expiry_publishes_expired_events() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    for server in [&redis, &ours] {
+        let mut writer = server.raw();
+        let reply = writer.call(&["CONFIG", "SET", "notify-keyspace-events", "Exn"]);
+        assert_eq!(reply, Reply::simple("OK"));
+        let mut subscriber = server.raw();
+        subscriber
+            .stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        subscriber.send(&[b"PSUBSCRIBE", b"__keyevent@0__:*"]);
+        subscriber.read().unwrap();
+        assert_eq!(
+            writer.call(&["PSETEX", "soon", "100", "v"]),
+            Reply::simple("OK")
+        );
+        let mut events = Vec::new();
+        while events.len() < 2 {
+            match subscriber.read() {
+                Some(Reply::Array(items)) => events.push((items[2].clone(), items[3].clone())),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            events,
+            [
+                (Reply::bulk("__keyevent@0__:new"), Reply::bulk("soon")),
+                (Reply::bulk("__keyevent@0__:expired"), Reply::bulk("soon")),
+            ]
+        );
+    }
+}

@@ -443,7 +443,27 @@ pub fn execute(
     // CLIENT REPLY: a SKIP before this command drops its reply; so does OFF (the command may be
     // CLIENT REPLY ON, which clears it first); OFF and SKIP themselves send nothing.
     let skipped = std::mem::take(&mut ctx.client.skip_next_reply);
+    let notifier = &server.keyspace.notifier;
+    if notifier.active() {
+        // Touches left by an earlier command that ran with notifications off are not ours.
+        crate::notify::take_touched();
+    }
     let outcome = run_command(&mut ctx, spec, &name, args);
+    if notifier.active() {
+        let zero = ctx.w.out.get(reply_start..) == Some(&b":0\r\n"[..]);
+        // These answer how many elements changed: 0 means nothing did, and Redis sends nothing.
+        let unchanged = zero
+            && matches!(
+                name.as_str(),
+                "sadd" | "srem" | "zrem" | "hdel" | "lrem" | "smove"
+            );
+        if unchanged {
+            crate::notify::take_touched();
+        } else {
+            notify_command(server, ctx.client.database, &name, args);
+        }
+        notifier.flush(&server.pubsub);
+    }
     let is_skip = ctx.client.skip_next_reply;
     if skipped || is_skip || ctx.client.reply_off {
         ctx.w.out.truncate(reply_start);
@@ -469,6 +489,32 @@ pub fn execute(
             Flow::Continue
         }
         Outcome::Queued(flow) => flow,
+    }
+}
+
+/// Queues the keyspace events of the command that just ran (`crate::notify`), keys in the order
+/// the command names them (a source before its destination).
+fn notify_command(server: &Server, database: u8, name: &str, args: &[Bytes]) {
+    let mut touched = crate::notify::take_touched();
+    if touched.is_empty() {
+        return;
+    }
+    if matches!(name, "mset" | "msetnx") {
+        // One `set` per pair, a key named twice included, as Redis.
+        for pair in args[1..].chunks(2) {
+            let notifier = &server.keyspace.notifier;
+            notifier.notify(crate::notify::STRING, "set", database, &pair[0]);
+        }
+        return;
+    }
+    let position = |key: &[u8]| args.iter().skip(1).position(|a| &a[..] == key);
+    touched.sort_by_key(|(db, key, _)| (position(key).unwrap_or(usize::MAX), *db != database));
+    for (db, key, present) in touched {
+        for (class, event) in
+            crate::notify::command_events(name, args, &key, db == database, present)
+        {
+            server.keyspace.notifier.notify(class, event, db, &key);
+        }
     }
 }
 

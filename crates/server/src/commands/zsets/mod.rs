@@ -266,6 +266,7 @@ fn add(
     let (mut zset, expire) = found.unwrap_or_else(|| (ZSet::new(keyspace.new_object_id()), 0));
     let mut counted = 0;
     let mut last = None;
+    let mut changed = false;
     let outcome = txn.with_records(db, key, |records| {
         for &(score, member) in pairs {
             let old = zset.score(records, member)?;
@@ -286,8 +287,13 @@ fn add(
                     continue;
                 }
             }
-            zset.set(records, member, old, new)?;
             last = Some(new);
+            if old == Some(new) {
+                // Nothing changes: no write (and no keyspace event, as Redis).
+                continue;
+            }
+            zset.set(records, member, old, new)?;
+            changed = true;
             match old {
                 None => counted += 1,
                 Some(old) if options.ch && old != new => counted += 1,
@@ -297,7 +303,7 @@ fn add(
         Ok(())
     });
     // Written back even after an error: it holds what succeeded (`crate::objects`).
-    if !zset.is_empty() {
+    if changed {
         save_zset(&mut txn, db, key, &zset, expire)?;
     }
     outcome?;
