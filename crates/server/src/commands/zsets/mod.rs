@@ -12,6 +12,9 @@ mod setops;
 
 pub(super) use pops::run_blocking;
 
+/// (member, score) entries, in reply order.
+type Entries = Vec<(Vec<u8>, f64)>;
+
 use std::ops::ControlFlow;
 
 use bytes::Bytes;

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::{write_entries, CommandError, CommandResult, Ctx};
+use super::{write_entries, CommandError, CommandResult, Ctx, Entries};
 use crate::commands::lists::{block_on, may_serve, parse_mpop, parse_timeout};
 use crate::commands::{lower, parse_int, Flow};
 use crate::objects::{save_zset, split_entry, zset_of};
@@ -35,7 +35,7 @@ fn pop_from(
     side: Side,
     count: u64,
     lenient: bool,
-) -> CommandResult<Option<Vec<(Vec<u8>, f64)>>> {
+) -> CommandResult<Option<Entries>> {
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
     let found = match zset_of(txn.get(db, key)?) {

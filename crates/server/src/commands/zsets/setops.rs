@@ -10,7 +10,7 @@ use std::ops::ControlFlow;
 
 use bytes::Bytes;
 
-use super::{write_entries, CommandError, CommandResult, Ctx};
+use super::{write_entries, CommandError, CommandResult, Ctx, Entries};
 use crate::commands::{lower, parse_float, parse_int};
 use crate::keyspace::Txn;
 use crate::objects::{save_zset, set_of, split_entry, zset_of, ZSet};
@@ -154,7 +154,7 @@ fn combine(ctx: &mut Ctx<'_>, request: &Request<'_>, options: &[Bytes]) -> Comma
 fn combine_inputs(
     op: Op,
     aggregate: Aggregate,
-    inputs: Vec<(Vec<(Vec<u8>, f64)>, f64)>,
+    inputs: Vec<(Entries, f64)>,
 ) -> HashMap<Vec<u8>, f64> {
     let mut result: HashMap<Vec<u8>, (f64, usize)> = HashMap::new();
     for (i, (members, weight)) in inputs.into_iter().enumerate() {
