@@ -16,6 +16,13 @@
 //! - Every write of a user key marks the clients that WATCH it (`crate::watch`), inside its
 //!   transaction, so an EXEC (which holds the exec gate exclusively) sees every mark of every
 //!   write that finished before it.
+//! - Every put of a user key wakes the first client blocked on that key for that kind of value
+//!   (`crate::blocking`), and, while keyspace notifications are on, records the key for the
+//!   command's events (`crate::notify`); a delete that found the key records it too. Both cost
+//!   one atomic load when nobody is blocked and notifications are off. A lazy-expiry delete is
+//!   not the command's write: it queues `expired` instead.
+//! - Active expiry ([`Keyspace::expire_sweep`]) is incremental: one step visits a bounded number
+//!   of index buckets and deletes only the expired keys among them.
 //! - MULTI/EXEC isolation: `prefixkv_store::StoreSession::exclusive` (no other write runs while
 //!   an EXEC runs; reads take no locks, so a concurrent read may see part of an EXEC, as it may
 //!   see part of an MSET).
