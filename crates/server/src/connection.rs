@@ -243,7 +243,11 @@ async fn wait_unblocked(
             tokio::select! {
                 () = notify.notified() => break,
                 () = expired => {
-                    prefixkv_resp::Encoder::new(client.protocol).null_array(output);
+                    // CLIENT REPLY OFF, or SKIP before the blocked command: no reply.
+                    let skipped = std::mem::take(&mut client.skip_next_reply);
+                    if !skipped && !client.reply_off {
+                        prefixkv_resp::Encoder::new(client.protocol).null_array(output);
+                    }
                     return Ok(true);
                 }
                 read = stream.read_buf(input) => {

@@ -205,7 +205,8 @@ fn newer_command_sequences_get_redis_replies() {
 }
 
 /// CLIENT REPLY OFF, ON and SKIP: the same pipelined requests to both servers give the same
-/// reply stream (OFF and SKIP answer nothing, SKIP drops exactly the next reply).
+/// reply stream (OFF and SKIP answer nothing, SKIP drops exactly the next reply, a blocking
+/// command's timeout included).
 #[test]
 fn client_reply_modes_match_redis() {
     let redis_dir = tempfile::tempdir().unwrap();
@@ -223,6 +224,9 @@ fn client_reply_modes_match_redis() {
         &["INCR", "k"],
         &["GET", "k"],
         &["CLIENT", "REPLY", "MAYBE"],
+        // A skipped blocking command times out without a reply.
+        &["CLIENT", "REPLY", "SKIP"],
+        &["BLPOP", "nokey", "0.05"],
         &["PING"],
     ];
     let mut streams = Vec::new();

@@ -468,6 +468,16 @@ pub fn execute(
     if skipped || is_skip || ctx.client.reply_off {
         ctx.w.out.truncate(reply_start);
     }
+    if skipped
+        && matches!(
+            outcome,
+            Outcome::Executed(Flow::Async(AsyncOp::Block { .. }))
+        )
+    {
+        // A skipped command that blocks: its reply comes later (a retry, or the timeout's
+        // null, which the connection drops while this is set).
+        ctx.client.skip_next_reply = true;
+    }
     match outcome {
         Outcome::Executed(flow) => {
             let duration_us = started.elapsed().as_micros() as u64;
