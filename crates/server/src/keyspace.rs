@@ -666,12 +666,8 @@ impl Txn<'_> {
         value::encode(kind, expire_at_ms, payload, &mut encoded);
         let existed = self.inner.put(&engine_key(database, key), &encoded)?;
         self.keyspace.counts.count_write(database, true, existed);
-        let notifier = &self.keyspace.notifier;
-        if notifier.active() {
-            crate::notify::record_touch(database, key, true);
-            if !existed {
-                notifier.notify(crate::notify::NEW, "new", database, key);
-            }
+        if self.keyspace.notifier.active() {
+            crate::notify::record_touch(database, key, true, !existed);
         }
         self.keyspace.watches.touch(database, key);
         // Wakes the first client blocked on this key for this kind (one atomic load when
@@ -701,7 +697,7 @@ impl Txn<'_> {
         if existed {
             self.keyspace.watches.touch(database, key);
             if self.keyspace.notifier.active() {
-                crate::notify::record_touch(database, key, false);
+                crate::notify::record_touch(database, key, false, false);
             }
         }
         Ok(existed)

@@ -8,7 +8,8 @@
 //! ([`record_touch`]); after the command, [`command_events`] names the events for those keys
 //! from the command (`lpush` for LPUSH, `rename_from`/`rename_to` for RENAME, `del` for a
 //! collection a command emptied, ...). Expiry (lazy, and the active sweep, which goes through
-//! the same path) queues `expired` itself, and a key created queues `new`. Events wait in a
+//! the same path) queues `expired` itself, and a key the command created gets `new` before
+//! its other events (not for SWAPDB, which moves keys). Events wait in a
 //! queue and are published after the command, outside every key lock, before its reply is
 //! sent ([`Notifier::flush`]).
 //!
@@ -86,8 +87,8 @@ pub fn parse_flags(text: &str) -> Option<u32> {
     Some(flags)
 }
 
-/// The flags as CONFIG GET shows them (Redis's order: `A` or the class letters, then `K`, `E`,
-/// `m`, `n`).
+/// The flags as CONFIG GET shows them, in Redis 7.0's order: `A` or the class letters (with
+/// `n` last among them: with `A`, `n` is kept but not shown, as Redis), then `K`, `E`, `m`.
 pub fn format_flags(flags: u32) -> String {
     let mut text = String::new();
     if flags & ALL == ALL {
@@ -99,13 +100,11 @@ pub fn format_flags(flags: u32) -> String {
                 .filter(|(_, f)| flags & f != 0)
                 .map(|(l, _)| *l),
         );
+        if flags & NEW != 0 {
+            text.push('n');
+        }
     }
-    for (letter, flag) in [
-        ('K', KEYSPACE),
-        ('E', KEYEVENT),
-        ('m', KEY_MISS),
-        ('n', NEW),
-    ] {
+    for (letter, flag) in [('K', KEYSPACE), ('E', KEYEVENT), ('m', KEY_MISS)] {
         if flags & flag != 0 {
             text.push(letter);
         }
@@ -187,14 +186,34 @@ impl Notifier {
 }
 
 thread_local! {
-    /// Keys the running command wrote: (database, key, exists afterwards), in order.
-    static TOUCHED: RefCell<Vec<(u8, Vec<u8>, bool)>> = const { RefCell::new(Vec::new()) };
+    /// Keys the running command wrote, in order.
+    static TOUCHED: RefCell<Vec<Touch>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Records that a write left `key` of `database` present or not (called by the keyspace's
-/// writes while notifications are on).
-pub fn record_touch(database: u8, key: &[u8], present: bool) {
-    TOUCHED.with(|touched| touched.borrow_mut().push((database, key.to_vec(), present)));
+/// A key a command wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Touch {
+    /// Its database.
+    pub database: u8,
+    /// The key.
+    pub key: Vec<u8>,
+    /// It exists after the write (after the command, once folded by [`take_touched`]).
+    pub present: bool,
+    /// The write created it (folded: the command's first write to it did).
+    pub created: bool,
+}
+
+/// Records that a write left `key` of `database` present or not, and whether it created it
+/// (called by the keyspace's writes while notifications are on).
+pub fn record_touch(database: u8, key: &[u8], present: bool, created: bool) {
+    TOUCHED.with(|touched| {
+        touched.borrow_mut().push(Touch {
+            database,
+            key: key.to_vec(),
+            present,
+            created,
+        })
+    });
 }
 
 /// Forgets the last recorded touch of `key` (a lazy-expiry delete is its own event).
@@ -203,7 +222,7 @@ pub fn forget_last_touch(database: u8, key: &[u8]) {
         let mut touched = touched.borrow_mut();
         if touched
             .last()
-            .is_some_and(|(db, k, present)| *db == database && k == key && !present)
+            .is_some_and(|t| t.database == database && t.key == key && !t.present)
         {
             touched.pop();
         }
@@ -211,15 +230,22 @@ pub fn forget_last_touch(database: u8, key: &[u8]) {
 }
 
 /// Takes the keys recorded since the last call: each key once, in first-touch order, with
-/// whether it exists at the end.
-pub fn take_touched() -> Vec<(u8, Vec<u8>, bool)> {
+/// whether it exists at the end and whether the command created it (its first write did, and
+/// it exists at the end: a STORE that deletes and rewrites its destination overwrote it).
+pub fn take_touched() -> Vec<Touch> {
     let all = TOUCHED.with(|touched| std::mem::take(&mut *touched.borrow_mut()));
-    let mut out: Vec<(u8, Vec<u8>, bool)> = Vec::with_capacity(all.len());
-    for (db, key, present) in all {
-        match out.iter_mut().find(|(d, k, _)| *d == db && *k == key) {
-            Some(entry) => entry.2 = present,
-            None => out.push((db, key, present)),
+    let mut out: Vec<Touch> = Vec::with_capacity(all.len());
+    for touch in all {
+        match out
+            .iter_mut()
+            .find(|t| t.database == touch.database && t.key == touch.key)
+        {
+            Some(entry) => entry.present = touch.present,
+            None => out.push(touch),
         }
+    }
+    for touch in &mut out {
+        touch.created &= touch.present;
     }
     out
 }
@@ -373,24 +399,34 @@ mod tests {
         assert_eq!(format_flags(parse_flags("KEA").unwrap()), "AKE");
         assert_eq!(format_flags(parse_flags("Elg").unwrap()), "glE");
         assert_eq!(format_flags(parse_flags("Kx$").unwrap()), "$xK");
-        assert_eq!(format_flags(parse_flags("AKEmn").unwrap()), "AKEmn");
+        assert_eq!(format_flags(parse_flags("AKEmn").unwrap()), "AKEm");
+        assert_eq!(format_flags(parse_flags("Kmn").unwrap()), "nKm");
+        assert_eq!(format_flags(parse_flags("Eg$zn").unwrap()), "g$znE");
         assert_eq!(parse_flags("Kq"), None);
     }
 
     #[test]
     fn touches_fold_to_the_final_state() {
         take_touched();
-        record_touch(0, b"a", true);
-        record_touch(0, b"b", true);
-        record_touch(0, b"a", false);
+        record_touch(0, b"a", true, true);
+        record_touch(0, b"b", false, false);
+        record_touch(0, b"b", true, true);
+        record_touch(0, b"a", false, false);
         forget_last_touch(0, b"a");
-        record_touch(0, b"c", false);
+        record_touch(0, b"c", false, false);
+        let touch = |key: &[u8], present, created| Touch {
+            database: 0,
+            key: key.to_vec(),
+            present,
+            created,
+        };
         assert_eq!(
             take_touched(),
             vec![
-                (0, b"a".to_vec(), true),
-                (0, b"b".to_vec(), true),
-                (0, b"c".to_vec(), false)
+                touch(b"a", true, true),
+                // Deleted, then written again: overwritten, not created.
+                touch(b"b", true, false),
+                touch(b"c", false, false)
             ]
         );
     }

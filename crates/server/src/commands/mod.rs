@@ -510,20 +510,45 @@ fn notify_command(server: &Server, database: u8, name: &str, args: &[Bytes]) {
         return;
     }
     if matches!(name, "mset" | "msetnx") {
-        // One `set` per pair, a key named twice included, as Redis.
+        // One `set` per pair, a key named twice included, as Redis (`new` before a key's
+        // first `set` when MSET created it).
+        let notifier = &server.keyspace.notifier;
+        let mut announced: Vec<&[u8]> = Vec::new();
         for pair in args[1..].chunks(2) {
-            let notifier = &server.keyspace.notifier;
+            let created = touched.iter().any(|t| t.created && t.key == pair[0]);
+            if created && !announced.contains(&&pair[0][..]) {
+                notifier.notify(crate::notify::NEW, "new", database, &pair[0]);
+                announced.push(&pair[0]);
+            }
             notifier.notify(crate::notify::STRING, "set", database, &pair[0]);
         }
         return;
     }
     let position = |key: &[u8]| args.iter().skip(1).position(|a| &a[..] == key);
-    touched.sort_by_key(|(db, key, _)| (position(key).unwrap_or(usize::MAX), *db != database));
-    for (db, key, present) in touched {
+    touched.sort_by_key(|t| {
+        (
+            position(&t.key).unwrap_or(usize::MAX),
+            t.database != database,
+        )
+    });
+    let notifier = &server.keyspace.notifier;
+    if matches!(name, "rename" | "renamenx" | "move" | "copy") {
+        // Redis adds the destination anew (after deleting an old one): `new` comes first.
+        for touch in touched.iter_mut().filter(|t| t.present) {
+            notifier.notify(crate::notify::NEW, "new", touch.database, &touch.key);
+            touch.created = false;
+        }
+    }
+    for touch in touched {
+        let (db, key) = (touch.database, &touch.key);
+        if touch.created && name != "swapdb" {
+            notifier.notify(crate::notify::NEW, "new", db, key);
+        }
+        let in_source_db = db == database;
         for (class, event) in
-            crate::notify::command_events(name, args, &key, db == database, present)
+            crate::notify::command_events(name, args, key, in_source_db, touch.present)
         {
-            server.keyspace.notifier.notify(class, event, db, &key);
+            notifier.notify(class, event, db, key);
         }
     }
 }
