@@ -283,7 +283,8 @@ pub fn command_events(
             return vec![(GENERIC, event)];
         }
         "copy" => (GENERIC, "copy_to"),
-        "sort" => (GENERIC, "sortstore"),
+        // Redis files SORT's store under the list class.
+        "sort" => (LIST, "sortstore"),
         "set" | "setnx" | "setex" | "psetex" | "getset" | "mset" | "msetnx" => {
             let mut events = vec![(STRING, "set")];
             let expiring = matches!(name, "setex" | "psetex")

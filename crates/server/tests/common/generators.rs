@@ -444,49 +444,7 @@ pub fn newer_command(rng: &mut Rng) -> Vec<String> {
     let m = |rng: &mut Rng| s(pick(rng, &["a", "b", "c", "d", "e"]));
     let lex = |rng: &mut Rng| s(pick(rng, LEX_BOUNDS));
     match rng.below(42) {
-        30..=32 => sort_command(rng),
-        33 => vec![
-            s("RPUSH"),
-            s("ln"),
-            small_int(rng),
-            s(pick(rng, &["1.5", "-inf", "7"])),
-        ],
-        34 => vec![
-            s("SET"),
-            format!("w_{}", m(rng)),
-            s(pick(rng, &["1", "-2", "3.5", "x"])),
-        ],
-        35 => vec![s("HSET"), format!("h_{}", m(rng)), s("f"), small_int(rng)],
-        36 => vec![
-            s("SWAPDB"),
-            s("0"),
-            s(pick(rng, &["1", "1", "0", "16", "x"])),
-        ],
-        37 => {
-            let mut args = vec![s("COPY"), any(rng), s(pick(rng, &["dst", "za", "la"]))];
-            if rng.chance(1, 2) {
-                args.extend([s("DB"), s(pick(rng, &["0", "1", "1", "16"]))]);
-            }
-            if rng.chance(1, 2) {
-                args.push(s("REPLACE"));
-            }
-            args
-        }
-        38 => vec![s("MOVE"), any(rng), s(pick(rng, &["1", "0", "x"]))],
-        39 => {
-            // Absolute times, so EXPIRETIME answers the same on both servers.
-            let mut args = vec![
-                s(pick(rng, &["EXPIREAT", "PEXPIREAT"])),
-                any(rng),
-                s(pick(rng, &["4000000000", "4100000000", "4000000000000"])),
-            ];
-            if rng.chance(2, 3) {
-                args.push(s(pick(rng, &["NX", "XX", "GT", "LT", "nx", "YY"])));
-            }
-            args
-        }
-        40 => vec![s(pick(rng, &["EXPIRETIME", "PERSIST"])), any(rng)],
-        41 => vec![s("OBJECT"), s("FREQ"), any(rng)],
+        30..=41 => key_command(rng),
         0..=4 => {
             let mut args = vec![s("ZADD"), z(rng)];
             for _ in 0..1 + rng.below(3) {
@@ -625,6 +583,60 @@ pub fn newer_command(rng: &mut Rng) -> Vec<String> {
     }
 }
 
+/// The key and database commands of [`newer_command`]: SORT, the strings and hashes SORT's
+/// patterns read, SWAPDB, COPY and MOVE across databases, EXPIREAT with its options (absolute
+/// times, so EXPIRETIME answers alike), PERSIST and OBJECT FREQ.
+pub fn key_command(rng: &mut Rng) -> Vec<String> {
+    let s = |text: &str| text.to_string();
+    let any = |rng: &mut Rng| s(pick(rng, ZKEYS));
+    let m = |rng: &mut Rng| s(pick(rng, &["a", "b", "c", "d", "e"]));
+    match rng.below(12) + 30 {
+        30..=32 => sort_command(rng),
+        33 => vec![
+            s("RPUSH"),
+            s("ln"),
+            small_int(rng),
+            s(pick(rng, &["1.5", "-inf", "7"])),
+        ],
+        34 => vec![
+            s("SET"),
+            format!("w_{}", m(rng)),
+            s(pick(rng, &["1", "-2", "3.5", "x"])),
+        ],
+        35 => vec![s("HSET"), format!("h_{}", m(rng)), s("f"), small_int(rng)],
+        36 => vec![
+            s("SWAPDB"),
+            s("0"),
+            s(pick(rng, &["1", "1", "0", "16", "x"])),
+        ],
+        37 => {
+            let mut args = vec![s("COPY"), any(rng), s(pick(rng, &["dst", "za", "la"]))];
+            if rng.chance(1, 2) {
+                args.extend([s("DB"), s(pick(rng, &["0", "1", "1", "16"]))]);
+            }
+            if rng.chance(1, 2) {
+                args.push(s("REPLACE"));
+            }
+            args
+        }
+        38 => vec![s("MOVE"), any(rng), s(pick(rng, &["1", "0", "x"]))],
+        39 => {
+            // Absolute times, so EXPIRETIME answers the same on both servers.
+            let mut args = vec![
+                s(pick(rng, &["EXPIREAT", "PEXPIREAT"])),
+                any(rng),
+                s(pick(rng, &["4000000000", "4100000000", "4000000000000"])),
+            ];
+            if rng.chance(2, 3) {
+                args.push(s(pick(rng, &["NX", "XX", "GT", "LT", "nx", "YY"])));
+            }
+            args
+        }
+        40 => vec![s(pick(rng, &["EXPIRETIME", "PERSIST"])), any(rng)],
+        _ => vec![s("OBJECT"), s("FREQ"), any(rng)],
+    }
+}
+
 /// A random SORT or SORT_RO over lists, a set and sorted sets, with BY and GET patterns on
 /// strings `w_*` and hash fields `h_*->f` (ties in ALPHA BY orders are left to chance in Redis,
 /// so BY is numeric there).
@@ -642,7 +654,8 @@ pub fn sort_command(rng: &mut Rng) -> Vec<String> {
         }
         // Nothing to sort by: a list's order (a set's and a sorted set's are their hash
         // tables' in Redis).
-        1 if matches!(key, "la" | "ln") => args.extend([s("BY"), s("nosort")]),
+        // (`ln` only: COPY can make `la` a set or a sorted set.)
+        1 if key == "ln" => args.extend([s("BY"), s("nosort")]),
         _ => {}
     }
     if by && alpha {
