@@ -281,6 +281,8 @@ pub struct Config {
     pub checkpoint_nice: i32,
     /// Checkpoint segments bypass the page cache (`StoreConfig::checkpoint_direct_io`).
     pub checkpoint_direct_io: bool,
+    /// `notify-keyspace-events` flags (`crate::notify`; 0 = off, the default; CONFIG SET only).
+    pub notify_keyspace_events: u32,
 }
 
 /// Parses `100`, `100b`, `64kb`, `64k`, `100mb`, `2gb` (Redis's memory units: `k` = 1000,
@@ -466,6 +468,7 @@ impl Config {
                 .or(file.checkpoint_nice)
                 .unwrap_or(prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE),
             checkpoint_direct_io,
+            notify_keyspace_events: 0,
         };
         if !(0..=19).contains(&config.checkpoint_nice) {
             bail!(

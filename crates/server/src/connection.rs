@@ -140,6 +140,7 @@ async fn serve_loop(
                     database,
                     keys,
                     timeout_ms,
+                    kind,
                 }) => {
                     if !await_ticket(client).await
                         || !flush(server, stream, &mut output, client).await?
@@ -151,6 +152,7 @@ async fn serve_loop(
                         database,
                         keys: &keys,
                         timeout_ms,
+                        kind,
                     };
                     if !wait_unblocked(server, stream, client, &mut input, &mut output, wait)
                         .await?
@@ -186,6 +188,7 @@ struct BlockedWait<'a> {
     database: u8,
     keys: &'a [bytes::Bytes],
     timeout_ms: u64,
+    kind: crate::value::Kind,
 }
 
 /// Waits until the blocked command in `wait` completes (a push to one of its keys let it run)
@@ -202,11 +205,13 @@ async fn wait_unblocked(
     let deadline = (wait.timeout_ms > 0)
         .then(|| tokio::time::Instant::now() + std::time::Duration::from_millis(wait.timeout_ms));
     let notify = Arc::new(tokio::sync::Notify::new());
-    let _registration =
-        server
-            .keyspace
-            .blocked
-            .register(client.id, wait.database, wait.keys, &notify);
+    let _registration = server.keyspace.blocked.register_for(
+        client.id,
+        wait.database,
+        wait.keys,
+        wait.kind,
+        &notify,
+    );
     server.stats.blocked_clients.fetch_add(1, Ordering::Relaxed);
     /// Counts the client as blocked however the wait ends.
     struct Unblock<'a>(&'a Server);
@@ -220,9 +225,11 @@ async fn wait_unblocked(
     loop {
         // Run again now that the registration exists: a push from before it is seen here, one
         // after it leaves a permit in `notify`.
+        client.unblocking = true;
         let flow = keyspace::with_session(&server.keyspace.store, |session| {
             commands::execute(server, client, session, wait.args, output)
         });
+        client.unblocking = false;
         if !matches!(flow, Flow::Async(AsyncOp::Block { .. })) {
             return Ok(true);
         }
@@ -236,7 +243,11 @@ async fn wait_unblocked(
             tokio::select! {
                 () = notify.notified() => break,
                 () = expired => {
-                    prefixkv_resp::Encoder::new(client.protocol).null_array(output);
+                    // CLIENT REPLY OFF, or SKIP before the blocked command: no reply.
+                    let skipped = std::mem::take(&mut client.skip_next_reply);
+                    if !skipped && !client.reply_off {
+                        prefixkv_resp::Encoder::new(client.protocol).null_array(output);
+                    }
                     return Ok(true);
                 }
                 read = stream.read_buf(input) => {

@@ -16,6 +16,13 @@
 //! - Every write of a user key marks the clients that WATCH it (`crate::watch`), inside its
 //!   transaction, so an EXEC (which holds the exec gate exclusively) sees every mark of every
 //!   write that finished before it.
+//! - Every put of a user key wakes the first client blocked on that key for that kind of value
+//!   (`crate::blocking`), and, while keyspace notifications are on, records the key for the
+//!   command's events (`crate::notify`); a delete that found the key records it too. Both cost
+//!   one atomic load when nobody is blocked and notifications are off. A lazy-expiry delete is
+//!   not the command's write: it queues `expired` instead.
+//! - Active expiry ([`Keyspace::expire_sweep`]) is incremental: one step visits a bounded number
+//!   of index buckets and deletes only the expired keys among them.
 //! - MULTI/EXEC (and script) isolation: the body runs in `prefixkv_store::StoreSession::exclusive`
 //!   (the exec gate held exclusively) and every other command runs whole inside
 //!   `StoreSession::shared` (the gate held shared: `commands::run_command`), so no command, read
@@ -25,7 +32,7 @@
 //!   its writes are acknowledged with the body's mark (`commands::run_exclusive`).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -138,6 +145,8 @@ impl KeyCounts {
             sweeping_expires: Default::default(),
             expire_cursor: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
+            ttl_written: AtomicBool::new(true),
+            notifier: Default::default(),
             watches: Watches::default(),
         }
     }
@@ -151,11 +160,16 @@ pub struct Keyspace {
     /// Keys with an expiry counted by the sweep cycle in progress.
     sweeping_expires: [AtomicI64; DATABASES],
     expire_cursor: AtomicU64,
+    /// A key with an expiry was written since the last sweep cycle began (a cycle that saw no
+    /// expiring key and no such write skips the next one: an idle keyspace costs nothing).
+    ttl_written: AtomicBool,
     /// Keys removed by active or lazy expiry.
     pub expired_keys: AtomicU64,
+    /// Keyspace notifications: writes record the keys they touch while it is active.
+    pub notifier: crate::notify::Notifier,
     /// WATCH registrations: every write below marks the clients watching its key.
     pub watches: Watches,
-    /// Clients blocked on lists: a write that creates or grows a list wakes them.
+    /// Blocked clients: a write that puts a list or sorted set wakes the first one waiting.
     pub blocked: crate::blocking::Blocked,
     /// The next collection object id: above every id recovery met, so an id is never shared by
     /// two live objects. 1 until the first collection exists (see [`Keyspace::may_hold_records`]).
@@ -465,6 +479,29 @@ impl Keyspace {
         }
     }
 
+    /// Every key of `database`, expired ones included, up to `limit` of them (`None` past it).
+    pub fn all_keys(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        limit: usize,
+    ) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
+        let mut out = Vec::new();
+        let mut cursor = 0;
+        loop {
+            cursor =
+                self.scan_step(session, database, cursor, MAX_BUCKETS_PER_STEP, |key, _| {
+                    out.push(key.to_vec())
+                })?;
+            if out.len() > limit {
+                return Ok(None);
+            }
+            if cursor == 0 {
+                return Ok(Some(out));
+            }
+        }
+    }
+
     /// Deletes every key of `database`, a scan step at a time (not atomic with respect to
     /// concurrent writers, as documented). Returns the last write mark.
     pub fn flush_database(
@@ -497,7 +534,10 @@ impl Keyspace {
     }
 
     /// Active expiry: examines `buckets` index buckets (rotating over the whole index) in every
-    /// database and deletes their expired keys. Returns how many were removed.
+    /// database and deletes their expired keys. Returns how many were removed. Incremental and
+    /// bounded: one call visits at most [`MAX_BUCKETS_PER_STEP`] buckets and deletes only the
+    /// expired keys among them, each in its own small transaction. A new cycle starts only if
+    /// the last one saw a key with an expiry or one was written since.
     pub fn expire_sweep(
         &self,
         session: &mut StoreSession,
@@ -505,6 +545,14 @@ impl Keyspace {
     ) -> Result<u64, CommandError> {
         let now = now_ms();
         let cursor = self.expire_cursor.load(Ordering::Relaxed);
+        if cursor == 0 {
+            let seen: i64 = (0..DATABASES)
+                .map(|db| self.counts.counts[db].expires.load(Ordering::Relaxed))
+                .sum();
+            if !self.ttl_written.swap(false, Ordering::Relaxed) && seen <= 0 {
+                return Ok(0);
+            }
+        }
         let mut expired: Vec<(u8, Vec<u8>)> = Vec::new();
         let mut with_expiry = [0i64; DATABASES];
         let next = session.scan(
@@ -579,6 +627,12 @@ impl Txn<'_> {
         if stored.expire_at_ms != 0 && stored.expire_at_ms <= self.now_ms {
             self.delete(database, key)?;
             self.keyspace.expired_keys.fetch_add(1, Ordering::Relaxed);
+            let notifier = &self.keyspace.notifier;
+            if notifier.active() {
+                // Not the command's write: an event of its own.
+                crate::notify::forget_last_touch(database, key);
+                notifier.notify(crate::notify::EXPIRED, "expired", database, key);
+            }
             self.expired_now = true;
             return Ok(None);
         }
@@ -612,14 +666,20 @@ impl Txn<'_> {
         expire_at_ms: u64,
         payload: &[u8],
     ) -> Result<(), CommandError> {
+        if expire_at_ms != 0 && !self.keyspace.ttl_written.load(Ordering::Relaxed) {
+            self.keyspace.ttl_written.store(true, Ordering::Relaxed);
+        }
         let mut encoded = Vec::new();
         value::encode(kind, expire_at_ms, payload, &mut encoded);
         let existed = self.inner.put(&engine_key(database, key), &encoded)?;
         self.keyspace.counts.count_write(database, true, existed);
-        self.keyspace.watches.touch(database, key);
-        if kind == Kind::List {
-            self.keyspace.blocked.ready(database, key);
+        if self.keyspace.notifier.active() {
+            crate::notify::record_touch(database, key, true, !existed);
         }
+        self.keyspace.watches.touch(database, key);
+        // Wakes the first client blocked on this key for this kind (one atomic load when
+        // nobody is blocked).
+        self.keyspace.blocked.ready_kind(database, key, kind);
         Ok(())
     }
 
@@ -643,6 +703,9 @@ impl Txn<'_> {
         self.keyspace.counts.count_write(database, false, existed);
         if existed {
             self.keyspace.watches.touch(database, key);
+            if self.keyspace.notifier.active() {
+                crate::notify::record_touch(database, key, false, false);
+            }
         }
         Ok(existed)
     }

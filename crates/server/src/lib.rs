@@ -13,6 +13,7 @@ pub mod info;
 pub mod keyspace;
 pub mod metrics;
 pub mod net;
+pub mod notify;
 pub mod objects;
 pub mod persistence;
 pub mod pubsub;

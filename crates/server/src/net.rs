@@ -115,9 +115,11 @@ fn worker(
             let server = server.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_millis(100));
-                // A hundredth of the index per tick: every key is looked at about every 10 s
-                // (expired keys are also removed when a command touches them).
-                let buckets = (server.keyspace.store.engine().index_buckets() / 100).max(1024);
+                // A twentieth of the index per tick (at most `MAX_BUCKETS_PER_STEP`): every key
+                // is looked at about every 2 s, as Redis's active expiry finds most expired keys
+                // within that (expired keys are also removed when a command touches them). A
+                // keyspace without expiring keys skips whole cycles (`expire_sweep`).
+                let buckets = (server.keyspace.store.engine().index_buckets() / 20).max(1024);
                 loop {
                     tick.tick().await;
                     let result = keyspace::with_session(&server.keyspace.store, |session| {
@@ -126,6 +128,7 @@ fn worker(
                     if let Err(error) = result {
                         tracing::warn!("active expiry: {error}");
                     }
+                    server.keyspace.notifier.flush(&server.pubsub);
                 }
             });
         }

@@ -184,3 +184,177 @@ fn each_push_serves_one_of_several_blocked_clients() {
     assert_eq!(served, ["job0", "job1", "job2", "job3"], "every job once");
     assert_eq!(other.call(&["EXISTS", "jobs"]), Reply::Integer(0));
 }
+
+/// Both servers, Redis first: each ordering test below runs against redis-server (the
+/// reference for what is expected) and then prefixkv-server.
+fn both() -> Vec<(tempfile::TempDir, Server)> {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    vec![(redis_dir, redis), server()]
+}
+
+/// A connection whose reads give up after 30 s (a hang fails the test instead of stalling it).
+fn client(server: &Server) -> Raw {
+    let raw = server.raw();
+    raw.stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    raw
+}
+
+fn bulks(items: &[&str]) -> Reply {
+    Reply::Array(items.iter().map(|item| Reply::bulk(*item)).collect())
+}
+
+/// Three clients block on one key in order; three pushes land (pipelined, before any woken
+/// client runs): each client gets the element of its turn, for lists and sorted sets.
+#[test]
+fn blocked_clients_are_served_in_blocking_order() {
+    for (_dir, server) in both() {
+        let mut control = client(&server);
+        let mut waiters: Vec<Raw> = (0..3).map(|_| client(&server)).collect();
+        for (i, waiter) in waiters.iter_mut().enumerate() {
+            send(waiter, &["BLPOP", "q", "0"]);
+            wait_blocked(&mut control, i as u64 + 1);
+        }
+        let pushes: Vec<Vec<u8>> = ["x1", "x2", "x3"]
+            .iter()
+            .map(|x| {
+                let mut out = Vec::new();
+                common::encode_request(&mut out, &[b"RPUSH", b"q", x.as_bytes()]);
+                out
+            })
+            .collect();
+        control.send_bytes(&pushes.concat()).unwrap();
+        for (waiter, expected) in waiters.iter_mut().zip(["x1", "x2", "x3"]) {
+            assert_eq!(waiter.read(), Some(bulks(&["q", expected])));
+        }
+        for _ in 0..3 {
+            assert!(matches!(control.read(), Some(Reply::Integer(_))));
+        }
+        // Sorted sets: one ZADD of three members, three BZPOPMIN waiters in order.
+        for (i, waiter) in waiters.iter_mut().enumerate() {
+            send(waiter, &["BZPOPMIN", "z", "0"]);
+            wait_blocked(&mut control, i as u64 + 1);
+        }
+        send(&mut control, &["ZADD", "z", "1", "a", "2", "b", "3", "c"]);
+        assert_eq!(control.read(), Some(Reply::Integer(3)));
+        for (waiter, (member, score)) in
+            waiters.iter_mut().zip([("a", "1"), ("b", "2"), ("c", "3")])
+        {
+            assert_eq!(waiter.read(), Some(bulks(&["z", member, score])));
+        }
+    }
+}
+
+/// Pushes inside MULTI wake the blocked client once, at EXEC: it sees the final list.
+#[test]
+fn a_push_inside_multi_wakes_once_at_exec() {
+    for (_dir, server) in both() {
+        let mut control = client(&server);
+        let mut waiter = client(&server);
+        send(&mut waiter, &["BLPOP", "l", "0"]);
+        wait_blocked(&mut control, 1);
+        assert_eq!(control.call(&["MULTI"]), Reply::simple("OK"));
+        for element in ["a", "b", "c"] {
+            assert_eq!(
+                control.call(&["LPUSH", "l", element]),
+                Reply::simple("QUEUED")
+            );
+        }
+        assert!(matches!(control.call(&["EXEC"]), Reply::Array(_)));
+        assert_eq!(waiter.read(), Some(bulks(&["l", "c"])));
+        assert_eq!(
+            control.call(&["LRANGE", "l", "0", "-1"]),
+            bulks(&["b", "a"])
+        );
+    }
+}
+
+/// A key pushed, deleted and re-created with another type inside one EXEC does not wake a list
+/// waiter; the next real push does.
+#[test]
+fn a_type_change_before_the_unblock_does_not_wake() {
+    for (_dir, server) in both() {
+        let mut control = client(&server);
+        let mut waiter = client(&server);
+        send(&mut waiter, &["BLPOP", "l", "0"]);
+        wait_blocked(&mut control, 1);
+        assert_eq!(control.call(&["MULTI"]), Reply::simple("OK"));
+        for command in [
+            &["LPUSH", "l", "a"][..],
+            &["DEL", "l"],
+            &["SET", "l", "foo"],
+        ] {
+            assert_eq!(control.call(command), Reply::simple("QUEUED"));
+        }
+        assert!(matches!(control.call(&["EXEC"]), Reply::Array(_)));
+        // Still blocked: the server still counts it (a wake would have answered or errored).
+        wait_blocked(&mut control, 1);
+        assert_eq!(control.call(&["DEL", "l"]), Reply::Integer(1));
+        assert_eq!(control.call(&["LPUSH", "l", "b"]), Reply::Integer(1));
+        assert_eq!(waiter.read(), Some(bulks(&["l", "b"])));
+    }
+}
+
+/// A waiter behind another one still times out on time; the one ahead keeps its place; the
+/// blocking MPOP forms time out with a null array too.
+#[test]
+fn a_queued_waiter_never_hangs_past_its_timeout() {
+    for (_dir, server) in both() {
+        let mut control = client(&server);
+        let mut first = client(&server);
+        let mut second = client(&server);
+        send(&mut first, &["BLPOP", "k", "0"]);
+        wait_blocked(&mut control, 1);
+        let started = Instant::now();
+        send(&mut second, &["BLPOP", "k", "0.2"]);
+        assert_eq!(second.read(), Some(Reply::NullArray));
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        for command in [
+            &["BZPOPMAX", "zz", "0.1"][..],
+            &["BZMPOP", "0.1", "1", "zz", "MIN"],
+            &["BLMPOP", "0.1", "2", "k2", "k3", "LEFT"],
+        ] {
+            assert_eq!(second.call(command), Reply::NullArray, "{command:?}");
+        }
+        assert_eq!(control.call(&["RPUSH", "k", "v"]), Reply::Integer(1));
+        assert_eq!(first.read(), Some(bulks(&["k", "v"])));
+    }
+}
+
+/// BLMPOP and BZMPOP wait, then pop up to COUNT from the key that got data.
+#[test]
+fn the_mpop_forms_wait_and_pop_a_count() {
+    for (_dir, server) in both() {
+        let mut control = client(&server);
+        let mut waiter = client(&server);
+        send(
+            &mut waiter,
+            &["BLMPOP", "0", "2", "l1", "l2", "RIGHT", "COUNT", "2"],
+        );
+        wait_blocked(&mut control, 1);
+        assert_eq!(
+            control.call(&["RPUSH", "l2", "a", "b", "c"]),
+            Reply::Integer(3)
+        );
+        assert_eq!(
+            waiter.read(),
+            Some(Reply::Array(vec![Reply::bulk("l2"), bulks(&["c", "b"])]))
+        );
+        send(&mut waiter, &["BZMPOP", "0", "1", "z", "MAX", "COUNT", "5"]);
+        wait_blocked(&mut control, 1);
+        assert_eq!(
+            control.call(&["ZADD", "z", "1", "a", "2", "b"]),
+            Reply::Integer(2)
+        );
+        let pair = |m: &str, s: &str| bulks(&[m, s]);
+        assert_eq!(
+            waiter.read(),
+            Some(Reply::Array(vec![
+                Reply::bulk("z"),
+                Reply::Array(vec![pair("b", "2"), pair("a", "1")])
+            ]))
+        );
+    }
+}

@@ -13,418 +13,10 @@
 
 mod common;
 
+use common::generators::{collection_command, command, newer_command};
 use common::{Raw, Server};
 use prefixkv_resp::Reply;
 use prefixkv_testkit::rng::{env_count, Rng};
-
-const KEYS: &[&str] = &["a", "b", "c", "{x}d"];
-const FIELDS: &[&str] = &["f", "g", "h"];
-const VALUES: &[&str] = &[
-    "",
-    "0",
-    "1",
-    "12",
-    "-5",
-    "3.5",
-    "abc",
-    "xyz",
-    "9223372036854775807",
-    "\x00\x7f",
-];
-
-fn pick<'a>(rng: &mut Rng, from: &[&'a str]) -> &'a str {
-    from[rng.below(from.len() as u64) as usize]
-}
-
-fn small_int(rng: &mut Rng) -> String {
-    (rng.below(41) as i64 - 20).to_string()
-}
-
-/// One random command (owned arguments).
-fn command(rng: &mut Rng) -> Vec<String> {
-    let k = |rng: &mut Rng| pick(rng, KEYS).to_string();
-    let v = |rng: &mut Rng| pick(rng, VALUES).to_string();
-    let f = |rng: &mut Rng| pick(rng, FIELDS).to_string();
-    let s = |text: &str| text.to_string();
-    match rng.below(49) {
-        0 => vec![s("SET"), k(rng), v(rng)],
-        1 => {
-            let option = pick(rng, &["NX", "XX", "GET", "KEEPTTL", "EX"]);
-            let mut args = vec![s("SET"), k(rng), v(rng), s(option)];
-            if option == "EX" {
-                args.push(s("1000"));
-            }
-            args
-        }
-        2 => vec![s("GET"), k(rng)],
-        3 => vec![s("GETSET"), k(rng), v(rng)],
-        4 => vec![s("GETDEL"), k(rng)],
-        5 => vec![s("SETNX"), k(rng), v(rng)],
-        6 => vec![s("MSET"), k(rng), v(rng), k(rng), v(rng)],
-        7 => vec![s("MSETNX"), k(rng), v(rng), k(rng), v(rng)],
-        8 => vec![s("MGET"), k(rng), k(rng), k(rng)],
-        9 => vec![s(pick(rng, &["INCR", "DECR"])), k(rng)],
-        10 => vec![s(pick(rng, &["INCRBY", "DECRBY"])), k(rng), small_int(rng)],
-        // On keys of their own: Redis adds in long double and prefixkv in f64, so a float added
-        // to an integer past 2^53 (which the other commands make) is a documented difference.
-        11 => vec![
-            s("INCRBYFLOAT"),
-            s(pick(rng, &["fl", "fl2"])),
-            s(pick(rng, &["1.5", "-2", "0.25", "abc", "1e3"])),
-        ],
-        12 => vec![s("APPEND"), k(rng), v(rng)],
-        13 => vec![s("STRLEN"), k(rng)],
-        14 => vec![s("SETRANGE"), k(rng), rng.below(8).to_string(), v(rng)],
-        15 => vec![s("GETRANGE"), k(rng), small_int(rng), small_int(rng)],
-        16 => vec![s("DEL"), k(rng), k(rng)],
-        17 => vec![s("EXISTS"), k(rng), k(rng)],
-        18 => vec![s("TYPE"), k(rng)],
-        19 => vec![s(pick(rng, &["RENAME", "RENAMENX"])), k(rng), k(rng)],
-        20 => vec![s("PERSIST"), k(rng)],
-        21 => {
-            let mut args = vec![s("EXPIRE"), k(rng), s(pick(rng, &["1000", "2000"]))];
-            // Not GT/LT: comparing two relative expiries set a millisecond apart depends on
-            // whether the clock moved in between.
-            if rng.chance(1, 2) {
-                args.push(s(pick(rng, &["NX", "XX"])));
-            }
-            args
-        }
-        22 => vec![s("HSET"), k(rng), f(rng), v(rng), f(rng), v(rng)],
-        23 => vec![s("HGET"), k(rng), f(rng)],
-        24 => vec![s("HDEL"), k(rng), f(rng), f(rng)],
-        25 => vec![s("HLEN"), k(rng)],
-        26 => vec![s("HEXISTS"), k(rng), f(rng)],
-        27 => vec![s("HINCRBY"), k(rng), f(rng), small_int(rng)],
-        28 => vec![s("HSETNX"), k(rng), f(rng), v(rng)],
-        29 => vec![s("HSTRLEN"), k(rng), f(rng)],
-        30 => vec![s("HMGET"), k(rng), f(rng), f(rng)],
-        31 => vec![s(pick(rng, &["HGETALL", "HKEYS", "HVALS"])), k(rng)],
-        32 => vec![
-            s(pick(rng, &["GET", "TYPE", "STRLEN"])),
-            s(pick(rng, &["fl", "fl2"])),
-        ],
-        33 => vec![
-            s("SETBIT"),
-            k(rng),
-            rng.below(48).to_string(),
-            s(pick(rng, &["0", "1"])),
-        ],
-        34 => vec![s("GETBIT"), k(rng), rng.below(64).to_string()],
-        35 => {
-            let mut args = vec![s("BITCOUNT"), k(rng)];
-            if rng.chance(2, 3) {
-                args.extend([small_int(rng), small_int(rng)]);
-                if rng.chance(1, 2) {
-                    args.push(s(pick(rng, &["BYTE", "BIT", "bit"])));
-                }
-            }
-            args
-        }
-        36 => {
-            let mut args = vec![s("BITPOS"), k(rng), s(pick(rng, &["0", "1"]))];
-            let extra = rng.below(4);
-            if extra >= 1 {
-                args.push(small_int(rng));
-            }
-            if extra >= 2 {
-                args.push(small_int(rng));
-            }
-            if extra >= 3 {
-                args.push(s(pick(rng, &["BYTE", "BIT"])));
-            }
-            args
-        }
-        37 => match pick(rng, &["AND", "OR", "XOR", "NOT"]) {
-            "NOT" => vec![s("BITOP"), s("NOT"), k(rng), k(rng)],
-            op => vec![s("BITOP"), s(op), k(rng), k(rng), k(rng)],
-        },
-        38 => {
-            let mut args = vec![s("COPY"), k(rng), k(rng)];
-            if rng.chance(1, 2) {
-                args.extend([s("DB"), s(pick(rng, &["0", "1", "16", "x"]))]);
-            }
-            if rng.chance(1, 2) {
-                args.push(s(pick(rng, &["REPLACE", "replace", "BOGUS"])));
-            }
-            args
-        }
-        39 => vec![
-            s("MOVE"),
-            k(rng),
-            s(pick(rng, &["0", "1", "2", "16", "-1", "x"])),
-        ],
-        // Floats on a hash of their own, for the same reason as INCRBYFLOAT.
-        40 => vec![
-            s("HINCRBYFLOAT"),
-            s("fh"),
-            f(rng),
-            s(pick(rng, &["1.5", "-2", "0.25", "abc", "1e3"])),
-        ],
-        41 => vec![s("HGETALL"), s("fh")],
-        42 => {
-            let mut args = vec![s("HSCAN"), k(rng), s(pick(rng, &["0", "x"]))];
-            if rng.chance(1, 2) {
-                args.extend([s("MATCH"), s(pick(rng, &["f*", "[gh]", "*"]))]);
-            }
-            if rng.chance(1, 3) {
-                args.extend([s("COUNT"), s(pick(rng, &["10", "0"]))]);
-            }
-            args
-        }
-        // Only HRANDFIELD's deterministic answers: count 0, errors, missing or wrong keys.
-        43 => vec![s("HRANDFIELD"), k(rng), s(pick(rng, &["0", "x"]))],
-        44 => vec![s("HRANDFIELD"), s("missing"), s(pick(rng, &["3", "-3"]))],
-        45 => {
-            let sub = pick(rng, &["FREQ", "IDLETIME", "REFCOUNT", "ENCODING", "NOPE"]);
-            // Missing keys only for the history-dependent answers.
-            vec![s("OBJECT"), s(sub), s("missing")]
-        }
-        46 | 47 => {
-            let mut args = vec![s("LCS"), k(rng), k(rng)];
-            match rng.below(4) {
-                0 => args.push(s("LEN")),
-                1 => {
-                    args.push(s("IDX"));
-                    if rng.chance(1, 2) {
-                        args.extend([s("MINMATCHLEN"), s(pick(rng, &["0", "1", "2", "-1"]))]);
-                    }
-                    if rng.chance(1, 2) {
-                        args.push(s("WITHMATCHLEN"));
-                    }
-                }
-                2 => args.extend([s("LEN"), s("IDX")]),
-                _ => {}
-            }
-            args
-        }
-        _ => vec![s("DBSIZE")],
-    }
-}
-
-const MEMBERS: &[&str] = &["a", "b", "c", "d", "1", "2", "10", "", "\x00z"];
-const SCORES: &[&str] = &["0", "1", "1.5", "-2", "3", "1e3", "inf", "-inf", "0.1", "x"];
-const SCORE_BOUNDS: &[&str] = &["-inf", "+inf", "0", "(0", "1", "(1.5", "3", "(3", "x", "("];
-const LEX_BOUNDS: &[&str] = &["-", "+", "[a", "(a", "[c", "(d", "[1", "a", "[", "("];
-
-/// One random command on lists, sets and sorted sets (and hashes grown into tables: the test sets
-/// `hash-max-listpack-entries` to 2 on both servers), over keys also used by strings, so
-/// WRONGTYPE and missing keys are met too.
-fn collection_command(rng: &mut Rng) -> Vec<String> {
-    let k = |rng: &mut Rng| pick(rng, KEYS).to_string();
-    let m = |rng: &mut Rng| pick(rng, MEMBERS).to_string();
-    let s = |text: &str| text.to_string();
-    let score = |rng: &mut Rng| pick(rng, SCORES).to_string();
-    let bound = |rng: &mut Rng| pick(rng, SCORE_BOUNDS).to_string();
-    let lex = |rng: &mut Rng| pick(rng, LEX_BOUNDS).to_string();
-    let end = |rng: &mut Rng| s(pick(rng, &["LEFT", "RIGHT", "left", "UP"]));
-    let with = |mut args: Vec<String>, rng: &mut Rng, extra: &[&str]| {
-        if rng.chance(1, 3) {
-            args.push(s(pick(rng, extra)));
-        }
-        args
-    };
-    match rng.below(61) {
-        0..=3 => {
-            let mut args = vec![
-                s(pick(rng, &["LPUSH", "RPUSH", "LPUSHX", "RPUSHX"])),
-                k(rng),
-            ];
-            for _ in 0..1 + rng.below(3) {
-                args.push(m(rng));
-            }
-            args
-        }
-        4 | 5 => with(
-            vec![s(pick(rng, &["LPOP", "RPOP"])), k(rng)],
-            rng,
-            &["0", "1", "2", "5", "-1", "x"],
-        ),
-        6 => vec![s("LLEN"), k(rng)],
-        7 | 8 => vec![s("LRANGE"), k(rng), small_int(rng), small_int(rng)],
-        9 => vec![s("LINDEX"), k(rng), small_int(rng)],
-        10 => vec![s("LSET"), k(rng), small_int(rng), m(rng)],
-        11 => vec![
-            s("LINSERT"),
-            k(rng),
-            s(pick(rng, &["BEFORE", "AFTER", "x"])),
-            m(rng),
-            m(rng),
-        ],
-        12 => vec![s("LREM"), k(rng), small_int(rng), m(rng)],
-        13 => vec![s("LTRIM"), k(rng), small_int(rng), small_int(rng)],
-        14 => {
-            let mut args = vec![s("LPOS"), k(rng), m(rng)];
-            for _ in 0..rng.below(3) {
-                let option = pick(rng, &["RANK", "COUNT", "MAXLEN"]);
-                args.extend([s(option), s(pick(rng, &["1", "2", "-1", "0", "-2", "3"]))]);
-            }
-            args
-        }
-        15 => vec![s("LMOVE"), k(rng), k(rng), end(rng), end(rng)],
-        16 => vec![s("RPOPLPUSH"), k(rng), k(rng)],
-        17 => {
-            // Blocking forms with a short timeout: an empty key answers null after it.
-            match rng.below(3) {
-                0 => vec![
-                    s(pick(rng, &["BLPOP", "BRPOP"])),
-                    k(rng),
-                    k(rng),
-                    s(pick(rng, &["0.01", "-1", "x"])),
-                ],
-                1 => vec![s("BLMOVE"), k(rng), k(rng), end(rng), end(rng), s("0.01")],
-                _ => vec![s("BRPOPLPUSH"), k(rng), k(rng), s("0.01")],
-            }
-        }
-        18..=20 => {
-            let mut args = vec![s(pick(rng, &["SADD", "SREM"])), k(rng)];
-            for _ in 0..1 + rng.below(3) {
-                args.push(m(rng));
-            }
-            args
-        }
-        21 => vec![s("SISMEMBER"), k(rng), m(rng)],
-        22 => vec![s("SMISMEMBER"), k(rng), m(rng), m(rng)],
-        23 => vec![s("SCARD"), k(rng)],
-        24 => vec![s("SMEMBERS"), k(rng)],
-        25 => vec![s("SMOVE"), k(rng), k(rng), m(rng)],
-        26 => vec![s(pick(rng, &["SINTER", "SUNION", "SDIFF"])), k(rng), k(rng)],
-        27 => vec![
-            s(pick(rng, &["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"])),
-            k(rng),
-            k(rng),
-            k(rng),
-        ],
-        28 => with(
-            vec![
-                s("SINTERCARD"),
-                s(pick(rng, &["2", "1", "0", "3"])),
-                k(rng),
-                k(rng),
-            ],
-            rng,
-            &["LIMIT"],
-        ),
-        // Deterministic answers only: a count of 0, a missing key, errors.
-        29 => vec![
-            s(pick(rng, &["SRANDMEMBER", "SPOP"])),
-            k(rng),
-            s(pick(rng, &["0", "x", "-0"])),
-        ],
-        30..=33 => {
-            let mut args = vec![s("ZADD"), k(rng)];
-            for _ in 0..rng.below(3) {
-                args.push(s(pick(rng, &["NX", "XX", "GT", "LT", "CH", "INCR"])));
-            }
-            for _ in 0..1 + rng.below(2) {
-                args.extend([score(rng), m(rng)]);
-            }
-            args
-        }
-        34 => vec![s("ZINCRBY"), k(rng), score(rng), m(rng)],
-        35 => vec![s("ZREM"), k(rng), m(rng), m(rng)],
-        36 => vec![s("ZSCORE"), k(rng), m(rng)],
-        37 => vec![s("ZMSCORE"), k(rng), m(rng), m(rng)],
-        38 => vec![s("ZCARD"), k(rng)],
-        39 => vec![s("ZCOUNT"), k(rng), bound(rng), bound(rng)],
-        40 => vec![s(pick(rng, &["ZRANK", "ZREVRANK"])), k(rng), m(rng)],
-        41 | 42 => with(
-            vec![
-                s(pick(rng, &["ZRANGE", "ZREVRANGE"])),
-                k(rng),
-                small_int(rng),
-                small_int(rng),
-            ],
-            rng,
-            &["WITHSCORES", "withscores", "REV"],
-        ),
-        43 | 44 => {
-            let mut args = vec![s("ZRANGE"), k(rng)];
-            match rng.below(3) {
-                0 => args.extend([bound(rng), bound(rng), s("BYSCORE")]),
-                1 => {
-                    // Lex ranges are specified only when all scores are equal: the `lex` key.
-                    args[1] = s("lex");
-                    args.extend([lex(rng), lex(rng), s("BYLEX")])
-                }
-                _ => args.extend([small_int(rng), small_int(rng)]),
-            }
-            if rng.chance(1, 2) {
-                args.push(s("REV"));
-            }
-            if rng.chance(1, 3) {
-                args.extend([s("LIMIT"), small_int(rng), small_int(rng)]);
-            }
-            if rng.chance(1, 3) {
-                args.push(s("WITHSCORES"));
-            }
-            args
-        }
-        45 => {
-            let mut args = vec![
-                s(pick(rng, &["ZRANGEBYSCORE", "ZREVRANGEBYSCORE"])),
-                k(rng),
-                bound(rng),
-                bound(rng),
-            ];
-            if rng.chance(1, 2) {
-                args.push(s("WITHSCORES"));
-            }
-            if rng.chance(1, 3) {
-                args.extend([s("LIMIT"), small_int(rng), small_int(rng)]);
-            }
-            args
-        }
-        46 => vec![
-            s(pick(rng, &["ZRANGEBYLEX", "ZREVRANGEBYLEX"])),
-            s("lex"),
-            lex(rng),
-            lex(rng),
-        ],
-        59 => vec![s("ZADD"), s("lex"), s("0"), m(rng), s("0"), m(rng)],
-        47 => with(
-            vec![s(pick(rng, &["ZPOPMIN", "ZPOPMAX"])), k(rng)],
-            rng,
-            &["0", "1", "2", "-1", "x"],
-        ),
-        48 => vec![s("ZREMRANGEBYRANK"), k(rng), small_int(rng), small_int(rng)],
-        49 => vec![s("ZREMRANGEBYSCORE"), k(rng), bound(rng), bound(rng)],
-        50 => {
-            let mut args = vec![
-                s(pick(rng, &["ZUNIONSTORE", "ZINTERSTORE"])),
-                k(rng),
-                s("2"),
-                k(rng),
-                k(rng),
-            ];
-            if rng.chance(1, 2) {
-                args.extend([s("WEIGHTS"), s(pick(rng, &["1", "2", "-1", "0.5"])), s("3")]);
-            }
-            if rng.chance(1, 2) {
-                args.extend([s("AGGREGATE"), s(pick(rng, &["SUM", "MIN", "MAX", "AVG"]))]);
-            }
-            args
-        }
-        51 | 52 => vec![s("HSET"), k(rng), m(rng), m(rng), m(rng), m(rng)],
-        53 => vec![s("HDEL"), k(rng), m(rng), m(rng)],
-        54 => vec![s(pick(rng, &["HGETALL", "HKEYS", "HVALS", "HLEN"])), k(rng)],
-        55 => vec![
-            s(pick(rng, &["HGET", "HEXISTS", "HSTRLEN"])),
-            k(rng),
-            m(rng),
-        ],
-        56 => vec![s(pick(rng, &["SET", "GET"])), k(rng), m(rng)]
-            [..if rng.chance(1, 2) { 3 } else { 2 }]
-            .to_vec(),
-        57 => vec![s(pick(rng, &["DEL", "TYPE", "EXISTS"])), k(rng)],
-        58 => vec![
-            s(pick(rng, &["RENAME", "RENAMENX", "COPY"])),
-            k(rng),
-            k(rng),
-        ],
-        _ => vec![s("DBSIZE")],
-    }
-}
 
 /// Replies whose order Redis leaves to its hash tables, sorted so both servers compare: the
 /// elements of a set-like reply, the (field, value) pairs of HGETALL.
@@ -435,9 +27,10 @@ fn normalized(args: &[String], reply: Reply) -> Reply {
         items
     };
     match (name.as_str(), reply) {
-        ("SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "HKEYS" | "HVALS", Reply::Array(items)) => {
-            Reply::Array(sort(items))
-        }
+        (
+            "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "HKEYS" | "HVALS" | "ZRANDMEMBER",
+            Reply::Array(items),
+        ) => Reply::Array(sort(items)),
         ("HGETALL", Reply::Array(items)) => {
             let mut pairs: Vec<Vec<Reply>> = items.chunks(2).map(|p| p.to_vec()).collect();
             pairs.sort_by_key(|pair| format!("{pair:?}"));
@@ -577,5 +170,236 @@ fn a_differing_reply_is_caught() {
             .downcast::<String>()
             .unwrap();
         assert!(message.contains("seed 1 step 2"), "{message}");
+    }
+}
+
+/// The commands issue 29 added, compared in RESP2 and then in RESP3 (scores as doubles, pairs
+/// nested).
+#[test]
+fn newer_command_sequences_get_redis_replies() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
+    let seeds = env_count("DIFFERENTIAL_SEEDS", 4);
+    let steps = env_count("DIFFERENTIAL_STEPS", 2_500);
+    for protocol in ["2", "3"] {
+        for raw in [&mut redis_raw, &mut ours_raw] {
+            assert!(matches!(
+                raw.call(&["HELLO", protocol]),
+                Reply::Map(_) | Reply::Array(_)
+            ));
+        }
+        for seed in 0..seeds {
+            run_generated(
+                &mut redis_raw,
+                &mut ours_raw,
+                2000 + seed,
+                steps,
+                newer_command,
+                &|_, reply| reply,
+            );
+        }
+    }
+}
+
+/// CLIENT REPLY OFF, ON and SKIP: the same pipelined requests to both servers give the same
+/// reply stream (OFF and SKIP answer nothing, SKIP drops exactly the next reply, a blocking
+/// command's timeout included).
+#[test]
+fn client_reply_modes_match_redis() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let requests: &[&[&str]] = &[
+        &["CLIENT", "REPLY", "OFF"],
+        &["SET", "k", "1"],
+        &["GET", "k"],
+        &["GET", "nokey", "extra"],
+        &["CLIENT", "REPLY", "ON"],
+        &["GET", "k"],
+        &["CLIENT", "REPLY", "SKIP"],
+        &["INCR", "k"],
+        &["GET", "k"],
+        &["CLIENT", "REPLY", "MAYBE"],
+        // A skipped blocking command times out without a reply.
+        &["CLIENT", "REPLY", "SKIP"],
+        &["BLPOP", "nokey", "0.05"],
+        &["PING"],
+    ];
+    let mut streams = Vec::new();
+    for server in [&redis, &ours] {
+        let mut raw = server.raw();
+        for request in requests {
+            let args: Vec<&[u8]> = request.iter().map(|a| a.as_bytes()).collect();
+            raw.send(&args);
+        }
+        let replies: Vec<Reply> = (0..5).map(|_| raw.read().unwrap()).collect();
+        streams.push(replies);
+    }
+    assert_eq!(
+        streams[1][..3],
+        [Reply::simple("OK"), Reply::bulk("1"), Reply::bulk("2")],
+        "ours: {:?}",
+        streams[1]
+    );
+    assert_eq!(streams[0], streams[1]);
+}
+
+/// MEMORY USAGE: null for a missing key, Redis's errors, and an estimate that grows with the
+/// value for every type (the numbers themselves are prefixkv's own: docs/server.md).
+#[test]
+fn memory_usage_estimates_and_errors() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
+    for args in [
+        &["MEMORY", "USAGE", "missing"][..],
+        &["MEMORY", "USAGE", "k", "SAMPLES", "-1"],
+        &["MEMORY", "USAGE", "k", "SAMPLES"],
+        &["MEMORY", "USAGE"],
+        &["MEMORY", "NOPE"],
+    ] {
+        assert_eq!(ours_raw.call(args), redis_raw.call(args), "{args:?}");
+    }
+    let usage = |raw: &mut common::Raw, key: &str| match raw
+        .call(&["MEMORY", "USAGE", key, "SAMPLES", "0"])
+    {
+        Reply::Integer(n) => n,
+        other => panic!("{other:?}"),
+    };
+    let big = "x".repeat(1000);
+    for (fill, key) in [
+        (&["SET", "s1", "a"][..], "s1"),
+        (&["RPUSH", "l1", "a"], "l1"),
+        (&["SADD", "t1", "a"], "t1"),
+        (&["ZADD", "z1", "1", "a"], "z1"),
+    ] {
+        ours_raw.call(fill);
+        let small = usage(&mut ours_raw, key);
+        let mut grow: Vec<&str> = fill.to_vec();
+        if let Some(last) = grow.last_mut() {
+            *last = &big;
+        }
+        if fill[0] != "SET" {
+            ours_raw.call(&grow);
+        } else {
+            ours_raw.call(&["SET", "s1", &big]);
+        }
+        let larger = usage(&mut ours_raw, key);
+        assert!(
+            small > key.len() as i64 && larger >= small + 999,
+            "{key}: {small} then {larger}"
+        );
+    }
+}
+
+/// Reads Pub/Sub pushes until the `marker` message; the (channel, payload) pairs of the rest.
+fn notifications_until_marker(subscriber: &mut Raw) -> Vec<(Reply, Reply)> {
+    let mut seen = Vec::new();
+    loop {
+        let Some(Reply::Array(items) | Reply::Push(items)) = subscriber.read() else {
+            panic!("the subscriber's connection ended");
+        };
+        let kind = items[0].clone();
+        if kind == Reply::bulk("message") && items[1] == Reply::bulk("marker") {
+            return seen;
+        }
+        if kind == Reply::bulk("pmessage") {
+            seen.push((items[2].clone(), items[3].clone()));
+        }
+    }
+}
+
+/// Keyspace notifications: with `notify-keyspace-events KEA` the same generated commands make
+/// both servers publish the same messages, in the same order (compared per batch of steps).
+#[test]
+fn keyspace_notifications_match_redis() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let mut subscribers = Vec::new();
+    let mut writers = Vec::new();
+    for server in [&redis, &ours] {
+        let writer = server.raw();
+        let mut subscriber = server.raw();
+        subscriber
+            .stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        subscriber.send(&[b"PSUBSCRIBE", b"__key*__:*"]);
+        subscriber.read().unwrap();
+        subscriber.send(&[b"SUBSCRIBE", b"marker"]);
+        subscriber.read().unwrap();
+        subscribers.push(subscriber);
+        writers.push(writer);
+    }
+    // Every class with both channels, then masks: list events on the keyspace channel only;
+    // generic, string and sorted-set events and `new` on the keyevent channel only; all with
+    // `new`.
+    let passes = [
+        ("KEA", "AKE"),
+        ("Kl", "lK"),
+        ("Eg$zn", "g$znE"),
+        ("AKEn", "AKE"),
+    ];
+    for (pass, (flags, shown)) in passes.into_iter().enumerate() {
+        for writer in writers.iter_mut() {
+            let reply = writer.call(&["CONFIG", "SET", "notify-keyspace-events", flags]);
+            assert_eq!(reply, Reply::simple("OK"));
+            assert_eq!(
+                writer.call(&["CONFIG", "GET", "notify-keyspace-events"]),
+                Reply::Array(vec![
+                    Reply::bulk("notify-keyspace-events"),
+                    Reply::bulk(shown)
+                ])
+            );
+        }
+        compare_notifications(&mut writers, &mut subscribers, pass);
+    }
+}
+
+/// Runs batches of the three generators' commands on both writers and compares what the two
+/// subscribers receive, batch by batch.
+fn compare_notifications(writers: &mut [Raw], subscribers: &mut [Raw], pass: usize) {
+    let generators: [fn(&mut Rng) -> Vec<String>; 3] = [command, collection_command, newer_command];
+    for (round, generate) in generators.into_iter().enumerate() {
+        let mut rng = Rng::new(3000 + 10 * pass as u64 + round as u64);
+        for batch in 0..10 {
+            let mut commands = Vec::new();
+            for _ in 0..30 {
+                let args = generate(&mut rng);
+                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                for writer in writers.iter_mut() {
+                    writer.call(&refs);
+                }
+                commands.push(args.join(" "));
+            }
+            let mut streams = Vec::new();
+            for (writer, subscriber) in writers.iter_mut().zip(subscribers.iter_mut()) {
+                writer.call(&["PUBLISH", "marker", "end"]);
+                streams.push(notifications_until_marker(subscriber));
+            }
+            if streams[0] != streams[1] {
+                let at = (0..)
+                    .find(|&i| streams[0].get(i) != streams[1].get(i))
+                    .unwrap();
+                let window = |stream: &[(Reply, Reply)]| {
+                    stream[at.saturating_sub(2)..(at + 4).min(stream.len())].to_vec()
+                };
+                panic!(
+                    "pass {pass} generator {round} batch {batch}, message {at}:\n  redis-server: {:?}\n  \
+                     prefixkv:     {:?}\n  commands:\n  {}",
+                    window(&streams[0]),
+                    window(&streams[1]),
+                    commands.join("\n  ")
+                );
+            }
+        }
     }
 }

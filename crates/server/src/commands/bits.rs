@@ -61,17 +61,23 @@ fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         None => (Vec::new(), 0),
     };
     let byte = (offset >> 3) as usize;
+    // A new key or a longer value is a change even when the bit is already as asked.
+    let mut dirty = value.is_empty() || value.len() <= byte;
     if value.len() <= byte {
         value.resize(byte + 1, 0);
     }
     let mask = 0x80u8 >> (offset & 7);
     let was = value[byte] & mask != 0;
+    dirty |= was != on;
     if on {
         value[byte] |= mask;
     } else {
         value[byte] &= !mask;
     }
-    txn.put(db, &args[1], Kind::String, expire, &value)?;
+    // Unchanged: no write (and no keyspace event), as Redis 7.0.
+    if dirty {
+        txn.put(db, &args[1], Kind::String, expire, &value)?;
+    }
     let mark = txn.commit()?;
     ctx.client.note_write(mark);
     ctx.w.int(i64::from(was));

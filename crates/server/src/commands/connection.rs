@@ -249,6 +249,16 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             }
             ctx.w.ok();
         }
+        ("reply", 3) => match lower(&args[2]).as_str() {
+            "on" => {
+                ctx.client.reply_off = false;
+                ctx.w.ok();
+            }
+            // OFF and SKIP answer nothing themselves (`execute` drops their reply).
+            "off" => ctx.client.reply_off = true,
+            "skip" => ctx.client.skip_next_reply = true,
+            _ => return Err(CommandError::Syntax),
+        },
         ("list", _) => {
             let mut text = String::new();
             for (id, info) in ctx.server.clients.lock().iter() {
@@ -268,7 +278,7 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             text.push('\n');
             ctx.w.verbatim(text.as_bytes());
         }
-        ("id" | "setname" | "getname" | "setinfo" | "info", _) => {
+        ("id" | "setname" | "getname" | "setinfo" | "info" | "reply", _) => {
             return Err(CommandError::arity(format!("client|{sub}")))
         }
         _ => return Err(CommandError::unknown_subcommand("CLIENT", &args[1])),

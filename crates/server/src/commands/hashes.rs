@@ -192,6 +192,23 @@ fn with_hash<R>(
     Ok(result)
 }
 
+/// The value of `field` in the hash at `key`; `None` for no key, no field, or another type
+/// (SORT's BY and GET patterns read those as missing, as Redis does).
+pub(super) fn field_value(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    field: &[u8],
+) -> CommandResult<Option<Vec<u8>>> {
+    let found = with_hash(ctx, key, |hash, records| match hash {
+        Some(hash) => hash.get(records, field),
+        None => Ok(None),
+    });
+    match found {
+        Err(CommandError::WrongType) => Ok(None),
+        other => other,
+    }
+}
+
 /// Changes the hash at `key` with `body` (which gets it, or an empty one, and answers its result
 /// and whether it changed anything), grows it into records if it passed the thresholds, writes it
 /// back and commits.

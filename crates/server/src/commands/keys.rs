@@ -119,6 +119,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             }
         }
         "copy" => copy(ctx, args)?,
+        "swapdb" => swapdb(ctx, args)?,
         "move" => move_key(ctx, args)?,
         "object" => object(ctx, args)?,
         "randomkey" => {
@@ -198,6 +199,85 @@ fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     ctx.client.note_write(mark);
     ctx.w.int(1);
     Ok(())
+}
+
+/// Keys SWAPDB moves in one transaction at most (both databases together): the swap is one
+/// atomic store transaction, so its size is bounded.
+pub const SWAPDB_MAX_KEYS: usize = 1 << 18;
+
+/// SWAPDB index1 index2: every key of each database moves to the other, in one store
+/// transaction (one oplog record: a crash recovers all of it or none) while no other write runs
+/// (the exec gate). O(keys in both databases), where Redis swaps two pointers; refused past
+/// [`SWAPDB_MAX_KEYS`]. Collections keep their records (only their root keys move).
+fn swapdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let index = |argument: &[u8], which: &'static str| {
+        parse_int(argument).map_err(|_| CommandError::err(format!("invalid {which} DB index")))
+    };
+    let (first, second) = (index(&args[1], "first")?, index(&args[2], "second")?);
+    let valid = 0..DATABASES as i64;
+    if !valid.contains(&first) || !valid.contains(&second) {
+        return Err(CommandError::DbIndexOutOfRange);
+    }
+    let (a, b) = (first as u8, second as u8);
+    if a != b {
+        let keyspace = &ctx.server.keyspace;
+        if ctx.client.in_exec {
+            let mark = swap_databases(keyspace, ctx.session, a, b)?;
+            ctx.client.note_write(mark);
+        } else {
+            // Not under the shared gate (`commands::EXCLUSIVE`): the body takes it exclusively.
+            super::run_exclusive(ctx.server, ctx.client, ctx.session, |client, session| {
+                let mark = swap_databases(keyspace, session, a, b)?;
+                client.note_write(mark);
+                CommandResult::Ok(())
+            })??;
+        }
+    }
+    ctx.w.ok();
+    Ok(())
+}
+
+fn swap_databases(
+    keyspace: &crate::keyspace::Keyspace,
+    session: &mut prefixkv_store::StoreSession,
+    a: u8,
+    b: u8,
+) -> CommandResult<Option<crate::keyspace::WriteMark>> {
+    let too_many = || {
+        CommandError::err(format!(
+            "SWAPDB moves at most {SWAPDB_MAX_KEYS} keys here (prefixkv moves every key)"
+        ))
+    };
+    let in_a = keyspace
+        .all_keys(session, a, SWAPDB_MAX_KEYS)?
+        .ok_or_else(too_many)?;
+    let in_b = keyspace
+        .all_keys(session, b, SWAPDB_MAX_KEYS - in_a.len())?
+        .ok_or_else(too_many)?;
+    let mut pairs: Vec<(u8, &[u8])> = Vec::with_capacity(2 * (in_a.len() + in_b.len()));
+    for key in in_a.iter().chain(&in_b) {
+        pairs.extend([(a, &key[..]), (b, &key[..])]);
+    }
+    let mut txn = keyspace.begin_across(session, &pairs);
+    let mut values = Vec::with_capacity(in_a.len() + in_b.len());
+    for (from, keys) in [(a, &in_a), (b, &in_b)] {
+        for key in keys {
+            // An expired key is removed here (lazy expiry) instead of moved.
+            if let Some(stored) = txn.get(from, key)? {
+                values.push((from, key, stored));
+            }
+        }
+    }
+    for (from, key, _) in &values {
+        txn.delete_keeping_records(*from, key)?;
+    }
+    for (from, key, stored) in &values {
+        let to = if *from == a { b } else { a };
+        // The old value there was deleted above with its records kept: they are the object
+        // that moves the other way.
+        txn.put_object(to, key, stored.kind, stored.expire_at_ms, &stored.payload)?;
+    }
+    txn.commit()
 }
 
 /// MOVE key db: moves the key (with its expiry) unless the target database has it.
@@ -323,7 +403,12 @@ fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
             "xx" => xx = true,
             "gt" => gt = true,
             "lt" => lt = true,
-            other => return Err(CommandError::err(format!("Unsupported option {other}"))),
+            _ => {
+                return Err(CommandError::err(format!(
+                    "Unsupported option {}",
+                    String::from_utf8_lossy(option)
+                )))
+            }
         }
     }
     if nx && (xx || gt || lt) {

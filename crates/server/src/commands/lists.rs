@@ -3,9 +3,11 @@
 //! small records whatever the length; LINDEX, LSET, LINSERT and LRANGE walk chunk by chunk from
 //! the nearer end (O(n / 128) records, O(n) in Redis).
 //!
-//! The blocking commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH) first try what their non-blocking
-//! forms do; when every key is empty they return [`Flow::Async`] with [`AsyncOp::Block`], and the
-//! connection waits for a push to one of the keys (`crate::blocking`) and runs them again.
+//! The blocking commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP) first try what their
+//! non-blocking forms do; when every key is empty they return [`Flow::Async`] with
+//! [`AsyncOp::Block`], and the connection waits for a push to one of the keys
+//! (`crate::blocking`) and runs them again. They pop from a key only when no client blocked on
+//! it before them (first come, first served, as Redis).
 
 use std::ops::ControlFlow;
 
@@ -17,6 +19,7 @@ use super::{
 };
 use crate::keyspace::Txn;
 use crate::objects::{list_of, save_list};
+use crate::value::Kind;
 
 /// Which end of a list.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -85,6 +88,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         "lrem" => lrem(ctx, args),
         "ltrim" => ltrim(ctx, args),
         "lpos" => lpos(ctx, args),
+        "lmpop" => lmpop(ctx, args),
         "lmove" | "rpoplpush" => {
             let (from, to) = if name == "lmove" {
                 (parse_end(&args[3])?, parse_end(&args[4])?)
@@ -464,7 +468,12 @@ fn lmove(
     let db = ctx.db();
     let keyspace = &ctx.server.keyspace;
     let mut txn = keyspace.begin(ctx.session, db, &[source, destination]);
-    let Some((mut tree, expire)) = list_of(txn.get(db, source)?)? else {
+    let found = match list_of(txn.get(db, source)?) {
+        // A woken BLMOVE whose source became another type waits on (Redis leaves it blocked).
+        Err(CommandError::WrongType) if ctx.client.unblocking => None,
+        other => other?,
+    };
+    let Some((mut tree, expire)) = found else {
         txn.commit()?;
         return Ok(None);
     };
@@ -505,7 +514,7 @@ fn lmove(
 }
 
 /// Parses a blocking timeout in seconds (a float; 0 = forever) into milliseconds.
-fn parse_timeout(argument: &[u8]) -> CommandResult<u64> {
+pub(super) fn parse_timeout(argument: &[u8]) -> CommandResult<u64> {
     let seconds = parse_float(argument)
         .map_err(|_| CommandError::err("timeout is not a float or out of range"))?;
     if seconds < 0.0 {
@@ -518,8 +527,8 @@ fn parse_timeout(argument: &[u8]) -> CommandResult<u64> {
 }
 
 /// BLPOP/BRPOP key [key ...] timeout, BLMOVE source destination from to timeout, BRPOPLPUSH
-/// source destination timeout. Inside MULTI/EXEC they do not wait: an empty result answers null
-/// at once, as in Redis.
+/// source destination timeout, BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count].
+/// Inside MULTI/EXEC they do not wait: an empty result answers null at once, as in Redis.
 pub(super) fn run_blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
     match blocking(ctx, name, args) {
         Ok(flow) => flow,
@@ -530,19 +539,58 @@ pub(super) fn run_blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flo
     }
 }
 
+/// Whether this client may pop from `key` now: no client blocked on it for `kind` before this
+/// one (`crate::blocking`: first come, first served).
+pub(super) fn may_serve(ctx: &Ctx<'_>, key: &[u8], kind: Kind) -> bool {
+    ctx.server
+        .keyspace
+        .blocked
+        .may_serve(ctx.client.id, ctx.db(), key, kind)
+}
+
+/// A blocking command found nothing to pop in `keys`: inside EXEC a null array at once, else
+/// the wait (`AsyncOp::Block`).
+pub(super) fn block_on(ctx: &mut Ctx<'_>, keys: Vec<Bytes>, timeout_ms: u64, kind: Kind) -> Flow {
+    if ctx.client.in_exec {
+        ctx.w.null_array();
+        return Flow::Continue;
+    }
+    Flow::Async(AsyncOp::Block {
+        database: ctx.db(),
+        keys,
+        timeout_ms,
+        kind,
+    })
+}
+
 fn blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flow> {
+    if name == "blmpop" {
+        let timeout_ms = parse_timeout(&args[1])?;
+        let request = parse_mpop(&args[2..], parse_end)?;
+        if !lmpop_into(ctx, &request)? {
+            return Ok(block_on(ctx, request.keys, timeout_ms, Kind::List));
+        }
+        return Ok(Flow::Continue);
+    }
     let timeout_ms = parse_timeout(&args[args.len() - 1])?;
     let db = ctx.db();
     let keys: Vec<Bytes> = match name {
         "blpop" | "brpop" => {
             for key in &args[1..args.len() - 1] {
+                if !may_serve(ctx, key, Kind::List) {
+                    continue;
+                }
                 let end = if name == "blpop" {
                     End::Left
                 } else {
                     End::Right
                 };
                 let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-                let popped = pop_in(&mut txn, db, key, end, 1)?;
+                let popped = match pop_in(&mut txn, db, key, end, 1) {
+                    // Woken, but the key now holds another type: wait on, as Redis does.
+                    Err(CommandError::WrongType) if ctx.client.unblocking => None,
+                    other => other?,
+                };
                 let mark = txn.commit()?;
                 ctx.client.note_write(mark);
                 if let Some(element) = popped.and_then(|mut p| p.pop()) {
@@ -560,26 +608,104 @@ fn blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flow
             } else {
                 (End::Right, End::Left)
             };
-            if let Some(element) = lmove(ctx, &args[1], &args[2], from, to)? {
-                ctx.w.bulk(&element);
+            if may_serve(ctx, &args[1], Kind::List) {
+                if let Some(element) = lmove(ctx, &args[1], &args[2], from, to)? {
+                    ctx.w.bulk(&element);
+                    return Ok(Flow::Continue);
+                }
+            }
+            if ctx.client.in_exec {
+                // BLMOVE and BRPOPLPUSH answer a null bulk inside EXEC.
+                ctx.w.null();
                 return Ok(Flow::Continue);
             }
             vec![args[1].clone()]
         }
     };
-    if ctx.client.in_exec {
-        if matches!(name, "blpop" | "brpop") {
-            ctx.w.null_array();
+    Ok(block_on(ctx, keys, timeout_ms, Kind::List))
+}
+
+/// The arguments of LMPOP/ZMPOP (and their blocking forms) from numkeys on.
+pub(super) struct MpopRequest<T> {
+    /// The keys, in order.
+    pub keys: Vec<Bytes>,
+    /// LEFT/RIGHT or MIN/MAX.
+    pub side: T,
+    /// COUNT (1 when not given).
+    pub count: u64,
+}
+
+/// Parses `numkeys key [key ...] side [COUNT count]` as Redis 7.0 does (its error texts).
+pub(super) fn parse_mpop<T>(
+    args: &[Bytes],
+    side: impl Fn(&[u8]) -> CommandResult<T>,
+) -> CommandResult<MpopRequest<T>> {
+    let numkeys = parse_int(&args[0])
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| CommandError::err("numkeys should be greater than 0"))?;
+    let side_index = usize::try_from(numkeys)
+        .ok()
+        .and_then(|n| n.checked_add(1))
+        .filter(|index| *index < args.len())
+        .ok_or(CommandError::Syntax)?;
+    let side = side(&args[side_index]).map_err(|_| CommandError::Syntax)?;
+    let mut count = None;
+    let mut index = side_index + 1;
+    while index < args.len() {
+        if count.is_none() && lower(&args[index]) == "count" && index + 1 < args.len() {
+            let n = parse_int(&args[index + 1])
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| CommandError::err("count should be greater than 0"))?;
+            count = Some(n as u64);
+            index += 2;
         } else {
-            ctx.w.null();
+            return Err(CommandError::Syntax);
         }
-        return Ok(Flow::Continue);
     }
-    Ok(Flow::Async(AsyncOp::Block {
-        database: db,
-        keys,
-        timeout_ms,
-    }))
+    Ok(MpopRequest {
+        keys: args[1..side_index].to_vec(),
+        side,
+        count: count.unwrap_or(1),
+    })
+}
+
+/// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count].
+fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let request = parse_mpop(&args[1..], parse_end)?;
+    if !lmpop_into(ctx, &request)? {
+        ctx.w.null_array();
+    }
+    Ok(())
+}
+
+/// Pops from the first non-empty list of the request and writes `[key, [elements]]`; false
+/// (nothing written) when every list is empty.
+fn lmpop_into(ctx: &mut Ctx<'_>, request: &MpopRequest<End>) -> CommandResult<bool> {
+    let db = ctx.db();
+    for key in &request.keys {
+        if !may_serve(ctx, key, Kind::List) {
+            continue;
+        }
+        let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+        let popped = match pop_in(&mut txn, db, key, request.side, request.count) {
+            Err(CommandError::WrongType) if ctx.client.unblocking => None,
+            other => other?,
+        };
+        let mark = txn.commit()?;
+        ctx.client.note_write(mark);
+        if let Some(popped) = popped.filter(|p| !p.is_empty()) {
+            ctx.w.array(2);
+            ctx.w.bulk(key);
+            ctx.w.array(popped.len());
+            for element in &popped {
+                ctx.w.bulk(element);
+            }
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 #[cfg(test)]

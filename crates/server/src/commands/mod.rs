@@ -13,10 +13,12 @@ mod hashes;
 mod keys;
 mod lcs;
 mod lists;
+mod memory;
 mod pubsub;
 pub use pubsub::encode_message;
 mod server;
 mod sets;
+mod sort;
 mod strings;
 pub mod table;
 mod transaction;
@@ -72,6 +74,8 @@ pub enum AsyncOp {
         keys: Vec<Bytes>,
         /// Give up after this many ms (0 = wait forever).
         timeout_ms: u64,
+        /// The kind of value waited for (a write of another kind at the key does not wake).
+        kind: crate::value::Kind,
     },
 }
 
@@ -107,6 +111,13 @@ pub struct Client {
     pub subscriptions: Option<ClientSubscriptions>,
     /// EXEC is running this connection's queued commands (blocking commands do not wait).
     pub in_exec: bool,
+    /// CLIENT REPLY OFF: no reply is sent until CLIENT REPLY ON.
+    pub reply_off: bool,
+    /// CLIENT REPLY SKIP: the next command's reply is not sent.
+    pub skip_next_reply: bool,
+    /// A blocked command runs again after a wake-up: a key of another type reads as empty
+    /// (Redis leaves the client blocked) instead of answering WRONGTYPE.
+    pub unblocking: bool,
     /// The last command's index in the command table, shared with CLIENT LIST's view of this
     /// connection (`usize::MAX` before the first).
     pub last_command: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -141,6 +152,9 @@ impl Client {
             watch: ClientWatch::default(),
             subscriptions: None,
             in_exec: false,
+            unblocking: false,
+            reply_off: false,
+            skip_next_reply: false,
             last_command: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
         }
     }
@@ -464,7 +478,45 @@ pub fn execute(
     let started = Instant::now();
     let reply_start = ctx.w.out.len();
     let counters = server.command_stats.command(index);
-    match run_command(&mut ctx, spec, &name, args) {
+    // CLIENT REPLY: a SKIP before this command drops its reply; so does OFF (the command may be
+    // CLIENT REPLY ON, which clears it first); OFF and SKIP themselves send nothing.
+    let skipped = std::mem::take(&mut ctx.client.skip_next_reply);
+    let notifier = &server.keyspace.notifier;
+    if notifier.active() {
+        // Touches left by an earlier command that ran with notifications off are not ours.
+        crate::notify::take_touched();
+    }
+    let outcome = run_command(&mut ctx, spec, &name, args);
+    if notifier.active() {
+        let zero = ctx.w.out.get(reply_start..) == Some(&b":0\r\n"[..]);
+        // These answer how many elements changed: 0 means nothing did, and Redis sends nothing.
+        let unchanged = zero
+            && matches!(
+                name.as_str(),
+                "sadd" | "srem" | "zrem" | "hdel" | "lrem" | "smove"
+            );
+        if unchanged {
+            crate::notify::take_touched();
+        } else {
+            notify_command(server, ctx.client.database, &name, args);
+        }
+        notifier.flush(&server.pubsub);
+    }
+    let is_skip = ctx.client.skip_next_reply;
+    if skipped || is_skip || ctx.client.reply_off {
+        ctx.w.out.truncate(reply_start);
+    }
+    if skipped
+        && matches!(
+            outcome,
+            Outcome::Executed(Flow::Async(AsyncOp::Block { .. }))
+        )
+    {
+        // A skipped command that blocks: its reply comes later (a retry, or the timeout's
+        // null, which the connection drops while this is set).
+        ctx.client.skip_next_reply = true;
+    }
+    match outcome {
         Outcome::Executed(flow) => {
             let duration_us = started.elapsed().as_micros() as u64;
             // Every reply that starts with '-' is an error line.
@@ -485,6 +537,57 @@ pub fn execute(
             Flow::Continue
         }
         Outcome::Queued(flow) => flow,
+    }
+}
+
+/// Queues the keyspace events of the command that just ran (`crate::notify`), keys in the order
+/// the command names them (a source before its destination).
+fn notify_command(server: &Server, database: u8, name: &str, args: &[Bytes]) {
+    let mut touched = crate::notify::take_touched();
+    if touched.is_empty() {
+        return;
+    }
+    if matches!(name, "mset" | "msetnx") {
+        // One `set` per pair, a key named twice included, as Redis (`new` before a key's
+        // first `set` when MSET created it).
+        let notifier = &server.keyspace.notifier;
+        let mut announced: Vec<&[u8]> = Vec::new();
+        for pair in args[1..].chunks(2) {
+            let created = touched.iter().any(|t| t.created && t.key == pair[0]);
+            if created && !announced.contains(&&pair[0][..]) {
+                notifier.notify(crate::notify::NEW, "new", database, &pair[0]);
+                announced.push(&pair[0]);
+            }
+            notifier.notify(crate::notify::STRING, "set", database, &pair[0]);
+        }
+        return;
+    }
+    let position = |key: &[u8]| args.iter().skip(1).position(|a| &a[..] == key);
+    touched.sort_by_key(|t| {
+        (
+            position(&t.key).unwrap_or(usize::MAX),
+            t.database != database,
+        )
+    });
+    let notifier = &server.keyspace.notifier;
+    if matches!(name, "rename" | "renamenx" | "move" | "copy") {
+        // Redis adds the destination anew (after deleting an old one): `new` comes first.
+        for touch in touched.iter_mut().filter(|t| t.present) {
+            notifier.notify(crate::notify::NEW, "new", touch.database, &touch.key);
+            touch.created = false;
+        }
+    }
+    for touch in touched {
+        let (db, key) = (touch.database, &touch.key);
+        if touch.created && name != "swapdb" {
+            notifier.notify(crate::notify::NEW, "new", db, key);
+        }
+        let in_source_db = db == database;
+        for (class, event) in
+            crate::notify::command_events(name, args, key, in_source_db, touch.present)
+        {
+            notifier.notify(class, event, db, key);
+        }
     }
 }
 
@@ -535,11 +638,18 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
     Outcome::Executed(dispatch_shared(ctx, name, args))
 }
 
+/// Commands that run as an exclusive body themselves ([`run_exclusive`]: the exec gate held
+/// exclusively), so they must not run under the shared gate, which they would wait for.
+const EXCLUSIVE: &[&str] = &["swapdb"];
+
 /// Runs the command whole while no exclusive body (EXEC, a script) is half done: the exec gate
 /// is held shared around it (inside an exclusive body this is a no-op), so readers, too, see a
 /// body entirely or not at all (`keyspace` invariants). A command that waits (a blocking pop, SAVE)
 /// returns before it waits, releasing the gate.
 fn dispatch_shared(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
+    if EXCLUSIVE.contains(&name) {
+        return dispatch(ctx, name, args);
+    }
     let Ctx {
         server,
         client,
@@ -581,27 +691,31 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(ctx, name, args),
         "lcs" => lcs::run(ctx, args),
         "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "llen" | "lrange"
-        | "lindex" | "lset" | "linsert" | "lrem" | "ltrim" | "lpos" | "lmove" | "rpoplpush" => {
-            lists::run(ctx, name, args)
+        | "lindex" | "lset" | "linsert" | "lrem" | "ltrim" | "lpos" | "lmove" | "rpoplpush"
+        | "lmpop" => lists::run(ctx, name, args),
+        "blpop" | "brpop" | "blmove" | "brpoplpush" | "blmpop" => {
+            return lists::run_blocking(ctx, name, args)
         }
-        "blpop" | "brpop" | "blmove" | "brpoplpush" => return lists::run_blocking(ctx, name, args),
+        "bzpopmin" | "bzpopmax" | "bzmpop" => return zsets::run_blocking(ctx, name, args),
         "sadd" | "srem" | "sismember" | "smismember" | "scard" | "smembers" | "srandmember"
         | "spop" | "smove" | "sinter" | "sunion" | "sdiff" | "sinterstore" | "sunionstore"
         | "sdiffstore" | "sintercard" | "sscan" => sets::run(ctx, name, args),
         "zadd" | "zincrby" | "zrem" | "zscore" | "zmscore" | "zcard" | "zcount" | "zrank"
         | "zrevrank" | "zrange" | "zrangebyscore" | "zrevrangebyscore" | "zrevrange"
         | "zrangebylex" | "zrevrangebylex" | "zpopmin" | "zpopmax" | "zremrangebyrank"
-        | "zremrangebyscore" | "zunionstore" | "zinterstore" | "zscan" => {
-            zsets::run(ctx, name, args)
-        }
+        | "zremrangebyscore" | "zunionstore" | "zinterstore" | "zscan" | "zlexcount"
+        | "zremrangebylex" | "zmpop" | "zunion" | "zinter" | "zdiff" | "zdiffstore"
+        | "zintercard" | "zrangestore" | "zrandmember" => zsets::run(ctx, name, args),
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
             pubsub::run(ctx, name, args)
         }
         "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"
-        | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" => {
+        | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" | "swapdb" => {
             keys::run(ctx, name, args)
         }
+        "sort" | "sort_ro" => sort::run(ctx, name, args),
+        "memory" => memory::run(ctx, args),
         _ => return server::run(ctx, name, args),
     };
     if let Err(error) = result {

@@ -185,6 +185,10 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ("maxclients", config.maxclients.to_string()),
         ("maxmemory", config.maxmemory_bytes.to_string()),
         ("maxmemory-policy", "noeviction".into()),
+        (
+            "notify-keyspace-events",
+            crate::notify::format_flags(config.notify_keyspace_events),
+        ),
         ("appendfsync", config.durability.name().into()),
         (
             "appendonly",
@@ -431,6 +435,12 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                     }
                 }
             }
+            "notify-keyspace-events" => {
+                updated.notify_keyspace_events =
+                    crate::notify::parse_flags(&value).ok_or_else(|| {
+                        failed("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".into())
+                    })?
+            }
             "maxmemory-policy" if value == "noeviction" => {}
             "save" | "appendonly" => {}
             "port"
@@ -459,6 +469,10 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         .slower_than_us
         .store(updated.slowlog_log_slower_than_us, Ordering::Relaxed);
     stats.set_max_len(updated.slowlog_max_len as usize);
+    ctx.server
+        .keyspace
+        .notifier
+        .set_flags(updated.notify_keyspace_events);
     *ctx.server.settings.write() = updated;
     ctx.w.ok();
     Ok(())

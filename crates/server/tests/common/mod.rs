@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod clients;
+pub mod generators;
 pub mod load;
 
 use std::io::{Read, Write};

@@ -1,8 +1,20 @@
 //! Sorted-set commands. A sorted set is a member -> score table and a counted B+tree of
 //! `[score key][member]` entries under one object id (`crate::objects::ZSet`): ZADD, ZREM,
 //! ZINCRBY, ZRANK and ZSCORE cost O(log n) records, range queries O(log n + elements returned).
+//!
+//! Submodules: `setops` (ZUNION, ZINTER, ZDIFF, their STORE forms, ZINTERCARD), `pops` (ZPOPMIN,
+//! ZPOPMAX, ZMPOP and the blocking BZPOPMIN, BZPOPMAX, BZMPOP), `random` (ZRANDMEMBER,
+//! ZRANGESTORE).
 
-use std::collections::HashMap;
+mod pops;
+mod random;
+mod setops;
+
+pub(super) use pops::run_blocking;
+
+/// (member, score) entries, in reply order.
+type Entries = Vec<(Vec<u8>, f64)>;
+
 use std::ops::ControlFlow;
 
 use bytes::Bytes;
@@ -12,9 +24,7 @@ use prefixkv_collections::{score_key, Records};
 use super::{
     lower, parse_float, parse_int, read_collection, CommandError, CommandResult, Ctx, Writer,
 };
-use crate::keyspace::Txn;
-use crate::objects::{save_zset, set_of, split_entry, zset_of, ZSet};
-use crate::value::{Kind, Stored};
+use crate::objects::{save_zset, split_entry, zset_of, ZSet};
 
 /// Formats a score as Redis 7.0 does (`%.17g`: `1.1000000000000001`, `3`, `1e+21`, `inf`).
 pub fn format_score(score: f64) -> String {
@@ -158,9 +168,23 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             write_entries(ctx, &entries, query.with_scores);
             Ok(())
         }
-        "zpopmin" | "zpopmax" => zpop(ctx, name, args),
-        "zremrangebyrank" | "zremrangebyscore" => zremrange(ctx, name, args),
-        "zunionstore" | "zinterstore" => zstore(ctx, name, args),
+        "zlexcount" => {
+            let (min, max) = (parse_lex_bound(&args[2])?, parse_lex_bound(&args[3])?);
+            let count = read_collection(ctx, zset_of, &args[1], |zset, records| {
+                let (first, end) = lex_ranks(&zset.order, records, &min, &max)?;
+                Ok(end.saturating_sub(first))
+            })?
+            .unwrap_or(0);
+            ctx.w.int(count as i64);
+            Ok(())
+        }
+        "zpopmin" | "zpopmax" => pops::zpop(ctx, name, args),
+        "zmpop" => pops::zmpop(ctx, args),
+        "zremrangebyrank" | "zremrangebyscore" | "zremrangebylex" => zremrange(ctx, name, args),
+        "zunionstore" | "zinterstore" | "zdiffstore" | "zunion" | "zinter" | "zdiff"
+        | "zintercard" => setops::run(ctx, name, args),
+        "zrangestore" => random::zrangestore(ctx, args),
+        "zrandmember" => random::zrandmember(ctx, args),
         "zscan" => zscan(ctx, args),
         _ => unreachable!("dispatch sends only sorted-set commands here"),
     }
@@ -245,6 +269,7 @@ fn add(
     let (mut zset, expire) = found.unwrap_or_else(|| (ZSet::new(keyspace.new_object_id()), 0));
     let mut counted = 0;
     let mut last = None;
+    let mut changed = false;
     let outcome = txn.with_records(db, key, |records| {
         for &(score, member) in pairs {
             let old = zset.score(records, member)?;
@@ -265,8 +290,13 @@ fn add(
                     continue;
                 }
             }
-            zset.set(records, member, old, new)?;
             last = Some(new);
+            if old == Some(new) {
+                // Nothing changes: no write (and no keyspace event, as Redis).
+                continue;
+            }
+            zset.set(records, member, old, new)?;
+            changed = true;
             match old {
                 None => counted += 1,
                 Some(old) if options.ch && old != new => counted += 1,
@@ -276,7 +306,7 @@ fn add(
         Ok(())
     });
     // Written back even after an error: it holds what succeeded (`crate::objects`).
-    if !zset.is_empty() {
+    if changed {
         save_zset(&mut txn, db, key, &zset, expire)?;
     }
     outcome?;
@@ -564,60 +594,12 @@ fn write_entries(ctx: &mut Ctx<'_>, entries: &[(Vec<u8>, f64)], with_scores: boo
     }
 }
 
-/// ZPOPMIN/ZPOPMAX key [count].
-fn zpop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    if args.len() > 3 {
-        return Err(CommandError::Syntax);
-    }
-    let count = match args.get(2) {
-        Some(argument) => match parse_int(argument) {
-            Ok(count) if count >= 0 => count as u64,
-            _ => return Err(CommandError::NotPositive),
-        },
-        None => 1,
-    };
-    let db = ctx.db();
-    let key = &args[1][..];
-    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-    let mut popped = Vec::new();
-    if let Some((mut zset, expire)) = zset_of(txn.get(db, key)?)? {
-        let outcome = txn.with_records(db, key, |records| {
-            while (popped.len() as u64) < count && !zset.is_empty() {
-                let rank = if name == "zpopmin" { 0 } else { zset.len() - 1 };
-                let mut entry = Vec::new();
-                zset.order.get(records, rank, &mut entry)?;
-                let (score, member) = split_entry(&entry)?;
-                zset.remove(records, member)?;
-                popped.push((member.to_vec(), score));
-            }
-            Ok::<(), CommandError>(())
-        });
-        // Written back even after an error: it holds what succeeded (`crate::objects`).
-        if !popped.is_empty() {
-            save_zset(&mut txn, db, key, &zset, expire)?;
-        }
-        outcome?;
-    }
-    let mark = txn.commit()?;
-    ctx.client.note_write(mark);
-    let resp3 = ctx.w.encoder.protocol() == prefixkv_resp::Protocol::Resp3;
-    if resp3 && args.len() == 3 {
-        // RESP3 with a count: an array of [member, score] pairs.
-        write_entries(ctx, &popped, true);
-    } else {
-        ctx.w.array(popped.len() * 2);
-        for (member, score) in &popped {
-            ctx.w.bulk(member);
-            ctx.w.score(*score);
-        }
-    }
-    Ok(())
-}
-
-/// ZREMRANGEBYRANK key start stop, ZREMRANGEBYSCORE key min max.
+/// ZREMRANGEBYRANK key start stop, ZREMRANGEBYSCORE key min max, ZREMRANGEBYLEX key min max.
 fn zremrange(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     let by = if name == "zremrangebyrank" {
         RangeBy::Rank(parse_int(&args[2])?, parse_int(&args[3])?)
+    } else if name == "zremrangebylex" {
+        RangeBy::Lex(parse_lex_bound(&args[2])?, parse_lex_bound(&args[3])?)
     } else {
         RangeBy::Score(parse_score_bound(&args[2])?, parse_score_bound(&args[3])?)
     };
@@ -650,164 +632,6 @@ fn zremrange(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     ctx.client.note_write(mark);
     ctx.w.int(removed as i64);
     Ok(())
-}
-
-/// The (member, score) pairs of a sorted set or a set (score 1) at `key`, whose value the caller
-/// read under the lock (`stored`); empty when missing.
-fn weighted_members(
-    txn: &mut Txn<'_>,
-    db: u8,
-    key: &[u8],
-    stored: Option<Stored>,
-) -> CommandResult<Vec<(Vec<u8>, f64)>> {
-    match stored.as_ref().map(|s| s.kind) {
-        None => Ok(Vec::new()),
-        Some(Kind::ZSet) => {
-            let (zset, _) = zset_of(stored)?.expect("checked kind");
-            txn.with_records(db, key, |records| {
-                let mut members = Vec::new();
-                let mut failure = None;
-                if !zset.is_empty() {
-                    zset.order
-                        .range(records, 0, |_, entry| match split_entry(entry) {
-                            Ok((score, member)) => {
-                                members.push((member.to_vec(), score));
-                                ControlFlow::Continue(())
-                            }
-                            Err(damaged) => {
-                                failure = Some(damaged);
-                                ControlFlow::Break(())
-                            }
-                        })?;
-                }
-                failure.map_or(Ok(members), Err)
-            })
-        }
-        Some(Kind::Set) => {
-            let (set, _) = set_of(stored)?.expect("checked kind");
-            txn.with_records(db, key, |records| {
-                let mut members = Vec::new();
-                set.for_each(records, |member, _| members.push((member.to_vec(), 1.0)))?;
-                Ok(members)
-            })
-        }
-        Some(_) => Err(CommandError::WrongType),
-    }
-}
-
-/// ZUNIONSTORE/ZINTERSTORE destination numkeys key [key ...] [WEIGHTS w ...]
-/// [AGGREGATE SUM|MIN|MAX].
-fn zstore(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    let count = parse_int(&args[2])?;
-    if count < 1 {
-        return Err(CommandError::err(format!(
-            "at least 1 input key is needed for '{name}' command"
-        )));
-    }
-    let count = count as usize;
-    if count > args.len() - 3 {
-        return Err(CommandError::Syntax);
-    }
-    let sources = &args[3..3 + count];
-    let db = ctx.db();
-    let destination = &args[1][..];
-    let mut keys: Vec<&[u8]> = sources.iter().map(|k| &k[..]).collect();
-    keys.push(destination);
-    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
-    // Redis checks the sources' types before it reads the options.
-    let mut values = Vec::with_capacity(sources.len());
-    for source in sources {
-        let stored = txn.get(db, source)?;
-        if stored
-            .as_ref()
-            .is_some_and(|s| !matches!(s.kind, Kind::ZSet | Kind::Set))
-        {
-            return Err(CommandError::WrongType);
-        }
-        values.push(stored);
-    }
-    let (weights, aggregate) = parse_store_options(&args[3 + count..], count)?;
-    let combine = |a: f64, b: f64| {
-        let value = match aggregate.as_str() {
-            "min" => a.min(b),
-            "max" => a.max(b),
-            _ => a + b,
-        };
-        // inf + -inf: Redis stores 0.
-        if value.is_nan() {
-            0.0
-        } else {
-            value
-        }
-    };
-    let mut result: HashMap<Vec<u8>, (f64, usize)> = HashMap::new();
-    for (i, (source, stored)) in sources.iter().zip(values).enumerate() {
-        for (member, score) in weighted_members(&mut txn, db, source, stored)? {
-            let weighted = {
-                let value = score * weights[i];
-                if value.is_nan() {
-                    0.0
-                } else {
-                    value
-                }
-            };
-            result
-                .entry(member)
-                .and_modify(|(total, seen)| {
-                    *total = combine(*total, weighted);
-                    *seen += 1;
-                })
-                .or_insert((weighted, 1));
-        }
-    }
-    if name == "zinterstore" {
-        result.retain(|_, (_, seen)| *seen == count);
-    }
-    txn.delete(db, destination)?;
-    if !result.is_empty() {
-        let mut zset = ZSet::new(txn.keyspace().new_object_id());
-        let outcome = txn.with_records(db, destination, |records| {
-            result.iter().try_for_each(|(member, (score, _))| {
-                // A new sorted set: no member has a score yet.
-                zset.set(records, member, None, *score)
-            })
-        });
-        save_zset(&mut txn, db, destination, &zset, 0)?;
-        outcome?;
-    }
-    let mark = txn.commit()?;
-    ctx.client.note_write(mark);
-    ctx.w.int(result.len() as i64);
-    Ok(())
-}
-
-/// ZUNIONSTORE/ZINTERSTORE's options after the keys: the weights (1 each by default) and the
-/// aggregate function (`sum`, `min` or `max`).
-fn parse_store_options(options: &[Bytes], count: usize) -> CommandResult<(Vec<f64>, String)> {
-    let mut weights = vec![1.0; count];
-    let mut aggregate = "sum".to_string();
-    let mut index = 0;
-    while index < options.len() {
-        match lower(&options[index]).as_str() {
-            "weights" if index + count < options.len() => {
-                for (i, weight) in weights.iter_mut().enumerate() {
-                    *weight = parse_float(&options[index + 1 + i])
-                        .map_err(|_| CommandError::err("weight value is not a float"))?;
-                }
-                index += count;
-            }
-            "aggregate" if index + 1 < options.len() => {
-                aggregate = lower(&options[index + 1]);
-                if !matches!(aggregate.as_str(), "sum" | "min" | "max") {
-                    return Err(CommandError::Syntax);
-                }
-                index += 1;
-            }
-            _ => return Err(CommandError::Syntax),
-        }
-        index += 1;
-    }
-    Ok((weights, aggregate))
 }
 
 /// ZSCAN key cursor [MATCH pattern] [COUNT count]: member, score pairs.
