@@ -140,6 +140,7 @@ async fn serve_loop(
                     database,
                     keys,
                     timeout_ms,
+                    rerun,
                 }) => {
                     if !await_ticket(client).await
                         || !flush(server, stream, &mut output, client).await?
@@ -147,7 +148,7 @@ async fn serve_loop(
                         return Ok(());
                     }
                     let wait = BlockedWait {
-                        args: &command.args,
+                        args: rerun.as_deref().unwrap_or(&command.args),
                         database,
                         keys: &keys,
                         timeout_ms,

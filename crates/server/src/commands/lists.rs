@@ -579,6 +579,7 @@ fn blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flow
         database: db,
         keys,
         timeout_ms,
+        rerun: None,
     }))
 }
 

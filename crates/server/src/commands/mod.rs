@@ -17,6 +17,7 @@ mod pubsub;
 pub use pubsub::encode_message;
 mod server;
 mod sets;
+pub(crate) mod streams;
 mod strings;
 pub mod table;
 mod transaction;
@@ -72,6 +73,9 @@ pub enum AsyncOp {
         keys: Vec<Bytes>,
         /// Give up after this many ms (0 = wait forever).
         timeout_ms: u64,
+        /// The command to run again when woken, when it is not the one sent (XREAD's `$`
+        /// stands for the last id at the time it blocked).
+        rerun: Option<Vec<Bytes>>,
     },
 }
 
@@ -530,6 +534,9 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         | "zremrangebyscore" | "zunionstore" | "zinterstore" | "zscan" => {
             zsets::run(ctx, name, args)
         }
+        "xadd" | "xrange" | "xrevrange" | "xlen" | "xdel" | "xtrim" | "xsetid" | "xgroup"
+        | "xack" | "xpending" | "xclaim" | "xautoclaim" | "xinfo" => streams::run(ctx, name, args),
+        "xread" | "xreadgroup" => return streams::run_reading(ctx, name, args),
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
             pubsub::run(ctx, name, args)
         }
