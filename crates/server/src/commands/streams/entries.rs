@@ -1,7 +1,7 @@
 //! XADD, XRANGE, XREVRANGE, XLEN, XDEL, XTRIM, XSETID.
 //!
-//! Argument checks come in Redis's order (XADD and XDEL check their ids before they look at
-//! the key; XTRIM looks at the key first), so the same bad command gets the same error line.
+//! Argument checks come in Redis's order (options before the key; XDEL's ids after it), so
+//! the same bad command gets the same error line.
 
 use bytes::Bytes;
 
@@ -102,11 +102,14 @@ fn parse_trim_args(args: &[Bytes], from: usize, xadd: bool) -> CommandResult<(Tr
 /// XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value ...
 pub(super) fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (trim, id_at) = parse_trim_args(args, 2, true)?;
+    // Redis reads the id with the options, before it counts the fields.
+    let Some(wanted) = args.get(id_at).map(|id| parse_add_id(id)).transpose()? else {
+        return Err(CommandError::arity("xadd"));
+    };
     let fields_at = id_at + 1;
-    if fields_at > args.len() || args.len() - fields_at < 2 || (args.len() - fields_at) % 2 == 1 {
+    if args.len() - fields_at < 2 || (args.len() - fields_at) % 2 == 1 {
         return Err(CommandError::arity("xadd"));
     }
-    let wanted = parse_add_id(&args[id_at])?;
     if wanted == AddId::Explicit(StreamId::MIN) {
         return Err(CommandError::err(
             "The ID specified in XADD must be greater than 0-0",
@@ -134,10 +137,8 @@ pub(super) fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 
 /// XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]
 pub(super) fn xtrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
-    // Redis looks at the key first: a missing key answers 0 whatever the options.
-    let parsed = parse_trim_args(args, 2, false);
+    let (trim, _) = parse_trim_args(args, 2, false)?;
     let removed = edit(ctx, &args[1], false, |edit, records| {
-        let (trim, _) = parsed?;
         let how = trim.trim.expect("XTRIM's options always name a strategy");
         edit.stream.trim(records, how, trim.limit)
     })?;
@@ -189,11 +190,12 @@ pub(super) fn xlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 
 /// XDEL key id [id ...]
 pub(super) fn xdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
-    let ids = args[2..]
-        .iter()
-        .map(|a| parse_id(a, Missing::SeqZero, true))
-        .collect::<CommandResult<Vec<_>>>()?;
     let deleted = edit(ctx, &args[1], false, |edit, records| {
+        // Redis checks every id (after the key) before deleting any.
+        let ids = args[2..]
+            .iter()
+            .map(|a| parse_id(a, Missing::SeqZero, true))
+            .collect::<CommandResult<Vec<_>>>()?;
         let mut deleted = 0;
         for id in &ids {
             if edit.stream.delete(records, *id)? {

@@ -74,9 +74,6 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let mut mkstream = false;
     let mut entries_read = UNKNOWN_READ;
     if sub == "create" || sub == "setid" {
-        if args.len() > 7 || (sub == "setid" && args.len() != 5 && args.len() != 7) {
-            return Err(subcommand_syntax("XGROUP", &args[1]));
-        }
         let mut i = 5;
         while i < args.len() {
             match lower(&args[i]).as_str() {
@@ -95,6 +92,9 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 }
                 _ => return Err(subcommand_syntax("XGROUP", &args[1])),
             }
+        }
+        if args.len() > 8 || (sub == "setid" && args.len() != 5 && args.len() != 7) {
+            return Err(subcommand_syntax("XGROUP", &args[1]));
         }
     }
     let (key, group) = (&args[2], &args[3]);
@@ -184,10 +184,6 @@ enum Reply {
 
 /// XACK key group id [id ...]
 pub(super) fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
-    let ids = args[3..]
-        .iter()
-        .map(|a| parse_id(a, Missing::SeqZero, true))
-        .collect::<CommandResult<Vec<_>>>()?;
     let keyspace = &ctx.server.keyspace;
     let group = &args[2];
     let acked = edit(ctx, &args[1], false, |edit, records| {
@@ -195,6 +191,11 @@ pub(super) fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         else {
             return Ok(0);
         };
+        // Redis checks the ids after the key and group, all before acknowledging any.
+        let ids = args[3..]
+            .iter()
+            .map(|a| parse_id(a, Missing::SeqZero, true))
+            .collect::<CommandResult<Vec<_>>>()?;
         let mut acked = 0;
         let mut result = Ok(());
         for id in &ids {

@@ -127,7 +127,7 @@ pub(super) fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 
 enum Info {
     Consumers(Option<Vec<(Vec<u8>, Consumer)>>),
-    Groups(Vec<(Vec<u8>, Group, u64, Option<u64>)>),
+    Groups(Vec<(Vec<u8>, Group, u64, Option<i64>)>),
     Stream(Box<StreamInfo>),
 }
 
@@ -135,7 +135,7 @@ enum Info {
 struct FullGroup {
     name: Vec<u8>,
     group: Group,
-    lag: Option<u64>,
+    lag: Option<i64>,
     /// (id, consumer, delivery time, deliveries), at most COUNT.
     pending: Vec<(StreamId, Vec<u8>, u64, u64)>,
     consumers: Vec<FullConsumer>,
@@ -208,9 +208,9 @@ fn stream_info(
     })
 }
 
-fn int_or_null(w: &mut Writer<'_>, value: Option<u64>) {
+fn int_or_null(w: &mut Writer<'_>, value: Option<i64>) {
     match value {
-        Some(n) => w.int(n as i64),
+        Some(n) => w.int(n),
         None => w.null(),
     }
 }

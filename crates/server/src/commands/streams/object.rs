@@ -429,16 +429,17 @@ impl Stream {
         None
     }
 
-    /// A group's lag as XINFO reports it (`None`: unknown, a null).
-    pub fn lag(&self, first: StreamId, group: &Group) -> Option<u64> {
+    /// A group's lag as XINFO reports it (`None`: unknown, a null). Negative when ENTRIESREAD
+    /// claimed more reads than entries were added, as Redis reports it.
+    pub fn lag(&self, first: StreamId, group: &Group) -> Option<i64> {
         if self.entries_added == 0 {
             return Some(0);
         }
         if group.entries_read != UNKNOWN_READ && !self.has_tombstones_from(first, group.last_id) {
-            return Some(self.entries_added.saturating_sub(group.entries_read as u64));
+            return Some((self.entries_added as i64).wrapping_sub(group.entries_read));
         }
         self.estimate_read(first, group.last_id)
-            .map(|read| self.entries_added.saturating_sub(read))
+            .map(|read| (self.entries_added as i64).wrapping_sub(read as i64))
     }
 
     /// Moves `group`'s last-delivered id to `id` (delivered by XREADGROUP `>`), keeping its

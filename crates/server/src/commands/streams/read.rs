@@ -239,8 +239,13 @@ fn serve_group(
         let Some(mut loaded) = Loaded::load(&edit.stream, records, group, keyspace, now)? else {
             return Err(no_group_readgroup(key, group));
         };
-        if from == From::New && edit.stream.last_id <= loaded.group.last_id {
-            return Ok(None);
+        // `>` serves only when an entry after the group's last id is there (Redis compares the
+        // last entry present, not the last id ever added).
+        if from == From::New {
+            let last = edit.stream.last_entry_id(records)?;
+            if last.is_none_or(|last| last <= loaded.group.last_id) {
+                return Ok(None);
+            }
         }
         let result = deliver(edit, records, &mut loaded, consumer, from, count, noack);
         let saved = loaded.save(records, &mut edit.stream);
