@@ -221,9 +221,11 @@ async fn wait_unblocked(
     loop {
         // Run again now that the registration exists: a push from before it is seen here, one
         // after it leaves a permit in `notify`.
+        client.blocked_retry = true;
         let flow = keyspace::with_session(&server.keyspace.store, |session| {
             commands::execute(server, client, session, wait.args, output)
         });
+        client.blocked_retry = false;
         if !matches!(flow, Flow::Async(AsyncOp::Block { .. })) {
             return Ok(true);
         }

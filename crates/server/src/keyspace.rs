@@ -654,6 +654,11 @@ impl Txn<'_> {
         }
         let stored = value::decode(&old)?;
         if stored.kind.in_records() && doomed(value::object_id(stored.kind, &stored.payload)) {
+            if stored.kind == Kind::Stream {
+                // Clients blocked in XREADGROUP on a stream that goes away wake and answer
+                // UNBLOCKED, as in Redis.
+                self.keyspace.blocked.ready(database, key);
+            }
             let mut records = prefixkv_collections::Owned {
                 txn: &mut self.inner,
                 owner: &root,

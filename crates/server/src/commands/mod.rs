@@ -111,6 +111,9 @@ pub struct Client {
     pub subscriptions: Option<ClientSubscriptions>,
     /// EXEC is running this connection's queued commands (blocking commands do not wait).
     pub in_exec: bool,
+    /// A blocked command is running again after it blocked (XREADGROUP then answers Redis's
+    /// lines for a group or key that went away while it waited).
+    pub blocked_retry: bool,
     /// The last command's index in the command table, shared with CLIENT LIST's view of this
     /// connection (`usize::MAX` before the first).
     pub last_command: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -145,6 +148,7 @@ impl Client {
             watch: ClientWatch::default(),
             subscriptions: None,
             in_exec: false,
+            blocked_retry: false,
             last_command: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
         }
     }

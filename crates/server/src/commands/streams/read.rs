@@ -119,6 +119,18 @@ pub(super) fn xread(ctx: &mut Ctx<'_>, args: &[Bytes], group_mode: bool) -> Comm
             None => Ok(Some(stream.last_id)),
         })?;
         let last = match (&group_name, last) {
+            (Some(_), None) if ctx.client.blocked_retry => {
+                return Err(CommandError::other(
+                    "UNBLOCKED",
+                    "the stream key no longer exists",
+                ))
+            }
+            (Some(_), Some(None)) if ctx.client.blocked_retry => {
+                return Err(CommandError::other(
+                    "NOGROUP",
+                    "the consumer group this client was blocked on no longer exists",
+                ))
+            }
             (Some(name), None | Some(None)) => return Err(no_group_readgroup(key, name)),
             (_, last) => last.flatten(),
         };
