@@ -25,7 +25,7 @@ use prefixkv_collections::list::List;
 use prefixkv_collections::tree::Tree;
 use prefixkv_collections::{score_key, score_of_key, Records};
 
-use crate::commands::streams::object::{Consumer, Group, Stream};
+use crate::commands::streams::object::{mark, Consumer, Group, Stream};
 use crate::error::{CommandError, CommandResult};
 use crate::keyspace::Txn;
 use crate::value::{Kind, Stored};
@@ -424,15 +424,19 @@ fn copy_stream(
     stream: &Stream,
     copy: &mut Stream,
 ) -> CommandResult {
+    txn.with_records(target.0, target.1, |r| mark(r, copy.entries.id))?;
     copy_sequence(txn, source, target, &stream.entries, &mut copy.entries)?;
     let groups = txn.with_records(source.0, source.1, |r| stream.all_groups(r))?;
     for (name, group) in groups {
         let group_id = txn.keyspace().new_object_id();
         let mut new_group = Group::new(group_id, group.last_id, group.entries_read);
+        txn.with_records(target.0, target.1, |r| mark(r, group_id))?;
         copy_sequence(txn, source, target, &group.pel, &mut new_group.pel)?;
         let consumers = txn.with_records(source.0, source.1, |r| group.all_consumers(r))?;
         for (consumer_name, consumer) in consumers {
             let mut new_consumer = Consumer::new(txn.keyspace().new_object_id(), consumer.seen_ms);
+            let consumer_id = new_consumer.pel.id;
+            txn.with_records(target.0, target.1, |r| mark(r, consumer_id))?;
             copy_sequence(txn, source, target, &consumer.pel, &mut new_consumer.pel)?;
             txn.with_records(target.0, target.1, |r| {
                 new_group.save_consumer(r, &consumer_name, &new_consumer)

@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 use bytes::Bytes;
 
 use super::ids::{parse_bound, parse_id, Missing, StreamId};
-use super::object::{Group, UNKNOWN_READ};
+use super::object::{mark, Group, UNKNOWN_READ};
 use super::pel::Loaded;
 use super::{
     edit, no_group_for_key, no_key_or_group, parse_count, read, CommandError, CommandResult, Ctx,
@@ -117,6 +117,7 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                         id => parse_id(id, Missing::SeqZero, true)?,
                     };
                     let new = Group::new(keyspace.new_object_id(), id, entries_read);
+                    mark(records, new.pel.id)?;
                     stream.save_group(records, group, &new)?;
                     Ok(Reply::Ok)
                 }

@@ -108,7 +108,17 @@ pub fn edit<R>(
         dirty: false,
         now_ms: txn.now_ms,
     };
-    let result = txn.with_records(db, key, |records| body(&mut edit, records));
+    let result = txn.with_records(db, key, |records| {
+        if created {
+            object::mark(records, edit.stream.entries.id)?;
+        }
+        let result = body(&mut edit, records);
+        if created && result.is_err() {
+            // Best effort: a new stream whose command failed leaves nothing behind.
+            let _ = edit.stream.clear(records);
+        }
+        result
+    });
     let changed = edit.dirty || edit.stream.encode() != original;
     if changed && !(created && result.is_err()) {
         txn.put_object(db, key, Kind::Stream, expire, &edit.stream.encode())?;

@@ -18,6 +18,14 @@
 //! - Consumer ([`Consumer`], the consumers hash's value under its name): `[seen time ms u64
 //!   LE][PEL Tree header]`, its tree (a fresh object id) holding the 16-byte ids it owns.
 //!
+//! Object ids: the stream, each group and each consumer has its own id, and a structure
+//! without entries has no records, yet its id is in a header. Recovery learns which ids are
+//! taken from the record keys it meets (`keyspace::KeyCounts`), so every such id also has a
+//! *marker* record ([`mark`]: node 0 of its tree, a node id trees never use), written with the
+//! header that first names the id and deleted with the structure. Without it a restarted
+//! server could give a new object the id of an empty consumer's list, and both would write the
+//! same records.
+//!
 //! Invariants (after every command):
 //! - `entries` holds ids strictly ascending, all at most `last_id`; `max_deleted` is the
 //!   largest id XDEL removed (0-0 if none), at most `last_id`.
@@ -72,6 +80,23 @@ pub enum Trim {
     MaxLen(u64),
     /// Remove entries with ids below this one.
     MinId(StreamId),
+}
+
+/// The marker record of object `id` (see the module docs).
+fn marker(id: u64) -> [u8; prefixkv_collections::RECORD_KEY_BYTES] {
+    prefixkv_collections::record_key(id, prefixkv_collections::Part::TreeNode, 0)
+}
+
+/// Writes the marker of object `id`, so recovery knows the id is taken.
+pub fn mark(records: &mut impl Records, id: u64) -> CommandResult {
+    records.put(&marker(id), b"")?;
+    Ok(())
+}
+
+/// Deletes the marker of object `id` (its structure is gone).
+pub fn unmark(records: &mut impl Records, id: u64) -> CommandResult {
+    records.delete(&marker(id))?;
+    Ok(())
 }
 
 fn damaged(what: &str) -> CommandError {
@@ -391,7 +416,7 @@ impl Stream {
         }
         self.groups.clear(records)?;
         self.entries.clear(records)?;
-        Ok(())
+        unmark(records, self.entries.id)
     }
 
     /// Whether an XDEL tombstone may lie in `start..=MAX` (Redis's `streamRangeHasTombstones`
@@ -720,10 +745,11 @@ impl Group {
     pub fn clear(&mut self, records: &mut impl Records) -> CommandResult {
         for (_, mut consumer) in self.all_consumers(records)? {
             consumer.pel.clear(records)?;
+            unmark(records, consumer.pel.id)?;
         }
         self.consumers.clear(records)?;
         self.pel.clear(records)?;
-        Ok(())
+        unmark(records, self.pel.id)
     }
 }
 
@@ -741,6 +767,7 @@ mod tests {
     fn entries_round_trip_and_ranges_follow_ids() {
         let mut records = MemRecords::default();
         let mut stream = Stream::new(1);
+        mark(&mut records, 1).unwrap();
         for ms in 1..=300u64 {
             stream
                 .append(&mut records, StreamId::new(ms, 0), &fields(&["f", "v"]))
@@ -797,6 +824,9 @@ mod tests {
         let mut stream = Stream::new(1);
         let mut group = Group::new(2, StreamId::new(3, 4), UNKNOWN_READ);
         let mut consumer = Consumer::new(3, 99);
+        for id in 1..=3 {
+            mark(&mut records, id).unwrap();
+        }
         consumer
             .pel
             .insert_sorted(&mut records, &StreamId::new(1, 0).key())

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use prefixkv_collections::Records;
 
 use super::ids::StreamId;
-use super::object::{Consumer, Group, Nack, Stream};
+use super::object::{mark, unmark, Consumer, Group, Nack, Stream};
 use crate::error::{CommandError, CommandResult};
 use crate::keyspace::Keyspace;
 
@@ -77,6 +77,7 @@ impl<'k> Loaded<'k> {
             return Ok(false);
         }
         let consumer = Consumer::new(self.keyspace.new_object_id(), now);
+        mark(records, consumer.pel.id)?;
         self.consumers.insert(name.to_vec(), consumer);
         Ok(true)
     }
@@ -91,6 +92,7 @@ impl<'k> Loaded<'k> {
             return Ok(false);
         }
         let consumer = Consumer::new(self.keyspace.new_object_id(), self.now_ms);
+        mark(records, consumer.pel.id)?;
         self.consumers.insert(name.to_vec(), consumer);
         Ok(true)
     }
@@ -210,6 +212,7 @@ impl<'k> Loaded<'k> {
             }
         }
         consumer.pel.clear(records)?;
+        unmark(records, consumer.pel.id)?;
         self.consumers.remove(name);
         self.group.consumers.remove(records, name)?;
         Ok(Some(pending))
