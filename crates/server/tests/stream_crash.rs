@@ -305,11 +305,7 @@ fn empty_streams_groups_and_consumers_keep_their_ids_across_a_restart() {
     );
     for k in 0..20 {
         let key = format!("new{k}");
-        assert_eq!(
-            ids(&raw.call(&["XRANGE", &key, "-", "+"])),
-            [1],
-            "{key}"
-        );
+        assert_eq!(ids(&raw.call(&["XRANGE", &key, "-", "+"])), [1], "{key}");
         assert_eq!(
             ids(&raw.call(&["XPENDING", &key, "g", "-", "+", "10", "x"])),
             [1]

@@ -14,6 +14,7 @@
 
 pub(crate) mod ids;
 pub(crate) mod object;
+mod pending;
 
 mod claim;
 mod entries;
