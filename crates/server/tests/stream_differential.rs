@@ -359,3 +359,50 @@ fn stream_sequences_get_redis_replies() {
         );
     }
 }
+
+/// Over `maxmemory`, the commands Redis marks `denyoom` (XADD, XGROUP CREATE, CREATECONSUMER,
+/// XSETID) are refused with OOM on both servers, and the ones consumers need to keep working
+/// (XREADGROUP, XACK, XCLAIM, XAUTOCLAIM, XDEL, XTRIM, XGROUP SETID/DELCONSUMER/DESTROY) run.
+#[test]
+fn over_maxmemory_consumers_keep_working_as_in_redis() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let script: &[&[&str]] = &[
+        &["XADD", "s", "1-1", "f", "v"],
+        &["XADD", "s", "2-1", "f", "v"],
+        &["XADD", "s", "3-1", "f", "v"],
+        &["XGROUP", "CREATE", "s", "g", "0"],
+        &["CONFIG", "SET", "maxmemory", "1"],
+        &["XADD", "s", "4-1", "f", "v"],
+        &["XGROUP", "CREATE", "s", "g2", "0"],
+        &["XGROUP", "CREATECONSUMER", "s", "g", "x"],
+        &["XSETID", "s", "9-9"],
+        &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"],
+        &["XACK", "s", "g", "1-1"],
+        &["XCLAIM", "s", "g", "d", "0", "2-1", "JUSTID"],
+        &["XAUTOCLAIM", "s", "g", "e", "0", "0", "JUSTID"],
+        &["XDEL", "s", "3-1"],
+        &["XTRIM", "s", "MAXLEN", "1"],
+        &["XGROUP", "SETID", "s", "g", "0"],
+        &["XGROUP", "DELCONSUMER", "s", "g", "c"],
+        &["XGROUP", "DESTROY", "s", "g"],
+        &["XLEN", "s"],
+        &["CONFIG", "SET", "maxmemory", "0"],
+    ];
+    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
+    let mut refused = 0;
+    for args in script {
+        let expected = normalized(&[args[0].to_string()], redis_raw.call(args));
+        let got = normalized(&[args[0].to_string()], ours_raw.call(args));
+        assert_eq!(got, expected, "{args:?}");
+        if matches!(&got, Reply::Error(line) if line.starts_with(b"OOM")) {
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused, 4,
+        "XADD, XGROUP CREATE and CREATECONSUMER, XSETID are refused"
+    );
+}

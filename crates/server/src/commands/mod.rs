@@ -497,6 +497,7 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
         if limit > 0
             && server.keyspace.used_memory_bytes() > limit
             && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
+            && !streams::allowed_over_maxmemory(name, args)
         {
             ctx.w.error(&CommandError::OutOfMemory);
             return Outcome::Rejected;

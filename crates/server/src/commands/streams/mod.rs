@@ -60,6 +60,21 @@ pub(super) fn run_reading(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow
     }
 }
 
+/// Stream commands Redis runs over `maxmemory` (they lack its `denyoom` flag): they acknowledge,
+/// claim, deliver to a group or remove, so consumers keep working when memory is short.
+pub(super) fn allowed_over_maxmemory(name: &str, args: &[Bytes]) -> bool {
+    match name {
+        "xack" | "xdel" | "xtrim" | "xreadgroup" | "xclaim" | "xautoclaim" => true,
+        "xgroup" => args.get(1).is_some_and(|sub| {
+            matches!(
+                super::lower(sub).as_str(),
+                "destroy" | "delconsumer" | "setid"
+            )
+        }),
+        _ => false,
+    }
+}
+
 /// The stream in a key's value: `None` for no key, WRONGTYPE for another type.
 pub fn stream_of(stored: Option<Stored>) -> CommandResult<Option<(Stream, u64)>> {
     match stored {
