@@ -2,9 +2,10 @@
 //!
 //! - SIGKILL during XADD / XREADGROUP / XACK traffic (`checkpoint` mode: recovery keeps a prefix
 //!   of each connection's writes): after the restart each writer's stream and its group's
-//!   pending list must be exactly the state after some prefix of the commands that writer sent
-//!   (so the stream is a prefix of what was acknowledged, plus at most the command in flight),
-//!   and every pending entry exists in the recovered stream.
+//!   pending list, and a string key it sets between them, must be exactly the state after some
+//!   prefix of the commands that writer sent (so the stream is a prefix of what was
+//!   acknowledged, plus at most the command in flight), and every pending entry exists in the
+//!   recovered stream.
 //! - An empty stream, a group with nothing pending and a consumer with nothing pending survive a
 //!   restart, and objects created after it never share their ids (their records would collide).
 //!
@@ -27,6 +28,8 @@ struct State {
     entries: Vec<u64>,
     delivered: usize,
     pending: BTreeSet<u64>,
+    /// The writer's string key (`SET w{w}:last n`): the prefix holds across types.
+    last: Option<u64>,
 }
 
 /// A writer's command.
@@ -37,6 +40,8 @@ enum Op {
     Read,
     /// XACK of these numbers.
     Ack(Vec<u64>),
+    /// SET of the writer's string key.
+    Set(u64),
 }
 
 impl State {
@@ -58,6 +63,10 @@ impl State {
                 for n in ids {
                     self.pending.remove(n);
                 }
+                Vec::new()
+            }
+            Op::Set(n) => {
+                self.last = Some(*n);
                 Vec::new()
             }
         }
@@ -117,8 +126,9 @@ fn writer(port: u16, w: u64, progress: Arc<AtomicU64>, stop: Arc<AtomicBool>) ->
         step += 1;
         let op = match step % 7 {
             3 | 6 => Op::Read,
+            4 => Op::Set(step),
             5 if !state.pending.is_empty() => {
-                Op::Ack(state.pending.iter().take(3).copied().collect())
+                Op::Ack(state.pending.iter().take(2).copied().collect())
             }
             _ => {
                 next += 1 + step % 3;
@@ -151,6 +161,7 @@ fn writer(port: u16, w: u64, progress: Arc<AtomicU64>, stop: Arc<AtomicBool>) ->
                 args.extend(ns.iter().map(|n| id(*n)));
                 args
             }
+            Op::Set(n) => vec!["SET".into(), format!("{key}:last"), n.to_string()],
         };
         log.ops.push(op.clone());
         let refs: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
@@ -172,6 +183,7 @@ fn writer(port: u16, w: u64, progress: Arc<AtomicU64>, stop: Arc<AtomicBool>) ->
                 assert_eq!(ids(&pair[1]), delivered);
             }
             Op::Ack(ns) => assert_eq!(reply, Reply::Integer(ns.len() as i64)),
+            Op::Set(_) => assert_eq!(reply, Reply::simple("OK")),
         }
         log.acknowledged += 1;
         progress.fetch_add(1, Ordering::Relaxed);
@@ -227,10 +239,15 @@ fn a_kill_under_stream_traffic_recovers_a_prefix_with_its_pending_entries() {
         let key = format!("w{w}");
         let entries = ids(&raw.call(&["XRANGE", &key, "-", "+"]));
         let pending = ids(&raw.call(&["XPENDING", &key, "g", "-", "+", "1000000"]));
+        let last = match raw.call(&["GET", &format!("{key}:last")]) {
+            Reply::BulkString(b) => Some(std::str::from_utf8(&b).unwrap().parse().unwrap()),
+            _ => None,
+        };
         let recovered = State {
             entries: entries.clone(),
             delivered: 0,
             pending: pending.iter().copied().collect(),
+            last,
         };
         for n in &pending {
             assert!(
@@ -245,7 +262,10 @@ fn a_kill_under_stream_traffic_recovers_a_prefix_with_its_pending_entries() {
             if prefix > 0 {
                 state.apply(&log.ops[prefix - 1]);
             }
-            if state.entries == recovered.entries && state.pending == recovered.pending {
+            if state.entries == recovered.entries
+                && state.pending == recovered.pending
+                && state.last == recovered.last
+            {
                 matched = Some(prefix);
             }
         }
