@@ -247,3 +247,48 @@ fn timeouts_answer_null_and_multi_does_not_block() {
         Reply::Array(vec![served("s", vec![])])
     );
 }
+
+#[test]
+fn a_stream_overwritten_by_another_type_unblocks_group_readers_only() {
+    let (_dir, server) = server();
+    let mut blocked = blocking_client(&server);
+    let mut other = server.raw();
+    other.call(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
+    send(
+        &mut blocked,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            "s",
+            ">",
+        ],
+    );
+    wait_blocked(&mut other, 1);
+    other.call(&["SET", "s", "x"]);
+    assert_eq!(
+        blocked.read(),
+        Some(Reply::Error(
+            b"UNBLOCKED the stream key no longer exists".to_vec().into()
+        ))
+    );
+    // A plain XREAD waits on through the overwrite and is served by the next stream there.
+    other.call(&["DEL", "s"]);
+    other.call(&["XADD", "s", "1-1", "f", "v"]);
+    send(&mut blocked, &["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
+    wait_blocked(&mut other, 1);
+    other.call(&["SET", "s", "x"]);
+    other.call(&["DEL", "s"]);
+    other.call(&["XADD", "s", "2-1", "f", "w"]);
+    assert_eq!(
+        blocked.read(),
+        Some(Reply::Array(vec![served(
+            "s",
+            vec![entry("2-1", &["f", "w"])]
+        )]))
+    );
+}

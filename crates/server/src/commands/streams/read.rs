@@ -117,7 +117,13 @@ pub(super) fn xread(ctx: &mut Ctx<'_>, args: &[Bytes], group_mode: bool) -> Comm
         let last = read(ctx, key, |stream, records| match &group {
             Some(name) => Ok(stream.group(records, name)?.map(|_| stream.last_id)),
             None => Ok(Some(stream.last_id)),
-        })?;
+        });
+        // Woken because the stream was overwritten by another type: a group reader answers
+        // UNBLOCKED, a plain reader waits on, as in Redis.
+        let last = match last {
+            Err(CommandError::WrongType) if ctx.client.blocked_retry => None,
+            other => other?,
+        };
         let last = match (&group_name, last) {
             (Some(_), None) if ctx.client.blocked_retry => {
                 return Err(CommandError::other(
@@ -228,7 +234,12 @@ fn serve_read(
                 .map(Some),
             _ => Ok(None),
         }
-    })?;
+    });
+    let entries = match entries {
+        // The first pass let a woken reader wait on a key of another type.
+        Err(CommandError::WrongType) if ctx.client.blocked_retry => None,
+        other => other?,
+    };
     Ok(entries
         .flatten()
         .map(|entries| entries.into_iter().map(|e| (e.id, Some(e))).collect()))
