@@ -416,3 +416,69 @@ fn streams_match_their_model_across_checkpoints_and_kills() {
     }));
     assert!(caught.is_err(), "a deleted entry must fail the comparison");
 }
+
+/// An entry, a consumer name or a group name too large for one engine record (the log's 4 MiB
+/// pages) is refused with the engine's error and changes nothing: a new key is not created,
+/// the stream, its group and its pending list read back as before, and everything keeps working.
+#[test]
+fn a_refused_entry_or_name_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--engine-memory", "256mb"]);
+    let mut raw = server.raw();
+    let big = "x".repeat(5 << 20);
+    let too_large = |reply: Reply| match reply {
+        Reply::Error(line) => assert!(line.starts_with(b"ERR value too large"), "{line:?}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    too_large(raw.call(&["XADD", "fresh", "1-1", "f", &big]));
+    assert_eq!(int(&raw.call(&["EXISTS", "fresh"])), 0);
+    for n in 1..=3 {
+        raw.call(&["XADD", KEY, &id(n), "f", "v"]);
+    }
+    raw.call(&["XGROUP", "CREATE", KEY, "g", "0"]);
+    raw.call(&[
+        "XREADGROUP",
+        "GROUP",
+        "g",
+        "c",
+        "COUNT",
+        "1",
+        "STREAMS",
+        KEY,
+        ">",
+    ]);
+    let before: Vec<Reply> = [
+        &["XRANGE", KEY, "-", "+"][..],
+        &["XPENDING", KEY, "g"],
+        &["XINFO", "GROUPS", KEY],
+    ]
+    .iter()
+    .map(|args| raw.call(args))
+    .collect();
+    too_large(raw.call(&["XADD", KEY, &id(4), "f", &big]));
+    too_large(raw.call(&["XREADGROUP", "GROUP", "g", &big, "STREAMS", KEY, ">"]));
+    too_large(raw.call(&["XGROUP", "CREATECONSUMER", KEY, "g", &big]));
+    too_large(raw.call(&["XCLAIM", KEY, "g", &big, "0", &id(1)]));
+    too_large(raw.call(&["XGROUP", "CREATE", KEY, &big, "0"]));
+    let after: Vec<Reply> = [
+        &["XRANGE", KEY, "-", "+"][..],
+        &["XPENDING", KEY, "g"],
+        &["XINFO", "GROUPS", KEY],
+    ]
+    .iter()
+    .map(|args| raw.call(args))
+    .collect();
+    assert_eq!(after, before);
+    // And it keeps working.
+    assert_eq!(parse_id(&raw.call(&["XADD", KEY, &id(5), "f", "v"])), 5);
+    let reply = raw.call(&["XREADGROUP", "GROUP", "g", "d", "STREAMS", KEY, ">"]);
+    let Reply::Array(streams) = &reply else {
+        panic!("{reply:?}")
+    };
+    let Reply::Array(pair) = &streams[0] else {
+        panic!("{reply:?}")
+    };
+    let got: Vec<u64> = entries(&pair[1]).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(got, [2, 3, 5]);
+    assert_eq!(int(&raw.call(&["XACK", KEY, "g", &id(1), &id(2)])), 2);
+}

@@ -117,8 +117,9 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                         id => parse_id(id, Missing::SeqZero, true)?,
                     };
                     let new = Group::new(keyspace.new_object_id(), id, entries_read);
-                    mark(records, new.pel.id)?;
+                    // The group first: a name too large for a record fails with nothing written.
                     stream.save_group(records, group, &new)?;
+                    mark(records, new.pel.id)?;
                     Ok(Reply::Ok)
                 }
                 _ => Ok(Reply::Int(0)),

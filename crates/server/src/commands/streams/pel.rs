@@ -76,10 +76,19 @@ impl<'k> Loaded<'k> {
             consumer.seen_ms = now;
             return Ok(false);
         }
+        self.add_consumer(records, name, now)?;
+        Ok(true)
+    }
+
+    /// Adds consumer `name`: its record is written at once, before the command changes anything
+    /// else, so a name too large for a record fails the command with nothing changed (its
+    /// pending entries would otherwise name a consumer that is not there).
+    fn add_consumer(&mut self, records: &mut impl Records, name: &[u8], now: u64) -> CommandResult {
         let consumer = Consumer::new(self.keyspace.new_object_id(), now);
+        self.group.save_consumer(records, name, &consumer)?;
         mark(records, consumer.pel.id)?;
         self.consumers.insert(name.to_vec(), consumer);
-        Ok(true)
+        Ok(())
     }
 
     /// Creates consumer `name` if missing (XGROUP CREATECONSUMER); whether it did.
@@ -91,9 +100,7 @@ impl<'k> Loaded<'k> {
         if self.consumer(records, name)?.is_some() {
             return Ok(false);
         }
-        let consumer = Consumer::new(self.keyspace.new_object_id(), self.now_ms);
-        mark(records, consumer.pel.id)?;
-        self.consumers.insert(name.to_vec(), consumer);
+        self.add_consumer(records, name, self.now_ms)?;
         Ok(true)
     }
 
@@ -219,10 +226,17 @@ impl<'k> Loaded<'k> {
     }
 
     /// Writes the consumers read and the group back into `stream`.
+    /// Every header is attempted even after one fails (a failed step changed nothing, and the
+    /// others must still describe the records written): the first error is returned.
     pub fn save(&mut self, records: &mut impl Records, stream: &mut Stream) -> CommandResult {
+        let mut first_error = Ok(());
         for (name, consumer) in &self.consumers {
-            self.group.save_consumer(records, name, consumer)?;
+            let saved = self.group.save_consumer(records, name, consumer);
+            if first_error.is_ok() {
+                first_error = saved;
+            }
         }
-        stream.save_group(records, &self.name, &self.group)
+        let saved = stream.save_group(records, &self.name, &self.group);
+        first_error.and(saved)
     }
 }
