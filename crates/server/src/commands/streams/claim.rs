@@ -194,7 +194,7 @@ pub(super) fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             }
             Ok(())
         })();
-        if edit.dirty {
+        if edit.dirty || result.is_err() {
             let saved = loaded.save(records, &mut edit.stream);
             result?;
             saved?;
@@ -289,7 +289,7 @@ pub(super) fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             }
             Ok(())
         })();
-        if edit.dirty {
+        if edit.dirty || result.is_err() {
             let saved = loaded.save(records, &mut edit.stream);
             result?;
             saved?;

@@ -152,16 +152,22 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 keyspace.blocked.ready(db, key);
                 return Ok(Reply::Int(1));
             }
-            "createconsumer" => Reply::Int(i64::from(loaded.create_consumer(records, &args[4])?)),
-            _ => Reply::Int(
-                loaded
-                    .delete_consumer(records, &args[4])
-                    .map(|pending| pending.unwrap_or(0) as i64)?,
-            ),
+            "createconsumer" => {
+                let created = loaded.create_consumer(records, &args[4]);
+                return finish(
+                    &mut loaded,
+                    records,
+                    edit,
+                    created.map(|c| Reply::Int(c.into())),
+                );
+            }
+            _ => {
+                let deleted = loaded.delete_consumer(records, &args[4]);
+                let reply = deleted.map(|pending| Reply::Int(pending.unwrap_or(0) as i64));
+                return finish(&mut loaded, records, edit, reply);
+            }
         };
-        edit.dirty = true;
-        loaded.save(records, stream)?;
-        Ok(reply)
+        finish(&mut loaded, records, edit, Ok(reply))
     })?;
     match done {
         None => Err(CommandError::err(
@@ -182,6 +188,21 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 enum Reply {
     Ok,
     Int(i64),
+}
+
+/// Writes a changed group back, also after a failed step (the `pel` module says why); the
+/// step's error wins.
+fn finish(
+    loaded: &mut Loaded<'_>,
+    records: &mut impl prefixkv_collections::Records,
+    edit: &mut super::Edit,
+    result: CommandResult<Reply>,
+) -> CommandResult<Reply> {
+    edit.dirty = true;
+    let saved = loaded.save(records, &mut edit.stream);
+    let reply = result?;
+    saved?;
+    Ok(reply)
 }
 
 /// XACK key group id [id ...]
