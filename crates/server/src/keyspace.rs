@@ -151,7 +151,8 @@ pub struct Keyspace {
     pub expired_keys: AtomicU64,
     /// WATCH registrations: every write below marks the clients watching its key.
     pub watches: Watches,
-    /// Clients blocked on lists: a write that creates or grows a list wakes them.
+    /// Blocked clients: a write that creates or grows a list wakes them; so do XADD, XGROUP
+    /// DESTROY and a stream's deletion or overwrite (the stream commands call it).
     pub blocked: crate::blocking::Blocked,
     /// The next collection object id: above every id recovery met, so an id is never shared by
     /// two live objects. 1 until the first collection exists (see [`Keyspace::may_hold_records`]).
