@@ -141,6 +141,7 @@ async fn serve_loop(
                     keys,
                     timeout_ms,
                     kind,
+                    rerun,
                 }) => {
                     if !await_ticket(client).await
                         || !flush(server, stream, &mut output, client).await?
@@ -148,7 +149,7 @@ async fn serve_loop(
                         return Ok(());
                     }
                     let wait = BlockedWait {
-                        args: &command.args,
+                        args: rerun.as_deref().unwrap_or(&command.args),
                         database,
                         keys: &keys,
                         timeout_ms,

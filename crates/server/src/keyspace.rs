@@ -169,7 +169,9 @@ pub struct Keyspace {
     pub notifier: crate::notify::Notifier,
     /// WATCH registrations: every write below marks the clients watching its key.
     pub watches: Watches,
-    /// Blocked clients: a write that puts a list or sorted set wakes the first one waiting.
+    /// Blocked clients: a write that puts a list, sorted set or stream wakes the first one
+    /// waiting for that kind; a stream's deletion or overwrite and XGROUP DESTROY wake its
+    /// stream readers too.
     pub blocked: crate::blocking::Blocked,
     /// The next collection object id: above every id recovery met, so an id is never shared by
     /// two live objects. 1 until the first collection exists (see [`Keyspace::may_hold_records`]).
@@ -724,6 +726,11 @@ impl Txn<'_> {
         }
         let stored = value::decode(&old)?;
         if stored.kind.in_records() && doomed(value::object_id(stored.kind, &stored.payload)) {
+            if stored.kind == Kind::Stream {
+                // Clients blocked in XREADGROUP on a stream that goes away wake and answer
+                // UNBLOCKED, as in Redis.
+                self.keyspace.blocked.ready_kind(database, key, Kind::Stream);
+            }
             let mut records = prefixkv_collections::Owned {
                 txn: &mut self.inner,
                 owner: &root,

@@ -1,4 +1,4 @@
-//! Collections stored as records (lists, sets, sorted sets, large hashes): reading their headers
+//! Collections stored as records (lists, sets, sorted sets, large hashes, streams): reading their headers
 //! out of a key's value, writing them back, deleting and copying a whole object.
 //!
 //! A collection key's value holds only headers (`value` module docs); its elements live in
@@ -25,6 +25,7 @@ use prefixkv_collections::list::List;
 use prefixkv_collections::tree::Tree;
 use prefixkv_collections::{score_key, score_of_key, Records};
 
+use crate::commands::streams::object::{mark, Consumer, Group, Stream};
 use crate::error::{CommandError, CommandResult};
 use crate::keyspace::Txn;
 use crate::value::{Kind, Stored};
@@ -263,6 +264,7 @@ pub fn clear(records: &mut impl Records, kind: Kind, payload: &[u8]) -> CommandR
             .and_then(|mut h| h.clear(records))
             .map_err(CommandError::from),
         Kind::ZSet => ZSet::decode(payload)?.clear(records),
+        Kind::Stream => Stream::decode(payload)?.clear(records),
         Kind::String | Kind::Hash => Ok(()),
     }
 }
@@ -304,6 +306,17 @@ pub fn copy(
             let mut copy = ZSet::new(new_id);
             let copied = copy_hash(txn, source, target, &zset.members, &mut copy.members)
                 .and_then(|()| copy_sequence(txn, source, target, &zset.order, &mut copy.order));
+            discard_on_error(txn, target, copied, |r| copy.clear(r))?;
+            out = copy.encode();
+        }
+        Kind::Stream => {
+            let stream = Stream::decode(payload)?;
+            let mut copy = Stream {
+                entries: Tree::new(new_id),
+                groups: Hash::new(new_id),
+                ..stream
+            };
+            let copied = copy_stream(txn, source, target, &stream, &mut copy);
             discard_on_error(txn, target, copied, |r| copy.clear(r))?;
             out = copy.encode();
         }
@@ -397,6 +410,40 @@ fn copy_sequence<S: Sequence>(
             batch
                 .iter()
                 .try_for_each(|entry| copy.insert_at(records, copy.len(), entry))
+        })?;
+    }
+    Ok(())
+}
+
+/// Copies a stream's entries, groups, pending lists and consumers into `copy` (empty, under its
+/// new id), each group and consumer structure under a fresh object id.
+fn copy_stream(
+    txn: &mut Txn<'_>,
+    source: (u8, &[u8]),
+    target: (u8, &[u8]),
+    stream: &Stream,
+    copy: &mut Stream,
+) -> CommandResult {
+    txn.with_records(target.0, target.1, |r| mark(r, copy.entries.id))?;
+    copy_sequence(txn, source, target, &stream.entries, &mut copy.entries)?;
+    let groups = txn.with_records(source.0, source.1, |r| stream.all_groups(r))?;
+    for (name, group) in groups {
+        let group_id = txn.keyspace().new_object_id();
+        let mut new_group = Group::new(group_id, group.last_id, group.entries_read);
+        txn.with_records(target.0, target.1, |r| mark(r, group_id))?;
+        copy_sequence(txn, source, target, &group.pel, &mut new_group.pel)?;
+        let consumers = txn.with_records(source.0, source.1, |r| group.all_consumers(r))?;
+        for (consumer_name, consumer) in consumers {
+            let mut new_consumer = Consumer::new(txn.keyspace().new_object_id(), consumer.seen_ms);
+            let consumer_id = new_consumer.pel.id;
+            txn.with_records(target.0, target.1, |r| mark(r, consumer_id))?;
+            copy_sequence(txn, source, target, &consumer.pel, &mut new_consumer.pel)?;
+            txn.with_records(target.0, target.1, |r| {
+                new_group.save_consumer(r, &consumer_name, &new_consumer)
+            })?;
+        }
+        txn.with_records(target.0, target.1, |r| {
+            copy.save_group(r, &name, &new_group)
         })?;
     }
     Ok(())

@@ -4,7 +4,7 @@
 //!
 //! | Offset | Size | Field |
 //! |---|---|---|
-//! | 0 | 1 | type tag ([`Kind`]): 1 string, 2 small hash, 3 list, 4 set, 5 sorted set, 6 large hash |
+//! | 0 | 1 | type tag ([`Kind`]): 1 string, 2 small hash, 3 list, 4 set, 5 sorted set, 6 large hash, 7 stream |
 //! | 1 | 8 | absolute expiry, Unix milliseconds (0 = no expiry) |
 //! | 9 | n | payload |
 //!
@@ -13,7 +13,8 @@
 //! the kinds stored as records ([`Kind::in_records`]) the headers of their `prefixkv-collections`
 //! structures, whose records are keyed by the object id the payload starts with (a list: a
 //! `List`; a set and a large hash: a `Hash`; a sorted set: a `Hash` of member -> score, then a
-//! `Tree` of `[score key][member]`, both under one id). Decoding checks every length against the
+//! `Tree` of `[score key][member]`, both under one id; a stream: the headers of
+//! `crate::commands::streams::object`, its entries tree's id first). Decoding checks every length against the
 //! bytes present, so a damaged value is an error, never an out-of-bounds read or an allocation
 //! sized by a length.
 
@@ -35,6 +36,8 @@ pub enum Kind {
     ZSet,
     /// A large hash (records: a `Hash`; Redis's hashtable encoding).
     HashTable,
+    /// A stream (records: its entries `Tree`, its groups `Hash` and each group's structures).
+    Stream,
 }
 
 impl Kind {
@@ -46,13 +49,17 @@ impl Kind {
             Kind::List => "list",
             Kind::Set => "set",
             Kind::ZSet => "zset",
+            Kind::Stream => "stream",
         }
     }
 
     /// Whether the value lives in records of its own under an object id (its payload is only
     /// headers): deleting or overwriting it must delete them, copying it must copy them.
     pub fn in_records(self) -> bool {
-        matches!(self, Kind::List | Kind::Set | Kind::ZSet | Kind::HashTable)
+        matches!(
+            self,
+            Kind::List | Kind::Set | Kind::ZSet | Kind::HashTable | Kind::Stream
+        )
     }
 
     fn tag(self) -> u8 {
@@ -63,6 +70,7 @@ impl Kind {
             Kind::Set => 4,
             Kind::ZSet => 5,
             Kind::HashTable => 6,
+            Kind::Stream => 7,
         }
     }
 }
@@ -104,6 +112,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<(Kind, u64), Malformed> {
         4 => Kind::Set,
         5 => Kind::ZSet,
         6 => Kind::HashTable,
+        7 => Kind::Stream,
         _ => return Err(Malformed("unknown type tag")),
     };
     let expire = u64::from_le_bytes(bytes[1..9].try_into().expect("8 bytes"));
@@ -191,7 +200,8 @@ mod tests {
             vec![(b"f".to_vec(), b"v".to_vec())]
         );
         assert!(decode_hash(&[9, 0, 0, 0, 1]).is_err());
-        assert!(decode(&[7; 9]).is_err());
+        assert!(decode(&[8; 9]).is_err());
+        assert_eq!(decode(&[7; 9]).unwrap().kind, Kind::Stream);
         assert_eq!(object_id(Kind::List, &9u64.to_le_bytes()), Some(9));
         assert_eq!(object_id(Kind::Hash, &9u64.to_le_bytes()), None);
     }

@@ -338,6 +338,7 @@ fn encoding_of(stored: &Stored) -> &'static str {
         Kind::HashTable | Kind::Set => "hashtable",
         Kind::List => "quicklist",
         Kind::ZSet => "skiplist",
+        Kind::Stream => "stream",
     }
 }
 

@@ -560,6 +560,7 @@ pub(super) fn block_on(ctx: &mut Ctx<'_>, keys: Vec<Bytes>, timeout_ms: u64, kin
         keys,
         timeout_ms,
         kind,
+        rerun: None,
     })
 }
 

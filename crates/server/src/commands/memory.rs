@@ -132,6 +132,17 @@ fn element_bytes(
                 .sum();
             Ok((table.len(), take, bytes, 1.0))
         })?,
+        // Entries only: consumer groups and their pending lists are not counted.
+        Kind::Stream => read_collection(ctx, super::streams::stream_of, key, |stream, records| {
+            let take = stream.len().min(samples);
+            let mut bytes = 0;
+            let mut out = Vec::new();
+            for rank in 0..take {
+                stream.entries.get(records, rank, &mut out)?;
+                bytes += out.len() as u64;
+            }
+            Ok((stream.len(), take, bytes, 1.0))
+        })?,
         Kind::String | Kind::Hash => None,
     }
     .unwrap_or((0, 0, 0, 0.0));

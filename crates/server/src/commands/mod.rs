@@ -19,6 +19,7 @@ pub use pubsub::encode_message;
 mod server;
 mod sets;
 mod sort;
+pub(crate) mod streams;
 mod strings;
 pub mod table;
 mod transaction;
@@ -76,6 +77,9 @@ pub enum AsyncOp {
         timeout_ms: u64,
         /// The kind of value waited for (a write of another kind at the key does not wake).
         kind: crate::value::Kind,
+        /// The command to run again when woken, when it is not the one sent (XREAD's `$`
+        /// stands for the last id at the time it blocked).
+        rerun: Option<Vec<Bytes>>,
     },
 }
 
@@ -630,6 +634,7 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
         if limit > 0
             && server.keyspace.used_memory_bytes() > limit
             && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
+            && !streams::allowed_over_maxmemory(name, args)
         {
             ctx.w.error(&CommandError::OutOfMemory);
             return Outcome::Rejected;
@@ -706,6 +711,9 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         | "zremrangebyscore" | "zunionstore" | "zinterstore" | "zscan" | "zlexcount"
         | "zremrangebylex" | "zmpop" | "zunion" | "zinter" | "zdiff" | "zdiffstore"
         | "zintercard" | "zrangestore" | "zrandmember" => zsets::run(ctx, name, args),
+        "xadd" | "xrange" | "xrevrange" | "xlen" | "xdel" | "xtrim" | "xsetid" | "xgroup"
+        | "xack" | "xpending" | "xclaim" | "xautoclaim" | "xinfo" => streams::run(ctx, name, args),
+        "xread" | "xreadgroup" => return streams::run_reading(ctx, name, args),
         "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
             pubsub::run(ctx, name, args)
         }
