@@ -127,9 +127,16 @@ async fn serve_loop(
                     break;
                 }
             };
-            let flow = keyspace::with_session(&server.keyspace.store, |session| {
+            let mut flow = keyspace::with_session(&server.keyspace.store, |session| {
                 commands::execute(server, client, session, &command.args, &mut output)
             });
+            // A script of another client runs: wait for it (or for BUSY), then run again.
+            while matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
+                crate::scripting::wait_turn(server, client.id).await;
+                flow = keyspace::with_session(&server.keyspace.store, |session| {
+                    commands::execute(server, client, session, &command.args, &mut output)
+                });
+            }
             match flow {
                 Flow::Continue => {}
                 Flow::Close => {
@@ -223,6 +230,10 @@ async fn wait_unblocked(
         let flow = keyspace::with_session(&server.keyspace.store, |session| {
             commands::execute(server, client, session, wait.args, output)
         });
+        if matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
+            crate::scripting::wait_turn(server, client.id).await;
+            continue;
+        }
         if !matches!(flow, Flow::Async(AsyncOp::Block { .. })) {
             return Ok(true);
         }
@@ -380,7 +391,14 @@ async fn run_async(
                 }
             }
         }
-        AsyncOp::Block { .. } => unreachable!("the serve loop waits for blocked commands itself"),
+        AsyncOp::Script(request) => {
+            let outcome = server.scripting.submit(server, *request).await;
+            output.extend_from_slice(&outcome.reply);
+            client.note_write(outcome.mark);
+        }
+        AsyncOp::Block { .. } | AsyncOp::AfterScript => {
+            unreachable!("the serve loop waits for blocked commands and scripts itself")
+        }
     }
 }
 

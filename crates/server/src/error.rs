@@ -144,6 +144,32 @@ pub enum CommandError {
         /// The command, lower-case.
         command: String,
     },
+    /// A script (or function) of another client runs past `busy-reply-threshold`.
+    #[error(
+        "BUSY Redis is busy running a script. You can only call {} KILL or SHUTDOWN NOSAVE.",
+        if *function { "FUNCTION" } else { "SCRIPT" }
+    )]
+    Busy {
+        /// The busy script is a function (FUNCTION KILL stops it).
+        function: bool,
+    },
+    /// EVALSHA of a SHA-1 the script cache does not hold.
+    #[error("NOSCRIPT No matching script. Please use EVAL.")]
+    NoScript,
+    /// SCRIPT KILL or FUNCTION KILL with no such script running.
+    #[error("NOTBUSY No scripts in execution right now.")]
+    NotBusy,
+    /// SCRIPT KILL or FUNCTION KILL of a script that has written.
+    #[error(
+        "UNKILLABLE Sorry the script already executed write commands against the dataset. You \
+         can either wait the script termination or kill the server in a hard way using the \
+         SHUTDOWN NOSAVE command."
+    )]
+    Unkillable,
+    /// An error a script raised or returned (`redis.error_reply`, `{err=...}`, a Lua error): the
+    /// whole line, its code first, made one line by [`CommandError::script`].
+    #[error("{0}")]
+    Script(String),
     /// A line only one place answers: its code (the first word) and the rest.
     #[error("{code} {message}")]
     Other {
@@ -174,6 +200,15 @@ impl CommandError {
             CommandError::OutOfMemory => "OOM",
             CommandError::ExecAbort => "EXECABORT",
             CommandError::Other { code, .. } => code,
+            CommandError::Busy { .. } => "BUSY",
+            CommandError::NoScript => "NOSCRIPT",
+            CommandError::NotBusy => "NOTBUSY",
+            CommandError::Unkillable => "UNKILLABLE",
+            // The codes a script's line most often carries; any other groups under ERR.
+            CommandError::Script(line) => ["WRONGTYPE", "OOM", "NOSCRIPT", "BUSY", "EXECABORT"]
+                .into_iter()
+                .find(|code| line.strip_prefix(code).is_some_and(|r| r.starts_with(' ')))
+                .unwrap_or("ERR"),
             _ => "ERR",
         }
     }
@@ -181,6 +216,11 @@ impl CommandError {
     /// A one-off `ERR` line: `message` is the text after `ERR `.
     pub fn err(message: impl Into<Cow<'static, str>>) -> CommandError {
         CommandError::other("ERR", message)
+    }
+
+    /// A script's error line (see [`CommandError::Script`]).
+    pub fn script(line: &str) -> CommandError {
+        CommandError::Script(one_line(line))
     }
 
     /// A one-off line with its own code (`NOPROTO`, `NOAUTH`); `message` is made one line.

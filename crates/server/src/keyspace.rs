@@ -71,6 +71,10 @@ impl KeyCounts {
             self.highest_object_id.fetch_max(id, Ordering::Relaxed);
             return Ok(());
         }
+        if engine_key == crate::scripting::FUNCTIONS_KEY {
+            // The function libraries (`crate::scripting`): not a user key, read at start.
+            return Ok(());
+        }
         let (database, _) = split_key(engine_key)
             .ok_or_else(|| format!("engine key {engine_key:02x?} is not in a database 0..15"))?;
         let (_, expire) = value::decode_header(encoded).map_err(|m| m.0.to_string())?;

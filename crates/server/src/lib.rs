@@ -16,6 +16,7 @@ pub mod net;
 pub mod objects;
 pub mod persistence;
 pub mod pubsub;
+pub mod scripting;
 pub mod signals;
 pub mod state;
 pub mod value;

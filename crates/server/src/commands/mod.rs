@@ -62,6 +62,12 @@ pub enum AsyncOp {
         /// Take a checkpoint first.
         save: bool,
     },
+    /// EVAL, EVALSHA, FCALL and their `_RO` forms: run on the script thread
+    /// (`crate::scripting`), whose reply the connection awaits.
+    Script(Box<crate::scripting::ScriptRequest>),
+    /// A script of another client is running: wait until it ends or passes
+    /// `busy-reply-threshold`, then run the same command again.
+    AfterScript,
     /// A blocking list command found every key empty: wait for a push to one of `keys`, then
     /// run the same command again; at the deadline answer a null array (Redis does so for every
     /// blocking list command, BLMOVE included).
@@ -110,6 +116,12 @@ pub struct Client {
     /// The last command's index in the command table, shared with CLIENT LIST's view of this
     /// connection (`usize::MAX` before the first).
     pub last_command: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// (serial, lsn) of the newest write recorded (a script's stand-in client hands it to the
+    /// caller as the script's one write).
+    last_write: Option<(u64, Option<u64>)>,
+    /// A script with the `allow-oom` flag runs this stand-in client: its writes are not refused
+    /// over maxmemory.
+    pub allow_oom: bool,
 }
 
 /// An open MULTI: the commands queued for EXEC.
@@ -142,13 +154,28 @@ impl Client {
             subscriptions: None,
             in_exec: false,
             last_command: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
+            last_write: None,
+            allow_oom: false,
         }
+    }
+
+    /// The mark of the newest write this (stand-in) client recorded, with its oplog ticket: a
+    /// script's writes as one acknowledged write of its caller.
+    pub fn take_script_mark(&mut self) -> Option<WriteMark> {
+        let (serial, lsn) = self.last_write.take()?;
+        Some(WriteMark {
+            serial,
+            lsn,
+            ticket: self.ticket.take(),
+            acknowledge_after_sync: false,
+        })
     }
 
     /// Records an acknowledged write.
     pub fn note_write(&mut self, mark: Option<WriteMark>) {
         let Some(mark) = mark else { return };
         self.writes += 1;
+        self.last_write = Some((mark.serial, mark.lsn));
         if self.durability != Durability::None {
             self.pending.push_back((mark.serial, mark.lsn));
         }
@@ -470,6 +497,12 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
         });
         return Outcome::Rejected;
     }
+    if let Some(flow) = crate::scripting::admission(ctx, name, args) {
+        return match flow {
+            Flow::Continue => Outcome::Rejected,
+            waiting => Outcome::Queued(waiting),
+        };
+    }
     let queuing = ctx.client.transaction.is_some() && !matches!(name, "exec" | "discard");
     if let Some(flow) = transaction::handle(ctx, name, args) {
         return if queuing {
@@ -487,6 +520,7 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
     if spec.write {
         let limit = server.settings.read().maxmemory_bytes;
         if limit > 0
+            && !ctx.client.allow_oom
             && server.keyspace.used_memory_bytes() > limit
             && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
         {
@@ -538,6 +572,8 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" => {
             keys::run(ctx, name, args)
         }
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" | "script"
+        | "function" => return crate::scripting::run(ctx, name, args),
         _ => return server::run(ctx, name, args),
     };
     if let Err(error) = result {
