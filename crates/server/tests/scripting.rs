@@ -8,6 +8,8 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::{Raw, Server};
 use prefixkv_resp::Reply;
 
@@ -324,5 +326,314 @@ fn scripts_answer_as_redis_does() {
         "{} differences:\n{}",
         failures.len(),
         failures.join("\n")
+    );
+}
+
+fn text(reply: &Reply) -> String {
+    match reply {
+        Reply::Error(line) | Reply::BulkString(line) | Reply::SimpleString(line) => {
+            String::from_utf8_lossy(line).into_owned()
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// Sends PING on `raw` until it answers BUSY (a script of another client is past the threshold),
+/// within a bounded time; returns the BUSY line.
+fn wait_busy(raw: &mut Raw) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = raw.call(&["PING"]);
+        if let Reply::Error(line) = &reply {
+            return String::from_utf8_lossy(line).into_owned();
+        }
+        assert!(Instant::now() < deadline, "never BUSY: {reply:?}");
+    }
+}
+
+#[test]
+fn busy_scripts_are_killed_or_shut_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--busy-reply-threshold", "100"]);
+    let mut looping = server.raw();
+    let mut other = server.raw();
+    assert_eq!(
+        other.call(&["CONFIG", "GET", "busy-reply-threshold"]),
+        Reply::Array(vec![
+            Reply::BulkString("busy-reply-threshold".into()),
+            Reply::BulkString("100".into())
+        ])
+    );
+    assert_eq!(
+        text(&other.call(&["SCRIPT", "KILL"])),
+        "NOTBUSY No scripts in execution right now."
+    );
+
+    // A read-only loop: BUSY for the others, then SCRIPT KILL ends it.
+    looping.send(&[b"EVAL", b"local i = 0 while true do i = i + 1 end", b"0"]);
+    assert_eq!(
+        wait_busy(&mut other),
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    );
+    assert_eq!(
+        text(&other.call(&["GET", "x"])),
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    );
+    assert_eq!(
+        text(&other.call(&["FUNCTION", "KILL"])),
+        "NOTBUSY No scripts in execution right now."
+    );
+    assert_eq!(
+        other.call(&["SCRIPT", "KILL"]),
+        Reply::SimpleString("OK".into())
+    );
+    let killed = text(&looping.read().expect("the killed script's reply"));
+    assert!(
+        killed.starts_with("ERR Script killed by user with SCRIPT KILL... script: "),
+        "{killed}"
+    );
+    assert_eq!(other.call(&["PING"]), Reply::SimpleString("PONG".into()));
+    assert_eq!(looping.call(&["PING"]), Reply::SimpleString("PONG".into()));
+
+    // A script that catches the kill error in a loop is still stopped.
+    looping.send(&[
+        b"EVAL",
+        b"while true do pcall(function() while true do end end) end",
+        b"0",
+    ]);
+    wait_busy(&mut other);
+    assert_eq!(
+        other.call(&["SCRIPT", "KILL"]),
+        Reply::SimpleString("OK".into())
+    );
+    assert!(text(&looping.read().unwrap()).contains("Script killed"));
+
+    // A function: FUNCTION KILL, and the BUSY line names it.
+    other.call(&["FUNCTION", "LOAD", "#!lua name=spin\nredis.register_function{function_name='spin', callback=function() while true do end end, flags={'no-writes'}}"]);
+    looping.send(&[b"FCALL", b"spin", b"0"]);
+    assert_eq!(
+        wait_busy(&mut other),
+        "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+    );
+    match other.call(&["FUNCTION", "STATS"]) {
+        Reply::Array(fields) => assert!(format!("{fields:?}").contains("spin"), "{fields:?}"),
+        other => panic!("FUNCTION STATS: {other:?}"),
+    }
+    assert_eq!(
+        text(&other.call(&["SCRIPT", "KILL"])),
+        "NOTBUSY No scripts in execution right now."
+    );
+    assert_eq!(
+        other.call(&["FUNCTION", "KILL"]),
+        Reply::SimpleString("OK".into())
+    );
+    assert!(text(&looping.read().unwrap()).contains("Script killed"));
+
+    // A script that wrote cannot be killed; SHUTDOWN NOSAVE ends the server.
+    looping.send(&[
+        b"EVAL",
+        b"redis.call('set', 'x', '1') while true do end",
+        b"0",
+    ]);
+    wait_busy(&mut other);
+    assert!(text(&other.call(&["SCRIPT", "KILL"]))
+        .starts_with("UNKILLABLE Sorry the script already executed write commands"));
+    assert!(
+        text(&other.call(&["SHUTDOWN"])).starts_with("BUSY"),
+        "SHUTDOWN without NOSAVE is refused"
+    );
+    other.send(&[b"SHUTDOWN", b"NOSAVE"]);
+    assert!(
+        other.read().is_none(),
+        "the connection closes as the server exits"
+    );
+    let status = server
+        .wait_exit(Duration::from_secs(30))
+        .expect("the server exited");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_command_sent_during_a_short_script_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let mut scripting = server.raw();
+    let mut other = server.raw();
+    // The script writes `c` twice around a busy loop; a client's write of `c` sent meanwhile
+    // runs before or after the script, never between its two writes.
+    for round in 0..20 {
+        scripting.send(&[
+            b"EVAL",
+            b"redis.call('set', 'c', 'first') local i = 0 while i < 200000 do i = i + 1 end \
+              local seen = redis.call('get', 'c') redis.call('set', 'c', 'second') return seen",
+            b"0",
+        ]);
+        let during = other.call(&["SET", "c", "other"]);
+        assert_eq!(during, Reply::SimpleString("OK".into()));
+        assert_eq!(
+            scripting.read().unwrap(),
+            Reply::BulkString("first".into()),
+            "round {round}: another client's write landed inside the script"
+        );
+        let after = text(&other.call(&["GET", "c"]));
+        assert!(after == "other" || after == "second", "{after}");
+    }
+}
+
+#[test]
+fn scripts_never_interleave_with_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let port = server.port;
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut raw = Raw::connect(port).unwrap();
+                for _ in 0..250 {
+                    let reply = raw.call(&[
+                        "EVAL",
+                        "local a = redis.call('incr', KEYS[1]) local b = redis.call('incr', KEYS[2]) return {a, b}",
+                        "2",
+                        "a",
+                        "b",
+                    ]);
+                    match reply {
+                        Reply::Array(pair) => assert_eq!(pair[0], pair[1], "interleaved"),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let mut raw = server.raw();
+    assert_eq!(raw.call(&["GET", "a"]), Reply::BulkString("1000".into()));
+    assert_eq!(raw.call(&["GET", "b"]), Reply::BulkString("1000".into()));
+}
+
+#[test]
+fn a_script_is_one_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--appendfsync", "always"]);
+    let mut raw = server.raw();
+    let writes = |raw: &mut Raw| match raw.call(&["PREFIXKV.COMMITPOINT"]) {
+        Reply::Array(counts) => counts[0].clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(writes(&mut raw), Reply::Integer(0));
+    raw.call(&[
+        "EVAL",
+        "redis.call('set', 'a', 1) redis.call('set', 'b', 2) redis.call('incr', 'a')",
+        "0",
+    ]);
+    assert_eq!(writes(&mut raw), Reply::Integer(1));
+    raw.call(&["EVAL", "return redis.call('get', 'a')", "0"]);
+    assert_eq!(
+        writes(&mut raw),
+        Reply::Integer(1),
+        "a script that did not write"
+    );
+}
+
+#[test]
+fn memory_of_scripts_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--lua-memory-limit", "4mb"]);
+    let mut raw = server.raw();
+    let reply = text(&raw.call(&[
+        "EVAL",
+        "local t = {} for i = 1, 10000000 do t[i] = i end return #t",
+        "0",
+    ]));
+    assert!(reply.contains("not enough memory"), "{reply}");
+    assert_eq!(raw.call(&["EVAL", "return 7", "0"]), Reply::Integer(7));
+    let reply = text(&raw.call(&["EVAL", "return string.rep('x', 100000000)", "0"]));
+    assert!(reply.contains("not enough memory"), "{reply}");
+    assert_eq!(
+        text(&raw.call(&["CONFIG", "SET", "lua-memory-limit", "1kb"])),
+        "ERR CONFIG SET failed (possibly related to argument 'lua-memory-limit') - argument must be at least 1mb"
+    );
+    // The script cache is bounded too: old scripts are dropped (EVALSHA then answers NOSCRIPT).
+    let first = text(&raw.call(&["SCRIPT", "LOAD", "return 'first'"]));
+    let filler = format!("return '{}'", "y".repeat(1 << 20));
+    for index in 0..6 {
+        raw.call(&["SCRIPT", "LOAD", &format!("{filler} -- {index}")]);
+    }
+    assert_eq!(
+        raw.call(&["SCRIPT", "EXISTS", &first]),
+        Reply::Array(vec![Reply::Integer(0)])
+    );
+}
+
+#[test]
+fn functions_survive_a_crash_and_the_script_cache_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--appendfsync", "always"]);
+    let mut raw = server.raw();
+    raw.call(&[
+        "FUNCTION",
+        "LOAD",
+        "#!lua name=first\nredis.register_function('one', function() return 1 end)",
+    ]);
+    assert_eq!(raw.call(&["SAVE"]), Reply::SimpleString("OK".into()));
+    raw.call(&["FUNCTION", "LOAD", "#!lua name=second\nredis.register_function('two', function(keys) return redis.call('incr', keys[1]) end)"]);
+    raw.call(&[
+        "FUNCTION",
+        "LOAD",
+        "#!lua name=gone\nredis.register_function('three', function() return 3 end)",
+    ]);
+    raw.call(&["FUNCTION", "DELETE", "gone"]);
+    let sha = text(&raw.call(&["SCRIPT", "LOAD", "return 'cached'"]));
+    raw.call(&["SET", "user", "key"]);
+    server.kill();
+    let server = Server::start(dir.path(), &["--appendfsync", "always"]);
+    let mut raw = server.raw();
+    assert_eq!(raw.call(&["FCALL", "one", "0"]), Reply::Integer(1));
+    assert_eq!(raw.call(&["FCALL", "two", "1", "n"]), Reply::Integer(1));
+    assert_eq!(
+        text(&raw.call(&["FCALL", "three", "0"])),
+        "ERR Function not found"
+    );
+    assert_eq!(
+        raw.call(&["SCRIPT", "EXISTS", &sha]),
+        Reply::Array(vec![Reply::Integer(0)])
+    );
+    // The libraries' record is not a key.
+    assert_eq!(raw.call(&["DBSIZE"]), Reply::Integer(2));
+    match raw.call(&["KEYS", "*"]) {
+        Reply::Array(mut keys) => {
+            keys.sort_by_key(|key| format!("{key:?}"));
+            assert_eq!(
+                keys,
+                vec![
+                    Reply::BulkString("n".into()),
+                    Reply::BulkString("user".into())
+                ]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // DUMP and RESTORE carry the libraries.
+    let payload = match raw.call(&["FUNCTION", "DUMP"]) {
+        Reply::BulkString(payload) => payload,
+        other => panic!("{other:?}"),
+    };
+    raw.call(&["FUNCTION", "FLUSH"]);
+    assert_eq!(
+        text(&raw.call(&["FCALL", "one", "0"])),
+        "ERR Function not found"
+    );
+    raw.send(&[b"FUNCTION", b"RESTORE", &payload]);
+    assert_eq!(raw.read().unwrap(), Reply::SimpleString("OK".into()));
+    assert_eq!(raw.call(&["FCALL", "one", "0"]), Reply::Integer(1));
+    let mut damaged = payload.to_vec();
+    let last = damaged.len() - 5;
+    damaged[last] ^= 1;
+    raw.send(&[b"FUNCTION", b"RESTORE", &damaged, b"REPLACE"]);
+    assert_eq!(
+        text(&raw.read().unwrap()),
+        "ERR DUMP payload version or checksum are wrong"
     );
 }

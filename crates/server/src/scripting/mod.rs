@@ -60,12 +60,15 @@ pub struct Scripting {
 
 impl Default for Scripting {
     fn default() -> Self {
+        let running = Running::default();
+        // The VMs' hook reads the flag SCRIPT KILL sets: one flag.
+        let kill = running.kill.clone();
         Scripting {
             cache: Mutex::new(eval::Cache::default()),
             libraries: parking_lot::RwLock::new(functions::Libraries::default()),
-            running: Running::default(),
+            running,
             shared: vm::Shared {
-                kill: Arc::default(),
+                kill,
                 random: Arc::new(AtomicU64::new(vm::RAND48_INITIAL)),
             },
             jobs: Mutex::new(None),

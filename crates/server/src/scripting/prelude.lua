@@ -188,9 +188,12 @@ for _, name in ipairs({
   globals[name] = _G[name]
 end
 -- A failed `redis.call` raises a Rust error value: a script's pcall sees it as Redis's table.
--- Redis's pcall: an error table is replaced by its `err` string.
+-- Redis's pcall: an error table is replaced by its `err` string. A killed script's error is
+-- raised again: catching it does not keep a script alive after SCRIPT KILL.
+local killed = rust.killed
 local function caught(ok, ...)
   if ok then return ok, ... end
+  if killed() then error(rust.killed_message, 0) end
   local problem = ...
   if type(problem) == 'userdata' then problem = error_value(problem) end
   if type(problem) == 'table' and type(rawget(problem, 'err')) == 'string' then
@@ -202,18 +205,27 @@ local raw_pcall, raw_xpcall = pcall, xpcall
 globals.pcall = function(f, ...)
   return caught(raw_pcall(f, ...))
 end
+local function checked(ok, ...)
+  if not ok and killed() then error(rust.killed_message, 0) end
+  return ok, ...
+end
 globals.xpcall = function(f, handle)
-  return raw_xpcall(f, function(problem)
+  return checked(raw_xpcall(f, function(problem)
     if type(problem) == 'userdata' then problem = error_value(problem) end
     return handle(problem)
-  end)
+  end))
+end
+local coroutines = copy(coroutine)
+local raw_resume = coroutine.resume
+coroutines.resume = function(co, ...)
+  return checked(raw_resume(co, ...))
 end
 globals.loadstring = safe_load(loadstring)
 globals.load = safe_load(load)
 globals.string = protect(string)
 globals.table = protect(table)
 globals.math = protect(mathlib)
-globals.coroutine = protect(coroutine)
+globals.coroutine = protect(coroutines)
 for _, name in ipairs({ "bit", "cjson", "cmsgpack", "struct" }) do
   if type(_G[name]) == 'table' then globals[name] = protect(_G[name]) end
 end

@@ -165,6 +165,12 @@ impl Vm {
             })?,
         )?;
         rust.set("handler", lua.create_function(error_handler)?)?;
+        let kill = shared.kill.clone();
+        rust.set(
+            "killed",
+            lua.create_function(move |_, ()| Ok(kill.load(Ordering::Relaxed)))?,
+        )?;
+        rust.set("killed_message", KILLED)?;
         rust.set(
             "error_value",
             lua.create_function(|lua, value: Value| error_value(lua, value))?,
