@@ -70,7 +70,9 @@ fn run() -> anyhow::Result<()> {
         port,
         scripting: Default::default(),
     });
-    let libraries = server.scripting.restore(&server.keyspace.store)?;
+    let libraries = server
+        .scripting
+        .restore(&server.keyspace.store, config.lua_memory_limit_bytes)?;
     if libraries > 0 {
         tracing::info!("loaded {libraries} function libraries");
     }

@@ -39,6 +39,8 @@ pub struct RunInfo {
 /// The running script's shared state.
 #[derive(Default)]
 pub struct Running {
+    /// A script runs (read without the lock by every command: the common case costs one load).
+    active: AtomicBool,
     info: Mutex<Option<RunInfo>>,
     /// SCRIPT KILL / FUNCTION KILL asked the running script to stop (read by the Lua hook).
     pub kill: Arc<AtomicBool>,
@@ -55,6 +57,7 @@ pub struct RunGuard<'a> {
 impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
         *self.running.info.lock() = None;
+        self.running.active.store(false, Ordering::SeqCst);
         self.running.kill.store(false, Ordering::SeqCst);
         self.running.wrote.store(false, Ordering::SeqCst);
         self.running.ended.notify_waiters();
@@ -81,6 +84,7 @@ impl Running {
         self.kill.store(false, Ordering::SeqCst);
         self.wrote.store(false, Ordering::SeqCst);
         *self.info.lock() = Some(info);
+        self.active.store(true, Ordering::SeqCst);
         RunGuard { running: self }
     }
 
@@ -91,6 +95,9 @@ impl Running {
 
     /// Whether `client_id`'s command may run now, given `threshold`.
     pub fn check(&self, client_id: u64, threshold: Duration) -> Check {
+        if !self.active.load(Ordering::SeqCst) {
+            return Check::Free;
+        }
         match &*self.info.lock() {
             None => Check::Free,
             Some(info) if info.client_id == client_id => Check::Free,

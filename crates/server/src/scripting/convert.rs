@@ -41,7 +41,7 @@ fn to_reply(value: &Value, resp3: bool, depth: usize, exceeded: &mut bool) -> Re
     }
     match value {
         Value::String(text) => Reply::BulkString(Bytes::copy_from_slice(&text.as_bytes())),
-        Value::Integer(number) => Reply::Integer(*number as i64),
+        Value::Integer(number) => Reply::Integer(*number),
         Value::Number(number) => Reply::Integer(truncate(*number)),
         Value::Boolean(flag) if resp3 => Reply::Boolean(*flag),
         Value::Boolean(true) => Reply::Integer(1),
@@ -210,7 +210,7 @@ pub fn format_number(number: f64) -> String {
     let scientific = format!("{:.*e}", (PRECISION - 1) as usize, number);
     let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
     let exponent: i32 = exponent.parse().expect("a decimal exponent");
-    if exponent < -4 || exponent >= PRECISION {
+    if !(-4..PRECISION).contains(&exponent) {
         let mantissa = strip_zeros(mantissa);
         let sign = if exponent < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exponent.abs())

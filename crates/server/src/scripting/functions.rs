@@ -70,6 +70,11 @@ pub struct Libraries {
 }
 
 impl Libraries {
+    /// (libraries, functions).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.libraries.len(), self.functions.len())
+    }
+
     fn code_bytes(&self) -> usize {
         self.libraries.values().map(|l| l.code.len()).sum()
     }
@@ -225,11 +230,12 @@ fn change_libraries(
             "function libraries too large: at most {MAX_LIBRARY_BYTES} bytes of code in total"
         )));
     }
-    if updated.libraries.is_empty() {
-        txn.delete(FUNCTIONS_KEY)?;
-    } else {
+    if !updated.libraries.is_empty() {
         txn.put(FUNCTIONS_KEY, &updated.payload())?;
+    } else if !libraries.libraries.is_empty() {
+        txn.delete(FUNCTIONS_KEY)?;
     }
+    // (Nothing stored and nothing to store, as FUNCTION FLUSH of no libraries: no write.)
     *libraries = updated;
     drop(libraries);
     let mark = txn.commit()?;
@@ -238,7 +244,11 @@ fn change_libraries(
 }
 
 /// Reads the stored libraries at start.
-pub fn restore(scripting: &Scripting, store: &Arc<DurableStore>) -> anyhow::Result<usize> {
+pub fn restore(
+    scripting: &Scripting,
+    store: &Arc<DurableStore>,
+    memory_limit: usize,
+) -> anyhow::Result<usize> {
     let mut payload = Vec::new();
     let found =
         crate::keyspace::with_session(store, |session| session.read(FUNCTIONS_KEY, &mut payload))?;
@@ -250,7 +260,7 @@ pub fn restore(scripting: &Scripting, store: &Arc<DurableStore>) -> anyhow::Resu
         .ok_or_else(|| anyhow::anyhow!("the stored function libraries are damaged"))?;
     let mut libraries = scripting.libraries.write();
     for code in codes {
-        match check_library(scripting, &code, 256 << 20) {
+        match check_library(scripting, &code, memory_limit) {
             Ok((name, library)) => libraries.insert(name, library),
             Err(error) => anyhow::bail!("a stored function library does not load: {error}"),
         }
@@ -610,10 +620,7 @@ fn stats(ctx: &mut Ctx<'_>) {
         .running
         .current()
         .filter(|r| r.function);
-    let (library_count, function_count) = {
-        let libraries = ctx.server.scripting.libraries.read();
-        (libraries.libraries.len(), libraries.functions.len())
-    };
+    let (library_count, function_count) = ctx.server.scripting.function_counts();
     ctx.w.map(2);
     ctx.w.bulk(b"running_script");
     match running {

@@ -104,12 +104,19 @@ struct Job {
 }
 
 impl Scripting {
-    /// Reads the function libraries stored by an earlier run (at start, before clients).
+    /// Reads the function libraries stored by an earlier run (at start, before clients), each
+    /// loaded in a VM of at most `memory_limit` bytes; how many there are.
     pub fn restore(
         &self,
-        server_store: &Arc<prefixkv_store::DurableStore>,
+        store: &Arc<prefixkv_store::DurableStore>,
+        memory_limit: u64,
     ) -> anyhow::Result<usize> {
-        functions::restore(self, server_store)
+        functions::restore(self, store, memory_limit.min(usize::MAX as u64) as usize)
+    }
+
+    /// Number of function libraries and of functions (INFO).
+    pub fn function_counts(&self) -> (usize, usize) {
+        self.libraries.read().counts()
     }
 
     /// Number of scripts in the cache (INFO `number_of_cached_scripts`).

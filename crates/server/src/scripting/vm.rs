@@ -374,7 +374,11 @@ impl Vm {
         for key in keys {
             let _ = self.env.raw_set(key, Value::Nil);
         }
-        let _ = self.lua.gc_collect();
+        // Lua 5.1 does not collect before failing an allocation: keep room for the next script
+        // (a full collection only when half the limit is in use, so short scripts stay cheap).
+        if self.lua.used_memory() > self.memory_limit / 2 {
+            let _ = self.lua.gc_collect();
+        }
     }
 }
 
