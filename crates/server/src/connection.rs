@@ -165,6 +165,13 @@ async fn serve_loop(
                         return Ok(());
                     }
                 }
+                // A script needs nothing of the earlier replies' durability: the batch's last
+                // await covers its writes with the rest (oplog records complete in order).
+                Flow::Async(AsyncOp::Script(request)) => {
+                    let outcome = server.scripting.submit(server, *request).await;
+                    output.extend_from_slice(&outcome.reply);
+                    client.note_write(outcome.mark);
+                }
                 Flow::Async(operation) => {
                     if !await_ticket(client).await {
                         return Ok(());
@@ -391,12 +398,7 @@ async fn run_async(
                 }
             }
         }
-        AsyncOp::Script(request) => {
-            let outcome = server.scripting.submit(server, *request).await;
-            output.extend_from_slice(&outcome.reply);
-            client.note_write(outcome.mark);
-        }
-        AsyncOp::Block { .. } | AsyncOp::AfterScript => {
+        AsyncOp::Block { .. } | AsyncOp::AfterScript | AsyncOp::Script(_) => {
             unreachable!("the serve loop waits for blocked commands and scripts itself")
         }
     }

@@ -10,7 +10,7 @@ use prefixkv_resp::Reply;
 use prefixkv_store::StoreSession;
 
 use super::vm::{self, Origin};
-use super::{failed, keys_and_args, sha1, Caller, RunInfo};
+use super::{failed, keys_and_args, sha1, Caller};
 use crate::commands::{lower, Client, CommandError, CommandResult, Ctx};
 use crate::state::Server;
 
@@ -211,13 +211,6 @@ pub fn eval(
     let scripting = &server.scripting;
     let generation = scripting.cache.lock().generation;
     let limit = memory_limit(server);
-    let _running = scripting.running.start(RunInfo {
-        client_id: client.id,
-        started: std::time::Instant::now(),
-        function: false,
-        name: sha.clone(),
-        args: args.to_vec(),
-    });
     client.allow_oom = flags.allow_oom;
     let mut caller = Caller {
         server,

@@ -22,7 +22,7 @@ use prefixkv_resp::Reply;
 use prefixkv_store::{DurableStore, StoreSession};
 
 use super::vm::{self, Origin, Vm};
-use super::{failed, keys_and_args, Caller, RunInfo, Scripting};
+use super::{failed, keys_and_args, Caller, Scripting};
 use crate::commands::{lower, Client, CommandError, CommandResult, Ctx};
 use crate::state::Server;
 
@@ -309,13 +309,6 @@ pub fn fcall(
         .collect();
     drop(libraries);
     let limit = super::eval::memory_limit(server);
-    let _running = scripting.running.start(RunInfo {
-        client_id: client.id,
-        started: Instant::now(),
-        function: true,
-        name: function_name.clone(),
-        args: args.to_vec(),
-    });
     client.allow_oom = allow_oom;
     let mut caller = Caller {
         server,

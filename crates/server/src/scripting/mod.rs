@@ -186,6 +186,20 @@ fn execute(server: &Server, session: &mut StoreSession, request: &ScriptRequest)
     stand_in.database = request.database;
     stand_in.in_exec = true;
     let name = crate::commands::lower(&request.args[0]);
+    let (function, script) = match name.as_str() {
+        "fcall" | "fcall_ro" => (true, String::from_utf8_lossy(&request.args[1]).into_owned()),
+        "evalsha" | "evalsha_ro" => (false, crate::commands::lower(&request.args[1])),
+        _ => (false, sha1::hex(&request.args[1])),
+    };
+    // Marked running as soon as the gate is held: from here other clients' commands wait
+    // without blocking their threads on the gate.
+    let _running = server.scripting.running.start(RunInfo {
+        client_id: request.client_id,
+        started: std::time::Instant::now(),
+        function,
+        name: script,
+        args: request.args.clone(),
+    });
     let reply = match name.as_str() {
         "fcall" | "fcall_ro" => {
             functions::fcall(server, session, &mut stand_in, &name, &request.args)
