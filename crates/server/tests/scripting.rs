@@ -118,6 +118,10 @@ const CASES: &[&[&[&str]]] = &[
     &[&["EVAL", "math.randomseed(7) return math.random(1000000)", "0"]],
     &[&["EVAL", "return {type(unpack), type(gcinfo), type(collectgarbage), type(loadstring), type(coroutine), type(table.getn), type(math.mod), type(string.gfind), type(_VERSION), type(redis.acl_check_cmd)}", "0"]],
     &[&["EVAL", "return loadstring('return 7')()", "0"]],
+    &[&["EVAL", "local co = coroutine.wrap(function(a) local b = coroutine.yield(a + 1) return b * 2 end) return {co(1), co(5)}", "0"]],
+    &[&["EVAL", "local co = coroutine.create(function() error('x') end) return {coroutine.resume(co)}", "0"]],
+    &[&["EVAL", "local co = coroutine.wrap(function() error('inner') end) co()", "0"]],
+    &[&["EVAL", "local co = coroutine.create(function() return redis.call('incr', 'n') end) return {coroutine.resume(co)}", "0"]],
     &[&["EVAL", "return tostring(3.99) .. string.format('%d|%5.2f|%s', 3, 1.5, 'x')", "0"]],
     &[&["EVAL", "return 3.99", "0"]],
     &[&["EVAL", "return table.concat({'a', 'b'}, ',') .. string.rep('x', 3) .. #'abc'", "0"]],
@@ -399,6 +403,19 @@ fn busy_scripts_are_killed_or_shut_down() {
     looping.send(&[
         b"EVAL",
         b"while true do pcall(function() while true do end end) end",
+        b"0",
+    ]);
+    wait_busy(&mut other);
+    assert_eq!(
+        other.call(&["SCRIPT", "KILL"]),
+        Reply::SimpleString("OK".into())
+    );
+    assert!(text(&looping.read().unwrap()).contains("Script killed"));
+
+    // A loop inside a coroutine (Lua 5.1 hooks are per coroutine).
+    looping.send(&[
+        b"EVAL",
+        b"local co = coroutine.wrap(function() while true do end end) co()",
         b"0",
     ]);
     wait_busy(&mut other);

@@ -215,10 +215,28 @@ globals.xpcall = function(f, handle)
     return handle(problem)
   end))
 end
+-- Coroutines are created by Rust (`rust.coroutine`) so that each gets the kill hook (Lua 5.1
+-- hooks are per coroutine): SCRIPT KILL stops a loop inside one too.
 local coroutines = copy(coroutine)
 local raw_resume = coroutine.resume
+coroutines.create = rust.coroutine
 coroutines.resume = function(co, ...)
   return checked(raw_resume(co, ...))
+end
+local function packed(...)
+  return { n = select('#', ...), ... }
+end
+local unpack = unpack
+coroutines.wrap = function(f)
+  local co = rust.coroutine(f)
+  return function(...)
+    local results = packed(raw_resume(co, ...))
+    if results[1] then return unpack(results, 2, results.n) end
+    if killed() then error(rust.killed_message, 0) end
+    -- As Lua's wrap: a message gets the position of the code that called the coroutine.
+    if type(results[2]) == 'string' then error(results[2], 2) end
+    error(results[2], 0)
+  end
 end
 globals.loadstring = safe_load(loadstring)
 globals.load = safe_load(load)

@@ -38,6 +38,24 @@ pub const KILLED: &str = "Script killed by user with SCRIPT KILL...";
 
 const PRELUDE: &str = include_str!("prelude.lua");
 
+fn kill_triggers() -> HookTriggers {
+    HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS)
+}
+
+/// The hook that fails a script once SCRIPT KILL / FUNCTION KILL set `kill`.
+fn kill_hook(
+    kill: &Arc<AtomicBool>,
+) -> impl Fn(&Lua, &mlua::debug::Debug) -> mlua::Result<VmState> {
+    let kill = kill.clone();
+    move |_, _| {
+        if kill.load(Ordering::Relaxed) {
+            Err(mlua::Error::RuntimeError(KILLED.into()))
+        } else {
+            Ok(VmState::Continue)
+        }
+    }
+}
+
 /// What every VM of the server shares.
 #[derive(Clone)]
 pub struct Shared {
@@ -171,6 +189,15 @@ impl Vm {
             lua.create_function(move |_, ()| Ok(kill.load(Ordering::Relaxed)))?,
         )?;
         rust.set("killed_message", KILLED)?;
+        let kill = shared.kill.clone();
+        rust.set(
+            "coroutine",
+            lua.create_function(move |lua, function: Function| {
+                let thread = lua.create_thread(function)?;
+                thread.set_hook(kill_triggers(), kill_hook(&kill))?;
+                Ok(thread)
+            })?,
+        )?;
         rust.set(
             "error_value",
             lua.create_function(|lua, value: Value| error_value(lua, value))?,
@@ -190,17 +217,7 @@ impl Vm {
         ] {
             real.raw_set(name, Value::Nil)?;
         }
-        let kill = shared.kill.clone();
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS),
-            move |_, _| {
-                if kill.load(Ordering::Relaxed) {
-                    Err(mlua::Error::RuntimeError(KILLED.into()))
-                } else {
-                    Ok(VmState::Continue)
-                }
-            },
-        )?;
+        lua.set_hook(kill_triggers(), kill_hook(&shared.kill))?;
         lua.set_memory_limit(memory_limit)?;
         Ok(Vm {
             lua,
