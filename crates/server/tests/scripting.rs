@@ -211,6 +211,7 @@ const CASES: &[&[&[&str]]] = &[
         &["FUNCTION", "LOAD", "#!lua name=z\nx = 5"],
         &["FUNCTION", "LOAD", "#!lua name=z\nreturn +"],
         &["FUNCTION", "LOAD", "#!lua name=z2 foo=bar\n"],
+        &["FUNCTION", "LOAD", "#!lua name=cc\nredis.register_function('x', function() return 1 end)\nwhile true do end"],
         &["FUNCTION", "LOAD", "#!lua\nx"],
         &["FUNCTION", "LOAD", "#!lua name=a name=b\nx"],
         &["FUNCTION", "LOAD", "#!foo name=a\nx"],
@@ -424,6 +425,17 @@ fn busy_scripts_are_killed_or_shut_down() {
         Reply::SimpleString("OK".into())
     );
     assert!(text(&looping.read().unwrap()).contains("Script killed"));
+
+    // FUNCTION LOAD stops a library's top level after 500 ms, however it loops.
+    for code in [
+        "#!lua name=l1\nlocal co = coroutine.wrap(function() while true do end end) co()",
+        "#!lua name=l2\nwhile true do pcall(function() while true do end end) end",
+    ] {
+        assert_eq!(
+            text(&other.call(&["FUNCTION", "LOAD", code])),
+            "ERR Error registering functions: ERR FUNCTION LOAD timeout"
+        );
+    }
 
     // A function: FUNCTION KILL, and the BUSY line names it.
     other.call(&["FUNCTION", "LOAD", "#!lua name=spin\nredis.register_function{function_name='spin', callback=function() while true do end end, flags={'no-writes'}}"]);

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlua::{HookTriggers, VmState};
 use prefixkv_resp::Reply;
 use prefixkv_store::{DurableStore, StoreSession};
 
@@ -170,21 +169,14 @@ fn check_library(
     limit: usize,
 ) -> CommandResult<(String, Library)> {
     let name = library_name(code)?;
-    let vm = Vm::new(&scripting.shared, limit)
+    // Its own kill flag (SCRIPT KILL does not reach a load) and Redis's 500 ms deadline.
+    let shared = vm::Shared {
+        kill: Arc::default(),
+        random: scripting.shared.random.clone(),
+        deadline: Some(Instant::now() + LOAD_TIMEOUT),
+    };
+    let vm = Vm::new(&shared, limit)
         .map_err(|e| CommandError::err(format!("Error creating a Lua VM: {e}")))?;
-    let started = Instant::now();
-    vm.lua
-        .set_hook(
-            HookTriggers::new().every_nth_instruction(vm::HOOK_INSTRUCTIONS),
-            move |_, _| {
-                if started.elapsed() > LOAD_TIMEOUT {
-                    Err(mlua::Error::RuntimeError("FUNCTION LOAD timeout".into()))
-                } else {
-                    Ok(VmState::Continue)
-                }
-            },
-        )
-        .map_err(|e| CommandError::err(e.to_string()))?;
     let body = vm
         .compile(&super::eval::code_of(code), Origin::Library)
         .map_err(|m| CommandError::err(format!("Error compiling function: {m}")))?;

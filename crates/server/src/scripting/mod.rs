@@ -70,6 +70,7 @@ impl Default for Scripting {
             shared: vm::Shared {
                 kill,
                 random: Arc::new(AtomicU64::new(vm::RAND48_INITIAL)),
+                deadline: None,
             },
             jobs: Mutex::new(None),
         }

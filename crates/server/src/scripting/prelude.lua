@@ -189,11 +189,13 @@ for _, name in ipairs({
 end
 -- A failed `redis.call` raises a Rust error value: a script's pcall sees it as Redis's table.
 -- Redis's pcall: an error table is replaced by its `err` string. A killed script's error is
--- raised again: catching it does not keep a script alive after SCRIPT KILL.
+-- raised again (`killed()` is nil or why the script must stop): catching it does not keep a
+-- script alive after SCRIPT KILL.
 local killed = rust.killed
 local function caught(ok, ...)
   if ok then return ok, ... end
-  if killed() then error(rust.killed_message, 0) end
+  local stop = killed()
+  if stop then error(stop, 0) end
   local problem = ...
   if type(problem) == 'userdata' then problem = error_value(problem) end
   if type(problem) == 'table' and type(rawget(problem, 'err')) == 'string' then
@@ -206,7 +208,10 @@ globals.pcall = function(f, ...)
   return caught(raw_pcall(f, ...))
 end
 local function checked(ok, ...)
-  if not ok and killed() then error(rust.killed_message, 0) end
+  if not ok then
+    local stop = killed()
+    if stop then error(stop, 0) end
+  end
   return ok, ...
 end
 globals.xpcall = function(f, handle)
@@ -232,7 +237,8 @@ coroutines.wrap = function(f)
   return function(...)
     local results = packed(raw_resume(co, ...))
     if results[1] then return unpack(results, 2, results.n) end
-    if killed() then error(rust.killed_message, 0) end
+    local stop = killed()
+  if stop then error(stop, 0) end
     -- As Lua's wrap: a message gets the position of the code that called the coroutine.
     if type(results[2]) == 'string' then error(results[2], 2) end
     error(results[2], 0)

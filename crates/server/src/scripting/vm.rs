@@ -42,17 +42,12 @@ fn kill_triggers() -> HookTriggers {
     HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS)
 }
 
-/// The hook that fails a script once SCRIPT KILL / FUNCTION KILL set `kill`.
-fn kill_hook(
-    kill: &Arc<AtomicBool>,
-) -> impl Fn(&Lua, &mlua::debug::Debug) -> mlua::Result<VmState> {
-    let kill = kill.clone();
-    move |_, _| {
-        if kill.load(Ordering::Relaxed) {
-            Err(mlua::Error::RuntimeError(KILLED.into()))
-        } else {
-            Ok(VmState::Continue)
-        }
+/// The hook that fails a script once it must stop (see [`Shared::stop_reason`]).
+fn kill_hook(shared: &Shared) -> impl Fn(&Lua, &mlua::debug::Debug) -> mlua::Result<VmState> {
+    let shared = shared.clone();
+    move |_, _| match shared.stop_reason() {
+        Some(reason) => Err(mlua::Error::RuntimeError(reason.into())),
+        None => Ok(VmState::Continue),
     }
 }
 
@@ -63,6 +58,22 @@ pub struct Shared {
     pub kill: Arc<AtomicBool>,
     /// Redis's rand48 state for `math.random` (one sequence for the server, as Redis has).
     pub random: Arc<AtomicU64>,
+    /// A VM that must stop at a time (FUNCTION LOAD's 500 ms): its code fails after it.
+    pub deadline: Option<std::time::Instant>,
+}
+
+impl Shared {
+    /// Why the running code must stop: SCRIPT KILL / FUNCTION KILL set the kill flag, or the
+    /// VM's deadline passed.
+    pub fn stop_reason(&self) -> Option<&'static str> {
+        if self.kill.load(Ordering::Relaxed) {
+            Some(KILLED)
+        } else if self.deadline.is_some_and(|d| std::time::Instant::now() > d) {
+            Some("FUNCTION LOAD timeout")
+        } else {
+            None
+        }
+    }
 }
 
 /// rand48's initial state (Redis's `x[] = {X0, X1, X2}`).
@@ -183,18 +194,18 @@ impl Vm {
             })?,
         )?;
         rust.set("handler", lua.create_function(error_handler)?)?;
-        let kill = shared.kill.clone();
+        // false, or the message of why the script must stop (killed, past its deadline).
+        let stopping = shared.clone();
         rust.set(
             "killed",
-            lua.create_function(move |_, ()| Ok(kill.load(Ordering::Relaxed)))?,
+            lua.create_function(move |_, ()| Ok(stopping.stop_reason()))?,
         )?;
-        rust.set("killed_message", KILLED)?;
-        let kill = shared.kill.clone();
+        let for_coroutines = shared.clone();
         rust.set(
             "coroutine",
             lua.create_function(move |lua, function: Function| {
                 let thread = lua.create_thread(function)?;
-                thread.set_hook(kill_triggers(), kill_hook(&kill))?;
+                thread.set_hook(kill_triggers(), kill_hook(&for_coroutines))?;
                 Ok(thread)
             })?,
         )?;
@@ -217,7 +228,7 @@ impl Vm {
         ] {
             real.raw_set(name, Value::Nil)?;
         }
-        lua.set_hook(kill_triggers(), kill_hook(&shared.kill))?;
+        lua.set_hook(kill_triggers(), kill_hook(shared))?;
         lua.set_memory_limit(memory_limit)?;
         Ok(Vm {
             lua,
