@@ -34,6 +34,7 @@ const CASES: &[&[&[&str]]] = &[
     &[&["EVAL", "return redis.error_reply(1)", "0"]],
     &[&["EVAL", "return redis.status_reply()", "0"]],
     &[&["EVAL", "return {double=3.5}", "0"]],
+    &[&["EVAL", "return {{double=0.1}, {double=1e20}, {double=-1/0}}", "0"]],
     &[&["EVAL", "return {big_number='123456789012345678901234567890'}", "0"]],
     &[&["EVAL", "return {map={a=1}}", "0"]],
     &[&["EVAL", "return {set={x=true}}", "0"]],
@@ -664,5 +665,113 @@ fn functions_survive_a_crash_and_the_script_cache_does_not() {
     assert_eq!(
         text(&raw.read().unwrap()),
         "ERR DUMP payload version or checksum are wrong"
+    );
+}
+
+/// One random Lua expression that calls a command through `redis.call` or `redis.pcall` (its
+/// reply converted to Lua), or builds a value to return (converted back).
+fn random_statement(rng: &mut prefixkv_testkit::rng::Rng) -> String {
+    const KEYS: &[&str] = &["'a'", "'b'", "'h'", "'l'", "'z'", "'s'"];
+    const VALUES: &[&str] = &[
+        "'1'", "'x'", "'-3'", "'2.5'", "''", "7", "0.1", "1e20", "-2",
+    ];
+    let pick = |rng: &mut prefixkv_testkit::rng::Rng, from: &[&'static str]| {
+        from[rng.below(from.len() as u64) as usize]
+    };
+    let k = pick(rng, KEYS);
+    let v = pick(rng, VALUES);
+    let w = pick(rng, VALUES);
+    let call = match rng.below(26) {
+        0 => format!("'set', {k}, {v}"),
+        1 => format!("'get', {k}"),
+        2 => format!("'incr', {k}"),
+        // (Not INCRBYFLOAT: Redis adds in long double, a documented difference.)
+        3 => format!("'incrby', {k}, {v}"),
+        4 => format!("'lpush', {k}, {v}, {w}"),
+        5 => format!("'lrange', {k}, 0, -1"),
+        6 => format!("'hset', {k}, {v}, {w}"),
+        7 => format!("'hget', {k}, {v}"),
+        8 => format!("'hincrby', {k}, 'f', {v}"),
+        9 => format!("'zadd', {k}, {v}, {w}"),
+        10 => format!("'zrange', {k}, 0, -1, 'withscores'"),
+        11 => format!("'zscore', {k}, {w}"),
+        12 => format!("'sadd', {k}, {v}"),
+        13 => format!("'scard', {k}"),
+        14 => format!("'sismember', {k}, {v}"),
+        15 => format!("'del', {k}"),
+        16 => format!("'exists', {k}, 'a', 'b'"),
+        17 => format!("'type', {k}"),
+        18 => format!("'mget', {k}, 'a', 'nokey'"),
+        19 => format!("'expire', {k}, 100"),
+        20 => format!("'ttl', {k}"),
+        21 => format!("'zincrby', {k}, {v}, 'm'"),
+        22 => format!("'lpop', {k}"),
+        23 => format!("'getrange', {k}, 0, 1"),
+        24 => format!("'strlen', {k}"),
+        _ => format!("'zrank', {k}, {v}"),
+    };
+    let function = if rng.chance(1, 4) { "call" } else { "pcall" };
+    match rng.below(10) {
+        0 => format!("{{{v}, {w}, {{{v}}}, true, false}}"),
+        1 => format!("{{ok = tostring({v})}}"),
+        2 => format!("redis.error_reply(tostring({v}))"),
+        3 => format!("type(redis.{function}({call}))"),
+        _ => format!("redis.{function}({call})"),
+    }
+}
+
+#[test]
+fn random_scripts_answer_as_redis_does() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let ours_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let ours = Server::start(ours_dir.path(), &[]);
+    let seed = prefixkv_testkit::rng::env_count("SCRIPTING_SEED", 29);
+    let count = prefixkv_testkit::rng::env_count("SCRIPTING_SCRIPTS", 400);
+    let mut rng = prefixkv_testkit::rng::Rng::new(seed);
+    let mut failures = Vec::new();
+    for resp3 in [false, true] {
+        let mut expected = redis.raw();
+        let mut actual = ours.raw();
+        if resp3 {
+            expected.call(&["HELLO", "3"]);
+            actual.call(&["HELLO", "3"]);
+        }
+        reset(&mut expected);
+        reset(&mut actual);
+        for index in 0..count {
+            let mut script = String::new();
+            if rng.chance(1, 3) {
+                script.push_str("redis.setresp(3) ");
+            }
+            script.push_str("local r = {} ");
+            for _ in 0..rng.in_range(1..5) {
+                script.push_str(&format!("r[#r + 1] = {} ", random_statement(&mut rng)));
+            }
+            script.push_str(if rng.chance(1, 2) {
+                "return r"
+            } else {
+                "return r[#r]"
+            });
+            let command = ["EVAL", script.as_str(), "0"];
+            let want = expected.call(&command);
+            let got = actual.call(&command);
+            if want != got {
+                failures.push(format!(
+                    "seed {seed} script {index} (resp3: {resp3}): {script}\n  redis-server: {want:?}\n  prefixkv:     {got:?}"
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

@@ -50,6 +50,24 @@ fn to_reply(value: &Value, resp3: bool, depth: usize, exceeded: &mut bool) -> Re
     }
 }
 
+/// A script's reply for a RESP2 caller: its doubles as the bulk strings Redis 7.0 writes for
+/// them (`%.17g`: `0.10000000000000001`, `1e+20`; the encoder's RESP2 form of a double is the
+/// shortest text).
+pub fn resp2_doubles(reply: Reply) -> Reply {
+    match reply {
+        Reply::Double(number) => Reply::BulkString(Bytes::from(format_number(number))),
+        Reply::Array(elements) => Reply::Array(elements.into_iter().map(resp2_doubles).collect()),
+        Reply::Set(elements) => Reply::Set(elements.into_iter().map(resp2_doubles).collect()),
+        Reply::Map(pairs) => Reply::Map(
+            pairs
+                .into_iter()
+                .map(|(key, value)| (resp2_doubles(key), resp2_doubles(value)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// Lua number -> integer reply as Redis's `(long long)` cast on x86-64: towards zero, and
 /// `i64::MIN` for NaN and anything out of range (what `cvttsd2si` gives).
 fn truncate(number: f64) -> i64 {

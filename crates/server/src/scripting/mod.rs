@@ -210,6 +210,9 @@ fn execute(server: &Server, session: &mut StoreSession, request: &ScriptRequest)
     let mut out = BytesMut::new();
     let encoder = Encoder::new(request.protocol);
     match reply {
+        Ok(reply) if request.protocol == Protocol::Resp2 => {
+            encoder.reply(&mut out, &convert::resp2_doubles(reply))
+        }
         Ok(reply) => encoder.reply(&mut out, &reply),
         Err(error) => encoder.error(&mut out, error.to_string().as_bytes()),
     }
