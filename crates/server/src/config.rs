@@ -4,7 +4,8 @@
 //! Precedence: built-in default < TOML file < flag. Names follow Redis where Redis has the
 //! setting (`port`, `bind`, `dir`, `requirepass`, `maxclients`, `maxmemory`, `appendfsync`,
 //! `protected-mode`, `client-query-buffer-limit`, `proto-max-bulk-len`, `slowlog-log-slower-than`,
-//! `slowlog-max-len`), and the TOML keys are
+//! `slowlog-max-len`, `busy-reply-threshold` and its older name `lua-time-limit`), and the TOML
+//! keys are
 //! exactly those names.
 
 use std::path::PathBuf;
@@ -620,6 +621,38 @@ mod tests {
             prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE
         );
         assert!(config.checkpoint_direct_io);
+        assert_eq!(config.busy_reply_threshold_ms, 5000);
+        assert_eq!(config.lua_memory_limit_bytes, 128 << 20);
+    }
+
+    #[test]
+    fn scripting_settings() {
+        let config = Config::resolve(Flags {
+            busy_reply_threshold: Some(250),
+            lua_memory_limit: Some("8mb".into()),
+            ..Flags::default()
+        })
+        .unwrap();
+        assert_eq!(config.busy_reply_threshold_ms, 250);
+        assert_eq!(config.lua_memory_limit_bytes, 8 << 20);
+        let error = Config::resolve(Flags {
+            lua_memory_limit: Some("100kb".into()),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(
+            format!("{error:#}").contains("lua-memory-limit"),
+            "{error:#}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prefixkv.toml");
+        std::fs::write(&path, "lua-time-limit = 300\n").unwrap();
+        let config = Config::resolve(Flags {
+            config: Some(path),
+            ..Flags::default()
+        })
+        .unwrap();
+        assert_eq!(config.busy_reply_threshold_ms, 300, "Redis's older name");
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! oplog record completed (synced under `always`, written to the file under `everysec`); LSNs
 //! complete in order, so awaiting the newest covers the batch. If the oplog failed, the
 //! connection is closed without sending those replies: nothing unlogged is acknowledged.
+//!
+//! Scripts (EVAL, FCALL) run on the script thread (`crate::scripting`): the connection awaits
+//! the answer, so its thread goes on serving its other connections. A command that meets another
+//! client's running script awaits the script's end (or BUSY) and then runs again.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -166,10 +166,6 @@ pub enum CommandError {
          SHUTDOWN NOSAVE command."
     )]
     Unkillable,
-    /// An error a script raised or returned (`redis.error_reply`, `{err=...}`, a Lua error): the
-    /// whole line, its code first, made one line by [`CommandError::script`].
-    #[error("{0}")]
-    Script(String),
     /// A line only one place answers: its code (the first word) and the rest.
     #[error("{code} {message}")]
     Other {
@@ -204,11 +200,6 @@ impl CommandError {
             CommandError::NoScript => "NOSCRIPT",
             CommandError::NotBusy => "NOTBUSY",
             CommandError::Unkillable => "UNKILLABLE",
-            // The codes a script's line most often carries; any other groups under ERR.
-            CommandError::Script(line) => ["WRONGTYPE", "OOM", "NOSCRIPT", "BUSY", "EXECABORT"]
-                .into_iter()
-                .find(|code| line.strip_prefix(code).is_some_and(|r| r.starts_with(' ')))
-                .unwrap_or("ERR"),
             _ => "ERR",
         }
     }
@@ -216,11 +207,6 @@ impl CommandError {
     /// A one-off `ERR` line: `message` is the text after `ERR `.
     pub fn err(message: impl Into<Cow<'static, str>>) -> CommandError {
         CommandError::other("ERR", message)
-    }
-
-    /// A script's error line (see [`CommandError::Script`]).
-    pub fn script(line: &str) -> CommandError {
-        CommandError::Script(one_line(line))
     }
 
     /// A one-off line with its own code (`NOPROTO`, `NOAUTH`); `message` is made one line.

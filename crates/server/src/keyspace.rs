@@ -16,6 +16,10 @@
 //! - Every write of a user key marks the clients that WATCH it (`crate::watch`), inside its
 //!   transaction, so an EXEC (which holds the exec gate exclusively) sees every mark of every
 //!   write that finished before it.
+//! - Engine keys outside the 16 databases are never user keys: collection records (first byte
+//!   0xFF, `prefixkv_collections`) and the function libraries' record
+//!   (`crate::scripting::FUNCTIONS_KEY`, first byte 0xF0); KEYS, SCAN, DBSIZE, FLUSHDB and the
+//!   expiry sweep see only `[db] ++ key` keys.
 //! - MULTI/EXEC isolation: `prefixkv_store::StoreSession::exclusive` (no other write runs while
 //!   an EXEC runs; reads take no locks, so a concurrent read may see part of an EXEC, as it may
 //!   see part of an MSET).

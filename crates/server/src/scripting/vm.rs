@@ -13,8 +13,11 @@
 //!   whatever a script stored in it with `rawset` (and `KEYS`/`ARGV`) is removed after the run.
 //! - `redis.call` exists only while a run is in progress (a scoped callback), so a function kept
 //!   by a script cannot reach the keyspace later.
-//! - A hook runs every [`HOOK_INSTRUCTIONS`] instructions and fails the script once the kill flag
-//!   is set (SCRIPT KILL / FUNCTION KILL), however often the script catches the error.
+//! - A hook runs every [`HOOK_INSTRUCTIONS`] instructions, in the main coroutine and in every
+//!   coroutine a script creates (Lua 5.1 hooks are per coroutine, so `coroutine.create` and
+//!   `coroutine.wrap` are Rust's), and fails the script once the kill flag is set (SCRIPT KILL /
+//!   FUNCTION KILL) or the VM's deadline passed (FUNCTION LOAD); the sandbox's `pcall`, `xpcall`
+//!   and `coroutine.resume` raise that error again, so catching it does not keep a script alive.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
