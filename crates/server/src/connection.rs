@@ -172,7 +172,10 @@ async fn serve_loop(
                 // A script needs nothing of the earlier replies' durability: the batch's last
                 // await covers its writes with the rest (oplog records complete in order).
                 Flow::Async(AsyncOp::Script(request)) => {
+                    let started = std::time::Instant::now();
                     let outcome = server.scripting.submit(server, *request).await;
+                    let failed = outcome.reply.first() == Some(&b'-');
+                    commands::record_script(server, client.id, &command.args, started, failed);
                     output.extend_from_slice(&outcome.reply);
                     client.note_write(outcome.mark);
                 }

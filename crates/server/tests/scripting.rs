@@ -229,6 +229,18 @@ const CASES: &[&[&[&str]]] = &[
         &["FUNCTION", "STATS"],
         &["FUNCTION", "DELETE"],
     ],
+    // maxmemory: a script with a shebang that may write is refused at start; allow-oom runs and
+    // writes; a legacy script is refused per write command.
+    &[
+        &["CONFIG", "SET", "maxmemory", "1"],
+        &["EVAL", "#!lua\nreturn 1", "0"],
+        &["EVAL", "#!lua flags=no-writes\nreturn 1", "0"],
+        &["EVAL", "#!lua flags=allow-oom\nreturn redis.call('set','a','b')", "0"],
+        &["EVAL", "return redis.call('set','a','b')", "0"],
+        &["EVAL", "return redis.pcall('set','a','b')", "0"],
+        &["EVAL", "return redis.call('get','a')", "0"],
+        &["CONFIG", "SET", "maxmemory", "0"],
+    ],
     // Scripts inside MULTI/EXEC.
     &[
         &["MULTI"],
@@ -774,4 +786,38 @@ fn random_scripts_answer_as_redis_does() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+#[test]
+fn scripts_count_in_commandstats_and_slowlog() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--slowlog-log-slower-than", "0"]);
+    let mut raw = server.raw();
+    raw.call(&["CONFIG", "RESETSTAT"]);
+    raw.call(&["SLOWLOG", "RESET"]);
+    raw.call(&["EVAL", "return redis.call('set', 'k', 'v')", "0"]);
+    raw.call(&["EVAL", "error('no')", "0"]);
+    let stats = match raw.call(&["INFO", "commandstats"]) {
+        Reply::BulkString(text) => String::from_utf8_lossy(&text).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    let eval = stats
+        .lines()
+        .find(|line| line.starts_with("cmdstat_eval:"))
+        .unwrap_or_else(|| panic!("{stats}"));
+    assert!(
+        eval.contains("calls=2,") && eval.contains("failed_calls=1"),
+        "{eval}"
+    );
+    assert!(
+        stats.contains("cmdstat_set:calls=1,"),
+        "the script's SET: {stats}"
+    );
+    match raw.call(&["SLOWLOG", "GET", "-1"]) {
+        Reply::Array(entries) => {
+            let listed = format!("{entries:?}");
+            assert!(listed.contains("error('no')"), "{listed}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -454,19 +454,12 @@ pub fn execute(
     let reply_start = ctx.w.out.len();
     let counters = server.command_stats.command(index);
     match run_command(&mut ctx, spec, &name, args) {
+        // A script handed to the script thread is counted when it ends (`record_script`).
+        Outcome::Executed(flow @ Flow::Async(AsyncOp::Script(_))) => flow,
         Outcome::Executed(flow) => {
-            let duration_us = started.elapsed().as_micros() as u64;
             // Every reply that starts with '-' is an error line.
             let failed = ctx.w.out.get(reply_start) == Some(&b'-');
-            let client = &*ctx.client;
-            server.command_stats.record(index, duration_us, failed, || {
-                let info = server.clients.lock().get(&client.id).cloned();
-                (
-                    args.iter().map(|a| a.to_vec()).collect(),
-                    info.as_ref().map_or_else(String::new, |i| i.addr.clone()),
-                    info.map_or_else(String::new, |i| i.name),
-                )
-            });
+            record(server, ctx.client.id, index, args, started, failed);
             flow
         }
         Outcome::Rejected => {
@@ -474,6 +467,40 @@ pub fn execute(
             Flow::Continue
         }
         Outcome::Queued(flow) => flow,
+    }
+}
+
+/// Counts a command that ran (`INFO commandstats`, `latencystats`, SLOWLOG).
+fn record(
+    server: &Server,
+    client_id: u64,
+    index: usize,
+    args: &[Bytes],
+    started: Instant,
+    failed: bool,
+) {
+    let duration_us = started.elapsed().as_micros() as u64;
+    server.command_stats.record(index, duration_us, failed, || {
+        let info = server.clients.lock().get(&client_id).cloned();
+        (
+            args.iter().map(|a| a.to_vec()).collect(),
+            info.as_ref().map_or_else(String::new, |i| i.addr.clone()),
+            info.map_or_else(String::new, |i| i.name),
+        )
+    });
+}
+
+/// Counts a script command the script thread ran, from `started` (its hand-off) to its answer,
+/// so a slow script shows in SLOWLOG and `INFO commandstats` as in Redis.
+pub fn record_script(
+    server: &Server,
+    client_id: u64,
+    args: &[Bytes],
+    started: Instant,
+    failed: bool,
+) {
+    if let Some((index, _)) = table::find_indexed(&lower(&args[0])) {
+        record(server, client_id, index, args, started, failed);
     }
 }
 
