@@ -281,6 +281,16 @@ pub fn script_command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             ctx.server.scripting.running.request_kill(false)?;
             ctx.w.ok();
         }
+        // The Lua debugger is not implemented: turning it off is the state it is always in.
+        ("debug", 3) => match lower(&args[2]).as_str() {
+            "no" => ctx.w.ok(),
+            "yes" | "sync" => {
+                return Err(CommandError::err(
+                    "SCRIPT DEBUG YES|SYNC is not supported: this server has no Lua debugger",
+                ))
+            }
+            _ => return Err(CommandError::err("Use SCRIPT DEBUG YES/SYNC/NO")),
+        },
         ("help", 2) => ctx.w.help(&[
             "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "EXISTS <sha1> [<sha1> ...]",
@@ -298,7 +308,7 @@ pub fn script_command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             "HELP",
             "    Print this help.",
         ]),
-        (sub @ ("load" | "exists" | "flush" | "kill" | "help"), _) => {
+        (sub @ ("load" | "exists" | "flush" | "kill" | "debug" | "help"), _) => {
             return Err(CommandError::arity(format!("script|{sub}")))
         }
         _ => return Err(CommandError::unknown_subcommand("SCRIPT", &args[1])),
