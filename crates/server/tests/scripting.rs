@@ -577,6 +577,40 @@ fn a_script_is_one_acknowledged_write() {
         Reply::Integer(1),
         "a script that did not write"
     );
+    // Pipelined with other commands, scripts answer in order.
+    let mut batch = Vec::new();
+    for command in [
+        &[&b"SET"[..], b"p", b"1"][..],
+        &[b"EVAL", b"return redis.call('incr', KEYS[1])", b"1", b"p"],
+        &[b"GET", b"p"],
+        &[
+            b"EVAL",
+            b"return redis.call('get', KEYS[1]) .. '!'",
+            b"1",
+            b"p",
+        ],
+        &[
+            b"EVALSHA",
+            b"ffffffffffffffffffffffffffffffffffffffff",
+            b"0",
+        ],
+        &[b"INCR", b"p"],
+    ] {
+        common::encode_request(&mut batch, command);
+    }
+    raw.send_bytes(&batch).unwrap();
+    let replies: Vec<Reply> = (0..6).map(|_| raw.read().unwrap()).collect();
+    assert_eq!(
+        replies,
+        vec![
+            Reply::SimpleString("OK".into()),
+            Reply::Integer(2),
+            Reply::BulkString("2".into()),
+            Reply::BulkString("2!".into()),
+            Reply::Error("NOSCRIPT No matching script. Please use EVAL.".into()),
+            Reply::Integer(3),
+        ]
+    );
 }
 
 #[test]
