@@ -32,6 +32,6 @@ pub use checkpoint_files::segment::WriteTimes;
 pub use config::{SessionId, StoreConfig, Strategy, DEFAULT_CHECKPOINT_THREAD_NICE};
 pub use error::EngineError;
 pub use rollback::{PurgeReport, RollbackReport, ROLLBACK_WAIT_LIMIT};
-pub use session::Session;
+pub use session::{CommitWatch, Session};
 pub use state::Phase;
 pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Scope, Store, MAX_OPEN_SESSIONS};

@@ -4,7 +4,8 @@
 //! Precedence: built-in default < TOML file < flag. Names follow Redis where Redis has the
 //! setting (`port`, `bind`, `dir`, `requirepass`, `maxclients`, `maxmemory`, `appendfsync`,
 //! `protected-mode`, `client-query-buffer-limit`, `proto-max-bulk-len`, `slowlog-log-slower-than`,
-//! `slowlog-max-len`), and the TOML keys are
+//! `slowlog-max-len`, `busy-reply-threshold` and its older name `lua-time-limit`), and the TOML
+//! keys are
 //! exactly those names.
 
 use std::path::PathBuf;
@@ -97,6 +98,14 @@ pub struct Flags {
     /// Write checkpoints with direct I/O, bypassing the page cache: yes or no [default: yes].
     #[arg(long = "checkpoint-direct-io")]
     pub checkpoint_direct_io: Option<String>,
+    /// Milliseconds a script may run before other clients get BUSY (Redis's
+    /// `busy-reply-threshold`, alias `lua-time-limit`) [default: 5000].
+    #[arg(long = "busy-reply-threshold", alias = "lua-time-limit")]
+    pub busy_reply_threshold: Option<u64>,
+    /// Heap limit of each Lua VM, and bound of the script cache's bodies; accepts 64mb
+    /// [default: 128mb].
+    #[arg(long = "lua-memory-limit")]
+    pub lua_memory_limit: Option<String>,
 }
 
 /// The TOML file: the same names as the flags.
@@ -124,6 +133,9 @@ struct FileConfig {
     checkpoint_rate: Option<toml::Value>,
     checkpoint_nice: Option<i32>,
     checkpoint_direct_io: Option<toml::Value>,
+    busy_reply_threshold: Option<u64>,
+    lua_time_limit: Option<u64>,
+    lua_memory_limit: Option<toml::Value>,
 }
 
 /// Log verbosity under Redis's names, and the tracing level each stands for.
@@ -232,6 +244,9 @@ impl Config {
 /// most 32 arguments of 128 bytes).
 pub const MAX_SLOWLOG_LEN: u64 = 100_000;
 
+/// The smallest `lua-memory-limit` accepted.
+pub const MIN_LUA_MEMORY_LIMIT: u64 = 1 << 20;
+
 /// The resolved configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -283,6 +298,10 @@ pub struct Config {
     pub checkpoint_direct_io: bool,
     /// `notify-keyspace-events` flags (`crate::notify`; 0 = off, the default; CONFIG SET only).
     pub notify_keyspace_events: u32,
+    /// Milliseconds a script runs before other clients get BUSY (`busy-reply-threshold`).
+    pub busy_reply_threshold_ms: u64,
+    /// Heap limit of each Lua VM and bound of the script cache (`lua-memory-limit`).
+    pub lua_memory_limit_bytes: u64,
 }
 
 /// Parses `100`, `100b`, `64kb`, `64k`, `100mb`, `2gb` (Redis's memory units: `k` = 1000,
@@ -469,7 +488,25 @@ impl Config {
                 .unwrap_or(prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE),
             checkpoint_direct_io,
             notify_keyspace_events: 0,
+            busy_reply_threshold_ms: flags
+                .busy_reply_threshold
+                .or(file.busy_reply_threshold)
+                .or(file.lua_time_limit)
+                .unwrap_or(5000),
+            lua_memory_limit_bytes: memory(
+                &flags.lua_memory_limit,
+                &file.lua_memory_limit,
+                "lua-memory-limit",
+                128 << 20,
+            )?,
         };
+        if config.lua_memory_limit_bytes < MIN_LUA_MEMORY_LIMIT {
+            bail!(
+                "lua-memory-limit {} is below the minimum of 1mb (a Lua VM with Redis's \
+                 libraries needs about 200kb)",
+                config.lua_memory_limit_bytes
+            );
+        }
         if !(0..=19).contains(&config.checkpoint_nice) {
             bail!(
                 "checkpoint-nice {} is outside 0..=19 (0 runs checkpoints like requests, 19 yields the most)",
@@ -587,6 +624,38 @@ mod tests {
             prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE
         );
         assert!(config.checkpoint_direct_io);
+        assert_eq!(config.busy_reply_threshold_ms, 5000);
+        assert_eq!(config.lua_memory_limit_bytes, 128 << 20);
+    }
+
+    #[test]
+    fn scripting_settings() {
+        let config = Config::resolve(Flags {
+            busy_reply_threshold: Some(250),
+            lua_memory_limit: Some("8mb".into()),
+            ..Flags::default()
+        })
+        .unwrap();
+        assert_eq!(config.busy_reply_threshold_ms, 250);
+        assert_eq!(config.lua_memory_limit_bytes, 8 << 20);
+        let error = Config::resolve(Flags {
+            lua_memory_limit: Some("100kb".into()),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(
+            format!("{error:#}").contains("lua-memory-limit"),
+            "{error:#}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prefixkv.toml");
+        std::fs::write(&path, "lua-time-limit = 300\n").unwrap();
+        let config = Config::resolve(Flags {
+            config: Some(path),
+            ..Flags::default()
+        })
+        .unwrap();
+        assert_eq!(config.busy_reply_threshold_ms, 300, "Redis's older name");
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! oplog record completed (synced under `always`, written to the file under `everysec`); LSNs
 //! complete in order, so awaiting the newest covers the batch. If the oplog failed, the
 //! connection is closed without sending those replies: nothing unlogged is acknowledged.
+//!
+//! Scripts (EVAL, FCALL) run on the script thread (`crate::scripting`): the connection awaits
+//! the answer, so its thread goes on serving its other connections. A command that meets another
+//! client's running script awaits the script's end (or BUSY) and then runs again.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -127,9 +131,16 @@ async fn serve_loop(
                     break;
                 }
             };
-            let flow = keyspace::with_session(&server.keyspace.store, |session| {
+            let mut flow = keyspace::with_session(&server.keyspace.store, |session| {
                 commands::execute(server, client, session, &command.args, &mut output)
             });
+            // A script of another client runs: wait for it (or for BUSY), then run again.
+            while matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
+                crate::scripting::wait_turn(server, client.id).await;
+                flow = keyspace::with_session(&server.keyspace.store, |session| {
+                    commands::execute(server, client, session, &command.args, &mut output)
+                });
+            }
             match flow {
                 Flow::Continue => {}
                 Flow::Close => {
@@ -160,6 +171,16 @@ async fn serve_loop(
                     {
                         return Ok(());
                     }
+                }
+                // A script needs nothing of the earlier replies' durability: the batch's last
+                // await covers its writes with the rest (oplog records complete in order).
+                Flow::Async(AsyncOp::Script(request)) => {
+                    let started = std::time::Instant::now();
+                    let outcome = server.scripting.submit(server, *request).await;
+                    let failed = outcome.reply.first() == Some(&b'-');
+                    commands::record_script(server, client.id, &command.args, started, failed);
+                    output.extend_from_slice(&outcome.reply);
+                    client.note_write_by(outcome.mark, outcome.by);
                 }
                 Flow::Async(operation) => {
                     if !await_ticket(client).await {
@@ -231,6 +252,10 @@ async fn wait_unblocked(
             commands::execute(server, client, session, wait.args, output)
         });
         client.unblocking = false;
+        if matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
+            crate::scripting::wait_turn(server, client.id).await;
+            continue;
+        }
         if !matches!(flow, Flow::Async(AsyncOp::Block { .. })) {
             return Ok(true);
         }
@@ -392,7 +417,9 @@ async fn run_async(
                 }
             }
         }
-        AsyncOp::Block { .. } => unreachable!("the serve loop waits for blocked commands itself"),
+        AsyncOp::Block { .. } | AsyncOp::AfterScript | AsyncOp::Script(_) => {
+            unreachable!("the serve loop waits for blocked commands and scripts itself")
+        }
     }
 }
 
@@ -404,10 +431,10 @@ fn write_error(encoder: prefixkv_resp::Encoder, output: &mut BytesMut, error: &C
 /// Returns once every earlier write of this connection is durable: oplog modes sync the log;
 /// `checkpoint` takes checkpoints until the session's commit point covers the newest write.
 async fn wait_durable(server: &Arc<Server>, client: &mut Client) -> Result<(), String> {
-    let Some((serial, lsn)) = client.newest_pending() else {
+    let Some(newest) = client.newest_pending() else {
         return Ok(());
     };
-    if let (Some(lsn), Some(_)) = (lsn, server.keyspace.oplog()) {
+    if let (Some(lsn), Some(_)) = (newest.lsn, server.keyspace.oplog()) {
         let durable = server.keyspace.oplog().map_or(0, |log| log.durable_lsn());
         if lsn > durable {
             let keyspace = server.keyspace.clone();
@@ -419,9 +446,14 @@ async fn wait_durable(server: &Arc<Server>, client: &mut Client) -> Result<(), S
         return Ok(());
     }
     for _ in 0..3 {
-        let committed =
-            keyspace::with_session(&server.keyspace.store, |session| session.committed_serial());
-        if committed >= serial {
+        let committed = match &newest.by {
+            // A write the script thread's session made on this connection's behalf.
+            Some(watch) => watch.committed_serial(),
+            None => {
+                keyspace::with_session(&server.keyspace.store, |session| session.committed_serial())
+            }
+        };
+        if committed >= newest.serial {
             return Ok(());
         }
         let persistence = server.persistence.clone();

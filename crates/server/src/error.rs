@@ -144,6 +144,28 @@ pub enum CommandError {
         /// The command, lower-case.
         command: String,
     },
+    /// A script (or function) of another client runs past `busy-reply-threshold`.
+    #[error(
+        "BUSY Redis is busy running a script. You can only call {} KILL or SHUTDOWN NOSAVE.",
+        if *function { "FUNCTION" } else { "SCRIPT" }
+    )]
+    Busy {
+        /// The busy script is a function (FUNCTION KILL stops it).
+        function: bool,
+    },
+    /// EVALSHA of a SHA-1 the script cache does not hold.
+    #[error("NOSCRIPT No matching script. Please use EVAL.")]
+    NoScript,
+    /// SCRIPT KILL or FUNCTION KILL with no such script running.
+    #[error("NOTBUSY No scripts in execution right now.")]
+    NotBusy,
+    /// SCRIPT KILL or FUNCTION KILL of a script that has written.
+    #[error(
+        "UNKILLABLE Sorry the script already executed write commands against the dataset. You \
+         can either wait the script termination or kill the server in a hard way using the \
+         SHUTDOWN NOSAVE command."
+    )]
+    Unkillable,
     /// A line only one place answers: its code (the first word) and the rest.
     #[error("{code} {message}")]
     Other {
@@ -174,6 +196,10 @@ impl CommandError {
             CommandError::OutOfMemory => "OOM",
             CommandError::ExecAbort => "EXECABORT",
             CommandError::Other { code, .. } => code,
+            CommandError::Busy { .. } => "BUSY",
+            CommandError::NoScript => "NOSCRIPT",
+            CommandError::NotBusy => "NOTBUSY",
+            CommandError::Unkillable => "UNKILLABLE",
             _ => "ERR",
         }
     }

@@ -46,10 +46,15 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
         let _ = write!(
             text,
             "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nmaxmemory:{}\r\nmaxmemory_policy:noeviction\r\n\
-             engine_log_memory_budget:{}\r\n\r\n",
+             engine_log_memory_budget:{}\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\n\
+             number_of_functions:{}\r\nnumber_of_libraries:{}\r\n\r\n",
             used as f64 / (1024.0 * 1024.0),
             settings.maxmemory_bytes,
             settings.engine_memory_bytes,
+            server.scripting.used_memory_lua(),
+            server.scripting.cached_scripts(),
+            server.scripting.function_counts().1,
+            server.scripting.function_counts().0,
         );
     }
     if all || wanted == "persistence" {

@@ -30,6 +30,10 @@
 //!   still see part of a plain multi-key write (an MSET), as documented.
 //! - An exclusive body's writes are one oplog group: recovery applies all of them or none, and
 //!   its writes are acknowledged with the body's mark (`commands::run_exclusive`).
+//! - Engine keys outside the 16 databases are never user keys: collection records (first byte
+//!   0xFF, `prefixkv_collections`) and the function libraries' record
+//!   (`crate::scripting::FUNCTIONS_KEY`, first byte 0xF0); KEYS, SCAN, DBSIZE, FLUSHDB and the
+//!   expiry sweep see only `[db] ++ key` keys.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -80,6 +84,10 @@ impl KeyCounts {
     pub fn count_loaded(&self, engine_key: &[u8], encoded: &[u8]) -> Result<(), String> {
         if let Some(id) = prefixkv_collections::object_of(engine_key) {
             self.highest_object_id.fetch_max(id, Ordering::Relaxed);
+            return Ok(());
+        }
+        if engine_key == crate::scripting::FUNCTIONS_KEY {
+            // The function libraries (`crate::scripting`): not a user key, read at start.
             return Ok(());
         }
         let (database, _) = split_key(engine_key)
@@ -729,7 +737,9 @@ impl Txn<'_> {
             if stored.kind == Kind::Stream {
                 // Clients blocked in XREADGROUP on a stream that goes away wake and answer
                 // UNBLOCKED, as in Redis.
-                self.keyspace.blocked.ready_kind(database, key, Kind::Stream);
+                self.keyspace
+                    .blocked
+                    .ready_kind(database, key, Kind::Stream);
             }
             let mut records = prefixkv_collections::Owned {
                 txn: &mut self.inner,

@@ -17,6 +17,7 @@ pub mod notify;
 pub mod objects;
 pub mod persistence;
 pub mod pubsub;
+pub mod scripting;
 pub mod signals;
 pub mod state;
 pub mod value;

@@ -68,7 +68,14 @@ fn run() -> anyhow::Result<()> {
         ),
         started: Instant::now(),
         port,
+        scripting: Default::default(),
     });
+    let libraries = server
+        .scripting
+        .restore(&server.keyspace.store, config.lua_memory_limit_bytes)?;
+    if libraries > 0 {
+        tracing::info!("loaded {libraries} function libraries");
+    }
     if config.metrics_port != 0 {
         let address = (config.bind.as_str(), config.metrics_port);
         let metrics_listener = std::net::TcpListener::bind(address).with_context(|| {

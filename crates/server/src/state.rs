@@ -80,4 +80,6 @@ pub struct Server {
     pub started: Instant,
     /// The port actually bound.
     pub port: u16,
+    /// Scripts and functions.
+    pub scripting: crate::scripting::Scripting,
 }

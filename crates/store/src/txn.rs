@@ -208,6 +208,12 @@ impl StoreSession {
         self.session.serial()
     }
 
+    /// A handle reading [`StoreSession::committed_serial`] from another thread (see
+    /// `prefixkv_engine::Session::commit_watch`).
+    pub fn commit_watch(&self) -> prefixkv_engine::CommitWatch {
+        self.session.commit_watch()
+    }
+
     /// The serial the newest durable checkpoint holds (every write at or below it survives a
     /// crash in every mode).
     pub fn committed_serial(&self) -> u64 {
@@ -288,22 +294,43 @@ impl StoreSession {
     /// `body` must not call [`StoreSession::exclusive`] or request a checkpoint (both wait for
     /// every shared holder, this one included).
     pub fn shared<R>(&mut self, body: impl FnOnce(&mut StoreSession) -> R) -> R {
+        self.shared_unless(|| false, body)
+            .expect("a wait that never gives up ends with the gate")
+    }
+
+    /// [`StoreSession::shared`], but while the gate is held exclusively it gives up (`None`,
+    /// `body` not run) as soon as `give_up()` says so, instead of waiting: the server gives up
+    /// when a script holds the gate, so a request thread never sleeps through a script (its
+    /// other clients must be able to send SCRIPT KILL). An exclusive holder that is not a
+    /// script (EXEC, a checkpoint request) is short: the wait polls, backing off to 50 µs naps.
+    pub fn shared_unless<R>(
+        &mut self,
+        give_up: impl Fn() -> bool,
+        body: impl FnOnce(&mut StoreSession) -> R,
+    ) -> Option<R> {
         if running_exclusive() || holding_shared() {
-            return body(self);
+            return Some(body(self));
         }
         let store = self.store.clone();
-        let _gate = match store.exec_gate.try_read() {
-            Ok(guard) => guard,
-            Err(_) => {
-                self.session.suspend();
-                store
-                    .exec_gate
-                    .read()
-                    .expect("the exec gate is never poisoned")
+        let mut attempts = 0u32;
+        let _gate = loop {
+            if let Ok(guard) = store.exec_gate.try_read() {
+                break guard;
+            }
+            if give_up() {
+                return None;
+            }
+            // Suspended while waiting: the holder may wait for every session to refresh.
+            self.session.suspend();
+            attempts += 1;
+            if attempts < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
             }
         };
         let _holding = FlagGuard::set(&HOLDING_SHARED);
-        body(self)
+        Some(body(self))
     }
 
     /// Runs `body` while no other session's command can run (MULTI/EXEC, a script), with its

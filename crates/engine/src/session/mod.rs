@@ -166,6 +166,13 @@ impl Session {
         self.shared.committed.load(Ordering::SeqCst)
     }
 
+    /// A handle that reads this session's [`Session::committed_serial`] from anywhere, for a
+    /// caller that acknowledges writes this session made on its behalf (the server's script
+    /// thread writes for the connection that sent the script).
+    pub fn commit_watch(&self) -> CommitWatch {
+        CommitWatch(self.shared.clone())
+    }
+
     /// Refreshes the epoch and adopts the global CPR state now.
     pub fn refresh(&mut self) {
         self.store.shared.epoch.protect(self.slot);
@@ -537,5 +544,22 @@ impl Drop for Session {
             points.ended = true;
         }
         self.store.release_session_slot(self.slot);
+    }
+}
+
+/// Reads one session's committed serial (see [`Session::commit_watch`]); cheap to clone.
+#[derive(Clone)]
+pub struct CommitWatch(Arc<SessionShared>);
+
+impl CommitWatch {
+    /// The serial covered by the newest durable checkpoint, of the session it watches.
+    pub fn committed_serial(&self) -> u64 {
+        self.0.committed.load(Ordering::SeqCst)
+    }
+}
+
+impl std::fmt::Debug for CommitWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CommitWatch({:?})", self.0.id)
     }
 }

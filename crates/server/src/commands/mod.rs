@@ -65,6 +65,12 @@ pub enum AsyncOp {
         /// Take a checkpoint first.
         save: bool,
     },
+    /// EVAL, EVALSHA, FCALL and their `_RO` forms: run on the script thread
+    /// (`crate::scripting`), whose reply the connection awaits.
+    Script(Box<crate::scripting::ScriptRequest>),
+    /// A script of another client is running: wait until it ends or passes
+    /// `busy-reply-threshold`, then run the same command again.
+    AfterScript,
     /// A blocking list command found every key empty: wait for a push to one of `keys`, then
     /// run the same command again; at the deadline answer a null array (Redis does so for every
     /// blocking list command, BLMOVE included).
@@ -99,8 +105,8 @@ pub struct Client {
     pub writes: u64,
     /// How many of them are known durable.
     pub durable_writes: u64,
-    /// (serial, lsn) of writes not yet known durable, oldest first.
-    pending: VecDeque<(u64, Option<u64>)>,
+    /// Writes not yet known durable, oldest first.
+    pending: VecDeque<Pending>,
     /// The newest oplog ticket of the current batch (awaited before replying in logging modes).
     pub ticket: Option<AppendTicket>,
     /// Connection start.
@@ -125,6 +131,36 @@ pub struct Client {
     /// The last command's index in the command table, shared with CLIENT LIST's view of this
     /// connection (`usize::MAX` before the first).
     pub last_command: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// (serial, lsn) of the newest write recorded (a script's stand-in client hands it to the
+    /// caller as the script's one write).
+    last_write: Option<(u64, Option<u64>)>,
+    /// A script with the `allow-oom` flag runs this stand-in client: its writes are not refused
+    /// over maxmemory.
+    pub allow_oom: bool,
+}
+
+/// A write acknowledged on a connection and not yet known durable.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    /// The serial of the write in the session that made it.
+    pub serial: u64,
+    /// The LSN of its log record (its group's last), in the logging modes.
+    pub lsn: Option<u64>,
+    /// The session that made it, when not the connection's own (a script runs on the script
+    /// thread's session): its serials are that session's, so its commit point decides.
+    pub by: Option<prefixkv_engine::CommitWatch>,
+}
+
+impl Pending {
+    /// Whether a checkpoint covers it: `own_committed` is the connection's session's commit
+    /// point, used for the writes that session made.
+    fn checkpointed(&self, own_committed: u64) -> bool {
+        let committed = self
+            .by
+            .as_ref()
+            .map_or(own_committed, |watch| watch.committed_serial());
+        self.serial <= committed
+    }
 }
 
 /// An open MULTI: the commands queued for EXEC.
@@ -160,15 +196,44 @@ impl Client {
             reply_off: false,
             skip_next_reply: false,
             last_command: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
+            last_write: None,
+            allow_oom: false,
         }
     }
 
-    /// Records an acknowledged write.
+    /// The mark of the newest write this (stand-in) client recorded, with its oplog ticket: a
+    /// script's writes as one acknowledged write of its caller.
+    pub fn take_script_mark(&mut self) -> Option<WriteMark> {
+        let (serial, lsn) = self.last_write.take()?;
+        Some(WriteMark {
+            serial,
+            lsn,
+            ticket: self.ticket.take(),
+            acknowledge_after_sync: false,
+        })
+    }
+
+    /// Records an acknowledged write (made by this connection's session).
     pub fn note_write(&mut self, mark: Option<WriteMark>) {
+        self.note_write_by(mark, None);
+    }
+
+    /// Records an acknowledged write that the session `by` watches made on this connection's
+    /// behalf (`None`: this connection's own session).
+    pub fn note_write_by(
+        &mut self,
+        mark: Option<WriteMark>,
+        by: Option<prefixkv_engine::CommitWatch>,
+    ) {
         let Some(mark) = mark else { return };
         self.writes += 1;
+        self.last_write = Some((mark.serial, mark.lsn));
         if self.durability != Durability::None {
-            self.pending.push_back((mark.serial, mark.lsn));
+            self.pending.push_back(Pending {
+                serial: mark.serial,
+                lsn: mark.lsn,
+                by,
+            });
         }
         if let Some(ticket) = mark.ticket {
             self.ticket = Some(ticket);
@@ -180,12 +245,13 @@ impl Client {
     /// group is appended at the body's end), so they become durable with the group's last record.
     pub fn note_group(&mut self, serial_before: u64, mark: Option<WriteMark>) {
         let Some(mark) = mark else { return };
-        for entry in self.pending.iter_mut().rev() {
-            if entry.0 <= serial_before {
+        // Only this session's writes belong to the body (a script run elsewhere has its own).
+        for entry in self.pending.iter_mut().rev().filter(|e| e.by.is_none()) {
+            if entry.serial <= serial_before {
                 break;
             }
-            if entry.1.is_none() {
-                entry.1 = mark.lsn;
+            if entry.lsn.is_none() {
+                entry.lsn = mark.lsn;
             }
         }
         if let Some(ticket) = mark.ticket {
@@ -197,9 +263,9 @@ impl Client {
     pub fn commit_point(&mut self, server: &Server, session: &Session) -> (u64, u64) {
         let committed_serial = session.committed_serial();
         let durable_lsn = server.keyspace.oplog().map(|log| log.durable_lsn());
-        while let Some(&(serial, lsn)) = self.pending.front() {
-            let by_log = matches!((lsn, durable_lsn), (Some(l), Some(d)) if l <= d);
-            if serial <= committed_serial || by_log {
+        while let Some(entry) = self.pending.front() {
+            let by_log = matches!((entry.lsn, durable_lsn), (Some(l), Some(d)) if l <= d);
+            if entry.checkpointed(committed_serial) || by_log {
                 self.pending.pop_front();
                 self.durable_writes += 1;
             } else {
@@ -222,9 +288,9 @@ impl Client {
         self.watch.unwatch_all(&server.keyspace.watches);
     }
 
-    /// Highest LSN and serial among pending writes.
-    pub fn newest_pending(&self) -> Option<(u64, Option<u64>)> {
-        self.pending.back().copied()
+    /// The newest pending write.
+    pub fn newest_pending(&self) -> Option<Pending> {
+        self.pending.back().cloned()
     }
 }
 
@@ -521,19 +587,12 @@ pub fn execute(
         ctx.client.skip_next_reply = true;
     }
     match outcome {
+        // A script handed to the script thread is counted when it ends (`record_script`).
+        Outcome::Executed(flow @ Flow::Async(AsyncOp::Script(_))) => flow,
         Outcome::Executed(flow) => {
-            let duration_us = started.elapsed().as_micros() as u64;
             // Every reply that starts with '-' is an error line.
             let failed = ctx.w.out.get(reply_start) == Some(&b'-');
-            let client = &*ctx.client;
-            server.command_stats.record(index, duration_us, failed, || {
-                let info = server.clients.lock().get(&client.id).cloned();
-                (
-                    args.iter().map(|a| a.to_vec()).collect(),
-                    info.as_ref().map_or_else(String::new, |i| i.addr.clone()),
-                    info.map_or_else(String::new, |i| i.name),
-                )
-            });
+            record(server, ctx.client.id, index, args, started, failed);
             flow
         }
         Outcome::Rejected => {
@@ -595,6 +654,40 @@ fn notify_command(server: &Server, database: u8, name: &str, args: &[Bytes]) {
     }
 }
 
+/// Counts a command that ran (`INFO commandstats`, `latencystats`, SLOWLOG).
+fn record(
+    server: &Server,
+    client_id: u64,
+    index: usize,
+    args: &[Bytes],
+    started: Instant,
+    failed: bool,
+) {
+    let duration_us = started.elapsed().as_micros() as u64;
+    server.command_stats.record(index, duration_us, failed, || {
+        let info = server.clients.lock().get(&client_id).cloned();
+        (
+            args.iter().map(|a| a.to_vec()).collect(),
+            info.as_ref().map_or_else(String::new, |i| i.addr.clone()),
+            info.map_or_else(String::new, |i| i.name),
+        )
+    });
+}
+
+/// Counts a script command the script thread ran, from `started` (its hand-off) to its answer,
+/// so a slow script shows in SLOWLOG and `INFO commandstats` as in Redis.
+pub fn record_script(
+    server: &Server,
+    client_id: u64,
+    args: &[Bytes],
+    started: Instant,
+    failed: bool,
+) {
+    if let Some((index, _)) = table::find_indexed(&lower(&args[0])) {
+        record(server, client_id, index, args, started, failed);
+    }
+}
+
 /// The checks before a command runs, then the command.
 fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]) -> Outcome {
     let server = ctx.server;
@@ -615,6 +708,12 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
         });
         return Outcome::Rejected;
     }
+    if let Some(flow) = crate::scripting::admission(ctx, name, args) {
+        return match flow {
+            Flow::Continue => Outcome::Rejected,
+            waiting => Outcome::Queued(waiting),
+        };
+    }
     let queuing = ctx.client.transaction.is_some() && !matches!(name, "exec" | "discard");
     if let Some(flow) = transaction::handle(ctx, name, args) {
         return if queuing {
@@ -632,6 +731,7 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
     if spec.write {
         let limit = server.settings.read().maxmemory_bytes;
         if limit > 0
+            && !ctx.client.allow_oom
             && server.keyspace.used_memory_bytes() > limit
             && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
             && !streams::allowed_over_maxmemory(name, args)
@@ -640,7 +740,11 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
             return Outcome::Rejected;
         }
     }
-    Outcome::Executed(dispatch_shared(ctx, name, args))
+    match dispatch_shared(ctx, name, args) {
+        Some(flow) => Outcome::Executed(flow),
+        // A script of another client holds the gate: wait for it without holding this thread.
+        None => Outcome::Queued(Flow::Async(AsyncOp::AfterScript)),
+    }
 }
 
 /// Commands that run as an exclusive body themselves ([`run_exclusive`]: the exec gate held
@@ -651,9 +755,11 @@ const EXCLUSIVE: &[&str] = &["swapdb"];
 /// is held shared around it (inside an exclusive body this is a no-op), so readers, too, see a
 /// body entirely or not at all (`keyspace` invariants). A command that waits (a blocking pop, SAVE)
 /// returns before it waits, releasing the gate.
-fn dispatch_shared(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    if EXCLUSIVE.contains(&name) {
-        return dispatch(ctx, name, args);
+fn dispatch_shared(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Flow> {
+    // These take the gate exclusively themselves; those Redis serves while a script is busy
+    // (SCRIPT KILL, SHUTDOWN NOSAVE, ...) touch no data and must not wait for the script.
+    if EXCLUSIVE.contains(&name) || crate::scripting::allowed_while_busy(name, args) {
+        return Some(dispatch(ctx, name, args));
     }
     let Ctx {
         server,
@@ -662,18 +768,23 @@ fn dispatch_shared(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         w,
     } = ctx;
     let encoder = w.encoder;
-    session.shared(|session| {
-        let mut inner = Ctx {
-            server,
-            client,
-            session,
-            w: Writer {
-                encoder,
-                out: &mut *w.out,
-            },
-        };
-        dispatch(&mut inner, name, args)
-    })
+    let running = &server.scripting.running;
+    let client_id = client.id;
+    session.shared_unless(
+        || running.held_by_other(client_id),
+        |session| {
+            let mut inner = Ctx {
+                server,
+                client,
+                session,
+                w: Writer {
+                    encoder,
+                    out: &mut *w.out,
+                },
+            };
+            dispatch(&mut inner, name, args)
+        },
+    )
 }
 
 /// Runs a command that passed its checks.
@@ -724,6 +835,8 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         }
         "sort" | "sort_ro" => sort::run(ctx, name, args),
         "memory" => memory::run(ctx, args),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" | "script"
+        | "function" => return crate::scripting::run(ctx, name, args),
         _ => return server::run(ctx, name, args),
     };
     if let Err(error) = result {

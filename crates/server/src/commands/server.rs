@@ -1,5 +1,5 @@
 //! Server and persistence commands: INFO, CONFIG, COMMAND, DBSIZE, FLUSHDB, FLUSHALL,
-//! FUNCTION, TIME, SHUTDOWN, SAVE, BGSAVE, LASTSAVE, BGREWRITEAOF, WAITAOF,
+//! TIME, SHUTDOWN, SAVE, BGSAVE, LASTSAVE, BGREWRITEAOF, WAITAOF,
 //! PREFIXKV.COMMITPOINT.
 
 use std::sync::atomic::Ordering;
@@ -53,12 +53,6 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flo
             }
             ctx.w.ok();
         }
-        "function" => match (lower(&args[1]).as_str(), args.len()) {
-            ("flush", 2) => ctx.w.ok(),
-            ("flush", 3) if matches!(lower(&args[2]).as_str(), "async" | "sync") => ctx.w.ok(),
-            ("flush", _) => return Err(CommandError::Syntax),
-            _ => return Err(CommandError::unknown_subcommand("FUNCTION", &args[1])),
-        },
         "slowlog" => slowlog(ctx, args)?,
         "time" => {
             let micros = std::time::SystemTime::now()
@@ -234,6 +228,15 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ("loglevel", config.loglevel.name().into()),
         ("threads", config.threads.to_string()),
         ("engine-memory", config.engine_memory_bytes.to_string()),
+        (
+            "busy-reply-threshold",
+            config.busy_reply_threshold_ms.to_string(),
+        ),
+        ("lua-time-limit", config.busy_reply_threshold_ms.to_string()),
+        (
+            "lua-memory-limit",
+            config.lua_memory_limit_bytes.to_string(),
+        ),
     ]
     .into_iter()
     .chain(
@@ -422,6 +425,18 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                     )));
                 }
                 updated.slowlog_max_len = len;
+            }
+            "busy-reply-threshold" | "lua-time-limit" => {
+                updated.busy_reply_threshold_ms = value
+                    .parse()
+                    .map_err(|_| failed("argument couldn't be parsed into an integer".into()))?
+            }
+            "lua-memory-limit" => {
+                let limit = parse_memory(&value).map_err(|e| failed(e.to_string()))?;
+                if limit < crate::config::MIN_LUA_MEMORY_LIMIT {
+                    return Err(failed("argument must be at least 1mb".into()));
+                }
+                updated.lua_memory_limit_bytes = limit;
             }
             _ if crate::config::encoding_threshold_name(&name).is_some() => {
                 let canonical =

@@ -115,6 +115,15 @@ pub static COMMANDS: &[Spec] = &[
     c("flushdb", -1, true, NONE, "server", "Remove all keys from the current database."),
     c("flushall", -1, true, NONE, "server", "Removes all keys from all databases."),
     c("function", -2, false, NONE, "scripting", "A container for function commands."),
+    // The scripting commands' keys are counted by their `numkeys` argument: like Redis, COMMAND
+    // INFO reports no fixed key positions (0, 0, 0) for them.
+    c("eval", -3, false, NONE, "scripting", "Executes a server-side Lua script."),
+    c("evalsha", -3, false, NONE, "scripting", "Executes a server-side Lua script by SHA1 digest."),
+    c("eval_ro", -3, false, NONE, "scripting", "Executes a read-only server-side Lua script."),
+    c("evalsha_ro", -3, false, NONE, "scripting", "Executes a read-only server-side Lua script by SHA1 digest."),
+    c("fcall", -3, false, NONE, "scripting", "Invokes a function."),
+    c("fcall_ro", -3, false, NONE, "scripting", "Invokes a read-only function."),
+    c("script", -2, false, NONE, "scripting", "A container for Lua scripts management commands."),
     c("time", 1, false, NONE, "server", "Returns the server time."),
     c("multi", 1, false, NONE, "transactions", "Starts a transaction."),
     c("exec", 1, false, NONE, "transactions", "Executes all commands in a transaction."),

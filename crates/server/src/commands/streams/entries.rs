@@ -122,7 +122,9 @@ pub(super) fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         exhausted_check(&edit.stream)?;
         let id = resolve_add_id(wanted, edit.stream.last_id, edit.now_ms)?;
         edit.stream.append(records, id, &args[fields_at..])?;
-        keyspace.blocked.ready_kind(db, key, crate::value::Kind::Stream);
+        keyspace
+            .blocked
+            .ready_kind(db, key, crate::value::Kind::Stream);
         if let Some(how) = trim.trim {
             edit.stream.trim(records, how, trim.limit)?;
         }

@@ -149,7 +149,9 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 loaded.group.clear(records)?;
                 stream.groups.remove(records, group)?;
                 // Blocked XREADGROUP clients wake and answer NOGROUP, as in Redis.
-                keyspace.blocked.ready_kind(db, key, crate::value::Kind::Stream);
+                keyspace
+                    .blocked
+                    .ready_kind(db, key, crate::value::Kind::Stream);
                 return Ok(Reply::Int(1));
             }
             "createconsumer" => {
