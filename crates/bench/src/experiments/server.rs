@@ -246,6 +246,9 @@ fn redis_version(binaries: &Binaries) -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// Builds the load of one run: (pipeline, test, its command line if it has one).
+type LoadOf<'a> = dyn Fn(usize, &str, Option<Vec<String>>) -> benchmark::Load + 'a;
+
 /// One round of one test on one server.
 struct Measured {
     requests_per_s: f64,
@@ -274,7 +277,7 @@ fn run_benchmarks(
     common: &Common,
     durabilities: &[Durability],
     args: &Args,
-    load: &dyn Fn(usize, &str, Option<Vec<String>>) -> benchmark::Load,
+    load: &LoadOf<'_>,
     temp: &std::path::Path,
     report: &mut Report,
 ) -> Result<()> {
