@@ -188,6 +188,26 @@ impl Notifier {
 thread_local! {
     /// Keys the running command wrote, in order.
     static TOUCHED: RefCell<Vec<Touch>> = const { RefCell::new(Vec::new()) };
+    /// What the running stream command did beyond its own event ([`STREAM_TRIMMED`],
+    /// [`CONSUMER_CREATED`]): Redis sends `xtrim` after an XADD that trimmed, and
+    /// `xgroup-createconsumer` for a consumer XREADGROUP or XCLAIM created.
+    static STREAM_FACTS: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// The running XADD trimmed entries.
+pub const STREAM_TRIMMED: u8 = 1;
+/// The running command created a consumer.
+pub const CONSUMER_CREATED: u8 = 2;
+
+/// Notes a stream fact of the running command (a thread-local store: cheap when notifications
+/// are off, and forgotten with the command's touches).
+pub fn note_stream(fact: u8) {
+    STREAM_FACTS.with(|facts| facts.set(facts.get() | fact));
+}
+
+/// The running command's stream facts, forgotten here (read before [`take_touched`]).
+pub fn take_stream_facts() -> u8 {
+    STREAM_FACTS.with(|facts| facts.replace(0))
 }
 
 /// A key a command wrote.
@@ -233,6 +253,8 @@ pub fn forget_last_touch(database: u8, key: &[u8]) {
 /// whether it exists at the end and whether the command created it (its first write did, and
 /// it exists at the end: a STORE that deletes and rewrites its destination overwrote it).
 pub fn take_touched() -> Vec<Touch> {
+    // Facts not read by now belong to no event (`take_stream_facts` reads them first).
+    take_stream_facts();
     let all = TOUCHED.with(|touched| std::mem::take(&mut *touched.borrow_mut()));
     let mut out: Vec<Touch> = Vec::with_capacity(all.len());
     for touch in all {
@@ -259,6 +281,7 @@ pub fn command_events(
     key: &[u8],
     in_source_db: bool,
     present: bool,
+    stream_facts: u8,
 ) -> Vec<(u32, &'static str)> {
     let is_arg = |i: usize| args.get(i).is_some_and(|a| &a[..] == key);
     let has_option = |options: &[&str]| {
@@ -372,6 +395,24 @@ pub fn command_events(
         "zinterstore" => (ZSET, "zinterstore"),
         "zdiffstore" => (ZSET, "zdiffstore"),
         "zrangestore" => (ZSET, "zrangestore"),
+        "xadd" if stream_facts & STREAM_TRIMMED != 0 => {
+            return vec![(STREAM, "xadd"), (STREAM, "xtrim")];
+        }
+        "xadd" => (STREAM, "xadd"),
+        "xreadgroup" | "xclaim" | "xautoclaim" if stream_facts & CONSUMER_CREATED != 0 => {
+            (STREAM, "xgroup-createconsumer")
+        }
+        "xdel" => (STREAM, "xdel"),
+        "xtrim" => (STREAM, "xtrim"),
+        "xsetid" => (STREAM, "xsetid"),
+        "xgroup" => match lower_arg(args, 1).as_str() {
+            "create" => (STREAM, "xgroup-create"),
+            "createconsumer" => (STREAM, "xgroup-createconsumer"),
+            "delconsumer" => (STREAM, "xgroup-delconsumer"),
+            "destroy" => (STREAM, "xgroup-destroy"),
+            "setid" => (STREAM, "xgroup-setid"),
+            _ => return Vec::new(),
+        },
         _ => return Vec::new(),
     };
     let stores = name.ends_with("store") || matches!(name, "sort" | "bitop" | "copy");

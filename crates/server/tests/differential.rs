@@ -14,7 +14,7 @@
 mod common;
 
 use common::generators::{collection_command, command, newer_command};
-use common::{Raw, Server};
+use common::{notifications_until_marker, Raw, Server};
 use prefixkv_resp::Reply;
 use prefixkv_testkit::rng::{env_count, Rng};
 
@@ -295,23 +295,6 @@ fn memory_usage_estimates_and_errors() {
             small > key.len() as i64 && larger >= small + 999,
             "{key}: {small} then {larger}"
         );
-    }
-}
-
-/// Reads Pub/Sub pushes until the `marker` message; the (channel, payload) pairs of the rest.
-fn notifications_until_marker(subscriber: &mut Raw) -> Vec<(Reply, Reply)> {
-    let mut seen = Vec::new();
-    loop {
-        let Some(Reply::Array(items) | Reply::Push(items)) = subscriber.read() else {
-            panic!("the subscriber's connection ended");
-        };
-        let kind = items[0].clone();
-        if kind == Reply::bulk("message") && items[1] == Reply::bulk("marker") {
-            return seen;
-        }
-        if kind == Reply::bulk("pmessage") {
-            seen.push((items[2].clone(), items[3].clone()));
-        }
     }
 }
 

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{Raw, Server};
+use common::{notifications_until_marker, Raw, Server};
 use prefixkv_resp::Reply;
 use prefixkv_testkit::rng::{env_count, Rng};
 
@@ -436,4 +436,91 @@ fn over_maxmemory_consumers_keep_working_as_in_redis() {
         refused, 4,
         "XADD, XGROUP CREATE and CREATECONSUMER, XSETID are refused"
     );
+}
+
+/// Keyspace notifications of stream commands (`xadd`, `xtrim` after a trimming XADD, `xdel`,
+/// `xsetid`, the `xgroup-*` events, `xgroup-createconsumer` from XREADGROUP and XCLAIM, `del`): with `notify-keyspace-events KEA` the same generated commands make both servers
+/// publish the same messages, in the same order, batch by batch.
+#[test]
+fn stream_notifications_match_redis() {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    let mut writers = Vec::new();
+    let mut subscribers = Vec::new();
+    for server in [&redis, &ours] {
+        let mut writer = server.raw();
+        assert_eq!(
+            writer.call(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]),
+            Reply::simple("OK")
+        );
+        let mut subscriber = server.raw();
+        subscriber
+            .stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        subscriber.send(&[b"PSUBSCRIBE", b"__key*__:*"]);
+        subscriber.read().unwrap();
+        subscriber.send(&[b"SUBSCRIBE", b"marker"]);
+        subscriber.read().unwrap();
+        writers.push(writer);
+        subscribers.push(subscriber);
+    }
+    let mut generator = Generator {
+        rng: Rng::new(9100),
+        clock: 1,
+    };
+    // The keyevent channels redis-server published on: the comparison covered these events.
+    let mut events = std::collections::BTreeSet::new();
+    for batch in 0..env_count("DIFFERENTIAL_STEPS", 1_500) / 50 {
+        let mut commands = Vec::new();
+        for _ in 0..50 {
+            let args = generator.command();
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            for writer in writers.iter_mut() {
+                writer.call(&refs);
+            }
+            commands.push(args.join(" "));
+        }
+        let mut seen = Vec::new();
+        for (writer, subscriber) in writers.iter_mut().zip(subscribers.iter_mut()) {
+            writer.call(&["PUBLISH", "marker", "end"]);
+            seen.push(notifications_until_marker(subscriber));
+        }
+        for (channel, _) in &seen[0] {
+            if let Reply::BulkString(channel) = channel {
+                let channel = String::from_utf8_lossy(channel);
+                if let Some(event) = channel.strip_prefix("__keyevent@0__:") {
+                    events.insert(event.to_string());
+                }
+            }
+        }
+        if seen[0] != seen[1] {
+            let at = (0..).find(|&i| seen[0].get(i) != seen[1].get(i)).unwrap();
+            let window =
+                |s: &[(Reply, Reply)]| s[at.saturating_sub(2)..(at + 4).min(s.len())].to_vec();
+            panic!(
+                "batch {batch}, message {at}:\n  redis-server: {:?}\n  prefixkv:     {:?}\n  \
+                 commands:\n  {}",
+                window(&seen[0]),
+                window(&seen[1]),
+                commands.join("\n  ")
+            );
+        }
+    }
+    for event in [
+        "xadd",
+        "xtrim",
+        "xdel",
+        "xsetid",
+        "xgroup-create",
+        "xgroup-createconsumer",
+        "xgroup-setid",
+    ] {
+        assert!(
+            events.contains(event),
+            "no {event} event was compared: {events:?}"
+        );
+    }
 }

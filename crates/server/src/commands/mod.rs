@@ -560,11 +560,16 @@ pub fn execute(
     if notifier.active() {
         let zero = ctx.w.out.get(reply_start..) == Some(&b":0\r\n"[..]);
         // These answer how many elements changed: 0 means nothing did, and Redis sends nothing.
-        let unchanged = zero
-            && matches!(
+        let unchanged =
+            zero && matches!(
                 name.as_str(),
-                "sadd" | "srem" | "zrem" | "hdel" | "lrem" | "smove"
-            );
+                "sadd" | "srem" | "zrem" | "hdel" | "lrem" | "smove" | "xdel" | "xtrim"
+            ) || (zero
+                && name == "xgroup"
+                && args.get(1).is_some_and(|sub| {
+                    sub.eq_ignore_ascii_case(b"createconsumer")
+                        || sub.eq_ignore_ascii_case(b"destroy")
+                }));
         if unchanged {
             crate::notify::take_touched();
         } else {
@@ -606,6 +611,7 @@ pub fn execute(
 /// Queues the keyspace events of the command that just ran (`crate::notify`), keys in the order
 /// the command names them (a source before its destination).
 fn notify_command(server: &Server, database: u8, name: &str, args: &[Bytes]) {
+    let stream_facts = crate::notify::take_stream_facts();
     let mut touched = crate::notify::take_touched();
     if touched.is_empty() {
         return;
@@ -646,9 +652,14 @@ fn notify_command(server: &Server, database: u8, name: &str, args: &[Bytes]) {
             notifier.notify(crate::notify::NEW, "new", db, key);
         }
         let in_source_db = db == database;
-        for (class, event) in
-            crate::notify::command_events(name, args, key, in_source_db, touch.present)
-        {
+        for (class, event) in crate::notify::command_events(
+            name,
+            args,
+            key,
+            in_source_db,
+            touch.present,
+            stream_facts,
+        ) {
             notifier.notify(class, event, db, key);
         }
     }

@@ -290,3 +290,20 @@ impl Raw {
         }
     }
 }
+
+/// Reads Pub/Sub pushes until the `marker` message; the (channel, payload) pairs of the rest.
+pub fn notifications_until_marker(subscriber: &mut Raw) -> Vec<(Reply, Reply)> {
+    let mut seen = Vec::new();
+    loop {
+        let Some(Reply::Array(items) | Reply::Push(items)) = subscriber.read() else {
+            panic!("the subscriber's connection ended");
+        };
+        let kind = items[0].clone();
+        if kind == Reply::bulk("message") && items[1] == Reply::bulk("marker") {
+            return seen;
+        }
+        if kind == Reply::bulk("pmessage") {
+            seen.push((items[2].clone(), items[3].clone()));
+        }
+    }
+}

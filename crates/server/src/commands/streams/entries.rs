@@ -126,7 +126,9 @@ pub(super) fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             .blocked
             .ready_kind(db, key, crate::value::Kind::Stream);
         if let Some(how) = trim.trim {
-            edit.stream.trim(records, how, trim.limit)?;
+            if edit.stream.trim(records, how, trim.limit)? > 0 {
+                crate::notify::note_stream(crate::notify::STREAM_TRIMMED);
+            }
         }
         Ok(id)
     })?;

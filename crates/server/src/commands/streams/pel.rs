@@ -88,6 +88,7 @@ impl<'k> Loaded<'k> {
         self.group.save_consumer(records, name, &consumer)?;
         mark(records, consumer.pel.id)?;
         self.consumers.insert(name.to_vec(), consumer);
+        crate::notify::note_stream(crate::notify::CONSUMER_CREATED);
         Ok(())
     }
 
