@@ -9,39 +9,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Raw, Server};
+use common::{send, small_server as server, wait_blocked, Raw, Server};
 use prefixkv_resp::Reply;
-
-/// Waits (at most 10 s) until `INFO clients` reports `count` blocked clients: the server's own
-/// report, used only to know a client is blocked before pushing, never as a check's reference.
-fn wait_blocked(raw: &mut Raw, count: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let blocked: u64 = raw
-            .info_field("clients", "blocked_clients")
-            .parse()
-            .unwrap();
-        if blocked == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{blocked} blocked clients, waiting for {count}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn send(raw: &mut Raw, args: &[&str]) {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    raw.send(&args);
-}
-
-fn server() -> (tempfile::TempDir, Server) {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
-    (dir, server)
-}
 
 #[test]
 fn a_push_wakes_the_blocked_client_with_that_element() {

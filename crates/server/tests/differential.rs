@@ -14,7 +14,9 @@
 mod common;
 
 use common::generators::{collection_command, command, newer_command};
-use common::{notifications_until_marker, Raw, Server};
+use common::{
+    assert_same_notifications, notification_subscriber, notifications_of_batch, Raw, Server,
+};
 use prefixkv_resp::Reply;
 use prefixkv_testkit::rng::{env_count, Rng};
 
@@ -306,22 +308,11 @@ fn keyspace_notifications_match_redis() {
     let redis = Server::start_redis(redis_dir.path());
     let dir = tempfile::tempdir().unwrap();
     let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
-    let mut subscribers = Vec::new();
-    let mut writers = Vec::new();
-    for server in [&redis, &ours] {
-        let writer = server.raw();
-        let mut subscriber = server.raw();
-        subscriber
-            .stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
-            .unwrap();
-        subscriber.send(&[b"PSUBSCRIBE", b"__key*__:*"]);
-        subscriber.read().unwrap();
-        subscriber.send(&[b"SUBSCRIBE", b"marker"]);
-        subscriber.read().unwrap();
-        subscribers.push(subscriber);
-        writers.push(writer);
-    }
+    let mut writers = vec![redis.raw(), ours.raw()];
+    let mut subscribers = vec![
+        notification_subscriber(&redis),
+        notification_subscriber(&ours),
+    ];
     // Every class with both channels, then masks: list events on the keyspace channel only;
     // generic, string and sorted-set events and `new` on the keyevent channel only; all with
     // `new`.
@@ -354,35 +345,10 @@ fn compare_notifications(writers: &mut [Raw], subscribers: &mut [Raw], pass: usi
     for (round, generate) in generators.into_iter().enumerate() {
         let mut rng = Rng::new(3000 + 10 * pass as u64 + round as u64);
         for batch in 0..10 {
-            let mut commands = Vec::new();
-            for _ in 0..30 {
-                let args = generate(&mut rng);
-                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-                for writer in writers.iter_mut() {
-                    writer.call(&refs);
-                }
-                commands.push(args.join(" "));
-            }
-            let mut streams = Vec::new();
-            for (writer, subscriber) in writers.iter_mut().zip(subscribers.iter_mut()) {
-                writer.call(&["PUBLISH", "marker", "end"]);
-                streams.push(notifications_until_marker(subscriber));
-            }
-            if streams[0] != streams[1] {
-                let at = (0..)
-                    .find(|&i| streams[0].get(i) != streams[1].get(i))
-                    .unwrap();
-                let window = |stream: &[(Reply, Reply)]| {
-                    stream[at.saturating_sub(2)..(at + 4).min(stream.len())].to_vec()
-                };
-                panic!(
-                    "pass {pass} generator {round} batch {batch}, message {at}:\n  redis-server: {:?}\n  \
-                     prefixkv:     {:?}\n  commands:\n  {}",
-                    window(&streams[0]),
-                    window(&streams[1]),
-                    commands.join("\n  ")
-                );
-            }
+            let commands: Vec<Vec<String>> = (0..30).map(|_| generate(&mut rng)).collect();
+            let seen = notifications_of_batch(writers, subscribers, &commands);
+            let at = format!("pass {pass} generator {round} batch {batch}");
+            assert_same_notifications(&seen, &at, &commands);
         }
     }
 }

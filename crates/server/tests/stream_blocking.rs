@@ -7,40 +7,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Raw, Server};
+use common::{send, small_server as server, wait_blocked, Raw, Server};
 use prefixkv_resp::Reply;
-
-/// Waits (at most 10 s) until the server reports `count` blocked clients.
-fn wait_blocked(raw: &mut Raw, count: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let blocked: u64 = raw
-            .info_field("clients", "blocked_clients")
-            .parse()
-            .unwrap();
-        if blocked == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{blocked} blocked clients, waiting for {count}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn send(raw: &mut Raw, args: &[&str]) {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    raw.send(&args);
-}
-
-fn server() -> (tempfile::TempDir, Server) {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
-    (dir, server)
-}
 
 fn blocking_client(server: &Server) -> Raw {
     let raw = server.raw();

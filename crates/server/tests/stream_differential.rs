@@ -14,7 +14,9 @@
 
 mod common;
 
-use common::{notifications_until_marker, Raw, Server};
+use common::{
+    assert_same_notifications, notification_subscriber, notifications_of_batch, Raw, Server,
+};
 use prefixkv_resp::Reply;
 use prefixkv_testkit::rng::{env_count, Rng};
 
@@ -447,26 +449,17 @@ fn stream_notifications_match_redis() {
     let redis = Server::start_redis(redis_dir.path());
     let dir = tempfile::tempdir().unwrap();
     let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
-    let mut writers = Vec::new();
-    let mut subscribers = Vec::new();
-    for server in [&redis, &ours] {
-        let mut writer = server.raw();
+    let mut writers = vec![redis.raw(), ours.raw()];
+    for writer in writers.iter_mut() {
         assert_eq!(
             writer.call(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]),
             Reply::simple("OK")
         );
-        let mut subscriber = server.raw();
-        subscriber
-            .stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
-            .unwrap();
-        subscriber.send(&[b"PSUBSCRIBE", b"__key*__:*"]);
-        subscriber.read().unwrap();
-        subscriber.send(&[b"SUBSCRIBE", b"marker"]);
-        subscriber.read().unwrap();
-        writers.push(writer);
-        subscribers.push(subscriber);
     }
+    let mut subscribers = vec![
+        notification_subscriber(&redis),
+        notification_subscriber(&ours),
+    ];
     let mut generator = Generator {
         rng: Rng::new(9100),
         clock: 1,
@@ -474,20 +467,8 @@ fn stream_notifications_match_redis() {
     // The keyevent channels redis-server published on: the comparison covered these events.
     let mut events = std::collections::BTreeSet::new();
     for batch in 0..env_count("DIFFERENTIAL_STEPS", 1_500) / 50 {
-        let mut commands = Vec::new();
-        for _ in 0..50 {
-            let args = generator.command();
-            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            for writer in writers.iter_mut() {
-                writer.call(&refs);
-            }
-            commands.push(args.join(" "));
-        }
-        let mut seen = Vec::new();
-        for (writer, subscriber) in writers.iter_mut().zip(subscribers.iter_mut()) {
-            writer.call(&["PUBLISH", "marker", "end"]);
-            seen.push(notifications_until_marker(subscriber));
-        }
+        let commands: Vec<Vec<String>> = (0..50).map(|_| generator.command()).collect();
+        let seen = notifications_of_batch(&mut writers, &mut subscribers, &commands);
         for (channel, _) in &seen[0] {
             if let Reply::BulkString(channel) = channel {
                 let channel = String::from_utf8_lossy(channel);
@@ -496,18 +477,7 @@ fn stream_notifications_match_redis() {
                 }
             }
         }
-        if seen[0] != seen[1] {
-            let at = (0..).find(|&i| seen[0].get(i) != seen[1].get(i)).unwrap();
-            let window =
-                |s: &[(Reply, Reply)]| s[at.saturating_sub(2)..(at + 4).min(s.len())].to_vec();
-            panic!(
-                "batch {batch}, message {at}:\n  redis-server: {:?}\n  prefixkv:     {:?}\n  \
-                 commands:\n  {}",
-                window(&seen[0]),
-                window(&seen[1]),
-                commands.join("\n  ")
-            );
-        }
+        assert_same_notifications(&seen, &format!("batch {batch}"), &commands);
     }
     for event in [
         "xadd",

@@ -307,3 +307,90 @@ pub fn notifications_until_marker(subscriber: &mut Raw) -> Vec<(Reply, Reply)> {
         }
     }
 }
+
+/// Waits (at most 10 s) until `INFO clients` reports `count` blocked clients: the server's own
+/// report, used only to know a client is blocked before acting, never as a check's reference.
+pub fn wait_blocked(raw: &mut Raw, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let blocked: u64 = raw
+            .info_field("clients", "blocked_clients")
+            .parse()
+            .unwrap();
+        if blocked == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{blocked} blocked clients, waiting for {count}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Sends a command of text arguments without reading its reply.
+pub fn send(raw: &mut Raw, args: &[&str]) {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    raw.send(&args);
+}
+
+/// A server with its defaults and a 64 MB engine, in a fresh directory (kept alive with it).
+pub fn small_server() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    (dir, server)
+}
+
+/// A connection of `server` subscribed to every keyspace and keyevent channel and to `marker`
+/// (which [`notifications_of_batch`] publishes to end a batch), with a bounded read.
+pub fn notification_subscriber(server: &Server) -> Raw {
+    let mut subscriber = server.raw();
+    subscriber
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    subscriber.send(&[b"PSUBSCRIBE", b"__key*__:*"]);
+    subscriber.read().unwrap();
+    subscriber.send(&[b"SUBSCRIBE", b"marker"]);
+    subscriber.read().unwrap();
+    subscriber
+}
+
+/// Runs `commands` on every writer, then ends the batch with the marker, and returns what each
+/// writer's subscriber received meanwhile ((channel, payload) pairs, in order).
+pub fn notifications_of_batch(
+    writers: &mut [Raw],
+    subscribers: &mut [Raw],
+    commands: &[Vec<String>],
+) -> Vec<Vec<(Reply, Reply)>> {
+    for args in commands {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        for writer in writers.iter_mut() {
+            writer.call(&refs);
+        }
+    }
+    let mut seen = Vec::new();
+    for (writer, subscriber) in writers.iter_mut().zip(subscribers.iter_mut()) {
+        writer.call(&["PUBLISH", "marker", "end"]);
+        seen.push(notifications_until_marker(subscriber));
+    }
+    seen
+}
+
+/// Fails naming the first message where redis-server's notifications (`seen[0]`) and ours
+/// (`seen[1]`) differ, with the messages around it and the batch's commands.
+pub fn assert_same_notifications(seen: &[Vec<(Reply, Reply)>], at: &str, commands: &[Vec<String>]) {
+    if seen[0] == seen[1] {
+        return;
+    }
+    let index = (0..).find(|&i| seen[0].get(i) != seen[1].get(i)).unwrap();
+    let window =
+        |s: &[(Reply, Reply)]| s[index.saturating_sub(2)..(index + 4).min(s.len())].to_vec();
+    let commands: Vec<String> = commands.iter().map(|args| args.join(" ")).collect();
+    panic!(
+        "{at}, message {index}:\n  redis-server: {:?}\n  prefixkv:     {:?}\n  commands:\n  {}",
+        window(&seen[0]),
+        window(&seen[1]),
+        commands.join("\n  ")
+    );
+}
