@@ -179,7 +179,11 @@ async fn serve_loop(
                     let outcome = server.scripting.submit(server, *request).await;
                     let failed = outcome.reply.first() == Some(&b'-');
                     commands::record_script(server, client.id, &command.args, started, failed);
-                    output.extend_from_slice(&outcome.reply);
+                    // CLIENT REPLY OFF, or SKIP before the script: no reply.
+                    let skipped = std::mem::take(&mut client.skip_next_reply);
+                    if !skipped && !client.reply_off {
+                        output.extend_from_slice(&outcome.reply);
+                    }
                     client.note_write_by(outcome.mark, outcome.by);
                 }
                 Flow::Async(operation) => {

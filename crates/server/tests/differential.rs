@@ -226,6 +226,13 @@ fn client_reply_modes_match_redis() {
         &["INCR", "k"],
         &["GET", "k"],
         &["CLIENT", "REPLY", "MAYBE"],
+        // A script's reply (answered by the script thread) obeys SKIP and OFF too.
+        &["CLIENT", "REPLY", "SKIP"],
+        &["EVAL", "return redis.call('incr', KEYS[1])", "1", "k"],
+        &["CLIENT", "REPLY", "OFF"],
+        &["EVAL", "return redis.call('incr', KEYS[1])", "1", "k"],
+        &["CLIENT", "REPLY", "ON"],
+        &["GET", "k"],
         // A skipped blocking command times out without a reply.
         &["CLIENT", "REPLY", "SKIP"],
         &["BLPOP", "nokey", "0.05"],
@@ -238,7 +245,7 @@ fn client_reply_modes_match_redis() {
             let args: Vec<&[u8]> = request.iter().map(|a| a.as_bytes()).collect();
             raw.send(&args);
         }
-        let replies: Vec<Reply> = (0..5).map(|_| raw.read().unwrap()).collect();
+        let replies: Vec<Reply> = (0..7).map(|_| raw.read().unwrap()).collect();
         streams.push(replies);
     }
     assert_eq!(

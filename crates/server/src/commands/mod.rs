@@ -581,14 +581,15 @@ pub fn execute(
     if skipped || is_skip || ctx.client.reply_off {
         ctx.w.out.truncate(reply_start);
     }
-    if skipped
-        && matches!(
-            outcome,
-            Outcome::Executed(Flow::Async(AsyncOp::Block { .. }))
-        )
-    {
-        // A skipped command that blocks: its reply comes later (a retry, or the timeout's
-        // null, which the connection drops while this is set).
+    let answered_later = matches!(
+        outcome,
+        Outcome::Executed(Flow::Async(AsyncOp::Block { .. } | AsyncOp::Script(_)))
+            | Outcome::Queued(Flow::Async(AsyncOp::AfterScript))
+    );
+    if skipped && answered_later {
+        // A skipped command answered later (a blocking command's retry or its timeout's null,
+        // a script's answer, a command run again after another client's script): the
+        // connection drops that reply while this is set.
         ctx.client.skip_next_reply = true;
     }
     match outcome {
