@@ -392,6 +392,8 @@ const NOT_FROM_SCRIPT: &[&str] = &[
     "brpop",
     "blmove",
     "brpoplpush",
+    "bzpopmin",
+    "bzpopmax",
     "auth",
     "hello",
     "quit",
@@ -447,6 +449,15 @@ impl Caller<'_> {
         }
         if NOT_FROM_SCRIPT.contains(&name.as_str()) {
             return refuse("ERR This Redis command is not allowed from script");
+        }
+        // XREAD and XREADGROUP may be called, but never to wait (BLMPOP and BZMPOP run as if
+        // their timeout had passed, as inside EXEC).
+        if matches!(name.as_str(), "xread" | "xreadgroup")
+            && args.iter().any(|a| a.eq_ignore_ascii_case(b"block"))
+        {
+            return refuse(&format!(
+                "ERR {name} command is not allowed with BLOCK option from scripts"
+            ));
         }
         if spec.write {
             if self.read_only {

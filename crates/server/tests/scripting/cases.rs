@@ -5,6 +5,12 @@
 pub const CASES: &[&[&[&str]]] = &[
     // Lua -> reply conversions.
     &[&["EVAL", "return 1", "0"]],
+    // Blocking commands from scripts: refused, refused with BLOCK, or run without waiting.
+    &[&["EVAL", "return redis.pcall('blpop', 'x', 0)", "0"]],
+    &[&["EVAL", "return redis.pcall('bzpopmin', 'x', 0)", "0"]],
+    &[&["EVAL", "return redis.pcall('xread', 'BLOCK', '0', 'STREAMS', 's', '$')", "0"]],
+    &[&["EVAL", "return redis.pcall('blmpop', '0', '1', 'x', 'left')", "0"]],
+    &[&["EVAL", "return redis.pcall('bzmpop', '0', '1', 'x', 'min')", "0"]],
     &[&["EVAL", "return {1,'a',{2,3},true,false,nil,5}", "0"]],
     &[&["EVAL", "return {1, 2.7, -3.9, 1e20, -0.5}", "0"]],
     &[&["EVAL", "return 'x'", "0"]],
