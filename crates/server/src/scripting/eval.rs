@@ -10,7 +10,7 @@ use prefixkv_resp::Reply;
 use prefixkv_store::StoreSession;
 
 use super::vm::{self, Origin};
-use super::{failed, keys_and_args, sha1, Caller};
+use super::{keys_and_args, reply_of, sha1, Caller};
 use crate::commands::{lower, Client, CommandError, CommandResult, Ctx};
 use crate::state::Server;
 
@@ -241,11 +241,7 @@ pub fn eval(
             |lua, arguments, resp| caller.call(lua, arguments, resp),
         ))
     });
-    Ok(match outcome {
-        Ok(Ok(reply)) => reply,
-        Ok(Err((line, at))) => failed(line, at, &sha),
-        Err(line) => Reply::Error(Bytes::from(line)),
-    })
+    Ok(reply_of(outcome, &sha))
 }
 
 /// SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP.

@@ -21,7 +21,7 @@ use prefixkv_resp::Reply;
 use prefixkv_store::{DurableStore, StoreSession};
 
 use super::vm::{self, Origin, Vm};
-use super::{failed, keys_and_args, Caller, Scripting};
+use super::{keys_and_args, reply_of, Caller, Scripting};
 use crate::commands::{lower, Client, CommandError, CommandResult, Ctx};
 use crate::state::Server;
 
@@ -324,11 +324,7 @@ pub fn fcall(
             |lua, arguments, resp| caller.call(lua, arguments, resp),
         ))
     });
-    Ok(match outcome {
-        Ok(Ok(reply)) => reply,
-        Ok(Err((line, at))) => failed(line, at, &function_name),
-        Err(line) => Reply::Error(Bytes::from(line)),
-    })
+    Ok(reply_of(outcome, &function_name))
 }
 
 /// Loads every library in `vm` (they all loaded when FUNCTION LOAD checked them; one that fails

@@ -340,13 +340,18 @@ pub async fn wait_turn(server: &Server, client_id: u64) {
         .await;
 }
 
-/// The error line of a failed script: Redis's `<error> script: <name>, on <source>:<line>.`
-fn failed(line: String, at: Option<String>, name: &str) -> Reply {
-    let text = match at {
-        Some(at) => format!("{line} script: {name}, on {at}."),
-        None => format!("{line} script: {name}"),
-    };
-    Reply::Error(Bytes::from(text))
+/// The reply of a script or function named `name` run in a VM (`vm::with_vm` around `Vm::run`):
+/// its value; its failure as Redis words it, `<error> script: <name>, on <source>:<line>.`; or
+/// the VM's own error line (compiling, a missing function).
+fn reply_of(outcome: Result<Result<Reply, (String, Option<String>)>, String>, name: &str) -> Reply {
+    match outcome {
+        Ok(Ok(reply)) => reply,
+        Ok(Err((line, Some(at)))) => {
+            Reply::Error(Bytes::from(format!("{line} script: {name}, on {at}.")))
+        }
+        Ok(Err((line, None))) => Reply::Error(Bytes::from(format!("{line} script: {name}"))),
+        Err(line) => Reply::Error(Bytes::from(line)),
+    }
 }
 
 /// Parses `numkeys key... arg...` (from `args[2]`): the keys and the arguments.
