@@ -575,7 +575,7 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) -> Result<()>
 }
 
 /// The 1-, 5- and 15-minute load averages (`/proc/loadavg`), or empty.
-fn load_average() -> Vec<f64> {
+pub(crate) fn load_average() -> Vec<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .map(|text| {
             text.split_whitespace()

@@ -17,6 +17,12 @@
 //!    check every key after the SAVE and after the restart against each writer's last
 //!    acknowledged value ([`oracle`]): these two checks are what `verified` means.
 //!
+//! 3. **Memory** (`--phases memory`, opt-in: with its full sizes it loads 10M keys into each
+//!    server). Bytes per small string and per collection element on each server
+//!    ([`memory`]), and each server as a cache under `maxmemory` with `allkeys-lru` and
+//!    `allkeys-lfu` ([`cache`]): hit ratio and `used_memory / maxmemory` over zipfian
+//!    read-through traffic.
+//!
 //! The redis-benchmark phase measures and checks nothing: a run of that phase alone records no
 //! check, so its `verified` stays `null`.
 //!
@@ -27,7 +33,9 @@
 //! lives in a `tempfile` directory removed on drop, on every exit path.
 
 mod benchmark;
+mod cache;
 mod client;
+mod memory;
 mod oracle;
 #[cfg(test)]
 mod oracle_tests;
@@ -96,9 +104,33 @@ pub struct Args {
     /// Durability of both servers in the snapshot phase.
     #[arg(long, default_value = "none")]
     pub snapshot_durability: String,
-    /// Phases to run.
+    /// Phases to run: `benchmark`, `snapshot`, `memory` (opt-in: not in the default).
     #[arg(long, value_delimiter = ',', default_value = "benchmark,snapshot")]
     pub phases: Vec<String>,
+    /// Memory phase: small strings loaded (default 10,000,000; --quick 200,000).
+    #[arg(long)]
+    pub memory_strings: Option<u64>,
+    /// Memory phase: elements of the hash, the set and the sorted set (default 1,000,000;
+    /// --quick 50,000).
+    #[arg(long)]
+    pub memory_elements: Option<u64>,
+    /// Memory phase, cache rows: `maxmemory` of both servers in bytes (default 256 MiB;
+    /// --quick 16 MiB). The key space holds 4 times this in keys and values.
+    #[arg(long)]
+    pub cache_maxmemory: Option<u64>,
+    /// Memory phase, cache rows: bytes of every value.
+    #[arg(long, default_value_t = 240)]
+    pub cache_value_bytes: usize,
+    /// Memory phase, cache rows: measured GETs after the warm-up (default 3,000,000;
+    /// --quick 200,000).
+    #[arg(long)]
+    pub cache_requests: Option<u64>,
+    /// Memory phase, cache rows: GETs per pipelined batch.
+    #[arg(long, default_value_t = 16)]
+    pub cache_pipeline: usize,
+    /// Memory phase, cache rows: eviction policies, one row each.
+    #[arg(long, value_delimiter = ',', default_value = "allkeys-lru,allkeys-lfu")]
+    pub cache_policies: Vec<String>,
     /// The prefixkv-server binary (default: next to this binary, else target/release/).
     #[arg(long)]
     pub server_binary: Option<PathBuf>,
@@ -117,8 +149,8 @@ const SERVERS: [Kind; 2] = [Kind::Prefixkv, Kind::Redis];
 pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let binaries = Binaries::locate(args.server_binary.as_deref())?;
     for phase in &args.phases {
-        if phase != "benchmark" && phase != "snapshot" {
-            bail!("unknown phase {phase:?}: expected benchmark and/or snapshot");
+        if !matches!(phase.as_str(), "benchmark" | "snapshot" | "memory") {
+            bail!("unknown phase {phase:?}: expected benchmark, snapshot and/or memory");
         }
     }
     let durabilities = args
@@ -154,6 +186,8 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     };
 
     let mut report = Report::new("server");
+    report.config("load_average_start", super::dpr::load_average());
+    report.config("phases", args.phases.clone());
     report.config("quick", quick);
     report.config("rounds", common.rounds() as u64);
     report.config(
@@ -235,7 +269,43 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     if args.phases.iter().any(|p| p == "snapshot") {
         run_snapshots(&binaries, &plan, temp.path(), &common.out, &mut report)?;
     }
+    if args.phases.iter().any(|p| p == "memory") {
+        run_memory(&binaries, quick, args, temp.path(), &mut report)?;
+    }
+    report.config("load_average_end", super::dpr::load_average());
     Ok(report)
+}
+
+/// Phase 3: the memory phase's plans from the flags, then its rows ([`memory::run_phase`]).
+fn run_memory(
+    binaries: &Binaries,
+    quick: bool,
+    args: &Args,
+    temp: &std::path::Path,
+    report: &mut Report,
+) -> Result<()> {
+    let plan = memory::Plan {
+        strings: args
+            .memory_strings
+            .unwrap_or(if quick { 200_000 } else { 10_000_000 }),
+        elements: args
+            .memory_elements
+            .unwrap_or(if quick { 50_000 } else { 1_000_000 }),
+        batch: 1000,
+        prefixkv_args: args.prefixkv_args.clone(),
+    };
+    plan.validate()?;
+    let cache = cache::Plan::new(
+        args.cache_maxmemory
+            .unwrap_or(if quick { 16 << 20 } else { 256 << 20 }),
+        args.cache_value_bytes,
+        args.cache_requests
+            .unwrap_or(if quick { 200_000 } else { 3_000_000 }),
+        args.cache_pipeline,
+        args.cache_policies.clone(),
+        args.prefixkv_args.clone(),
+    )?;
+    memory::run_phase(binaries, &plan, &cache, temp, report)
 }
 
 fn redis_version(binaries: &Binaries) -> String {
