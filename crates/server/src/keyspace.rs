@@ -30,6 +30,11 @@
 //!   still see part of a plain multi-key write (an MSET), as documented.
 //! - An exclusive body's writes are one oplog group: recovery applies all of them or none, and
 //!   its writes are acknowledged with the body's mark (`commands::run_exclusive`).
+//! - Every lookup a command makes (`Keyspace::read`, `Txn::get`) updates the key's access word
+//!   in the engine (`crate::evict::access`: an LRU clock or an LFU counter); the lookups Redis
+//!   makes with `LOOKUP_NOTOUCH` (OBJECT, TYPE, the TTL family, EXISTS, MEMORY USAGE, eviction's
+//!   own checks, lazy expiry) use the `_quiet` forms. New keys start with the store's access
+//!   stamp, which `refresh_access_stamp` keeps at "now".
 //! - Engine keys outside the 16 databases are never user keys: collection records (first byte
 //!   0xFF, `prefixkv_collections`) and the function libraries' record
 //!   (`crate::scripting::FUNCTIONS_KEY`, first byte 0xF0); KEYS, SCAN, DBSIZE, FLUSHDB and the
@@ -44,6 +49,8 @@ use prefixkv_engine::EngineError;
 use prefixkv_store::{DurableStore, StoreSession};
 
 use crate::error::CommandError;
+#[allow(unused_imports)]
+use crate::evict::shim::{SessionApi as _, StoreApi as _, TxnApi as _};
 use crate::value::{self, Kind, Stored};
 use crate::watch::Watches;
 
@@ -156,6 +163,7 @@ impl KeyCounts {
             ttl_written: AtomicBool::new(true),
             notifier: Default::default(),
             watches: Watches::default(),
+            access: Default::default(),
         }
     }
 }
@@ -177,6 +185,9 @@ pub struct Keyspace {
     pub notifier: crate::notify::Notifier,
     /// WATCH registrations: every write below marks the clients watching its key.
     pub watches: Watches,
+    /// How a command's lookup updates a key's access word (LRU clock or LFU counter,
+    /// `crate::evict::access`).
+    pub access: crate::evict::AccessClock,
     /// Blocked clients: a write that puts a list, sorted set or stream wakes the first one
     /// waiting for that kind; a stream's deletion or overwrite and XGROUP DESTROY wake its
     /// stream readers too.
@@ -225,7 +236,8 @@ pub fn end_thread_session() {
     });
 }
 
-fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
+/// The engine key of `key` in `database`: `[database] ++ key`.
+pub(crate) fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + key.len());
     out.push(database);
     out.extend_from_slice(key);
@@ -233,7 +245,7 @@ fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
 }
 
 /// The database and user key of an engine key, if it is one of ours.
-fn split_key(engine_key: &[u8]) -> Option<(u8, &[u8])> {
+pub(crate) fn split_key(engine_key: &[u8]) -> Option<(u8, &[u8])> {
     let (&database, key) = engine_key.split_first()?;
     ((database as usize) < DATABASES).then_some((database, key))
 }
@@ -247,11 +259,6 @@ impl Keyspace {
     /// The oplog, when the durability mode uses one.
     pub fn oplog(&self) -> Option<std::sync::Arc<prefixkv_oplog::Oplog>> {
         self.store.oplog()
-    }
-
-    /// Memory counted against maxmemory: everything the store holds for data.
-    pub fn used_memory_bytes(&self) -> u64 {
-        self.store.used_memory_bytes()
     }
 
     /// A fresh collection object id (never used by a live object).
@@ -272,15 +279,45 @@ impl Keyspace {
         self.store.writes()
     }
 
-    /// Reads a key without locks; an expired value reads as absent and is removed (lazy expiry).
+    /// Reads a key for a command without locks, updating its access word (a lookup, as Redis's
+    /// `lookupKey`); an expired value reads as absent and is removed (lazy expiry).
     pub fn read(
         &self,
         session: &mut StoreSession,
         database: u8,
         key: &[u8],
     ) -> Result<Option<Stored>, CommandError> {
+        self.read_with(session, database, key, true)
+    }
+
+    /// Reads a key without updating its access word (Redis's `LOOKUP_NOTOUCH`: OBJECT, TYPE, the
+    /// TTL family, EXISTS, MEMORY USAGE), otherwise as [`Keyspace::read`].
+    pub fn read_quiet(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+    ) -> Result<Option<Stored>, CommandError> {
+        self.read_with(session, database, key, false)
+    }
+
+    fn read_with(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+        touch: bool,
+    ) -> Result<Option<Stored>, CommandError> {
         let mut buffer = Vec::new();
-        let found = session.read(&engine_key(database, key), &mut buffer)?;
+        let engine_key = engine_key(database, key);
+        let found = if touch {
+            let now = now_ms();
+            session.read_touch(&engine_key, &mut buffer, |word| {
+                self.access.touched(word, now)
+            })?
+        } else {
+            session.read(&engine_key, &mut buffer)?
+        };
         if !found {
             return Ok(None);
         }
@@ -294,6 +331,33 @@ impl Keyspace {
         Ok(Some(stored))
     }
 
+    /// Updates the access word of `key` as a lookup does (TOUCH); whether the key exists
+    /// (expired keys are removed and count as absent).
+    pub fn touch(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+    ) -> Result<bool, CommandError> {
+        Ok(self.read(session, database, key)?.is_some())
+    }
+
+    /// The access word of `key` (OBJECT IDLETIME / FREQ), without touching it.
+    pub fn access_of(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+    ) -> Result<Option<u32>, CommandError> {
+        Ok(session.access_of(&engine_key(database, key))?)
+    }
+
+    /// Stamps keys created from now on with the access word of "now" under the current policy
+    /// (the periodic task calls it every tick; CONFIG SET after a policy change).
+    pub fn refresh_access_stamp(&self) {
+        self.store.set_access_stamp(self.access.stamp(now_ms()));
+    }
+
     /// Deletes `key` if it is expired under its lock (a concurrent write may have renewed it);
     /// returns whether it did.
     fn expire_key(
@@ -303,7 +367,7 @@ impl Keyspace {
         key: &[u8],
     ) -> Result<bool, CommandError> {
         let mut txn = self.begin(session, database, &[key]);
-        let removed = txn.get(database, key)?.is_none() && txn.expired_now;
+        let removed = txn.get_quiet(database, key)?.is_none() && txn.expired_now;
         txn.commit()?;
         Ok(removed)
     }
@@ -623,13 +687,36 @@ pub struct Txn<'a> {
 }
 
 impl Txn<'_> {
-    /// Reads a key; an expired value is deleted now (lazy expiry) and reads as absent.
+    /// Reads a key for the command, updating its access word (a lookup, as Redis's
+    /// `lookupKeyWrite`); an expired value is deleted now (lazy expiry) and reads as absent.
     pub fn get(&mut self, database: u8, key: &[u8]) -> Result<Option<Stored>, CommandError> {
+        self.get_with(database, key, true)
+    }
+
+    /// Reads a key without updating its access word (eviction's check of its candidate),
+    /// otherwise as [`Txn::get`].
+    pub fn get_quiet(&mut self, database: u8, key: &[u8]) -> Result<Option<Stored>, CommandError> {
+        self.get_with(database, key, false)
+    }
+
+    fn get_with(
+        &mut self,
+        database: u8,
+        key: &[u8],
+        touch: bool,
+    ) -> Result<Option<Stored>, CommandError> {
         self.expired_now = false;
         self.scratch.clear();
-        let found = self
-            .inner
-            .get(&engine_key(database, key), &mut self.scratch)?;
+        let engine_key = engine_key(database, key);
+        let found = if touch {
+            let (clock, now) = (&self.keyspace.access, self.now_ms);
+            self.inner
+                .get_touch(&engine_key, &mut self.scratch, |word| {
+                    clock.touched(word, now)
+                })?
+        } else {
+            self.inner.get(&engine_key, &mut self.scratch)?
+        };
         if !found {
             return Ok(None);
         }
