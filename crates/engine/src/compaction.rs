@@ -383,6 +383,8 @@ fn copy_locked(
                 key,
                 value,
                 capacity_words: record.capacity_words(),
+                // The copy is the same record moved: its recency and frequency go with it.
+                access: record.access(),
             },
             true,
         )
