@@ -49,8 +49,6 @@ use prefixkv_engine::EngineError;
 use prefixkv_store::{DurableStore, StoreSession};
 
 use crate::error::CommandError;
-#[allow(unused_imports)]
-use crate::evict::shim::{SessionApi as _, StoreApi as _, TxnApi as _};
 use crate::value::{self, Kind, Stored};
 use crate::watch::Watches;
 

@@ -24,7 +24,6 @@ pub mod access;
 pub mod pool;
 mod run;
 pub mod settings;
-pub mod shim;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,16 +34,10 @@ pub use run::{evict_for_command, Outcome};
 pub use settings::{Policy, Settings};
 
 use crate::state::Server;
-#[allow(unused_imports)]
-use shim::StoreApi as _;
 
 /// The most keys one sampling round reads, whatever `maxmemory-samples` says (the store's
-/// sample limit is 1024; Redis's own bound is the stack).
-pub const MAX_SAMPLE: usize = 1024;
-
-/// Bytes of one index bucket (the part of `live_bytes` that is the index, for INFO's split of
-/// dataset and overhead).
-const INDEX_BUCKET_BYTES: u64 = 64;
+/// sample limit; Redis's own bound is the stack).
+pub const MAX_SAMPLE: usize = prefixkv_engine::MAX_SAMPLE_KEYS;
 
 /// Eviction state shared by every thread.
 #[derive(Default)]
@@ -90,7 +83,7 @@ pub fn apply_settings(server: &Server, config: &crate::config::Config) {
 pub fn memory(server: &Server) -> Memory {
     let store = &server.keyspace.store;
     let live = store.live_bytes();
-    let index = (store.engine().index_buckets() as u64 * INDEX_BUCKET_BYTES).min(live);
+    let index = store.engine().index_bytes().min(live);
     let scripts = server.scripting.cache_bytes();
     let used = live + scripts;
     let peak = server

@@ -2,14 +2,17 @@
 //!
 //! A round reads up to `maxmemory-samples` candidate keys (at most [`MAX_SAMPLE`]) from a random
 //! index bucket on, through the store's sampler, which hands each key's access word without
-//! touching it. The volatile policies keep only keys with an expiry, read from each value's
-//! header; as the engine has no separate index of expiring keys (Redis samples its `expires`
-//! dict), a round walks on past keys without one, up to [`MAX_WALK`] keys.
+//! touching it and wraps around the index at most once: a keyspace smaller than the sample is
+//! seen whole, so with `maxmemory-samples` above the number of keys the choice is exact. The
+//! volatile policies keep only keys with an expiry, read from each value's header; as the engine
+//! has no separate index of expiring keys (Redis samples its `expires` dict), their round samples
+//! [`MAX_SAMPLE`] keys and keeps the first `maxmemory-samples` with one. A round never walks
+//! the index more than once: a keyspace smaller than the sample is seen whole, so with
+//! `maxmemory-samples` above the number of keys the choice is exact.
 
 use std::time::{Duration, Instant};
 
-use super::shim::{Sampled, SessionApi as _};
-use prefixkv_store::StoreSession;
+use prefixkv_store::{Sampled, StoreSession};
 
 use super::access::{lru_clock, lru_idle_ms};
 use super::pool::{Candidate, Pool};
@@ -20,11 +23,8 @@ use crate::keyspace::{now_ms, split_key};
 use crate::state::Server;
 use crate::value;
 
-/// The most keys one round walks to find its candidates (volatile policies skip keys without
-/// an expiry).
-const MAX_WALK: usize = 8 * MAX_SAMPLE;
-/// Rounds in a row that may find no candidate before eviction gives up (the keyspace has
-/// nothing the policy may evict, or too little of it for sampling to meet).
+/// Rounds in a row that may find no candidate before eviction gives up (a round that saw the
+/// whole keyspace and found none gives up at once).
 const MAX_EMPTY_ROUNDS: usize = 16;
 
 /// What eviction before a command concluded.
@@ -76,18 +76,16 @@ pub fn evict_for_command(
     let mut freed = 0u64;
     let mut empty_rounds = 0;
     while used_memory(server) > limit {
-        let victim = if rank == Rank::Random {
-            sample_round(server, session, &settings, 1)?
-                .into_iter()
-                .next()
-                .map(|c| (c.database, c.key))
+        let (victim, whole) = if rank == Rank::Random {
+            let (found, whole) = sample_round(session, &settings, 1)?;
+            (found.into_iter().next().map(|c| (c.database, c.key)), whole)
         } else {
-            fill_pool(server, session, &settings, rank, &mut pool)?;
-            pool.pop_best().map(|c| (c.database, c.key))
+            let whole = fill_pool(server, session, &settings, rank, &mut pool)?;
+            (pool.pop_best().map(|c| (c.database, c.key)), whole)
         };
         let Some((database, key)) = victim else {
             empty_rounds += 1;
-            if empty_rounds >= MAX_EMPTY_ROUNDS {
+            if whole || empty_rounds >= MAX_EMPTY_ROUNDS {
                 return Ok(Outcome::Refused);
             }
             continue;
@@ -114,18 +112,20 @@ pub fn evict_for_command(
     Ok(Outcome::Fits)
 }
 
-/// One sampling round into the pool, each candidate scored by `rank`.
+/// One sampling round into the pool, each candidate scored by `rank`; whether the round saw
+/// the whole keyspace.
 fn fill_pool(
     server: &Server,
     session: &mut StoreSession,
     settings: &Settings,
     rank: Rank,
     pool: &mut Pool,
-) -> Result<(), CommandError> {
+) -> Result<bool, CommandError> {
     let wanted = (settings.samples as usize).clamp(1, MAX_SAMPLE);
     let now = now_ms();
     let clock = lru_clock(now);
-    for candidate in sample_round(server, session, settings, wanted)? {
+    let (found, whole) = sample_round(session, settings, wanted)?;
+    for candidate in found {
         let score = match rank {
             Rank::Idle => lru_idle_ms(candidate.access, clock),
             Rank::Frequency => {
@@ -140,7 +140,7 @@ fn fill_pool(
             key: candidate.key,
         });
     }
-    Ok(())
+    Ok(whole)
 }
 
 /// A sampled key the policy may evict.
@@ -151,58 +151,49 @@ struct Sample {
     expire_at_ms: u64,
 }
 
-/// Up to `wanted` keys the policy may evict, from a random index bucket on (user keys only;
-/// with an expiry under the volatile policies), walking at most [`MAX_WALK`] keys.
+/// Up to `wanted` keys the policy may evict (user keys only; with an expiry under the volatile
+/// policies) among one sample from a random index bucket on, and whether the sample saw the
+/// whole keyspace (it held fewer keys than asked for).
 fn sample_round(
-    server: &Server,
     session: &mut StoreSession,
     settings: &Settings,
     wanted: usize,
-) -> Result<Vec<Sample>, CommandError> {
+) -> Result<(Vec<Sample>, bool), CommandError> {
     let volatile = settings.policy.volatile_only();
-    let buckets = server.keyspace.store.engine().index_buckets().max(1) as u64;
-    let mut cursor = super::access::fast_random() % buckets;
-    let mut found = Vec::new();
-    let mut walked = 0;
+    let needs_expiry = volatile || settings.policy.rank() == Some(Rank::Ttl);
+    // The volatile policies skip keys without an expiry: they read a whole sample's worth.
+    let asked = if volatile { MAX_SAMPLE } else { wanted };
     let mut batch: Vec<Sampled> = Vec::new();
+    session.sample(super::access::fast_random(), asked, &mut batch)?;
+    let whole = batch.len() < asked;
+    let mut found = Vec::new();
     let mut value = Vec::new();
-    while found.len() < wanted && walked < MAX_WALK {
-        batch.clear();
-        let take = if volatile {
-            MAX_SAMPLE
-        } else {
-            wanted - found.len()
+    for sampled in &batch {
+        let Some((database, key)) = split_key(&sampled.key) else {
+            continue;
         };
-        let next = session.sample(cursor, take, &mut batch)?;
-        walked += batch.len().max(1);
-        for sampled in batch.drain(..) {
-            let Some((database, key)) = split_key(&sampled.key) else {
+        let mut expire_at_ms = 0;
+        if needs_expiry {
+            value.clear();
+            if !session.read(&sampled.key, &mut value)? {
                 continue;
-            };
-            let mut expire_at_ms = 0;
-            if volatile || settings.policy.rank() == Some(Rank::Ttl) {
-                value.clear();
-                if !session.read(&sampled.key, &mut value)? {
-                    continue;
-                }
-                expire_at_ms = value::decode_header(&value).map_or(0, |(_, e)| e);
-                if expire_at_ms == 0 {
-                    continue;
-                }
             }
-            found.push(Sample {
-                database,
-                key: key.to_vec(),
-                access: sampled.access,
-                expire_at_ms,
-            });
-            if found.len() == wanted {
-                break;
+            expire_at_ms = value::decode_header(&value).map_or(0, |(_, e)| e);
+            if expire_at_ms == 0 {
+                continue;
             }
         }
-        cursor = next;
+        found.push(Sample {
+            database,
+            key: key.to_vec(),
+            access: sampled.access,
+            expire_at_ms,
+        });
+        if found.len() == wanted {
+            break;
+        }
     }
-    Ok(found)
+    Ok((found, whole))
 }
 
 /// Deletes `key` as DEL does if it still exists (with an expiry, under a volatile policy);
