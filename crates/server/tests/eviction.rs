@@ -253,7 +253,12 @@ fn allkeys_random_evicts_and_counts() {
 #[test]
 fn volatile_policies_evict_only_keys_with_a_ttl_then_refuse() {
     for policy in ["volatile-lru", "volatile-lfu", "volatile-random"] {
-        let filled = fill(policy, |i| i.is_multiple_of(2).then_some(10_000), |_| {}, u64::MAX);
+        let filled = fill(
+            policy,
+            |i| i.is_multiple_of(2).then_some(10_000),
+            |_| {},
+            u64::MAX,
+        );
         assert!(
             filled.refused,
             "{policy}: no OOM once the keys with a TTL were gone"
@@ -277,7 +282,10 @@ fn volatile_policies_evict_only_keys_with_a_ttl_then_refuse() {
 #[test]
 fn volatile_ttl_evicts_the_nearest_expiry_first() {
     // Distinct TTLs in an order unrelated to the names.
-    let ttl = |i: usize| i.is_multiple_of(2).then(|| 1_000 + ((i * 7) % OLD_KEYS) as u64 * 10);
+    let ttl = |i: usize| {
+        i.is_multiple_of(2)
+            .then(|| 1_000 + ((i * 7) % OLD_KEYS) as u64 * 10)
+    };
     let filled = fill("volatile-ttl", ttl, |_| {}, u64::MAX);
     assert!(filled.refused);
     let mut by_ttl: Vec<(u64, String)> = (0..OLD_KEYS)
