@@ -179,10 +179,12 @@ fn allkeys_lru_evicts_the_least_recently_used_first() {
         "allkeys-lru",
         |_| None,
         move |raw| {
-            // The LRU clock counts seconds: wait (bounded) until the old keys are a second idle,
-            // then read the hot ones, which makes them younger than the cold ones.
+            // The LRU clock counts seconds: wait (bounded) until the newest old key, and so
+            // every old key, is a second idle, then read the hot ones, which makes them
+            // strictly younger than the cold ones.
+            let newest = format!("old:{}", OLD_KEYS - 1);
             let deadline = Instant::now() + Duration::from_secs(10);
-            while int(raw.call(&["OBJECT", "IDLETIME", "old:0"])) < 1 {
+            while int(raw.call(&["OBJECT", "IDLETIME", &newest])) < 1 {
                 assert!(Instant::now() < deadline, "the LRU clock did not advance");
                 std::thread::sleep(Duration::from_millis(50));
             }
