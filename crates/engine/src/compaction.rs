@@ -37,6 +37,7 @@ use crate::log::{
 };
 use crate::rollback::InvalidVersions;
 use crate::store::Shared;
+use crate::MIN_PAGES_FOR_DEAD_TRIGGER;
 
 /// A chunk that reclaimed less than this share of the bytes it scanned was mostly live data:
 /// compacting again at once would copy the same live records around for nothing.
@@ -44,7 +45,9 @@ const MIN_RECLAIMED_SHARE: f64 = 0.25;
 
 /// The compaction thread's loop.
 ///
-/// When to compact: when more than half of the page budget is in use, but not while the last
+/// When to compact: when more than half of the page budget is in use, or (with
+/// `StoreConfig::compact_dead_fraction`) when the dead bytes exceed that fraction of the pages
+/// in use ([`garbage_wanted`]); but not while the last
 /// chunk found the log mostly live (it reclaimed under [`MIN_RECLAIMED_SHARE`] of what it
 /// scanned): then compaction waits until the log grew by an eighth of the budget more, or until a
 /// writer is held at the limit. Without that, a store whose live data sits near half its budget
@@ -57,6 +60,10 @@ pub(crate) fn run(shared: &Arc<Shared>) {
     };
     // While the log is mostly live, compact again only above this many pages.
     let mut quiet_until_pages = 0;
+    // The same for the garbage trigger: after a chunk that reclaimed little (the dead bytes are
+    // out of compaction's reach: records a rollback may need, the tail page), garbage starts
+    // compaction again only once the log grew past this many pages.
+    let mut garbage_quiet_until_pages = 0;
     loop {
         {
             let mut requested = shared.compaction_requested.lock();
@@ -78,13 +85,21 @@ pub(crate) fn run(shared: &Arc<Shared>) {
         let writers_waiting = shared.memory_wanted.swap(false, Ordering::SeqCst);
         loop {
             let in_use = shared.log.pages_in_use();
-            if shared.shutdown.load(Ordering::SeqCst)
-                || in_use <= trigger
-                || (in_use <= quiet_until_pages && !writers_waiting)
-            {
+            let over_budget = in_use > trigger && (in_use > quiet_until_pages || writers_waiting);
+            let garbage = !over_budget
+                && in_use > garbage_quiet_until_pages
+                && garbage_wanted(shared, in_use);
+            if shared.shutdown.load(Ordering::SeqCst) || !(over_budget || garbage) {
                 break;
             }
-            let Some(outcome) = compact_once(shared, slot) else {
+            let outcome = compact_once(shared, slot);
+            if garbage {
+                garbage_quiet_until_pages = match &outcome {
+                    Some(chunk) if chunk.reclaimed_share() >= MIN_RECLAIMED_SHARE => 0,
+                    _ => in_use + (in_use / 8).max(1),
+                };
+            }
+            let Some(outcome) = outcome else {
                 break;
             };
             if outcome.reclaimed_share() < MIN_RECLAIMED_SHARE {
@@ -98,6 +113,21 @@ pub(crate) fn run(shared: &Arc<Shared>) {
         shared.notify_memory();
     }
     shared.epoch.release_slot(slot);
+}
+
+/// Whether the garbage trigger holds (`StoreConfig::compact_dead_fraction`): at least
+/// [`MIN_PAGES_FOR_DEAD_TRIGGER`] pages in use, and the dead bytes (pages in use minus live
+/// record bytes) above the configured fraction of them.
+fn garbage_wanted(shared: &Shared, in_use_pages: u64) -> bool {
+    let Some(fraction) = shared.config.compact_dead_fraction else {
+        return false;
+    };
+    if in_use_pages < MIN_PAGES_FOR_DEAD_TRIGGER {
+        return false;
+    }
+    let in_use_bytes = in_use_pages * shared.log.page_bytes() as u64;
+    let dead = in_use_bytes.saturating_sub(shared.live_record_bytes());
+    dead as f64 > fraction * in_use_bytes as f64
 }
 
 /// What one chunk of compaction did.
@@ -383,6 +413,8 @@ fn copy_locked(
                 key,
                 value,
                 capacity_words: record.capacity_words(),
+                // The copy is the same record moved: its recency and frequency go with it.
+                access: record.access(),
             },
             true,
         )

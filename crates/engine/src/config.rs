@@ -134,7 +134,22 @@ pub struct StoreConfig {
     /// record, and compaction keeps the versions a rollback may still need (see `docs/engine.md`,
     /// "Non-blocking rollback").
     pub rollback_ready: bool,
+    /// Compact on garbage too: compaction also starts when the log's dead bytes (pages in use
+    /// minus [`Store::live_record_bytes`](crate::Store::live_record_bytes)) exceed this fraction
+    /// of the pages in use, once at least [`MIN_PAGES_FOR_DEAD_TRIGGER`] pages are in use. For a
+    /// store that deletes as much as it writes (a cache that evicts): its live bytes stay under
+    /// a limit while its log fills with dead records, and without this it would compact only at
+    /// half the page budget. `None` (the default): only the page-budget trigger. In `(0, 1)`.
+    pub compact_dead_fraction: Option<f64>,
+    /// The access word new keys start with when the store opens, and so the word of every record
+    /// recovery loads (see [`Store::set_access_stamp`](crate::Store::set_access_stamp), which
+    /// changes it later). 0 by default.
+    pub access_stamp: u32,
 }
+
+/// With [`StoreConfig::compact_dead_fraction`], garbage alone starts compaction only from this
+/// many log pages in use: below it, the pages a compaction could free are too few to matter.
+pub const MIN_PAGES_FOR_DEAD_TRIGGER: u64 = 4;
 
 impl StoreConfig {
     /// Defaults with the given data directory.
@@ -202,6 +217,14 @@ impl StoreConfig {
                 self.memory_wait_limit
             ));
         }
+        if let Some(fraction) = self.compact_dead_fraction {
+            if !(fraction > 0.0 && fraction < 1.0) {
+                return invalid(format!(
+                    "compact_dead_fraction must be in (0, 1), got {fraction}; use None to compact \
+                     only at half the page budget"
+                ));
+            }
+        }
         if self.keep_checkpoints == 0 {
             return invalid("keep_checkpoints must be >= 1".to_string());
         }
@@ -225,6 +248,8 @@ impl Default for StoreConfig {
             disk: prefixkv_storage::real_disk(),
             memory_wait_limit: Duration::from_secs(30),
             rollback_ready: false,
+            compact_dead_fraction: None,
+            access_stamp: 0,
         }
     }
 }

@@ -68,6 +68,11 @@ impl LightEpoch {
         Some(index)
     }
 
+    /// Slots `[0, high_water)` may be owned or have been: a per-slot table needs no more.
+    pub(crate) fn high_water(&self) -> usize {
+        self.high_water.load(Ordering::SeqCst)
+    }
+
     /// Unprotects and frees a slot.
     pub(crate) fn release_slot(&self, slot: usize) {
         self.suspend(slot);

@@ -143,6 +143,15 @@ impl HashIndex {
         self.buckets.len()
     }
 
+    /// Bytes of the main buckets and of the overflow buckets taken from the pool.
+    pub(crate) fn bytes_in_use(&self) -> u64 {
+        let overflow = {
+            let pool = self.pool.lock();
+            pool.next - pool.free.len()
+        };
+        ((self.buckets.len() + overflow) * std::mem::size_of::<Bucket>()) as u64
+    }
+
     /// The main bucket a key of `hash` lives in (its chain's bucket, whichever overflow bucket
     /// holds the entry): the numbering of `for_each_entry`'s range.
     #[inline]

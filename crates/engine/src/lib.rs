@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+mod accounting;
 mod checkpoint;
 pub mod checkpoint_files;
 mod compaction;
@@ -29,9 +30,11 @@ mod sync;
 
 pub use checkpoint::CheckpointBreakdown;
 pub use checkpoint_files::segment::WriteTimes;
-pub use config::{SessionId, StoreConfig, Strategy, DEFAULT_CHECKPOINT_THREAD_NICE};
+pub use config::{
+    SessionId, StoreConfig, Strategy, DEFAULT_CHECKPOINT_THREAD_NICE, MIN_PAGES_FOR_DEAD_TRIGGER,
+};
 pub use error::EngineError;
 pub use rollback::{PurgeReport, RollbackReport, ROLLBACK_WAIT_LIMIT};
-pub use session::{CommitWatch, Session};
+pub use session::{CommitWatch, Sampled, Session, MAX_SAMPLE_KEYS};
 pub use state::Phase;
 pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Scope, Store, MAX_OPEN_SESSIONS};

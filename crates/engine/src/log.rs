@@ -7,7 +7,8 @@
 //! word 1  version (bits 0..32)          | key length in bytes (bits 32..64)
 //! word 2  seqlock (bits 0..32, bit 0 = writer holds it) | value length in bytes (bits 32..64)
 //! word 3  stable-copy address (bits 0..48, cpr-copy only) | record size in 64-byte lines (bits 48..64)
-//! word 4… key bytes padded to 8, then the value words: capacity = size/8 - 4 - key words
+//! word 4  access word (bits 0..32): the caller's recency/frequency stamp, relaxed, outside the seqlock
+//! word 5… key bytes padded to 8, then the value words: capacity = size/8 - 5 - key words
 //! ```
 //! Invariants:
 //! - Address 0 is null; page 0 is never used, so every record address is > 0.
@@ -33,7 +34,9 @@ pub(crate) const FLAG_SEALED: u64 = 1 << 61;
 pub(crate) const FLAG_INVALID: u64 = 1 << 62;
 pub(crate) const FLAG_TOMBSTONE: u64 = 1 << 63;
 /// Header size in 8-byte words.
-pub(crate) const HEADER_WORDS: usize = 4;
+pub(crate) const HEADER_WORDS: usize = 5;
+/// The header word holding the access word (see [`Record::access`]).
+const ACCESS_WORD: usize = 4;
 /// Largest record size in 64-byte lines (16 bits in the header).
 const MAX_RECORD_LINES: usize = (1 << 16) - 1;
 /// Largest record in bytes, header and key included (a little under 4 MiB).
@@ -145,6 +148,17 @@ impl<'a> Record<'a> {
     #[inline]
     pub(crate) fn stable_address(&self) -> u64 {
         self.words[3].load(Ordering::Acquire) & ADDRESS_MASK
+    }
+    /// The access word: the caller's stamp (an LRU clock or LFU counter), not logged, not
+    /// checkpointed and not under the seqlock: a lost update in a race is acceptable.
+    #[inline]
+    pub(crate) fn access(&self) -> u32 {
+        self.words[ACCESS_WORD].load(Ordering::Relaxed) as u32
+    }
+    /// Stores the access word (relaxed; see [`Record::access`]).
+    #[inline]
+    pub(crate) fn set_access(&self, stamp: u32) {
+        self.words[ACCESS_WORD].store(u64::from(stamp), Ordering::Relaxed);
     }
     /// Size of the whole record in bytes.
     pub(crate) fn size_bytes(&self) -> usize {
@@ -362,6 +376,8 @@ pub(crate) struct NewRecord<'a> {
     pub(crate) key: &'a [u8],
     pub(crate) value: &'a [u8],
     pub(crate) capacity_words: usize,
+    /// The access word the record starts with (see [`Record::access`]).
+    pub(crate) access: u32,
 }
 
 /// The in-memory log.
@@ -607,6 +623,7 @@ impl HybridLog {
         );
         debug_assert!(size.is_multiple_of(64));
         words[3].store(((size / 64) as u64) << 48, Ordering::Relaxed);
+        words[ACCESS_WORD].store(u64::from(record.access), Ordering::Relaxed);
         words[2].store((record.value.len() as u64) << 32, Ordering::Relaxed);
         words[1].store(
             ((record.key.len() as u64) << 32) | (record.version & 0xFFFF_FFFF),

@@ -2,7 +2,9 @@
 //! values `CONFIG GET`/`CONFIG SET` read and change.
 //!
 //! Precedence: built-in default < TOML file < flag. Names follow Redis where Redis has the
-//! setting (`port`, `bind`, `dir`, `requirepass`, `maxclients`, `maxmemory`, `appendfsync`,
+//! setting (`port`, `bind`, `dir`, `requirepass`, `maxclients`, `maxmemory`, the eviction
+//! settings `maxmemory-policy`, `maxmemory-samples`, `maxmemory-eviction-tenacity`,
+//! `lfu-log-factor`, `lfu-decay-time` (`crate::evict::settings`), `appendfsync`,
 //! `protected-mode`, `client-query-buffer-limit`, `proto-max-bulk-len`, `slowlog-log-slower-than`,
 //! `slowlog-max-len`, `busy-reply-threshold` and its older name `lua-time-limit`), and the TOML
 //! keys are
@@ -47,6 +49,22 @@ pub struct Flags {
     /// Refuse writes when used memory is above this many bytes; accepts 100mb, 2gb [default: 0 = no limit].
     #[arg(long)]
     pub maxmemory: Option<String>,
+    /// What to do over maxmemory: noeviction, allkeys-lru, allkeys-lfu, allkeys-random,
+    /// volatile-lru, volatile-lfu, volatile-random, volatile-ttl [default: noeviction].
+    #[arg(long = "maxmemory-policy")]
+    pub maxmemory_policy: Option<String>,
+    /// Keys sampled per eviction round [default: 5].
+    #[arg(long = "maxmemory-samples")]
+    pub maxmemory_samples: Option<String>,
+    /// How long one command may spend evicting, 0..=100 (Redis's scale) [default: 10].
+    #[arg(long = "maxmemory-eviction-tenacity")]
+    pub maxmemory_eviction_tenacity: Option<String>,
+    /// LFU counter's logarithm factor [default: 10].
+    #[arg(long = "lfu-log-factor")]
+    pub lfu_log_factor: Option<String>,
+    /// Minutes per LFU counter decrement without access, 0 = never [default: 1].
+    #[arg(long = "lfu-decay-time")]
+    pub lfu_decay_time: Option<String>,
     /// Durability: none, checkpoint, everysec, always [default: everysec].
     #[arg(long)]
     pub appendfsync: Option<String>,
@@ -118,6 +136,11 @@ struct FileConfig {
     requirepass: Option<String>,
     maxclients: Option<u64>,
     maxmemory: Option<toml::Value>,
+    maxmemory_policy: Option<toml::Value>,
+    maxmemory_samples: Option<toml::Value>,
+    maxmemory_eviction_tenacity: Option<toml::Value>,
+    lfu_log_factor: Option<toml::Value>,
+    lfu_decay_time: Option<toml::Value>,
     appendfsync: Option<String>,
     checkpoint_interval: Option<u64>,
     protected_mode: Option<toml::Value>,
@@ -264,6 +287,8 @@ pub struct Config {
     pub maxclients: u64,
     /// Memory limit in bytes (0 = none).
     pub maxmemory_bytes: u64,
+    /// `maxmemory-policy` and the settings of eviction (`crate::evict`).
+    pub eviction: crate::evict::Settings,
     /// Durability mode.
     pub durability: Durability,
     /// Checkpoint period.
@@ -403,6 +428,7 @@ impl Config {
             .or(file.threads)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1);
+        let eviction = eviction_settings(&flags, &file)?;
         let config = Config {
             port: port.unwrap_or(6379),
             port_explicit: port.is_some(),
@@ -420,6 +446,7 @@ impl Config {
                 .filter(|p| !p.is_empty()),
             maxclients: flags.maxclients.or(file.maxclients).unwrap_or(10_000),
             maxmemory_bytes: memory(&flags.maxmemory, &file.maxmemory, "maxmemory", 0)?,
+            eviction,
             durability: flags
                 .appendfsync
                 .as_deref()
@@ -533,6 +560,34 @@ impl Config {
     }
 }
 
+/// The eviction settings from the flags, else the file, else Redis's defaults.
+fn eviction_settings(flags: &Flags, file: &FileConfig) -> anyhow::Result<crate::evict::Settings> {
+    let mut settings = crate::evict::Settings::default();
+    let given = [
+        (&flags.maxmemory_policy, &file.maxmemory_policy),
+        (&flags.maxmemory_samples, &file.maxmemory_samples),
+        (
+            &flags.maxmemory_eviction_tenacity,
+            &file.maxmemory_eviction_tenacity,
+        ),
+        (&flags.lfu_log_factor, &file.lfu_log_factor),
+        (&flags.lfu_decay_time, &file.lfu_decay_time),
+    ];
+    for (name, (flag, file)) in crate::evict::settings::NAMES.iter().zip(given) {
+        let text = match (flag, file) {
+            (Some(text), _) => text.clone(),
+            (None, Some(toml::Value::String(text))) => text.clone(),
+            (None, Some(toml::Value::Integer(number))) => number.to_string(),
+            (None, Some(_)) => bail!("config key {name}: expected a string or an integer"),
+            (None, None) => continue,
+        };
+        settings
+            .set(name, &text)
+            .map_err(|why| anyhow::anyhow!("{name} '{text}': {why}"))?;
+    }
+    Ok(settings)
+}
+
 /// Whether a bind address is loopback only.
 pub fn is_loopback(bind: &str) -> bool {
     match bind.parse::<std::net::IpAddr>() {
@@ -626,6 +681,42 @@ mod tests {
         assert!(config.checkpoint_direct_io);
         assert_eq!(config.busy_reply_threshold_ms, 5000);
         assert_eq!(config.lua_memory_limit_bytes, 128 << 20);
+        assert_eq!(config.eviction, crate::evict::Settings::default());
+    }
+
+    #[test]
+    fn eviction_settings_from_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prefixkv.toml");
+        std::fs::write(
+            &path,
+            "maxmemory-policy = \"volatile-ttl\"\nmaxmemory-samples = 10\nlfu-decay-time = 0\n",
+        )
+        .unwrap();
+        let config = Config::resolve(Flags {
+            config: Some(path),
+            maxmemory_policy: Some("allkeys-lfu".into()),
+            lfu_log_factor: Some("3".into()),
+            ..Flags::default()
+        })
+        .unwrap();
+        let eviction = &config.eviction;
+        assert_eq!(
+            eviction.policy,
+            crate::evict::Policy::AllKeysLfu,
+            "a flag beats the file"
+        );
+        assert_eq!((eviction.samples, eviction.lfu_decay_time), (10, 0));
+        assert_eq!((eviction.lfu_log_factor, eviction.tenacity), (3, 10));
+        let error = Config::resolve(Flags {
+            maxmemory_samples: Some("0".into()),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(
+            format!("{error:#}").contains("maxmemory-samples"),
+            "{error:#}"
+        );
     }
 
     #[test]

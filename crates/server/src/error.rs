@@ -71,6 +71,19 @@ pub enum CommandError {
     /// A write over `maxmemory`, or the engine out of memory for it.
     #[error("OOM command not allowed when used memory > 'maxmemory'.")]
     OutOfMemory,
+    /// OBJECT FREQ while the policy is not an LFU one (Redis's text).
+    #[error(
+        "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note \
+         that when switching between policies at runtime LRU and LFU data will take some time to \
+         adjust."
+    )]
+    FreqWithoutLfu,
+    /// OBJECT IDLETIME while the policy is an LFU one (Redis's text).
+    #[error(
+        "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when \
+         switching between policies at runtime LRU and LFU data will take some time to adjust."
+    )]
+    IdleTimeUnderLfu,
     /// A SCAN-family cursor that is not an unsigned integer, or is past the index.
     #[error("ERR invalid cursor")]
     InvalidCursor,

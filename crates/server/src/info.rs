@@ -42,20 +42,7 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
         );
     }
     if all || wanted == "memory" {
-        let used = server.keyspace.used_memory_bytes();
-        let _ = write!(
-            text,
-            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nmaxmemory:{}\r\nmaxmemory_policy:noeviction\r\n\
-             engine_log_memory_budget:{}\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\n\
-             number_of_functions:{}\r\nnumber_of_libraries:{}\r\n\r\n",
-            used as f64 / (1024.0 * 1024.0),
-            settings.maxmemory_bytes,
-            settings.engine_memory_bytes,
-            server.scripting.used_memory_lua(),
-            server.scripting.cached_scripts(),
-            server.scripting.function_counts().1,
-            server.scripting.function_counts().0,
-        );
+        write_memory(&mut text, server, &settings);
     }
     if all || wanted == "persistence" {
         let last = persistence.last_checkpoint.lock().clone();
@@ -121,11 +108,12 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
         let _ = write!(
             text,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
-             expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\n\r\n",
+             expired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\n\r\n",
             stats.connections_received.load(Ordering::Relaxed),
             stats.commands.load(Ordering::Relaxed),
             stats.rejected_connections.load(Ordering::Relaxed),
             server.keyspace.expired_keys.load(Ordering::Relaxed),
+            server.evictor.evicted_keys.load(Ordering::Relaxed),
             stats.keyspace_hits.load(Ordering::Relaxed),
             stats.keyspace_misses.load(Ordering::Relaxed),
             stats.input_bytes.load(Ordering::Relaxed),
@@ -152,6 +140,44 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
         write_latencystats(&mut text, server);
     }
     text
+}
+
+/// The memory section: `crate::evict::memory`'s figures under Redis's names, and the engine's.
+fn write_memory(text: &mut String, server: &Server, settings: &crate::config::Config) {
+    use crate::evict::human;
+    let memory = crate::evict::memory(server);
+    let rss = crate::evict::rss_bytes();
+    let fragmentation = if memory.used == 0 {
+        0.0
+    } else {
+        rss as f64 / memory.used as f64
+    };
+    let _ = write!(
+        text,
+        "# Memory\r\nused_memory:{}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\n\
+         used_memory_rss_human:{}\r\nused_memory_peak:{}\r\nused_memory_peak_human:{}\r\n\
+         used_memory_overhead:{}\r\nused_memory_dataset:{}\r\nused_memory_lua:{}\r\n\
+         number_of_cached_scripts:{}\r\nnumber_of_functions:{}\r\nnumber_of_libraries:{}\r\n\
+         maxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\n\
+         mem_fragmentation_ratio:{fragmentation:.2}\r\nengine_log_memory_budget:{}\r\n\
+         engine_log_memory_in_use:{}\r\n\r\n",
+        memory.used,
+        human(memory.used),
+        human(rss),
+        memory.peak,
+        human(memory.peak),
+        memory.overhead,
+        memory.dataset,
+        server.scripting.used_memory_lua(),
+        server.scripting.cached_scripts(),
+        server.scripting.function_counts().1,
+        server.scripting.function_counts().0,
+        settings.maxmemory_bytes,
+        human(settings.maxmemory_bytes),
+        settings.eviction.policy.name(),
+        settings.engine_memory_bytes,
+        memory.log_in_use,
+    );
 }
 
 /// `cmdstat_<name>:calls=…,usec=…,usec_per_call=…,rejected_calls=…,failed_calls=…` for every

@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod connection;
 pub mod error;
+pub mod evict;
 pub mod glob;
 pub mod info;
 pub mod keyspace;

@@ -5,7 +5,7 @@
 //! how to connect, serve. See `docs/server.md`.
 
 use prefixkv_server::command_stats::CommandStats;
-use prefixkv_server::{commands, config, metrics, net, persistence, signals, state};
+use prefixkv_server::{commands, config, evict, metrics, net, persistence, signals, state};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -69,7 +69,9 @@ fn run() -> anyhow::Result<()> {
         started: Instant::now(),
         port,
         scripting: Default::default(),
+        evictor: Default::default(),
     });
+    evict::apply_settings(&server, &config);
     let libraries = server
         .scripting
         .restore(&server.keyspace.store, config.lua_memory_limit_bytes)?;

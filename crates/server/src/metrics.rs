@@ -203,12 +203,12 @@ fn render_persistence(out: &mut String, server: &Server) {
 fn render_server(out: &mut String, server: &Server) {
     let stats = &server.stats;
     let settings = server.settings.read().clone();
-    let rows: [(&str, &str, &str, f64); 8] = [
+    let rows: [(&str, &str, &str, f64); 9] = [
         (
             "prefixkv_memory_used_bytes",
             "gauge",
-            "Memory counted against maxmemory (the engine's log pages).",
-            server.keyspace.used_memory_bytes() as f64,
+            "Memory counted against maxmemory (INFO used_memory: live records, index, scripts).",
+            crate::evict::used_memory(server) as f64,
         ),
         (
             "prefixkv_maxmemory_bytes",
@@ -239,6 +239,12 @@ fn render_server(out: &mut String, server: &Server) {
             "counter",
             "Keys removed by expiry.",
             server.keyspace.expired_keys.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "prefixkv_evicted_keys_total",
+            "counter",
+            "Keys removed by the maxmemory policy (INFO evicted_keys).",
+            server.evictor.evicted_keys.load(Ordering::Relaxed) as f64,
         ),
         (
             "prefixkv_net_input_bytes_total",

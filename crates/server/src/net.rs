@@ -122,6 +122,9 @@ fn worker(
                 let buckets = (server.keyspace.store.engine().index_buckets() / 20).max(1024);
                 loop {
                     tick.tick().await;
+                    // Keys created until the next tick start as accessed now (LRU: a clock in
+                    // seconds; LFU: minutes), so a tick of 100 ms is precise enough.
+                    server.keyspace.refresh_access_stamp();
                     let result = keyspace::with_session(&server.keyspace.store, |session| {
                         server.keyspace.expire_sweep(session, buckets)
                     });

@@ -56,6 +56,9 @@ pub struct Persistence {
     shutdown: AtomicBool,
 }
 
+/// The dead share of the log's pages that starts a compaction when maxmemory is set.
+const COMPACT_DEAD_FRACTION: f64 = 0.25;
+
 fn store_options(config: &Config) -> Options {
     let mut options = Options::new(config.dir.clone(), config.durability);
     options.engine = StoreConfig {
@@ -65,6 +68,15 @@ fn store_options(config: &Config) -> Options {
             .then_some(config.checkpoint_rate_bytes_per_s),
         checkpoint_thread_nice: config.checkpoint_nice,
         checkpoint_direct_io: config.checkpoint_direct_io,
+        // A cache's deletes leave dead records that only compaction frees: with maxmemory set,
+        // compaction also runs on garbage so the process stays near the limit (`crate::evict`).
+        compact_dead_fraction: (config.maxmemory_bytes > 0).then_some(COMPACT_DEAD_FRACTION),
+        // Keys loaded by recovery count as accessed at start (their words are not stored).
+        access_stamp: {
+            let clock = crate::evict::AccessClock::default();
+            clock.configure(config.eviction.policy.is_lfu(), 0, 0);
+            clock.stamp(crate::keyspace::now_ms())
+        },
         ..StoreConfig::new(config.dir.clone())
     };
     options

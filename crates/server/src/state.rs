@@ -82,4 +82,6 @@ pub struct Server {
     pub port: u16,
     /// Scripts and functions.
     pub scripting: crate::scripting::Scripting,
+    /// Eviction's pool and counters (`crate::evict`).
+    pub evictor: crate::evict::Evictor,
 }

@@ -22,7 +22,7 @@ mod store;
 mod txn;
 
 pub use durability::Durability;
-pub use prefixkv_engine::EngineError;
+pub use prefixkv_engine::{EngineError, Sampled};
 pub use store::{CheckpointDone, DurableStore, Observers, Options, Recovered, ReplayObserver};
 pub use txn::{StoreSession, Txn, WriteMark, RECORD_SPLIT_BYTES};
 

@@ -533,9 +533,23 @@ impl DurableStore {
         self.writes.load(Ordering::Relaxed)
     }
 
-    /// Memory the store holds for data: the engine's log pages (what `maxmemory` limits).
+    /// The engine's log pages in use: memory allocated for records, live or dead (dead ones are
+    /// freed only when compaction moves past their pages). What the process holds; see
+    /// [`DurableStore::live_bytes`] for what its data needs.
     pub fn used_memory_bytes(&self) -> u64 {
         self.engine.log_memory_in_use_bytes()
+    }
+
+    /// The bytes the data needs: the live records (every key's newest record that is not a
+    /// tombstone, `prefixkv_engine::Store::live_record_bytes`) plus the hash index in use. Drops
+    /// as soon as a key is deleted: what an evicting cache limits.
+    pub fn live_bytes(&self) -> u64 {
+        self.engine.live_record_bytes() + self.engine.index_bytes()
+    }
+
+    /// Sets the access word new keys start with (see `prefixkv_engine::Store::set_access_stamp`).
+    pub fn set_access_stamp(&self, stamp: u32) {
+        self.engine.set_access_stamp(stamp);
     }
 
     /// Takes a checkpoint that records the log position it covers, waits until it is durable,

@@ -225,6 +225,42 @@ impl StoreSession {
         self.session.read(key, out)
     }
 
+    /// [`StoreSession::read`], and if the key is live, stores `touch(old)` in its record's access
+    /// word (see `prefixkv_engine::Session::read_touch`). Takes no lock; not logged.
+    pub fn read_touch(
+        &mut self,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        touch: impl FnOnce(u32) -> u32,
+    ) -> Result<bool, EngineError> {
+        self.session.read_touch(key, out, touch)
+    }
+
+    /// Only the touch of [`StoreSession::read_touch`]; `false` if `key` is absent. Not logged.
+    pub fn touch(
+        &mut self,
+        key: &[u8],
+        touch: impl FnOnce(u32) -> u32,
+    ) -> Result<bool, EngineError> {
+        self.session.touch(key, touch)
+    }
+
+    /// The access word of `key` (`None` if absent), unchanged.
+    pub fn access_of(&mut self, key: &[u8]) -> Result<Option<u32>, EngineError> {
+        self.session.access_of(key)
+    }
+
+    /// Up to `max_keys` live keys with their access words, from consecutive index buckets
+    /// starting at `start` (see `prefixkv_engine::Session::sample`). Takes no lock.
+    pub fn sample(
+        &mut self,
+        start: u64,
+        max_keys: usize,
+        out: &mut Vec<prefixkv_engine::Sampled>,
+    ) -> Result<(), EngineError> {
+        self.session.sample(start, max_keys, out)
+    }
+
     /// One step of a scan over every key (see `prefixkv_engine::Session::scan`). Takes no lock.
     pub fn scan(
         &mut self,
@@ -435,6 +471,17 @@ impl Txn<'_> {
     /// Reads `key` (no lock beyond the transaction's).
     pub fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, EngineError> {
         self.session.read(key, out)
+    }
+
+    /// [`Txn::get`], touching the key's access word when it is live (see
+    /// [`StoreSession::read_touch`]). Not logged.
+    pub fn get_touch(
+        &mut self,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        touch: impl FnOnce(u32) -> u32,
+    ) -> Result<bool, EngineError> {
+        self.session.read_touch(key, out, touch)
     }
 
     /// Writes `key`; whether it held a live value before.

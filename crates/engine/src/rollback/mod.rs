@@ -810,6 +810,11 @@ impl PurgeJob {
         }) else {
             return;
         };
+        // The discarded versions' records no longer count: every session adopted the new
+        // world-line, so only writes of the new one race with this walk (`accounting` module).
+        // A later rollback that supersedes this PURGE recounts in its own.
+        let live = crate::accounting::recount(shared, self.invalid);
+        shared.live.set(shared.epoch.high_water(), live);
         let mut control = rollback.purge.lock();
         // Under the lock a later rollback takes over (`take_over_purge`): either it did already,
         // or it finds this PURGE ended and acquires the state machine anew.

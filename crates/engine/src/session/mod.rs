@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use crate::cpr_points::SessionShared;
 use crate::index::KeyHash;
 use crate::latch::{old_held, try_lock_new, try_lock_old, unlock_new, unlock_old};
-use crate::log::{words_for, HybridLog};
+use crate::log::{words_for, HybridLog, Record};
 use crate::rollback::InvalidVersions;
 use crate::state::{GlobalState, Phase};
 use crate::store::Store;
@@ -42,6 +42,7 @@ use crate::{EngineError, SessionId};
 mod scan;
 mod write;
 use scan::ScanBuffer;
+pub use scan::{Sampled, MAX_SAMPLE_KEYS};
 
 /// Operations between unconditional epoch refreshes.
 const REFRESH_INTERVAL: u32 = 256;
@@ -107,6 +108,8 @@ pub struct Session {
     old_value: Vec<u8>,
     new_value: Vec<u8>,
     scan_buffer: ScanBuffer,
+    /// Key buffers of [`Session::sample`] results the caller gave back, for the next call.
+    sample_spare: Vec<Sampled>,
     /// `Send` but not `Sync`: a session is one thread's sequence of operations.
     _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
@@ -139,6 +142,7 @@ impl Session {
             old_value: Vec::new(),
             new_value: Vec::new(),
             scan_buffer: ScanBuffer::default(),
+            sample_spare: Vec::new(),
             _not_sync: std::marker::PhantomData,
         }
     }
@@ -399,7 +403,65 @@ impl Session {
     pub fn read(&mut self, key: &[u8], value_out: &mut Vec<u8>) -> Result<bool, EngineError> {
         self.begin_op()?;
         let hash = KeyHash::of(key);
-        self.run(|session| session.try_read(hash, key, value_out))
+        self.run(|session| Ok(session.try_read(hash, key, Some(&mut *value_out), |_| {})))
+    }
+
+    /// [`Session::read`], and if the key is live, stores `touch(old)` into the access word of its
+    /// newest record (`old` is the word it held). The access word is the caller's (an LRU clock,
+    /// an LFU counter): not logged, not checkpointed, written with a relaxed store outside the
+    /// record's seqlock, so a touch racing with another touch or with a write that copies the
+    /// record may be lost. `touch` runs at most once, only for a live key.
+    pub fn read_touch(
+        &mut self,
+        key: &[u8],
+        value_out: &mut Vec<u8>,
+        touch: impl FnOnce(u32) -> u32,
+    ) -> Result<bool, EngineError> {
+        self.begin_op()?;
+        let hash = KeyHash::of(key);
+        let mut touch = Some(touch);
+        self.run(|session| {
+            Ok(
+                session.try_read(hash, key, Some(&mut *value_out), |record| {
+                    if let Some(touch) = touch.take() {
+                        record.set_access(touch(record.access()));
+                    }
+                }),
+            )
+        })
+    }
+
+    /// Only the touch of [`Session::read_touch`]: `false` (and `touch` not run) if `key` is
+    /// absent.
+    pub fn touch(
+        &mut self,
+        key: &[u8],
+        touch: impl FnOnce(u32) -> u32,
+    ) -> Result<bool, EngineError> {
+        self.begin_op()?;
+        let hash = KeyHash::of(key);
+        let mut touch = Some(touch);
+        self.run(|session| {
+            Ok(session.try_read(hash, key, None, |record| {
+                if let Some(touch) = touch.take() {
+                    record.set_access(touch(record.access()));
+                }
+            }))
+        })
+    }
+
+    /// The access word of `key`'s newest record (see [`Session::read_touch`]), unchanged;
+    /// `None` if the key is absent.
+    pub fn access_of(&mut self, key: &[u8]) -> Result<Option<u32>, EngineError> {
+        self.begin_op()?;
+        let hash = KeyHash::of(key);
+        let mut access = None;
+        let found = self.run(|session| {
+            Ok(session.try_read(hash, key, None, |record| {
+                access = Some(record.access());
+            }))
+        })?;
+        Ok(access.filter(|_| found))
     }
 
     /// A hint for a batch of operations: starts loading the index bucket of `key`, so that an
@@ -467,26 +529,57 @@ impl Session {
         self.run(|session| session.try_rmw(hash, key, &mut update))
     }
 
+    /// One attempt at a read: copies the value into `out` (if given; else only checks that the
+    /// key is live), and calls `live` with the key's newest record if the key is live.
+    #[inline(always)]
     fn try_read(
-        &mut self,
+        &self,
         hash: KeyHash,
         key: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<Step<bool>, EngineError> {
+        out: Option<&mut Vec<u8>>,
+        live: impl FnOnce(Record<'_>),
+    ) -> Step<bool> {
         let shared = &self.store.shared;
         let Some(record) = shared
             .locate(hash, key, self.invalid)
             .and_then(|located| located.record)
         else {
-            out.clear();
-            return Ok(Step::Done(false));
+            if let Some(out) = out {
+                out.clear();
+            }
+            return Step::Done(false);
         };
-        // In REST no session runs ahead (v+1 exists only after every session saw PREPARE).
-        if matches!(self.phase, Phase::Prepare | Phase::Pause) && record.version() > self.version {
-            // A v session must not observe v+1 state.
-            return Ok(Step::Shift);
+        if self.observes_newer(&record) {
+            return Step::Shift;
         }
-        Ok(Step::Done(record.read_value(out)))
+        let found = match out {
+            Some(out) => record.read_value(out),
+            None => !record.is_tombstone(),
+        };
+        if found {
+            live(record);
+        }
+        Step::Done(found)
+    }
+
+    /// Whether reading `record` would show this session state of a version newer than its own:
+    /// then it must shift first. In REST no session runs ahead (v+1 exists only after every
+    /// session saw PREPARE).
+    #[inline(always)]
+    fn observes_newer(&self, record: &Record<'_>) -> bool {
+        matches!(self.phase, Phase::Prepare | Phase::Pause) && record.version() > self.version
+    }
+
+    /// Adds `delta` to the live-bytes count (this session's slot: `accounting` module).
+    #[inline]
+    fn account(&self, delta: i64) {
+        self.store.shared.live.add(self.slot, delta);
+    }
+
+    /// The access word a new key starts with ([`Store::set_access_stamp`]).
+    #[inline]
+    fn access_stamp(&self) -> u32 {
+        self.store.shared.access_stamp.load(Ordering::Relaxed)
     }
 
     /// Applies the latch rules of the session's phase. `None`: proceed.

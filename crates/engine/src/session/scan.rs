@@ -1,10 +1,29 @@
 //! `Session::scan`: visits the keys of a range of index buckets, one operation (one serial) per
-//! call, with a read's CPR rules.
+//! call, with a read's CPR rules; and `Session::sample`, which takes up to a bounded number of
+//! live keys with their access words from consecutive buckets (an evicting caller's sample).
+//! Both walk chains with `Shared::for_each_newest`, the one walk that picks each key's newest
+//! valid record out of a chain that several keys may share.
 
 use super::{Session, Step};
-use crate::log::{Record, FLAG_INVALID, FLAG_STABLE};
-use crate::state::Phase;
+use crate::log::Record;
 use crate::EngineError;
+
+/// The most keys one [`Session::sample`] call returns (larger requests are clamped): the memory
+/// one call holds is bounded whatever the caller asks.
+pub const MAX_SAMPLE_KEYS: usize = 1024;
+
+/// Buckets one [`Session::sample`] attempt walks before the session refreshes its epoch: a walk of
+/// a large, sparse index does not hold back epoch actions (page frees, phase changes) for long.
+const SAMPLE_CHUNK_BUCKETS: usize = 4096;
+
+/// One key found by [`Session::sample`] with its access word.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sampled {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The access word of its newest record (see [`Session::read_touch`]).
+    pub access: u32,
+}
 
 /// Keys and values one [`Session::scan`] call found, in one reused byte buffer.
 #[derive(Default)]
@@ -83,37 +102,146 @@ impl Session {
     /// chains, into `found`.
     fn try_scan(&self, range: std::ops::Range<u64>, found: &mut ScanBuffer) -> Step<()> {
         found.clear();
+        let mut shift = false;
+        self.for_each_newest_in(range.start as usize..range.end as usize, |record| {
+            if self.observes_newer(&record) {
+                shift = true;
+                return false;
+            }
+            found.push(record);
+            true
+        });
+        if shift {
+            // A v session must not observe v+1 state.
+            return Step::Shift;
+        }
+        Step::Done(())
+    }
+
+    /// Calls `visit` with the newest valid record (tombstones included) of every key whose
+    /// chain starts in main buckets `buckets`, until `visit` returns `false`. Caller holds epoch
+    /// protection.
+    fn for_each_newest_in<'a>(
+        &'a self,
+        buckets: std::ops::Range<usize>,
+        mut visit: impl FnMut(Record<'a>) -> bool,
+    ) {
         let shared = &self.store.shared;
         // The bound first, then the heads (see `store::Located`).
         let begin = shared.log.begin_address();
-        let mut heads = Vec::new();
-        shared
-            .index
-            .for_each_entry(range.start as usize..range.end as usize, |head| {
-                heads.push(head)
+        let mut settled: Vec<Record<'a>> = Vec::new();
+        let mut going = true;
+        shared.index.for_each_entry(buckets, |head| {
+            if going {
+                going = shared.for_each_newest(head, begin, self.invalid, &mut settled, &mut visit);
+            }
+        });
+    }
+
+    /// Takes up to `max_keys` (at most [`MAX_SAMPLE_KEYS`]) live keys with the access words of
+    /// their newest records into `out` (cleared first; its key buffers are reused by later
+    /// calls): the keys of main buckets `start % buckets`, the next one and so on, wrapping
+    /// around, until enough were found or every bucket was visited once. A bucket whose chain
+    /// holds several keys yields each live one; a bucket is not split unless `max_keys` is
+    /// reached in it. The caller supplies `start` from its own random source, so the engine holds
+    /// no randomness.
+    ///
+    /// One operation (one serial) with a read's CPR rules per batch of buckets; a long walk
+    /// refreshes between batches, so the result is not one moment of the whole index (a key
+    /// written meanwhile may be missed or seen, as with [`Session::scan`]).
+    pub fn sample(
+        &mut self,
+        start: u64,
+        max_keys: usize,
+        out: &mut Vec<Sampled>,
+    ) -> Result<(), EngineError> {
+        let max_keys = max_keys.min(MAX_SAMPLE_KEYS);
+        let total = self.store.shared.index.bucket_count();
+        let first = (start % total as u64) as usize;
+        let mut used = 0;
+        self.begin_op()?;
+        let mut visited = 0;
+        let mut result = Ok(());
+        while visited < total && used < max_keys {
+            let count = SAMPLE_CHUNK_BUCKETS.min(total - visited);
+            let mark = used;
+            let spare = &mut self.sample_spare;
+            // Split the borrow: `try_sample` needs the session, `spare` is one of its fields.
+            let mut spare_taken = std::mem::take(spare);
+            result = self.run(|session| {
+                used = mark;
+                Ok(session.try_sample(
+                    first + visited..first + visited + count,
+                    max_keys,
+                    out,
+                    &mut used,
+                    &mut spare_taken,
+                ))
             });
-        let mut settled: Vec<Record<'_>> = Vec::new();
-        for head in heads {
-            settled.clear();
-            let mut address = head;
-            while address >= begin && address != 0 {
-                let record = shared.log.record(address);
-                let word0 = record.word0();
-                address = record.previous();
-                if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
-                    || self.invalid.contains(record.version())
-                    || settled.iter().any(|other| other.same_key(&record))
-                {
-                    continue;
+            self.sample_spare = spare_taken;
+            if result.is_err() {
+                used = 0;
+                break;
+            }
+            visited += count;
+            if visited < total && used < max_keys {
+                self.refresh_in_op();
+                if let Err(error) = self.check_thrown() {
+                    result = Err(error);
+                    used = 0;
+                    break;
                 }
-                settled.push(record);
-                if matches!(self.phase, Phase::Prepare | Phase::Pause)
-                    && record.version() > self.version
-                {
-                    // A v session must not observe v+1 state.
-                    return Step::Shift;
+            }
+        }
+        // Entries past `used` keep their key buffers for the next call.
+        self.sample_spare.extend(out.drain(used..));
+        self.sample_spare.truncate(MAX_SAMPLE_KEYS);
+        result
+    }
+
+    /// One attempt at a batch of [`Session::sample`]: `positions` count buckets from bucket 0
+    /// and wrap around the index. Writes found keys from `out[*used]` on.
+    fn try_sample(
+        &self,
+        positions: std::ops::Range<usize>,
+        max_keys: usize,
+        out: &mut Vec<Sampled>,
+        used: &mut usize,
+        spare: &mut Vec<Sampled>,
+    ) -> Step<()> {
+        let total = self.store.shared.index.bucket_count();
+        let mut shift = false;
+        let (from, to) = (positions.start % total, (positions.end - 1) % total + 1);
+        // At most two contiguous ranges: the batch may wrap past the last bucket.
+        let ranges = if from < to {
+            [from..to, 0..0]
+        } else {
+            [from..total, 0..to]
+        };
+        for range in ranges {
+            self.for_each_newest_in(range, |record| {
+                if *used >= max_keys {
+                    return false;
                 }
-                found.push(record);
+                if self.observes_newer(&record) {
+                    shift = true;
+                    return false;
+                }
+                if record.is_tombstone() {
+                    return true;
+                }
+                if *used == out.len() {
+                    out.push(spare.pop().unwrap_or_default());
+                }
+                let slot = &mut out[*used];
+                slot.key.clear();
+                record.copy_key(&mut slot.key);
+                slot.access = record.access();
+                *used += 1;
+                true
+            });
+            if shift {
+                return Step::Shift;
             }
         }
         Step::Done(())

@@ -33,17 +33,14 @@ impl Session {
         let Some(record) = record else {
             return Ok(match write {
                 Write::Delete => Step::Done(false),
-                Write::Put(value) => map_step(
-                    self.insert(
-                        &shared.log,
-                        &mut entry,
-                        key,
-                        value,
-                        0,
-                        padded_capacity_words(key.len(), value.len()),
-                    ),
-                    |_| false,
-                ),
+                Write::Put(value) => {
+                    let capacity_words = padded_capacity_words(key.len(), value.len());
+                    let step = self.insert(&shared.log, &mut entry, key, value, 0, capacity_words);
+                    if let Step::Done(()) = step {
+                        self.account(HybridLog::record_size(key.len(), capacity_words) as i64);
+                    }
+                    map_step(step, |_| false)
+                }
             });
         };
         let record_version = record.version();
@@ -78,24 +75,89 @@ impl Session {
                     guard.write_value(value);
                     guard.set_tombstone(false);
                     guard.set_version(self.version);
+                    self.revived_in_place(&guard, existed);
                     return Ok(Step::Done(existed));
                 }
                 Write::Delete => {
                     guard.set_tombstone(true);
                     guard.set_version(self.version);
+                    if existed {
+                        self.account(-(guard.record.size_bytes() as i64));
+                    }
                     return Ok(Step::Done(existed));
                 }
                 Write::Put(_) => {}
             }
         }
+        Ok(map_step(
+            self.replace_locked(&shared.log, guard, &mut entry, key, write, existed),
+            |_| existed,
+        ))
+    }
+
+    /// After an in-place put under `guard`: a key that was not live (`existed` false: the record
+    /// was a tombstone) is a new key: it starts with the store's access stamp and adds its
+    /// record's bytes to the live count.
+    fn revived_in_place(&self, guard: &RecordGuard<'_>, existed: bool) {
+        if !existed {
+            guard.record.set_access(self.access_stamp());
+            self.account(guard.record.size_bytes() as i64);
+        }
+    }
+
+    /// Read-copy-update of the locked record with `write` (a put or a tombstone), accounting the
+    /// live bytes and carrying the access word forward (a key that was not live starts with the
+    /// stamp).
+    fn replace_locked(
+        &self,
+        log: &HybridLog,
+        guard: RecordGuard<'_>,
+        entry: &mut EntrySlot<'_>,
+        key: &[u8],
+        write: Write<'_>,
+        existed: bool,
+    ) -> Step<()> {
         let (value, flags) = match write {
             Write::Put(value) => (value, 0),
             Write::Delete => (&[][..], FLAG_TOMBSTONE),
         };
-        Ok(map_step(
-            self.rcu_locked(&shared.log, guard, &mut entry, key, value, flags, false),
-            |_| existed,
-        ))
+        self.rcu_accounted(log, guard, entry, key, value, flags, existed, false)
+    }
+
+    /// [`Session::rcu_locked`] with the live-bytes delta and the access word (see
+    /// `replace_locked`). `existed`: the locked record is live.
+    #[allow(clippy::too_many_arguments)]
+    fn rcu_accounted(
+        &self,
+        log: &HybridLog,
+        guard: RecordGuard<'_>,
+        entry: &mut EntrySlot<'_>,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        existed: bool,
+        use_reserve: bool,
+    ) -> Step<()> {
+        let old_bytes = if existed {
+            guard.record.size_bytes() as i64
+        } else {
+            0
+        };
+        let new_bytes = if flags & FLAG_TOMBSTONE == 0 {
+            HybridLog::record_size(key.len(), padded_capacity_words(key.len(), value.len())) as i64
+        } else {
+            0
+        };
+        let access = if existed {
+            guard.record.access()
+        } else {
+            self.access_stamp()
+        };
+        let step = self.rcu_locked(log, guard, entry, key, value, flags, access, use_reserve);
+        if let Step::Done(()) = step {
+            self.account(new_bytes - old_bytes);
+        }
+        step
     }
 
     /// Whether a write acting as this session's version must leave the key's newest record (of
@@ -187,6 +249,8 @@ impl Session {
         address
     }
 
+    /// Writes the first record of a key with no valid record (a new key: it starts with the
+    /// store's access stamp).
     fn insert(
         &self,
         log: &HybridLog,
@@ -204,6 +268,7 @@ impl Session {
                 key,
                 value,
                 capacity_words,
+                access: self.access_stamp(),
             },
             false,
         ) {
@@ -219,7 +284,8 @@ impl Session {
         }
     }
 
-    /// Publishes a new version of the locked record's key and seals the old record.
+    /// Publishes a new version of the locked record's key (starting with the access word
+    /// `access`) and seals the old record.
     #[allow(clippy::too_many_arguments)]
     fn rcu_locked(
         &self,
@@ -229,6 +295,7 @@ impl Session {
         key: &[u8],
         value: &[u8],
         flags: u64,
+        access: u32,
         use_reserve: bool,
     ) -> Step<()> {
         let write = |previous: u64| {
@@ -240,6 +307,7 @@ impl Session {
                     key,
                     value,
                     capacity_words: padded_capacity_words(key.len(), value.len()),
+                    access,
                 },
                 use_reserve,
             )
@@ -303,14 +371,18 @@ impl Session {
             Write::Put(value) if guard.fits(value.len()) => {
                 guard.write_value(value);
                 guard.set_tombstone(false);
+                self.revived_in_place(&guard, existed);
                 Step::Done(existed)
             }
-            Write::Put(value) => map_step(
-                self.rcu_locked(log, guard, entry, key, value, 0, false),
+            Write::Put(_) => map_step(
+                self.replace_locked(log, guard, entry, key, write, existed),
                 |_| existed,
             ),
             Write::Delete => {
                 guard.set_tombstone(true);
+                if existed {
+                    self.account(-(guard.record.size_bytes() as i64));
+                }
                 Step::Done(existed)
             }
         }
@@ -335,6 +407,7 @@ impl Session {
                 key,
                 value: &value,
                 capacity_words: words_for(value.len()),
+                access: guard.record.access(),
             },
             false,
         );
@@ -445,9 +518,10 @@ impl Session {
             guard.write_value(new_value);
             guard.set_tombstone(false);
             guard.set_version(self.version);
+            self.revived_in_place(&guard, existed);
             Ok(Step::Done(()))
         } else {
-            match self.rcu_locked(log, guard, &mut entry, key, new_value, 0, true) {
+            match self.rcu_accounted(log, guard, &mut entry, key, new_value, 0, existed, true) {
                 Step::Done(()) => Ok(Step::Done(())),
                 Step::NeedMemory => Err(EngineError::OutOfMemory {
                     detail: "read-modify-write could not allocate its new record even from the compaction reserve".into(),

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -159,6 +159,10 @@ pub(crate) struct Shared {
     pub(crate) memory_wanted: AtomicBool,
     pub(crate) compaction_wakeup: Condvar,
     pub(crate) shutdown: AtomicBool,
+    /// The access word new keys start with ([`Store::set_access_stamp`]).
+    pub(crate) access_stamp: AtomicU32,
+    /// Bytes of live records (`accounting` module).
+    pub(crate) live: crate::accounting::LiveBytes,
 }
 
 /// The store. Share it as `Arc<Store>`.
@@ -421,9 +425,16 @@ impl Store {
             memory_wanted: AtomicBool::new(false),
             compaction_wakeup: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            access_stamp: AtomicU32::new(config.access_stamp),
+            live: crate::accounting::LiveBytes::new(MAX_OPEN_SESSIONS + 2),
             config,
         });
         let recovery = Self::recover(&shared, observe)?;
+        if recovery.is_some() {
+            // Alone: no session or background thread exists yet.
+            let live = crate::accounting::recount(&shared, InvalidVersions::NONE);
+            shared.live.set(shared.epoch.high_water(), live);
+        }
         // The first version sessions run as: every record recovery loaded is of the recovered
         // version or older (none of a fresh store), all below the tail now.
         shared.rollback.note_allowed(
@@ -717,6 +728,58 @@ impl Store {
     /// Bytes of log pages currently allocated.
     pub fn log_memory_in_use_bytes(&self) -> u64 {
         self.shared.log.memory_in_use_bytes()
+    }
+
+    /// Sets the access word that new keys start with (and records loaded by recovery): the
+    /// caller's clock (an LRU clock, an LFU counter's initial value). Any later record of an
+    /// existing key carries its predecessor's word forward instead; see [`Session::touch`].
+    pub fn set_access_stamp(&self, stamp: u32) {
+        self.shared.access_stamp.store(stamp, Ordering::Relaxed);
+    }
+
+    /// The access word new keys start with now ([`Store::set_access_stamp`]; 0 initially).
+    pub fn access_stamp(&self) -> u32 {
+        self.shared.access_stamp.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the live records: every record that is its key's newest and not a tombstone,
+    /// counted at the size the log allocated for it. Drops as soon as a key is deleted, unlike
+    /// [`Store::log_memory_in_use_bytes`], which drops only when compaction frees pages. Exact
+    /// while no write is in flight; cheap (a sum over the open sessions' counters).
+    pub fn live_record_bytes(&self) -> u64 {
+        self.shared.live_record_bytes()
+    }
+
+    /// Walks the whole index and returns what [`Store::live_record_bytes`] should be: the check
+    /// behind tests, and the count recovery and rollback start from. Excludes compaction for the
+    /// walk (seconds at tens of millions of keys): not for a request path.
+    pub fn recount_live_record_bytes(&self) -> u64 {
+        let _maintenance = self.shared.lock_maintenance();
+        crate::accounting::recount(&self.shared, self.shared.rollback.invalid())
+    }
+
+    /// Bytes of the hash index in use: the main buckets and the overflow buckets taken from the
+    /// pool (64 bytes each).
+    pub fn index_bytes(&self) -> u64 {
+        self.shared.index.bytes_in_use()
+    }
+
+    /// The bytes a record written now for a key of `key_bytes` and a value of `value_bytes`
+    /// occupies in the log (header, key and value capacity): what one such live key adds to
+    /// [`Store::live_record_bytes`].
+    pub fn record_bytes(key_bytes: usize, value_bytes: usize) -> usize {
+        HybridLog::record_size(
+            key_bytes,
+            crate::log::padded_capacity_words(key_bytes, value_bytes),
+        )
+    }
+
+    /// Test-only sabotage, to show that a test's check of [`Store::live_record_bytes`] against
+    /// [`Store::recount_live_record_bytes`] detects a wrong count: shifts the count by `delta`.
+    /// Never use it outside tests.
+    #[doc(hidden)]
+    pub fn tamper_live_bytes_for_tests(&self, delta: i64) {
+        self.shared.live.tamper(delta);
     }
 }
 

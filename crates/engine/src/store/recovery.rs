@@ -75,6 +75,7 @@ impl Shared {
                             entry.key.len(),
                             entry.value.len(),
                         ),
+                        access: self.access_stamp.load(Ordering::Relaxed),
                     },
                     true,
                 )

@@ -22,22 +22,28 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             ctx.client.note_write(mark);
             ctx.w.int(removed);
         }
-        "exists" => {
+        // EXISTS, TYPE and the TTL family look keys up without counting an access, as Redis's
+        // LOOKUP_NOTOUCH; TOUCH counts one.
+        "exists" | "touch" => {
             let mut count = 0;
             for key in &args[1..] {
-                if ctx.server.keyspace.read(ctx.session, db, key)?.is_some() {
-                    count += 1;
-                }
+                let keyspace = &ctx.server.keyspace;
+                let found = if name == "touch" {
+                    keyspace.touch(ctx.session, db, key)?
+                } else {
+                    keyspace.read_quiet(ctx.session, db, key)?.is_some()
+                };
+                count += i64::from(found);
             }
             ctx.w.int(count);
         }
         "type" => {
-            let stored = ctx.server.keyspace.read(ctx.session, db, &args[1])?;
+            let stored = ctx.server.keyspace.read_quiet(ctx.session, db, &args[1])?;
             ctx.w.simple(stored.map_or("none", |s| s.kind.name()));
         }
         "expire" | "pexpire" | "expireat" | "pexpireat" => expire(ctx, name, args)?,
         "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
-            let stored = ctx.server.keyspace.read(ctx.session, db, &args[1])?;
+            let stored = ctx.server.keyspace.read_quiet(ctx.session, db, &args[1])?;
             let reply = match stored {
                 None => -2,
                 Some(s) if s.expire_at_ms == 0 => -1,
@@ -375,21 +381,31 @@ fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     if args.len() != 3 {
         return Err(CommandError::arity(format!("object|{subcommand}")));
     }
-    let Some(stored) = ctx.server.keyspace.read(ctx.session, ctx.db(), &args[2])? else {
+    let keyspace = &ctx.server.keyspace;
+    // OBJECT does not count as an access (Redis's LOOKUP_NOTOUCH).
+    let Some(stored) = keyspace.read_quiet(ctx.session, ctx.db(), &args[2])? else {
         ctx.w.null();
         return Ok(());
     };
+    let lfu = keyspace.access.is_lfu();
     match subcommand.as_str() {
         "encoding" => ctx.w.bulk(encoding_of(&stored).as_bytes()),
         "refcount" => ctx.w.int(1),
-        // Access times are not tracked: every key reads as just used.
-        "idletime" => ctx.w.int(0),
+        "idletime" if lfu => return Err(CommandError::IdleTimeUnderLfu),
+        "freq" if !lfu => return Err(CommandError::FreqWithoutLfu),
         _ => {
-            return Err(CommandError::err(
-                "An LFU maxmemory policy is not selected, access frequency not \
-                 tracked. Please note that when switching between policies at runtime \
-                 LRU and LFU data will take some time to adjust.",
-            ))
+            // The key was just read: a concurrent delete leaves no word, answered as absent.
+            let Some(word) = keyspace.access_of(ctx.session, ctx.db(), &args[2])? else {
+                ctx.w.null();
+                return Ok(());
+            };
+            let now = now_ms();
+            let answer = if lfu {
+                u64::from(keyspace.access.frequency(word, now))
+            } else {
+                crate::evict::access::lru_idle_ms(word, crate::evict::access::lru_clock(now)) / 1000
+            };
+            ctx.w.int(answer as i64);
         }
     }
     Ok(())

@@ -74,7 +74,8 @@ fn usage(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         }
     }
     let key = &args[2];
-    let Some(stored) = ctx.server.keyspace.read(ctx.session, ctx.db(), key)? else {
+    // As Redis, MEMORY USAGE does not count as an access.
+    let Some(stored) = ctx.server.keyspace.read_quiet(ctx.session, ctx.db(), key)? else {
         ctx.w.null();
         return Ok(());
     };
@@ -169,15 +170,20 @@ fn table_of(stored: Option<Stored>) -> CommandResult<Option<(Hash, u64)>> {
 /// MEMORY STATS: the figures prefixkv has, under Redis's names where one fits.
 fn stats(ctx: &mut Ctx<'_>) {
     let keyspace = &ctx.server.keyspace;
-    let used = keyspace.used_memory_bytes();
+    let memory = crate::evict::memory(ctx.server);
     let keys: u64 = (0..crate::keyspace::DATABASES as u8)
         .map(|db| keyspace.dbsize(db))
         .sum();
-    let fields: [(&str, u64); 5] = [
-        ("total.allocated", used),
-        ("dataset.bytes", used),
+    let fields: [(&str, u64); 7] = [
+        ("peak.allocated", memory.peak),
+        ("total.allocated", memory.used),
+        ("overhead.total", memory.overhead),
+        ("dataset.bytes", memory.dataset),
         ("keys.count", keys),
-        ("keys.bytes-per-key", used.checked_div(keys).unwrap_or(0)),
+        (
+            "keys.bytes-per-key",
+            memory.used.checked_div(keys).unwrap_or(0),
+        ),
         (
             "engine.memory",
             ctx.server.settings.read().engine_memory_bytes,

@@ -740,16 +740,31 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
         }
         return Outcome::Executed(Flow::Continue);
     }
-    if spec.write {
-        let limit = server.settings.read().maxmemory_bytes;
-        if limit > 0
-            && !ctx.client.allow_oom
-            && server.keyspace.used_memory_bytes() > limit
-            && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
-            && !streams::allowed_over_maxmemory(name, args)
-        {
-            ctx.w.error(&CommandError::OutOfMemory);
-            return Outcome::Rejected;
+    if spec.write
+        && !ctx.client.allow_oom
+        && server.settings.read().maxmemory_bytes > 0
+        && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
+        && !streams::allowed_over_maxmemory(name, args)
+    {
+        // Over maxmemory, the policy evicts first (`crate::evict`), under the exec gate like
+        // the command itself; a write it cannot make room for is refused.
+        let running = &server.scripting.running;
+        let client_id = ctx.client.id;
+        let evicted = ctx.session.shared_unless(
+            || running.held_by_other(client_id),
+            |session| crate::evict::evict_for_command(server, session),
+        );
+        match evicted {
+            None => return Outcome::Queued(Flow::Async(AsyncOp::AfterScript)),
+            Some(Err(error)) => {
+                ctx.w.error(&error);
+                return Outcome::Rejected;
+            }
+            Some(Ok(crate::evict::Outcome::Refused)) => {
+                ctx.w.error(&CommandError::OutOfMemory);
+                return Outcome::Rejected;
+            }
+            Some(Ok(_)) => {}
         }
     }
     match dispatch_shared(ctx, name, args) {
@@ -842,7 +857,7 @@ fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
         }
         "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
         | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"
-        | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" | "swapdb" => {
+        | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" | "swapdb" | "touch" => {
             keys::run(ctx, name, args)
         }
         "sort" | "sort_ro" => sort::run(ctx, name, args),

@@ -178,7 +178,6 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ),
         ("maxclients", config.maxclients.to_string()),
         ("maxmemory", config.maxmemory_bytes.to_string()),
-        ("maxmemory-policy", "noeviction".into()),
         (
             "notify-keyspace-events",
             crate::notify::format_flags(config.notify_keyspace_events),
@@ -239,6 +238,7 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ),
     ]
     .into_iter()
+    .chain(config.eviction.parameters())
     .chain(
         config
             .encoding_thresholds
@@ -362,6 +362,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 counter.store(0, Ordering::Relaxed);
             }
             ctx.server.keyspace.expired_keys.store(0, Ordering::Relaxed);
+            ctx.server.evictor.evicted_keys.store(0, Ordering::Relaxed);
             ctx.server.command_stats.reset();
             ctx.w.ok();
         }
@@ -456,7 +457,9 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                         failed("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".into())
                     })?
             }
-            "maxmemory-policy" if value == "noeviction" => {}
+            _ if crate::evict::settings::NAMES.contains(&name.as_str()) => {
+                updated.eviction.set(&name, &value).map_err(failed)?
+            }
             "save" | "appendonly" => {}
             "port"
             | "bind"
@@ -488,6 +491,7 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         .keyspace
         .notifier
         .set_flags(updated.notify_keyspace_events);
+    crate::evict::apply_settings(ctx.server, &updated);
     *ctx.server.settings.write() = updated;
     ctx.w.ok();
     Ok(())

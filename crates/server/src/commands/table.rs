@@ -81,6 +81,7 @@ pub static COMMANDS: &[Spec] = &[
     c("unlink", -2, true, ALL, "generic", "Asynchronously deletes one or more keys."),
     c("exists", -2, false, ALL, "generic", "Determines whether one or more keys exist."),
     c("type", 2, false, ONE, "generic", "Determines the type of value stored at a key."),
+    c("touch", -2, false, ALL, "generic", "Returns the number of existing keys out of those specified after updating the time they were last accessed."),
     c("expire", -3, true, ONE, "generic", "Sets the expiration time of a key in seconds."),
     c("pexpire", -3, true, ONE, "generic", "Sets the expiration time of a key in milliseconds."),
     c("expireat", -3, true, ONE, "generic", "Sets the expiration time of a key to a Unix timestamp."),

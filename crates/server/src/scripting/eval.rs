@@ -105,6 +105,11 @@ impl Cache {
         self.scripts.len()
     }
 
+    /// Bytes of the cached bodies.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     fn get(&self, sha: &str) -> Option<Arc<Script>> {
         self.scripts.get(sha).cloned()
     }
@@ -175,11 +180,20 @@ pub fn memory_limit(server: &Server) -> usize {
         .min(usize::MAX as u64) as usize
 }
 
-/// Whether a script may start now under maxmemory (Redis refuses a script that may write while
-/// used memory is over the limit, unless it has `allow-oom`).
-pub fn oom_refused(server: &Server, may_write: bool, allow_oom: bool) -> bool {
-    let limit = server.settings.read().maxmemory_bytes;
-    may_write && !allow_oom && limit > 0 && server.keyspace.used_memory_bytes() > limit
+/// Whether a script may start now under maxmemory: one that may write evicts first, as any
+/// write command (`crate::evict`), and is refused if memory is still over the limit and nothing
+/// could be evicted, unless it has `allow-oom` (Redis's rule).
+pub fn oom_refused(
+    server: &Server,
+    session: &mut StoreSession,
+    may_write: bool,
+    allow_oom: bool,
+) -> CommandResult<bool> {
+    if !may_write || allow_oom {
+        return Ok(false);
+    }
+    let outcome = crate::evict::evict_for_command(server, session)?;
+    Ok(outcome == crate::evict::Outcome::Refused)
 }
 
 /// EVAL and its siblings, on the script thread (or in EXEC), under the exec gate.
@@ -205,7 +219,7 @@ pub fn eval(
             "Can not execute a script with write flag using *_ro command.",
         ));
     }
-    if flags.shebang && oom_refused(server, !flags.no_writes, flags.allow_oom) {
+    if flags.shebang && oom_refused(server, session, !flags.no_writes, flags.allow_oom)? {
         return Err(CommandError::OutOfMemory);
     }
     let scripting = &server.scripting;

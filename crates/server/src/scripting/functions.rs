@@ -290,7 +290,7 @@ pub fn fcall(
             "Can not execute a script with write flag using *_ro command.",
         ));
     }
-    if super::eval::oom_refused(server, !no_writes, allow_oom) {
+    if super::eval::oom_refused(server, session, !no_writes, allow_oom)? {
         return Err(CommandError::OutOfMemory);
     }
     let generation = libraries.generation;

@@ -130,6 +130,11 @@ impl Scripting {
         self.cache.lock().len()
     }
 
+    /// Bytes of the cached scripts' bodies (counted in `used_memory`, `crate::evict::memory`).
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.lock().bytes() as u64
+    }
+
     /// Lua memory of the script thread's VM as last measured (INFO `used_memory_lua`).
     pub fn used_memory_lua(&self) -> u64 {
         self.cache.lock().vm_memory

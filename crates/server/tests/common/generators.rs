@@ -633,6 +633,8 @@ pub fn key_command(rng: &mut Rng) -> Vec<String> {
             args
         }
         40 => vec![s(pick(rng, &["EXPIRETIME", "PERSIST"])), any(rng)],
+        // TOUCH counts the keys that exist (it marks them accessed, which no reply shows).
+        _ if rng.chance(1, 2) => vec![s("TOUCH"), any(rng), any(rng)],
         _ => vec![s("OBJECT"), s("FREQ"), any(rng)],
     }
 }

@@ -30,6 +30,11 @@
 //!   still see part of a plain multi-key write (an MSET), as documented.
 //! - An exclusive body's writes are one oplog group: recovery applies all of them or none, and
 //!   its writes are acknowledged with the body's mark (`commands::run_exclusive`).
+//! - Every lookup a command makes (`Keyspace::read`, `Txn::get`) updates the key's access word
+//!   in the engine (`crate::evict::access`: an LRU clock or an LFU counter); the lookups Redis
+//!   makes with `LOOKUP_NOTOUCH` (OBJECT, TYPE, the TTL family, EXISTS, MEMORY USAGE, eviction's
+//!   own checks, lazy expiry) use the `_quiet` forms. New keys start with the store's access
+//!   stamp, which `refresh_access_stamp` keeps at "now".
 //! - Engine keys outside the 16 databases are never user keys: collection records (first byte
 //!   0xFF, `prefixkv_collections`) and the function libraries' record
 //!   (`crate::scripting::FUNCTIONS_KEY`, first byte 0xF0); KEYS, SCAN, DBSIZE, FLUSHDB and the
@@ -62,103 +67,8 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Per-database counts (see the module invariants).
-#[derive(Default)]
-struct Counts {
-    keys: AtomicI64,
-    expires: AtomicI64,
-}
-
-/// Key counts per database, gathered while recovery loads (before the store exists) and kept
-/// by the keyspace afterwards.
-#[derive(Default)]
-pub struct KeyCounts {
-    counts: [Counts; DATABASES],
-    /// The highest object id of any collection record recovery met (ids are given out above it).
-    highest_object_id: AtomicU64,
-}
-
-impl KeyCounts {
-    /// Counts one key recovery loaded from the checkpoint (called from recovery threads).
-    /// A key that is not the server's (another database byte, a damaged value) is an error.
-    pub fn count_loaded(&self, engine_key: &[u8], encoded: &[u8]) -> Result<(), String> {
-        if let Some(id) = prefixkv_collections::object_of(engine_key) {
-            self.highest_object_id.fetch_max(id, Ordering::Relaxed);
-            return Ok(());
-        }
-        if engine_key == crate::scripting::FUNCTIONS_KEY {
-            // The function libraries (`crate::scripting`): not a user key, read at start.
-            return Ok(());
-        }
-        let (database, _) = split_key(engine_key)
-            .ok_or_else(|| format!("engine key {engine_key:02x?} is not in a database 0..15"))?;
-        let (_, expire) = value::decode_header(encoded).map_err(|m| m.0.to_string())?;
-        let counts = &self.counts[database as usize];
-        counts.keys.fetch_add(1, Ordering::Relaxed);
-        if expire != 0 {
-            counts.expires.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
-    /// Counts one operation recovery replayed from the oplog.
-    pub fn count_replayed(&self, engine_key: &[u8], put: Option<&[u8]>, existed: bool) {
-        if let Some(id) = prefixkv_collections::object_of(engine_key) {
-            self.highest_object_id.fetch_max(id, Ordering::Relaxed);
-            return;
-        }
-        if let Some((database, _)) = split_key(engine_key) {
-            self.count_write(database, put.is_some(), existed);
-            if put.is_some_and(|v| value::decode_header(v).is_ok_and(|(_, e)| e != 0)) {
-                self.counts[database as usize]
-                    .expires
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn count_write(&self, database: u8, present_after: bool, existed: bool) {
-        let delta = i64::from(present_after) - i64::from(existed);
-        if delta != 0 {
-            self.counts[database as usize]
-                .keys
-                .fetch_add(delta, Ordering::Relaxed);
-        }
-    }
-
-    /// Number of keys in `database` (including expired keys not yet removed, as Redis).
-    pub fn dbsize(&self, database: u8) -> u64 {
-        self.counts[database as usize]
-            .keys
-            .load(Ordering::Relaxed)
-            .max(0) as u64
-    }
-
-    /// Keys with an expiry in `database` (see [`Keyspace::expires_count`]).
-    fn expires(&self, database: u8) -> u64 {
-        self.counts[database as usize]
-            .expires
-            .load(Ordering::Relaxed)
-            .max(0) as u64
-    }
-
-    /// The keyspace over the opened store, keeping these counts.
-    pub fn with_store(self, store: Arc<DurableStore>) -> Keyspace {
-        let next_object_id = AtomicU64::new(self.highest_object_id.load(Ordering::Relaxed) + 1);
-        Keyspace {
-            next_object_id,
-            blocked: Default::default(),
-            store,
-            counts: self,
-            sweeping_expires: Default::default(),
-            expire_cursor: AtomicU64::new(0),
-            expired_keys: AtomicU64::new(0),
-            ttl_written: AtomicBool::new(true),
-            notifier: Default::default(),
-            watches: Watches::default(),
-        }
-    }
-}
+mod counts;
+pub use counts::KeyCounts;
 
 /// The shared keyspace.
 pub struct Keyspace {
@@ -177,6 +87,9 @@ pub struct Keyspace {
     pub notifier: crate::notify::Notifier,
     /// WATCH registrations: every write below marks the clients watching its key.
     pub watches: Watches,
+    /// How a command's lookup updates a key's access word (LRU clock or LFU counter,
+    /// `crate::evict::access`).
+    pub access: crate::evict::AccessClock,
     /// Blocked clients: a write that puts a list, sorted set or stream wakes the first one
     /// waiting for that kind; a stream's deletion or overwrite and XGROUP DESTROY wake its
     /// stream readers too.
@@ -225,7 +138,8 @@ pub fn end_thread_session() {
     });
 }
 
-fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
+/// The engine key of `key` in `database`: `[database] ++ key`.
+pub(crate) fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + key.len());
     out.push(database);
     out.extend_from_slice(key);
@@ -233,7 +147,7 @@ fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
 }
 
 /// The database and user key of an engine key, if it is one of ours.
-fn split_key(engine_key: &[u8]) -> Option<(u8, &[u8])> {
+pub(crate) fn split_key(engine_key: &[u8]) -> Option<(u8, &[u8])> {
     let (&database, key) = engine_key.split_first()?;
     ((database as usize) < DATABASES).then_some((database, key))
 }
@@ -247,11 +161,6 @@ impl Keyspace {
     /// The oplog, when the durability mode uses one.
     pub fn oplog(&self) -> Option<std::sync::Arc<prefixkv_oplog::Oplog>> {
         self.store.oplog()
-    }
-
-    /// Memory counted against maxmemory: everything the store holds for data.
-    pub fn used_memory_bytes(&self) -> u64 {
-        self.store.used_memory_bytes()
     }
 
     /// A fresh collection object id (never used by a live object).
@@ -272,15 +181,45 @@ impl Keyspace {
         self.store.writes()
     }
 
-    /// Reads a key without locks; an expired value reads as absent and is removed (lazy expiry).
+    /// Reads a key for a command without locks, updating its access word (a lookup, as Redis's
+    /// `lookupKey`); an expired value reads as absent and is removed (lazy expiry).
     pub fn read(
         &self,
         session: &mut StoreSession,
         database: u8,
         key: &[u8],
     ) -> Result<Option<Stored>, CommandError> {
+        self.read_with(session, database, key, true)
+    }
+
+    /// Reads a key without updating its access word (Redis's `LOOKUP_NOTOUCH`: OBJECT, TYPE, the
+    /// TTL family, EXISTS, MEMORY USAGE), otherwise as [`Keyspace::read`].
+    pub fn read_quiet(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+    ) -> Result<Option<Stored>, CommandError> {
+        self.read_with(session, database, key, false)
+    }
+
+    fn read_with(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+        touch: bool,
+    ) -> Result<Option<Stored>, CommandError> {
         let mut buffer = Vec::new();
-        let found = session.read(&engine_key(database, key), &mut buffer)?;
+        let engine_key = engine_key(database, key);
+        let found = if touch {
+            let now = now_ms();
+            session.read_touch(&engine_key, &mut buffer, |word| {
+                self.access.touched(word, now)
+            })?
+        } else {
+            session.read(&engine_key, &mut buffer)?
+        };
         if !found {
             return Ok(None);
         }
@@ -294,6 +233,33 @@ impl Keyspace {
         Ok(Some(stored))
     }
 
+    /// Updates the access word of `key` as a lookup does (TOUCH); whether the key exists
+    /// (expired keys are removed and count as absent).
+    pub fn touch(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+    ) -> Result<bool, CommandError> {
+        Ok(self.read(session, database, key)?.is_some())
+    }
+
+    /// The access word of `key` (OBJECT IDLETIME / FREQ), without touching it.
+    pub fn access_of(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+    ) -> Result<Option<u32>, CommandError> {
+        Ok(session.access_of(&engine_key(database, key))?)
+    }
+
+    /// Stamps keys created from now on with the access word of "now" under the current policy
+    /// (the periodic task calls it every tick; CONFIG SET after a policy change).
+    pub fn refresh_access_stamp(&self) {
+        self.store.set_access_stamp(self.access.stamp(now_ms()));
+    }
+
     /// Deletes `key` if it is expired under its lock (a concurrent write may have renewed it);
     /// returns whether it did.
     fn expire_key(
@@ -303,7 +269,7 @@ impl Keyspace {
         key: &[u8],
     ) -> Result<bool, CommandError> {
         let mut txn = self.begin(session, database, &[key]);
-        let removed = txn.get(database, key)?.is_none() && txn.expired_now;
+        let removed = txn.get_quiet(database, key)?.is_none() && txn.expired_now;
         txn.commit()?;
         Ok(removed)
     }
@@ -623,13 +589,36 @@ pub struct Txn<'a> {
 }
 
 impl Txn<'_> {
-    /// Reads a key; an expired value is deleted now (lazy expiry) and reads as absent.
+    /// Reads a key for the command, updating its access word (a lookup, as Redis's
+    /// `lookupKeyWrite`); an expired value is deleted now (lazy expiry) and reads as absent.
     pub fn get(&mut self, database: u8, key: &[u8]) -> Result<Option<Stored>, CommandError> {
+        self.get_with(database, key, true)
+    }
+
+    /// Reads a key without updating its access word (eviction's check of its candidate),
+    /// otherwise as [`Txn::get`].
+    pub fn get_quiet(&mut self, database: u8, key: &[u8]) -> Result<Option<Stored>, CommandError> {
+        self.get_with(database, key, false)
+    }
+
+    fn get_with(
+        &mut self,
+        database: u8,
+        key: &[u8],
+        touch: bool,
+    ) -> Result<Option<Stored>, CommandError> {
         self.expired_now = false;
         self.scratch.clear();
-        let found = self
-            .inner
-            .get(&engine_key(database, key), &mut self.scratch)?;
+        let engine_key = engine_key(database, key);
+        let found = if touch {
+            let (clock, now) = (&self.keyspace.access, self.now_ms);
+            self.inner
+                .get_touch(&engine_key, &mut self.scratch, |word| {
+                    clock.touched(word, now)
+                })?
+        } else {
+            self.inner.get(&engine_key, &mut self.scratch)?
+        };
         if !found {
             return Ok(None);
         }
