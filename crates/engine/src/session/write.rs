@@ -7,8 +7,8 @@
 use super::{map_step, LatchHold, Session, Step, Write};
 use crate::index::{EntrySlot, KeyHash};
 use crate::log::{
-    padded_capacity_words, words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard,
-    FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE,
+    words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard, FLAG_INVALID, FLAG_SEALED,
+    FLAG_STABLE, FLAG_TOMBSTONE,
 };
 use crate::store::Located;
 use crate::{EngineError, Strategy};
@@ -40,7 +40,7 @@ impl Session {
                         key,
                         value,
                         0,
-                        padded_capacity_words(key.len(), value.len()),
+                        words_for(value.len()),
                     ),
                     |_| false,
                 ),
@@ -59,9 +59,11 @@ impl Session {
         }
         let copy_to_new_version = self.must_copy(hash, record_version);
         let mutable = record.address >= shared.log.read_only_address();
+        // A record without the stable-copy word is copied (read-copy-update below) instead.
         if copy_to_new_version
             && mutable
             && !self.rollback_ready
+            && record.has_stable_slot()
             && shared.strategy_in_flight() == Strategy::CprCopy
         {
             return Ok(self.cpr_copy_write(&shared.log, record, &mut entry, hash, key, write));
@@ -199,11 +201,12 @@ impl Session {
         let address = match log.write_new(
             &NewRecord {
                 previous: self.link_target(entry.address()),
-                flags,
+                flags: flags | self.store.shared.stable_slot_flag(),
                 version: self.version,
                 key,
                 value,
                 capacity_words,
+                access: 0,
             },
             false,
         ) {
@@ -231,15 +234,18 @@ impl Session {
         flags: u64,
         use_reserve: bool,
     ) -> Step<()> {
+        let slot = self.store.shared.stable_slot_flag();
+        let access = guard.record.access();
         let write = |previous: u64| {
             log.write_new(
                 &NewRecord {
                     previous: self.link_target(previous),
-                    flags,
+                    flags: flags | slot,
                     version: self.version,
                     key,
                     value,
-                    capacity_words: padded_capacity_words(key.len(), value.len()),
+                    capacity_words: words_for(value.len()),
+                    access,
                 },
                 use_reserve,
             )
@@ -335,6 +341,7 @@ impl Session {
                 key,
                 value: &value,
                 capacity_words: words_for(value.len()),
+                access: guard.record.access(),
             },
             false,
         );
@@ -384,7 +391,9 @@ impl Session {
                     key,
                     &[],
                     FLAG_TOMBSTONE,
-                    padded_capacity_words(key.len(), 8),
+                    // Capacity hint: room for an 8-byte value (a counter), which the update
+                    // then writes in place instead of copying the placeholder.
+                    1,
                 ) {
                     Step::Done(()) => Step::Again,
                     other => other,
@@ -409,6 +418,7 @@ impl Session {
         let cpr_copy = copy_to_new_version
             && mutable
             && !self.rollback_ready
+            && guard.record.has_stable_slot()
             && shared.strategy_in_flight() == Strategy::CprCopy;
         if cpr_copy {
             if guard.record.version() == self.version {

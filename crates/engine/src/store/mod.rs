@@ -174,6 +174,21 @@ impl Shared {
         Strategy::ALL[self.running_strategy.load(Ordering::Acquire) as usize]
     }
 
+    /// `FLAG_STABLE_SLOT` if records written now get the stable-copy word, else 0: while the
+    /// default strategy or the newest checkpoint's is cpr-copy, whose v+1 writers store a stable
+    /// copy's address in the record they then write in place. Other records cost 8 bytes less;
+    /// cpr-copy copies them instead (read-copy-update, as the other strategies do).
+    #[inline]
+    pub(crate) fn stable_slot_flag(&self) -> u64 {
+        if self.config.default_strategy == Strategy::CprCopy
+            || self.strategy_in_flight() == Strategy::CprCopy
+        {
+            crate::log::FLAG_STABLE_SLOT
+        } else {
+            0
+        }
+    }
+
     /// Records the strategy of the checkpoint starting now (see [`Shared::strategy_in_flight`]).
     pub(crate) fn set_running_strategy(&self, strategy: Strategy) {
         let index = Strategy::ALL
@@ -697,10 +712,11 @@ impl Store {
         if key_bytes > u32::MAX as usize {
             return None;
         }
-        // Records are whole 64-byte lines.
-        let record_words = self.shared.log.max_record_bytes() / 64 * 8;
-        let value_words =
-            record_words.checked_sub(crate::log::HEADER_WORDS + key_bytes.div_ceil(8))?;
+        // With the largest header the key can get (the stable-copy word may be added to any
+        // record a write creates, and long keys carry their length in a word of their own).
+        let record_words = self.shared.log.max_record_bytes() / 8;
+        let value_words = record_words
+            .checked_sub(crate::log::header_words(key_bytes, true) + key_bytes.div_ceil(8))?;
         Some(value_words * 8)
     }
 
