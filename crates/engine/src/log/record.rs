@@ -99,28 +99,38 @@ impl<'a> Record<'a> {
         self.halves()[1].store(stamp, Ordering::Relaxed);
     }
 
-    #[inline]
-    pub(crate) fn key_len(&self) -> usize {
-        // The key length never changes after publication, so relaxed loads see the values
-        // written before the record became reachable.
+    /// The key length and the index of the first key word, from one load of word 0 (both are
+    /// immutable after publication, so a relaxed load sees what the writer stored before).
+    #[inline(always)]
+    fn key_layout(&self) -> (usize, usize) {
         let word0 = self.words[0].load(Ordering::Relaxed);
+        let start = HEADER_WORDS + usize::from(word0 & FLAG_STABLE_SLOT != 0);
         let field = key_len_field(word0);
         if field != KEY_LEN_ESCAPE {
-            return field as usize;
+            return (field as usize, start);
         }
-        self.words[key_start(word0) - 1].load(Ordering::Relaxed) as usize
+        self.long_key_layout(start)
     }
 
-    /// Index of the first key word.
-    #[inline]
-    fn key_start(&self) -> usize {
-        key_start(self.words[0].load(Ordering::Relaxed))
+    /// [`Self::key_layout`] of a key of 1023 bytes or more: its length is in the word at `start`.
+    #[cold]
+    fn long_key_layout(&self, start: usize) -> (usize, usize) {
+        (
+            self.words[start].load(Ordering::Relaxed) as usize,
+            start + 1,
+        )
+    }
+
+    #[cfg(test)]
+    pub(crate) fn key_len(&self) -> usize {
+        self.key_layout().0
     }
 
     /// Index of the first value word.
     #[inline]
     fn value_start(&self) -> usize {
-        self.key_start() + words_for(self.key_len())
+        let (len, start) = self.key_layout();
+        start + words_for(len)
     }
 
     #[inline]
@@ -146,10 +156,10 @@ impl<'a> Record<'a> {
     /// Whether the record's key equals `key` (keys are immutable: no seqlock needed).
     #[inline]
     pub(crate) fn key_equals(&self, key: &[u8]) -> bool {
-        if self.key_len() != key.len() {
+        let (len, start) = self.key_layout();
+        if len != key.len() {
             return false;
         }
-        let start = self.key_start();
         let stored = &self.words[start..start + words_for(key.len())];
         for (index, word) in stored.iter().enumerate() {
             if word.load(Ordering::Relaxed) != pack_word(key, index) {
@@ -162,12 +172,12 @@ impl<'a> Record<'a> {
     /// Whether `other` holds the same key (keys are immutable: no seqlock needed).
     #[inline]
     pub(crate) fn same_key(&self, other: &Record<'_>) -> bool {
-        let len = self.key_len();
-        if len != other.key_len() {
+        let (len, mine) = self.key_layout();
+        let (other_len, theirs) = other.key_layout();
+        if len != other_len {
             return false;
         }
         let words = words_for(len);
-        let (mine, theirs) = (self.key_start(), other.key_start());
         self.words[mine..mine + words]
             .iter()
             .zip(&other.words[theirs..theirs + words])
@@ -176,8 +186,8 @@ impl<'a> Record<'a> {
 
     /// Appends the key bytes to `out`.
     pub(crate) fn copy_key(&self, out: &mut Vec<u8>) {
-        let len = self.key_len();
-        copy_words(&self.words[self.key_start()..], len, out);
+        let (len, start) = self.key_layout();
+        copy_words(&self.words[start..], len, out);
     }
 
     /// Copies the value (and reports the tombstone bit) consistently under the seqlock.
@@ -223,6 +233,7 @@ impl<'a> Record<'a> {
                     record: *self,
                     locked_word: current | 1,
                     new_len: ((current >> VALUE_LEN_SHIFT) & VALUE_LEN_MASK) as usize,
+                    value_start: self.value_start(),
                 };
             }
             std::hint::spin_loop();
@@ -269,16 +280,14 @@ pub(crate) struct RecordGuard<'a> {
     pub(crate) record: Record<'a>,
     locked_word: u64,
     new_len: usize,
+    /// Index of the first value word (immutable: computed once per lock).
+    value_start: usize,
 }
 
 impl RecordGuard<'_> {
     /// Appends the current value to `out` (the lock excludes writers, so no retry is needed).
     pub(crate) fn copy_value(&self, out: &mut Vec<u8>) {
-        copy_words(
-            &self.record.words[self.record.value_start()..],
-            self.new_len,
-            out,
-        );
+        copy_words(&self.record.words[self.value_start..], self.new_len, out);
     }
 
     /// Whether `len` bytes fit in place.
@@ -291,7 +300,7 @@ impl RecordGuard<'_> {
     #[inline]
     pub(crate) fn write_value(&mut self, value: &[u8]) {
         debug_assert!(self.fits(value.len()));
-        let start = self.record.value_start();
+        let start = self.value_start;
         for index in 0..words_for(value.len()) {
             self.record.words[start + index].store(pack_word(value, index), Ordering::Relaxed);
         }
@@ -336,9 +345,10 @@ impl Drop for RecordGuard<'_> {
         // the counter wraps inside its field and never touches the lengths.
         let sequence = (self.locked_word & SEQUENCE_MASK).wrapping_add(1) & SEQUENCE_MASK;
         debug_assert!(sequence & 1 == 0);
-        let capacity = self.record.capacity_words();
+        // The capacity bits are the locked word's (fixed at creation).
+        let capacity = self.locked_word & !((1 << CAPACITY_SHIFT) - 1);
         self.record.words[2].store(
-            lengths_word(self.new_len, capacity) | sequence,
+            capacity | ((self.new_len as u64) << VALUE_LEN_SHIFT) | sequence,
             Ordering::Release,
         );
     }
