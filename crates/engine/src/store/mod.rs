@@ -706,8 +706,8 @@ impl Store {
     }
 
     /// The largest value, in bytes, that fits one record with a key of `key_bytes` bytes (a
-    /// record must fit a log page and the header's size field: a little under 4 MiB), or `None`
-    /// when the key alone is too large.
+    /// record must fit a log page and the record limit, a little under 4 MiB, with the largest
+    /// header the key can get), or `None` when the key alone is too large.
     pub fn max_value_bytes(&self, key_bytes: usize) -> Option<usize> {
         if key_bytes > u32::MAX as usize {
             return None;
