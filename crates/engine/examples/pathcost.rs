@@ -1,5 +1,6 @@
 //! Fixed-count r90w10 loop for instruction counting under `valgrind --tool=cachegrind`:
-//! `pathcost engine|dashmap <ops>`; run once with 0 ops to subtract the preload.
+//! `pathcost engine|dashmap <ops>`; run once with 0 ops to subtract the preload. Environment:
+//! `KEYS` (default 65536), `PER_BUCKET` (keys per index bucket, default 6).
 
 use prefixkv_engine::{Store, StoreConfig};
 
@@ -31,7 +32,13 @@ fn main() {
     if mode == "engine" {
         let dir = std::env::temp_dir().join(format!("prefixkv-pathcost-{}", std::process::id()));
         let mut config = StoreConfig::new(&dir);
-        config.index_buckets = (keys as usize / 2).next_power_of_two();
+        // Keys per bucket (the docs advise at most 6); `PER_BUCKET=2` reproduces the runs before
+        // the compact record format.
+        let per_bucket: usize = std::env::var("PER_BUCKET")
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(6);
+        config.index_buckets = (keys as usize / per_bucket).next_power_of_two();
         let store = Store::open(config).unwrap();
         let mut session = store.start_session();
         for key in 0..keys {

@@ -33,7 +33,7 @@ use crate::checkpoint::bump_and_wait;
 use crate::index::KeyHash;
 use crate::log::{
     AllocError, NewRecord, Record, RecordGuard, ADDRESS_MASK, FLAG_INVALID, FLAG_SEALED,
-    FLAG_STABLE, FLAG_TOMBSTONE,
+    FLAG_STABLE, FLAG_STABLE_SLOT, FLAG_TOMBSTONE,
 };
 use crate::rollback::InvalidVersions;
 use crate::store::Shared;
@@ -408,7 +408,10 @@ fn copy_locked(
         shared.log.write_new(
             &NewRecord {
                 previous,
-                flags: if tombstone { FLAG_TOMBSTONE } else { 0 },
+                // The copy keeps the record's capacity, slot and access word: it is the same
+                // record, moved.
+                flags: (if tombstone { FLAG_TOMBSTONE } else { 0 })
+                    | (record.word0() & FLAG_STABLE_SLOT),
                 version: record.version(),
                 key,
                 value,

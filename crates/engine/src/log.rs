@@ -1,51 +1,111 @@
 //! The hybrid log: records `[header | key | value]` in fixed-size in-memory pages addressed by a
 //! monotonically growing logical address.
 //!
-//! Record layout (all words are `AtomicU64`, little-endian byte packing for key and value):
+//! Record layout: 8-byte words (`AtomicU64`), 8-byte aligned, packed back to back (no padding to
+//! cache lines); key and value bytes are packed little-endian into words.
 //! ```text
-//! word 0  previous address (bits 0..48) | PRESENT 60 | STABLE 59 | SEALED 61 | INVALID 62 | TOMBSTONE 63
-//! word 1  version (bits 0..32)          | key length in bytes (bits 32..64)
-//! word 2  seqlock (bits 0..32, bit 0 = writer holds it) | value length in bytes (bits 32..64)
-//! word 3  stable-copy address (bits 0..48, cpr-copy only) | record size in 64-byte lines (bits 48..64)
-//! word 4  access word (bits 0..32): the caller's recency/frequency stamp, relaxed, outside the seqlock
-//! word 5… key bytes padded to 8, then the value words: capacity = size/8 - 5 - key words
+//! word 0  previous address (bits 0..48) | key length (bits 48..58, 1023 = "in an extra word")
+//!         | STABLE_SLOT 58 | STABLE 59 | PRESENT 60 | SEALED 61 | INVALID 62 | TOMBSTONE 63
+//! word 1  version (u32, bytes 0..4 of the word) | access (u32, bytes 4..8)
+//! word 2  seqlock (bits 0..23: bit 0 = a writer holds it, 22-bit counter above)
+//!         | value length in bytes (bits 23..45) | value capacity in words (bits 45..64)
+//! [word]  stable-copy address (bits 0..48), only if STABLE_SLOT
+//! [word]  key length in bytes, only if word 0's key length field is 1023
+//! then    the key words, then `capacity` value words
 //! ```
+//! A record of `k` key bytes and capacity `c` words takes `8 * (3 + extras + ceil(k/8) + c)` bytes:
+//! an 8-byte key and an 8-byte value take 40. Why each field is where it is:
+//! - Word 0 is what chain walks and scans read first: the link, the flags they test, and the key
+//!   length (immutable, so it shares the word that flags and links change by CAS / fetch_or
+//!   without ever being rewritten). PRESENT makes every record's word 0 non-zero: a page scan
+//!   stops at the first word 0 without it. STABLE_SLOT says the stable-copy word exists; it is
+//!   fixed at creation (records get it while the store's default strategy or its newest
+//!   checkpoint is cpr-copy: `Shared::stable_slots`). A record without the slot is never written
+//!   in place by cpr-copy's v+1 writers: they copy it (read-copy-update), as the other
+//!   strategies do.
+//! - Word 1: the version (32 bits, as before: rollback and recovery compare full versions) and
+//!   the access word. Word 1 is only ever accessed as two `AtomicU32`s, never as a `u64`, so the
+//!   access word's relaxed stores cannot race a same-word store of the version.
+//! - Word 2: everything the seqlock covers that is not a flag (the value length) is in the
+//!   seqlock's own word, so one acquire load gives a consistent (sequence, length) pair, and one
+//!   release store publishes both. The capacity is fixed at creation; it shares the word only
+//!   because every unlock rewrites the word with the same capacity (so a scan reading the size
+//!   without the lock always sees it).
+//!
+//! The access word: a 32-bit stamp per record for the layer above (the server's eviction clock).
+//! Not covered by the seqlock, never logged, never checkpointed, written and read with relaxed
+//! atomics. A new key's first record gets the store-wide stamp (`Store::set_access_stamp`;
+//! recovered records `StoreConfig::access_stamp`), and the engine copies the old record's word
+//! whenever it copies a record (read-copy-update of an existing key, cpr-copy's stable copy,
+//! compaction), so a key keeps its stamp while it lives.
+//!
+//! The seqlock's counter: a reader copies a value between two loads of word 2 and accepts the copy
+//! if both loads are equal. A torn copy can pass only if writers completed exactly a multiple of
+//! 2^22 (4,194,304) writes of this one record between the two loads and left the same length:
+//! every write is a lock CAS, a value copy and a release store on one cache line, serialised by
+//! the lock, so that takes well over 10 ms of uninterrupted writes to one key while the reader
+//! sits in a copy of at most a few KiB for small records. Only a reader descheduled mid-copy for
+//! that long could miss it, by landing on an exact multiple; the previous 32-bit field had the
+//! same argument with 2^31. (>= 16 bits is the floor; 22 is what the word has after the lengths.)
+//!
 //! Invariants:
 //! - Address 0 is null; page 0 is never used, so every record address is > 0.
 //! - Allocation is a `fetch_add` on the packed tail; records on one page are contiguous from offset
-//!   0 and the unused rest of a page stays zero, so a page scan stops at the first word 0 without
-//!   PRESENT. Scans only run below a tail value captured before an epoch bump completed, so every
-//!   record they meet was fully written (allocation and writing happen in one protected operation).
-//! - Key, version-at-creation and capacity never change after publication. Value bytes, value length,
-//!   the tombstone bit and the version change only under the record's seqlock; readers copy the
-//!   value through atomic word loads and retry if the sequence moved, so reads are never torn.
+//!   0 and never straddle pages; the unused rest of a page stays zero, so a page scan stops at the
+//!   first word 0 without PRESENT (or when fewer than a header's bytes remain). Scans only run
+//!   below a tail value captured before an epoch bump completed, so every record they meet was
+//!   fully written (allocation and writing happen in one protected operation).
+//! - Key, key length, version-at-creation, capacity and STABLE_SLOT never change after
+//!   publication. Value bytes, value length, the tombstone bit and the version change only under
+//!   the record's seqlock; readers copy the value through atomic word loads and retry if the
+//!   sequence moved, so reads are never torn. The access word changes at any time.
 //! - A page is freed only by an epoch action after `begin_address` moved past it, so a protected
 //!   thread that read `begin_address` and then follows an address `>= begin_address` never touches
 //!   freed memory. Chain walks stop at addresses below `begin_address`.
 //! - Memory budget: `writer_page_limit` pages for user writes, the remaining reserve for compaction
 //!   (which must be able to copy live records forward to free old pages).
+//! - Nothing persisted holds this layout: checkpoint segments store (version, key, value)
+//!   entries, so checkpoint files do not depend on it.
 
-use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+mod record;
+#[cfg(test)]
+mod tests;
+
+use record::{key_start, lengths_word};
+pub(crate) use record::{Record, RecordGuard};
 
 pub(crate) const ADDRESS_MASK: u64 = (1 << 48) - 1;
+/// Word 0: where the key length field starts (10 bits).
+const KEY_LEN_SHIFT: u32 = 48;
+/// Key length field value meaning "the length is in an extra word"; shorter keys are inline.
+const KEY_LEN_ESCAPE: u64 = (1 << 10) - 1;
+/// The record has the stable-copy address word (fixed at creation).
+pub(crate) const FLAG_STABLE_SLOT: u64 = 1 << 58;
 pub(crate) const FLAG_STABLE: u64 = 1 << 59;
 pub(crate) const FLAG_PRESENT: u64 = 1 << 60;
 pub(crate) const FLAG_SEALED: u64 = 1 << 61;
 pub(crate) const FLAG_INVALID: u64 = 1 << 62;
 pub(crate) const FLAG_TOMBSTONE: u64 = 1 << 63;
-/// Header size in 8-byte words.
-pub(crate) const HEADER_WORDS: usize = 5;
-/// The header word holding the access word (see [`Record::access`]).
-const ACCESS_WORD: usize = 4;
-/// Largest record size in 64-byte lines (16 bits in the header).
-const MAX_RECORD_LINES: usize = (1 << 16) - 1;
-/// Largest record in bytes, header and key included (a little under 4 MiB).
-pub(crate) const MAX_RECORD_BYTES: usize = MAX_RECORD_LINES * 64;
+/// Header size in 8-byte words, without the optional stable-copy and key-length words.
+pub(crate) const HEADER_WORDS: usize = 3;
+/// Largest record in bytes, header and key included (a little under 4 MiB: the limit the
+/// previous format had, kept so that no caller's limits change). The capacity field's 19 bits
+/// and the value length's 22 bits cover it.
+pub(crate) const MAX_RECORD_BYTES: usize = ((1 << 16) - 1) * 64;
+const _: () = assert!(MAX_RECORD_BYTES / 8 < 1 << 19 && MAX_RECORD_BYTES < 1 << 22);
 
 /// Words needed for `bytes` bytes.
 #[inline]
 pub(crate) fn words_for(bytes: usize) -> usize {
     bytes.div_ceil(8)
+}
+
+/// The key length field of word 0.
+#[inline(always)]
+fn key_len_field(word0: u64) -> u64 {
+    (word0 >> KEY_LEN_SHIFT) & KEY_LEN_ESCAPE
 }
 
 /// Packs up to 8 bytes of `bytes` starting at `word_index * 8` into a little-endian word
@@ -63,20 +123,17 @@ pub(crate) fn pack_word(bytes: &[u8], word_index: usize) -> u64 {
     word
 }
 
-/// Bytes a record occupies: header, key and value capacity, rounded up to a cache line so that
-/// records of up to 64 bytes never straddle two lines (pages are 4 KiB-aligned). The padding is
-/// value capacity: in-place updates may grow into it.
+/// Header words (with the optional ones) of a record with this key length and slot choice.
 #[inline]
-pub(crate) fn record_footprint(key_len: usize, capacity_words: usize) -> usize {
-    ((HEADER_WORDS + words_for(key_len) + capacity_words) * 8).next_multiple_of(64)
+pub(crate) fn header_words(key_len: usize, stable_slot: bool) -> usize {
+    HEADER_WORDS + usize::from(stable_slot) + usize::from(key_len as u64 >= KEY_LEN_ESCAPE)
 }
 
-/// The value capacity (in words) a record of this key gets when it must hold `value_len` bytes:
-/// all of the cache-line padding.
+/// Bytes a record occupies: header (with its optional words), key and value capacity, in words.
+/// No padding: growth room exists only where a writer asked for it through the capacity.
 #[inline]
-pub(crate) fn padded_capacity_words(key_len: usize, value_len: usize) -> usize {
-    let footprint = record_footprint(key_len, words_for(value_len));
-    footprint / 8 - HEADER_WORDS - words_for(key_len)
+pub(crate) fn record_footprint(key_len: usize, capacity_words: usize, stable_slot: bool) -> usize {
+    (header_words(key_len, stable_slot) + words_for(key_len) + capacity_words) * 8
 }
 
 fn page_layout(page_bytes: usize) -> std::alloc::Layout {
@@ -102,281 +159,19 @@ pub(crate) enum AllocError {
     NeedMemory,
 }
 
-/// A view of one record in a live page. Valid while the holder's epoch protection lasts.
-#[derive(Clone, Copy)]
-pub(crate) struct Record<'a> {
-    pub(crate) address: u64,
-    words: &'a [AtomicU64],
-}
-
-impl<'a> Record<'a> {
-    #[inline]
-    pub(crate) fn word0(&self) -> u64 {
-        self.words[0].load(Ordering::Acquire)
-    }
-    #[inline]
-    pub(crate) fn previous(&self) -> u64 {
-        self.word0() & ADDRESS_MASK
-    }
-    #[inline]
-    pub(crate) fn is_tombstone(&self) -> bool {
-        self.word0() & FLAG_TOMBSTONE != 0
-    }
-    #[inline]
-    pub(crate) fn is_sealed(&self) -> bool {
-        self.word0() & FLAG_SEALED != 0
-    }
-    #[inline]
-    pub(crate) fn version(&self) -> u64 {
-        self.words[1].load(Ordering::Acquire) & 0xFFFF_FFFF
-    }
-    #[inline]
-    pub(crate) fn key_len(&self) -> usize {
-        (self.words[1].load(Ordering::Relaxed) >> 32) as usize
-    }
-    #[inline]
-    fn key_words(&self) -> usize {
-        words_for(self.key_len())
-    }
-    #[inline]
-    pub(crate) fn capacity_words(&self) -> usize {
-        // The size never changes after publication, so a relaxed load sees the value written
-        // before the record became reachable.
-        let lines = (self.words[3].load(Ordering::Relaxed) >> 48) as usize;
-        lines * 8 - HEADER_WORDS - self.key_words()
-    }
-    #[inline]
-    pub(crate) fn stable_address(&self) -> u64 {
-        self.words[3].load(Ordering::Acquire) & ADDRESS_MASK
-    }
-    /// The access word: the caller's stamp (an LRU clock or LFU counter), not logged, not
-    /// checkpointed and not under the seqlock: a lost update in a race is acceptable.
-    #[inline]
-    pub(crate) fn access(&self) -> u32 {
-        self.words[ACCESS_WORD].load(Ordering::Relaxed) as u32
-    }
-    /// Stores the access word (relaxed; see [`Record::access`]).
-    #[inline]
-    pub(crate) fn set_access(&self, stamp: u32) {
-        self.words[ACCESS_WORD].store(u64::from(stamp), Ordering::Relaxed);
-    }
-    /// Size of the whole record in bytes.
-    pub(crate) fn size_bytes(&self) -> usize {
-        record_footprint(self.key_len(), self.capacity_words())
-    }
-
-    /// Whether the record's key equals `key` (keys are immutable: no seqlock needed).
-    #[inline]
-    pub(crate) fn key_equals(&self, key: &[u8]) -> bool {
-        if self.key_len() != key.len() {
-            return false;
-        }
-        let key_words = words_for(key.len());
-        let stored = &self.words[HEADER_WORDS..HEADER_WORDS + key_words];
-        for (index, word) in stored.iter().enumerate() {
-            if word.load(Ordering::Relaxed) != pack_word(key, index) {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Whether `other` holds the same key (keys are immutable: no seqlock needed).
-    #[inline]
-    pub(crate) fn same_key(&self, other: &Record<'_>) -> bool {
-        let len = self.key_len();
-        if len != other.key_len() {
-            return false;
-        }
-        let words = words_for(len);
-        self.words[HEADER_WORDS..HEADER_WORDS + words]
-            .iter()
-            .zip(&other.words[HEADER_WORDS..HEADER_WORDS + words])
-            .all(|(a, b)| a.load(Ordering::Relaxed) == b.load(Ordering::Relaxed))
-    }
-
-    /// Appends the key bytes to `out`.
-    pub(crate) fn copy_key(&self, out: &mut Vec<u8>) {
-        let len = self.key_len();
-        copy_words(&self.words[HEADER_WORDS..], len, out);
-    }
-
-    /// Copies the value (and reports the tombstone bit) consistently under the seqlock.
-    /// Returns `false` (leaving `out` empty) if the record is a tombstone.
-    #[inline]
-    pub(crate) fn read_value(&self, out: &mut Vec<u8>) -> bool {
-        let value_start = HEADER_WORDS + self.key_words();
-        loop {
-            let before = self.words[2].load(Ordering::Acquire);
-            if before & 1 != 0 {
-                std::hint::spin_loop();
-                continue;
-            }
-            out.clear();
-            let tombstone = self.is_tombstone();
-            if !tombstone {
-                copy_words(&self.words[value_start..], (before >> 32) as usize, out);
-            }
-            fence(Ordering::Acquire);
-            if self.words[2].load(Ordering::Relaxed) == before {
-                return !tombstone;
-            }
-        }
-    }
-
-    /// Takes the record's writer lock (spinning; holders keep it for one value copy).
-    #[inline]
-    pub(crate) fn lock(&self) -> RecordGuard<'a> {
-        loop {
-            let current = self.words[2].load(Ordering::Relaxed);
-            if current & 1 == 0
-                && self.words[2]
-                    .compare_exchange_weak(
-                        current,
-                        current | 1,
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-            {
-                return RecordGuard {
-                    record: *self,
-                    locked_word: current | 1,
-                    new_len: (current >> 32) as usize,
-                };
-            }
-            std::hint::spin_loop();
-        }
-    }
-
-    /// Re-links a record that is not yet reachable (its publishing CAS failed).
-    pub(crate) fn set_previous_unpublished(&self, previous: u64) {
-        let word0 = self.words[0].load(Ordering::Relaxed);
-        self.words[0].store((word0 & !ADDRESS_MASK) | previous, Ordering::Release);
-    }
-
-    /// Re-links a published record whose previous address is `expected` to `previous` (PURGE
-    /// only: `previous` is below `expected` and everything between is flagged invalid, so the
-    /// chain keeps pointing down and loses nothing). Keeps the flags; `false` if the link moved.
-    pub(crate) fn replace_previous(&self, expected: u64, previous: u64) -> bool {
-        debug_assert!(previous < expected);
-        let mut word0 = self.words[0].load(Ordering::Acquire);
-        loop {
-            if word0 & ADDRESS_MASK != expected {
-                return false;
-            }
-            match self.words[0].compare_exchange_weak(
-                word0,
-                (word0 & !ADDRESS_MASK) | previous,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return true,
-                Err(current) => word0 = current,
-            }
-        }
-    }
-
-    pub(crate) fn set_flags(&self, flags: u64) {
-        self.words[0].fetch_or(flags, Ordering::AcqRel);
-    }
-}
-
-/// Exclusive access to a record's mutable parts. Dropping publishes the new length and sequence.
-pub(crate) struct RecordGuard<'a> {
-    pub(crate) record: Record<'a>,
-    locked_word: u64,
-    new_len: usize,
-}
-
-impl RecordGuard<'_> {
-    /// Appends the current value to `out` (the lock excludes writers, so no retry is needed).
-    pub(crate) fn copy_value(&self, out: &mut Vec<u8>) {
-        let start = HEADER_WORDS + self.record.key_words();
-        copy_words(&self.record.words[start..], self.new_len, out);
-    }
-
-    /// Whether `len` bytes fit in place.
-    #[inline]
-    pub(crate) fn fits(&self, len: usize) -> bool {
-        words_for(len) <= self.record.capacity_words()
-    }
-
-    /// Overwrites the value in place. Caller checked `fits`.
-    #[inline]
-    pub(crate) fn write_value(&mut self, value: &[u8]) {
-        debug_assert!(self.fits(value.len()));
-        let start = HEADER_WORDS + self.record.key_words();
-        for index in 0..words_for(value.len()) {
-            self.record.words[start + index].store(pack_word(value, index), Ordering::Relaxed);
-        }
-        self.new_len = value.len();
-    }
-
-    /// Sets the record version (in-place writes record the writer's version).
-    pub(crate) fn set_version(&mut self, version: u64) {
-        let word = &self.record.words[1];
-        let current = word.load(Ordering::Relaxed);
-        if current & 0xFFFF_FFFF == version & 0xFFFF_FFFF {
-            return;
-        }
-        word.store(
-            (current & !0xFFFF_FFFF) | (version & 0xFFFF_FFFF),
-            Ordering::Release,
-        );
-    }
-
-    /// Sets or clears the tombstone bit.
-    pub(crate) fn set_tombstone(&mut self, tombstone: bool) {
-        let current = self.record.words[0].load(Ordering::Relaxed) & FLAG_TOMBSTONE != 0;
-        if current == tombstone {
-            return;
-        }
-        if tombstone {
-            self.record.words[0].fetch_or(FLAG_TOMBSTONE, Ordering::AcqRel);
-        } else {
-            self.record.words[0].fetch_and(!FLAG_TOMBSTONE, Ordering::AcqRel);
-        }
-    }
-
-    /// Records the address of a stable copy (cpr-copy).
-    pub(crate) fn set_stable_address(&mut self, address: u64) {
-        let word = &self.record.words[3];
-        let current = word.load(Ordering::Relaxed);
-        word.store((current & !ADDRESS_MASK) | address, Ordering::Release);
-    }
-}
-
-impl Drop for RecordGuard<'_> {
-    fn drop(&mut self) {
-        let sequence = (self.locked_word & 0xFFFF_FFFF).wrapping_add(1) & 0xFFFF_FFFF;
-        debug_assert!(sequence & 1 == 0);
-        self.record.words[2].store(((self.new_len as u64) << 32) | sequence, Ordering::Release);
-    }
-}
-
-#[inline]
-fn copy_words(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
-    out.reserve(len);
-    let full = len / 8;
-    for word in &words[..full] {
-        out.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
-    }
-    let rest = len % 8;
-    if rest != 0 {
-        out.extend_from_slice(&words[full].load(Ordering::Relaxed).to_le_bytes()[..rest]);
-    }
-}
-
 /// Description of a new record for [`HybridLog::write_new`].
 pub(crate) struct NewRecord<'a> {
     pub(crate) previous: u64,
+    /// Flags of word 0 (PRESENT is added); `FLAG_STABLE_SLOT` gives the record the stable-copy
+    /// address word.
     pub(crate) flags: u64,
     pub(crate) version: u64,
     pub(crate) key: &'a [u8],
     pub(crate) value: &'a [u8],
+    /// Value capacity in words, at least the value's: `words_for(value.len())` unless the writer
+    /// wants in-place growth room (rmw's placeholder, compaction keeping a record's capacity).
     pub(crate) capacity_words: usize,
-    /// The access word the record starts with (see [`Record::access`]).
+    /// The access word's initial value (0 for new data, the old record's when copying one).
     pub(crate) access: u32,
 }
 
@@ -595,8 +390,8 @@ impl HybridLog {
     }
 
     /// Bytes a record with these sizes occupies.
-    pub(crate) fn record_size(key_len: usize, capacity_words: usize) -> usize {
-        record_footprint(key_len, capacity_words)
+    pub(crate) fn record_size(key_len: usize, capacity_words: usize, stable_slot: bool) -> usize {
+        record_footprint(key_len, capacity_words, stable_slot)
     }
 
     /// Allocates and fills a record (not yet reachable: the caller publishes it by CAS).
@@ -606,33 +401,40 @@ impl HybridLog {
         compaction: bool,
     ) -> Result<u64, AllocError> {
         debug_assert!(record.capacity_words >= words_for(record.value.len()));
-        let size = Self::record_size(record.key.len(), record.capacity_words);
-        let address = self.allocate(size, compaction)?;
-        let words = self.words_at(address);
-        let key_words = words_for(record.key.len());
-        for index in 0..key_words {
-            words[HEADER_WORDS + index].store(pack_word(record.key, index), Ordering::Relaxed);
-        }
-        for index in 0..words_for(record.value.len()) {
-            words[HEADER_WORDS + key_words + index]
-                .store(pack_word(record.value, index), Ordering::Relaxed);
-        }
+        debug_assert!(record.flags & ((1 << 58) - 1) == 0, "flags only");
+        let stable_slot = record.flags & FLAG_STABLE_SLOT != 0;
+        let key_len = record.key.len();
+        let size = Self::record_size(key_len, record.capacity_words, stable_slot);
         assert!(
             size <= MAX_RECORD_BYTES,
             "record of {size} bytes exceeds the header's limit; callers check sizes first"
         );
-        debug_assert!(size.is_multiple_of(64));
-        words[3].store(((size / 64) as u64) << 48, Ordering::Relaxed);
-        words[ACCESS_WORD].store(u64::from(record.access), Ordering::Relaxed);
-        words[2].store((record.value.len() as u64) << 32, Ordering::Relaxed);
-        words[1].store(
-            ((record.key.len() as u64) << 32) | (record.version & 0xFFFF_FFFF),
+        let address = self.allocate(size, compaction)?;
+        let words = self.words_at(address);
+        let key_field = (key_len as u64).min(KEY_LEN_ESCAPE);
+        let word0 = record.previous | (key_field << KEY_LEN_SHIFT) | record.flags | FLAG_PRESENT;
+        let key_start = key_start(word0);
+        // The optional words: a fresh page is zeroed, so the stable slot already reads "none".
+        if key_field == KEY_LEN_ESCAPE {
+            words[key_start - 1].store(key_len as u64, Ordering::Relaxed);
+        }
+        for index in 0..words_for(key_len) {
+            words[key_start + index].store(pack_word(record.key, index), Ordering::Relaxed);
+        }
+        let value_start = key_start + words_for(key_len);
+        for index in 0..words_for(record.value.len()) {
+            words[value_start + index].store(pack_word(record.value, index), Ordering::Relaxed);
+        }
+        words[2].store(
+            lengths_word(record.value.len(), record.capacity_words),
             Ordering::Relaxed,
         );
-        words[0].store(
-            record.previous | record.flags | FLAG_PRESENT,
-            Ordering::Release,
-        );
+        let fresh = Record { address, words };
+        fresh.set_access(record.access);
+        fresh.set_version_unpublished(record.version);
+        // Release: everything above is visible to whoever reads word 0 (scans) or follows the
+        // address published by the caller's CAS.
+        words[0].store(word0, Ordering::Release);
         Ok(address)
     }
 
@@ -672,6 +474,7 @@ impl HybridLog {
         let mut address = from;
         while address < until {
             let page_end = (address | (page_bytes - 1)) + 1;
+            // Fewer bytes than the smallest record's header: the page's unused, zeroed end.
             if page_end - address < (HEADER_WORDS * 8) as u64 {
                 address = page_end;
                 continue;

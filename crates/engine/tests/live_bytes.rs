@@ -37,8 +37,8 @@ fn value(rng: &mut Rng, len: usize) -> Vec<u8> {
 
 /// The record size after writing `len` bytes into `entry`'s record: in place if it fits (a
 /// record of size `s` holds a value whose fresh record would be at most `s`), else a new record.
-fn written(key: &[u8], entry: &ModelKey, len: usize) -> usize {
-    let fresh = Store::record_bytes(key.len(), len);
+fn written(store: &Store, key: &[u8], entry: &ModelKey, len: usize) -> usize {
+    let fresh = store.record_bytes(key.len(), len);
     match entry.record {
         Some(size) if fresh <= size => size,
         _ => fresh,
@@ -69,11 +69,11 @@ fn model_sum(model: &HashMap<Vec<u8>, ModelKey>) -> u64 {
 }
 
 /// Recovery writes every record afresh: the sum over live keys of `record_bytes`.
-fn fresh_sum(model: &HashMap<Vec<u8>, ModelKey>) -> u64 {
+fn fresh_sum(store: &Store, model: &HashMap<Vec<u8>, ModelKey>) -> u64 {
     model
         .iter()
         .filter_map(|(key, entry)| entry.value.as_ref().map(|value| (key, value)))
-        .map(|(key, value)| Store::record_bytes(key.len(), value.len()) as u64)
+        .map(|(key, value)| store.record_bytes(key.len(), value.len()) as u64)
         .sum()
 }
 
@@ -83,7 +83,7 @@ fn random_op(
     model: &mut HashMap<Vec<u8>, ModelKey>,
     rng: &mut Rng,
     keys: std::ops::Range<u64>,
-    exact: bool,
+    exact: Option<&Store>,
 ) {
     let key = key(keys.start + rng.next_u64() % (keys.end - keys.start));
     let entry = model.entry(key.clone()).or_default();
@@ -92,8 +92,8 @@ fn random_op(
             let len = (rng.next_u64() % 300) as usize;
             let new = value(rng, len);
             session.upsert(&key, &new).unwrap();
-            if exact {
-                entry.record = Some(written(&key, entry, len));
+            if let Some(store) = exact {
+                entry.record = Some(written(store, &key, entry, len));
             }
             entry.value = Some(new);
         }
@@ -127,12 +127,12 @@ fn random_op(
             } else {
                 old[..old.len() / 2].to_vec()
             };
-            if exact {
+            if let Some(store) = exact {
                 // No record: rmw writes a placeholder sized for 8 bytes first.
                 if entry.record.is_none() {
-                    entry.record = Some(Store::record_bytes(key.len(), 8));
+                    entry.record = Some(store.record_bytes(key.len(), 8));
                 }
-                entry.record = Some(written(&key, entry, new.len()));
+                entry.record = Some(written(store, &key, entry, new.len()));
             }
             entry.value = Some(new);
         }
@@ -158,7 +158,7 @@ fn the_count_matches_the_recount_and_the_model() {
     let mut model = HashMap::new();
     for round in 0..20 {
         for _ in 0..500 {
-            random_op(&mut session, &mut model, &mut rng, 0..300, true);
+            random_op(&mut session, &mut model, &mut rng, 0..300, Some(&store));
         }
         check(&store, Some(model_sum(&model)))
             .unwrap_or_else(|error| panic!("round {round}: {error}"));
@@ -193,7 +193,7 @@ fn the_count_survives_checkpoints_compaction_and_recovery() {
                 let mut model = HashMap::new();
                 let keys = thread * 1000..thread * 1000 + 400;
                 while !stop.load(Ordering::Relaxed) {
-                    random_op(&mut session, &mut model, &mut rng, keys.clone(), false);
+                    random_op(&mut session, &mut model, &mut rng, keys.clone(), None);
                     operations.fetch_add(1, Ordering::Relaxed);
                 }
                 model
@@ -219,7 +219,7 @@ fn the_count_survives_checkpoints_compaction_and_recovery() {
     check(&store, None).unwrap();
     let recount = store.recount_live_record_bytes();
     assert!(
-        recount >= fresh_sum(&model),
+        recount >= fresh_sum(&store, &model),
         "a record is at least as large as a fresh one for its value"
     );
     let token = store.checkpoint(Strategy::Persian).unwrap();
@@ -227,12 +227,12 @@ fn the_count_survives_checkpoints_compaction_and_recovery() {
     drop(store);
 
     let store = Store::open(config).unwrap();
-    check(&store, Some(fresh_sum(&model))).unwrap();
+    check(&store, Some(fresh_sum(&store, &model))).unwrap();
     // Writes after recovery keep counting from the recounted base.
     let mut session = store.start_session();
     let mut rng = Rng::new(7);
     for _ in 0..2_000 {
-        random_op(&mut session, &mut model, &mut rng, 0..400, false);
+        random_op(&mut session, &mut model, &mut rng, 0..400, None);
     }
     check(&store, None).unwrap();
 }
@@ -248,7 +248,7 @@ fn a_rollback_recounts() {
     let mut rng = Rng::new(5);
     let mut model = HashMap::new();
     for _ in 0..3_000 {
-        random_op(&mut session, &mut model, &mut rng, 0..300, false);
+        random_op(&mut session, &mut model, &mut rng, 0..300, None);
     }
     session.suspend();
     let token = store.checkpoint(Strategy::FoldOver).unwrap();
@@ -258,7 +258,7 @@ fn a_rollback_recounts() {
     // Writes of the next version (new keys, deletes, growth), then rolled back.
     let mut later = model.clone();
     for _ in 0..3_000 {
-        random_op(&mut session, &mut later, &mut rng, 0..600, false);
+        random_op(&mut session, &mut later, &mut rng, 0..600, None);
     }
     session.suspend();
     assert_ne!(

@@ -426,7 +426,7 @@ fn purge_scans_only_the_versions_it_discards() {
     let config = || {
         let mut config = config(dir.path());
         config.index_buckets = (keys as usize).next_power_of_two();
-        // Far above twice the whole history (about 64 bytes a record): no compaction.
+        // Far above twice the whole history (about 40 bytes a record): no compaction.
         config.log_memory_bytes = (u64::from(keys) * u64::from(rounds + 4) * 256).max(64 << 20);
         config.log_page_bytes = 256 << 10;
         config

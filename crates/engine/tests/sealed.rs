@@ -43,7 +43,7 @@ fn config(dir: &Path) -> StoreConfig {
     let mut config = StoreConfig::new(dir);
     let keys = keys() * WRITERS as u64;
     config.index_buckets = (keys as usize).next_power_of_two().max(1 << 12);
-    // Room for a few versions of every key (records of 64 bytes and more).
+    // Room for a few versions of every key (records of 40 bytes and more).
     config.log_memory_bytes = (keys * 512).max(64 << 20);
     config.rollback_ready = true;
     config.keep_checkpoints = usize::MAX;

@@ -393,7 +393,7 @@ impl Session {
             });
         }
         debug_assert!(
-            HybridLog::record_size(key.len(), words_for(value_len))
+            HybridLog::record_size(key.len(), words_for(value_len), true)
                 <= self.store.shared.log.max_record_bytes()
         );
         Ok(())

@@ -7,8 +7,8 @@
 use super::{map_step, LatchHold, Session, Step, Write};
 use crate::index::{EntrySlot, KeyHash};
 use crate::log::{
-    padded_capacity_words, words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard,
-    FLAG_INVALID, FLAG_SEALED, FLAG_STABLE, FLAG_TOMBSTONE,
+    words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard, FLAG_INVALID, FLAG_SEALED,
+    FLAG_STABLE, FLAG_TOMBSTONE,
 };
 use crate::store::Located;
 use crate::{EngineError, Strategy};
@@ -34,10 +34,16 @@ impl Session {
             return Ok(match write {
                 Write::Delete => Step::Done(false),
                 Write::Put(value) => {
-                    let capacity_words = padded_capacity_words(key.len(), value.len());
-                    let step = self.insert(&shared.log, &mut entry, key, value, 0, capacity_words);
-                    if let Step::Done(()) = step {
-                        self.account(HybridLog::record_size(key.len(), capacity_words) as i64);
+                    let step = self.insert(
+                        &shared.log,
+                        &mut entry,
+                        key,
+                        value,
+                        0,
+                        words_for(value.len()),
+                    );
+                    if let Step::Done(bytes) = step {
+                        self.account(bytes as i64);
                     }
                     map_step(step, |_| false)
                 }
@@ -56,9 +62,11 @@ impl Session {
         }
         let copy_to_new_version = self.must_copy(hash, record_version);
         let mutable = record.address >= shared.log.read_only_address();
+        // A record without the stable-copy word is copied (read-copy-update below) instead.
         if copy_to_new_version
             && mutable
             && !self.rollback_ready
+            && record.has_stable_slot()
             && shared.strategy_in_flight() == Strategy::CprCopy
         {
             return Ok(self.cpr_copy_write(&shared.log, record, &mut entry, hash, key, write));
@@ -143,21 +151,22 @@ impl Session {
         } else {
             0
         };
-        let new_bytes = if flags & FLAG_TOMBSTONE == 0 {
-            HybridLog::record_size(key.len(), padded_capacity_words(key.len(), value.len())) as i64
-        } else {
-            0
-        };
         let access = if existed {
             guard.record.access()
         } else {
             self.access_stamp()
         };
         let step = self.rcu_locked(log, guard, entry, key, value, flags, access, use_reserve);
-        if let Step::Done(()) = step {
+        if let Step::Done(new_bytes) = step {
+            // A tombstone is never live: only the old record's bytes leave the count.
+            let new_bytes = if flags & FLAG_TOMBSTONE == 0 {
+                new_bytes as i64
+            } else {
+                0
+            };
             self.account(new_bytes - old_bytes);
         }
-        step
+        map_step(step, |_| ())
     }
 
     /// Whether a write acting as this session's version must leave the key's newest record (of
@@ -250,7 +259,7 @@ impl Session {
     }
 
     /// Writes the first record of a key with no valid record (a new key: it starts with the
-    /// store's access stamp).
+    /// store's access stamp). Done carries the new record's size in bytes (for live bytes).
     fn insert(
         &self,
         log: &HybridLog,
@@ -259,11 +268,11 @@ impl Session {
         value: &[u8],
         flags: u64,
         capacity_words: usize,
-    ) -> Step<()> {
+    ) -> Step<usize> {
         let address = match log.write_new(
             &NewRecord {
                 previous: self.link_target(entry.address()),
-                flags,
+                flags: flags | self.store.shared.stable_slot_flag(),
                 version: self.version,
                 key,
                 value,
@@ -276,7 +285,7 @@ impl Session {
             Err(AllocError::NeedMemory) => return Step::NeedMemory,
         };
         match entry.compare_exchange(address) {
-            Ok(()) => Step::Done(()),
+            Ok(()) => Step::Done(log.record(address).size_bytes()),
             Err(_) => {
                 log.record(address).set_flags(FLAG_INVALID);
                 Step::Again
@@ -285,7 +294,7 @@ impl Session {
     }
 
     /// Publishes a new version of the locked record's key (starting with the access word
-    /// `access`) and seals the old record.
+    /// `access`) and seals the old record. Done carries the new record's size in bytes.
     #[allow(clippy::too_many_arguments)]
     fn rcu_locked(
         &self,
@@ -297,16 +306,17 @@ impl Session {
         flags: u64,
         access: u32,
         use_reserve: bool,
-    ) -> Step<()> {
+    ) -> Step<usize> {
+        let slot = self.store.shared.stable_slot_flag();
         let write = |previous: u64| {
             log.write_new(
                 &NewRecord {
                     previous: self.link_target(previous),
-                    flags,
+                    flags: flags | slot,
                     version: self.version,
                     key,
                     value,
-                    capacity_words: padded_capacity_words(key.len(), value.len()),
+                    capacity_words: words_for(value.len()),
                     access,
                 },
                 use_reserve,
@@ -321,7 +331,7 @@ impl Session {
             match entry.compare_exchange(address) {
                 Ok(()) => {
                     guard.record.set_flags(FLAG_SEALED);
-                    return Step::Done(());
+                    return Step::Done(log.record(address).size_bytes());
                 }
                 // Only the head moved (another key of this chain): we hold the key's newest record,
                 // so no newer version of our key can have appeared. Re-link and retry — but only
@@ -457,10 +467,12 @@ impl Session {
                     key,
                     &[],
                     FLAG_TOMBSTONE,
-                    padded_capacity_words(key.len(), 8),
+                    // Capacity hint: room for an 8-byte value (a counter), which the update
+                    // then writes in place instead of copying the placeholder.
+                    1,
                 ) {
-                    Step::Done(()) => Step::Again,
-                    other => other,
+                    Step::Done(_) => Step::Again,
+                    other => map_step(other, |_| ()),
                 },
             );
         };
@@ -482,6 +494,7 @@ impl Session {
         let cpr_copy = copy_to_new_version
             && mutable
             && !self.rollback_ready
+            && guard.record.has_stable_slot()
             && shared.strategy_in_flight() == Strategy::CprCopy;
         if cpr_copy {
             if guard.record.version() == self.version {

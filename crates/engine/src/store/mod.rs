@@ -178,6 +178,21 @@ impl Shared {
         Strategy::ALL[self.running_strategy.load(Ordering::Acquire) as usize]
     }
 
+    /// `FLAG_STABLE_SLOT` if records written now get the stable-copy word, else 0: while the
+    /// default strategy or the newest checkpoint's is cpr-copy, whose v+1 writers store a stable
+    /// copy's address in the record they then write in place. Other records cost 8 bytes less;
+    /// cpr-copy copies them instead (read-copy-update, as the other strategies do).
+    #[inline]
+    pub(crate) fn stable_slot_flag(&self) -> u64 {
+        if self.config.default_strategy == Strategy::CprCopy
+            || self.strategy_in_flight() == Strategy::CprCopy
+        {
+            crate::log::FLAG_STABLE_SLOT
+        } else {
+            0
+        }
+    }
+
     /// Records the strategy of the checkpoint starting now (see [`Shared::strategy_in_flight`]).
     pub(crate) fn set_running_strategy(&self, strategy: Strategy) {
         let index = Strategy::ALL
@@ -702,16 +717,17 @@ impl Store {
     }
 
     /// The largest value, in bytes, that fits one record with a key of `key_bytes` bytes (a
-    /// record must fit a log page and the header's size field: a little under 4 MiB), or `None`
-    /// when the key alone is too large.
+    /// record must fit a log page and the record limit, a little under 4 MiB, with the largest
+    /// header the key can get), or `None` when the key alone is too large.
     pub fn max_value_bytes(&self, key_bytes: usize) -> Option<usize> {
         if key_bytes > u32::MAX as usize {
             return None;
         }
-        // Records are whole 64-byte lines.
-        let record_words = self.shared.log.max_record_bytes() / 64 * 8;
-        let value_words =
-            record_words.checked_sub(crate::log::HEADER_WORDS + key_bytes.div_ceil(8))?;
+        // With the largest header the key can get (the stable-copy word may be added to any
+        // record a write creates, and long keys carry their length in a word of their own).
+        let record_words = self.shared.log.max_record_bytes() / 8;
+        let value_words = record_words
+            .checked_sub(crate::log::header_words(key_bytes, true) + key_bytes.div_ceil(8))?;
         Some(value_words * 8)
     }
 
@@ -766,11 +782,13 @@ impl Store {
 
     /// The bytes a record written now for a key of `key_bytes` and a value of `value_bytes`
     /// occupies in the log (header, key and value capacity): what one such live key adds to
-    /// [`Store::live_record_bytes`].
-    pub fn record_bytes(key_bytes: usize, value_bytes: usize) -> usize {
+    /// [`Store::live_record_bytes`]. Records carry the stable-copy word while cpr-copy is the
+    /// default or newest strategy, so the answer depends on the store's state.
+    pub fn record_bytes(&self, key_bytes: usize, value_bytes: usize) -> usize {
         HybridLog::record_size(
             key_bytes,
-            crate::log::padded_capacity_words(key_bytes, value_bytes),
+            crate::log::words_for(value_bytes),
+            self.shared.stable_slot_flag() != 0,
         )
     }
 

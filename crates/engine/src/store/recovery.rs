@@ -71,10 +71,7 @@ impl Shared {
                         version: entry.record_version,
                         key: entry.key,
                         value: entry.value,
-                        capacity_words: crate::log::padded_capacity_words(
-                            entry.key.len(),
-                            entry.value.len(),
-                        ),
+                        capacity_words: crate::log::words_for(entry.value.len()),
                         access: self.access_stamp.load(Ordering::Relaxed),
                     },
                     true,

@@ -132,11 +132,12 @@ pub fn load(
     })
 }
 
-/// The engine's configuration for `keys` 8-byte keys: about 2 keys per bucket, and a log budget
-/// of twice what the records need (64 bytes each), at least 64 MiB.
+/// The engine's configuration for `keys` 8-byte keys: at most 6 keys per bucket (3 to 6: the
+/// bucket count is a power of two; docs/engine.md's advice, 13-22 bytes of index per key), and
+/// a log budget of more than twice what the records need (40 bytes each), at least 64 MiB.
 pub fn engine_config(keys: u64, dir: &std::path::Path) -> StoreConfig {
     let mut config = StoreConfig::new(dir);
-    config.index_buckets = (keys as usize / 2).next_power_of_two().max(1 << 10);
+    config.index_buckets = (keys as usize / 6).next_power_of_two().max(1 << 10);
     config.log_memory_bytes = (keys * 64 * 2).max(64 << 20);
     config.log_page_bytes = 4 << 20;
     config
