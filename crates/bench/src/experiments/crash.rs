@@ -305,7 +305,7 @@ fn acknowledged_slot(index: u32) -> usize {
 
 /// The child's store configuration (the parent recovers with the same): the index and the log
 /// budget scale with the key count, as in `cpr`, so a 10M-key stress fits. The budget is four
-/// times the records (64 bytes each), as `cpr`'s: every key's first write in a new version copies
+/// times 64 bytes per record (records take 40 bytes since the compact format: more room), as `cpr`'s: every key's first write in a new version copies
 /// its record, and compaction waits for the checkpoint to end. At twice (the old budget) a 10M-key
 /// cpr-copy child with checkpoints back to back ran out of log memory after 30 s and its writer
 /// failed (`OutOfMemory`): an error to that client, not a loss, but it ended the stress.

@@ -302,11 +302,14 @@ fn verify_under_load(
 /// need it), the flushers and checkpoints to keep.
 pub(super) fn engine_config(plan: &Plan, dir: &Path) -> StoreConfig {
     let mut config = StoreConfig::new(dir.to_path_buf());
-    // About 2 keys per bucket, as `ycsb` sizes it. At 4 keys per bucket (cpr's size until the two
-    // shared their workload) the engine ran 15 % slower than `ycsb`'s at 1M keys, r50w50, 2
-    // threads (30 against 35 M ops/s), so the two experiments' engine_over_dashmap disagreed.
+    // About 2 keys per bucket, the density cpr's earlier runs used, so its throughput figures stay
+    // comparable with them. At 4 keys per bucket the engine ran 15 % slower at 1M keys, r50w50,
+    // 2 threads (30 against 35 M ops/s, 64-byte records). `ycsb` now sizes the index at 3 to 6
+    // keys per bucket (docs/engine.md's advice for memory), so its engine uses less memory per
+    // key than this one and the two experiments' engine_over_dashmap may differ for that reason.
     config.index_buckets = (plan.keys as usize / 2).next_power_of_two().max(1 << 10);
-    // A record of an 8-byte key and value takes 64 bytes of log. Budget four times that: every
+    // A record of an 8-byte key and value takes 40 bytes of log (64 before the compact format;
+    // the budget below kept 64, which leaves more room than it needs). Budget four times that: every
     // key's first write during a checkpoint copies its record (read-copy-update), and compaction
     // waits for the checkpoint to end, so the log may need twice the live data plus what
     // compaction has not reclaimed yet. At twice the live data, writers stalled at the limit
