@@ -43,8 +43,7 @@ impl Session {
             return Ok(match write {
                 Write::Delete => Step::Done(false),
                 Write::Put(value, capacity_words) => {
-                    let step =
-                        self.insert(&shared.log, &mut entry, key, value, 0, capacity_words);
+                    let step = self.insert(&shared.log, &mut entry, key, value, 0, capacity_words);
                     if let Step::Done(bytes) = step {
                         self.account(bytes as i64);
                     }
@@ -166,11 +165,7 @@ impl Session {
         let step = self.rcu_locked(log, guard, entry, key, new, access, use_reserve);
         if let Step::Done(new_bytes) = step {
             // A tombstone is never live: only the old record's bytes leave the count.
-            let new_bytes = if !tombstone {
-                new_bytes as i64
-            } else {
-                0
-            };
+            let new_bytes = if !tombstone { new_bytes as i64 } else { 0 };
             self.account(new_bytes - old_bytes);
         }
         map_step(step, |_| ())
