@@ -43,7 +43,7 @@ fn touches_samples_and_live_bytes_pass_through() {
     let found: Vec<(Vec<u8>, u32)> = sampled.into_iter().map(|s| (s.key, s.access)).collect();
     assert_eq!(found, vec![(b"a".to_vec(), 43), (b"b".to_vec(), 21)]);
 
-    let record = prefixkv_engine::Store::record_bytes(1, 1) as u64;
+    let record = store.engine().record_bytes(1, 1) as u64;
     assert_eq!(store.live_bytes(), index_bytes + 2 * record);
     let pages = store.used_memory_bytes();
     {

@@ -141,6 +141,7 @@ impl Session {
 
     /// [`Session::rcu_locked`] with the live-bytes delta and the access word (see
     /// `replace_locked`). `existed`: the locked record is live.
+    #[allow(clippy::too_many_arguments)]
     fn rcu_accounted(
         &self,
         log: &HybridLog,
@@ -297,6 +298,7 @@ impl Session {
 
     /// Publishes a new version of the locked record's key (starting with the access word
     /// `access`) and seals the old record. Done carries the new record's size in bytes.
+    #[allow(clippy::too_many_arguments)]
     fn rcu_locked(
         &self,
         log: &HybridLog,
