@@ -111,6 +111,11 @@ pub const MAX_LOAD: u64 = 8;
 /// same bucket over and over.
 pub const MIN_LOAD: u64 = MAX_LOAD / 4;
 
+/// Buckets up to this size are written with room to grow ([`crate::capacity_hint`]); larger
+/// ones (large fields or values) are written exact. Far above a bucket of [`MAX_LOAD`] small
+/// entries.
+pub const HINT_MAX_BYTES: usize = 16 << 10;
+
 /// The largest `level`: `2^(level+1) - 1` (the fine mask) must fit in a u64.
 pub const MAX_LEVEL: u8 = 62;
 
@@ -553,7 +558,9 @@ impl Hash {
             return records.delete(&key);
         }
         encode_bucket(entries, scratch);
-        records.put(&key, scratch)
+        // Room to grow: a bucket gains one entry per insert until it splits.
+        let capacity = crate::capacity_hint(scratch.len(), HINT_MAX_BYTES);
+        records.put_with_capacity(&key, scratch, capacity)
     }
 
     /// Splits bucket `split` (the next of this round) into itself and `split + 2^level`, then

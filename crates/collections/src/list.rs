@@ -485,7 +485,9 @@ impl List {
             ..*self
         };
         self.check_next(&next)?;
-        records.put(&self.key(id), &bytes)?;
+        // Room to grow: pushes at this end fill the chunk one entry at a time.
+        let capacity = crate::capacity_hint(bytes.len(), self.limits.max_bytes);
+        records.put_with_capacity(&self.key(id), &bytes, capacity)?;
         *self = next;
         Ok(true)
     }

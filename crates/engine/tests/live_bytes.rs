@@ -1,5 +1,6 @@
-//! `Store::live_record_bytes`: a model test. Random upserts, deletes and read-modify-writes with
-//! values growing and shrinking; then, quiescent, the count must equal the recount (a walk of
+//! `Store::live_record_bytes`: a model test. Random upserts (plain, and with a capacity hint:
+//! the record counts with its slack), deletes and read-modify-writes with values growing and
+//! shrinking; then, quiescent, the count must equal the recount (a walk of
 //! the index) and both must equal what the model computes on its own from its live keys with
 //! `Store::record_bytes`. With checkpoints and compaction running the model cannot know which
 //! writes went in place (that depends on the read-only boundary), so it checks count = recount,
@@ -88,12 +89,31 @@ fn random_op(
     let key = key(keys.start + rng.next_u64() % (keys.end - keys.start));
     let entry = model.entry(key.clone()).or_default();
     match rng.next_u64() % 10 {
-        0..=3 => {
+        0..=1 => {
             let len = (rng.next_u64() % 300) as usize;
             let new = value(rng, len);
             session.upsert(&key, &new).unwrap();
             if let Some(store) = exact {
                 entry.record = Some(written(store, &key, entry, len));
+            }
+            entry.value = Some(new);
+        }
+        2..=3 => {
+            // A hinted write: a record it creates has room for `hint` bytes (a hint below the
+            // value counts as the value), so later writes up to that size go in place.
+            let len = (rng.next_u64() % 300) as usize;
+            let hint = (rng.next_u64() % 500) as usize;
+            let new = value(rng, len);
+            let existed = session
+                .upsert_existed_with_capacity(&key, &new, hint)
+                .unwrap();
+            assert_eq!(existed, entry.value.is_some());
+            if let Some(store) = exact {
+                let fresh = store.record_bytes(key.len(), len.max(hint));
+                entry.record = Some(match entry.record {
+                    Some(size) if store.record_bytes(key.len(), len) <= size => size,
+                    _ => fresh,
+                });
             }
             entry.value = Some(new);
         }

@@ -16,6 +16,9 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use serde::Deserialize;
 
+mod compaction;
+pub use compaction::{COMPACT_DEAD_FRACTION, COMPACT_DEAD_FRACTION_CACHE};
+
 /// What is durable when, one setting for the whole server: `prefixkv_store::Durability`, the
 /// store's one policy type (every per-mode decision and the loss statement live there).
 pub use prefixkv_store::Durability;
@@ -113,6 +116,11 @@ pub struct Flags {
     /// requests and makes saves longer [default: 10].
     #[arg(long = "checkpoint-nice")]
     pub checkpoint_nice: Option<i32>,
+    /// Compaction also starts when more than this fraction of the engine's log pages in use is
+    /// dead records, in [0, 1); 0 compacts only at half the `engine-memory` budget [default:
+    /// 0.25 with maxmemory, else 0.5].
+    #[arg(long = "engine-compact-dead-fraction")]
+    pub engine_compact_dead_fraction: Option<f64>,
     /// Write checkpoints with direct I/O, bypassing the page cache: yes or no [default: yes].
     #[arg(long = "checkpoint-direct-io")]
     pub checkpoint_direct_io: Option<String>,
@@ -156,6 +164,7 @@ struct FileConfig {
     checkpoint_rate: Option<toml::Value>,
     checkpoint_nice: Option<i32>,
     checkpoint_direct_io: Option<toml::Value>,
+    engine_compact_dead_fraction: Option<toml::Value>,
     busy_reply_threshold: Option<u64>,
     lua_time_limit: Option<u64>,
     lua_memory_limit: Option<toml::Value>,
@@ -321,6 +330,9 @@ pub struct Config {
     pub checkpoint_nice: i32,
     /// Checkpoint segments bypass the page cache (`StoreConfig::checkpoint_direct_io`).
     pub checkpoint_direct_io: bool,
+    /// `engine-compact-dead-fraction`: the dead share of the log's pages in use that also starts
+    /// a compaction (`StoreConfig::compact_dead_fraction`); 0 = only the page-budget trigger.
+    pub engine_compact_dead_fraction: f64,
     /// `notify-keyspace-events` flags (`crate::notify`; 0 = off, the default; CONFIG SET only).
     pub notify_keyspace_events: u32,
     /// Milliseconds a script runs before other clients get BUSY (`busy-reply-threshold`).
@@ -429,6 +441,12 @@ impl Config {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1);
         let eviction = eviction_settings(&flags, &file)?;
+        let maxmemory_bytes = memory(&flags.maxmemory, &file.maxmemory, "maxmemory", 0)?;
+        let engine_compact_dead_fraction = compaction::dead_fraction(
+            flags.engine_compact_dead_fraction,
+            &file.engine_compact_dead_fraction,
+            maxmemory_bytes,
+        )?;
         let config = Config {
             port: port.unwrap_or(6379),
             port_explicit: port.is_some(),
@@ -445,7 +463,7 @@ impl Config {
                 .or(file.requirepass)
                 .filter(|p| !p.is_empty()),
             maxclients: flags.maxclients.or(file.maxclients).unwrap_or(10_000),
-            maxmemory_bytes: memory(&flags.maxmemory, &file.maxmemory, "maxmemory", 0)?,
+            maxmemory_bytes,
             eviction,
             durability: flags
                 .appendfsync
@@ -514,6 +532,7 @@ impl Config {
                 .or(file.checkpoint_nice)
                 .unwrap_or(prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE),
             checkpoint_direct_io,
+            engine_compact_dead_fraction,
             notify_keyspace_events: 0,
             busy_reply_threshold_ms: flags
                 .busy_reply_threshold

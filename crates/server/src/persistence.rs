@@ -56,9 +56,6 @@ pub struct Persistence {
     shutdown: AtomicBool,
 }
 
-/// The dead share of the log's pages that starts a compaction when maxmemory is set.
-const COMPACT_DEAD_FRACTION: f64 = 0.25;
-
 fn store_options(config: &Config) -> Options {
     let mut options = Options::new(config.dir.clone(), config.durability);
     options.engine = StoreConfig {
@@ -68,9 +65,12 @@ fn store_options(config: &Config) -> Options {
             .then_some(config.checkpoint_rate_bytes_per_s),
         checkpoint_thread_nice: config.checkpoint_nice,
         checkpoint_direct_io: config.checkpoint_direct_io,
-        // A cache's deletes leave dead records that only compaction frees: with maxmemory set,
-        // compaction also runs on garbage so the process stays near the limit (`crate::evict`).
-        compact_dead_fraction: (config.maxmemory_bytes > 0).then_some(COMPACT_DEAD_FRACTION),
+        // Deletes and rewritten records (a cache's evictions, collections' buckets and tree
+        // nodes) leave dead records that only compaction frees: compaction also runs on garbage
+        // (`engine-compact-dead-fraction`; 0 turns that off), so the process stays near its data
+        // (and with maxmemory near the limit, `crate::evict`).
+        compact_dead_fraction: (config.engine_compact_dead_fraction > 0.0)
+            .then_some(config.engine_compact_dead_fraction),
         // Keys loaded by recovery count as accessed at start (their words are not stored).
         access_stamp: {
             let clock = crate::evict::AccessClock::default();

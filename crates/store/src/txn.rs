@@ -503,9 +503,27 @@ impl Txn<'_> {
         key: &[u8],
         value: &[u8],
     ) -> Result<bool, StoreError> {
+        self.put_under_with_capacity(owner, key, value, 0)
+    }
+
+    /// [`Txn::put_under`] with a capacity hint: a record this write creates gets room for a value
+    /// of `capacity_bytes`, so that later writes of `key` up to that size go in place instead of
+    /// leaving a dead record in the engine's log (`prefixkv_engine::Session::upsert_existed_with_capacity`:
+    /// cut to the store's largest value, never below `value`). For records that grow a little at
+    /// a time (a collection's buckets and nodes). The hint is engine memory only: the operation
+    /// log and checkpoints hold the value, and a recovered record has no slack.
+    pub fn put_under_with_capacity(
+        &mut self,
+        owner: &[u8],
+        key: &[u8],
+        value: &[u8],
+        capacity_bytes: usize,
+    ) -> Result<bool, StoreError> {
         self.check_locked(owner);
         self.store.check_writable()?;
-        let existed = self.session.upsert_existed(key, value)?;
+        let existed = self
+            .session
+            .upsert_existed_with_capacity(key, value, capacity_bytes)?;
         self.log(key, Some(value))?;
         Ok(existed)
     }

@@ -270,7 +270,9 @@ impl List {
                 Write::Put { id, chunk, .. } => {
                     buf.clear();
                     chunk.encode(&mut buf);
-                    records.put(&self.key(*id), &buf)
+                    // A new or rewritten chunk: pushes may fill it (`List::push_in_place`).
+                    let capacity = crate::capacity_hint(buf.len(), self.limits.max_bytes);
+                    records.put_with_capacity(&self.key(*id), &buf, capacity)
                 }
                 Write::Delete { id, .. } => records.delete(&self.key(*id)),
             };

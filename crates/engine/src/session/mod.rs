@@ -81,7 +81,9 @@ impl Drop for LatchHold<'_> {
 /// What a write does to the key.
 #[derive(Clone, Copy)]
 enum Write<'v> {
-    Put(&'v [u8]),
+    /// The value, and the value capacity in words a new record for it gets (at least the
+    /// value's words; more when the writer asked for room to grow in place).
+    Put(&'v [u8], usize),
     Delete,
 }
 
@@ -492,9 +494,10 @@ impl Session {
         self.check_sizes(key, value.len())?;
         self.begin_op()?;
         let hash = KeyHash::of(key);
+        let write = Write::Put(value, words_for(value.len()));
         self.run(|session| {
             session
-                .try_write(hash, key, Write::Put(value))
+                .try_write(hash, key, write)
                 .map(|step| map_step(step, |_| ()))
         })
     }
@@ -502,10 +505,38 @@ impl Session {
     /// [`Session::upsert`], returning whether `key` existed (held a live value) before: what an
     /// application counting keys needs, known to the write at no extra cost.
     pub fn upsert_existed(&mut self, key: &[u8], value: &[u8]) -> Result<bool, EngineError> {
+        self.upsert_existed_with_capacity(key, value, 0)
+    }
+
+    /// [`Session::upsert_existed`] with a capacity hint: when the write creates a record (a new
+    /// key, or a value that does not fit the key's record, or any write the checkpoint rules
+    /// make a copy), the record gets room for a value of `capacity_bytes` (rounded up to whole
+    /// words), so that later writes of values up to that size go in place instead of leaving a
+    /// dead record behind. A write that fits the key's current record goes in place whatever the
+    /// hint. The hint never shrinks a record below the value, and is cut to the largest value the
+    /// store takes for this key ([`Store::max_value_bytes`]). The slack is allocated log space:
+    /// [`Store::live_record_bytes`] counts the record with its capacity.
+    pub fn upsert_existed_with_capacity(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        capacity_bytes: usize,
+    ) -> Result<bool, EngineError> {
         self.check_sizes(key, value.len())?;
+        let capacity_words = self.capacity_words(key, value.len(), capacity_bytes);
         self.begin_op()?;
         let hash = KeyHash::of(key);
-        self.run(|session| session.try_write(hash, key, Write::Put(value)))
+        self.run(|session| session.try_write(hash, key, Write::Put(value, capacity_words)))
+    }
+
+    /// The capacity in words a record for a value of `value_len` bytes gets under the hint
+    /// `capacity_bytes`: at least the value's words, at most the store's largest value for the
+    /// key (`check_sizes` passed, so the value itself is within that bound).
+    fn capacity_words(&self, key: &[u8], value_len: usize, capacity_bytes: usize) -> usize {
+        let max_words = self.store.max_value_bytes(key.len()).unwrap_or(0) / 8;
+        words_for(capacity_bytes)
+            .min(max_words)
+            .max(words_for(value_len))
     }
 
     /// Deletes `key`. Returns whether it existed.

@@ -13,6 +13,15 @@ use crate::log::{
 use crate::store::Located;
 use crate::{EngineError, Strategy};
 
+/// What a read-copy-update writes: the value, the record's value capacity in words (at least
+/// the value's: the writer's capacity hint) and the flags (a tombstone has no value).
+#[derive(Clone, Copy)]
+struct NewValue<'v> {
+    value: &'v [u8],
+    capacity_words: usize,
+    flags: u64,
+}
+
 impl Session {
     pub(super) fn try_write(
         &self,
@@ -33,15 +42,8 @@ impl Session {
         let Some(record) = record else {
             return Ok(match write {
                 Write::Delete => Step::Done(false),
-                Write::Put(value) => {
-                    let step = self.insert(
-                        &shared.log,
-                        &mut entry,
-                        key,
-                        value,
-                        0,
-                        words_for(value.len()),
-                    );
+                Write::Put(value, capacity_words) => {
+                    let step = self.insert(&shared.log, &mut entry, key, value, 0, capacity_words);
                     if let Step::Done(bytes) = step {
                         self.account(bytes as i64);
                     }
@@ -79,7 +81,7 @@ impl Session {
         let existed = !guard.record.is_tombstone();
         if !copy_to_new_version && mutable {
             match write {
-                Write::Put(value) if guard.fits(value.len()) => {
+                Write::Put(value, _) if guard.fits(value.len()) => {
                     guard.write_value(value);
                     guard.set_tombstone(false);
                     guard.set_version(self.version);
@@ -94,7 +96,7 @@ impl Session {
                     }
                     return Ok(Step::Done(existed));
                 }
-                Write::Put(_) => {}
+                Write::Put(..) => {}
             }
         }
         Ok(map_step(
@@ -125,11 +127,16 @@ impl Session {
         write: Write<'_>,
         existed: bool,
     ) -> Step<()> {
-        let (value, flags) = match write {
-            Write::Put(value) => (value, 0),
-            Write::Delete => (&[][..], FLAG_TOMBSTONE),
+        let (value, capacity_words, flags) = match write {
+            Write::Put(value, capacity_words) => (value, capacity_words, 0),
+            Write::Delete => (&[][..], 0, FLAG_TOMBSTONE),
         };
-        self.rcu_accounted(log, guard, entry, key, value, flags, existed, false)
+        let new = NewValue {
+            value,
+            capacity_words,
+            flags,
+        };
+        self.rcu_accounted(log, guard, entry, key, new, existed, false)
     }
 
     /// [`Session::rcu_locked`] with the live-bytes delta and the access word (see
@@ -141,8 +148,7 @@ impl Session {
         guard: RecordGuard<'_>,
         entry: &mut EntrySlot<'_>,
         key: &[u8],
-        value: &[u8],
-        flags: u64,
+        new: NewValue<'_>,
         existed: bool,
         use_reserve: bool,
     ) -> Step<()> {
@@ -156,14 +162,11 @@ impl Session {
         } else {
             self.access_stamp()
         };
-        let step = self.rcu_locked(log, guard, entry, key, value, flags, access, use_reserve);
+        let tombstone = new.flags & FLAG_TOMBSTONE != 0;
+        let step = self.rcu_locked(log, guard, entry, key, new, access, use_reserve);
         if let Step::Done(new_bytes) = step {
             // A tombstone is never live: only the old record's bytes leave the count.
-            let new_bytes = if flags & FLAG_TOMBSTONE == 0 {
-                new_bytes as i64
-            } else {
-                0
-            };
+            let new_bytes = if !tombstone { new_bytes as i64 } else { 0 };
             self.account(new_bytes - old_bytes);
         }
         map_step(step, |_| ())
@@ -302,21 +305,21 @@ impl Session {
         guard: RecordGuard<'_>,
         entry: &mut EntrySlot<'_>,
         key: &[u8],
-        value: &[u8],
-        flags: u64,
+        new: NewValue<'_>,
         access: u32,
         use_reserve: bool,
     ) -> Step<usize> {
         let slot = self.store.shared.stable_slot_flag();
+        debug_assert!(new.capacity_words >= words_for(new.value.len()));
         let write = |previous: u64| {
             log.write_new(
                 &NewRecord {
                     previous: self.link_target(previous),
-                    flags: flags | slot,
+                    flags: new.flags | slot,
                     version: self.version,
                     key,
-                    value,
-                    capacity_words: words_for(value.len()),
+                    value: new.value,
+                    capacity_words: new.capacity_words,
                     access,
                 },
                 use_reserve,
@@ -378,13 +381,13 @@ impl Session {
         guard.set_stable_address(stable);
         guard.set_version(self.version);
         match write {
-            Write::Put(value) if guard.fits(value.len()) => {
+            Write::Put(value, _) if guard.fits(value.len()) => {
                 guard.write_value(value);
                 guard.set_tombstone(false);
                 self.revived_in_place(&guard, existed);
                 Step::Done(existed)
             }
-            Write::Put(_) => map_step(
+            Write::Put(..) => map_step(
                 self.replace_locked(log, guard, entry, key, write, existed),
                 |_| existed,
             ),
@@ -534,7 +537,12 @@ impl Session {
             self.revived_in_place(&guard, existed);
             Ok(Step::Done(()))
         } else {
-            match self.rcu_accounted(log, guard, &mut entry, key, new_value, 0, existed, true) {
+            let new = NewValue {
+                value: new_value,
+                capacity_words: words_for(new_value.len()),
+                flags: 0,
+            };
+            match self.rcu_accounted(log, guard, &mut entry, key, new, existed, true) {
                 Step::Done(()) => Ok(Step::Done(())),
                 Step::NeedMemory => Err(EngineError::OutOfMemory {
                     detail: "read-modify-write could not allocate its new record even from the compaction reserve".into(),

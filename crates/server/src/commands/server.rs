@@ -228,6 +228,10 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ("threads", config.threads.to_string()),
         ("engine-memory", config.engine_memory_bytes.to_string()),
         (
+            "engine-compact-dead-fraction",
+            config.engine_compact_dead_fraction.to_string(),
+        ),
+        (
             "busy-reply-threshold",
             config.busy_reply_threshold_ms.to_string(),
         ),
@@ -471,7 +475,8 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             | "threads"
             | "metrics-port"
             | "loglevel"
-            | "engine-memory" => {
+            | "engine-memory"
+            | "engine-compact-dead-fraction" => {
                 return Err(failed("can't set immutable config".into()));
             }
             _ => {
