@@ -17,6 +17,7 @@ use clap::Parser;
 use serde::Deserialize;
 
 mod compaction;
+mod index;
 pub use compaction::{COMPACT_DEAD_FRACTION, COMPACT_DEAD_FRACTION_CACHE};
 
 /// What is durable when, one setting for the whole server: `prefixkv_store::Durability`, the
@@ -121,6 +122,11 @@ pub struct Flags {
     /// 0.25 with maxmemory, else 0.5].
     #[arg(long = "engine-compact-dead-fraction")]
     pub engine_compact_dead_fraction: Option<f64>,
+    /// Buckets of the engine's hash index, a power of two (64 bytes each, about 14 keys per
+    /// bucket fit; the index does not grow) [default: 2^20, or with maxmemory the largest power
+    /// of two <= maxmemory/512].
+    #[arg(long = "engine-index-buckets")]
+    pub engine_index_buckets: Option<u64>,
     /// Write checkpoints with direct I/O, bypassing the page cache: yes or no [default: yes].
     #[arg(long = "checkpoint-direct-io")]
     pub checkpoint_direct_io: Option<String>,
@@ -165,6 +171,7 @@ struct FileConfig {
     checkpoint_nice: Option<i32>,
     checkpoint_direct_io: Option<toml::Value>,
     engine_compact_dead_fraction: Option<toml::Value>,
+    engine_index_buckets: Option<u64>,
     busy_reply_threshold: Option<u64>,
     lua_time_limit: Option<u64>,
     lua_memory_limit: Option<toml::Value>,
@@ -333,6 +340,8 @@ pub struct Config {
     /// `engine-compact-dead-fraction`: the dead share of the log's pages in use that also starts
     /// a compaction (`StoreConfig::compact_dead_fraction`); 0 = only the page-budget trigger.
     pub engine_compact_dead_fraction: f64,
+    /// `engine-index-buckets`: the engine's index size (`StoreConfig::index_buckets`).
+    pub engine_index_buckets: u64,
     /// `notify-keyspace-events` flags (`crate::notify`; 0 = off, the default; CONFIG SET only).
     pub notify_keyspace_events: u32,
     /// Milliseconds a script runs before other clients get BUSY (`busy-reply-threshold`).
@@ -447,6 +456,11 @@ impl Config {
             &file.engine_compact_dead_fraction,
             maxmemory_bytes,
         )?;
+        let engine_index_buckets = index::index_buckets(
+            flags.engine_index_buckets,
+            file.engine_index_buckets,
+            maxmemory_bytes,
+        )?;
         let config = Config {
             port: port.unwrap_or(6379),
             port_explicit: port.is_some(),
@@ -533,6 +547,7 @@ impl Config {
                 .unwrap_or(prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE),
             checkpoint_direct_io,
             engine_compact_dead_fraction,
+            engine_index_buckets,
             notify_keyspace_events: 0,
             busy_reply_threshold_ms: flags
                 .busy_reply_threshold

@@ -60,6 +60,7 @@ fn store_options(config: &Config) -> Options {
     let mut options = Options::new(config.dir.clone(), config.durability);
     options.engine = StoreConfig {
         log_memory_bytes: config.engine_memory_bytes,
+        index_buckets: config.engine_index_buckets as usize,
         log_page_bytes: 4 << 20,
         checkpoint_write_bytes_per_s: (config.checkpoint_rate_bytes_per_s != 0)
             .then_some(config.checkpoint_rate_bytes_per_s),

@@ -232,6 +232,10 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
             config.engine_compact_dead_fraction.to_string(),
         ),
         (
+            "engine-index-buckets",
+            config.engine_index_buckets.to_string(),
+        ),
+        (
             "busy-reply-threshold",
             config.busy_reply_threshold_ms.to_string(),
         ),
@@ -476,7 +480,8 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             | "metrics-port"
             | "loglevel"
             | "engine-memory"
-            | "engine-compact-dead-fraction" => {
+            | "engine-compact-dead-fraction"
+            | "engine-index-buckets" => {
                 return Err(failed("can't set immutable config".into()));
             }
             _ => {
