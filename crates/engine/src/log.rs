@@ -96,6 +96,10 @@ pub(crate) const HEADER_WORDS: usize = 3;
 pub(crate) const MAX_RECORD_BYTES: usize = ((1 << 16) - 1) * 64;
 const _: () = assert!(MAX_RECORD_BYTES / 8 < 1 << 19 && MAX_RECORD_BYTES < 1 << 22);
 
+/// Bytes of a record with an 8-byte key and an 8-byte value: what `HybridLog::prefetch` makes
+/// sure is loaded.
+const SMALL_RECORD_BYTES: u64 = ((HEADER_WORDS + 2) * 8) as u64;
+
 /// Words needed for `bytes` bytes.
 #[inline]
 pub(crate) fn words_for(bytes: usize) -> usize {
@@ -376,8 +380,14 @@ impl HybridLog {
             return;
         }
         let word_index = ((address & ((1u64 << self.page_bits) - 1)) / 8) as usize;
-        // `wrapping_add`: only an address is formed, never dereferenced.
+        // `wrapping_add`: only an address is formed, never dereferenced (a prefetch never faults).
         crate::memory::prefetch(pointer.wrapping_add(word_index) as *const u8);
+        // Records are packed at 8-byte alignment, so a small record (40 bytes: header, one key
+        // word, one value word) starting in its line's last 32 bytes continues in the next line,
+        // which the read then needs too: ask for it now as well.
+        if address % 64 > 64 - SMALL_RECORD_BYTES {
+            crate::memory::prefetch(pointer.wrapping_add(word_index + 4) as *const u8);
+        }
     }
 
     /// The record at `address` (which must hold a published or being-written record).
