@@ -112,7 +112,9 @@ struct Core {
 /// session already lent, and the engine throws the batch out (`EngineError::RolledBack`) instead
 /// of letting a batch admitted in the old world-line run in the new one.
 enum Admission {
-    Run(DprHeader, Lent),
+    /// Boxed: a lent engine session is over 300 bytes (it grew with issue 31's sampling and
+    /// accounting state), a reply under 100.
+    Run(DprHeader, Box<Lent>),
     Reply(ResponseFrame),
 }
 
@@ -126,7 +128,7 @@ impl Core {
         }
         match outcome {
             Ok(BatchOutcome::Executed { response, .. }) => match self.engine.lend() {
-                Ok(lent) => Admission::Run(response, lent),
+                Ok(lent) => Admission::Run(response, Box::new(lent)),
                 Err(error) => {
                     Admission::Reply(ResponseFrame::Error(format!("worker {}: {error}", self.id)))
                 }
@@ -181,7 +183,7 @@ impl Core {
         };
         let (header, lent) = match admission {
             Admission::Reply(reply) => return reply,
-            Admission::Run(header, lent) => (header, lent),
+            Admission::Run(header, lent) => (header, *lent),
         };
         let (replies, newest_engine_version) = match self.execute(lent, commands) {
             Ok(done) => done,
