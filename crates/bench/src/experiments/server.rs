@@ -493,6 +493,7 @@ fn run_benchmarks(
     Ok(())
 }
 
+/// A JSON number, or null for NaN and infinities (JSON has neither).
 fn finite(value: f64) -> Value {
     if value.is_finite() {
         Value::from(value)

@@ -419,18 +419,7 @@ impl Session {
         value_out: &mut Vec<u8>,
         touch: impl FnOnce(u32) -> u32,
     ) -> Result<bool, EngineError> {
-        self.begin_op()?;
-        let hash = KeyHash::of(key);
-        let mut touch = Some(touch);
-        self.run(|session| {
-            Ok(
-                session.try_read(hash, key, Some(&mut *value_out), |record| {
-                    if let Some(touch) = touch.take() {
-                        record.set_access(touch(record.access()));
-                    }
-                }),
-            )
-        })
+        self.read_and_touch(key, Some(value_out), touch)
     }
 
     /// Only the touch of [`Session::read_touch`]: `false` (and `touch` not run) if `key` is
@@ -440,15 +429,28 @@ impl Session {
         key: &[u8],
         touch: impl FnOnce(u32) -> u32,
     ) -> Result<bool, EngineError> {
+        self.read_and_touch(key, None, touch)
+    }
+
+    /// [`Session::read_touch`] and [`Session::touch`]: the read (copying the value only when
+    /// `value_out` is given) with the touch of the newest live record, at most once.
+    fn read_and_touch(
+        &mut self,
+        key: &[u8],
+        mut value_out: Option<&mut Vec<u8>>,
+        touch: impl FnOnce(u32) -> u32,
+    ) -> Result<bool, EngineError> {
         self.begin_op()?;
         let hash = KeyHash::of(key);
         let mut touch = Some(touch);
         self.run(|session| {
-            Ok(session.try_read(hash, key, None, |record| {
-                if let Some(touch) = touch.take() {
-                    record.set_access(touch(record.access()));
-                }
-            }))
+            Ok(
+                session.try_read(hash, key, value_out.as_deref_mut(), |record| {
+                    if let Some(touch) = touch.take() {
+                        record.set_access(touch(record.access()));
+                    }
+                }),
+            )
         })
     }
 

@@ -742,12 +742,13 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
     }
     if spec.write
         && !ctx.client.allow_oom
-        && server.settings.read().maxmemory_bytes > 0
         && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
         && !streams::allowed_over_maxmemory(name, args)
+        && crate::evict::over_maxmemory(server)
     {
         // Over maxmemory, the policy evicts first (`crate::evict`), under the exec gate like
-        // the command itself; a write it cannot make room for is refused.
+        // the command itself; a write it cannot make room for is refused. Under it (the usual
+        // case) the write takes the gate once, for itself.
         let running = &server.scripting.running;
         let client_id = ctx.client.id;
         let evicted = ctx.session.shared_unless(

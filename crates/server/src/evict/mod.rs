@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 pub use access::AccessClock;
-pub use run::{evict_for_command, Outcome};
+pub use run::{evict_for_command, over_maxmemory, Outcome};
 pub use settings::{Policy, Settings};
 
 use crate::state::Server;

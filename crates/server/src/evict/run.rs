@@ -53,19 +53,26 @@ fn time_budget(tenacity: u32) -> Option<Duration> {
     }
 }
 
+/// Whether a maxmemory is set and used memory is over it: the cheap test a write makes before
+/// it takes the exec gate for [`evict_for_command`].
+pub fn over_maxmemory(server: &Server) -> bool {
+    let limit = server.settings.read().maxmemory_bytes;
+    limit > 0 && used_memory(server) > limit
+}
+
 /// Evicts keys until used memory is within maxmemory, as the policy says, before a command that
 /// may write. Runs under the exec gate (shared, or exclusive inside EXEC and scripts).
 pub fn evict_for_command(
     server: &Server,
     session: &mut StoreSession,
 ) -> Result<Outcome, CommandError> {
+    if !over_maxmemory(server) {
+        return Ok(Outcome::Fits);
+    }
     let (limit, settings) = {
         let config = server.settings.read();
         (config.maxmemory_bytes, config.eviction.clone())
     };
-    if limit == 0 || used_memory(server) <= limit {
-        return Ok(Outcome::Fits);
-    }
     let Some(rank) = settings.policy.rank() else {
         return Ok(Outcome::Refused);
     };

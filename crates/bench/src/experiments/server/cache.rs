@@ -25,6 +25,7 @@
 //! reply of the wrong type, fails that side of the row.
 
 use super::client::{reply_text, Client};
+use super::finite;
 use super::memory::{launch, padded, used_memory};
 use super::processes::{Binaries, Kind, ServerProcess};
 use crate::report::row;
@@ -357,14 +358,6 @@ impl Traffic {
             after(done)?;
         }
         Ok(())
-    }
-}
-
-fn finite(value: f64) -> Value {
-    if value.is_finite() {
-        Value::from(value)
-    } else {
-        Value::Null
     }
 }
 
