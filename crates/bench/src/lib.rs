@@ -38,7 +38,7 @@ pub struct Common {
 }
 
 impl Common {
-    /// Rounds to run: the flag, or 3 (BENCHMARKS.md's minimum for a comparison).
+    /// Rounds to run: the flag, or 3 (docs/benchmarks.md's minimum for a comparison).
     pub fn rounds(&self) -> usize {
         self.rounds.unwrap_or(3).max(1)
     }

@@ -1,4 +1,4 @@
-//! The result file every experiment writes, in the shape of `BENCHMARKS.md`.
+//! The result file every experiment writes, in the shape `docs/benchmarks.md` describes.
 //!
 //! Invariants: field names are stable (scripts read them); units live in field names.
 //!

@@ -1,6 +1,6 @@
 //! prefixkv-cluster: a sharded cluster of prefixkv engines under Distributed Prefix Recovery.
 //!
-//! D-FASTER's shape (DPR paper, seed 002) on our engine: each worker is an engine behind
+//! D-FASTER's shape (the DPR paper: Li, Chandramouli et al., SIGMOD 2021) on our engine: each worker is an engine behind
 //! libDPR's worker ([`worker`]), a DPR version is a CPR checkpoint ([`state_object`]), clients
 //! send batches of RESP commands with a DPR header (the framed protocol and client library of
 //! `prefixkv-dredis`, shared), a cluster manager detects failures by lease and rolls every worker

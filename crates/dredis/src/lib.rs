@@ -1,4 +1,4 @@
-//! D-Redis: Distributed Prefix Recovery (DPR, seed 002) for an unmodified `redis-server`.
+//! D-Redis: Distributed Prefix Recovery (DPR, the SIGMOD 2021 paper's D-Redis) for an unmodified `redis-server`.
 //!
 //! Each shard is a `redis-server` child process behind a [`proxy::Proxy`]. Clients
 //! ([`client::DprRedisClient`]) send batches of RESP commands wrapped in a DPR header

@@ -126,7 +126,7 @@ mod tests {
     }
 }
 
-/// Shuttle model of the key-level rule of ALGORITHMS.md section E: a PREPARE (v) writer and an
+/// Shuttle model of the key-level version rule (docs/engine.md, "The CPR phases"): a PREPARE (v) writer and an
 /// IN_PROGRESS (v+1) read-copy-updater of one key. The v writer updates the v record in place under
 /// an *old* latch (or shifts if the key already has a v+1 record); the v+1 thread copies the v
 /// record into a new v+1 record under a *new* latch (or retries). Checked: no v write is lost from

@@ -12,7 +12,7 @@
 //! `ycsb`'s map code ([`crate::workload::maps`]). `engine_over_dashmap` / `engine_over_papaya`
 //! are `none-no-hints` over the map, like for like and measured as `ycsb`'s
 //! `engine_over_dashmap_siphash` is; `engine_batched_over_*` are `none` (hinted) over maps
-//! without lookahead. Contenders alternate over rounds (BENCHMARKS.md rule 1).
+//! without lookahead. Contenders alternate over rounds (docs/benchmarks.md, rule 1).
 //!
 //! Correctness rides along: every upsert writes a value naming its session and serial, and each
 //! worker logs the chunks it ran. After a checkpointed run the store is dropped, reopened from its

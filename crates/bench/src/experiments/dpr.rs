@@ -1,11 +1,11 @@
-//! `prefixkv-bench dpr`: the DPR paper's D-FASTER evaluation (seed 002, §7.2–7.4 and 7.6) on
+//! `prefixkv-bench dpr`: the DPR paper's D-FASTER evaluation (SIGMOD 2021, §7.2–7.4 and 7.6) on
 //! our cluster: engine workers as separate processes (`prefixkv-cluster worker`) on loopback, the
 //! cluster manager on a thread, clients as threads of this process with `DprRedisClient`
 //! sessions ([`session`]). Every session runs YCSB-A (50% GET, 50% blind SET, 8-byte keys and
 //! values over a preloaded key space, uniform or zipfian) in batches of `b` commands with a
 //! window of `w` batches. Each cell starts a fresh cluster ([`deploy`]), preloads it, runs the
 //! sessions for `--seconds`, and stops it; contenders of a comparison alternate over rounds
-//! (BENCHMARKS.md rule 1) and rows hold the median with min and max.
+//! (docs/benchmarks.md, rule 1) and rows hold the median with min and max.
 //!
 //! Parts (`--only`, default all):
 //! - `scale-out` (Figs. 10–11, 12 and 19; [`sweeps`]): workers 1..N × distributions ×

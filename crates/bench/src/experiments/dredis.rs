@@ -1,5 +1,5 @@
 //! `prefixkv-bench dredis`: D-Redis (DPR over unmodified redis-server) against a pass-through
-//! proxy and Redis direct — the DPR paper's D-Redis experiment (seed 002, §6).
+//! proxy and Redis direct — the DPR paper's D-Redis experiment (SIGMOD 2021, §6).
 //!
 //! YCSB-A (50% GET, 50% blind SET, 8-byte keys and values, uniform or zipfian keys) over N
 //! shards on loopback. Contenders, alternated A B C, C B A over the rounds on the same keys:

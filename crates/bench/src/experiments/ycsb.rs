@@ -3,7 +3,7 @@
 //! keys and operations, pinned threads taking 3,200-operation chunks from a shared cursor, a
 //! fixed duration per run. `cpr` measures its engine and maps with the same pieces.
 //!
-//! Contenders (alternated over rounds, BENCHMARKS.md rule 1): the engine without checkpoints,
+//! Contenders (alternated over rounds, docs/benchmarks.md rule 1): the engine without checkpoints,
 //! without its batch prefetch hints (`engine-no-hints`, one operation at a time as every map
 //! runs) and with them (`engine`), and with a Persian checkpoint every `--checkpoint-interval-ms`
 //! (`engine-persian`, with hints); `dashmap` with SipHash and with `foldhash`, `papaya`, and 64

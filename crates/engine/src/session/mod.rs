@@ -3,7 +3,7 @@
 //! the global CPR state only when it refreshes (every `REFRESH_INTERVAL` operations, or at once when
 //! the state word changed, or on a CPR shift).
 //!
-//! The v/v+1 rules (ALGORITHMS.md section E) are applied per operation, on the newest record `r`
+//! The v/v+1 rules (docs/engine.md, "The CPR phases") are applied per operation, on the newest record `r`
 //! (version `rv`) of the key, with `v` the session's version:
 //! - acting as v (REST, PREPARE): `rv > v` means another thread already runs v+1: CPR shift
 //!   (refresh, adopt v+1 recording the CPR point = serial before this op, retry). PREPARE writes
