@@ -1,6 +1,9 @@
-//! Shared helpers for the real-process D-Redis tests: a cluster in a temporary directory, session
-//! threads writing unique keys with an oracle of every operation's fate, and the final check of
-//! each Redis's contents against that oracle.
+//! The session oracle that the real-process tests of every DPR cluster share (D-Redis's in
+//! `crates/dredis/tests`, prefixkv-cluster's in `crates/cluster/tests`, which include this file
+//! by path): session threads writing unique keys through [`DprRedisClient`] with an oracle of
+//! every operation's fate, built only from what each session was acknowledged and told, and the
+//! final check of what the cluster holds (read through a client, or from each Redis directly)
+//! against that oracle. Every wait is bounded by [`WAIT`].
 
 #![allow(dead_code)]
 
@@ -11,9 +14,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use prefixkv_dredis::client::{ClientError, Fate};
-use prefixkv_dredis::redis::RedisConnection;
-use prefixkv_dredis::{DprRedisClient, LocalCluster, LocalClusterConfig};
+use prefixkv_dprnet::client::{ClientError, Fate};
+use prefixkv_dprnet::connection::RedisConnection;
+use prefixkv_dprnet::DprRedisClient;
 use prefixkv_resp::Reply;
 
 /// Bound on every wait in these tests.
@@ -26,26 +29,6 @@ pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// A cluster of `shards` in a fresh temporary directory (kept alive by the returned guard).
-pub fn start_cluster(shards: usize) -> (tempfile::TempDir, LocalCluster) {
-    start_cluster_with(shards, |_| {})
-}
-
-/// Like [`start_cluster`], with `configure` applied to the configuration last.
-pub fn start_cluster_with(
-    shards: usize,
-    configure: impl FnOnce(&mut LocalClusterConfig),
-) -> (tempfile::TempDir, LocalCluster) {
-    let directory = tempfile::tempdir().expect("tempdir");
-    let mut config = LocalClusterConfig::new(shards, directory.path().join("cluster"));
-    config.commit_interval_ms = 40;
-    // Long enough that fsync stalls on a shared test machine do not fail healthy shards.
-    config.lease_ms = 1000;
-    configure(&mut config);
-    let cluster = LocalCluster::start(config).expect("start the cluster");
-    (directory, cluster)
 }
 
 /// What the oracle knows of one operation.
