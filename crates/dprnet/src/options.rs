@@ -88,16 +88,20 @@ pub enum MetadataLocation {
 
 impl MetadataLocation {
     /// Reads a metadata location as the command lines take it (`--metadata`, `--metadata-url`):
-    /// `postgres://`/`postgresql://` URLs and strings holding `=` (conninfo) are PostgreSQL,
-    /// `sqlite:PATH` and anything else a SQLite file path.
+    /// `sqlite:PATH` is a SQLite file path; otherwise `postgres://`/`postgresql://` URLs and
+    /// strings holding `=` (conninfo) are PostgreSQL, and anything else a SQLite file path.
     pub fn parse(text: &str) -> Self {
+        // `sqlite:` first: it is how a file path holding `=` is told apart from conninfo.
+        if let Some(path) = text.strip_prefix("sqlite:") {
+            return MetadataLocation::Sqlite(PathBuf::from(path));
+        }
         if text.starts_with("postgres://")
             || text.starts_with("postgresql://")
             || text.contains('=')
         {
             MetadataLocation::Postgres(text.to_string())
         } else {
-            MetadataLocation::Sqlite(PathBuf::from(text.strip_prefix("sqlite:").unwrap_or(text)))
+            MetadataLocation::Sqlite(PathBuf::from(text))
         }
     }
 
