@@ -11,9 +11,14 @@
 //! (`dpr_ownership`): Redis Cluster's 16384 slots split evenly over the workers in id order,
 //! each range with its worker's address ([`publish_ownership`]). Workers read it at start and
 //! redirect foreign keys; clients route by it. It does not change while the cluster runs.
+//!
+//! The metadata store is `metadata.sqlite` in the cluster directory unless `metadata_url` names
+//! another: a PostgreSQL server (`postgres://…` or a `host=… port=…` conninfo), which workers on
+//! other machines can share. The launcher opens it (creating libDPR's tables) before any worker
+//! starts, and passes the same location to every worker and client.
 
 use std::ffi::OsString;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,9 +31,10 @@ use prefixkv_dpr::cluster::{CheckOutcome, ClusterManager, SystemClock};
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::metadata::{MetadataError, MetadataStore, PartitionRange};
 use prefixkv_dpr::ClusterState;
-use prefixkv_dredis::options::{FinderKind, MetadataLocation};
-use prefixkv_dredis::slots::{even_split, SLOT_COUNT};
-use prefixkv_dredis::ClientConfig;
+use prefixkv_dprnet::free_port;
+use prefixkv_dprnet::options::{FinderKind, MetadataLocation};
+use prefixkv_dprnet::slots::{even_split, SLOT_COUNT};
+use prefixkv_dprnet::ClientConfig;
 
 use crate::worker::Recoverability;
 
@@ -41,6 +47,9 @@ pub struct LocalClusterConfig {
     pub workers: usize,
     /// Cluster directory: `metadata.sqlite`, `worker-<i>/` (engine data), `worker-<i>.log`.
     pub directory: PathBuf,
+    /// If set, the metadata store instead of `metadata.sqlite` in `directory`: a PostgreSQL URL
+    /// or conninfo string, or a SQLite path (read by [`MetadataLocation::parse`]).
+    pub metadata_url: Option<String>,
     /// Commit interval of every worker.
     pub checkpoint_interval_ms: u64,
     /// What every worker guarantees (see [`Recoverability`]).
@@ -77,6 +86,7 @@ impl LocalClusterConfig {
             executable,
             workers,
             directory,
+            metadata_url: None,
             checkpoint_interval_ms: 100,
             recoverability: Recoverability::Dpr,
             lease_ms: 2000,
@@ -87,6 +97,15 @@ impl LocalClusterConfig {
             start_timeout_ms: 30_000,
             worker_command: vec!["worker".into()],
             worker_extra_args: Vec::new(),
+        }
+    }
+
+    /// Where the metadata store is: `metadata_url` if set, else `metadata.sqlite` in the
+    /// cluster directory.
+    pub fn metadata_location(&self) -> MetadataLocation {
+        match &self.metadata_url {
+            Some(url) => MetadataLocation::parse(url),
+            None => MetadataLocation::Sqlite(self.directory.join("metadata.sqlite")),
         }
     }
 }
@@ -128,10 +147,6 @@ pub struct LocalCluster {
     threads: Vec<JoinHandle<()>>,
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 fn spawn_worker(
     config: &LocalClusterConfig,
     id: usize,
@@ -149,7 +164,7 @@ fn spawn_worker(
         .arg("--dir")
         .arg(config.directory.join(format!("worker-{id}")))
         .arg("--metadata")
-        .arg(config.directory.join("metadata.sqlite"))
+        .arg(config.metadata_location().argument())
         .args([
             "--checkpoint-interval-ms",
             &config.checkpoint_interval_ms.to_string(),
@@ -225,7 +240,7 @@ impl LocalCluster {
             &config.directory,
         )
         .map_err(|e| LaunchError::Config(format!("{}: {e}", config.directory.display())))?;
-        let store = MetadataLocation::Sqlite(config.directory.join("metadata.sqlite")).open()?;
+        let store = config.metadata_location().open()?;
         let finder = FinderKind::Exact.open(Arc::clone(&store))?;
         let mut addresses = Vec::with_capacity(config.workers);
         for _ in 0..config.workers {
@@ -359,9 +374,15 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// The metadata file.
+    /// The SQLite metadata file in the cluster directory (the store unless `metadata_url` names
+    /// another: see [`LocalCluster::metadata_location`]).
     pub fn metadata_path(&self) -> PathBuf {
         self.config.directory.join("metadata.sqlite")
+    }
+
+    /// Where the metadata store is (what workers and clients use).
+    pub fn metadata_location(&self) -> MetadataLocation {
+        self.config.metadata_location()
     }
 
     /// The cluster directory.
@@ -371,7 +392,9 @@ impl LocalCluster {
 
     /// A client configuration for this cluster (worker `i` is shard `i`).
     pub fn client_config(&self) -> ClientConfig {
-        ClientConfig::new(self.addresses(), self.metadata_path())
+        let mut config = ClientConfig::new(self.addresses(), self.metadata_path());
+        config.metadata_url = self.config.metadata_url.clone();
+        config
     }
 
     /// The published cluster state.

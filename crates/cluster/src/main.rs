@@ -13,9 +13,9 @@ use prefixkv_cluster::worker::Recoverability;
 use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
 use prefixkv_dpr::cluster::{ClusterManager, SystemClock};
 use prefixkv_dpr::finder::DprFinder;
-use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
-use prefixkv_dredis::block_termination_signals;
-use prefixkv_dredis::options::{FinderKind, MetadataLocation};
+use prefixkv_dpr::metadata::MetadataStore;
+use prefixkv_dprnet::block_termination_signals;
+use prefixkv_dprnet::options::{FinderKind, MetadataLocation};
 use prefixkv_engine::StoreConfig;
 
 #[derive(Parser, Debug)]
@@ -35,6 +35,10 @@ enum Command {
         /// Cluster directory (metadata.sqlite, worker-<i>/, worker-<i>.log).
         #[arg(long, default_value = "prefixkv-cluster-data")]
         dir: PathBuf,
+        /// Metadata store instead of metadata.sqlite in --dir: a `postgres://…` URL, a
+        /// `host=… port=…` conninfo, or a SQLite path.
+        #[arg(long)]
+        metadata: Option<String>,
         /// Commit (CPR checkpoint) interval of every worker.
         #[arg(long, default_value_t = 100)]
         checkpoint_interval_ms: u64,
@@ -63,9 +67,10 @@ enum Command {
         /// Worker directory (engine checkpoints, INCARNATION).
         #[arg(long)]
         dir: PathBuf,
-        /// SQLite metadata store shared by the cluster.
-        #[arg(long)]
-        metadata: PathBuf,
+        /// Metadata store shared by the cluster: a SQLite path, a `postgres://…` URL or a
+        /// `host=… port=…` conninfo.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: MetadataLocation,
         /// Commit (CPR checkpoint) interval.
         #[arg(long, default_value_t = 100)]
         checkpoint_interval_ms: u64,
@@ -86,9 +91,10 @@ enum Command {
     /// Publish hash slot ownership (an even split over the given worker addresses, worker i at
     /// the i-th) in a metadata store; run it before starting the workers, which read it at start.
     Ownership {
-        /// SQLite metadata store shared by the cluster.
-        #[arg(long)]
-        metadata: PathBuf,
+        /// Metadata store shared by the cluster: a SQLite path, a `postgres://…` URL or a
+        /// `host=… port=…` conninfo.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: MetadataLocation,
         /// Worker addresses in worker-id order, comma-separated.
         #[arg(long, value_delimiter = ',', required = true)]
         workers: Vec<SocketAddr>,
@@ -98,9 +104,10 @@ enum Command {
     /// new table is published once both sides are in the DPR cut (clients get -TRYAGAIN
     /// meanwhile, -MOVED after). Abandoned cleanly, and safe to rerun, if a failure intervenes.
     Migrate {
-        /// SQLite metadata store shared by the cluster.
-        #[arg(long)]
-        metadata: PathBuf,
+        /// Metadata store shared by the cluster: a SQLite path, a `postgres://…` URL or a
+        /// `host=… port=…` conninfo.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: MetadataLocation,
         /// Slots to move: `first-last` (inclusive) or one slot.
         #[arg(long)]
         slots: String,
@@ -116,9 +123,10 @@ enum Command {
     },
     /// Run the cluster manager (finder refresh, lease checks, rollbacks) for a metadata store.
     Manager {
-        /// SQLite metadata store shared by the cluster.
-        #[arg(long)]
-        metadata: PathBuf,
+        /// Metadata store shared by the cluster: a SQLite path, a `postgres://…` URL or a
+        /// `host=… port=…` conninfo.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: MetadataLocation,
         /// A worker silent this long has failed (a standalone manager learns of failures only
         /// this way).
         #[arg(long, default_value_t = 2000)]
@@ -142,12 +150,24 @@ fn parse_slots(text: &str) -> anyhow::Result<(u16, u16)> {
     }
 }
 
-/// The cluster's metadata store (a SQLite file) and its exact DPR finder.
-fn exact_finder(metadata: &std::path::Path) -> anyhow::Result<Arc<dyn DprFinder>> {
-    let store = MetadataLocation::Sqlite(metadata.to_path_buf())
+/// `--metadata`: a SQLite path or a PostgreSQL URL/conninfo ([`MetadataLocation::parse`]).
+fn parse_metadata(text: &str) -> Result<MetadataLocation, String> {
+    if text.is_empty() {
+        return Err("an empty metadata location".into());
+    }
+    Ok(MetadataLocation::parse(text))
+}
+
+/// Opens (connects to) the cluster's metadata store.
+fn open_store(metadata: &MetadataLocation) -> anyhow::Result<Arc<dyn MetadataStore>> {
+    metadata
         .open()
-        .with_context(|| format!("opening the metadata store {}", metadata.display()))?;
-    Ok(FinderKind::Exact.open(store)?)
+        .with_context(|| format!("opening the metadata store {metadata}"))
+}
+
+/// The cluster's metadata store and its exact DPR finder.
+fn exact_finder(metadata: &MetadataLocation) -> anyhow::Result<Arc<dyn DprFinder>> {
+    Ok(FinderKind::Exact.open(open_store(metadata)?)?)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -164,6 +184,7 @@ fn main() -> anyhow::Result<()> {
         Command::Local {
             workers,
             dir,
+            metadata,
             checkpoint_interval_ms,
             lease_ms,
             recoverability,
@@ -172,13 +193,14 @@ fn main() -> anyhow::Result<()> {
         } => {
             let executable = std::env::current_exe().context("finding this executable")?;
             let mut config = LocalClusterConfig::new(executable, workers, dir);
+            config.metadata_url = metadata;
             config.checkpoint_interval_ms = checkpoint_interval_ms;
             config.lease_ms = lease_ms;
             config.recoverability = recoverability;
             config.index_buckets = index_buckets;
             config.log_memory_bytes = log_memory_bytes;
             let cluster = LocalCluster::start(config).context("starting the cluster")?;
-            println!("metadata {}", cluster.metadata_path().display());
+            println!("metadata {}", cluster.metadata_location());
             for (id, (address, pid)) in cluster
                 .addresses()
                 .into_iter()
@@ -221,9 +243,8 @@ fn main() -> anyhow::Result<()> {
             worker.shutdown();
         }
         Command::Ownership { metadata, workers } => {
-            let store = SqliteMetadataStore::open(&metadata)
-                .with_context(|| format!("opening the metadata store {}", metadata.display()))?;
-            prefixkv_cluster::launcher::publish_ownership(&store, &workers)
+            let store = open_store(&metadata)?;
+            prefixkv_cluster::launcher::publish_ownership(store.as_ref(), &workers)
                 .context("publishing hash slot ownership")?;
             for range in store.ownership()? {
                 println!(
@@ -240,14 +261,13 @@ fn main() -> anyhow::Result<()> {
             timeout_ms,
         } => {
             let (first, last) = parse_slots(&slots)?;
-            let store = SqliteMetadataStore::open(&metadata)
-                .with_context(|| format!("opening the metadata store {}", metadata.display()))?;
+            let store = open_store(&metadata)?;
             let plan = MigrationPlan {
                 to_address,
                 timeout: Duration::from_millis(timeout_ms.max(1)),
                 ..MigrationPlan::new(first, last, to)
             };
-            let report = migrate_slots(&store, &plan).context("migrating slots")?;
+            let report = migrate_slots(store.as_ref(), &plan).context("migrating slots")?;
             println!(
                 "slots {first}-{last} moved from worker {} to worker {}: {} keys, old owner \
                  sealed version {}, copy committed by version {}, world-line {}, {} ms",

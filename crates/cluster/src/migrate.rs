@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use prefixkv_dpr::metadata::{MetadataError, MetadataStore, PartitionRange};
 use prefixkv_dpr::{Version, WorkerId, WorldLine};
-use prefixkv_dredis::redis::RedisConnection;
-use prefixkv_dredis::slots::SLOT_COUNT;
+use prefixkv_dprnet::connection::RedisConnection;
+use prefixkv_dprnet::slots::SLOT_COUNT;
 use prefixkv_resp::Reply;
 
 /// Key/value pairs per `IMPORT` command.

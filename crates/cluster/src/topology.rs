@@ -5,7 +5,7 @@
 //!
 //! Ownership comes from the metadata store's `dpr_ownership` table (libDPR,
 //! `prefixkv_dpr::metadata::ownership`), partitions being Redis Cluster's 16384 hash slots
-//! ([`prefixkv_dredis::slots`]); the launcher writes it before it starts the workers, each
+//! ([`prefixkv_dprnet::slots`]); the launcher writes it before it starts the workers, each
 //! worker reads it at start and again while it runs (`worker/slots.rs`), and a slot migration
 //! (`crate::migrate`) replaces it. With no table published, the worker owns every slot (a
 //! one-node cluster).
@@ -23,7 +23,7 @@
 use bytes::Bytes;
 use prefixkv_dpr::metadata::{MetadataError, MetadataStore, PartitionRange};
 use prefixkv_dpr::{WorkerId, WorldLine};
-use prefixkv_dredis::slots::{key_slot, SLOT_COUNT};
+use prefixkv_dprnet::slots::{key_slot, SLOT_COUNT};
 use prefixkv_resp::{Encoder, Protocol};
 
 /// How a command names its keys (Redis's `COMMAND` fields).
@@ -488,7 +488,7 @@ fn command(encoder: &Encoder, out: &mut bytes::BytesMut, args: &[Bytes]) {
 /// Three workers owning an even split, at 127.0.0.1:7000–7002, as worker `me` sees it (tests).
 #[cfg(test)]
 pub(crate) fn three_workers(me: WorkerId) -> Topology {
-    let ranges = prefixkv_dredis::slots::even_split(3)
+    let ranges = prefixkv_dprnet::slots::even_split(3)
         .into_iter()
         .enumerate()
         .map(|(worker, (first, last))| PartitionRange {

@@ -62,8 +62,8 @@ use prefixkv_dpr::cluster::{Clock, SystemClock};
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::worker::{BatchOutcome, FastForward, WorkerError};
 use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, WorkerId, WorldLine};
-use prefixkv_dredis::serve::accept_connections;
-use prefixkv_dredis::wire::{FrameLimits, ResponseFrame};
+use prefixkv_dprnet::serve::accept_connections;
+use prefixkv_dprnet::wire::{FrameLimits, ResponseFrame};
 use prefixkv_resp::Command;
 
 use crate::commands;

@@ -8,8 +8,8 @@
 //! back over TCP and checked against an oracle built only from what the session was acknowledged
 //! and told (`verify_found`, shared with the kill test), for local and remote operations alike.
 
-#[path = "../../dredis/tests/common/mod.rs"]
-mod dredis_common;
+#[path = "../../dprnet/tests/common/mod.rs"]
+mod sessions;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -18,15 +18,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dredis_common::*;
 use prefixkv_cluster::{EngineConfig, Worker, WorkerConfig};
 use prefixkv_dpr::cluster::{ClusterManager, SystemClock};
 use prefixkv_dpr::finder::DprFinder;
-use prefixkv_dredis::client::ClientConfig;
-use prefixkv_dredis::options::{FinderKind, MetadataLocation};
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dprnet::client::ClientConfig;
+use prefixkv_dprnet::options::{FinderKind, MetadataLocation};
+use prefixkv_dprnet::DprRedisClient;
 use prefixkv_engine::StoreConfig;
 use rand::RngExt;
+use sessions::*;
 
 const WORKERS: usize = 3;
 
@@ -167,7 +167,7 @@ fn run(failure: Failure) {
     assert_eq!(session.take_completed().len(), 600);
     assert!(session.local_batches() > 0, "worker 0's keys ran locally");
     let point = session
-        .wait_for_commit(session.next_sequence(), dredis_common::WAIT)
+        .wait_for_commit(session.next_sequence(), sessions::WAIT)
         .expect("commit");
     assert_eq!(point.until_sequence, 600);
     drop(session);

@@ -6,21 +6,32 @@
 //! through the workers, against an oracle built only from what the client was acknowledged and
 //! told (never from the workers' own versions or counts).
 //!
-//! The session threads and the oracle are D-Redis's (`crates/dredis/tests/common`), shared: the
-//! same client library drives both kinds of cluster.
+//! The session threads and the oracle are the shared DPR session oracle
+//! (`crates/dprnet/tests/common`, D-Redis's tests use it too): the same client library drives
+//! both kinds of cluster.
+//!
+//! The kill runs twice: with the default SQLite metadata file, and with the metadata in
+//! PostgreSQL (`--metadata <conninfo>` for every worker, the manager and the clients), on
+//! libDPR's private test server: the one `scripts/with-postgres` started (`DPR_POSTGRES_HOST`,
+//! `DPR_POSTGRES_PORT`) or else one of its own, as libDPR's PostgreSQL tests do (they need the
+//! `postgresql` package; `scripts/test` installs it).
 
-#[path = "../../dredis/tests/common/mod.rs"]
-mod dredis_common;
+#[path = "../../dprnet/tests/common/mod.rs"]
+mod sessions;
+// libDPR's private PostgreSQL server helper (initdb + pg_ctl on a free port, or the server of
+// `scripts/with-postgres`), shared rather than copied.
+#[path = "../../dpr/tests/common/mod.rs"]
+mod dpr_common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dredis_common::*;
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
-use prefixkv_dredis::client::ClientError;
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dprnet::client::ClientError;
+use prefixkv_dprnet::{DprRedisClient, MetadataLocation};
 use prefixkv_resp::Reply;
 use rand::RngExt;
+use sessions::*;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -85,14 +96,24 @@ fn spawn_probe(client: Arc<DprRedisClient>, victim: usize, stop: Arc<AtomicBool>
     }
 }
 
-/// A cluster sized for about `keys` keys in all.
-fn start(workers: usize, keys: u64) -> (tempfile::TempDir, LocalCluster) {
+/// The two kill runs take turns: each runs three worker processes under load, which on a small
+/// test machine is enough at a time.
+static KILL_RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A cluster sized for about `keys` keys in all, its metadata in `metadata_url` if given (else
+/// the SQLite file in its directory).
+fn start(
+    workers: usize,
+    keys: u64,
+    metadata_url: Option<String>,
+) -> (tempfile::TempDir, LocalCluster) {
     let directory = tempfile::tempdir().expect("tempdir");
     let mut config = LocalClusterConfig::new(
         env!("CARGO_BIN_EXE_prefixkv-cluster").into(),
         workers,
         directory.path().join("cluster"),
     );
+    config.metadata_url = metadata_url;
     config.checkpoint_interval_ms = 40;
     // The killed worker's exit is reported to the manager at once; the lease only catches hung
     // workers. Heartbeats are fsynced SQLite transactions, which a loaded test machine can stall
@@ -112,6 +133,40 @@ fn start(workers: usize, keys: u64) -> (tempfile::TempDir, LocalCluster) {
 
 #[test]
 fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
+    let (_directory, cluster) = kill_a_worker_mid_run(None);
+    assert_eq!(
+        cluster.metadata_location(),
+        MetadataLocation::Sqlite(cluster.metadata_path())
+    );
+    cluster.shutdown();
+}
+
+#[test]
+fn a_worker_killed_mid_run_with_postgresql_metadata() {
+    let server = dpr_common::PostgresServer::start();
+    let url = server.connection_string(&server.create_database());
+    let (_directory, cluster) = kill_a_worker_mid_run(Some(url));
+    assert!(matches!(
+        cluster.metadata_location(),
+        MetadataLocation::Postgres(_)
+    ));
+    // Workers, manager and clients all used PostgreSQL: nobody fell back to a SQLite file.
+    assert!(
+        !cluster.metadata_path().exists(),
+        "{} was created",
+        cluster.metadata_path().display()
+    );
+    cluster.shutdown();
+}
+
+/// Kills one of three workers under load and checks every session's surviving keys against its
+/// oracle; returns the cluster, still running, and the guard of its directory (None if kept).
+fn kill_a_worker_mid_run(
+    metadata_url: Option<String>,
+) -> (Option<tempfile::TempDir>, LocalCluster) {
+    let _turn = KILL_RUNS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // The manager's and launcher's messages (failures, rollbacks, restarts) in the test output.
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     // `CLUSTER_TEST_SESSIONS` and `CLUSTER_TEST_COMMITTED` (the most operations each session
@@ -119,9 +174,9 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
     let session_count = env_u64("CLUSTER_TEST_SESSIONS", 3);
     let most_committed = env_u64("CLUSTER_TEST_COMMITTED", 1000).max(201);
     // Sessions issue far more than they see committed; leave room for that.
-    let (directory, cluster) = start(3, session_count * most_committed * 20);
+    let (directory, cluster) = start(3, session_count * most_committed * 20, metadata_url);
     // `CLUSTER_TEST_KEEP=1` keeps the cluster directory (worker logs, metadata) for inspection.
-    let _directory = if std::env::var_os("CLUSTER_TEST_KEEP").is_some() {
+    let directory = if std::env::var_os("CLUSTER_TEST_KEEP").is_some() {
         eprintln!("keeping {}", directory.keep().display());
         None
     } else {
@@ -183,7 +238,7 @@ fn a_worker_killed_mid_run_rolls_the_cluster_back_to_the_cut() {
         // The oracle can fail: claiming one surviving operation lost must be caught.
         assert_oracle_catches_tampering(&found, record, |_| true);
     }
-    cluster.shutdown();
+    (directory, cluster)
 }
 
 #[test]
@@ -234,7 +289,7 @@ fn every_recoverability_level_serves_reads_and_writes() {
         if level == Recoverability::Dpr || level == Recoverability::Synchronous {
             // Commit points reach the end: the workers' checkpoints are published into cuts.
             let point = session
-                .wait_for_commit(session.next_sequence(), dredis_common::WAIT)
+                .wait_for_commit(session.next_sequence(), sessions::WAIT)
                 .expect("commit");
             assert_eq!(point.until_sequence, 1000, "{level:?}");
         }

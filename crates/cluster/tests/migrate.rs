@@ -3,25 +3,25 @@
 //! to another. Commands on the moving slots are refused (`-TRYAGAIN`, then `-MOVED`) while it
 //! happens and never run; everything acknowledged must be readable afterwards through the new
 //! owner, checked key by key against an oracle built only from what the sessions were
-//! acknowledged and told (D-Redis's shared oracle, `crates/dredis/tests/common`). A failure
+//! acknowledged and told (the shared DPR session oracle, `crates/dprnet/tests/common`). A failure
 //! injected in the middle of a migration (reported to the manager, or a SIGKILL of the old
 //! owner) must abandon it cleanly: the table unchanged, the old owner serving again, nothing
 //! acknowledged lost beyond what the rollback reported.
 
-#[path = "../../dredis/tests/common/mod.rs"]
-mod dredis_common;
+#[path = "../../dprnet/tests/common/mod.rs"]
+mod sessions;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use dredis_common::*;
 use prefixkv_cluster::migrate::{migrate_slots, MigrateError, MigrationPlan};
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
 use prefixkv_dpr::metadata::{MetadataStore, SqliteMetadataStore};
-use prefixkv_dredis::redis::RedisConnection;
-use prefixkv_dredis::slots::key_slot;
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dprnet::connection::RedisConnection;
+use prefixkv_dprnet::slots::key_slot;
+use prefixkv_dprnet::DprRedisClient;
 use prefixkv_resp::Reply;
+use sessions::*;
 
 fn start() -> (tempfile::TempDir, LocalCluster) {
     let directory = tempfile::tempdir().expect("tempdir");

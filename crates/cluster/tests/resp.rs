@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use prefixkv_cluster::topology::node_id;
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
-use prefixkv_dredis::redis::RedisConnection;
-use prefixkv_dredis::slots::key_slot;
-use prefixkv_dredis::{ClientConfig, DprRedisClient};
+use prefixkv_dprnet::connection::RedisConnection;
+use prefixkv_dprnet::slots::key_slot;
+use prefixkv_dprnet::{ClientConfig, DprRedisClient};
 use prefixkv_resp::Reply;
 
 fn start(directory: &Path) -> LocalCluster {
@@ -38,7 +38,7 @@ fn start(directory: &Path) -> LocalCluster {
 /// The worker owning `key` under the launcher's even split of 3.
 fn owner(key: &str) -> usize {
     let slot = key_slot(key.as_bytes());
-    prefixkv_dredis::slots::even_split(3)
+    prefixkv_dprnet::slots::even_split(3)
         .iter()
         .position(|&(first, last)| (first..=last).contains(&slot))
         .unwrap()
@@ -126,7 +126,7 @@ fn workers_redirect_foreign_keys_and_answer_cluster_queries() {
     assert_eq!(ranges.len(), 3);
     for (worker, (range, &(first, last))) in ranges
         .iter()
-        .zip(&prefixkv_dredis::slots::even_split(3))
+        .zip(&prefixkv_dprnet::slots::even_split(3))
         .enumerate()
     {
         let expected = Reply::Array(vec![
@@ -226,7 +226,7 @@ fn workers_redirect_foreign_keys_and_answer_cluster_queries() {
 }
 
 fn shard_by_crc(key: &str) -> usize {
-    prefixkv_dredis::client::shard_for_key(key.as_bytes(), 3)
+    prefixkv_dprnet::client::shard_for_key(key.as_bytes(), 3)
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {

@@ -8,7 +8,7 @@
 //!   holding `dump.rdb` and `MANIFEST` (see [`crate::manifest`]).
 //!
 //! The manager thread runs every `check_interval_ms`: the finder (exact by default, see
-//! [`crate::options`]) recomputes and publishes the cut, and the cluster manager checks leases.
+//! `prefixkv_dprnet::options`) recomputes and publishes the cut, and the cluster manager checks leases.
 //! A proxy reports its Redis's exit at once (`Proxy::on_failure` → `ClusterManager::report_failure`
 //! and a wake-up of the manager thread), so a dead Redis starts a rollback within milliseconds; a
 //! proxy also renews its lease only while its Redis answers PING, so a hung one is detected within
@@ -18,7 +18,7 @@
 //! The metadata store is `metadata.sqlite` in the cluster directory unless `metadata_url` names
 //! another (a PostgreSQL server: clients get the same URL from [`LocalCluster::client_config`]).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,12 +30,14 @@ use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::metadata::{MetadataError, MetadataStore};
 use prefixkv_dpr::ClusterState;
 
-use crate::client::ClientConfig;
-use crate::options::{FinderKind, MetadataLocation};
+use prefixkv_dprnet::client::ClientConfig;
+use prefixkv_dprnet::free_port;
+use prefixkv_dprnet::options::{FinderKind, MetadataLocation};
+use prefixkv_dprnet::wire::FrameLimits;
+
 use crate::proxy::{Proxy, ProxyConfig, ProxyError, Wakeup};
 use crate::redis::RedisServerConfig;
 use crate::state_object::RedisStateConfig;
-use crate::wire::FrameLimits;
 
 /// Configuration of a local cluster.
 #[derive(Clone, Debug)]
@@ -115,12 +117,6 @@ pub enum ClusterError {
     /// The configuration is unusable.
     #[error("{0}")]
     Config(String),
-}
-
-/// A free loopback port (bound and released; another process could take it in between, which on
-/// a test machine is rare and shows up as a clear bind error).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// A running local cluster. Dropping it stops the manager, the proxies and the Redis servers.

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use prefixkv_dredis::block_termination_signals;
-use prefixkv_dredis::options::{FinderKind, MetadataLocation};
+use prefixkv_dprnet::block_termination_signals;
+use prefixkv_dprnet::options::{FinderKind, MetadataLocation};
+use prefixkv_dprnet::wire::FrameLimits;
 use prefixkv_dredis::redis::RedisServerConfig;
 use prefixkv_dredis::state_object::RedisStateConfig;
-use prefixkv_dredis::wire::FrameLimits;
 use prefixkv_dredis::{LocalCluster, LocalClusterConfig, Proxy, ProxyConfig};
 
 #[derive(Parser, Debug)]

@@ -1,6 +1,6 @@
 //! The D-Redis proxy: one per shard, in front of its own `redis-server`.
 //!
-//! Per request frame (see [`crate::wire`]):
+//! Per request frame (see `prefixkv_dprnet::wire`):
 //! 1. The payload is parsed as RESP commands and must hold exactly `command_count` of them (a
 //!    mismatch would desynchronise the pooled Redis connection, so it is refused).
 //! 2. **Shared latch.** The DPR worker admits the batch (`process_batch` with no operations:
@@ -16,11 +16,11 @@
 //! has started, so Redis's fork captures exactly the batches of versions ≤ `v`. The RDB is then
 //! written and kept in the background (see [`crate::state_object`]) while batches run again.
 //!
-//! **Two protocols on one port** (see [`crate::wire`] for the detection rule, [`crate::serve`]
+//! **Two protocols on one port** (see `prefixkv_dprnet::wire` for the detection rule, `prefixkv_dprnet::serve`
 //! for the connection loops shared with prefixkv's cluster workers): framed connections as
 //! above; plain RESP connections, each a DPR session the proxy keeps for the client
 //! (`prefixkv_dpr::connection`), whose commands run as DPR batches through the same shared-latch
-//! path ([`crate::serve::DprHost`]; the proxy refuses the commands listed in
+//! path (`prefixkv_dprnet::serve::DprHost`; the proxy refuses the commands listed in
 //! `proxy/refusals.rs`).
 //!
 //! **Failure detection** (`proxy/health.rs`): a watcher thread reaps the Redis child the moment
@@ -53,10 +53,11 @@ use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::worker::BatchOutcome;
 use prefixkv_dpr::{ClusterState, DprHeader, DprWorker, HeaderKind, Version, WorkerId, WorldLine};
 
-use crate::redis::{RedisConnection, RedisProcess};
-use crate::serve::{accept_connections, BatchResult, ConnectionHandler, DprHost};
+use crate::redis::RedisProcess;
 use crate::state_object::{RedisStateConfig, RedisStateObject, SaveTracker};
-use crate::wire::{frame_commands, FrameLimits, RequestFrame, ResponseFrame};
+use prefixkv_dprnet::connection::RedisConnection;
+use prefixkv_dprnet::serve::{accept_connections, BatchResult, ConnectionHandler, DprHost};
+use prefixkv_dprnet::wire::{frame_commands, FrameLimits, RequestFrame, ResponseFrame};
 
 pub use health::FailureReporter;
 pub use passthrough::PassThroughProxy;
@@ -107,7 +108,7 @@ pub struct ProxyConfig {
     /// The Redis and where versions are kept.
     pub redis: RedisStateConfig,
     /// Commit with `Vmax` catch-up (`DprWorker::commit_with_catch_up`): needed by the
-    /// approximate and hybrid finders (see [`crate::options::FinderKind`]).
+    /// approximate and hybrid finders (see `prefixkv_dprnet::options::FinderKind`).
     pub commit_catch_up: bool,
     /// How long a plain RESP connection whose command was cut off by a Redis failure waits for
     /// the rollback (to answer with its `ROLLBACK` error) before answering that the command's
@@ -356,7 +357,7 @@ impl ConnectionHandler for DprCore {
     }
 
     fn serve_resp(&self, stream: TcpStream, first_byte: u8) {
-        crate::serve::serve_resp(self, stream, first_byte);
+        prefixkv_dprnet::serve::serve_resp(self, stream, first_byte);
     }
 }
 

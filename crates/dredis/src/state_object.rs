@@ -42,7 +42,8 @@ use prefixkv_resp::Reply;
 use prefixkv_storage::{durable, real_disk, Catalog, CatalogError, Disk, NumberedName, OpenMode};
 
 use crate::manifest::{self, Manifest};
-use crate::redis::{info_field, RedisConnection, RedisProcess, RedisServerConfig};
+use crate::redis::{info_field, info_persistence, RedisProcess, RedisServerConfig};
+use prefixkv_dprnet::connection::RedisConnection;
 
 /// The RDB file Redis loads after a restore.
 const RESTORE_FILE: &str = "restore.rdb";
@@ -388,7 +389,7 @@ impl StateObject for RedisStateObject {
                     )))
                 }
             }
-            let saves = info_field(&c.info_persistence()?, "rdb_saves")?;
+            let saves = info_field(&info_persistence(c)?, "rdb_saves")?;
             match c.command(&[b"BGSAVE"])? {
                 Reply::SimpleString(text) if text.starts_with(b"Background saving started") => {
                     Ok(saves)
@@ -604,7 +605,7 @@ fn wait_for_child(shared: &Shared, job: &SaveJob) -> Result<(), StateObjectError
             connection = RedisConnection::connect(address, CONTROL_TIMEOUT).ok();
         }
         let observed = connection.as_mut().map(|c| {
-            c.info_persistence().and_then(|info| {
+            info_persistence(c).and_then(|info| {
                 let in_progress = info_field(&info, "rdb_bgsave_in_progress")?;
                 let saves = info_field(&info, "rdb_saves")?;
                 let ok = info

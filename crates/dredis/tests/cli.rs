@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use prefixkv_dredis::{ClientConfig, DprRedisClient};
+use prefixkv_dprnet::{ClientConfig, DprRedisClient};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -110,7 +110,7 @@ fn cluster_command_takes_the_finder_and_the_metadata_store() {
     assert!(metadata.is_file(), "the store is where --metadata-url says");
     // A plain RESP write through the proxy gets committed: the hybrid finder publishes cuts.
     let mut connection =
-        prefixkv_dredis::redis::RedisConnection::connect(proxy.unwrap(), WAIT).unwrap();
+        prefixkv_dprnet::connection::RedisConnection::connect(proxy.unwrap(), WAIT).unwrap();
     assert_eq!(
         connection.command(&[b"SET", b"k", b"v"]).unwrap(),
         prefixkv_resp::Reply::simple("OK")

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dprnet::DprRedisClient;
 use prefixkv_resp::Reply;
 use rand::RngExt;
 
@@ -175,7 +175,7 @@ fn kill_one(cluster: &prefixkv_dredis::LocalCluster) {
 fn killing_a_redis_with_the_approximate_finder() {
     // The approximate finder commits with Vmax catch-up; the guarantee must be the same.
     let cluster = start_cluster_with(2, |config| {
-        config.finder = prefixkv_dredis::FinderKind::Approximate
+        config.finder = prefixkv_dprnet::FinderKind::Approximate
     });
     run_with_failures_on(cluster, kill_one);
 }
@@ -183,7 +183,7 @@ fn killing_a_redis_with_the_approximate_finder() {
 #[test]
 fn killing_a_redis_with_the_hybrid_finder() {
     let cluster = start_cluster_with(2, |config| {
-        config.finder = prefixkv_dredis::FinderKind::Hybrid
+        config.finder = prefixkv_dprnet::FinderKind::Hybrid
     });
     run_with_failures_on(cluster, kill_one);
 }
@@ -196,7 +196,7 @@ fn killing_a_redis_with_postgresql_metadata() {
     let cluster = start_cluster_with(2, |config| config.metadata_url = Some(url));
     assert!(matches!(
         cluster.1.metadata_location(),
-        prefixkv_dredis::MetadataLocation::Postgres(_)
+        prefixkv_dprnet::MetadataLocation::Postgres(_)
     ));
     run_with_failures_on(cluster, kill_one);
 }

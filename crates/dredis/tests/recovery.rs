@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::*;
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dprnet::DprRedisClient;
 
 #[test]
 fn recovery_takes_far_less_than_the_lease() {

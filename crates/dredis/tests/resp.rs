@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
-use prefixkv_dredis::redis::RedisConnection;
+use prefixkv_dprnet::connection::RedisConnection;
 use prefixkv_resp::Reply;
 
 /// A plain RESP connection that counts the sequence numbers the proxy gives its commands.
@@ -155,7 +155,7 @@ fn plain_resp_connections_are_dpr_sessions() {
     let mut pipeline = Vec::new();
     for i in 0..100 {
         let key = format!("a{i}");
-        prefixkv_dredis::redis::encode_command(
+        prefixkv_dprnet::connection::encode_command(
             &mut pipeline,
             &[b"SET", key.as_bytes(), format!("v-{key}").as_bytes()],
         );

@@ -6,9 +6,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use prefixkv_dpr::state_object::{StateObject, StateObjectError};
-use prefixkv_dredis::cluster::free_port;
+use prefixkv_dprnet::connection::encode_command;
+use prefixkv_dprnet::free_port;
 use prefixkv_dredis::manifest::rdb_path;
-use prefixkv_dredis::redis::{encode_command, RedisServerConfig};
+use prefixkv_dredis::redis::RedisServerConfig;
 use prefixkv_dredis::state_object::{RedisStateConfig, RedisStateObject};
 
 const WAIT: Duration = Duration::from_secs(60);

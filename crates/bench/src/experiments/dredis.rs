@@ -30,13 +30,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use prefixkv_dredis::client::shard_for_key;
-use prefixkv_dredis::redis::{encode_command, RedisConnection, RedisProcess, RedisServerConfig};
-use prefixkv_dredis::wire::FrameLimits;
-use prefixkv_dredis::{
-    ClientConfig, DprRedisClient, DprRedisSession, LocalCluster, LocalClusterConfig,
-    PassThroughProxy,
-};
+use prefixkv_dprnet::client::shard_for_key;
+use prefixkv_dprnet::connection::{encode_command, RedisConnection};
+use prefixkv_dprnet::wire::FrameLimits;
+use prefixkv_dprnet::{ClientConfig, DprRedisClient, DprRedisSession};
+use prefixkv_dredis::redis::{RedisProcess, RedisServerConfig};
+use prefixkv_dredis::{LocalCluster, LocalClusterConfig, PassThroughProxy};
 use prefixkv_resp::Reply;
 
 use crate::plot::{write_line_chart, LineChart, Series};
@@ -330,7 +329,7 @@ impl Deployment {
             let process = RedisProcess::start(
                 RedisServerConfig {
                     executable: args.redis_server.clone(),
-                    port: prefixkv_dredis::cluster::free_port()?,
+                    port: prefixkv_dprnet::free_port()?,
                     directory: directory.path().join(format!("plain-{shard}")),
                     start_timeout_ms: 10_000,
                 },

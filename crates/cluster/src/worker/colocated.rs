@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use prefixkv_dpr::DprHeader;
-use prefixkv_dredis::client::{ClientConfig, ClientError, LocalShard};
-use prefixkv_dredis::redis::encode_command;
-use prefixkv_dredis::wire::ResponseFrame;
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dprnet::client::{ClientConfig, ClientError, LocalShard};
+use prefixkv_dprnet::connection::encode_command;
+use prefixkv_dprnet::wire::ResponseFrame;
+use prefixkv_dprnet::DprRedisClient;
 use prefixkv_resp::Command;
 
 use super::{Core, Worker};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use prefixkv_dpr::worker::WorkerError;
 use prefixkv_dpr::{WorkerId, WorldLine};
-use prefixkv_dredis::wire::FrameLimits;
+use prefixkv_dprnet::wire::FrameLimits;
 
 use crate::state_object::EngineConfig;
 

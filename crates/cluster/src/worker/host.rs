@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use prefixkv_dpr::finder::DprFinder;
 use prefixkv_dpr::{ClusterState, DprHeader, HeaderKind, WorkerId, WorldLine};
-use prefixkv_dredis::serve::{BatchResult, ConnectionHandler, DprHost};
-use prefixkv_dredis::wire::{frame_commands, FrameLimits, RequestFrame, ResponseFrame};
+use prefixkv_dprnet::serve::{BatchResult, ConnectionHandler, DprHost};
+use prefixkv_dprnet::wire::{frame_commands, FrameLimits, RequestFrame, ResponseFrame};
 use prefixkv_resp::Command;
 
 use super::Core;
@@ -44,7 +44,7 @@ impl ConnectionHandler for Core {
     }
 
     fn serve_resp(&self, stream: std::net::TcpStream, first_byte: u8) {
-        prefixkv_dredis::serve::serve_resp(self, stream, first_byte);
+        prefixkv_dprnet::serve::serve_resp(self, stream, first_byte);
     }
 }
 

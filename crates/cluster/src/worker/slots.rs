@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Condvar, Mutex, RwLock};
 use prefixkv_dpr::Version;
-use prefixkv_dredis::slots::{key_slot, SLOT_COUNT};
+use prefixkv_dprnet::slots::{key_slot, SLOT_COUNT};
 use prefixkv_resp::{Encoder, Protocol};
 
 use super::{Core, Recoverability};

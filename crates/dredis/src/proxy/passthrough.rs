@@ -7,9 +7,9 @@ use prefixkv_dpr::{DprHeader, HeaderKind, WorkerId};
 
 use super::pool::Pool;
 use super::{serve, ProxyError, Running, Wakeup};
-use crate::serve::ConnectionHandler;
-use crate::wire::frame_commands;
-use crate::wire::{FrameLimits, RequestFrame, ResponseFrame};
+use prefixkv_dprnet::serve::ConnectionHandler;
+use prefixkv_dprnet::wire::frame_commands;
+use prefixkv_dprnet::wire::{FrameLimits, RequestFrame, ResponseFrame};
 
 /// The pass-through side: forwards without DPR (a baseline for the benchmark).
 struct PassThrough {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::REDIS_IO_TIMEOUT;
-use crate::redis::RedisConnection;
+use prefixkv_dprnet::connection::RedisConnection;
 
 /// A pool of connections to one Redis, invalidated wholesale when the Redis restarts.
 pub(super) struct Pool {

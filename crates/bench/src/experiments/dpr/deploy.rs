@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use prefixkv_cluster::worker::Recoverability;
 use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dprnet::DprRedisClient;
 
 use super::Plan;
 use crate::workload::operations::{encode_key, key};

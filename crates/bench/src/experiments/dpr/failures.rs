@@ -26,8 +26,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use prefixkv_cluster::worker::Recoverability;
 use prefixkv_cluster::LocalCluster;
 use prefixkv_dpr::WorldLine;
-use prefixkv_dredis::client::ClientError;
-use prefixkv_dredis::DprRedisClient;
+use prefixkv_dprnet::client::ClientError;
+use prefixkv_dprnet::DprRedisClient;
 use prefixkv_resp::Reply;
 use serde_json::Value;
 

@@ -1,5 +1,5 @@
 //! One client session of a `dpr` run, on a thread of the bench process: a
-//! [`prefixkv_dredis::DprRedisSession`] (batches of `b` commands per worker, a window of `w`
+//! [`prefixkv_dprnet::DprRedisSession`] (batches of `b` commands per worker, a window of `w`
 //! batches) driven until a stop flag, then drained.
 //!
 //! Two kinds of work: YCSB-A (50% GET, 50% blind SET of 8-byte keys and values over the preloaded
@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use prefixkv_dpr::WorldLine;
-use prefixkv_dredis::client::ClientError;
-use prefixkv_dredis::{DprRedisClient, DprRedisSession};
+use prefixkv_dprnet::client::ClientError;
+use prefixkv_dprnet::{DprRedisClient, DprRedisSession};
 use prefixkv_resp::Reply;
 
 use super::track::{Buckets, CommitTracker, Count, Oracle, Resolved};

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use prefixkv_dpr::session::CommitPoint;
-use prefixkv_dredis::client::{Fate, RollbackReport};
+use prefixkv_dprnet::client::{Fate, RollbackReport};
 
 use crate::stats::Latencies;
 
@@ -383,7 +383,7 @@ impl Oracle {
 mod tests {
     use super::*;
     use prefixkv_dpr::session::{SequenceRange, SurvivingPrefix};
-    use prefixkv_dredis::client::OperationFate;
+    use prefixkv_dprnet::client::OperationFate;
 
     #[test]
     fn buckets_count_by_250_ms_and_merge() {

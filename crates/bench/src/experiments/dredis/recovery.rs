@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use prefixkv_dredis::client::ClientError;
-use prefixkv_dredis::redis::RedisConnection;
-use prefixkv_dredis::{ClientConfig, DprRedisClient};
+use prefixkv_dprnet::client::ClientError;
+use prefixkv_dprnet::connection::RedisConnection;
+use prefixkv_dprnet::{ClientConfig, DprRedisClient};
 use prefixkv_resp::Reply;
 
 use super::{Args, Deployment};

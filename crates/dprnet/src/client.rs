@@ -1,4 +1,4 @@
-//! [`DprRedisClient`]: the Rust client of a D-Redis cluster.
+//! [`DprRedisClient`]: the Rust client of a DPR cluster (D-Redis proxies or prefixkv cluster workers).
 //!
 //! A client knows the shards' proxy addresses (shard `i` is DPR worker `i`) and the metadata
 //! store (the SQLite file the cluster publishes its DPR cut into, or its PostgreSQL server).
@@ -50,8 +50,8 @@ use prefixkv_dpr::session::{
 use prefixkv_dpr::{ClusterState, DprSession, HeaderKind, WorkerId, WorldLine};
 use prefixkv_resp::{Command, Limits, Reply, ReplyParser};
 
+use crate::connection::encode_command;
 use crate::options::MetadataLocation;
-use crate::redis::encode_command;
 use crate::wire::{encode_request, FrameLimits, FrameReader, ResponseFrame, FRAMED_PREAMBLE};
 
 /// Longest wait for the cut watcher's next read before re-checking a deadline.

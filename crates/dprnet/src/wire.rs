@@ -1,4 +1,4 @@
-//! The client ⇄ proxy framing: a DPR header plus a RESP payload, length-prefixed.
+//! The client ⇄ worker framing (a D-Redis proxy or a cluster worker): a DPR header plus a RESP payload, length-prefixed.
 //!
 //! Protocol detection: a framed client sends [`FRAMED_PREAMBLE`] (8 bytes, starting with NUL) once,
 //! right after connecting, then frames. A proxy reads the first byte of every connection: NUL

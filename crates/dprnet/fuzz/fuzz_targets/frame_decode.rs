@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prefixkv_dredis::wire::{decode_request_body, decode_response_body, FrameLimits, FrameReader};
+use prefixkv_dprnet::wire::{decode_request_body, decode_response_body, FrameLimits, FrameReader};
 
 fuzz_target!(|data: &[u8]| {
     let limits = FrameLimits {

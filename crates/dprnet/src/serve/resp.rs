@@ -43,7 +43,7 @@ use prefixkv_dpr::ClusterState;
 use prefixkv_resp::{Command, RequestParser};
 
 use super::{BatchResult, DprHost};
-use crate::redis::encode_command;
+use crate::connection::encode_command;
 
 /// Bytes read from the socket at a time.
 const READ_CHUNK: usize = 16 * 1024;

@@ -1,4 +1,4 @@
-//! Which DPR finder and which metadata store a D-Redis deployment uses.
+//! Which DPR finder and which metadata store a DPR deployment (D-Redis or prefixkv-cluster) uses.
 //!
 //! - [`FinderKind`]: `exact` (default), `approximate` or `hybrid`, libDPR's three finders
 //!   (`docs/dpr.md`, "DPR finders: which to pick"). With `approximate` and `hybrid` the proxies
@@ -87,16 +87,40 @@ pub enum MetadataLocation {
 }
 
 impl MetadataLocation {
-    /// Reads `--metadata-url`: `postgres://`/`postgresql://` URLs and strings holding `=`
-    /// (conninfo) are PostgreSQL, `sqlite:PATH` and anything else a SQLite file path.
+    /// Reads a metadata location as the command lines take it (`--metadata`, `--metadata-url`):
+    /// `sqlite:PATH` is a SQLite file path; otherwise `postgres://`/`postgresql://` URLs and
+    /// strings holding `=` (conninfo) are PostgreSQL, and anything else a SQLite file path.
     pub fn parse(text: &str) -> Self {
+        // `sqlite:` first: it is how a file path holding `=` is told apart from conninfo.
+        if let Some(path) = text.strip_prefix("sqlite:") {
+            return MetadataLocation::Sqlite(PathBuf::from(path));
+        }
         if text.starts_with("postgres://")
             || text.starts_with("postgresql://")
             || text.contains('=')
         {
             MetadataLocation::Postgres(text.to_string())
         } else {
-            MetadataLocation::Sqlite(PathBuf::from(text.strip_prefix("sqlite:").unwrap_or(text)))
+            MetadataLocation::Sqlite(PathBuf::from(text))
+        }
+    }
+
+    /// The text [`MetadataLocation::parse`] reads back as this location: how a launcher passes
+    /// it to the processes it starts (a SQLite path that would read as PostgreSQL gets the
+    /// `sqlite:` prefix). Unlike [`Display`](fmt::Display), it keeps any password in a URL.
+    pub fn argument(&self) -> std::ffi::OsString {
+        match self {
+            MetadataLocation::Sqlite(path) => {
+                let text = path.to_string_lossy();
+                if MetadataLocation::parse(&text) == *self {
+                    path.clone().into_os_string()
+                } else {
+                    let mut prefixed = std::ffi::OsString::from("sqlite:");
+                    prefixed.push(path);
+                    prefixed
+                }
+            }
+            MetadataLocation::Postgres(config) => config.into(),
         }
     }
 
@@ -149,6 +173,24 @@ mod tests {
         assert_eq!(
             MetadataLocation::parse("postgres://u:secret@h:5/db").to_string(),
             "postgres://…@h:5/db"
+        );
+        for location in [
+            MetadataLocation::Sqlite("/tmp/m.sqlite".into()),
+            MetadataLocation::Sqlite("/tmp/a=b/m.sqlite".into()),
+            MetadataLocation::Sqlite("postgres://not-a-url".into()),
+            MetadataLocation::Postgres("postgres://u:secret@h:5/db".into()),
+            MetadataLocation::Postgres("host=/tmp port=5432".into()),
+        ] {
+            let argument = location.argument();
+            assert_eq!(
+                MetadataLocation::parse(argument.to_str().unwrap()),
+                location,
+                "{argument:?} reads back"
+            );
+        }
+        assert_eq!(
+            MetadataLocation::Sqlite("/tmp/a=b".into()).argument(),
+            "sqlite:/tmp/a=b"
         );
         assert_eq!("hybrid".parse::<FinderKind>(), Ok(FinderKind::Hybrid));
         assert!("fast".parse::<FinderKind>().is_err());
