@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use prefixkv_oplog::SyncPolicy;
+use prefixkv_storage::log::SyncPolicy;
 
 /// How writes are made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -1,7 +1,7 @@
 //! `prefixkv-store`: the engine and the operation log as one durable store.
 //!
 //! The engine (`prefixkv-engine`) keeps the data in memory and makes it durable with CPR
-//! checkpoints; the operation log (`prefixkv-oplog`) makes each write durable between
+//! checkpoints; the operation log (`prefixkv_storage::log`) makes each write durable between
 //! checkpoints. This crate is the one place that combines them, for the server and for a cluster
 //! worker alike:
 //! - writes go through [`Txn`], which keeps each key's log order equal to its engine order;
@@ -34,7 +34,7 @@ pub enum StoreError {
     Engine(#[from] prefixkv_engine::EngineError),
     /// The operation log failed (a failed sync fails it for good: restart to recover).
     #[error("operation log: {0}")]
-    Oplog(#[from] prefixkv_oplog::OplogError),
+    Oplog(#[from] prefixkv_storage::log::LogError),
     /// A file or directory operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -30,8 +30,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use prefixkv_oplog::AppendTicket;
 use prefixkv_resp::{Encoder, Protocol};
+use prefixkv_storage::log::AppendTicket;
 use prefixkv_store::StoreSession as Session;
 
 use crate::config::Durability;

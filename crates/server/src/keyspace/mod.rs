@@ -159,7 +159,7 @@ impl Keyspace {
     }
 
     /// The oplog, when the durability mode uses one.
-    pub fn oplog(&self) -> Option<std::sync::Arc<prefixkv_oplog::Oplog>> {
+    pub fn oplog(&self) -> Option<std::sync::Arc<prefixkv_storage::log::Log>> {
         self.store.oplog()
     }
 
