@@ -476,8 +476,8 @@ impl DurableStore {
         &self.engine
     }
 
-    /// The operation log, in the logging modes (`None` also while a failed log is being
-    /// replaced: module docs, step 6).
+    /// The log (`None` without one, or while a failed one is replaced: step 6), for tests and
+    /// tools reading records; durability: [`DurableStore::is_durable`]; reports: `log_status`.
     pub fn oplog(&self) -> Option<Arc<Log>> {
         self.oplog.as_ref().and_then(LogSlot::get)
     }
