@@ -19,7 +19,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::commands::{self, AsyncOp, Client, Flow};
-use crate::config::Durability;
 use crate::error::CommandError;
 use crate::keyspace;
 use crate::state::{ClientInfo, Server};
@@ -340,12 +339,11 @@ async fn flush(
 
 /// Waits for the batch's newest oplog record; false if the oplog failed.
 async fn await_ticket(client: &mut Client) -> bool {
+    // The store hands out tickets only in the logging modes (`always`: the ticket completes
+    // once the record is synced; `everysec`: once it is written), so a ticket is always awaited.
     let Some(ticket) = client.ticket.take() else {
         return true;
     };
-    if !matches!(client.durability, Durability::Always | Durability::EverySec) {
-        return true;
-    }
     match ticket.await {
         Ok(_) => true,
         Err(error) => {
