@@ -22,7 +22,7 @@ enum Experiment {
     Cpr(experiments::cpr::Args),
     /// Crash stress: SIGKILL a loaded, checkpointing engine at random points; verify each recovery.
     Crash(experiments::crash::Args),
-    /// Group commit vs fsync-per-append, io_uring vs pwritev (prefixkv-oplog).
+    /// Group commit vs fsync-per-append, io_uring vs pwritev (prefixkv_storage::log).
     Oplog(experiments::oplog::Args),
     /// Checkpoint algorithms for frequently-consistent applications (prefixkv-tickstate).
     Tick(experiments::tick::Args),

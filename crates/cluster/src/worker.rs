@@ -76,7 +76,7 @@ pub const INCARNATION_FILE: &str = "INCARNATION";
 /// The operation log of [`Recoverability::Synchronous`] and, per sealed version, the log
 /// position it covers.
 type SyncLog = (
-    prefixkv_oplog::Oplog,
+    prefixkv_storage::log::Log,
     Mutex<std::collections::VecDeque<(u64, u64)>>,
 );
 
@@ -488,11 +488,11 @@ impl Worker {
         let oplog = match config.recoverability {
             Recoverability::Synchronous => {
                 let dir = config.engine.store.dir.join("oplog");
-                let log_config = prefixkv_oplog::Config {
-                    policy: prefixkv_oplog::SyncPolicy::Always,
-                    ..prefixkv_oplog::Config::default()
+                let log_config = prefixkv_storage::log::LogConfig {
+                    policy: prefixkv_storage::log::SyncPolicy::Always,
+                    ..prefixkv_storage::log::LogConfig::default()
                 };
-                let (log, _) = prefixkv_oplog::Oplog::open(&dir, log_config).map_err(|e| {
+                let (log, _) = prefixkv_storage::log::Log::open(&dir, log_config).map_err(|e| {
                     StartError::Incarnation {
                         path: dir.clone(),
                         source: std::io::Error::other(e.to_string()),

@@ -19,7 +19,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::commands::{self, AsyncOp, Client, Flow};
-use crate::config::Durability;
 use crate::error::CommandError;
 use crate::keyspace;
 use crate::state::{ClientInfo, Server};
@@ -340,12 +339,11 @@ async fn flush(
 
 /// Waits for the batch's newest oplog record; false if the oplog failed.
 async fn await_ticket(client: &mut Client) -> bool {
+    // The store hands out tickets only in the logging modes (`always`: the ticket completes
+    // once the record is synced; `everysec`: once it is written), so a ticket is always awaited.
     let Some(ticket) = client.ticket.take() else {
         return true;
     };
-    if !matches!(client.durability, Durability::Always | Durability::EverySec) {
-        return true;
-    }
     match ticket.await {
         Ok(_) => true,
         Err(error) => {
@@ -432,36 +430,28 @@ fn write_error(encoder: prefixkv_resp::Encoder, output: &mut BytesMut, error: &C
     encoder.error(output, error.to_string().as_bytes());
 }
 
-/// Returns once every earlier write of this connection is durable: oplog modes sync the log;
-/// `checkpoint` takes checkpoints until the session's commit point covers the newest write.
+/// Returns once every earlier write of this connection is durable: the store's
+/// `DurableStore::wait_durable` on the newest (writes become durable in order), which syncs the
+/// log or takes checkpoints (through `Persistence`, which records them) as the mode requires.
 async fn wait_durable(server: &Arc<Server>, client: &mut Client) -> Result<(), String> {
     let Some(newest) = client.newest_pending() else {
         return Ok(());
     };
-    if let (Some(lsn), Some(_)) = (newest.lsn, server.keyspace.oplog()) {
-        let durable = server.keyspace.oplog().map_or(0, |log| log.durable_lsn());
-        if lsn > durable {
-            let keyspace = server.keyspace.clone();
-            blocking(move || keyspace.oplog().map(|log| log.flush_and_sync()))
-                .await
-                .transpose()
-                .map_err(|error| format!("oplog sync failed: {error}"))?;
-        }
-        return Ok(());
-    }
-    for _ in 0..3 {
-        let committed = match &newest.by {
-            // A write the script thread's session made on this connection's behalf.
-            Some(watch) => watch.committed_serial(),
-            None => {
-                keyspace::with_session(&server.keyspace.store, |session| session.committed_serial())
-            }
-        };
-        if committed >= newest.serial {
-            return Ok(());
-        }
-        let persistence = server.persistence.clone();
-        blocking(move || persistence.checkpoint_now()).await?;
-    }
-    Err("this connection's writes are not covered by a checkpoint after 3 attempts".into())
+    let store = server.keyspace.store.clone();
+    // The session that made it: a script thread's on this connection's behalf, or this thread's.
+    let made_by = match newest.by.clone() {
+        Some(watch) => watch,
+        None => keyspace::with_session(&store, |session| session.commit_watch()),
+    };
+    let persistence = server.persistence.clone();
+    blocking(move || {
+        store.wait_durable(newest.position(), &made_by, || {
+            persistence
+                .checkpoint_now()
+                .map(drop)
+                .map_err(prefixkv_store::StoreError::Storage)
+        })
+    })
+    .await
+    .map_err(|error| error.to_string())
 }

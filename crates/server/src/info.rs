@@ -71,14 +71,14 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
             settings.durability.uses_oplog() as u8,
         );
         write_checkpoint_breakdown(&mut text, last.as_ref().map(|c| &c.breakdown));
-        if let Some(log) = server.keyspace.oplog() {
+        if let Some(log) = server.keyspace.store.log_status() {
             let _ = write!(
                 text,
                 "oplog_next_lsn:{}\r\noplog_durable_lsn:{}\r\noplog_oldest_lsn:{}\r\noplog_backend:{}\r\n",
-                log.next_lsn(),
-                log.durable_lsn(),
-                log.oldest_lsn(),
-                log.backend().name()
+                log.next_lsn,
+                log.durable_lsn,
+                log.oldest_lsn,
+                log.backend.name()
             );
         }
         for mode in [

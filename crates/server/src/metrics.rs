@@ -182,9 +182,9 @@ fn render_persistence(out: &mut String, server: &Server) {
     for (name, kind, help, value) in rows {
         single(out, name, kind, help, value);
     }
-    if let Some(log) = server.keyspace.oplog() {
-        let stats = log.stats();
-        let appended = log.next_lsn().saturating_sub(1);
+    if let Some(log) = server.keyspace.store.log_status() {
+        let stats = log.stats;
+        let appended = log.next_lsn.saturating_sub(1);
         let rows: [(&str, &str, &str, f64); 4] = [
             ("prefixkv_oplog_records_written_total", "counter", "Operation-log records written.",
                 stats.records_written as f64),
@@ -192,7 +192,7 @@ fn render_persistence(out: &mut String, server: &Server) {
             ("prefixkv_oplog_sync_seconds_total", "counter", "Time in the calls that made operation-log data durable; over syncs_total, the mean sync latency.",
                 stats.sync_time.as_secs_f64()),
             ("prefixkv_oplog_unsynced_records", "gauge", "Records appended but not yet durable (commit lag of the log).",
-                appended.saturating_sub(log.durable_lsn()) as f64),
+                appended.saturating_sub(log.durable_lsn) as f64),
         ];
         for (name, kind, help, value) in rows {
             single(out, name, kind, help, value);

@@ -287,8 +287,8 @@ fn oracle_catches_a_log_edited_to_keep_half_a_unit(unit: Unit) {
     ];
     let logs = units_then_kill(dir.path(), &flags, unit, false);
     let log_dir = dir.path().join("oplog");
-    let config = prefixkv_oplog::Config::default();
-    let (log, _) = prefixkv_oplog::Oplog::open(&log_dir, config.clone()).unwrap();
+    let config = prefixkv_storage::log::LogConfig::default();
+    let (log, _) = prefixkv_storage::log::Log::open(&log_dir, config.clone()).unwrap();
     let first = log.oldest_lsn();
     let mut records: Vec<Vec<u8>> = log
         .replay(first)
@@ -316,9 +316,9 @@ fn oracle_catches_a_log_edited_to_keep_half_a_unit(unit: Unit) {
     }
     records[last_unit] = half;
     std::fs::remove_dir_all(&log_dir).unwrap();
-    let (log, _) = prefixkv_oplog::Oplog::open(
+    let (log, _) = prefixkv_storage::log::Log::open(
         &log_dir,
-        prefixkv_oplog::Config {
+        prefixkv_storage::log::LogConfig {
             first_lsn: first,
             ..config
         },

@@ -65,7 +65,7 @@ use parking_lot::Mutex;
 use prefixkv_engine::{
     CheckpointToken, EngineError, RecoveryInfo, SessionId, Store as Engine, Strategy,
 };
-use prefixkv_oplog::{AppendTicket, Oplog, OplogError, SyncPolicy};
+use prefixkv_storage::log::{AppendTicket, Log, LogError, SyncPolicy};
 use prefixkv_storage::{real_disk, DirLock, Disk};
 
 use crate::record::{decode_record, part_of};
@@ -90,16 +90,16 @@ struct LogSlot {
     /// The log; `None` only between taking a failed log out and opening its replacement (or after
     /// that opening failed: writes then get an error until a checkpoint succeeds). Appenders take
     /// the read side, which is sharded per thread, so writers do not share a cache line.
-    current: ShardedLock<Option<Arc<Oplog>>>,
+    current: ShardedLock<Option<Arc<Log>>>,
     /// The next LSN of the last log taken out, while `current` is `None`.
     retired_next_lsn: AtomicU64,
     dir: PathBuf,
-    config: prefixkv_oplog::Config,
+    config: prefixkv_storage::log::LogConfig,
     disk: Arc<dyn Disk>,
 }
 
 impl LogSlot {
-    fn get(&self) -> Option<Arc<Oplog>> {
+    fn get(&self) -> Option<Arc<Log>> {
         self.current
             .read()
             .expect("the log slot is never poisoned")
@@ -150,7 +150,7 @@ impl Options {
             strategy: Strategy::Persian,
             oplog_max_record_bytes: 64 << 20,
             record_split_bytes: crate::RECORD_SPLIT_BYTES,
-            oplog_segment_bytes: prefixkv_oplog::Config::default().segment_bytes,
+            oplog_segment_bytes: prefixkv_storage::log::LogConfig::default().segment_bytes,
             disk: real_disk(),
         }
     }
@@ -271,7 +271,7 @@ pub struct DurableStore {
 }
 
 fn log_being_replaced() -> StoreError {
-    OplogError::Failed(
+    LogError::Failed(
         "the operation log failed and is being replaced: writes resume once a checkpoint \
          succeeds (the periodic one, or BGSAVE)"
             .into(),
@@ -365,13 +365,13 @@ impl DurableStore {
                 .durability
                 .log_policy()
                 .unwrap_or(SyncPolicy::EverySec);
-            let config = prefixkv_oplog::Config {
+            let config = prefixkv_storage::log::LogConfig {
                 policy,
                 max_record_bytes: options.oplog_max_record_bytes,
                 segment_bytes: options.oplog_segment_bytes,
                 // A new (or removed) log continues above every LSN the checkpoint names.
                 first_lsn: covered.map_or(1, |lsn| lsn + 1),
-                ..prefixkv_oplog::Config::default()
+                ..prefixkv_storage::log::LogConfig::default()
             };
             let config_for_replacement = config.clone();
             prefixkv_storage::durable::remove_leftover(&*disk, &oplog_dir).map_err(|error| {
@@ -380,7 +380,7 @@ impl DurableStore {
                     error,
                 )
             })?;
-            let (mut log, report) = Oplog::open_on(disk.clone(), &oplog_dir, config.clone())?;
+            let (mut log, report) = Log::open_on(disk.clone(), &oplog_dir, config.clone())?;
             recovered.torn_tail = report.torn_tail.map(|torn| format!("{torn:?}"));
             if covered.is_some_and(|lsn| log.next_lsn() <= lsn) {
                 // The log lost an unsynced tail that the checkpoint covers (it was taken after
@@ -391,7 +391,7 @@ impl DurableStore {
                 prefixkv_storage::durable::remove_dir_all_durably(&*disk, &oplog_dir).map_err(
                     |error| StoreError::io(format!("removing {}", oplog_dir.display()), error),
                 )?;
-                log = Oplog::open_on(disk.clone(), &oplog_dir, config)?.0;
+                log = Log::open_on(disk.clone(), &oplog_dir, config)?.0;
                 recovered.log_restarted_at = Some(log.next_lsn());
             }
             replay(
@@ -476,9 +476,9 @@ impl DurableStore {
         &self.engine
     }
 
-    /// The operation log, in the logging modes (`None` also while a failed log is being
-    /// replaced: module docs, step 6).
-    pub fn oplog(&self) -> Option<Arc<Oplog>> {
+    /// The log (`None` without one, or while a failed one is replaced: step 6), for tests and
+    /// tools reading records; durability: [`DurableStore::is_durable`]; reports: `log_status`.
+    pub fn oplog(&self) -> Option<Arc<Log>> {
         self.oplog.as_ref().and_then(LogSlot::get)
     }
 
@@ -496,7 +496,7 @@ impl DurableStore {
         let current = slot.current.read().expect("the log slot is never poisoned");
         match current.as_ref() {
             Some(log) if !log.has_failed() => Ok(()),
-            Some(log) => Err(OplogError::Failed(format!(
+            Some(log) => Err(LogError::Failed(format!(
                 "{}; writes resume once a checkpoint succeeds (the periodic one, or BGSAVE)",
                 log.failure().unwrap_or_default()
             ))
@@ -668,11 +668,11 @@ impl DurableStore {
         }
         prefixkv_storage::durable::remove_dir_all_durably(&*slot.disk, &slot.dir)
             .map_err(|error| StoreError::io(format!("removing {}", slot.dir.display()), error))?;
-        let config = prefixkv_oplog::Config {
+        let config = prefixkv_storage::log::LogConfig {
             first_lsn: covered + 1,
             ..slot.config.clone()
         };
-        let (log, _) = Oplog::open_on(slot.disk.clone(), &slot.dir, config)?;
+        let (log, _) = Log::open_on(slot.disk.clone(), &slot.dir, config)?;
         tracing::warn!(
             "the operation log had failed; checkpoint through LSN {covered} holds all it held: \
              started a new log at LSN {}, writes resume",
@@ -716,7 +716,7 @@ struct Replayed {
 /// size, which its writer held in the engine anyway.
 fn replay(
     engine: &Arc<Engine>,
-    log: &Oplog,
+    log: &Log,
     recovered: &Recovered,
     covered: Option<u64>,
     points: &BTreeMap<SessionId, u64>,

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use crossbeam_utils::sync::ShardedLockReadGuard;
 use parking_lot::MutexGuard;
 use prefixkv_engine::{EngineError, Session};
-use prefixkv_oplog::AppendTicket;
+use prefixkv_storage::log::AppendTicket;
 
 use crate::record::{encode_operation, set_part, start_record, Operation, Part};
 use crate::store::STRIPES;

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use prefixkv_oplog::{Config, Oplog};
+use prefixkv_storage::log::{Log, LogConfig};
 use prefixkv_storage::{CrashMode, SimDisk};
 use prefixkv_store::record::{decode_record, encode_operation, set_part, start_record, Part};
 use prefixkv_store::{Durability, DurableStore, Options};
@@ -299,16 +299,16 @@ fn options_at(dir: &std::path::Path, durability: Durability) -> Options {
 /// the payloads to keep, in order, from the same first LSN.
 fn rewrite_log(dir: &std::path::Path, edit: impl FnOnce(Vec<(u64, Vec<u8>)>) -> Vec<Vec<u8>>) {
     let log_dir = dir.join("oplog");
-    let (log, _) = Oplog::open(&log_dir, Config::default()).unwrap();
+    let (log, _) = Log::open(&log_dir, LogConfig::default()).unwrap();
     let first = log.oldest_lsn();
     let records: Vec<(u64, Vec<u8>)> = log.replay(first).unwrap().map(Result::unwrap).collect();
     log.close().unwrap();
     std::fs::remove_dir_all(&log_dir).unwrap();
-    let (log, _) = Oplog::open(
+    let (log, _) = Log::open(
         &log_dir,
-        Config {
+        LogConfig {
             first_lsn: first,
-            ..Config::default()
+            ..LogConfig::default()
         },
     )
     .unwrap();

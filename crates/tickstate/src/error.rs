@@ -9,7 +9,7 @@ pub enum TickError {
     Io(#[from] std::io::Error),
     /// The logical log failed.
     #[error("logical log: {0}")]
-    Log(#[from] prefixkv_oplog::OplogError),
+    Log(#[from] prefixkv_storage::log::LogError),
     /// The asynchronous writer stopped on an error; no further checkpoints are taken. Reopen the
     /// directory (recovery re-reads what is on disk) to continue.
     #[error("the asynchronous image writer failed: {0}")]

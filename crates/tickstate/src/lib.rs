@@ -7,7 +7,7 @@
 //! tick. At a point of consistency the mutator may start a checkpoint; an asynchronous writer
 //! thread then writes a full image of the state as of that point while the mutator keeps
 //! running, into one of two image files used alternately (double backup). The inputs of each
-//! tick go to a logical log (`prefixkv-oplog`, group commit). Recovery loads the newest image
+//! tick go to a logical log (`prefixkv_storage::log`, group commit). Recovery loads the newest image
 //! whose footer and checksum verify and replays the log after it.
 //!
 //! The algorithms ([`algo`]) differ in what the mutator pays: Naive Snapshot copies the whole

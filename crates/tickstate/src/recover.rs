@@ -1,6 +1,6 @@
 //! Recovery: the newest verified image, then the logical log after it.
 //!
-//! Logical log records (payloads of `prefixkv-oplog` records), little-endian:
+//! Logical log records (payloads of `prefixkv_storage::log` records), little-endian:
 //!
 //! | kind (u8) | then | meaning |
 //! |---|---|---|
@@ -18,7 +18,7 @@
 
 use crate::error::{Result, TickError};
 use crate::image::{image_path, read_image, ImageCheck};
-use prefixkv_oplog::{Config as OplogConfig, Oplog};
+use prefixkv_storage::log::{Log, LogConfig};
 use prefixkv_storage::{real_disk, Disk};
 use std::path::Path;
 use std::sync::Arc;
@@ -75,7 +75,7 @@ pub(crate) struct Recovered {
     pub(crate) newest_marker_lsn: u64,
     /// The WAL-backed store, if it exists (opened and recovered while reading it).
     pub(crate) wal_store: Option<prefixkv_pagestore::PageStore>,
-    pub(crate) log: Option<Oplog>,
+    pub(crate) log: Option<Log>,
     pub(crate) report: RecoveryReport,
 }
 
@@ -98,7 +98,7 @@ pub fn recover_on(
     words: usize,
     apply: impl FnMut(&mut [u64], u64, &[u8]),
 ) -> Result<(Vec<u64>, u64, RecoveryReport)> {
-    let recovered = recover_inner(disk, dir, words, Some(OplogConfig::default()), apply)?;
+    let recovered = recover_inner(disk, dir, words, Some(LogConfig::default()), apply)?;
     if let Some(log) = recovered.log {
         log.close()?;
     }
@@ -109,7 +109,7 @@ pub(crate) fn recover_inner(
     disk: &Arc<dyn Disk>,
     dir: &Path,
     words: usize,
-    log_config: Option<OplogConfig>,
+    log_config: Option<LogConfig>,
     mut apply: impl FnMut(&mut [u64], u64, &[u8]),
 ) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
@@ -175,7 +175,7 @@ pub(crate) fn recover_inner(
         });
     };
     let replay_started = Instant::now();
-    let (log, _open_report) = Oplog::open_on(Arc::clone(disk), log_dir(dir), log_config)?;
+    let (log, _open_report) = Log::open_on(Arc::clone(disk), log_dir(dir), log_config)?;
     if newest_marker_lsn > 0 && log.oldest_lsn() > from_lsn && log.next_lsn() > log.oldest_lsn() {
         return Err(TickError::BadLogRecord {
             lsn: log.oldest_lsn(),

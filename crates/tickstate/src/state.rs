@@ -11,7 +11,7 @@ use crate::algo::Algorithm;
 use crate::error::{Result, TickError};
 use crate::recover::{encode_record, recover_inner, RecoveryReport, RECORD_ACTION, RECORD_POINT};
 use crate::writer::{run_writer, ImageBase, ImageFiles, ImageStore, ImageWriter, Shared};
-use prefixkv_oplog::{AppendTicket, Config as OplogConfig, Oplog};
+use prefixkv_storage::log::{AppendTicket, Log, LogConfig};
 use prefixkv_storage::{durable, real_disk, Disk};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -29,7 +29,7 @@ pub struct Config {
     pub huge_pages: bool,
     /// The logical log's configuration; `None` turns logical logging off (then `log_action` is an
     /// error, and recovery returns the newest image's state).
-    pub log: Option<OplogConfig>,
+    pub log: Option<LogConfig>,
     /// How Ping-Pong's writer builds full images in the double-backup store (Copy from the
     /// previous file, or Merge in memory).
     pub image_base: ImageBase,
@@ -50,7 +50,7 @@ impl Config {
         Config {
             words,
             huge_pages: false,
-            log: Some(OplogConfig::default()),
+            log: Some(LogConfig::default()),
             image_base: ImageBase::CopyFromFile,
             image_store: ImageStore::DoubleBackup,
             writer_cpu: None,
@@ -98,7 +98,7 @@ pub struct Stats {
 pub struct TickState<A: Algorithm> {
     shared: Arc<Shared<A>>,
     writer: Option<JoinHandle<()>>,
-    log: Option<Arc<Oplog>>,
+    log: Option<Arc<Log>>,
     tick: u64,
     /// Point-of-consistency records whose durability has not been observed yet.
     unsynced_points: VecDeque<(u64, AppendTicket)>,

@@ -45,10 +45,10 @@
 use crate::algo::Algorithm;
 use crate::image::{words_as_bytes, words_as_bytes_mut, Footer, ImageCheck};
 use crate::writer::Shared;
-use prefixkv_oplog::Oplog;
 use prefixkv_pagestore::{
     CheckpointMode, Options as PageStoreOptions, PageStore, SyncPolicy, MAX_PAGE_NUMBER,
 };
+use prefixkv_storage::log::Log;
 use prefixkv_storage::Disk;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -369,7 +369,7 @@ impl WalImageWriter {
         shared: &Shared<A>,
         tick: u64,
         marker_lsn: u64,
-        log: Option<&Oplog>,
+        log: Option<&Log>,
     ) -> io::Result<()> {
         let path = self.path.clone();
         let error = |what: &str, e: prefixkv_pagestore::Error| store_error(&path, what, e);

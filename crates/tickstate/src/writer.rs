@@ -29,7 +29,7 @@ use crate::algo::Algorithm;
 use crate::image::{
     encode_footer, image_path, words_as_bytes, words_as_bytes_mut, Footer, FOOTER_BYTES,
 };
-use prefixkv_oplog::Oplog;
+use prefixkv_storage::log::Log;
 use prefixkv_storage::{durable, io as disk_io, Disk, DiskFile, OpenMode};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -166,7 +166,7 @@ impl ImageFiles {
         shared: &Shared<A>,
         tick: u64,
         marker_lsn: u64,
-        log: Option<&Oplog>,
+        log: Option<&Log>,
     ) -> io::Result<()> {
         let slot = self.newest.map_or(0, |newest| 1 - newest);
         let data_bytes = self.words as u64 * 8;
@@ -265,7 +265,7 @@ impl ImageWriter {
         shared: &Shared<A>,
         tick: u64,
         marker_lsn: u64,
-        log: Option<&Oplog>,
+        log: Option<&Log>,
     ) -> io::Result<()> {
         match self {
             ImageWriter::DoubleBackup(files) => files.write_image(shared, tick, marker_lsn, log),
@@ -296,7 +296,7 @@ pub enum ImageStore {
 pub(crate) fn run_writer<A: Algorithm>(
     shared: Arc<Shared<A>>,
     mut files: ImageWriter,
-    log: Option<Arc<Oplog>>,
+    log: Option<Arc<Log>>,
 ) {
     let mut done = shared.done_seq.load(Ordering::Relaxed);
     loop {

@@ -21,7 +21,7 @@
 mod common;
 
 use common::{apply, decode, step, Inputs, Reference};
-use prefixkv_oplog::Config as OplogConfig;
+use prefixkv_storage::log::LogConfig;
 use prefixkv_storage::{CrashMode, Disk, Fault, FaultError, FaultOp, SimDisk};
 use prefixkv_testkit::rng::{env_count, Rng};
 use prefixkv_tickstate::algo::*;
@@ -57,10 +57,10 @@ fn actions(tick: u64) -> Vec<[u8; 16]> {
 
 fn config(disk: &Arc<dyn Disk>, image_base: ImageBase) -> Config {
     Config {
-        log: Some(OplogConfig {
+        log: Some(LogConfig {
             // Small segments, so that log truncation after images deletes whole segments.
             segment_bytes: 4096,
-            ..OplogConfig::default()
+            ..LogConfig::default()
         }),
         image_base,
         disk: Arc::clone(disk),

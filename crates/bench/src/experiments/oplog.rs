@@ -2,14 +2,14 @@
 //! pwritev, for 100-byte appends under the `always` policy from 1 to 64 concurrent appenders.
 //!
 //! Contenders, run in the same process, alternated over rounds (A B C, C B A, ...):
-//! - `group_commit_io_uring`: `prefixkv-oplog`, policy `always`, io_uring backend;
+//! - `group_commit_io_uring`: `prefixkv_storage::log`, policy `always`, io_uring backend;
 //! - `group_commit_pwritev`: the same, `pwritev` + `fdatasync` backend;
 //! - `naive_fsync_per_append`: the same framing in one segment file, a mutex around
 //!   `pwrite` + `fdatasync` for every append (each append durable before it returns, as in
 //!   `always`).
 //!
-//! Every cell starts from an empty directory. After each cell the log is reopened with
-//! `prefixkv-oplog` and replayed: every acknowledged LSN must be there with its exact payload
+//! Every cell starts from an empty directory. After each cell the log is reopened and
+//! replayed: every acknowledged LSN must be there with its exact payload
 //! (this is what `verified` means).
 
 use crate::plot::{write_line_chart, LineChart, Series};
@@ -17,8 +17,8 @@ use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, ratio, Latencies, Spread};
 use crate::Common;
 use anyhow::{anyhow, bail, Context, Result};
-use prefixkv_oplog::format::{encode_frame, encode_segment_header, segment_file_name};
-use prefixkv_oplog::{BackendChoice, Config, Oplog, OplogError, SyncPolicy};
+use prefixkv_storage::log::format::{encode_frame, encode_segment_header, segment_file_name};
+use prefixkv_storage::log::{BackendChoice, Log, LogConfig, LogError, SyncPolicy};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -142,7 +142,7 @@ impl NaiveLog {
 }
 
 enum Contender {
-    Group(Oplog),
+    Group(Log),
     Naive(NaiveLog),
 }
 
@@ -155,12 +155,12 @@ impl Contender {
     }
 }
 
-fn group_config(backend: BackendChoice) -> Config {
-    Config {
+fn group_config(backend: BackendChoice) -> LogConfig {
+    LogConfig {
         policy: SyncPolicy::Always,
         backend,
         segment_bytes: 256 << 20,
-        ..Config::default()
+        ..LogConfig::default()
     }
 }
 
@@ -177,10 +177,10 @@ fn run_cell(
     std::fs::create_dir_all(dir)?;
     let contender = match variant {
         Variant::GroupCommitIoUring => {
-            Contender::Group(Oplog::open(dir, group_config(BackendChoice::IoUring))?.0)
+            Contender::Group(Log::open(dir, group_config(BackendChoice::IoUring))?.0)
         }
         Variant::GroupCommitPwritev => {
-            Contender::Group(Oplog::open(dir, group_config(BackendChoice::Pwritev))?.0)
+            Contender::Group(Log::open(dir, group_config(BackendChoice::Pwritev))?.0)
         }
         Variant::Naive => Contender::Naive(NaiveLog::create(dir)?),
     };
@@ -251,13 +251,13 @@ fn run_cell(
     })
 }
 
-/// Reopens the directory with `prefixkv-oplog` and checks every acknowledged record.
+/// Reopens the directory with the log and checks every acknowledged record.
 fn verify(
     dir: &Path,
     acknowledged: &BTreeMap<u64, (usize, u64)>,
     record_bytes: usize,
 ) -> Result<bool> {
-    let (log, report) = Oplog::open(dir, group_config(BackendChoice::Pwritev))?;
+    let (log, report) = Log::open(dir, group_config(BackendChoice::Pwritev))?;
     if report.torn_tail.is_some() || report.repair.is_some() {
         eprintln!("oplog verify: unexpected torn tail or repair after a clean run: {report:?}");
         return Ok(false);
@@ -265,7 +265,7 @@ fn verify(
     let mut found = 0usize;
     let mut pending = acknowledged.iter().peekable();
     for record in log.replay(1)? {
-        let (lsn, bytes) = record.map_err(|e: OplogError| anyhow!(e))?;
+        let (lsn, bytes) = record.map_err(|e: LogError| anyhow!(e))?;
         if let Some(&(&acked_lsn, &(thread, seq))) = pending.peek() {
             if acked_lsn == lsn {
                 if bytes != payload(thread, seq, record_bytes) {
@@ -329,7 +329,7 @@ fn plan(common: &Common, args: &Args, report: &mut Report) -> Result<Plan> {
     ];
     let probe_dir = base_dir.join("probe");
     std::fs::create_dir_all(&probe_dir)?;
-    match Oplog::open(&probe_dir, group_config(BackendChoice::IoUring)) {
+    match Log::open(&probe_dir, group_config(BackendChoice::IoUring)) {
         Ok((log, _)) => log.close()?,
         Err(e) => {
             report.notes.push(format!(
@@ -368,7 +368,7 @@ fn write_config(report: &mut Report, common: &Common, args: &Args, plan: &Plan) 
     );
     report.config(
         "group_commit",
-        "prefixkv-oplog: one vectored write + one data sync per group, one I/O thread",
+        "prefixkv_storage::log: one vectored write + one data sync per group, one I/O thread",
     );
     report.config("dir", plan.base_dir.display().to_string());
     report.config(

@@ -27,7 +27,7 @@ use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, median, ratio, Latencies, Spread};
 use anyhow::{bail, Context, Result};
-use prefixkv_oplog::{AppendTicket, Config as OplogConfig, Oplog};
+use prefixkv_storage::log::{AppendTicket, Log, LogConfig};
 use prefixkv_tickstate::algo::{InterleavedPingPong, NaiveSnapshot};
 use prefixkv_tickstate::aries::{self, Aries, AriesConfig};
 use prefixkv_tickstate::tpcc::{
@@ -266,7 +266,7 @@ impl Engine for AriesEngine {
 
 struct LogOnlyEngine {
     cells: Vec<u64>,
-    log: Oplog,
+    log: Log,
     dir: tempfile::TempDir,
     last: Option<AppendTicket>,
     tickets: VecDeque<(u64, AppendTicket)>,
@@ -278,7 +278,7 @@ impl LogOnlyEngine {
         let dir = tempfile::tempdir().context("creating a temporary directory")?;
         let mut cells = vec![0u64; tpcc.layout().cells()];
         populate(tpcc, cells.as_mut_slice());
-        let (log, _) = Oplog::open(dir.path().join("log"), OplogConfig::default())?;
+        let (log, _) = Log::open(dir.path().join("log"), LogConfig::default())?;
         Ok(LogOnlyEngine {
             cells,
             log,
@@ -329,7 +329,7 @@ impl Engine for LogOnlyEngine {
         let started = Instant::now();
         let mut cells = vec![0u64; tpcc.layout().cells()];
         populate(tpcc, cells.as_mut_slice());
-        let (log, _) = Oplog::open(dir.path().join("log"), OplogConfig::default())?;
+        let (log, _) = Log::open(dir.path().join("log"), LogConfig::default())?;
         for record in log.replay(1)? {
             let (_, action) = record?;
             tpcc.replay(cells.as_mut_slice(), &action)?;

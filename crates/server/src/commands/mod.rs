@@ -30,8 +30,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use prefixkv_oplog::AppendTicket;
 use prefixkv_resp::{Encoder, Protocol};
+use prefixkv_store::AppendTicket;
 use prefixkv_store::StoreSession as Session;
 
 use crate::config::Durability;
@@ -152,14 +152,12 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// Whether a checkpoint covers it: `own_committed` is the connection's session's commit
-    /// point, used for the writes that session made.
-    fn checkpointed(&self, own_committed: u64) -> bool {
-        let committed = self
-            .by
-            .as_ref()
-            .map_or(own_committed, |watch| watch.committed_serial());
-        self.serial <= committed
+    /// Where it stands, for the store's durability rule.
+    pub fn position(&self) -> prefixkv_store::WritePosition {
+        prefixkv_store::WritePosition {
+            serial: self.serial,
+            lsn: self.lsn,
+        }
     }
 }
 
@@ -259,13 +257,14 @@ impl Client {
         }
     }
 
-    /// Moves writes that became durable out of `pending`; returns (writes, durable writes).
+    /// Moves writes that became durable (the store decides: `DurableStore::is_durable`) out of
+    /// `pending`; returns (writes, durable writes).
     pub fn commit_point(&mut self, server: &Server, session: &Session) -> (u64, u64) {
-        let committed_serial = session.committed_serial();
-        let durable_lsn = server.keyspace.oplog().map(|log| log.durable_lsn());
+        let own = session.commit_watch();
         while let Some(entry) = self.pending.front() {
-            let by_log = matches!((entry.lsn, durable_lsn), (Some(l), Some(d)) if l <= d);
-            if entry.checkpointed(committed_serial) || by_log {
+            // The session that made the write: a script thread's, or this connection's own.
+            let made_by = entry.by.as_ref().unwrap_or(&own);
+            if server.keyspace.store.is_durable(entry.position(), made_by) {
                 self.pending.pop_front();
                 self.durable_writes += 1;
             } else {

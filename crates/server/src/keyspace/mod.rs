@@ -158,11 +158,6 @@ impl Keyspace {
         KeyCounts::default()
     }
 
-    /// The oplog, when the durability mode uses one.
-    pub fn oplog(&self) -> Option<std::sync::Arc<prefixkv_oplog::Oplog>> {
-        self.store.oplog()
-    }
-
     /// A fresh collection object id (never used by a live object).
     pub fn new_object_id(&self) -> u64 {
         self.next_object_id.fetch_add(1, Ordering::Relaxed)

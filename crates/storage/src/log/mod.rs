@@ -1,5 +1,6 @@
 //! The segmented, CRC-framed append log with group commit: one mechanism for every log of
-//! prefixkv (the server's operation log through `prefixkv-oplog`, tick-state logs, and Raft's log).
+//! prefixkv (the store's operation log, tick-state logs, Raft's log, the cluster worker's
+//! baseline log). Each of its types has one name (`Log`, `LogConfig`, `LogError`, ...).
 //!
 //! Records (opaque byte strings) get dense log sequence numbers (LSNs) starting at 1, are framed
 //! with their length, LSN and a CRC32C, and are appended to segment files named after their

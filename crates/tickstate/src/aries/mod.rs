@@ -17,7 +17,7 @@
 //! - `aries.master`: magic `PKVARIES`, version u32, CRC32C u32 (of bytes 16..32), cells u64, LSN
 //!   of the last complete checkpoint's BEGIN record u64 (0: none yet). Replaced atomically
 //!   (write a temporary file, fsync, rename, fsync the directory).
-//! - `log/`: the log, a `prefixkv-oplog`; its LSNs are the ARIES LSNs (records: `record.rs`).
+//! - `log/`: the log, a `prefixkv_storage::log::Log`; its LSNs are the ARIES LSNs (records: `record.rs`).
 //!
 //! Protocol and invariants:
 //! - **Write-ahead logging.** The mutator changes a page only under the page's latch, and in the
@@ -55,7 +55,7 @@ use crate::error::{Result, TickError};
 use crate::region::Region;
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use crate::tpcc::Store;
-use prefixkv_oplog::{AppendTicket, Config as OplogConfig, Oplog};
+use prefixkv_storage::log::{AppendTicket, Log, LogConfig};
 use record::{encode_clr, encode_finish, encode_update, COMMIT, END};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -86,7 +86,7 @@ pub struct AriesConfig {
     /// Cells of the database.
     pub cells: usize,
     /// The log's configuration (group commit with a sync per group by default).
-    pub log: OplogConfig,
+    pub log: LogConfig,
     /// Pin the page writer to this CPU (the paper runs its writer on another core than the
     /// mutator).
     pub writer_cpu: Option<usize>,
@@ -97,7 +97,7 @@ impl AriesConfig {
     pub fn new(cells: usize) -> AriesConfig {
         AriesConfig {
             cells,
-            log: OplogConfig::default(),
+            log: LogConfig::default(),
             writer_cpu: None,
         }
     }
@@ -139,7 +139,7 @@ struct Shared {
     /// flush (0: clean).
     rec_lsn: Region<AtomicU64>,
     latches: Region<AtomicU8>,
-    log: Oplog,
+    log: Log,
     /// The log latch: held around every append that changes the active-transaction table, and
     /// by the checkpoint around BEGIN and its copy of that table.
     active: Mutex<Option<ActiveTxn>>,
@@ -241,7 +241,7 @@ impl Aries {
         prefixkv_storage::durable::sync_dir(&prefixkv_storage::RealDisk, dir)?;
         write_master(dir, config.cells, 0)?;
         let page_lsn = vec![0u64; pages];
-        let (log, _) = Oplog::open(log_path(dir), config.log.clone())?;
+        let (log, _) = Log::open(log_path(dir), config.log.clone())?;
         Aries::start(dir, initial, &page_lsn, &[], log, 1, db, &config)
     }
 
@@ -276,7 +276,7 @@ impl Aries {
         cells: &[u64],
         page_lsn: &[u64],
         dirty: &[(u32, u64)],
-        log: Oplog,
+        log: Log,
         next_txn: u64,
         db: File,
         config: &AriesConfig,

@@ -1,4 +1,4 @@
-//! ARIES log records: the payloads of `prefixkv-oplog` records, whose LSNs are the ARIES LSNs.
+//! ARIES log records: the payloads of `prefixkv_storage::log` records, whose LSNs are the ARIES LSNs.
 //!
 //! Encoding (little-endian), kind u8 first:
 //!

@@ -11,7 +11,7 @@ use super::files::{decode_page, log_path, read_master};
 use super::record::{self, Record};
 use super::{db_path, pages_of, CELLS_PER_PAGE, PAGE_BYTES};
 use crate::error::{Result, TickError};
-use prefixkv_oplog::{Config as OplogConfig, Oplog};
+use prefixkv_storage::log::{Log, LogConfig};
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -43,7 +43,7 @@ pub(super) struct Recovered {
     pub(super) page_lsn: Vec<u64>,
     /// Pages changed by redo or undo that the database file does not hold yet (page, recLSN).
     pub(super) dirty: Vec<(u32, u64)>,
-    pub(super) log: Oplog,
+    pub(super) log: Log,
     pub(super) next_txn: u64,
     pub(super) report: AriesRecoveryReport,
 }
@@ -51,7 +51,7 @@ pub(super) struct Recovered {
 /// Recover the database of `cells` cells in `dir` and return its cells (the log is left with the
 /// losers' CLRs and ENDs, durable).
 pub fn recover(dir: &Path, cells: usize) -> Result<(Vec<u64>, AriesRecoveryReport)> {
-    let recovered = recover_inner(dir, cells, OplogConfig::default())?;
+    let recovered = recover_inner(dir, cells, LogConfig::default())?;
     recovered.log.close()?;
     Ok((recovered.cells, recovered.report))
 }
@@ -160,11 +160,7 @@ impl Analysis {
     }
 }
 
-pub(super) fn recover_inner(
-    dir: &Path,
-    cells: usize,
-    log_config: OplogConfig,
-) -> Result<Recovered> {
+pub(super) fn recover_inner(dir: &Path, cells: usize, log_config: LogConfig) -> Result<Recovered> {
     let (master_cells, checkpoint) = read_master(dir)?;
     if master_cells != cells as u64 {
         return Err(TickError::Usage(format!(
@@ -181,7 +177,7 @@ pub(super) fn recover_inner(
     };
     let started = Instant::now();
     let pages = pages_of(cells);
-    let (log, _) = Oplog::open(log_path(dir), log_config)?;
+    let (log, _) = Log::open(log_path(dir), log_config)?;
     let start = checkpoint.max(1);
     if log.next_lsn() > log.oldest_lsn() && log.oldest_lsn() > start {
         return Err(bad_record(

@@ -14,7 +14,7 @@
 //! replays exactly (`OPLOG_POWER_CUT_SEED=n` runs that one alone). The fault tests: `ENOSPC` in the
 //! middle of an append, `EIO` from fsync (fail-stop), a torn last sector.
 
-use prefixkv_oplog::{BackendChoice, Config, Oplog, OplogError, SyncPolicy};
+use prefixkv_storage::log::{BackendChoice, Log, LogConfig, LogError, SyncPolicy};
 use prefixkv_storage::{CrashMode, Fault, FaultError, FaultOp, SimDisk};
 use prefixkv_testkit::rng::{env_count, Rng};
 use std::collections::BTreeMap;
@@ -22,12 +22,12 @@ use std::path::Path;
 
 const DIR: &str = "/data/oplog";
 
-fn config(policy: SyncPolicy) -> Config {
-    Config {
+fn config(policy: SyncPolicy) -> LogConfig {
+    LogConfig {
         policy,
         segment_bytes: 4096,
         backend: BackendChoice::Auto,
-        ..Config::default()
+        ..LogConfig::default()
     }
 }
 
@@ -50,7 +50,7 @@ struct Client {
 }
 
 /// One generation: append (and sometimes truncate or flush) until the disk dies or `limit`.
-fn run_generation(log: &Oplog, client: &mut Client, rng: &mut Rng, generation: u64, limit: u64) {
+fn run_generation(log: &Log, client: &mut Client, rng: &mut Rng, generation: u64, limit: u64) {
     for seq in 0..limit {
         let bytes = payload(generation, seq);
         let ticket = match log.append(&bytes) {
@@ -80,7 +80,7 @@ fn run_generation(log: &Oplog, client: &mut Client, rng: &mut Rng, generation: u
     }
 }
 
-fn check_recovery(log: &Oplog, client: &mut Client, policy: SyncPolicy, seed: u64) -> u64 {
+fn check_recovery(log: &Log, client: &mut Client, policy: SyncPolicy, seed: u64) -> u64 {
     let oldest = log.oldest_lsn();
     assert!(
         oldest <= client.truncated_through + 1,
@@ -123,7 +123,7 @@ fn run_seed(seed: u64) {
     let policy = [SyncPolicy::Always, SyncPolicy::EverySec, SyncPolicy::None][seed as usize % 3];
     let mut client = Client::default();
     for generation in 0..3 {
-        let (log, report) = Oplog::open_on(disk.as_disk(), DIR, config(policy))
+        let (log, report) = Log::open_on(disk.as_disk(), DIR, config(policy))
             .unwrap_or_else(|e| panic!("seed {seed} generation {generation}: reopen failed: {e}"));
         if generation > 0 {
             let last = check_recovery(&log, &mut client, policy, seed);
@@ -162,7 +162,7 @@ fn power_cuts_lose_only_unacknowledged_suffixes() {
 #[test]
 fn no_space_mid_append_is_a_clear_error_and_space_coming_back_heals() {
     let disk = SimDisk::new(11);
-    let (log, _) = Oplog::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
+    let (log, _) = Log::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
     for seq in 0..50 {
         log.append(&payload(0, seq)).unwrap().wait().unwrap();
     }
@@ -170,10 +170,10 @@ fn no_space_mid_append_is_a_clear_error_and_space_coming_back_heals() {
     let error = log.append(&payload(0, 50)).unwrap().wait().unwrap_err();
     let text = error.to_string();
     assert!(text.contains("No space left on device"), "{text}");
-    assert!(matches!(log.append(b"more"), Err(OplogError::Failed(_))));
+    assert!(matches!(log.append(b"more"), Err(LogError::Failed(_))));
     drop(log);
     disk.clear_faults();
-    let (log, report) = Oplog::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
+    let (log, report) = Log::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
     assert_eq!(
         report.next_lsn, 51,
         "acknowledged records intact, the failed one absent"
@@ -191,7 +191,7 @@ fn no_space_mid_append_is_a_clear_error_and_space_coming_back_heals() {
 #[test]
 fn eio_from_fsync_is_fail_stop() {
     let disk = SimDisk::new(12);
-    let (log, _) = Oplog::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
+    let (log, _) = Log::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
     for seq in 0..20 {
         log.append(&payload(0, seq)).unwrap().wait().unwrap();
     }
@@ -204,12 +204,12 @@ fn eio_from_fsync_is_fail_stop() {
         20,
         "the failed record is never reported durable"
     );
-    assert!(matches!(log.append(b"more"), Err(OplogError::Failed(_))));
+    assert!(matches!(log.append(b"more"), Err(LogError::Failed(_))));
     assert!(log.flush_and_sync().is_err(), "no retried sync succeeds");
     assert_eq!(disk.faults_hit(), 1);
     drop(log);
     disk.crash(CrashMode::Random);
-    let (log, report) = Oplog::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
+    let (log, report) = Log::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
     assert!(report.next_lsn == 21 || report.next_lsn == 22, "{report:?}");
     let replayed: Vec<_> = log.replay(1).unwrap().map(|r| r.unwrap().1).collect();
     for (seq, bytes) in replayed.iter().take(20).enumerate() {
@@ -224,7 +224,7 @@ fn a_torn_last_sector_is_a_reported_torn_tail() {
     let mut torn_tails = 0;
     for seed in 0..40 {
         let disk = SimDisk::new(seed);
-        let (log, _) = Oplog::open_on(disk.as_disk(), DIR, config(SyncPolicy::None)).unwrap();
+        let (log, _) = Log::open_on(disk.as_disk(), DIR, config(SyncPolicy::None)).unwrap();
         for seq in 0..(5 + seed) {
             log.append(&payload(0, seq)).unwrap().wait().unwrap();
         }
@@ -236,9 +236,8 @@ fn a_torn_last_sector_is_a_reported_torn_tail() {
         disk.kill();
         drop(log);
         disk.crash(CrashMode::TornLastSector);
-        let (log, report) =
-            Oplog::open_on(disk.as_disk(), Path::new(DIR), config(SyncPolicy::None))
-                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let (log, report) = Log::open_on(disk.as_disk(), Path::new(DIR), config(SyncPolicy::None))
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         torn_tails += usize::from(report.torn_tail.is_some());
         assert!(report.next_lsn > synced, "seed {seed}: synced records lost");
         let replayed: Vec<_> = log.replay(1).unwrap().map(|r| r.unwrap()).collect();
@@ -260,7 +259,7 @@ fn a_torn_last_sector_is_a_reported_torn_tail() {
 fn the_check_catches_a_lost_acknowledged_record() {
     let disk = SimDisk::new(13);
     let mut client = Client::default();
-    let (log, _) = Oplog::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
+    let (log, _) = Log::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
     let mut rng = Rng::new(13);
     run_generation(&log, &mut client, &mut rng, 0, 30);
     let segment = log.segment_paths().pop().unwrap();
@@ -271,7 +270,7 @@ fn the_check_catches_a_lost_acknowledged_record() {
     let last_frame = bytes.len() - payload(0, 29).len() - 16;
     disk.corrupt(&segment, last_frame as u64 + 4, &[0xFF; 4])
         .unwrap();
-    let (log, _) = Oplog::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
+    let (log, _) = Log::open_on(disk.as_disk(), DIR, config(SyncPolicy::Always)).unwrap();
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         check_recovery(&log, &mut client, SyncPolicy::Always, 13)
     }));

@@ -5,7 +5,7 @@
 //! this binary are unaffected.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-use prefixkv_oplog::{BackendChoice, BackendKind, Config, Oplog, OplogError};
+use prefixkv_storage::log::{BackendChoice, BackendKind, Log, LogConfig, LogError};
 
 #[repr(C)]
 struct SockFilter {
@@ -83,14 +83,14 @@ fn blocked_io_uring_falls_back_to_pwritev() {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        match Oplog::open(
+        match Log::open(
             dir.path(),
-            Config {
+            LogConfig {
                 backend: BackendChoice::IoUring,
-                ..Config::default()
+                ..LogConfig::default()
             },
         ) {
-            Err(OplogError::BackendUnavailable(why)) => {
+            Err(LogError::BackendUnavailable(why)) => {
                 assert!(why.contains("io_uring_setup failed"), "{why}");
                 assert!(
                     why.contains("seccomp") || why.contains("io_uring_disabled"),
@@ -102,7 +102,7 @@ fn blocked_io_uring_falls_back_to_pwritev() {
                 other.map(|(_, r)| r)
             ),
         }
-        let (log, report) = Oplog::open(dir.path(), Config::default()).unwrap();
+        let (log, report) = Log::open(dir.path(), LogConfig::default()).unwrap();
         assert_eq!(report.backend, BackendKind::Pwritev);
         assert_eq!(log.append(b"after fallback").unwrap().wait().unwrap(), 1);
         assert_eq!(log.durable_lsn(), 1);

@@ -7,7 +7,7 @@
 //! failing run. The parent waits on the child's output with bounded timeouts (the testkit's
 //! child harness), never sleeps. SIGKILL keeps the page cache; power cuts are in `power_cut.rs`.
 
-use prefixkv_oplog::{BackendChoice, Config, Oplog, SyncPolicy};
+use prefixkv_storage::log::{BackendChoice, Log, LogConfig, SyncPolicy};
 use prefixkv_testkit::child::{self, ChildProcess};
 use prefixkv_testkit::rng::{env_count, Rng};
 use std::collections::BTreeMap;
@@ -38,12 +38,12 @@ fn identify(bytes: &[u8]) -> Option<(u64, u64)> {
     (payload(thread, seq) == bytes).then_some((thread, seq))
 }
 
-fn child_config() -> Config {
-    Config {
+fn child_config() -> LogConfig {
+    LogConfig {
         policy: SyncPolicy::Always,
         segment_bytes: 16 << 10,
         backend: BackendChoice::Auto,
-        ..Config::default()
+        ..LogConfig::default()
     }
 }
 
@@ -53,7 +53,7 @@ fn crash_child() {
     let Some(dir) = child::child_mode(CHILD_DIR_ENV) else {
         return;
     };
-    let (log, report) = Oplog::open(&dir, child_config()).expect("child opens the log");
+    let (log, report) = Log::open(&dir, child_config()).expect("child opens the log");
     let start_seq = report.next_lsn; // distinct sequence numbers across child generations
     std::thread::scope(|scope| {
         for thread in 0..CHILD_THREADS {
@@ -130,9 +130,9 @@ fn sigkill_during_appends_loses_no_acknowledged_record() {
             handle(&line, &mut acked, &mut truncated_through);
         }
 
-        let (log, report) = Oplog::open(
+        let (log, report) = Log::open(
             dir.path(),
-            Config {
+            LogConfig {
                 backend: BackendChoice::Pwritev,
                 ..child_config()
             },

@@ -1,8 +1,8 @@
 //! Behaviour of an open log: appends, replay, segments, truncation, policies, tickets, recovery
 //! from torn tails and corruption. No test sleeps or times anything.
 
-use prefixkv_oplog::format::{FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
-use prefixkv_oplog::{BackendChoice, BackendKind, Config, Oplog, OplogError, SyncPolicy};
+use prefixkv_storage::log::format::{FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use prefixkv_storage::log::{BackendChoice, BackendKind, Log, LogConfig, LogError, SyncPolicy};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
@@ -15,19 +15,19 @@ fn payload(lsn_hint: u64) -> Vec<u8> {
         .into_bytes()
 }
 
-fn config(backend: BackendChoice) -> Config {
-    Config {
+fn config(backend: BackendChoice) -> LogConfig {
+    LogConfig {
         segment_bytes: 4096,
         backend,
-        ..Config::default()
+        ..LogConfig::default()
     }
 }
 
-fn replay_all(log: &Oplog, from: u64) -> Vec<(u64, Vec<u8>)> {
+fn replay_all(log: &Log, from: u64) -> Vec<(u64, Vec<u8>)> {
     log.replay(from).unwrap().map(|r| r.unwrap()).collect()
 }
 
-fn append_n(log: &Oplog, range: std::ops::Range<u64>) {
+fn append_n(log: &Log, range: std::ops::Range<u64>) {
     for i in range {
         let lsn = log.append(&payload(i)).unwrap().wait().unwrap();
         assert_eq!(lsn, i);
@@ -36,9 +36,9 @@ fn append_n(log: &Oplog, range: std::ops::Range<u64>) {
 
 fn round_trip_on(backend: BackendChoice) -> Option<BackendKind> {
     let dir = tempfile::tempdir().unwrap();
-    let (log, report) = match Oplog::open(dir.path(), config(backend)) {
+    let (log, report) = match Log::open(dir.path(), config(backend)) {
         Ok(opened) => opened,
-        Err(OplogError::BackendUnavailable(why)) => {
+        Err(LogError::BackendUnavailable(why)) => {
             // Fails unless PREFIXKV_TEST_ALLOW_SKIP lists io_uring: an untested backend is not
             // a passed test.
             prefixkv_testkit::skip::unavailable("io_uring", &why);
@@ -60,7 +60,7 @@ fn round_trip_on(backend: BackendChoice) -> Option<BackendKind> {
     );
     let kind = log.backend();
     log.close().unwrap();
-    let (log, report) = Oplog::open(dir.path(), config(backend)).unwrap();
+    let (log, report) = Log::open(dir.path(), config(backend)).unwrap();
     assert_eq!(
         (report.records, report.next_lsn, report.torn_tail),
         (300, 301, None)
@@ -92,7 +92,7 @@ fn auto_backend_opens() {
 #[test]
 fn truncation_deletes_whole_segments_only() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, _) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     append_n(&log, 1..501);
     let before = log.segment_paths().len();
     let report = log.truncate_through(250).unwrap();
@@ -108,7 +108,7 @@ fn truncation_deletes_whole_segments_only() {
     assert_eq!(records.first().unwrap().0, 251);
     assert_eq!(records.len(), 250);
     match log.replay(oldest - 1) {
-        Err(OplogError::Truncated {
+        Err(LogError::Truncated {
             requested,
             oldest_retained,
         }) => {
@@ -121,7 +121,7 @@ fn truncation_deletes_whole_segments_only() {
     assert_eq!(log.segment_paths().len(), 1);
     append_n(&log, 501..511);
     log.close().unwrap();
-    let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, report) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     assert_eq!(report.next_lsn, 511);
     let records = replay_all(&log, report.oldest_lsn);
     assert_eq!(records.last().unwrap(), &(510, payload(510)));
@@ -140,14 +140,14 @@ fn last_segment(dir: &Path) -> std::path::PathBuf {
 #[test]
 fn torn_tail_is_dropped_reported_and_truncated() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, _) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     append_n(&log, 1..11);
     log.close().unwrap();
     let segment = last_segment(dir.path());
     let valid = std::fs::metadata(&segment).unwrap().len();
     // Half of a frame for LSN 11: a full header promising 100 bytes, then 30 of them.
     let mut frame = Vec::new();
-    prefixkv_oplog::format::encode_frame(11, &[9u8; 100], &mut frame);
+    prefixkv_storage::log::format::encode_frame(11, &[9u8; 100], &mut frame);
     OpenOptions::new()
         .append(true)
         .open(&segment)
@@ -155,7 +155,7 @@ fn torn_tail_is_dropped_reported_and_truncated() {
         .write_all(&frame[..46])
         .unwrap();
 
-    let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, report) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     let torn = report.torn_tail.expect("torn tail reported");
     assert_eq!(
         (torn.segment.as_path(), torn.offset, torn.bytes_dropped),
@@ -169,7 +169,7 @@ fn torn_tail_is_dropped_reported_and_truncated() {
     assert_eq!(report.next_lsn, 11);
     append_n(&log, 11..21);
     log.close().unwrap();
-    let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, report) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     assert!(report.torn_tail.is_none());
     assert_eq!(replay_all(&log, 1).len(), 20);
 }
@@ -177,14 +177,14 @@ fn torn_tail_is_dropped_reported_and_truncated() {
 #[test]
 fn torn_segment_header_is_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, _) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     append_n(&log, 1..6);
     log.close().unwrap();
     // A crash while rolling: the new segment has half a header.
-    let name = prefixkv_oplog::format::segment_file_name(6);
-    let header = prefixkv_oplog::format::encode_segment_header(6);
+    let name = prefixkv_storage::log::format::segment_file_name(6);
+    let header = prefixkv_storage::log::format::encode_segment_header(6);
     std::fs::write(dir.path().join(&name), &header[..20]).unwrap();
-    let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, report) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     let torn = report.torn_tail.unwrap();
     assert_eq!((torn.offset, torn.bytes_dropped), (0, 20));
     append_n(&log, 6..9);
@@ -194,7 +194,7 @@ fn torn_segment_header_is_a_torn_tail() {
 /// Builds a log of several segments and returns (dir, paths, records).
 fn multi_segment_log() -> (tempfile::TempDir, Vec<std::path::PathBuf>) {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, _) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     append_n(&log, 1..201);
     let paths = log.segment_paths();
     assert!(paths.len() >= 3);
@@ -215,8 +215,8 @@ fn corruption_in_an_earlier_segment_is_an_error_naming_file_and_offset() {
     let first_frame = (FRAME_HEADER_BYTES + payload(1).len()) as u64;
     let offset = SEGMENT_HEADER_BYTES as u64 + first_frame;
     flip_byte(&paths[0], offset + FRAME_HEADER_BYTES as u64 + 3);
-    match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Corrupt {
+    match Log::open(dir.path(), config(BackendChoice::Pwritev)) {
+        Err(LogError::Corrupt {
             path,
             offset: at,
             reason,
@@ -229,9 +229,9 @@ fn corruption_in_an_earlier_segment_is_an_error_naming_file_and_offset() {
     // Existing data is intact after the failed open.
     assert!(paths.iter().all(|p| p.exists()));
 
-    let (log, report) = Oplog::open(
+    let (log, report) = Log::open(
         dir.path(),
-        Config {
+        LogConfig {
             repair: true,
             ..config(BackendChoice::Pwritev)
         },
@@ -277,7 +277,7 @@ fn lost_sectors_inside_the_last_segment_followed_by_valid_records_are_a_reported
     bytes[boundary..frame_end].fill(0);
     std::fs::write(last, bytes).unwrap();
     let offset = offset as u64;
-    let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, report) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     let torn = report.torn_tail.expect("reported");
     assert_eq!(
         (torn.segment.as_path(), torn.offset),
@@ -302,8 +302,8 @@ fn a_changed_byte_inside_the_last_segment_followed_by_valid_records_is_an_error(
     let offset = SEGMENT_HEADER_BYTES as u64;
     let length_before = std::fs::metadata(last).unwrap().len();
     flip_byte(last, offset + FRAME_HEADER_BYTES as u64); // first payload byte of the first record
-    match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Corrupt {
+    match Log::open(dir.path(), config(BackendChoice::Pwritev)) {
+        Err(LogError::Corrupt {
             path,
             offset: at,
             reason,
@@ -327,8 +327,8 @@ fn oversized_length_field_is_corruption_not_an_allocation() {
     let mut bytes = std::fs::read(&paths[1]).unwrap();
     bytes[offset as usize..offset as usize + 4].copy_from_slice(&u32::MAX.to_le_bytes());
     std::fs::write(&paths[1], bytes).unwrap();
-    match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Corrupt {
+    match Log::open(dir.path(), config(BackendChoice::Pwritev)) {
+        Err(LogError::Corrupt {
             path,
             offset: at,
             reason,
@@ -344,8 +344,8 @@ fn oversized_length_field_is_corruption_not_an_allocation() {
 fn missing_middle_segment_is_reported() {
     let (dir, paths) = multi_segment_log();
     std::fs::remove_file(&paths[1]).unwrap();
-    match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Inconsistent { reason, .. }) => {
+    match Log::open(dir.path(), config(BackendChoice::Pwritev)) {
+        Err(LogError::Inconsistent { reason, .. }) => {
             assert!(reason.contains("missing"), "{reason}")
         }
         other => panic!("expected Inconsistent, got {:?}", other.map(|(_, r)| r)),
@@ -356,9 +356,9 @@ fn missing_middle_segment_is_reported() {
 fn everysec_and_none_complete_on_write_and_flush_makes_durable() {
     for policy in [SyncPolicy::EverySec, SyncPolicy::None] {
         let dir = tempfile::tempdir().unwrap();
-        let (log, _) = Oplog::open(
+        let (log, _) = Log::open(
             dir.path(),
-            Config {
+            LogConfig {
                 policy,
                 ..config(BackendChoice::Auto)
             },
@@ -378,9 +378,9 @@ fn everysec_and_none_complete_on_write_and_flush_makes_durable() {
 #[test]
 fn record_too_large_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(
+    let (log, _) = Log::open(
         dir.path(),
-        Config {
+        LogConfig {
             max_record_bytes: 64,
             ..config(BackendChoice::Pwritev)
         },
@@ -388,7 +388,7 @@ fn record_too_large_is_refused() {
     .unwrap();
     assert!(matches!(
         log.append(&[0u8; 65]),
-        Err(OplogError::RecordTooLarge { bytes: 65, .. })
+        Err(LogError::RecordTooLarge { bytes: 65, .. })
     ));
     assert_eq!(log.append(&[0u8; 64]).unwrap().wait().unwrap(), 1);
 }
@@ -396,9 +396,9 @@ fn record_too_large_is_refused() {
 #[test]
 fn back_pressure_with_a_tiny_queue_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(
+    let (log, _) = Log::open(
         dir.path(),
-        Config {
+        LogConfig {
             queue_capacity_bytes: 300,
             ..config(BackendChoice::Auto)
         },
@@ -453,7 +453,7 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 #[test]
 fn tickets_work_as_futures_and_callbacks() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(dir.path(), config(BackendChoice::Auto)).unwrap();
+    let (log, _) = Log::open(dir.path(), config(BackendChoice::Auto)).unwrap();
     let ticket = log.append(b"as a future").unwrap();
     assert_eq!(block_on(ticket).unwrap(), 1);
     let (sender, receiver) = mpsc::channel();
@@ -477,7 +477,7 @@ fn tickets_work_as_futures_and_callbacks() {
 #[test]
 fn replay_while_appending_sees_a_consistent_prefix() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(dir.path(), config(BackendChoice::Auto)).unwrap();
+    let (log, _) = Log::open(dir.path(), config(BackendChoice::Auto)).unwrap();
     std::thread::scope(|scope| {
         let log = &log;
         scope.spawn(move || append_n(log, 1..401));
@@ -494,13 +494,13 @@ fn replay_while_appending_sees_a_consistent_prefix() {
 #[test]
 fn a_second_handle_on_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
-    match Oplog::open(dir.path(), config(BackendChoice::Pwritev)) {
-        Err(OplogError::Locked { dir: locked }) => assert_eq!(locked, dir.path()),
+    let (log, _) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    match Log::open(dir.path(), config(BackendChoice::Pwritev)) {
+        Err(LogError::Locked { dir: locked }) => assert_eq!(locked, dir.path()),
         other => panic!("expected Locked, got {:?}", other.map(|(_, r)| r)),
     }
     log.close().unwrap();
-    let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, report) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     assert_eq!(report.next_lsn, 1);
     drop(log);
 }
@@ -511,14 +511,14 @@ fn a_second_handle_on_the_same_directory_is_refused() {
 #[test]
 fn every_cut_point_of_the_tail_recovers_the_whole_frame_prefix() {
     let source = tempfile::tempdir().unwrap();
-    let (log, _) = Oplog::open(source.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (log, _) = Log::open(source.path(), config(BackendChoice::Pwritev)).unwrap();
     append_n(&log, 1..11);
     log.close().unwrap();
     let segment_name = last_segment(source.path()).file_name().unwrap().to_owned();
     let full = std::fs::read(source.path().join(&segment_name)).unwrap();
     // Frame boundaries of the last segment.
     let mut boundaries = vec![SEGMENT_HEADER_BYTES as u64];
-    let image = prefixkv_oplog::format::decode_segment_image(&full, 1 << 20).unwrap();
+    let image = prefixkv_storage::log::format::decode_segment_image(&full, 1 << 20).unwrap();
     for (_, payload) in &image.records {
         let last = *boundaries.last().unwrap();
         boundaries.push(last + (FRAME_HEADER_BYTES + payload.len()) as u64);
@@ -535,7 +535,7 @@ fn every_cut_point_of_the_tail_recovers_the_whole_frame_prefix() {
             .unwrap()
             .set_len(cut)
             .unwrap();
-        let (log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+        let (log, report) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
         let whole = boundaries.iter().filter(|&&b| b <= cut).count() as u64 - 1;
         let boundary = boundaries[whole as usize];
         assert_eq!(report.next_lsn, first_in_segment + whole, "cut at {cut}");
@@ -560,7 +560,7 @@ fn every_cut_point_of_the_tail_recovers_the_whole_frame_prefix() {
         .unwrap()
         .write_all(&[0u8; 700])
         .unwrap();
-    let (_log, report) = Oplog::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
+    let (_log, report) = Log::open(dir.path(), config(BackendChoice::Pwritev)).unwrap();
     let torn = report.torn_tail.expect("zero tail is torn");
     assert_eq!((torn.offset, torn.bytes_dropped), (full.len() as u64, 700));
     assert_eq!(report.next_lsn, 11);
