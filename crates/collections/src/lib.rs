@@ -16,6 +16,10 @@
 //!   position walks chunk by chunk from the nearer end. Same positional API as [`tree::Tree`];
 //!   meant for lists used as queues.
 //!
+//! [`List`](list::List) and [`Tree`](tree::Tree) both implement [`Sequence`], their shared
+//! positional API (by rank: get, insert, remove, replace, range both ways, clear), so code that
+//! keeps a sequence in either is written once.
+//!
 //! The structures never own the record that names them: the application keeps each one's small
 //! fixed-size header ([`hash::Hash`], [`tree::Tree`], [`list::List`]: object id, length, shape)
 //! inside its own root record (the user key's value) and writes the header back after every
@@ -76,7 +80,10 @@ use std::collections::BTreeMap;
 
 pub mod hash;
 pub mod list;
+mod sequence;
 pub mod tree;
+
+pub use sequence::Sequence;
 
 /// The first byte of every record key of a collection object.
 pub const RECORD_TAG: u8 = 0xFF;

@@ -18,101 +18,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Condvar, Mutex};
-
 use crate::checkpoint_files::{
     ManifestContent, ManifestKind, SegmentSummary, SegmentWriter, WriteTimes,
 };
 use crate::log::{FLAG_INVALID, FLAG_PRESENT, FLAG_STABLE};
+use crate::report::{CheckpointBreakdown, CheckpointReport, Scope};
+use crate::shared::Shared;
 use crate::state::{Phase, SystemState};
-use crate::store::{CheckpointReport, Shared};
 use crate::{EngineError, SessionId, Strategy};
-
-/// Where one checkpoint's time went, for measuring (`prefixkv-bench cpr` reports it). Thread
-/// times are sums over the checkpoint's segment threads, so with `threads` > 1 they exceed
-/// [`image`](Self::image). Measured with one clock read per chunk of 4,096 index buckets and per
-/// megabyte written: the measuring itself costs nothing visible.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CheckpointBreakdown {
-    /// From the request to the start of the image: the CPR phase changes, each of which waits
-    /// until every session has refreshed its epoch.
-    pub phases: Duration,
-    /// Writing the image: from spawning the segment threads until the last segment is fsynced.
-    pub image: Duration,
-    /// Publishing: MANIFEST written and synced, directory renamed and synced, old checkpoints
-    /// pruned.
-    pub publish: Duration,
-    /// Segment threads (one segment file each).
-    pub threads: u32,
-    /// CPU time the segment threads used (`CLOCK_THREAD_CPUTIME_ID`), summed.
-    pub thread_cpu: Duration,
-    /// Wall time of the segment threads, summed.
-    pub thread_wall: Duration,
-    /// Reading the hash index for chain heads (zero for the log-order strategies).
-    pub index_scan: Duration,
-    /// Walking chains or log pages and copying records into the write buffer: the threads' wall
-    /// time minus the index scan and the segment writers' time.
-    pub records: Duration,
-    /// The segment writers' CRC, write, pacing and sync time, summed.
-    pub writes: WriteTimes,
-}
-
-impl CheckpointBreakdown {
-    /// The name of each timed part, in the order of [`parts`](Self::parts): what reports (the
-    /// server's `INFO persistence`, the bench's JSON) call them.
-    pub const PART_NAMES: [&'static str; 11] = [
-        "phases",
-        "image",
-        "publish",
-        "thread_cpu",
-        "thread_wall",
-        "index_scan",
-        "records",
-        "crc",
-        "write_calls",
-        "pacing",
-        "sync",
-    ];
-
-    /// Every timed part, in the order of [`PART_NAMES`](Self::PART_NAMES).
-    pub fn parts(&self) -> [Duration; 11] {
-        [
-            self.phases,
-            self.image,
-            self.publish,
-            self.thread_cpu,
-            self.thread_wall,
-            self.index_scan,
-            self.records,
-            self.writes.crc,
-            self.writes.write,
-            self.writes.pacing,
-            self.writes.sync,
-        ]
-    }
-
-    /// The breakdown of `threads` segment threads whose [`parts`](Self::parts) are `parts`.
-    pub fn from_parts(threads: u32, parts: [Duration; 11]) -> CheckpointBreakdown {
-        let [phases, image, publish, thread_cpu, thread_wall, index_scan, records, crc, write, pacing, sync] =
-            parts;
-        CheckpointBreakdown {
-            phases,
-            image,
-            publish,
-            threads,
-            thread_cpu,
-            thread_wall,
-            index_scan,
-            records,
-            writes: WriteTimes {
-                crc,
-                write,
-                pacing,
-                sync,
-            },
-        }
-    }
-}
 
 /// CPU time the calling thread has used.
 fn thread_cpu_time() -> Duration {
@@ -127,32 +40,6 @@ fn thread_cpu_time() -> Duration {
         return Duration::ZERO;
     }
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-}
-
-/// Bumps the epoch with an action that (optionally) stores `next` and waits until it ran. The
-/// caller must not hold epoch protection. Drains the epoch itself so that idle stores progress.
-pub(crate) fn bump_and_wait(shared: &Arc<Shared>, next: Option<SystemState>) {
-    let done = Arc::new((Mutex::new(false), Condvar::new()));
-    {
-        let done = done.clone();
-        let target = shared.clone();
-        shared.epoch.bump(move || {
-            if let Some(state) = next {
-                target.publish_state(state);
-            }
-            *done.0.lock() = true;
-            done.1.notify_all();
-        });
-    }
-    let mut finished = done.0.lock();
-    while !*finished {
-        drop(finished);
-        shared.epoch.drain();
-        finished = done.0.lock();
-        if !*finished {
-            done.1.wait_for(&mut finished, Duration::from_millis(1));
-        }
-    }
 }
 
 /// The CPR version switch from `version` (in REST) to `version + 1`: PREPARE(v), then
@@ -170,9 +57,9 @@ pub(crate) fn switch_version(shared: &Arc<Shared>, version: u64, last: Phase) {
             world_line,
         })
     };
-    bump_and_wait(shared, next(Phase::InProgress));
-    bump_and_wait(shared, next(Phase::WaitPending));
-    bump_and_wait(shared, next(last));
+    shared.bump_and_wait(next(Phase::InProgress));
+    shared.bump_and_wait(next(Phase::WaitPending));
+    shared.bump_and_wait(next(last));
 }
 
 /// Each session's CPR point in `version`, once no session runs as `version` any more (after
@@ -199,11 +86,11 @@ pub(crate) fn run(
             "record versions are 32 bits and this store has used them all".into(),
         ));
     }
-    let _maintenance = shared.lock_maintenance();
-    shared.set_running_strategy(strategy);
+    let _maintenance = shared.compaction.lock_maintenance();
+    shared.machine.set_strategy(strategy);
     let result = if strategy == Strategy::Blocking {
         shared.publish_phase(Phase::Pause, version);
-        bump_and_wait(shared, None);
+        shared.bump_and_wait(None);
         write_image(shared, strategy, version, cookie, started)
     } else {
         // This engine has no operations pending on I/O: WAIT_PENDING ends once every session saw it.
@@ -211,9 +98,9 @@ pub(crate) fn run(
         write_image(shared, strategy, version, cookie, started)
     };
     {
-        let _pause = shared.pause_lock.lock();
-        shared.publish_phase(Phase::Rest, version + 1);
-        shared.pause_changed.notify_all();
+        shared
+            .pause
+            .release(|| shared.publish_phase(Phase::Rest, version + 1));
     }
     // Compaction was excluded while the checkpoint ran.
     shared.request_compaction();
@@ -233,25 +120,25 @@ pub(crate) fn run(
 pub(crate) fn run_sealed(
     shared: &Arc<Shared>,
     version: u64,
-    scope: crate::store::Scope,
+    scope: Scope,
     session_points: BTreeMap<SessionId, u64>,
     cookie: Vec<u8>,
     started: Instant,
 ) -> Result<CheckpointReport, EngineError> {
-    let _maintenance = shared.lock_maintenance();
+    let _maintenance = shared.compaction.lock_maintenance();
     let maintenance_wait = started.elapsed();
     let strategy = Strategy::FoldOver;
-    shared.set_running_strategy(strategy);
+    shared.machine.set_strategy(strategy);
     let phases = started.elapsed();
     let tail = shared.log.tail_address();
-    bump_and_wait(shared, None);
+    shared.bump_and_wait(None);
     let pending = shared.checkpoints.begin(version)?;
     let begin = shared.log.begin_address();
     let image_started = Instant::now();
     shared.log.shift_read_only(tail);
     let (kind, above, from) = match scope {
-        crate::store::Scope::Full => (ManifestKind::LogOrdered, 0, begin),
-        crate::store::Scope::Since(base) => (
+        Scope::Full => (ManifestKind::LogOrdered, 0, begin),
+        Scope::Since(base) => (
             ManifestKind::LogDelta { base },
             base,
             // No record of a version above the base lies below the tail of the moment the store
@@ -308,7 +195,7 @@ fn write_image(
     // Every record below `tail` is completely written once this bump's action ran: allocation and
     // writing happen inside one protected operation.
     let tail = shared.log.tail_address();
-    bump_and_wait(shared, None);
+    shared.bump_and_wait(None);
     let session_points = session_points(shared, version);
     let pending = shared.checkpoints.begin(version)?;
     let threads = shared.config.flusher_threads;
@@ -402,7 +289,7 @@ fn publish_image(
             .iter()
             .map(|(id, point)| (id.0, *point))
             .collect(),
-        next_session_id: shared.next_session_id.load(Ordering::SeqCst),
+        next_session_id: shared.sessions.next_id(),
         created_unix_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis() as u64),
@@ -410,7 +297,7 @@ fn publish_image(
     };
     // A rollback that discards this version asked for it to stop (checked last, for every
     // strategy; the log scans also check as they go): the draft is dropped, nothing published.
-    if shared.abort_checkpoint.load(Ordering::SeqCst) {
+    if shared.machine.abort_requested() {
         return Err(EngineError::CheckpointAborted { version });
     }
     let published = pending.publish(manifest, segments)?;
@@ -431,7 +318,7 @@ fn publish_image(
     shared
         .rollback
         .record_published(version, session_points.clone());
-    shared.forget_sealed_through(version);
+    shared.machine.forget_sealed_through(version);
     let pruned = shared.checkpoints.prune(shared.config.keep_checkpoints)?;
     shared.rollback.forget_published(&pruned);
     breakdown.publish = publish_started.elapsed();
@@ -699,7 +586,7 @@ fn scan_log_parallel(
             log.scan(from, until, |record| {
                 visited += 1;
                 if visited.is_multiple_of(ABORT_CHECK_RECORDS)
-                    && shared.abort_checkpoint.load(Ordering::Relaxed)
+                    && shared.machine.abort_requested_relaxed()
                 {
                     failure = Some(EngineError::CheckpointAborted { version });
                     return false;
@@ -738,21 +625,7 @@ fn scan_log_parallel(
 
 #[cfg(test)]
 mod tests {
-    use super::{lower_this_thread, CheckpointBreakdown};
-    use std::time::Duration;
-
-    #[test]
-    fn a_breakdown_round_trips_through_its_parts() {
-        let parts: [Duration; 11] = std::array::from_fn(|i| Duration::from_micros(i as u64 + 1));
-        let breakdown = CheckpointBreakdown::from_parts(3, parts);
-        assert_eq!(breakdown.parts(), parts);
-        assert_eq!(breakdown.threads, 3);
-        assert_eq!(
-            breakdown.writes.write,
-            Duration::from_micros(9),
-            "write_calls is part 8"
-        );
-    }
+    use super::lower_this_thread;
 
     #[test]
     fn lowering_a_thread_changes_only_that_thread() {

@@ -19,24 +19,22 @@
 //!
 //! Invariants: compaction never runs during a checkpoint (the `maintenance` lock), so a checkpoint
 //! always sees a fixed begin address; it starts no chunk while a checkpoint or PURGE waits for
-//! that lock (`Shared::lock_maintenance`), so it cannot hold them off chunk after chunk; copies use the compaction reserve of the page budget, so they
+//! that lock (`CompactionState::lock_maintenance`), so it cannot hold them off chunk after chunk; copies use the compaction reserve of the page budget, so they
 //! can always make progress while user writes are held at the writer limit; a key's newest record
 //! is always at or above the begin address, so chain walks may stop there — which also needs every
 //! chain to point down the log (each record's previous address below its own; see
 //! `HybridLog::relink_or_rewrite`), or a walk that stops below the begin would skip live records.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::checkpoint::bump_and_wait;
 use crate::index::KeyHash;
 use crate::log::{
     AllocError, NewRecord, Record, RecordGuard, ADDRESS_MASK, FLAG_INVALID, FLAG_SEALED,
     FLAG_STABLE, FLAG_STABLE_SLOT, FLAG_TOMBSTONE,
 };
-use crate::rollback::InvalidVersions;
-use crate::store::Shared;
+use crate::shared::Shared;
+use crate::state::InvalidVersions;
 use crate::MIN_PAGES_FOR_DEAD_TRIGGER;
 
 /// A chunk that reclaimed less than this share of the bytes it scanned was mostly live data:
@@ -65,16 +63,10 @@ pub(crate) fn run(shared: &Arc<Shared>) {
     // compaction again only once the log grew past this many pages.
     let mut garbage_quiet_until_pages = 0;
     loop {
-        {
-            let mut requested = shared.compaction_requested.lock();
-            if !*requested && !shared.shutdown.load(Ordering::SeqCst) {
-                shared
-                    .compaction_wakeup
-                    .wait_for(&mut requested, Duration::from_millis(50));
-            }
-            *requested = false;
-        }
-        if shared.shutdown.load(Ordering::SeqCst) {
+        shared
+            .compaction
+            .wait_for_request(Duration::from_millis(50));
+        if shared.compaction.is_shut_down() {
             break;
         }
         let trigger = shared.log.total_page_limit() / 2;
@@ -82,14 +74,14 @@ pub(crate) fn run(shared: &Arc<Shared>) {
             quiet_until_pages = 0;
         }
         // Writers held at the limit set this again on every failed allocation.
-        let writers_waiting = shared.memory_wanted.swap(false, Ordering::SeqCst);
+        let writers_waiting = shared.compaction.take_memory_wanted();
         loop {
             let in_use = shared.log.pages_in_use();
             let over_budget = in_use > trigger && (in_use > quiet_until_pages || writers_waiting);
             let garbage = !over_budget
                 && in_use > garbage_quiet_until_pages
                 && garbage_wanted(shared, in_use);
-            if shared.shutdown.load(Ordering::SeqCst) || !(over_budget || garbage) {
+            if shared.compaction.is_shut_down() || !(over_budget || garbage) {
                 break;
             }
             let outcome = compact_once(shared, slot);
@@ -110,7 +102,7 @@ pub(crate) fn run(shared: &Arc<Shared>) {
                 }
             }
         }
-        shared.notify_memory();
+        shared.memory.notify();
     }
     shared.epoch.release_slot(slot);
 }
@@ -151,10 +143,7 @@ impl Chunk {
 /// (a checkpoint holds the maintenance lock, nothing to compact, or the reserve ran out).
 fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
     // A checkpoint or PURGE waits for the lock: let it have it (the next request resumes).
-    if shared.maintenance_waiters.load(Ordering::SeqCst) > 0 {
-        return None;
-    }
-    let _maintenance = shared.maintenance.try_lock()?;
+    let _maintenance = shared.compaction.try_lock_for_chunk()?;
     let log = &shared.log;
     let page_bytes = log.page_bytes() as u64;
     let begin = log.begin_address();
@@ -168,7 +157,7 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
     // 1. No in-place writer may touch [begin, until) once this bump completes; every record below
     //    `until` is also completely written by then.
     log.shift_read_only(until);
-    bump_and_wait(shared, None);
+    shared.bump_and_wait(None);
     // 2. Copy live records forward.
     shared.epoch.protect(slot);
     let rollback = shared.config.rollback_ready.then(|| RollbackRules {
@@ -225,9 +214,9 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
     }
     // 3. Retire the pages: nobody starting after the bump can reach them; wait out the rest.
     log.shift_begin(until);
-    bump_and_wait(shared, None);
+    shared.bump_and_wait(None);
     log.free_pages_below(until);
-    shared.notify_memory();
+    shared.memory.notify();
     Some(chunk)
 }
 

@@ -155,6 +155,33 @@ impl LightEpoch {
         oldest - 1
     }
 
+    /// [`LightEpoch::bump`]s with `action` and waits until it ran. The caller must not hold
+    /// epoch protection (its own slot would hold the action back). Drains the epoch itself, so
+    /// that an idle store (no session refreshing) progresses; wakes at least every millisecond to
+    /// drain again, since the sessions that held the action back may leave without draining.
+    pub(crate) fn bump_and_wait(&self, action: impl FnOnce() + Send + 'static) {
+        use std::sync::Arc;
+        let done = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+        {
+            let done = done.clone();
+            self.bump(move || {
+                action();
+                *done.0.lock() = true;
+                done.1.notify_all();
+            });
+        }
+        let mut finished = done.0.lock();
+        while !*finished {
+            drop(finished);
+            self.drain();
+            finished = done.0.lock();
+            if !*finished {
+                done.1
+                    .wait_for(&mut finished, std::time::Duration::from_millis(1));
+            }
+        }
+    }
+
     /// Runs every queued action whose trigger epoch is safe. Cheap when nothing is queued.
     pub(crate) fn drain(&self) {
         if self.pending.load(Ordering::SeqCst) == 0 {

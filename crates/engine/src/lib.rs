@@ -6,6 +6,22 @@
 //! every session, exactly the operations up to its commit point in the newest valid checkpoint.
 //!
 //! See `docs/engine.md` for the phases, the five checkpoint strategies and the memory bound.
+//!
+//! Module dependency order (who imports whom; no module imports one listed above it, so there
+//! is no import circle; `docs/engine.md`, "Module map"):
+//! - `rollback` (and `rollback::purge`) → `store` (it adds `Store::rollback` and its kin),
+//!   `shared`, `state`, `log`, `report`;
+//! - `store` (`store::{recovery, sealed}`) → `session`, `checkpoint`, `compaction`, `shared`,
+//!   `report`, `state`, `log`, `index`, `cpr_points`, `checkpoint_files`;
+//! - `session` → `shared`, `state`, `log`, `index`, `latch`, `cpr_points`;
+//!   `checkpoint` → `shared`, `state`, `log`, `report`, `scan_progress`, `checkpoint_files`;
+//!   `compaction` → `shared`, `state`, `log`, `index` (none of these three imports another);
+//! - `shared` (the state they share, split by owner: `machine`, `sessions`, `rollback`,
+//!   `maintenance`) → `epoch`, `state`, `log`, `index`, `latch`, `accounting`, `cpr_points`,
+//!   `scan_progress`, `checkpoint_files`, `report`;
+//! - the floor: `report` (tokens and reports), `state` (the state word, `InvalidVersions`),
+//!   `epoch` (`LightEpoch`, `bump_and_wait`), `log`, `index`, `latch`, `accounting`,
+//!   `cpr_points`, `scan_progress`, `checkpoint_files`, `memory`, `config`, `error`, `sync`.
 
 #![warn(missing_docs)]
 
@@ -21,20 +37,23 @@ mod index;
 mod latch;
 mod log;
 mod memory;
+mod report;
 mod rollback;
 mod scan_progress;
 mod session;
+mod shared;
 mod state;
 mod store;
 mod sync;
 
-pub use checkpoint::CheckpointBreakdown;
 pub use checkpoint_files::segment::WriteTimes;
 pub use config::{
     SessionId, StoreConfig, Strategy, DEFAULT_CHECKPOINT_THREAD_NICE, MIN_PAGES_FOR_DEAD_TRIGGER,
 };
 pub use error::EngineError;
-pub use rollback::{PurgeReport, RollbackReport, ROLLBACK_WAIT_LIMIT};
+pub use report::{CheckpointBreakdown, CheckpointReport, CheckpointToken, PurgeReport, Scope};
+pub use rollback::{RollbackReport, ROLLBACK_WAIT_LIMIT};
 pub use session::{CommitWatch, Sampled, Session, MAX_SAMPLE_KEYS};
+pub use shared::MAX_OPEN_SESSIONS;
 pub use state::Phase;
-pub use store::{CheckpointReport, CheckpointToken, RecoveryInfo, Scope, Store, MAX_OPEN_SESSIONS};
+pub use store::{RecoveryInfo, Store};

@@ -10,6 +10,9 @@
 //! its first version in one load: it can never run an operation of the new world-line's version
 //! while still counting itself in the old world-line, or the reverse. Versions fit 32 bits (record
 //! headers hold 32) and world-lines 24 bits (16.7 million rollbacks per process).
+//!
+//! [`InvalidVersions`], the versions a rollback discarded, lives here beside the versions it
+//! names: sessions, chain walks, compaction, checkpoints and PURGE all test records against it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -119,8 +122,8 @@ impl GlobalState {
     }
     /// Stores `phase` and `version`, keeping the world-line. Only the one state machine running
     /// (a checkpoint driver or a rollback: they exclude each other through the store's
-    /// `checkpoint_running` flag, which a nested rollback takes over from the PURGE it stops)
-    /// stores, so the world-line read here cannot change meanwhile. Outside recovery, stores go
+    /// state-machine slot, `shared::MachineState`, which a nested rollback takes over from the
+    /// PURGE it stops) stores, so the world-line read here cannot change meanwhile. Outside recovery, stores go
     /// through `Shared::publish_state`, which notes where new versions start in the log.
     pub(crate) fn store_phase(&self, phase: Phase, version: u64) {
         let world_line = self.load().world_line;
@@ -129,5 +132,65 @@ impl GlobalState {
             version,
             world_line,
         });
+    }
+}
+
+/// A range of invalid versions `(after, through]`, packed in one word (32 bits each, as record
+/// versions); 0 means none. Copied into each session when it adopts the state word, so that chain
+/// walks on the hot path test a register, not shared memory: with no rollback in flight the test
+/// is one compare with zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct InvalidVersions(u64);
+
+impl InvalidVersions {
+    /// No invalid versions.
+    pub(crate) const NONE: InvalidVersions = InvalidVersions(0);
+
+    /// Versions `(after, through]`; `through > after`, both below 2^32.
+    pub(crate) fn new(after: u64, through: u64) -> InvalidVersions {
+        debug_assert!(after < through && through <= u32::MAX as u64);
+        InvalidVersions((after << 32) | through)
+    }
+
+    /// The range packed in `word` (from [`InvalidVersions::word`]).
+    pub(crate) fn from_word(word: u64) -> InvalidVersions {
+        InvalidVersions(word)
+    }
+
+    /// The packed word (0 when empty).
+    pub(crate) fn word(self) -> u64 {
+        self.0
+    }
+
+    /// Whether no version is invalid.
+    pub(crate) fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Whether records of `version` are invalid.
+    #[inline(always)]
+    pub(crate) fn contains(self, version: u64) -> bool {
+        self.0 != 0 && version > self.0 >> 32 && version <= self.0 & 0xFFFF_FFFF
+    }
+
+    /// The versions as (after, through): `(after, through]`; (0, 0) when empty.
+    pub(crate) fn bounds(self) -> (u64, u64) {
+        (self.0 >> 32, self.0 & 0xFFFF_FFFF)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InvalidVersions;
+
+    #[test]
+    fn invalid_versions_hold_exactly_their_half_open_range() {
+        let invalid = InvalidVersions::new(3, 7);
+        let holds: Vec<u64> = (0..10).filter(|&v| invalid.contains(v)).collect();
+        assert_eq!(holds, vec![4, 5, 6, 7]);
+        assert!((0..10).all(|v| !InvalidVersions::NONE.contains(v)));
+        let from_zero = InvalidVersions::new(0, u32::MAX as u64);
+        assert!(from_zero.contains(1) && from_zero.contains(u32::MAX as u64));
+        assert!(!from_zero.contains(0));
     }
 }

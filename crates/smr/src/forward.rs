@@ -33,12 +33,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::network::{read_frame, write_frame, RaftReply, RaftRequest};
 use crate::types::{Command, CommandResponse, NodeId, Raft};
+use crate::wire::{read_frame, write_frame, RaftReply, RaftRequest};
+pub use crate::wire::{ForwardOp, ForwardReply, ForwardRequest};
 
 /// How long to wait between looks for a leader while none is known or reachable.
 const LEADER_POLL: Duration = Duration::from_millis(20);
@@ -48,41 +48,6 @@ const LEADER_POLL: Duration = Duration::from_millis(20);
 pub struct ServeConfig {
     /// The longest one client command may take, forwarding and waiting for a leader included.
     pub request_timeout: Duration,
-}
-
-/// What a follower asks the leader.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum ForwardOp {
-    /// Replicate and apply this command.
-    Write(Command),
-    /// Confirm leadership and return the read index.
-    ReadIndex,
-}
-
-/// A command forwarded from a follower to the leader.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ForwardRequest {
-    /// Milliseconds the follower still waits for the answer; the leader stops working on the
-    /// request after that.
-    pub deadline_ms: u64,
-    /// The command.
-    pub op: ForwardOp,
-}
-
-/// The leader's answer to a [`ForwardRequest`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum ForwardReply {
-    /// The write was committed and applied; this is what applying returned.
-    Applied(CommandResponse),
-    /// Leadership confirmed; a read must see the state applied through this index (`None`: the
-    /// log is empty).
-    ReadIndex(Option<u64>),
-    /// The receiver is not the leader (the hint names the one it knows); nothing was executed.
-    NotLeader(Option<NodeId>),
-    /// No outcome within the deadline (a write may still commit).
-    TimedOut,
-    /// Any other failure (a write's outcome is unknown).
-    Failed(String),
 }
 
 /// How a command ended when it did not succeed, as the client is told.

@@ -6,7 +6,9 @@
 //! Parts, one module each:
 //! - [`log_store`]: the Raft log on `prefixkv-storage`'s shared log (group commit), the durable
 //!   vote and purge point;
-//! - [`network`]: Raft RPCs between replicas over TCP (length-prefixed postcard frames);
+//! - [`wire`]: the messages on the Raft port and their framing (length-prefixed postcard),
+//!   shared by `network` and `forward`;
+//! - [`network`]: Raft RPCs between replicas over TCP;
 //! - [`store`] and [`state_machine`]: the two state models, apply, checkpoints every Δ commands,
 //!   snapshot install, recovery;
 //! - [`checkpoint`]: the checkpoint file format (CRC32C) and the checkpoints published through
@@ -30,6 +32,7 @@ pub mod node;
 pub mod state_machine;
 pub mod store;
 pub mod types;
+pub mod wire;
 
 pub use node::{Node, NodeConfig};
 pub use store::StateModel;

@@ -1,12 +1,14 @@
-//! The TCP network between replicas.
+//! The TCP network between replicas: openraft's RPCs sent to peers ([`Network`], [`PeerClient`])
+//! and the listener that answers them ([`serve`]).
 //!
-//! # Wire format
-//! Every message is a frame `len u32 (little-endian) | postcard payload` with
-//! `len ≤` [`MAX_FRAME_BYTES`]; a larger claimed length closes the connection before anything is
-//! allocated. A client connection sends one [`RaftRequest`] frame and reads one [`RaftReply`]
-//! frame at a time (openraft sends at most one RPC at a time per target). A connection that fails
-//! or times out is dropped and re-opened on the next RPC.
+//! Messages and their framing are in `wire.rs` (shared with `forward.rs`). A client connection
+//! sends one [`RaftRequest`] frame and reads one [`RaftReply`] frame at a time (openraft sends at
+//! most one RPC at a time per target). A connection that fails or times out is dropped and
+//! re-opened on the next RPC. The listener answers forwarded client commands with the handler
+//! its caller passes (`node.rs` passes `forward::answer`), so this module does not depend on
+//! client forwarding.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,87 +20,18 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::forward::{ForwardReply, ForwardRequest};
 use crate::types::{NodeId, Raft, TypeConfig};
+use crate::wire::{read_frame, write_frame, ForwardReply, ForwardRequest, RaftReply, RaftRequest};
 
-/// Largest accepted frame (an AppendEntries of up to `max_payload_entries` bounded entries, or a
-/// snapshot chunk).
-pub const MAX_FRAME_BYTES: u32 = 256 << 20;
-
-/// A Raft RPC.
-#[derive(Serialize, Deserialize)]
-pub enum RaftRequest {
-    /// AppendEntries.
-    Append(AppendEntriesRequest<TypeConfig>),
-    /// RequestVote.
-    Vote(VoteRequest<NodeId>),
-    /// One chunk of a snapshot.
-    Snapshot(InstallSnapshotRequest<TypeConfig>),
-    /// A client command a follower forwards to the leader (`forward.rs`).
-    Forward(ForwardRequest),
-}
-
-/// The answer to a [`RaftRequest`].
-#[derive(Serialize, Deserialize)]
-pub enum RaftReply {
-    /// AppendEntries.
-    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
-    /// RequestVote.
-    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
-    /// InstallSnapshot.
-    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
-    /// The answer to a forwarded client command.
-    Forward(ForwardReply),
-}
-
-/// Writes one frame.
-pub async fn write_frame<T: Serialize>(stream: &mut TcpStream, message: &T) -> io::Result<()> {
-    let payload = postcard::to_allocvec(message).map_err(io::Error::other)?;
-    let len = u32::try_from(payload.len())
-        .ok()
-        .filter(|len| *len <= MAX_FRAME_BYTES)
-        .ok_or_else(|| {
-            io::Error::other(format!(
-                "frame of {} bytes exceeds the limit",
-                payload.len()
-            ))
-        })?;
-    let mut buffer = Vec::with_capacity(4 + payload.len());
-    buffer.extend_from_slice(&len.to_le_bytes());
-    buffer.extend_from_slice(&payload);
-    stream.write_all(&buffer).await
-}
-
-/// Reads one frame; `Ok(None)` at a clean end of stream.
-pub async fn read_frame<T: for<'de> Deserialize<'de>>(
-    stream: &mut TcpStream,
-) -> io::Result<Option<T>> {
-    let mut len = [0u8; 4];
-    match stream.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = u32::from_le_bytes(len);
-    if len > MAX_FRAME_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("peer sent a frame of {len} bytes, over the {MAX_FRAME_BYTES}-byte limit"),
-        ));
-    }
-    let mut payload = vec![0u8; len as usize];
-    stream.read_exact(&mut payload).await?;
-    postcard::from_bytes(&payload)
-        .map(Some)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))
-}
-
-/// Serves Raft RPCs arriving on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, raft: Arc<Raft>) {
+/// Serves Raft RPCs arriving on `listener` until the task is dropped; a forwarded client command
+/// is answered by `forward` (the leader side of client forwarding, `forward::answer`).
+pub async fn serve<F, Fut>(listener: TcpListener, raft: Arc<Raft>, forward: F)
+where
+    F: Fn(Arc<Raft>, ForwardRequest) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ForwardReply> + Send,
+{
     // Connection tasks live in this set, so that dropping (aborting) `serve` closes every
     // connection too: a stopped replica must not keep answering on old connections.
     let mut connections = tokio::task::JoinSet::new();
@@ -113,6 +46,7 @@ pub async fn serve(listener: TcpListener, raft: Arc<Raft>) {
         };
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
+        let forward = forward.clone();
         connections.spawn(async move {
             loop {
                 let request: RaftRequest = match read_frame(&mut stream).await {
@@ -130,7 +64,7 @@ pub async fn serve(listener: TcpListener, raft: Arc<Raft>) {
                         RaftReply::Snapshot(raft.install_snapshot(rpc).await)
                     }
                     RaftRequest::Forward(request) => {
-                        RaftReply::Forward(crate::forward::answer(&raft, request).await)
+                        RaftReply::Forward(forward(raft.clone(), request).await)
                     }
                 };
                 if write_frame(&mut stream, &reply).await.is_err() {

@@ -153,6 +153,7 @@ impl Node {
         tasks.push(tokio::spawn(crate::network::serve(
             raft_listener,
             raft.clone(),
+            |raft: Arc<Raft>, request| async move { crate::forward::answer(&raft, request).await },
         )));
         tasks.push(tokio::spawn(crate::client::serve(
             client_listener,

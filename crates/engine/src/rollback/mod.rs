@@ -44,57 +44,21 @@ mod purge;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::state::{Phase, SystemState, MAX_WORLD_LINE};
-use crate::store::{Shared, Store};
+use crate::report::PurgeReport;
+use crate::shared::Shared;
+use crate::state::{InvalidVersions, Phase, SystemState, MAX_WORLD_LINE};
+use crate::store::Store;
 use crate::{EngineError, SessionId};
 
 /// How long [`Store::rollback`] waits, at most, for each thing it waits for (a running checkpoint,
 /// the previous rollback's THROW being adopted, every session adopting this THROW).
 pub const ROLLBACK_WAIT_LIMIT: Duration = Duration::from_secs(30);
-
-/// A range of invalid versions `(after, through]`, packed in one word (32 bits each, as record
-/// versions); 0 means none. Copied into each session when it adopts the state word, so that chain
-/// walks on the hot path test a register, not shared memory: with no rollback in flight the test
-/// is one compare with zero.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct InvalidVersions(u64);
-
-impl InvalidVersions {
-    /// No invalid versions.
-    pub(crate) const NONE: InvalidVersions = InvalidVersions(0);
-
-    /// Versions `(after, through]`; `through > after`, both below 2^32.
-    pub(crate) fn new(after: u64, through: u64) -> InvalidVersions {
-        debug_assert!(after < through && through <= u32::MAX as u64);
-        InvalidVersions((after << 32) | through)
-    }
-
-    pub(crate) fn word(self) -> u64 {
-        self.0
-    }
-
-    pub(crate) fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    /// Whether records of `version` are invalid.
-    #[inline(always)]
-    pub(crate) fn contains(self, version: u64) -> bool {
-        self.0 != 0 && version > self.0 >> 32 && version <= self.0 & 0xFFFF_FFFF
-    }
-
-    /// The versions as (after, through): `(after, through]`; (0, 0) when empty.
-    pub(crate) fn bounds(self) -> (u64, u64) {
-        (self.0 >> 32, self.0 & 0xFFFF_FFFF)
-    }
-}
 
 /// What [`Store::rollback`] did.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,184 +82,6 @@ pub struct RollbackReport {
     /// Milliseconds spent unpublishing the checkpoints above the target (durably: renamed aside,
     /// one directory sync) before THROW; their files are removed in the background after PURGE.
     pub delete_ms: f64,
-}
-
-/// What a rollback's PURGE did ([`Store::wait_for_purge`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct PurgeReport {
-    /// The world-line whose PURGE this was.
-    pub world_line: u64,
-    /// From the start of PURGE (THROW adopted by every session) to REST.
-    pub duration: Duration,
-    /// Records of the discarded versions that were flagged invalid.
-    pub records_invalidated: u64,
-    /// Index entries re-pointed past invalid records, plus records re-linked past them.
-    pub links_repaired: u64,
-    /// The versions purged, first and last (inclusive). A rollback that started while an earlier
-    /// PURGE ran purges the union of both ranges (and the earlier PURGE stops without a report).
-    pub versions: (u64, u64),
-    /// Where the log pass started: the begin address, or, if higher, the tail when the store first
-    /// let a session run a version of the range (no record of those versions lies below it).
-    pub scanned_from: u64,
-    /// Where the log pass ended (the tail once THROW was adopted).
-    pub scanned_until: u64,
-    /// Records the log pass visited (`[scanned_from, scanned_until)`).
-    pub records_scanned: u64,
-    /// Time of the log pass (flagging), for profiling.
-    pub log_pass: Duration,
-    /// Time of the index pass (re-linking), for profiling.
-    pub index_pass: Duration,
-}
-
-/// The store's rollback bookkeeping.
-pub(crate) struct RollbackState {
-    /// The invalid range of the rollback in flight ([`InvalidVersions`] word), 0 outside one.
-    invalid: AtomicU64,
-    /// [`Store::set_rollback_floor`].
-    floor: AtomicU64,
-    /// Versions a rollback may return to: published by this process (or recovered) and still on
-    /// disk, with each session's CPR point in them.
-    targets: Mutex<BTreeMap<u64, BTreeMap<SessionId, u64>>>,
-    /// For each version `w` the store let sessions run as, from the moment the state word first
-    /// allowed it: the version allowed before and the log tail read just before that state word
-    /// was stored (see [`RollbackState::note_allowed`]). PURGE starts its log pass there.
-    allowed: Mutex<BTreeMap<u64, Allowed>>,
-    /// One THROW at a time (a rollback's PURGE may still run when the next one starts).
-    one_at_a_time: Mutex<()>,
-    /// Test-only sabotage ([`Store::tamper_rollback_for_tests`]): skip the invalidation.
-    tamper_skip_invalidation: AtomicBool,
-    /// Test-only sabotage ([`Store::tamper_purge_bound_for_tests`]): PURGE's log pass starts at
-    /// the tail of the THROW instead of the recorded bound.
-    tamper_purge_bound: AtomicBool,
-    /// Test-only ([`Store::hold_purge_for_tests`]): PURGE waits after its log pass.
-    pub(crate) hold_purge: AtomicBool,
-    /// The generation of the PURGE that is to finish; an older one stops at its next check.
-    purge_generation: AtomicU64,
-    purge: Mutex<PurgeControl>,
-    purge_changed: Condvar,
-}
-
-/// A version the store began to allow (see [`RollbackState::allowed`]).
-#[derive(Clone, Copy, Debug)]
-struct Allowed {
-    /// The highest version a session could run as before.
-    after: u64,
-    /// The log tail read just before the state word allowing it was stored.
-    tail: u64,
-}
-
-#[derive(Default)]
-struct PurgeControl {
-    /// A rollback's PURGE (or its THROW) is in flight: it holds the state machine.
-    running: bool,
-    /// THROW of the rollback in flight was adopted by every session.
-    adopted: Option<Arc<(Mutex<bool>, Condvar)>>,
-    last: Option<PurgeReport>,
-    /// PURGE threads not yet joined (a superseded one may still be stopping).
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl RollbackState {
-    pub(crate) fn new() -> RollbackState {
-        RollbackState {
-            invalid: AtomicU64::new(0),
-            floor: AtomicU64::new(0),
-            targets: Mutex::new(BTreeMap::new()),
-            allowed: Mutex::new(BTreeMap::new()),
-            one_at_a_time: Mutex::new(()),
-            tamper_skip_invalidation: AtomicBool::new(false),
-            tamper_purge_bound: AtomicBool::new(false),
-            hold_purge: AtomicBool::new(false),
-            purge_generation: AtomicU64::new(0),
-            purge: Mutex::new(PurgeControl::default()),
-            purge_changed: Condvar::new(),
-        }
-    }
-
-    /// The invalid range of the rollback in flight (for threads that are not sessions).
-    pub(crate) fn invalid(&self) -> InvalidVersions {
-        InvalidVersions(self.invalid.load(Ordering::SeqCst))
-    }
-
-    /// A checkpoint of `version` was published (or recovered) with these CPR points.
-    pub(crate) fn record_published(&self, version: u64, points: BTreeMap<SessionId, u64>) {
-        self.targets.lock().insert(version, points);
-    }
-
-    /// Whether `version` is a published (or recovered) checkpoint still on disk.
-    pub(crate) fn is_target(&self, version: u64) -> bool {
-        self.targets.lock().contains_key(&version)
-    }
-
-    /// Checkpoints that were deleted from disk are no longer rollback targets.
-    pub(crate) fn forget_published(&self, versions: &[u64]) {
-        let mut targets = self.targets.lock();
-        for version in versions {
-            targets.remove(version);
-        }
-    }
-
-    /// The floor compaction works with: a record may be dropped only if a newer record of its key
-    /// has a version `<=` max(its own version, this). Every version a rollback may still return to
-    /// is at least this: the caller's floor raises it; otherwise it is the oldest checkpoint still
-    /// on disk (older ones can never be rollback targets), or, with none, the current version
-    /// (every later checkpoint is of a version at least that).
-    pub(crate) fn compaction_floor(&self, current_version: u64) -> u64 {
-        let oldest_target = self.targets.lock().keys().next().copied();
-        let possible = oldest_target.map_or(current_version, |oldest| oldest.min(current_version));
-        possible.max(self.floor.load(Ordering::SeqCst))
-    }
-
-    /// The state word is about to let sessions run as versions up to `allowed` (above `after`,
-    /// the highest they could run as so far); `tail` is the log tail read *before* that state word
-    /// is stored. Called by [`Shared::publish_state`] (and once at open).
-    ///
-    /// Why `tail` is below every record of a version above `after` (the bound PURGE relies on):
-    /// with `rollback_ready`, a record gets version `w` only (a) when a session running as `w`
-    /// allocates it, or writes in place a record whose version already is `w` (`must_copy`: no
-    /// cpr-copy or Persian in-place change of an older record), or (b) when compaction or a re-link
-    /// copies a record of version `w` to the tail, above the original. A session runs as the
-    /// version of the state word it loaded (one above it in PAUSE): adopting a version never
-    /// happens otherwise (a CPR shift refreshes and adopts the state word, which the record that
-    /// caused the shift proves was stored). So for (a) the session's state load read the new word,
-    /// which was stored after `tail` was read: that read happens-before the session's allocation,
-    /// so the allocation's fetch-add reads a later tail value (coherence) and the tail only grows;
-    /// (b) follows by induction. Sessions still running an older version meanwhile append records
-    /// of versions `<= after` above `tail`; that is allowed (the bound is only a lower bound).
-    /// Recovery loads records of versions up to the recovered checkpoint only, before `open`
-    /// notes its first version with the tail after loading.
-    pub(crate) fn note_allowed(&self, after: u64, allowed: u64, tail: u64) {
-        debug_assert!(allowed > after);
-        // Only targets at or above the oldest possible one are ever looked up (`purge_bound`
-        // finds the first entry above the target): forget entries at or below it, so the map
-        // holds about as many entries as checkpoints are kept.
-        let oldest_target = self.targets.lock().keys().next().copied();
-        let never_needed = oldest_target
-            .map_or(after, |oldest| oldest.min(after))
-            .max(self.floor.load(Ordering::SeqCst));
-        let mut entries = self.allowed.lock();
-        *entries = entries.split_off(&(never_needed + 1));
-        entries.insert(allowed, Allowed { after, tail });
-    }
-
-    /// A log address below which no record has a version above `to_version`: the tail when the
-    /// state word first let a session run as a version above it (`note_allowed`). `None` when
-    /// unknown (that moment was before this process opened the store): use the begin address.
-    pub(crate) fn purge_bound(&self, to_version: u64) -> Option<u64> {
-        let entries = self.allowed.lock();
-        let (_, first_above) = entries.range(to_version + 1..).next()?;
-        // The entry must be *the* moment the store moved past `to_version`: the versions allowed
-        // before it were all at most `to_version`.
-        (first_above.after <= to_version).then_some(first_above.tail)
-    }
-
-    /// Joins the PURGE threads (store shutdown).
-    pub(crate) fn join(&self) {
-        let threads = std::mem::take(&mut self.purge.lock().threads);
-        for thread in threads {
-            let _ = thread.join();
-        }
-    }
 }
 
 impl Store {
@@ -362,8 +148,7 @@ impl Store {
         let deadline = started + ROLLBACK_WAIT_LIMIT;
         let _one = shared
             .rollback
-            .one_at_a_time
-            .try_lock_until(deadline)
+            .one_at_a_time(deadline)
             .ok_or(EngineError::Timeout)?;
         // The state machine: taken over from a PURGE still running (which stops: this rollback's
         // PURGE covers its range too), or acquired (a running checkpoint is waited for).
@@ -371,15 +156,15 @@ impl Store {
         if !inherited {
             // A checkpoint still being written is of a version above every published one, hence
             // above the target: this rollback deletes it anyway, so it is stopped, not waited for.
-            shared.abort_checkpoint.store(true, Ordering::SeqCst);
+            shared.machine.set_abort(true);
             let acquired = shared.acquire_state_machine(deadline);
-            shared.abort_checkpoint.store(false, Ordering::SeqCst);
+            shared.machine.set_abort(false);
             acquired?;
         }
         let wait_ms = started.elapsed().as_secs_f64() * 1e3;
         // No seal may switch versions under THROW (see `store::sealed`); one in progress is
         // short (it waits only for sessions to refresh) and is waited for.
-        let Some(seal_guard) = shared.seal_lock.try_lock_until(deadline) else {
+        let Some(seal_guard) = shared.machine.try_seal_lock_until(deadline) else {
             if inherited {
                 self.restart_purge();
             } else {
@@ -413,7 +198,7 @@ impl Store {
     fn take_over_purge(&self, deadline: Instant) -> Result<bool, EngineError> {
         let rollback = &self.shared.rollback;
         let adopted = {
-            let control = rollback.purge.lock();
+            let control = rollback.purge_control();
             if !control.running {
                 return Ok(false);
             }
@@ -426,14 +211,14 @@ impl Store {
                 return Err(EngineError::Timeout);
             }
         }
-        let control = rollback.purge.lock();
+        let control = rollback.purge_control();
         if !control.running {
             // It ended meanwhile and gave the state machine back.
             return Ok(false);
         }
         // Under the lock its job checks the generation before it changes anything shared (the
         // invalid range, the state word, the state machine): from here it changes nothing.
-        rollback.purge_generation.fetch_add(1, Ordering::SeqCst);
+        rollback.next_purge_generation();
         Ok(true)
     }
 
@@ -467,7 +252,7 @@ impl Store {
         if to_version == 0 {
             return Ok(BTreeMap::new());
         }
-        let targets = self.shared.rollback.targets.lock();
+        let targets = self.shared.rollback.targets();
         match targets.get(&to_version) {
             Some(points) if to_version < self.shared.state.load().version => Ok(points.clone()),
             _ => {
@@ -519,11 +304,7 @@ impl Store {
         // publishes while its PURGE holds the state machine), and `current` is above `through`,
         // so the union is the one range `(to_version, current]`.
         let in_flight = shared.rollback.invalid();
-        let invalid = if shared
-            .rollback
-            .tamper_skip_invalidation
-            .load(Ordering::SeqCst)
-        {
+        let invalid = if shared.rollback.tamper_skip_invalidation() {
             InvalidVersions::NONE
         } else if in_flight.is_empty() {
             InvalidVersions::new(to_version, current)
@@ -535,18 +316,15 @@ impl Store {
         // Where PURGE's log pass starts (see `RollbackState::note_allowed`): no record of a version
         // in the range lies below the tail of the moment the store first allowed its first
         // version. Unknown (before this process opened the store): from the begin address.
-        let bound = if shared.rollback.tamper_purge_bound.load(Ordering::SeqCst) {
+        let bound = if shared.rollback.tamper_purge_bound() {
             shared.log.tail_address()
         } else {
             shared.rollback.purge_bound(invalid.bounds().0).unwrap_or(0)
         };
         // Sealed, unwritten versions are all above the target (it is published): discarded.
-        shared.sealed.lock().clear();
+        shared.machine.forget_all_sealed();
         // THROW. The invalid range first: a session that sees the new world-line sees it too.
-        shared
-            .rollback
-            .invalid
-            .store(invalid.word(), Ordering::SeqCst);
+        shared.rollback.set_invalid(invalid);
         let world_line = state.world_line + 1;
         {
             // Under the registry lock: a session starts either before (its points are reset here)
@@ -614,7 +392,7 @@ impl Store {
         // files (a fold-over checkpoint holds the whole log) go after PURGE, in the background.
         let retired = shared.checkpoints.retire(&doomed)?;
         shared.rollback.forget_published(&doomed);
-        shared.forget_results_above(to_version);
+        shared.machine.forget_results_above(to_version);
         Ok((doomed, retired))
     }
 
@@ -629,7 +407,7 @@ impl Store {
         retired: Vec<PathBuf>,
     ) {
         let rollback = &self.shared.rollback;
-        let mut control = rollback.purge.lock();
+        let mut control = rollback.purge_control();
         // Reap the threads that ended (they already reported, or were superseded); a superseded
         // one still stopping is joined later (here or at shutdown), never waited for here.
         let (ended, live): (Vec<_>, Vec<_>) = std::mem::take(&mut control.threads)
@@ -639,7 +417,7 @@ impl Store {
         for thread in ended {
             let _ = thread.join();
         }
-        let generation = rollback.purge_generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let generation = rollback.next_purge_generation();
         control.running = true;
         control.adopted = Some(adopted.clone());
         let job = PurgeJob {
@@ -680,11 +458,10 @@ impl Store {
     pub fn wait_for_purge(&self, timeout: Duration) -> Result<Option<PurgeReport>, EngineError> {
         let deadline = Instant::now() + timeout;
         let rollback = &self.shared.rollback;
-        let mut control = rollback.purge.lock();
+        let mut control = rollback.purge_control();
         while control.running {
             if rollback
-                .purge_changed
-                .wait_until(&mut control, deadline)
+                .wait_purge_changed(&mut control, deadline)
                 .timed_out()
                 && control.running
             {
@@ -711,10 +488,7 @@ impl Store {
     /// the log never exceeds `log_memory_bytes` — at the limit writes wait for compaction and then
     /// fail with `OutOfMemory`, as without rollback.
     pub fn set_rollback_floor(&self, version: u64) {
-        self.shared
-            .rollback
-            .floor
-            .fetch_max(version, Ordering::SeqCst);
+        self.shared.rollback.raise_floor(version);
         self.shared.request_compaction();
     }
 
@@ -725,8 +499,7 @@ impl Store {
     pub fn tamper_rollback_for_tests(&self, skip_invalidation: bool) {
         self.shared
             .rollback
-            .tamper_skip_invalidation
-            .store(skip_invalidation, Ordering::SeqCst);
+            .set_tamper_skip_invalidation(skip_invalidation);
     }
 
     /// Test-only sabotage, to show that a test's oracle detects a PURGE that scans too little of
@@ -735,10 +508,7 @@ impl Store {
     /// and become visible once the range is forgotten. Never use it outside tests.
     #[doc(hidden)]
     pub fn tamper_purge_bound_for_tests(&self, from_throw_tail: bool) {
-        self.shared
-            .rollback
-            .tamper_purge_bound
-            .store(from_throw_tail, Ordering::SeqCst);
+        self.shared.rollback.set_tamper_purge_bound(from_throw_tail);
     }
 
     /// Test-only: with `hold`, a PURGE waits after its log pass (flagged, not yet unlinked, the
@@ -746,20 +516,17 @@ impl Store {
     /// start a rollback while a PURGE is certainly running. Never use it outside tests.
     #[doc(hidden)]
     pub fn hold_purge_for_tests(&self, hold: bool) {
-        self.shared
-            .rollback
-            .hold_purge
-            .store(hold, Ordering::SeqCst);
+        self.shared.rollback.set_hold_purge(hold);
     }
 
     /// Whether a rollback's PURGE (or its THROW) is in flight.
     pub fn purge_running(&self) -> bool {
-        self.shared.rollback.purge.lock().running
+        self.shared.rollback.purge_control().running
     }
 
     /// The floor set by [`Store::set_rollback_floor`] (0 by default).
     pub fn rollback_floor(&self) -> u64 {
-        self.shared.rollback.floor.load(Ordering::SeqCst)
+        self.shared.rollback.floor()
     }
 }
 
@@ -793,7 +560,7 @@ impl PurgeJob {
     }
 
     fn superseded(&self) -> bool {
-        self.shared.rollback.purge_generation.load(Ordering::SeqCst) != self.generation
+        self.shared.rollback.purge_generation() != self.generation
     }
 
     fn purge(self) {
@@ -803,8 +570,8 @@ impl PurgeJob {
         while !wait_flag(shared, &self.adopted, Instant::now() + ROLLBACK_WAIT_LIMIT) {}
         let started = Instant::now();
         // Compaction and checkpoints wait; a superseded PURGE gives it up at its next check.
-        let maintenance = shared.lock_maintenance();
-        let check_below = !rollback.tamper_purge_bound.load(Ordering::SeqCst);
+        let maintenance = shared.compaction.lock_maintenance();
+        let check_below = !rollback.tamper_purge_bound();
         let Some(counts) = purge::run(shared, self.invalid, self.bound, check_below, &|| {
             self.superseded()
         }) else {
@@ -813,16 +580,16 @@ impl PurgeJob {
         // The discarded versions' records no longer count: every session adopted the new
         // world-line, so only writes of the new one race with this walk (`accounting` module).
         // A later rollback that supersedes this PURGE recounts in its own.
-        let live = crate::accounting::recount(shared, self.invalid);
+        let live = shared.recount_live_bytes(self.invalid);
         shared.live.set(shared.epoch.high_water(), live);
-        let mut control = rollback.purge.lock();
+        let mut control = rollback.purge_control();
         // Under the lock a later rollback takes over (`take_over_purge`): either it did already,
         // or it finds this PURGE ended and acquires the state machine anew.
         if self.superseded() {
             return;
         }
         // No walker relies on the range any more: every record of it is flagged (`purge::run`).
-        rollback.invalid.store(0, Ordering::SeqCst);
+        rollback.set_invalid(InvalidVersions::NONE);
         shared.publish_phase(Phase::Rest, self.next_version);
         shared.release_state_machine();
         let (first, last) = self.invalid.bounds();
@@ -840,7 +607,7 @@ impl PurgeJob {
             log_pass: counts.log_pass,
             index_pass: counts.index_pass,
         });
-        rollback.purge_changed.notify_all();
+        rollback.notify_purge_changed();
         drop(control);
         drop(maintenance);
         // Compaction was excluded meanwhile.
@@ -863,68 +630,4 @@ fn wait_flag(shared: &Shared, flag: &(Mutex<bool>, Condvar), deadline: Instant) 
         }
     }
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{InvalidVersions, RollbackState};
-    use std::collections::BTreeMap;
-
-    #[test]
-    fn invalid_versions_hold_exactly_their_half_open_range() {
-        let invalid = InvalidVersions::new(3, 7);
-        let holds: Vec<u64> = (0..10).filter(|&v| invalid.contains(v)).collect();
-        assert_eq!(holds, vec![4, 5, 6, 7]);
-        assert!((0..10).all(|v| !InvalidVersions::NONE.contains(v)));
-        let from_zero = InvalidVersions::new(0, u32::MAX as u64);
-        assert!(from_zero.contains(1) && from_zero.contains(u32::MAX as u64));
-        assert!(!from_zero.contains(0));
-    }
-
-    #[test]
-    fn the_purge_bound_is_the_tail_when_the_store_first_ran_above_the_target() {
-        let state = RollbackState::new();
-        // Opened after recovering v4: sessions run as 5 from a tail of 1000.
-        state.note_allowed(4, 5, 1000);
-        state.record_published(4, BTreeMap::new());
-        // Checkpoints of 5 and 6 (IN_PROGRESS: 6 and 7 allowed), then a rollback to 5 from 7
-        // (THROW: 8 allowed).
-        state.note_allowed(5, 6, 2000);
-        state.record_published(5, BTreeMap::new());
-        state.note_allowed(6, 7, 3000);
-        state.record_published(6, BTreeMap::new());
-        state.note_allowed(7, 8, 4000);
-        assert_eq!(state.purge_bound(4), Some(1000));
-        assert_eq!(state.purge_bound(5), Some(2000));
-        assert_eq!(state.purge_bound(6), Some(3000));
-        assert_eq!(state.purge_bound(7), Some(4000));
-        // Before this process: what recovery loaded may be of any version up to 4.
-        assert_eq!(state.purge_bound(3), None);
-        assert_eq!(state.purge_bound(0), None);
-        // A jump over versions (from 8 to 12): versions 9 to 11 never ran, so every record above
-        // them is of 12 or later, all above the tail of the jump.
-        state.note_allowed(8, 12, 5000);
-        assert_eq!(state.purge_bound(8), Some(5000));
-        assert_eq!(state.purge_bound(10), Some(5000));
-        // Entries at or below the oldest possible target are forgotten.
-        state.forget_published(&[4, 5]);
-        state.note_allowed(12, 13, 6000);
-        assert_eq!(state.purge_bound(4), None);
-        assert_eq!(state.purge_bound(6), Some(3000));
-        assert_eq!(state.allowed.lock().len(), 4);
-    }
-
-    #[test]
-    fn the_compaction_floor_is_the_oldest_target_or_the_callers_floor() {
-        let state = RollbackState::new();
-        // No checkpoint: every later target is at least the current version.
-        assert_eq!(state.compaction_floor(9), 9);
-        state.record_published(4, BTreeMap::new());
-        state.record_published(6, BTreeMap::new());
-        assert_eq!(state.compaction_floor(9), 4);
-        state.forget_published(&[4]);
-        assert_eq!(state.compaction_floor(9), 6);
-        state.floor.store(8, std::sync::atomic::Ordering::SeqCst);
-        assert_eq!(state.compaction_floor(9), 8);
-    }
 }

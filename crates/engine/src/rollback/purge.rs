@@ -32,14 +32,12 @@
 //! flags and links it changed are correct for the later rollback too, whose range contains this
 //! one's and whose bound is not above this one's.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::InvalidVersions;
-use crate::checkpoint::bump_and_wait;
 use crate::log::{HybridLog, FLAG_INVALID};
-use crate::store::Shared;
+use crate::shared::Shared;
+use crate::state::InvalidVersions;
 
 /// Buckets per index chunk.
 const CHUNK: usize = 4096;
@@ -75,7 +73,7 @@ pub(super) fn run(
     let log = &shared.log;
     // Every record below `tail` is completely written once the bump's action ran.
     let tail = log.tail_address();
-    bump_and_wait(shared, None);
+    shared.bump_and_wait(None);
     let begin = log.begin_address();
     let from = bound.clamp(begin, tail.max(begin));
     if cfg!(debug_assertions) && check_below && from > begin {
@@ -109,7 +107,7 @@ pub(super) fn run(
         return None;
     }
     let log_pass = log_started.elapsed();
-    while shared.rollback.hold_purge.load(Ordering::SeqCst) {
+    while shared.rollback.hold_purge() {
         if superseded() {
             return None;
         }
@@ -172,7 +170,7 @@ pub(super) fn run(
     }
     let index_pass = index_started.elapsed();
     // No walker still relies on the range once this returns: every invalid record is flagged.
-    bump_and_wait(shared, None);
+    shared.bump_and_wait(None);
     Some(Counts {
         flagged,
         repaired,

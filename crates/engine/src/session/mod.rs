@@ -34,9 +34,8 @@ use crate::cpr_points::SessionShared;
 use crate::index::KeyHash;
 use crate::latch::{old_held, try_lock_new, try_lock_old, unlock_new, unlock_old};
 use crate::log::{words_for, HybridLog, Record};
-use crate::rollback::InvalidVersions;
-use crate::state::{GlobalState, Phase};
-use crate::store::Store;
+use crate::shared::Shared;
+use crate::state::{GlobalState, InvalidVersions, Phase};
 use crate::{EngineError, SessionId};
 
 mod scan;
@@ -89,7 +88,11 @@ enum Write<'v> {
 
 /// A client session. `Send`, not `Sync`; dropping it releases its epoch slot.
 pub struct Session {
-    store: Arc<Store>,
+    /// The store's shared state (named for what it is to the session: its store).
+    store: Arc<Shared>,
+    /// Keeps the `Store` alive while the session lives, as its background threads (joined when
+    /// the `Store` drops) serve the session; opaque, so that sessions do not depend on `store`.
+    _owner: Arc<dyn Send + Sync>,
     shared: Arc<SessionShared>,
     slot: usize,
     serial: u64,
@@ -117,18 +120,21 @@ pub struct Session {
 }
 
 impl Session {
-    /// Wraps an acquired epoch `slot` (see [`Store::acquire_session_slot`]) into a session.
+    /// Wraps an acquired epoch `slot` (see `Store::acquire_session_slot`) into a session of the
+    /// store `owner` whose shared state is `store`.
     pub(crate) fn new(
-        store: Arc<Store>,
+        store: Arc<Shared>,
+        owner: Arc<dyn Send + Sync>,
         shared: Arc<SessionShared>,
         serial: u64,
         slot: usize,
         world_line: u64,
     ) -> Session {
         let version = shared.points.lock().version;
-        let rollback_ready = store.shared.config.rollback_ready;
+        let rollback_ready = store.config.rollback_ready;
         Session {
             store,
+            _owner: owner,
             shared,
             slot,
             serial,
@@ -181,7 +187,7 @@ impl Session {
 
     /// Refreshes the epoch and adopts the global CPR state now.
     pub fn refresh(&mut self) {
-        self.store.shared.epoch.protect(self.slot);
+        self.store.epoch.protect(self.slot);
         self.protected = true;
         self.adopt(false);
     }
@@ -191,7 +197,7 @@ impl Session {
     pub fn suspend(&mut self) {
         if self.protected {
             self.set_idle(self.serial);
-            self.store.shared.epoch.suspend(self.slot);
+            self.store.epoch.suspend(self.slot);
             self.protected = false;
         }
     }
@@ -200,7 +206,7 @@ impl Session {
     /// taken effect and will run in the adopted version.
     fn adopt(&mut self, in_op: bool) {
         loop {
-            let state = self.store.shared.state.load();
+            let state = self.store.state.load();
             if state.phase == Phase::Pause && self.version <= state.version {
                 self.pause(in_op);
                 continue;
@@ -231,7 +237,7 @@ impl Session {
             }
             drop(points);
             // Loaded after the state word: the range of a rollback is stored before its THROW.
-            self.invalid = self.store.shared.rollback.invalid();
+            self.invalid = self.store.rollback.invalid();
             self.phase = state.phase;
             self.state_word = GlobalState::word_of(state);
             self.ops_since_refresh = 0;
@@ -241,7 +247,7 @@ impl Session {
 
     /// The `blocking` barrier: record the CPR point, adopt v+1, leave the epoch and wait.
     fn pause(&mut self, in_op: bool) {
-        let shared = self.store.shared.clone();
+        let shared = self.store.clone();
         let state = shared.state.load();
         let point = if in_op { self.serial - 1 } else { self.serial };
         {
@@ -256,14 +262,10 @@ impl Session {
         }
         self.version = state.version + 1;
         shared.epoch.suspend(self.slot);
-        {
-            let mut guard = shared.pause_lock.lock();
-            while shared.state.load().phase == Phase::Pause {
-                shared
-                    .pause_changed
-                    .wait_for(&mut guard, Duration::from_millis(100));
-            }
-        }
+        shared.pause.wait_while(
+            || shared.state.load().phase == Phase::Pause,
+            Duration::from_millis(100),
+        );
         shared.epoch.protect(self.slot);
     }
 
@@ -272,15 +274,15 @@ impl Session {
     #[inline]
     fn begin_op(&mut self) -> Result<(), EngineError> {
         if !self.protected {
-            self.store.shared.epoch.protect(self.slot);
+            self.store.epoch.protect(self.slot);
             self.protected = true;
             self.adopt(false);
         } else {
             self.ops_since_refresh += 1;
             if self.ops_since_refresh >= REFRESH_INTERVAL
-                || self.store.shared.state.load_relaxed_word() != self.state_word
+                || self.store.state.load_relaxed_word() != self.state_word
             {
-                self.store.shared.epoch.protect(self.slot);
+                self.store.epoch.protect(self.slot);
                 self.adopt(false);
             }
         }
@@ -321,13 +323,13 @@ impl Session {
     }
 
     fn refresh_in_op(&mut self) {
-        self.store.shared.epoch.protect(self.slot);
+        self.store.epoch.protect(self.slot);
         self.adopt(true);
     }
 
     /// Leaves the epoch until compaction frees memory (bounded), then re-enters.
     fn wait_for_memory(&mut self, deadline: &mut Option<Instant>) -> Result<(), EngineError> {
-        let shared = self.store.shared.clone();
+        let shared = self.store.clone();
         let limit = shared.config.memory_wait_limit;
         let deadline = *deadline.get_or_insert_with(|| Instant::now() + limit);
         if Instant::now() >= deadline {
@@ -346,19 +348,14 @@ impl Session {
                 ),
             });
         }
-        let generation = *shared.memory_lock.lock();
+        let generation = shared.memory.generation();
         self.set_idle(self.serial - 1);
         shared.epoch.suspend(self.slot);
-        shared.memory_wanted.store(true, Ordering::SeqCst);
+        shared.compaction.want_memory();
         shared.request_compaction();
-        {
-            let mut current = shared.memory_lock.lock();
-            if *current == generation {
-                shared
-                    .memory_changed
-                    .wait_for(&mut current, Duration::from_millis(20));
-            }
-        }
+        shared
+            .memory
+            .wait_past(generation, Duration::from_millis(20));
         self.refresh_in_op();
         Ok(())
     }
@@ -396,7 +393,7 @@ impl Session {
         }
         debug_assert!(
             HybridLog::record_size(key.len(), words_for(value_len), true)
-                <= self.store.shared.log.max_record_bytes()
+                <= self.store.log.max_record_bytes()
         );
         Ok(())
     }
@@ -474,7 +471,7 @@ impl Session {
     /// [`Session::prefetch_record`] about half as far ahead).
     #[inline]
     pub fn prefetch_index(&self, key: &[u8]) {
-        self.store.shared.index.prefetch(KeyHash::of(key));
+        self.store.index.prefetch(KeyHash::of(key));
     }
 
     /// A hint for a batch of operations: reads the index entry of `key` (its bucket should be
@@ -482,7 +479,7 @@ impl Session {
     /// to. No effect on results, no serial, no lock.
     #[inline]
     pub fn prefetch_record(&self, key: &[u8]) {
-        let shared = &self.store.shared;
+        let shared = &self.store;
         if let Some(entry) = shared.index.find(KeyHash::of(key)) {
             let address = entry.address();
             if address >= shared.log.begin_address() {
@@ -516,8 +513,8 @@ impl Session {
     /// words), so that later writes of values up to that size go in place instead of leaving a
     /// dead record behind. A write that fits the key's current record goes in place whatever the
     /// hint. The hint never shrinks a record below the value, and is cut to the largest value the
-    /// store takes for this key ([`Store::max_value_bytes`]). The slack is allocated log space:
-    /// [`Store::live_record_bytes`] counts the record with its capacity.
+    /// store takes for this key ([`Store::max_value_bytes`](crate::Store::max_value_bytes)). The slack is allocated log space:
+    /// [`Store::live_record_bytes`](crate::Store::live_record_bytes) counts the record with its capacity.
     pub fn upsert_existed_with_capacity(
         &mut self,
         key: &[u8],
@@ -572,7 +569,7 @@ impl Session {
         out: Option<&mut Vec<u8>>,
         live: impl FnOnce(Record<'_>),
     ) -> Step<bool> {
-        let shared = &self.store.shared;
+        let shared = &self.store;
         let Some(record) = shared
             .locate(hash, key, self.invalid)
             .and_then(|located| located.record)
@@ -606,13 +603,13 @@ impl Session {
     /// Adds `delta` to the live-bytes count (this session's slot: `accounting` module).
     #[inline]
     fn account(&self, delta: i64) {
-        self.store.shared.live.add(self.slot, delta);
+        self.store.live.add(self.slot, delta);
     }
 
-    /// The access word a new key starts with ([`Store::set_access_stamp`]).
+    /// The access word a new key starts with ([`Store::set_access_stamp`](crate::Store::set_access_stamp)).
     #[inline]
     fn access_stamp(&self) -> u32 {
-        self.store.shared.access_stamp.load(Ordering::Relaxed)
+        self.store.access_stamp.load(Ordering::Relaxed)
     }
 
     /// Applies the latch rules of the session's phase. `None`: proceed.

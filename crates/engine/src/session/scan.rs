@@ -72,7 +72,7 @@ impl Session {
         buckets: usize,
         mut visit: impl FnMut(&[u8], &[u8]),
     ) -> Result<u64, EngineError> {
-        let total = self.store.shared.index.bucket_count() as u64;
+        let total = self.store.index.bucket_count() as u64;
         if cursor >= total {
             return Err(EngineError::InvalidArgument(format!(
                 "scan cursor {cursor} is past the index's {total} buckets"
@@ -126,8 +126,8 @@ impl Session {
         buckets: std::ops::Range<usize>,
         mut visit: impl FnMut(Record<'a>) -> bool,
     ) {
-        let shared = &self.store.shared;
-        // The bound first, then the heads (see `store::Located`).
+        let shared = &self.store;
+        // The bound first, then the heads (see `shared::Located`).
         let begin = shared.log.begin_address();
         let mut settled: Vec<Record<'a>> = Vec::new();
         let mut going = true;
@@ -156,7 +156,7 @@ impl Session {
         out: &mut Vec<Sampled>,
     ) -> Result<(), EngineError> {
         let max_keys = max_keys.min(MAX_SAMPLE_KEYS);
-        let total = self.store.shared.index.bucket_count();
+        let total = self.store.index.bucket_count();
         let first = (start % total as u64) as usize;
         let mut used = 0;
         self.begin_op()?;
@@ -209,7 +209,7 @@ impl Session {
         used: &mut usize,
         spare: &mut Vec<Sampled>,
     ) -> Step<()> {
-        let total = self.store.shared.index.bucket_count();
+        let total = self.store.index.bucket_count();
         let mut shift = false;
         let (from, to) = (positions.start % total, (positions.end - 1) % total + 1);
         // At most two contiguous ranges: the batch may wrap past the last bucket.

@@ -10,7 +10,7 @@ use crate::log::{
     words_for, AllocError, HybridLog, NewRecord, Record, RecordGuard, FLAG_INVALID, FLAG_SEALED,
     FLAG_STABLE, FLAG_TOMBSTONE,
 };
-use crate::store::Located;
+use crate::shared::Located;
 use crate::{EngineError, Strategy};
 
 /// What a read-copy-update writes: the value, the record's value capacity in words (at least
@@ -29,7 +29,7 @@ impl Session {
         key: &[u8],
         write: Write<'_>,
     ) -> Result<Step<bool>, EngineError> {
-        let shared = &self.store.shared;
+        let shared = &self.store;
         let mut hold = LatchHold {
             word: shared.latches.word(hash.0),
             old: false,
@@ -196,7 +196,7 @@ impl Session {
         if !self.phase.is_new_version() {
             return false;
         }
-        let shared = &self.store.shared;
+        let shared = &self.store;
         !shared
             .scan_progress
             .emitted(self.version - 1, shared.index.bucket_of(hash))
@@ -233,7 +233,6 @@ impl Session {
         self.rollback_ready
             && self
                 .store
-                .shared
                 .locate(hash, key, self.invalid)
                 .and_then(|located| located.record)
                 .is_some_and(|newest| newest.address == guard.record.address)
@@ -247,7 +246,7 @@ impl Session {
         if self.invalid.is_empty() {
             return head;
         }
-        let log = &self.store.shared.log;
+        let log = &self.store.log;
         let begin = log.begin_address();
         let mut address = head;
         while address >= begin && address != 0 {
@@ -275,7 +274,7 @@ impl Session {
         let address = match log.write_new(
             &NewRecord {
                 previous: self.link_target(entry.address()),
-                flags: flags | self.store.shared.stable_slot_flag(),
+                flags: flags | self.store.stable_slot_flag(),
                 version: self.version,
                 key,
                 value,
@@ -309,7 +308,7 @@ impl Session {
         access: u32,
         use_reserve: bool,
     ) -> Step<usize> {
-        let slot = self.store.shared.stable_slot_flag();
+        let slot = self.store.stable_slot_flag();
         debug_assert!(new.capacity_words >= words_for(new.value.len()));
         let write = |previous: u64| {
             log.write_new(
@@ -449,7 +448,7 @@ impl Session {
         old_value: &mut Vec<u8>,
         new_value: &mut Vec<u8>,
     ) -> Result<Step<()>, EngineError> {
-        let shared = &self.store.shared;
+        let shared = &self.store;
         let log = &shared.log;
         let mut hold = LatchHold {
             word: shared.latches.word(hash.0),

@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Located, RecoveryInfo, Shared, Store};
+use super::{RecoveryInfo, Store};
 use crate::checkpoint_files::{EntryRef, ManifestKind};
 use crate::cpr_points::SessionShared;
 use crate::index::KeyHash;
 use crate::log::{NewRecord, Record, FLAG_INVALID};
-use crate::rollback::InvalidVersions;
-use crate::state::Phase;
+use crate::shared::{Located, Shared};
+use crate::state::{InvalidVersions, Phase};
 use crate::{EngineError, SessionId};
 
 impl Shared {
@@ -178,8 +178,8 @@ impl Store {
             }
         }
         shared
-            .next_session_id
-            .store(content.next_session_id.max(max_id + 1), Ordering::SeqCst);
+            .sessions
+            .set_next_id(content.next_session_id.max(max_id + 1));
         Ok(Some(RecoveryInfo {
             version,
             session_commit_points: points,

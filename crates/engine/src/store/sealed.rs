@@ -18,33 +18,12 @@
 //!   checkpoint of an older sealed version can no longer be written: it would not be the newest
 //!   on disk), and a rollback forgets them all (they are above its target).
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{check_cookie, CheckpointToken, Shared, Store};
+use super::{check_cookie, Store};
+use crate::report::{CheckpointToken, Scope};
 use crate::state::{Phase, SystemState};
 use crate::EngineError;
-
-/// What the checkpoint of a sealed version writes ([`Store::checkpoint_sealed`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
-    /// The whole image of the version: every record of it and older versions in the log, in
-    /// address order (as the fold-over strategy writes it).
-    Full,
-    /// Only the records of versions above `base`, a checkpoint this store published (or
-    /// recovered) and still holds; recovery applies them on top of `base`'s image. The caller
-    /// must keep `base` (and its own base, down to a full image) as long as it keeps this one:
-    /// the store's own pruning is then off (`keep_checkpoints` must be `usize::MAX`).
-    Since(u64),
-}
-
-impl Shared {
-    /// A checkpoint of `version` was published: it and every older sealed version are done.
-    pub(crate) fn forget_sealed_through(&self, version: u64) {
-        let mut sealed = self.sealed.lock();
-        *sealed = sealed.split_off(&(version + 1));
-    }
-}
 
 impl Store {
     /// Closes the current version without writing anything: runs the CPR phases PREPARE(v),
@@ -71,9 +50,9 @@ impl Store {
         let deadline = Instant::now() + timeout;
         loop {
             {
-                let _seal = shared.seal_lock.lock();
+                let _seal = shared.machine.seal_lock();
                 let state = shared.state.load();
-                if state.phase == Phase::Rest && !shared.classic_running.load(Ordering::SeqCst) {
+                if state.phase == Phase::Rest && !shared.machine.classic_running() {
                     return self.switch_from(state);
                 }
             }
@@ -97,13 +76,13 @@ impl Store {
         // `version` is in flight, exactly as when a classic checkpoint enters WAIT_FLUSH.
         crate::checkpoint::switch_version(shared, version, Phase::Rest);
         let points = crate::checkpoint::session_points(shared, version);
-        shared.sealed.lock().insert(version, points);
+        shared.machine.record_sealed(version, points);
         Ok(version)
     }
 
     /// Versions sealed and not yet published, ascending.
     pub fn sealed_versions(&self) -> Vec<u64> {
-        self.shared.sealed.lock().keys().copied().collect()
+        self.shared.machine.sealed_versions()
     }
 
     /// Starts writing the checkpoint of sealed version `version` on a checkpoint thread and
@@ -137,10 +116,10 @@ impl Store {
                 )));
             }
         }
-        if shared.checkpoint_running.swap(true, Ordering::SeqCst) {
+        if !shared.machine.try_claim() {
             return Err(EngineError::CheckpointInProgress);
         }
-        let Some(points) = shared.sealed.lock().get(&version).cloned() else {
+        let Some(points) = shared.machine.sealed_points(version) else {
             // Given back with a notification: a rollback may be waiting for it.
             shared.release_state_machine();
             return Err(EngineError::InvalidArgument(format!(
