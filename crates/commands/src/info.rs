@@ -3,8 +3,8 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use crate::config::Durability;
 use crate::keyspace::DATABASES;
+use crate::settings::Durability;
 use crate::state::Server;
 
 /// Renders the INFO sections named by `section` (default/all/everything or one name).
@@ -13,7 +13,6 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
     let all = matches!(wanted, "default" | "all" | "everything");
     let mut text = String::new();
     let settings = server.settings.read().clone();
-    let persistence = &server.persistence;
     if all || wanted == "server" {
         let uptime = server.started.elapsed().as_secs();
         let _ = write!(
@@ -25,9 +24,9 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
             env!("CARGO_PKG_VERSION"),
             std::env::consts::OS,
             std::process::id(),
-            server.port,
+            server.host.port(),
             uptime / 86400,
-            settings.threads,
+            server.host.threads(),
         );
     }
     if all || wanted == "clients" {
@@ -45,32 +44,15 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
         write_memory(&mut text, server, &settings);
     }
     if all || wanted == "persistence" {
-        let last = persistence.last_checkpoint.lock().clone();
-        let error = persistence.last_error.lock().clone();
         let _ = write!(
             text,
-            "# Persistence\r\nloading:0\r\ndurability:{}\r\ndurability_guarantee:{}\r\nloaded:{}\r\n\
-             rdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\n\
-             checkpoints_completed:{}\r\nlast_checkpoint_version:{}\r\nlast_checkpoint_ms:{}\r\nlast_checkpoint_bytes:{}\r\n\
-             last_checkpoint_records:{}\r\nlast_checkpoint_covered_lsn:{}\r\naof_enabled:{}\r\n",
+            "# Persistence\r\nloading:0\r\ndurability:{}\r\ndurability_guarantee:{}\r\naof_enabled:{}\r\n",
             settings.durability.name(),
             settings.durability.statement(),
-            persistence.loaded.lock().replace(['\r', '\n'], " "),
-            // As Redis: 1 from the BGSAVE reply until the save ends, so a client polling
-            // right after BGSAVE never sees 0 before the background thread has begun.
-            (persistence.checkpoint_running()
-                || persistence.background_running.load(Ordering::SeqCst)) as u8,
-            persistence.last_save_unix.load(Ordering::Relaxed),
-            if error.is_some() { "err" } else { "ok" },
-            persistence.checkpoints_done.load(Ordering::Relaxed),
-            last.as_ref().map_or(0, |c| c.version),
-            last.as_ref().map_or(0, |c| c.duration_ms),
-            last.as_ref().map_or(0, |c| c.bytes),
-            last.as_ref().map_or(0, |c| c.records),
-            last.as_ref().and_then(|c| c.covered_lsn).unwrap_or(0),
             settings.durability.uses_oplog() as u8,
         );
-        write_checkpoint_breakdown(&mut text, last.as_ref().map(|c| &c.breakdown));
+        // What was loaded and the checkpoints: the host's (it schedules them).
+        server.host.info_persistence(&mut text);
         if let Some(log) = server.keyspace.oplog() {
             let _ = write!(
                 text,
@@ -92,13 +74,6 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
                 "durability_mode_{}:{}\r\n",
                 mode.name(),
                 mode.statement()
-            );
-        }
-        if let Some(error) = error {
-            let _ = write!(
-                text,
-                "last_checkpoint_error:{}\r\n",
-                error.replace(['\r', '\n'], " ")
             );
         }
         text.push_str("\r\n");
@@ -143,7 +118,7 @@ pub fn render(server: &Server, section: Option<&str>) -> String {
 }
 
 /// The memory section: `crate::evict::memory`'s figures under Redis's names, and the engine's.
-fn write_memory(text: &mut String, server: &Server, settings: &crate::config::Config) {
+fn write_memory(text: &mut String, server: &Server, settings: &crate::settings::Settings) {
     use crate::evict::human;
     let memory = crate::evict::memory(server);
     let rss = crate::evict::rss_bytes();
@@ -227,19 +202,4 @@ fn write_latencystats(text: &mut String, server: &Server) {
         );
     }
     text.push_str("\r\n");
-}
-
-/// The last checkpoint's time breakdown (`prefixkv_engine::CheckpointBreakdown`) as
-/// `last_checkpoint_<part>_us` lines, zeros before the first checkpoint. The thread figures are
-/// sums over the checkpoint's segment threads.
-fn write_checkpoint_breakdown(
-    text: &mut String,
-    breakdown: Option<&prefixkv_engine::CheckpointBreakdown>,
-) {
-    let b = breakdown.copied().unwrap_or_default();
-    let _ = write!(text, "last_checkpoint_threads:{}\r\n", b.threads);
-    let names = prefixkv_engine::CheckpointBreakdown::PART_NAMES;
-    for (name, part) in names.iter().zip(b.parts()) {
-        let _ = write!(text, "last_checkpoint_{name}_us:{}\r\n", part.as_micros());
-    }
 }

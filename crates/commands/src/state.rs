@@ -1,4 +1,8 @@
-//! State shared by every connection: settings, the keyspace, persistence, client list, stats.
+//! State shared by every connection: settings, the keyspace, the host, client list, stats.
+//!
+//! Invariant: a `Server` is built only by [`Server::new`], which makes the settings' durability
+//! the store's and hands the slow log and eviction their settings, so no part starts out of
+//! step with `settings`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -8,10 +12,10 @@ use std::time::Instant;
 use parking_lot::{Mutex, RwLock};
 
 use crate::command_stats::CommandStats;
-use crate::config::Config;
+use crate::host::Host;
 use crate::keyspace::Keyspace;
-use crate::persistence::Persistence;
 use crate::pubsub::PubSub;
+use crate::settings::Settings;
 
 /// What CLIENT LIST shows about a connection.
 #[derive(Clone, Debug)]
@@ -61,11 +65,11 @@ pub struct Stats {
 /// The server.
 pub struct Server {
     /// Settings (CONFIG SET changes some of them).
-    pub settings: RwLock<Config>,
+    pub settings: RwLock<Settings>,
     /// Keys and values.
     pub keyspace: Arc<Keyspace>,
-    /// Checkpoints.
-    pub persistence: Arc<Persistence>,
+    /// The embedding process: saves, shutdown, the settings only it knows (`crate::host`).
+    pub host: Arc<dyn Host>,
     /// Connected clients by id.
     pub clients: Mutex<BTreeMap<u64, ClientInfo>>,
     /// Next client id.
@@ -78,10 +82,42 @@ pub struct Server {
     pub command_stats: CommandStats,
     /// Start time.
     pub started: Instant,
-    /// The port actually bound.
-    pub port: u16,
     /// Scripts and functions.
     pub scripting: crate::scripting::Scripting,
     /// Eviction's pool and counters (`crate::evict`).
     pub evictor: crate::evict::Evictor,
+}
+
+impl Server {
+    /// A server over `keyspace` (whose store is already recovered) for `host`. `settings`'
+    /// durability is replaced by the store's; the slow log and eviction take theirs from
+    /// `settings`. Functions stored in the keyspace are not loaded here: call
+    /// `server.scripting.restore` next if the host wants them.
+    pub fn new(
+        mut settings: Settings,
+        keyspace: Arc<Keyspace>,
+        host: Arc<dyn Host>,
+    ) -> Arc<Server> {
+        settings.durability = keyspace.store.durability();
+        keyspace.notifier.set_flags(settings.notify_keyspace_events);
+        let server = Arc::new(Server {
+            command_stats: CommandStats::new(
+                crate::commands::table::COMMANDS.len(),
+                settings.slowlog_log_slower_than_us,
+                settings.slowlog_max_len as usize,
+            ),
+            keyspace,
+            host,
+            clients: Mutex::new(BTreeMap::new()),
+            next_client_id: AtomicU64::new(1),
+            stats: Stats::default(),
+            pubsub: PubSub::default(),
+            started: Instant::now(),
+            scripting: Default::default(),
+            evictor: Default::default(),
+            settings: RwLock::new(settings.clone()),
+        });
+        crate::evict::apply_settings(&server, &settings);
+        server
+    }
 }

@@ -373,8 +373,8 @@ async fn run_async(
     let encoder = prefixkv_resp::Encoder::new(client.protocol);
     match operation {
         AsyncOp::Save => {
-            let persistence = server.persistence.clone();
-            match blocking(move || persistence.checkpoint_now()).await {
+            let host = server.host.clone();
+            match blocking(move || host.save()).await {
                 Ok(_) => encoder.simple_string(output, b"OK"),
                 Err(error) => write_error(encoder, output, &CommandError::persistence(&error)),
             }
@@ -408,8 +408,8 @@ async fn run_async(
             }
         }
         AsyncOp::Shutdown { save } => {
-            let persistence = server.persistence.clone();
-            match blocking(move || persistence.shutdown(save)).await {
+            let host = server.host.clone();
+            match blocking(move || host.shutdown(save)).await {
                 Ok(()) => {
                     tracing::info!("SHUTDOWN (save: {save}); exiting");
                     std::process::exit(0);
@@ -460,8 +460,8 @@ async fn wait_durable(server: &Arc<Server>, client: &mut Client) -> Result<(), S
         if committed >= newest.serial {
             return Ok(());
         }
-        let persistence = server.persistence.clone();
-        blocking(move || persistence.checkpoint_now()).await?;
+        let host = server.host.clone();
+        blocking(move || host.save()).await?;
     }
     Err("this connection's writes are not covered by a checkpoint after 3 attempts".into())
 }

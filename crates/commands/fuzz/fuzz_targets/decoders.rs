@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prefixkv_server::keyspace::{decode_record, encode_operation};
-use prefixkv_server::value;
+use prefixkv_commands::keyspace::{decode_record, encode_operation};
+use prefixkv_commands::value;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((session_id, operations)) = decode_record(data) {

@@ -34,10 +34,10 @@ use prefixkv_oplog::AppendTicket;
 use prefixkv_resp::{Encoder, Protocol};
 use prefixkv_store::StoreSession as Session;
 
-use crate::config::Durability;
 pub use crate::error::{CommandError, CommandResult};
 use crate::keyspace::WriteMark;
 use crate::pubsub::ClientSubscriptions;
+use crate::settings::Durability;
 use crate::state::Server;
 use crate::watch::ClientWatch;
 

@@ -3,14 +3,12 @@
 //! PREFIXKV.COMMITPOINT.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::{lower, parse_int, table, AsyncOp, CommandError, CommandResult, Ctx, Flow};
-use crate::config::{parse_memory, parse_yes_no, Config, Durability};
 use crate::keyspace::DATABASES;
-use crate::persistence::Persistence;
+use crate::settings::{parse_memory, parse_yes_no, Durability, Settings};
 
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
     match run_inner(ctx, name, args) {
@@ -63,7 +61,7 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flo
             ctx.w.bulk((micros % 1_000_000).to_string().as_bytes());
         }
         "shutdown" => {
-            let mut save = ctx.server.persistence.durability == Durability::Checkpoint;
+            let mut save = ctx.server.settings.read().durability == Durability::Checkpoint;
             for option in &args[1..] {
                 match lower(option).as_str() {
                     "save" => save = true,
@@ -82,8 +80,7 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flo
             {
                 return Err(CommandError::Syntax);
             }
-            let persistence = ctx.server.persistence.clone();
-            if !start_background(&persistence) {
+            if !ctx.server.host.start_background_save() {
                 return Err(CommandError::err(if name == "bgsave" {
                     "Background save already in progress"
                 } else {
@@ -97,12 +94,7 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flo
             });
         }
         "lastsave" => {
-            let at = ctx
-                .server
-                .persistence
-                .last_save_unix
-                .load(Ordering::Relaxed);
-            ctx.w.int(at as i64);
+            ctx.w.int(ctx.server.host.last_save_unix() as i64);
         }
         "waitaof" => {
             let local = parse_int(&args[1])?;
@@ -114,7 +106,7 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flo
             if local < 0 || replicas < 0 {
                 return Err(CommandError::NotInteger);
             }
-            if local > 0 && ctx.server.persistence.durability == Durability::None {
+            if local > 0 && ctx.server.settings.read().durability == Durability::None {
                 return Err(CommandError::err(
                     "WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
                 ));
@@ -141,37 +133,9 @@ fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flo
     Ok(Flow::Continue)
 }
 
-/// Starts a background checkpoint thread unless one runs; whether it started.
-pub fn start_background(persistence: &Arc<Persistence>) -> bool {
-    if persistence.checkpoint_running()
-        || persistence.background_running.swap(true, Ordering::SeqCst)
-    {
-        return false;
-    }
-    let worker = persistence.clone();
-    let spawned = std::thread::Builder::new()
-        .name("prefixkv-bgsave".into())
-        .spawn(move || {
-            if let Err(error) = worker.checkpoint_now() {
-                tracing::error!("background {error}");
-            }
-            worker.background_running.store(false, Ordering::SeqCst);
-        });
-    if spawned.is_err() {
-        persistence
-            .background_running
-            .store(false, Ordering::SeqCst);
-        return false;
-    }
-    true
-}
-
-/// CONFIG GET's view: (name, value) for every parameter.
-fn parameters(config: &Config) -> Vec<(&'static str, String)> {
-    vec![
-        ("port", config.port.to_string()),
-        ("bind", config.bind.clone()),
-        ("dir", config.dir.display().to_string()),
+/// CONFIG GET's view: (name, value) for every parameter, the host's first.
+fn parameters(config: &Settings, host: &dyn crate::host::Host) -> Vec<(&'static str, String)> {
+    let own = vec![
         (
             "requirepass",
             config.requirepass.clone().unwrap_or_default(),
@@ -195,14 +159,6 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
         ("save", String::new()),
         ("databases", DATABASES.to_string()),
         (
-            "checkpoint-interval",
-            config.checkpoint_interval_ms.to_string(),
-        ),
-        (
-            "checkpoint-rate",
-            config.checkpoint_rate_bytes_per_s.to_string(),
-        ),
-        (
             "protected-mode",
             if config.protected_mode { "yes" } else { "no" }.into(),
         ),
@@ -223,18 +179,6 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
             config.slowlog_log_slower_than_us.to_string(),
         ),
         ("slowlog-max-len", config.slowlog_max_len.to_string()),
-        ("metrics-port", config.metrics_port.to_string()),
-        ("loglevel", config.loglevel.name().into()),
-        ("threads", config.threads.to_string()),
-        ("engine-memory", config.engine_memory_bytes.to_string()),
-        (
-            "engine-compact-dead-fraction",
-            config.engine_compact_dead_fraction.to_string(),
-        ),
-        (
-            "engine-index-buckets",
-            config.engine_index_buckets.to_string(),
-        ),
         (
             "busy-reply-threshold",
             config.busy_reply_threshold_ms.to_string(),
@@ -244,16 +188,18 @@ fn parameters(config: &Config) -> Vec<(&'static str, String)> {
             "lua-memory-limit",
             config.lua_memory_limit_bytes.to_string(),
         ),
-    ]
-    .into_iter()
-    .chain(config.eviction.parameters())
-    .chain(
-        config
-            .encoding_thresholds
-            .iter()
-            .map(|(name, value)| (*name, value.to_string())),
-    )
-    .collect()
+    ];
+    host.parameters()
+        .into_iter()
+        .chain(own)
+        .chain(config.eviction.parameters())
+        .chain(
+            config
+                .encoding_thresholds
+                .iter()
+                .map(|(name, value)| (*name, value.to_string())),
+        )
+        .collect()
 }
 
 /// SLOWLOG GET [count] | LEN | RESET | HELP.
@@ -325,13 +271,13 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             if args.len() < 3 {
                 return Err(CommandError::arity("config|get"));
             }
-            let all = parameters(&ctx.server.settings.read());
+            let all = parameters(&ctx.server.settings.read(), ctx.server.host.as_ref());
             let mut found: Vec<(&str, String)> = Vec::new();
             let mut alias_values: Vec<(String, String)> = Vec::new();
             for pattern in &args[2..] {
                 // Redis's older `ziplist` names answer under the name asked for.
                 let asked = String::from_utf8_lossy(pattern).to_ascii_lowercase();
-                if let Some(canonical) = crate::config::encoding_threshold_name(&asked) {
+                if let Some(canonical) = crate::settings::encoding_threshold_name(&asked) {
                     if canonical != asked {
                         let value = ctx.server.settings.read().encoding_threshold(canonical);
                         alias_values.push((asked, value.to_string()));
@@ -385,6 +331,13 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
         return Err(CommandError::arity("config|set"));
     }
     let mut updated = ctx.server.settings.read().clone();
+    let host_names: Vec<&str> = ctx
+        .server
+        .host
+        .parameters()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
     for pair in args[2..].chunks(2) {
         let name = lower(&pair[0]);
         let value = String::from_utf8_lossy(&pair[1]).into_owned();
@@ -427,10 +380,10 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 let len: u64 = value
                     .parse()
                     .map_err(|_| failed("argument couldn't be parsed into an integer".into()))?;
-                if len > crate::config::MAX_SLOWLOG_LEN {
+                if len > crate::settings::MAX_SLOWLOG_LEN {
                     return Err(failed(format!(
                         "argument must be between 0 and {}",
-                        crate::config::MAX_SLOWLOG_LEN
+                        crate::settings::MAX_SLOWLOG_LEN
                     )));
                 }
                 updated.slowlog_max_len = len;
@@ -442,14 +395,14 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
             }
             "lua-memory-limit" => {
                 let limit = parse_memory(&value).map_err(|e| failed(e.to_string()))?;
-                if limit < crate::config::MIN_LUA_MEMORY_LIMIT {
+                if limit < crate::settings::MIN_LUA_MEMORY_LIMIT {
                     return Err(failed("argument must be at least 1mb".into()));
                 }
                 updated.lua_memory_limit_bytes = limit;
             }
-            _ if crate::config::encoding_threshold_name(&name).is_some() => {
+            _ if crate::settings::encoding_threshold_name(&name).is_some() => {
                 let canonical =
-                    crate::config::encoding_threshold_name(&name).expect("checked by the guard");
+                    crate::settings::encoding_threshold_name(&name).expect("checked by the guard");
                 let number: i64 = value
                     .parse()
                     .map_err(|_| failed("argument couldn't be parsed into an integer".into()))?;
@@ -469,19 +422,10 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 updated.eviction.set(&name, &value).map_err(failed)?
             }
             "save" | "appendonly" => {}
-            "port"
-            | "bind"
-            | "dir"
-            | "appendfsync"
-            | "databases"
-            | "checkpoint-interval"
-            | "checkpoint-rate"
-            | "threads"
-            | "metrics-port"
-            | "loglevel"
-            | "engine-memory"
-            | "engine-compact-dead-fraction"
-            | "engine-index-buckets" => {
+            "appendfsync" | "databases" => {
+                return Err(failed("can't set immutable config".into()));
+            }
+            _ if host_names.contains(&name.as_str()) => {
                 return Err(failed("can't set immutable config".into()));
             }
             _ => {

@@ -68,7 +68,7 @@ pub struct Memory {
 
 /// Takes the eviction settings of `config` (at start and on CONFIG SET): the access words'
 /// meaning, the LFU parameters, and a fresh pool (the old scores may mean something else now).
-pub fn apply_settings(server: &Server, config: &crate::config::Config) {
+pub fn apply_settings(server: &Server, config: &crate::settings::Settings) {
     let eviction = &config.eviction;
     server.keyspace.access.configure(
         eviction.policy.is_lfu(),

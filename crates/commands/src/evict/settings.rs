@@ -97,7 +97,7 @@ impl Policy {
     }
 }
 
-/// The eviction settings (part of `crate::config::Config`).
+/// The eviction settings (part of `crate::settings::Settings`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// `maxmemory-policy`.

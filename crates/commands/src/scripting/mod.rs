@@ -46,8 +46,8 @@ pub use busy::{Check, RunInfo, Running};
 pub use functions::{FUNCTIONS_KEY, MAX_LIBRARY_BYTES};
 
 use crate::commands::{AsyncOp, Client, CommandError, Ctx, Flow};
-use crate::config::Durability;
 use crate::keyspace::WriteMark;
+use crate::settings::Durability;
 use crate::state::Server;
 
 /// The server's scripting state.
