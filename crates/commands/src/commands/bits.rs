@@ -15,20 +15,12 @@ fn bit_offset_error() -> CommandError {
     CommandError::err("bit offset is not an integer or out of range")
 }
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    match name {
-        "setbit" => setbit(ctx, args),
-        "getbit" => {
-            let offset = bit_offset(ctx, &args[2])?;
-            let value = strings::read_string(ctx, &args[1])?.unwrap_or_default();
-            ctx.w.int(i64::from(bit_at(&value, offset)));
-            Ok(())
-        }
-        "bitcount" => bitcount(ctx, args),
-        "bitpos" => bitpos(ctx, args),
-        "bitop" => bitop(ctx, args),
-        _ => unreachable!("dispatch sends only bit commands here"),
-    }
+/// GETBIT.
+pub(super) fn getbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let offset = bit_offset(ctx, &args[2])?;
+    let value = strings::read_string(ctx, &args[1])?.unwrap_or_default();
+    ctx.w.int(i64::from(bit_at(&value, offset)));
+    Ok(())
 }
 
 /// Redis's bit offset: 0 ≤ offset and offset / 8 < proto-max-bulk-len.
@@ -46,7 +38,7 @@ fn bit_at(value: &[u8], offset: u64) -> bool {
     byte < value.len() && value[byte] & (0x80 >> (offset & 7)) != 0
 }
 
-fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let offset = bit_offset(ctx, &args[2])?;
     let on = match &args[3][..] {
         b"0" => false,
@@ -151,7 +143,7 @@ fn find_bit(value: &[u8], wanted: bool, first_bit: u64, last_bit: u64) -> Option
     })
 }
 
-fn bitcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn bitcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let range = match args.len() {
         2 => None,
         4 | 5 => Some((
@@ -174,7 +166,7 @@ fn bitcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn bitpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn bitpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let wanted = match parse_int(&args[2])? {
         0 => false,
         1 => true,
@@ -218,7 +210,7 @@ enum Op {
     Not,
 }
 
-fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let op = match lower(&args[1]).as_str() {
         "and" => Op::And,
         "or" => Op::Or,

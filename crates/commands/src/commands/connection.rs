@@ -7,52 +7,43 @@ use super::{lower, parse_int, CommandError, CommandResult, Ctx, Flow};
 use crate::keyspace::DATABASES;
 use crate::state::ClientInfo;
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    let result = match name {
-        "ping" => match args.len() {
-            1 => {
-                ctx.w.simple("PONG");
-                Ok(())
-            }
-            2 => {
-                ctx.w.bulk(&args[1]);
-                Ok(())
-            }
-            _ => Err(CommandError::arity("ping")),
-        },
-        "echo" => {
-            ctx.w.bulk(&args[1]);
-            Ok(())
-        }
-        "hello" => hello(ctx, args),
-        "auth" => auth(ctx, args),
-        "select" => select(ctx, args),
-        "quit" => {
-            ctx.w.ok();
-            return Flow::Close;
-        }
-        "reset" => {
-            ctx.client.transaction = None;
-            ctx.client.forget_subscriptions_and_watches(ctx.server);
-            ctx.client.database = 0;
-            ctx.client.protocol = Protocol::Resp2;
-            ctx.client.name = None;
-            ctx.client.authenticated = ctx.server.settings.read().requirepass.is_none();
-            update_info(ctx, |info| {
-                info.database = 0;
-                info.name.clear();
-                info.resp = 2;
-            });
-            ctx.w.simple("RESET");
-            Ok(())
-        }
-        "client" => client(ctx, args),
-        _ => unreachable!("dispatch sends only connection commands here"),
-    };
-    if let Err(error) = result {
-        ctx.w.error(&error);
+/// PING (outside a RESP2 subscription: `pubsub::subscribed_ping` there).
+pub(super) fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    match args.len() {
+        1 => ctx.w.simple("PONG"),
+        2 => ctx.w.bulk(&args[1]),
+        _ => return Err(CommandError::arity("ping")),
     }
-    Flow::Continue
+    Ok(())
+}
+
+/// ECHO.
+pub(super) fn echo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    ctx.w.bulk(&args[1]);
+    Ok(())
+}
+
+/// QUIT: OK, then the connection closes.
+pub(super) fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult<Flow> {
+    ctx.w.ok();
+    Ok(Flow::Close)
+}
+
+/// RESET: the connection as it was at connect.
+pub(super) fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    ctx.client.transaction = None;
+    ctx.client.forget_subscriptions_and_watches(ctx.server);
+    ctx.client.database = 0;
+    ctx.client.protocol = Protocol::Resp2;
+    ctx.client.name = None;
+    ctx.client.authenticated = ctx.server.settings.read().requirepass.is_none();
+    update_info(ctx, |info| {
+        info.database = 0;
+        info.name.clear();
+        info.resp = 2;
+    });
+    ctx.w.simple("RESET");
+    Ok(())
 }
 
 fn update_info(ctx: &Ctx<'_>, change: impl FnOnce(&mut ClientInfo)) {
@@ -75,7 +66,7 @@ fn check_password(ctx: &mut Ctx<'_>, user: &[u8], password: &[u8]) -> CommandRes
     }
 }
 
-fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (user, password) = match args.len() {
         2 => (&b"default"[..], &args[1][..]),
         3 => (&args[1][..], &args[2][..]),
@@ -96,7 +87,7 @@ fn valid_name(name: &[u8]) -> bool {
     name.iter().all(|&b| (b'!'..=b'~').contains(&b))
 }
 
-fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let mut protocol = ctx.client.protocol;
     let mut index = 1;
     if args.len() > 1 {
@@ -178,7 +169,7 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let index = parse_int(&args[1])?;
     if !(0..DATABASES as i64).contains(&index) {
         return Err(CommandError::DbIndexOutOfRange);
@@ -208,7 +199,7 @@ pub(super) fn client_line(id: u64, info: &ClientInfo) -> String {
     )
 }
 
-fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = lower(&args[1]);
     match (sub.as_str(), args.len()) {
         ("id", 2) => ctx.w.int(ctx.client.id as i64),

@@ -249,127 +249,189 @@ fn update_hash<R>(
     Ok(result)
 }
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    let key = &args[1][..];
-    match name {
-        "hset" | "hmset" | "hsetnx" => {
-            if name != "hsetnx" && !args.len().is_multiple_of(2) {
-                return Err(CommandError::arity(name.to_string()));
-            }
-            let added = update_hash(ctx, key, |hash, records| {
-                if name == "hsetnx" && hash.get(records, &args[2])?.is_some() {
-                    return Ok((0, false));
-                }
-                let mut added = 0;
-                for pair in args[2..].chunks(2) {
-                    added += i64::from(hash.set(records, &pair[0], &pair[1])?);
-                }
-                Ok((added, true))
-            })?;
-            match name {
-                "hmset" => ctx.w.ok(),
-                _ => ctx.w.int(added),
-            }
-        }
-        "hget" | "hstrlen" | "hexists" => {
-            let value = with_hash(ctx, key, |hash, records| match hash {
-                Some(hash) => hash.get(records, &args[2]),
-                None => Ok(None),
-            })?;
-            match name {
-                "hget" => ctx.w.bulk_or_null(value.as_deref()),
-                "hstrlen" => ctx.w.int(value.map_or(0, |v| v.len() as i64)),
-                _ => ctx.w.int(i64::from(value.is_some())),
-            }
-        }
-        "hmget" => {
-            let values = with_hash(ctx, key, |hash, records| {
-                args[2..]
-                    .iter()
-                    .map(|field| match hash {
-                        Some(hash) => hash.get(records, field),
-                        None => Ok(None),
-                    })
-                    .collect::<CommandResult<Vec<_>>>()
-            })?;
-            ctx.w.array(values.len());
-            for value in &values {
-                ctx.w.bulk_or_null(value.as_deref());
-            }
-        }
-        "hgetall" | "hkeys" | "hvals" => {
-            let pairs = read_pairs(ctx, key)?;
-            if name == "hgetall" {
-                ctx.w.map(pairs.len());
-            } else {
-                ctx.w.array(pairs.len());
-            }
-            for (field, value) in &pairs {
-                if name != "hvals" {
-                    ctx.w.bulk(field);
-                }
-                if name != "hkeys" {
-                    ctx.w.bulk(value);
-                }
-            }
-        }
-        "hlen" => {
-            let len = with_hash(ctx, key, |hash, _| Ok(hash.map_or(0, HashValue::len)))?;
-            ctx.w.int(len as i64);
-        }
-        "hdel" => {
-            let removed = update_hash(ctx, key, |hash, records| {
-                let mut removed = 0;
-                for field in &args[2..] {
-                    removed += i64::from(hash.remove(records, field)?);
-                }
-                Ok((removed, removed > 0))
-            })?;
-            ctx.w.int(removed);
-        }
-        "hincrby" => {
-            let delta = parse_int(&args[3])?;
-            let result = update_hash(ctx, key, |hash, records| {
-                let current = match hash.get(records, &args[2])? {
-                    Some(text) => parse_int(&text)
-                        .map_err(|_| CommandError::err("hash value is not an integer"))?,
-                    None => 0,
-                };
-                let result = current.checked_add(delta).ok_or(CommandError::Overflow)?;
-                hash.set(records, &args[2], result.to_string().as_bytes())?;
-                Ok((result, true))
-            })?;
-            ctx.w.int(result);
-        }
-        "hincrbyfloat" => {
-            let delta = parse_float(&args[3])?;
-            let text = update_hash(ctx, key, |hash, records| {
-                let current = match hash.get(records, &args[2])? {
-                    Some(text) => parse_float(&text)
-                        .map_err(|_| CommandError::err("hash value is not a float"))?,
-                    None => 0.0,
-                };
-                let result = current + delta;
-                if !result.is_finite() {
-                    return Err(CommandError::NotFinite);
-                }
-                let text = strings::format_float(result).into_bytes();
-                hash.set(records, &args[2], &text)?;
-                Ok((text, true))
-            })?;
-            ctx.w.bulk(&text);
-        }
-        "hrandfield" => hrandfield(ctx, args)?,
-        "hscan" => hscan(ctx, args)?,
-        _ => unreachable!("dispatch sends only hash commands here"),
+/// HSET: how many fields are new.
+pub(super) fn hset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let added = set_fields(ctx, args, "hset")?;
+    ctx.w.int(added);
+    Ok(())
+}
+
+/// HMSET: OK.
+pub(super) fn hmset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_fields(ctx, args, "hmset")?;
+    ctx.w.ok();
+    Ok(())
+}
+
+/// HSET and HMSET (`name` for the arity error): sets every pair, counts the new fields.
+fn set_fields(ctx: &mut Ctx<'_>, args: &[Bytes], name: &str) -> CommandResult<i64> {
+    if !args.len().is_multiple_of(2) {
+        return Err(CommandError::arity(name.to_string()));
     }
+    update_hash(ctx, &args[1], |hash, records| {
+        let mut added = 0;
+        for pair in args[2..].chunks(2) {
+            added += i64::from(hash.set(records, &pair[0], &pair[1])?);
+        }
+        Ok((added, true))
+    })
+}
+
+/// HSETNX.
+pub(super) fn hsetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let added = update_hash(ctx, &args[1], |hash, records| {
+        if hash.get(records, &args[2])?.is_some() {
+            return Ok((0, false));
+        }
+        let added = i64::from(hash.set(records, &args[2], &args[3])?);
+        Ok((added, true))
+    })?;
+    ctx.w.int(added);
+    Ok(())
+}
+
+/// The value of the field `args[2]` of the hash at `args[1]`.
+fn one_field(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Option<Vec<u8>>> {
+    with_hash(ctx, &args[1], |hash, records| match hash {
+        Some(hash) => hash.get(records, &args[2]),
+        None => Ok(None),
+    })
+}
+
+/// HGET.
+pub(super) fn hget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let value = one_field(ctx, args)?;
+    ctx.w.bulk_or_null(value.as_deref());
+    Ok(())
+}
+
+/// HSTRLEN.
+pub(super) fn hstrlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let value = one_field(ctx, args)?;
+    ctx.w.int(value.map_or(0, |v| v.len() as i64));
+    Ok(())
+}
+
+/// HEXISTS.
+pub(super) fn hexists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let value = one_field(ctx, args)?;
+    ctx.w.int(i64::from(value.is_some()));
+    Ok(())
+}
+
+/// HMGET.
+pub(super) fn hmget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let values = with_hash(ctx, &args[1], |hash, records| {
+        args[2..]
+            .iter()
+            .map(|field| match hash {
+                Some(hash) => hash.get(records, field),
+                None => Ok(None),
+            })
+            .collect::<CommandResult<Vec<_>>>()
+    })?;
+    ctx.w.array(values.len());
+    for value in &values {
+        ctx.w.bulk_or_null(value.as_deref());
+    }
+    Ok(())
+}
+
+/// HGETALL.
+pub(super) fn hgetall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let pairs = read_pairs(ctx, &args[1])?;
+    ctx.w.map(pairs.len());
+    for (field, value) in &pairs {
+        ctx.w.bulk(field);
+        ctx.w.bulk(value);
+    }
+    Ok(())
+}
+
+/// HKEYS.
+pub(super) fn hkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let pairs = read_pairs(ctx, &args[1])?;
+    ctx.w.array(pairs.len());
+    for (field, _) in &pairs {
+        ctx.w.bulk(field);
+    }
+    Ok(())
+}
+
+/// HVALS.
+pub(super) fn hvals(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let pairs = read_pairs(ctx, &args[1])?;
+    ctx.w.array(pairs.len());
+    for (_, value) in &pairs {
+        ctx.w.bulk(value);
+    }
+    Ok(())
+}
+
+/// HLEN.
+pub(super) fn hlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let len = with_hash(ctx, &args[1], |hash, _| Ok(hash.map_or(0, HashValue::len)))?;
+    ctx.w.int(len as i64);
+    Ok(())
+}
+
+/// HDEL.
+pub(super) fn hdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let removed = update_hash(ctx, &args[1], |hash, records| {
+        let mut removed = 0;
+        for field in &args[2..] {
+            removed += i64::from(hash.remove(records, field)?);
+        }
+        Ok((removed, removed > 0))
+    })?;
+    ctx.w.int(removed);
+    Ok(())
+}
+
+/// HINCRBY.
+pub(super) fn hincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let delta = parse_int(&args[3])?;
+    let result = update_hash(ctx, &args[1], |hash, records| {
+        let current = match hash.get(records, &args[2])? {
+            Some(text) => {
+                parse_int(&text).map_err(|_| CommandError::err("hash value is not an integer"))?
+            }
+            None => 0,
+        };
+        let result = current.checked_add(delta).ok_or(CommandError::Overflow)?;
+        hash.set(records, &args[2], result.to_string().as_bytes())?;
+        Ok((result, true))
+    })?;
+    ctx.w.int(result);
+    Ok(())
+}
+
+/// HINCRBYFLOAT.
+pub(super) fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let delta = parse_float(&args[3])?;
+    let text = update_hash(ctx, &args[1], |hash, records| {
+        let current = match hash.get(records, &args[2])? {
+            Some(text) => {
+                parse_float(&text).map_err(|_| CommandError::err("hash value is not a float"))?
+            }
+            None => 0.0,
+        };
+        let result = current + delta;
+        if !result.is_finite() {
+            return Err(CommandError::NotFinite);
+        }
+        let text = strings::format_float(result).into_bytes();
+        hash.set(records, &args[2], &text)?;
+        Ok((text, true))
+    })?;
+    ctx.w.bulk(&text);
     Ok(())
 }
 
 /// HRANDFIELD key [count [WITHVALUES]]: a positive count picks distinct fields, a negative one
 /// may repeat them. A repeating count is bounded: its reply must fit client-output-buffer-limit
 /// (at least 16 bytes a field), so a client cannot make the server build an unbounded reply.
-fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let count = args.get(2).map(|c| parse_int(c)).transpose()?;
     let with_values = match args.get(3) {
         None => false,
@@ -478,7 +540,7 @@ pub(super) fn random_seed(salt: u64) -> u64 {
 /// HSCAN key cursor [MATCH pattern] [COUNT count]: a small hash is one stored value, so one step
 /// returns every matching field with its value and cursor 0 (as Redis does for its small
 /// hashes); a table is scanned a few buckets per step.
-fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     // Redis's order: the cursor, then the key (a missing key is an empty scan whatever the
     // options), then its type, then the options.
     let cursor = super::parse_cursor(&args[2])?;

@@ -6,135 +6,216 @@ use super::{lower, parse_int, CommandError, CommandResult, Ctx};
 use crate::keyspace::{now_ms, DATABASES};
 use crate::value::{Kind, Stored};
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+/// DEL and UNLINK.
+pub(super) fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let db = ctx.db();
-    match name {
-        "del" | "unlink" => {
-            let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
-            let mut removed = 0;
-            for key in &keys {
-                if txn.get(db, key)?.is_some() && txn.delete(db, key)? {
-                    removed += 1;
-                }
-            }
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.int(removed);
+    let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
+    let mut removed = 0;
+    for key in &keys {
+        if txn.get(db, key)?.is_some() && txn.delete(db, key)? {
+            removed += 1;
         }
-        // EXISTS, TYPE and the TTL family look keys up without counting an access, as Redis's
-        // LOOKUP_NOTOUCH; TOUCH counts one.
-        "exists" | "touch" => {
-            let mut count = 0;
-            for key in &args[1..] {
-                let keyspace = &ctx.server.keyspace;
-                let found = if name == "touch" {
-                    keyspace.touch(ctx.session, db, key)?
-                } else {
-                    keyspace.read_quiet(ctx.session, db, key)?.is_some()
-                };
-                count += i64::from(found);
-            }
-            ctx.w.int(count);
-        }
-        "type" => {
-            let stored = ctx.server.keyspace.read_quiet(ctx.session, db, &args[1])?;
-            ctx.w.simple(stored.map_or("none", |s| s.kind.name()));
-        }
-        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(ctx, name, args)?,
-        "ttl" | "pttl" | "expiretime" | "pexpiretime" => {
-            let stored = ctx.server.keyspace.read_quiet(ctx.session, db, &args[1])?;
-            let reply = match stored {
-                None => -2,
-                Some(s) if s.expire_at_ms == 0 => -1,
-                Some(s) => {
-                    let at = s.expire_at_ms as i64;
-                    let remaining = (at - now_ms() as i64).max(0);
-                    match name {
-                        "ttl" => (remaining + 500) / 1000,
-                        "pttl" => remaining,
-                        "expiretime" => at / 1000,
-                        _ => at,
-                    }
-                }
-            };
-            ctx.w.int(reply);
-        }
-        "persist" => {
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-            let changed = match txn.get(db, &args[1])? {
-                Some(s) if s.expire_at_ms != 0 => {
-                    txn.put(db, &args[1], s.kind, 0, &s.payload)?;
-                    true
-                }
-                _ => false,
-            };
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.int(changed as i64);
-        }
-        "keys" => {
-            let keys = ctx
-                .server
-                .keyspace
-                .keys_matching(ctx.session, db, &args[1])?;
-            ctx.w.array(keys.len());
-            for key in keys {
-                ctx.w.bulk(&key);
-            }
-        }
-        "scan" => scan(ctx, args)?,
-        "rename" | "renamenx" => {
-            let (source, target) = (&args[1][..], &args[2][..]);
-            let mut txn = ctx
-                .server
-                .keyspace
-                .begin(ctx.session, db, &[source, target]);
-            let Some(stored) = txn.get(db, source)? else {
-                return Err(CommandError::NoSuchKey);
-            };
-            if source == target {
-                drop(txn);
-                if name == "rename" {
-                    ctx.w.ok();
-                } else {
-                    ctx.w.int(0);
-                }
-                return Ok(());
-            }
-            if name == "renamenx" && txn.get(db, target)?.is_some() {
-                drop(txn);
-                ctx.w.int(0);
-                return Ok(());
-            }
-            txn.put(
-                db,
-                target,
-                stored.kind,
-                stored.expire_at_ms,
-                &stored.payload,
-            )?;
-            // The value (a collection's records too) now belongs to the target.
-            txn.delete_keeping_records(db, source)?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            if name == "rename" {
-                ctx.w.ok();
-            } else {
-                ctx.w.int(1);
-            }
-        }
-        "copy" => copy(ctx, args)?,
-        "swapdb" => swapdb(ctx, args)?,
-        "move" => move_key(ctx, args)?,
-        "object" => object(ctx, args)?,
-        "randomkey" => {
-            let seed = now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.client.id;
-            let key = ctx.server.keyspace.random_key(ctx.session, db, seed)?;
-            ctx.w.bulk_or_null(key.as_deref());
-        }
-        _ => unreachable!("dispatch sends only key commands here"),
     }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(removed);
+    Ok(())
+}
+
+// EXISTS, TYPE and the TTL family look keys up without counting an access, as Redis's
+// LOOKUP_NOTOUCH; TOUCH counts one.
+
+/// EXISTS.
+pub(super) fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let mut count = 0;
+    for key in &args[1..] {
+        count += i64::from(
+            ctx.server
+                .keyspace
+                .read_quiet(ctx.session, db, key)?
+                .is_some(),
+        );
+    }
+    ctx.w.int(count);
+    Ok(())
+}
+
+/// TOUCH.
+pub(super) fn touch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let mut count = 0;
+    for key in &args[1..] {
+        count += i64::from(ctx.server.keyspace.touch(ctx.session, db, key)?);
+    }
+    ctx.w.int(count);
+    Ok(())
+}
+
+/// TYPE.
+pub(super) fn type_of(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let stored = ctx.server.keyspace.read_quiet(ctx.session, db, &args[1])?;
+    ctx.w.simple(stored.map_or("none", |s| s.kind.name()));
+    Ok(())
+}
+
+/// EXPIRE: seconds from now.
+pub(super) fn expire(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_expiry(ctx, "expire", (1000, false), args)
+}
+
+/// PEXPIRE: milliseconds from now.
+pub(super) fn pexpire(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_expiry(ctx, "pexpire", (1, false), args)
+}
+
+/// EXPIREAT: a Unix time in seconds.
+pub(super) fn expireat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_expiry(ctx, "expireat", (1000, true), args)
+}
+
+/// PEXPIREAT: a Unix time in milliseconds.
+pub(super) fn pexpireat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_expiry(ctx, "pexpireat", (1, true), args)
+}
+
+/// What the TTL family answers about a key's expiry.
+#[derive(Clone, Copy)]
+enum Expiry {
+    /// TTL: seconds left, rounded.
+    Seconds,
+    /// PTTL: milliseconds left.
+    Millis,
+    /// EXPIRETIME: the Unix time in seconds.
+    AtSeconds,
+    /// PEXPIRETIME: the Unix time in milliseconds.
+    AtMillis,
+}
+
+/// TTL.
+pub(super) fn ttl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    expiry(ctx, Expiry::Seconds, args)
+}
+
+/// PTTL.
+pub(super) fn pttl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    expiry(ctx, Expiry::Millis, args)
+}
+
+/// EXPIRETIME.
+pub(super) fn expiretime(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    expiry(ctx, Expiry::AtSeconds, args)
+}
+
+/// PEXPIRETIME.
+pub(super) fn pexpiretime(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    expiry(ctx, Expiry::AtMillis, args)
+}
+
+/// The TTL family: -2 for no key, -1 for no expiry, else the expiry as `answer` says.
+fn expiry(ctx: &mut Ctx<'_>, answer: Expiry, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let stored = ctx.server.keyspace.read_quiet(ctx.session, db, &args[1])?;
+    let reply = match stored {
+        None => -2,
+        Some(s) if s.expire_at_ms == 0 => -1,
+        Some(s) => {
+            let at = s.expire_at_ms as i64;
+            let remaining = (at - now_ms() as i64).max(0);
+            match answer {
+                Expiry::Seconds => (remaining + 500) / 1000,
+                Expiry::Millis => remaining,
+                Expiry::AtSeconds => at / 1000,
+                Expiry::AtMillis => at,
+            }
+        }
+    };
+    ctx.w.int(reply);
+    Ok(())
+}
+
+/// PERSIST.
+pub(super) fn persist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let changed = match txn.get(db, &args[1])? {
+        Some(s) if s.expire_at_ms != 0 => {
+            txn.put(db, &args[1], s.kind, 0, &s.payload)?;
+            true
+        }
+        _ => false,
+    };
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(changed as i64);
+    Ok(())
+}
+
+/// KEYS.
+pub(super) fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let keys = ctx
+        .server
+        .keyspace
+        .keys_matching(ctx.session, db, &args[1])?;
+    ctx.w.array(keys.len());
+    for key in keys {
+        ctx.w.bulk(&key);
+    }
+    Ok(())
+}
+
+/// RENAME: OK.
+pub(super) fn rename(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    rename_key(ctx, false, args)?;
+    ctx.w.ok();
+    Ok(())
+}
+
+/// RENAMENX: whether it renamed.
+pub(super) fn renamenx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let renamed = rename_key(ctx, true, args)?;
+    ctx.w.int(i64::from(renamed));
+    Ok(())
+}
+
+/// RENAME and, when `only_new`, RENAMENX: whether the key moved (a key renamed to itself did
+/// not, nor did one whose target exists under RENAMENX).
+fn rename_key(ctx: &mut Ctx<'_>, only_new: bool, args: &[Bytes]) -> CommandResult<bool> {
+    let db = ctx.db();
+    let (source, target) = (&args[1][..], &args[2][..]);
+    let mut txn = ctx
+        .server
+        .keyspace
+        .begin(ctx.session, db, &[source, target]);
+    let Some(stored) = txn.get(db, source)? else {
+        return Err(CommandError::NoSuchKey);
+    };
+    if source == target || (only_new && txn.get(db, target)?.is_some()) {
+        return Ok(false);
+    }
+    txn.put(
+        db,
+        target,
+        stored.kind,
+        stored.expire_at_ms,
+        &stored.payload,
+    )?;
+    // The value (a collection's records too) now belongs to the target.
+    txn.delete_keeping_records(db, source)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    Ok(true)
+}
+
+/// RANDOMKEY.
+pub(super) fn randomkey(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let seed = now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.client.id;
+    let key = ctx.server.keyspace.random_key(ctx.session, db, seed)?;
+    ctx.w.bulk_or_null(key.as_deref());
     Ok(())
 }
 
@@ -148,7 +229,7 @@ fn database_index(argument: &[u8]) -> CommandResult<u8> {
 }
 
 /// COPY source destination [DB destination-db] [REPLACE]: the value and its expiry.
-fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (source_db, mut target_db, mut replace) = (ctx.db(), ctx.db(), false);
     let mut index = 3;
     while index < args.len() {
@@ -215,7 +296,7 @@ pub const SWAPDB_MAX_KEYS: usize = 1 << 18;
 /// transaction (one oplog record: a crash recovers all of it or none) while no other write runs
 /// (the exec gate). O(keys in both databases), where Redis swaps two pointers; refused past
 /// [`SWAPDB_MAX_KEYS`]. Collections keep their records (only their root keys move).
-fn swapdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn swapdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let index = |argument: &[u8], which: &'static str| {
         parse_int(argument).map_err(|_| CommandError::err(format!("invalid {which} DB index")))
     };
@@ -287,7 +368,7 @@ fn swap_databases(
 }
 
 /// MOVE key db: moves the key (with its expiry) unless the target database has it.
-fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (source_db, target_db) = (ctx.db(), database_index(&args[2])?);
     if source_db == target_db {
         return Err(CommandError::SameObject);
@@ -349,7 +430,7 @@ fn encoding_of(stored: &Stored) -> &'static str {
 }
 
 /// OBJECT ENCODING | REFCOUNT | IDLETIME | FREQ | HELP.
-fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let subcommand = lower(&args[1]);
     if subcommand == "help" && args.len() == 2 {
         let lines = [
@@ -411,7 +492,14 @@ fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+/// The EXPIRE family (`name` for the error text): `unit` ms per unit of the given time,
+/// `absolute` when it is a Unix time rather than a delay.
+fn set_expiry(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    (unit, absolute): (i64, bool),
+    args: &[Bytes],
+) -> CommandResult {
     let amount = parse_int(&args[2])?;
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for option in &args[3..] {
@@ -438,14 +526,9 @@ fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
             "GT and LT options at the same time are not compatible",
         ));
     }
-    let unit: i64 = if name == "expire" || name == "expireat" {
-        1000
-    } else {
-        1
-    };
     let invalid = || CommandError::invalid_expire_time(name);
     let mut at = amount.checked_mul(unit).ok_or_else(invalid)?;
-    if !name.ends_with("at") {
+    if !absolute {
         at = at.checked_add(now_ms() as i64).ok_or_else(invalid)?;
     }
     let db = ctx.db();
@@ -477,7 +560,7 @@ fn expire(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let cursor = super::parse_cursor(&args[1])?;
     let super::ScanOptions {
         pattern,

@@ -86,7 +86,8 @@ fn longest_common(a: &[u8], b: &[u8]) -> (Vec<u8>, Vec<Range>) {
     (sequence, ranges)
 }
 
-pub(super) fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+/// LCS.
+pub(super) fn lcs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let db = ctx.db();
     let mut values = Vec::with_capacity(2);
     for key in &args[1..3] {

@@ -69,53 +69,70 @@ fn resolve_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
     (start <= stop && start < len).then_some((start as u64, stop as u64))
 }
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    match name {
-        "lpush" | "rpush" | "lpushx" | "rpushx" => push(ctx, name, args),
-        "lpop" | "rpop" => pop(ctx, name, args),
-        "llen" => {
-            let db = ctx.db();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-            let len = list_of(txn.get(db, &args[1])?)?.map_or(0, |(tree, _)| tree.len());
-            txn.commit()?;
-            ctx.w.int(len as i64);
-            Ok(())
-        }
-        "lrange" => lrange(ctx, args),
-        "lindex" => lindex(ctx, args),
-        "lset" => lset(ctx, args),
-        "linsert" => linsert(ctx, args),
-        "lrem" => lrem(ctx, args),
-        "ltrim" => ltrim(ctx, args),
-        "lpos" => lpos(ctx, args),
-        "lmpop" => lmpop(ctx, args),
-        "lmove" | "rpoplpush" => {
-            let (from, to) = if name == "lmove" {
-                (parse_end(&args[3])?, parse_end(&args[4])?)
-            } else {
-                (End::Right, End::Left)
-            };
-            let moved = lmove(ctx, &args[1], &args[2], from, to)?;
-            ctx.w.bulk_or_null(moved.as_deref());
-            Ok(())
-        }
-        _ => unreachable!("dispatch sends only list commands here"),
-    }
+/// LPUSH.
+pub(super) fn lpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    push(ctx, End::Left, false, args)
 }
 
-fn push(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+/// RPUSH.
+pub(super) fn rpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    push(ctx, End::Right, false, args)
+}
+
+/// LPUSHX.
+pub(super) fn lpushx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    push(ctx, End::Left, true, args)
+}
+
+/// RPUSHX.
+pub(super) fn rpushx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    push(ctx, End::Right, true, args)
+}
+
+/// LPOP.
+pub(super) fn lpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    pop(ctx, "lpop", End::Left, args)
+}
+
+/// RPOP.
+pub(super) fn rpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    pop(ctx, "rpop", End::Right, args)
+}
+
+/// LLEN.
+pub(super) fn llen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let len = list_of(txn.get(db, &args[1])?)?.map_or(0, |(tree, _)| tree.len());
+    txn.commit()?;
+    ctx.w.int(len as i64);
+    Ok(())
+}
+
+/// LMOVE.
+pub(super) fn lmove_command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let (from, to) = (parse_end(&args[3])?, parse_end(&args[4])?);
+    let moved = lmove(ctx, &args[1], &args[2], from, to)?;
+    ctx.w.bulk_or_null(moved.as_deref());
+    Ok(())
+}
+
+/// RPOPLPUSH.
+pub(super) fn rpoplpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let moved = lmove(ctx, &args[1], &args[2], End::Right, End::Left)?;
+    ctx.w.bulk_or_null(moved.as_deref());
+    Ok(())
+}
+
+/// The push commands: at `end`; when `only_existing` (the X forms) no list is created.
+fn push(ctx: &mut Ctx<'_>, end: End, only_existing: bool, args: &[Bytes]) -> CommandResult {
     let db = ctx.db();
     let key = &args[1][..];
-    let end = if name.starts_with('l') {
-        End::Left
-    } else {
-        End::Right
-    };
     let keyspace = &ctx.server.keyspace;
     let mut txn = keyspace.begin(ctx.session, db, &[key]);
     let (mut tree, expire) = match list_of(txn.get(db, key)?)? {
         Some(found) => found,
-        None if name.ends_with('x') => {
+        None if only_existing => {
             txn.commit()?;
             ctx.w.int(0);
             return Ok(());
@@ -164,16 +181,12 @@ fn pop_in(
     Ok(Some(popped))
 }
 
-fn pop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+/// LPOP and RPOP (`name` for the arity error): from `end`.
+fn pop(ctx: &mut Ctx<'_>, name: &str, end: End, args: &[Bytes]) -> CommandResult {
     if args.len() > 3 {
         return Err(CommandError::arity(name.to_string()));
     }
     let db = ctx.db();
-    let end = if name == "lpop" {
-        End::Left
-    } else {
-        End::Right
-    };
     let count = match args.get(2) {
         Some(argument) => {
             let count = parse_int(argument).map_err(|_| CommandError::NotPositive)?;
@@ -202,7 +215,7 @@ fn pop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (start, stop) = (parse_int(&args[2])?, parse_int(&args[3])?);
     let elements = read_collection(ctx, list_of, &args[1], |tree, records| {
         let mut elements = Vec::new();
@@ -226,7 +239,7 @@ fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let index = parse_int(&args[2])?;
     let element = read_collection(ctx, list_of, &args[1], |tree, records| {
         let Some(rank) = resolve_index(index, tree.len()) else {
@@ -241,7 +254,7 @@ fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let db = ctx.db();
     let key = &args[1][..];
     let index = parse_int(&args[2])?;
@@ -295,7 +308,7 @@ fn find(
     Ok(found)
 }
 
-fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let after = match lower(&args[2]).as_str() {
         "before" => false,
         "after" => true,
@@ -331,7 +344,7 @@ fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let count = parse_int(&args[2])?;
     let db = ctx.db();
     let key = &args[1][..];
@@ -366,7 +379,7 @@ fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (start, stop) = (parse_int(&args[2])?, parse_int(&args[3])?);
     let db = ctx.db();
     let key = &args[1][..];
@@ -395,7 +408,7 @@ fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 }
 
 /// LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len].
-fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (mut rank, mut count, mut max_len) = (1i64, None, 0u64);
     for pair in args[3..].chunks(2) {
         let [option, value] = pair else {
@@ -529,16 +542,6 @@ pub(super) fn parse_timeout(argument: &[u8]) -> CommandResult<u64> {
 /// BLPOP/BRPOP key [key ...] timeout, BLMOVE source destination from to timeout, BRPOPLPUSH
 /// source destination timeout, BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count].
 /// Inside MULTI/EXEC they do not wait: an empty result answers null at once, as in Redis.
-pub(super) fn run_blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    match blocking(ctx, name, args) {
-        Ok(flow) => flow,
-        Err(error) => {
-            ctx.w.error(&error);
-            Flow::Continue
-        }
-    }
-}
-
 /// Whether this client may pop from `key` now: no client blocked on it for `kind` before this
 /// one (`crate::blocking`: first come, first served).
 pub(super) fn may_serve(ctx: &Ctx<'_>, key: &[u8], kind: Kind) -> bool {
@@ -564,66 +567,85 @@ pub(super) fn block_on(ctx: &mut Ctx<'_>, keys: Vec<Bytes>, timeout_ms: u64, kin
     })
 }
 
-fn blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flow> {
-    if name == "blmpop" {
-        let timeout_ms = parse_timeout(&args[1])?;
-        let request = parse_mpop(&args[2..], parse_end)?;
-        if !lmpop_into(ctx, &request)? {
-            return Ok(block_on(ctx, request.keys, timeout_ms, Kind::List));
-        }
-        return Ok(Flow::Continue);
+/// BLMPOP.
+pub(super) fn blmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    let timeout_ms = parse_timeout(&args[1])?;
+    let request = parse_mpop(&args[2..], parse_end)?;
+    if !lmpop_into(ctx, &request)? {
+        return Ok(block_on(ctx, request.keys, timeout_ms, Kind::List));
     }
+    Ok(Flow::Continue)
+}
+
+/// BLPOP.
+pub(super) fn blpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    blocking_pop(ctx, End::Left, args)
+}
+
+/// BRPOP.
+pub(super) fn brpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    blocking_pop(ctx, End::Right, args)
+}
+
+/// BLPOP and BRPOP: pops from `end` of the first non-empty list, else blocks on them all.
+fn blocking_pop(ctx: &mut Ctx<'_>, end: End, args: &[Bytes]) -> CommandResult<Flow> {
     let timeout_ms = parse_timeout(&args[args.len() - 1])?;
     let db = ctx.db();
-    let keys: Vec<Bytes> = match name {
-        "blpop" | "brpop" => {
-            for key in &args[1..args.len() - 1] {
-                if !may_serve(ctx, key, Kind::List) {
-                    continue;
-                }
-                let end = if name == "blpop" {
-                    End::Left
-                } else {
-                    End::Right
-                };
-                let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-                let popped = match pop_in(&mut txn, db, key, end, 1) {
-                    // Woken, but the key now holds another type: wait on, as Redis does.
-                    Err(CommandError::WrongType) if ctx.client.unblocking => None,
-                    other => other?,
-                };
-                let mark = txn.commit()?;
-                ctx.client.note_write(mark);
-                if let Some(element) = popped.and_then(|mut p| p.pop()) {
-                    ctx.w.array(2);
-                    ctx.w.bulk(key);
-                    ctx.w.bulk(&element);
-                    return Ok(Flow::Continue);
-                }
-            }
-            args[1..args.len() - 1].to_vec()
+    for key in &args[1..args.len() - 1] {
+        if !may_serve(ctx, key, Kind::List) {
+            continue;
         }
-        _ => {
-            let (from, to) = if name == "blmove" {
-                (parse_end(&args[3])?, parse_end(&args[4])?)
-            } else {
-                (End::Right, End::Left)
-            };
-            if may_serve(ctx, &args[1], Kind::List) {
-                if let Some(element) = lmove(ctx, &args[1], &args[2], from, to)? {
-                    ctx.w.bulk(&element);
-                    return Ok(Flow::Continue);
-                }
-            }
-            if ctx.client.in_exec {
-                // BLMOVE and BRPOPLPUSH answer a null bulk inside EXEC.
-                ctx.w.null();
-                return Ok(Flow::Continue);
-            }
-            vec![args[1].clone()]
+        let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+        let popped = match pop_in(&mut txn, db, key, end, 1) {
+            // Woken, but the key now holds another type: wait on, as Redis does.
+            Err(CommandError::WrongType) if ctx.client.unblocking => None,
+            other => other?,
+        };
+        let mark = txn.commit()?;
+        ctx.client.note_write(mark);
+        if let Some(element) = popped.and_then(|mut p| p.pop()) {
+            ctx.w.array(2);
+            ctx.w.bulk(key);
+            ctx.w.bulk(&element);
+            return Ok(Flow::Continue);
         }
-    };
+    }
+    let keys = args[1..args.len() - 1].to_vec();
     Ok(block_on(ctx, keys, timeout_ms, Kind::List))
+}
+
+/// BLMOVE.
+pub(super) fn blmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    let timeout_ms = parse_timeout(&args[args.len() - 1])?;
+    let (from, to) = (parse_end(&args[3])?, parse_end(&args[4])?);
+    blocking_move(ctx, (from, to), timeout_ms, args)
+}
+
+/// BRPOPLPUSH.
+pub(super) fn brpoplpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    let timeout_ms = parse_timeout(&args[args.len() - 1])?;
+    blocking_move(ctx, (End::Right, End::Left), timeout_ms, args)
+}
+
+/// BLMOVE and BRPOPLPUSH: moves from `from` of `args[1]` to `to` of `args[2]`, else blocks.
+fn blocking_move(
+    ctx: &mut Ctx<'_>,
+    (from, to): (End, End),
+    timeout_ms: u64,
+    args: &[Bytes],
+) -> CommandResult<Flow> {
+    if may_serve(ctx, &args[1], Kind::List) {
+        if let Some(element) = lmove(ctx, &args[1], &args[2], from, to)? {
+            ctx.w.bulk(&element);
+            return Ok(Flow::Continue);
+        }
+    }
+    if ctx.client.in_exec {
+        // BLMOVE and BRPOPLPUSH answer a null bulk inside EXEC.
+        ctx.w.null();
+        return Ok(Flow::Continue);
+    }
+    Ok(block_on(ctx, vec![args[1].clone()], timeout_ms, Kind::List))
 }
 
 /// The arguments of LMPOP/ZMPOP (and their blocking forms) from numkeys on.
@@ -673,7 +695,7 @@ pub(super) fn parse_mpop<T>(
 }
 
 /// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count].
-fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let request = parse_mpop(&args[1..], parse_end)?;
     if !lmpop_into(ctx, &request)? {
         ctx.w.null_array();

@@ -21,7 +21,8 @@ pub const RECORD_OVERHEAD: u64 = 32;
 /// Bytes of collection record key prefix (object id) per element record.
 const ELEMENT_KEY_BYTES: u64 = 12;
 
-pub(super) fn run(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+/// MEMORY USAGE | STATS | DOCTOR | HELP ....
+pub(super) fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = lower(&args[1]);
     match sub.as_str() {
         "usage" if args.len() >= 3 => usage(ctx, args),

@@ -560,11 +560,8 @@ pub fn execute(
     if notifier.active() {
         let zero = ctx.w.out.get(reply_start..) == Some(&b":0\r\n"[..]);
         // These answer how many elements changed: 0 means nothing did, and Redis sends nothing.
-        let unchanged =
-            zero && matches!(
-                name.as_str(),
-                "sadd" | "srem" | "zrem" | "hdel" | "lrem" | "smove" | "xdel" | "xtrim"
-            ) || (zero
+        let unchanged = zero && spec.has(table::QUIET_ON_ZERO)
+            || (zero
                 && name == "xgroup"
                 && args.get(1).is_some_and(|sub| {
                     sub.eq_ignore_ascii_case(b"createconsumer")
@@ -703,7 +700,7 @@ pub fn record_script(
 /// The checks before a command runs, then the command.
 fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]) -> Outcome {
     let server = ctx.server;
-    if !ctx.client.authenticated && !matches!(name, "auth" | "hello" | "quit" | "reset") {
+    if !ctx.client.authenticated && !spec.has(table::NO_AUTH) {
         refuse_in_transaction(ctx.client);
         ctx.w.error(&CommandError::NoAuth);
         return Outcome::Rejected;
@@ -714,20 +711,20 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
         return Outcome::Rejected;
     }
     let subscribed_resp2 = ctx.client.protocol == Protocol::Resp2 && ctx.client.is_subscribed();
-    if subscribed_resp2 && !pubsub::allowed_while_subscribed(name) {
+    if subscribed_resp2 && !spec.has(table::SUBSCRIBED_OK) {
         ctx.w.error(&CommandError::SubscribedContext {
             command: name.to_string(),
         });
         return Outcome::Rejected;
     }
-    if let Some(flow) = crate::scripting::admission(ctx, name, args) {
+    if let Some(flow) = crate::scripting::admission(ctx, spec, args) {
         return match flow {
             Flow::Continue => Outcome::Rejected,
             waiting => Outcome::Queued(waiting),
         };
     }
-    let queuing = ctx.client.transaction.is_some() && !matches!(name, "exec" | "discard");
-    if let Some(flow) = transaction::handle(ctx, name, args) {
+    let queuing = ctx.client.transaction.is_some() && !spec.has(table::ENDS_TXN);
+    if let Some(flow) = transaction::handle(ctx, spec, args) {
         return if queuing {
             Outcome::Queued(flow)
         } else {
@@ -742,7 +739,7 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
     }
     if spec.write
         && !ctx.client.allow_oom
-        && !matches!(name, "del" | "unlink" | "flushdb" | "flushall" | "getdel")
+        && !spec.has(table::MAY_FREE)
         && !streams::allowed_over_maxmemory(name, args)
         && crate::evict::over_maxmemory(server)
     {
@@ -768,26 +765,23 @@ fn run_command(ctx: &mut Ctx<'_>, spec: &table::Spec, name: &str, args: &[Bytes]
             Some(Ok(_)) => {}
         }
     }
-    match dispatch_shared(ctx, name, args) {
+    match dispatch_shared(ctx, spec, args) {
         Some(flow) => Outcome::Executed(flow),
         // A script of another client holds the gate: wait for it without holding this thread.
         None => Outcome::Queued(Flow::Async(AsyncOp::AfterScript)),
     }
 }
 
-/// Commands that run as an exclusive body themselves ([`run_exclusive`]: the exec gate held
-/// exclusively), so they must not run under the shared gate, which they would wait for.
-const EXCLUSIVE: &[&str] = &["swapdb"];
-
 /// Runs the command whole while no exclusive body (EXEC, a script) is half done: the exec gate
 /// is held shared around it (inside an exclusive body this is a no-op), so readers, too, see a
 /// body entirely or not at all (`keyspace` invariants). A command that waits (a blocking pop, SAVE)
 /// returns before it waits, releasing the gate.
-fn dispatch_shared(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Flow> {
-    // These take the gate exclusively themselves; those Redis serves while a script is busy
-    // (SCRIPT KILL, SHUTDOWN NOSAVE, ...) touch no data and must not wait for the script.
-    if EXCLUSIVE.contains(&name) || crate::scripting::allowed_while_busy(name, args) {
-        return Some(dispatch(ctx, name, args));
+fn dispatch_shared(ctx: &mut Ctx<'_>, spec: &table::Spec, args: &[Bytes]) -> Option<Flow> {
+    // `table::EXCLUSIVE` commands take the gate exclusively themselves; those Redis serves while
+    // a script is busy (SCRIPT KILL, SHUTDOWN NOSAVE, ...) touch no data and must not wait for
+    // the script.
+    if spec.has(table::EXCLUSIVE) || crate::scripting::allowed_while_busy(spec, args) {
+        return Some(dispatch(ctx, spec, args));
     }
     let Ctx {
         server,
@@ -810,65 +804,27 @@ fn dispatch_shared(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Flow
                     out: &mut *w.out,
                 },
             };
-            dispatch(&mut inner, name, args)
+            dispatch(&mut inner, spec, args)
         },
     )
 }
 
 /// Runs a command that passed its checks.
-fn dispatch(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    if matches!(name, "keys" | "scan" | "dbsize" | "randomkey" | "info") {
-        // These walk the registry stripes without the engine: never wait on a stripe mutex
-        // while protected (see `Keyspace::lock_stripe`).
+fn dispatch(ctx: &mut Ctx<'_>, spec: &table::Spec, args: &[Bytes]) -> Flow {
+    if spec.has(table::SUSPEND) {
         ctx.session.suspend();
     }
-    let result = match name {
-        "ping" | "echo" | "hello" | "auth" | "select" | "quit" | "reset" | "client" => {
-            return connection::run(ctx, name, args);
-        }
-        "set" | "get" | "getset" | "getdel" | "getex" | "setnx" | "setex" | "psetex" | "mset"
-        | "msetnx" | "mget" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" | "append"
-        | "strlen" | "setrange" | "getrange" => strings::run(ctx, name, args),
-        "hset" | "hmset" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists" | "hlen"
-        | "hincrby" | "hkeys" | "hvals" | "hsetnx" | "hstrlen" | "hincrbyfloat" | "hrandfield"
-        | "hscan" => hashes::run(ctx, name, args),
-        "setbit" | "getbit" | "bitcount" | "bitpos" | "bitop" => bits::run(ctx, name, args),
-        "lcs" => lcs::run(ctx, args),
-        "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "llen" | "lrange"
-        | "lindex" | "lset" | "linsert" | "lrem" | "ltrim" | "lpos" | "lmove" | "rpoplpush"
-        | "lmpop" => lists::run(ctx, name, args),
-        "blpop" | "brpop" | "blmove" | "brpoplpush" | "blmpop" => {
-            return lists::run_blocking(ctx, name, args)
-        }
-        "bzpopmin" | "bzpopmax" | "bzmpop" => return zsets::run_blocking(ctx, name, args),
-        "sadd" | "srem" | "sismember" | "smismember" | "scard" | "smembers" | "srandmember"
-        | "spop" | "smove" | "sinter" | "sunion" | "sdiff" | "sinterstore" | "sunionstore"
-        | "sdiffstore" | "sintercard" | "sscan" => sets::run(ctx, name, args),
-        "zadd" | "zincrby" | "zrem" | "zscore" | "zmscore" | "zcard" | "zcount" | "zrank"
-        | "zrevrank" | "zrange" | "zrangebyscore" | "zrevrangebyscore" | "zrevrange"
-        | "zrangebylex" | "zrevrangebylex" | "zpopmin" | "zpopmax" | "zremrangebyrank"
-        | "zremrangebyscore" | "zunionstore" | "zinterstore" | "zscan" | "zlexcount"
-        | "zremrangebylex" | "zmpop" | "zunion" | "zinter" | "zdiff" | "zdiffstore"
-        | "zintercard" | "zrangestore" | "zrandmember" => zsets::run(ctx, name, args),
-        "xadd" | "xrange" | "xrevrange" | "xlen" | "xdel" | "xtrim" | "xsetid" | "xgroup"
-        | "xack" | "xpending" | "xclaim" | "xautoclaim" | "xinfo" => streams::run(ctx, name, args),
-        "xread" | "xreadgroup" => return streams::run_reading(ctx, name, args),
-        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "publish" | "pubsub" => {
-            pubsub::run(ctx, name, args)
-        }
-        "del" | "unlink" | "exists" | "type" | "expire" | "pexpire" | "expireat" | "pexpireat"
-        | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "persist" | "keys" | "scan"
-        | "rename" | "renamenx" | "randomkey" | "copy" | "move" | "object" | "swapdb" | "touch" => {
-            keys::run(ctx, name, args)
-        }
-        "sort" | "sort_ro" => sort::run(ctx, name, args),
-        "memory" => memory::run(ctx, args),
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" | "script"
-        | "function" => return crate::scripting::run(ctx, name, args),
-        _ => return server::run(ctx, name, args),
+    run_handler(ctx, spec, args)
+}
+
+/// Calls the row's handler; an error becomes the reply.
+fn run_handler(ctx: &mut Ctx<'_>, spec: &table::Spec, args: &[Bytes]) -> Flow {
+    let result = match spec.handler {
+        table::Handler::Reply(handler) => handler(ctx, args).map(|()| Flow::Continue),
+        table::Handler::Flow(handler) => handler(ctx, args),
     };
-    if let Err(error) = result {
+    result.unwrap_or_else(|error| {
         ctx.w.error(&error);
-    }
-    Flow::Continue
+        Flow::Continue
+    })
 }

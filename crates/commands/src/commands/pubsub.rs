@@ -2,7 +2,7 @@
 //! invariants are in `crate::pubsub`). Replies follow Redis: one `subscribe`/`unsubscribe` push
 //! per name with the connection's subscription count after it (RESP3 push frames, RESP2 arrays);
 //! a connection in RESP2 with a subscription accepts only the subscription commands, PING, QUIT
-//! and RESET ([`allowed_while_subscribed`]).
+//! and RESET (the rows flagged `table::SUBSCRIBED_OK`).
 
 use bytes::{Bytes, BytesMut};
 use prefixkv_resp::Encoder;
@@ -10,35 +10,33 @@ use prefixkv_resp::Encoder;
 use super::{lower, CommandError, CommandResult, Ctx};
 use crate::pubsub::{ClientSubscriptions, Kind, Message};
 
-/// Whether a RESP2 connection holding subscriptions may run `name`.
-pub fn allowed_while_subscribed(name: &str) -> bool {
-    matches!(
-        name,
-        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
-    )
+/// SUBSCRIBE.
+pub(super) fn subscribe_channels(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    subscribe(ctx, Kind::Channel, &args[1..])
 }
 
-/// Runs one Pub/Sub command.
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    match name {
-        "subscribe" => subscribe(ctx, Kind::Channel, &args[1..]),
-        "psubscribe" => subscribe(ctx, Kind::Pattern, &args[1..]),
-        "unsubscribe" => {
-            unsubscribe(ctx, Kind::Channel, &args[1..]);
-            Ok(())
-        }
-        "punsubscribe" => {
-            unsubscribe(ctx, Kind::Pattern, &args[1..]);
-            Ok(())
-        }
-        "publish" => {
-            let received = ctx.server.pubsub.publish(&args[1], &args[2]);
-            ctx.w.int(received as i64);
-            Ok(())
-        }
-        "pubsub" => pubsub(ctx, args),
-        _ => unreachable!("dispatch sends only Pub/Sub commands here"),
-    }
+/// PSUBSCRIBE.
+pub(super) fn subscribe_patterns(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    subscribe(ctx, Kind::Pattern, &args[1..])
+}
+
+/// UNSUBSCRIBE.
+pub(super) fn unsubscribe_channels(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    unsubscribe(ctx, Kind::Channel, &args[1..]);
+    Ok(())
+}
+
+/// PUNSUBSCRIBE.
+pub(super) fn unsubscribe_patterns(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    unsubscribe(ctx, Kind::Pattern, &args[1..]);
+    Ok(())
+}
+
+/// PUBLISH.
+pub(super) fn publish(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let received = ctx.server.pubsub.publish(&args[1], &args[2]);
+    ctx.w.int(received as i64);
+    Ok(())
 }
 
 fn kind_words(kind: Kind) -> (&'static [u8], &'static [u8]) {
@@ -101,7 +99,7 @@ fn unsubscribe(ctx: &mut Ctx<'_>, kind: Kind, names: &[Bytes]) {
     }
 }
 
-fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let registry = &ctx.server.pubsub;
     match (lower(&args[1]).as_str(), args.len()) {
         ("channels", 2 | 3) => {

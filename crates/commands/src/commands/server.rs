@@ -10,127 +10,144 @@ use super::{lower, parse_int, table, AsyncOp, CommandError, CommandResult, Ctx, 
 use crate::keyspace::DATABASES;
 use crate::settings::{parse_memory, parse_yes_no, Durability, Settings};
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    match run_inner(ctx, name, args) {
-        Ok(flow) => flow,
-        Err(error) => {
-            ctx.w.error(&error);
-            Flow::Continue
-        }
-    }
+/// INFO [section].
+pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let text = crate::info::render(ctx.server, args.get(1).map(|a| lower(a)).as_deref());
+    ctx.w.verbatim(text.as_bytes());
+    Ok(())
 }
 
-fn run_inner(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flow> {
-    match name {
-        "info" => {
-            let text = crate::info::render(ctx.server, args.get(1).map(|a| lower(a)).as_deref());
-            ctx.w.verbatim(text.as_bytes());
-        }
-        "config" => config(ctx, args)?,
-        "command" => command(ctx, args)?,
-        "dbsize" => {
-            let size = ctx.server.keyspace.dbsize(ctx.db());
-            ctx.w.int(size as i64);
-        }
-        "flushdb" | "flushall" => {
-            if args.len() > 2
-                || (args.len() == 2 && !matches!(lower(&args[1]).as_str(), "async" | "sync"))
-            {
-                return Err(CommandError::Syntax);
-            }
-            let databases: Vec<u8> = if name == "flushdb" {
-                vec![ctx.db()]
-            } else {
-                (0..DATABASES as u8).collect()
-            };
-            for db in databases {
-                let mark = ctx.server.keyspace.flush_database(ctx.session, db)?;
-                if mark.is_some() {
-                    ctx.client.note_write(mark);
-                }
-            }
-            ctx.w.ok();
-        }
-        "slowlog" => slowlog(ctx, args)?,
-        "time" => {
-            let micros = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros());
-            ctx.w.array(2);
-            ctx.w.bulk((micros / 1_000_000).to_string().as_bytes());
-            ctx.w.bulk((micros % 1_000_000).to_string().as_bytes());
-        }
-        "shutdown" => {
-            let mut save = ctx.server.settings.read().durability == Durability::Checkpoint;
-            for option in &args[1..] {
-                match lower(option).as_str() {
-                    "save" => save = true,
-                    "nosave" => save = false,
-                    "now" | "force" => {}
-                    "abort" => return Err(CommandError::err("No shutdown in progress.")),
-                    _ => return Err(CommandError::Syntax),
-                }
-            }
-            return Ok(Flow::Async(AsyncOp::Shutdown { save }));
-        }
-        "save" => return Ok(Flow::Async(AsyncOp::Save)),
-        "bgsave" | "bgrewriteaof" => {
-            if args.len() > 2
-                || (args.len() == 2 && (name == "bgrewriteaof" || lower(&args[1]) != "schedule"))
-            {
-                return Err(CommandError::Syntax);
-            }
-            if !ctx.server.host.start_background_save() {
-                return Err(CommandError::err(if name == "bgsave" {
-                    "Background save already in progress"
-                } else {
-                    "Background append only file rewriting already in progress"
-                }));
-            }
-            ctx.w.simple(if name == "bgsave" {
-                "Background saving started"
-            } else {
-                "Background append only file rewriting started"
-            });
-        }
-        "lastsave" => {
-            ctx.w.int(ctx.server.host.last_save_unix() as i64);
-        }
-        "waitaof" => {
-            let local = parse_int(&args[1])?;
-            let replicas = parse_int(&args[2])?;
-            let timeout = parse_int(&args[3])?;
-            if timeout < 0 {
-                return Err(CommandError::NegativeTimeout);
-            }
-            if local < 0 || replicas < 0 {
-                return Err(CommandError::NotInteger);
-            }
-            if local > 0 && ctx.server.settings.read().durability == Durability::None {
-                return Err(CommandError::err(
-                    "WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
-                ));
-            }
-            if local > 1 {
-                return Err(CommandError::err(
-                    "WAITAOF numlocal can only be 0 or 1 (one local store)",
-                ));
-            }
-            return Ok(Flow::Async(AsyncOp::WaitAof {
-                timeout_ms: timeout as u64,
-            }));
-        }
-        "prefixkv.commitpoint" => {
-            let (writes, durable) = ctx.client.commit_point(ctx.server, ctx.session);
-            ctx.w.array(2);
-            ctx.w.int(writes as i64);
-            ctx.w.int(durable as i64);
-        }
-        _ => {
-            return Err(CommandError::err(format!("unknown command '{name}'")));
+/// DBSIZE.
+pub(super) fn dbsize(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    let size = ctx.server.keyspace.dbsize(ctx.db());
+    ctx.w.int(size as i64);
+    Ok(())
+}
+
+/// FLUSHDB [ASYNC|SYNC].
+pub(super) fn flushdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    flush(ctx, args, db..db + 1)
+}
+
+/// FLUSHALL [ASYNC|SYNC].
+pub(super) fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    flush(ctx, args, 0..DATABASES as u8)
+}
+
+/// FLUSHDB and FLUSHALL: empties `databases`.
+fn flush(ctx: &mut Ctx<'_>, args: &[Bytes], databases: std::ops::Range<u8>) -> CommandResult {
+    if args.len() > 2 || (args.len() == 2 && !matches!(lower(&args[1]).as_str(), "async" | "sync"))
+    {
+        return Err(CommandError::Syntax);
+    }
+    for db in databases {
+        let mark = ctx.server.keyspace.flush_database(ctx.session, db)?;
+        if mark.is_some() {
+            ctx.client.note_write(mark);
         }
     }
-    Ok(Flow::Continue)
+    ctx.w.ok();
+    Ok(())
+}
+
+/// TIME.
+pub(super) fn time(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    ctx.w.array(2);
+    ctx.w.bulk((micros / 1_000_000).to_string().as_bytes());
+    ctx.w.bulk((micros % 1_000_000).to_string().as_bytes());
+    Ok(())
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: the host's work, awaited by the connection.
+pub(super) fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    let mut save = ctx.server.settings.read().durability == Durability::Checkpoint;
+    for option in &args[1..] {
+        match lower(option).as_str() {
+            "save" => save = true,
+            "nosave" => save = false,
+            "now" | "force" => {}
+            "abort" => return Err(CommandError::err("No shutdown in progress.")),
+            _ => return Err(CommandError::Syntax),
+        }
+    }
+    Ok(Flow::Async(AsyncOp::Shutdown { save }))
+}
+
+/// SAVE: the host's checkpoint, awaited by the connection.
+pub(super) fn save(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult<Flow> {
+    Ok(Flow::Async(AsyncOp::Save))
+}
+
+/// BGSAVE [SCHEDULE].
+pub(super) fn bgsave(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    if args.len() > 2 || (args.len() == 2 && lower(&args[1]) != "schedule") {
+        return Err(CommandError::Syntax);
+    }
+    if !ctx.server.host.start_background_save() {
+        return Err(CommandError::err("Background save already in progress"));
+    }
+    ctx.w.simple("Background saving started");
+    Ok(())
+}
+
+/// BGREWRITEAOF: a checkpoint too (the log needs no rewriting: checkpoints truncate it).
+pub(super) fn bgrewriteaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    if args.len() > 1 {
+        return Err(CommandError::Syntax);
+    }
+    if !ctx.server.host.start_background_save() {
+        return Err(CommandError::err(
+            "Background append only file rewriting already in progress",
+        ));
+    }
+    ctx.w
+        .simple("Background append only file rewriting started");
+    Ok(())
+}
+
+/// LASTSAVE.
+pub(super) fn lastsave(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    ctx.w.int(ctx.server.host.last_save_unix() as i64);
+    Ok(())
+}
+
+/// WAITAOF numlocal numreplicas timeout: awaited by the connection.
+pub(super) fn waitaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    let local = parse_int(&args[1])?;
+    let replicas = parse_int(&args[2])?;
+    let timeout = parse_int(&args[3])?;
+    if timeout < 0 {
+        return Err(CommandError::NegativeTimeout);
+    }
+    if local < 0 || replicas < 0 {
+        return Err(CommandError::NotInteger);
+    }
+    if local > 0 && ctx.server.settings.read().durability == Durability::None {
+        return Err(CommandError::err(
+            "WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
+        ));
+    }
+    if local > 1 {
+        return Err(CommandError::err(
+            "WAITAOF numlocal can only be 0 or 1 (one local store)",
+        ));
+    }
+    Ok(Flow::Async(AsyncOp::WaitAof {
+        timeout_ms: timeout as u64,
+    }))
+}
+
+/// PREFIXKV.COMMITPOINT: this connection's writes and how many of them are durable.
+pub(super) fn commitpoint(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    let (writes, durable) = ctx.client.commit_point(ctx.server, ctx.session);
+    ctx.w.array(2);
+    ctx.w.int(writes as i64);
+    ctx.w.int(durable as i64);
+    Ok(())
 }
 
 /// CONFIG GET's view: (name, value) for every parameter, the host's first.
@@ -203,7 +220,7 @@ fn parameters(config: &Settings, host: &dyn crate::host::Host) -> Vec<(&'static 
 }
 
 /// SLOWLOG GET [count] | LEN | RESET | HELP.
-fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let stats = &ctx.server.command_stats;
     match (lower(&args[1]).as_str(), args.len()) {
         ("get", 2 | 3) => {
@@ -264,7 +281,7 @@ fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = lower(&args[1]);
     match sub.as_str() {
         "get" => {
@@ -467,7 +484,7 @@ fn command_info(ctx: &mut Ctx<'_>, spec: &table::Spec) {
     ctx.w.array(0);
 }
 
-fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = args.get(1).map(|a| lower(a));
     match sub.as_deref() {
         None => {

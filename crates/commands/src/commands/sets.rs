@@ -12,97 +12,164 @@ use crate::keyspace::Txn;
 use crate::objects::{save_hash, set_of};
 use crate::value::Kind;
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+/// SADD.
+pub(super) fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    add_or_remove(ctx, args, true)
+}
+
+/// SREM.
+pub(super) fn srem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    add_or_remove(ctx, args, false)
+}
+
+/// SADD (`add`) and SREM: answers how many members changed.
+fn add_or_remove(ctx: &mut Ctx<'_>, args: &[Bytes], add: bool) -> CommandResult {
     let db = ctx.db();
-    match name {
-        "sadd" | "srem" => {
-            let key = &args[1][..];
-            let keyspace = &ctx.server.keyspace;
-            let mut txn = keyspace.begin(ctx.session, db, &[key]);
-            let (mut set, expire) = match set_of(txn.get(db, key)?)? {
-                Some(found) => found,
-                None if name == "srem" => {
-                    txn.commit()?;
-                    ctx.w.int(0);
-                    return Ok(());
-                }
-                None => (Hash::new(keyspace.new_object_id()), 0),
-            };
-            let mut changed = 0;
-            let outcome = txn.with_records(db, key, |records| {
-                for member in &args[2..] {
-                    let hit = if name == "sadd" {
-                        set.insert(records, member, b"")?
-                    } else {
-                        set.remove(records, member)?
-                    };
-                    changed += i64::from(hit);
-                }
-                Ok::<(), CommandError>(())
-            });
-            // Written back even after an error: it holds what succeeded (`crate::objects`).
-            if changed > 0 {
-                save_hash(&mut txn, db, key, Kind::Set, &set, expire)?;
-            }
-            outcome?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.int(changed);
+    let key = &args[1][..];
+    let keyspace = &ctx.server.keyspace;
+    let mut txn = keyspace.begin(ctx.session, db, &[key]);
+    let (mut set, expire) = match set_of(txn.get(db, key)?)? {
+        Some(found) => found,
+        None if !add => {
+            txn.commit()?;
+            ctx.w.int(0);
+            return Ok(());
         }
-        "sismember" | "smismember" => {
-            let found = read_collection(ctx, set_of, &args[1], |set, records| {
-                args[2..]
-                    .iter()
-                    .map(|member| {
-                        set.get(records, member, &mut Vec::new())
-                            .map_err(CommandError::from)
-                    })
-                    .collect::<CommandResult<Vec<bool>>>()
-            })?;
-            let found = found.unwrap_or_else(|| vec![false; args.len() - 2]);
-            if name == "sismember" {
-                ctx.w.int(i64::from(found[0]));
+        None => (Hash::new(keyspace.new_object_id()), 0),
+    };
+    let mut changed = 0;
+    let outcome = txn.with_records(db, key, |records| {
+        for member in &args[2..] {
+            let hit = if add {
+                set.insert(records, member, b"")?
             } else {
-                ctx.w.array(found.len());
-                for hit in found {
-                    ctx.w.int(i64::from(hit));
-                }
-            }
+                set.remove(records, member)?
+            };
+            changed += i64::from(hit);
         }
-        "scard" => {
-            let len = read_collection(ctx, set_of, &args[1], |set, _| Ok(set.len()))?.unwrap_or(0);
-            ctx.w.int(len as i64);
-        }
-        "smembers" => {
-            let members = read_collection(ctx, set_of, &args[1], |set, records| {
-                members_of(set, records)
-            })?
-            .unwrap_or_default();
-            write_members(ctx, &members);
-        }
-        "srandmember" | "spop" => random_members(ctx, name, args)?,
-        "smove" => smove(ctx, args)?,
-        "sinter" | "sunion" | "sdiff" => {
-            let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
-            let result = combine(&mut txn, db, &keys, name, u64::MAX)?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            write_members(ctx, &result);
-        }
-        "sinterstore" | "sunionstore" | "sdiffstore" => {
-            let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
-            let result = combine(&mut txn, db, &keys[1..], &name[..5], u64::MAX)?;
-            store(&mut txn, db, keys[0], &result)?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.int(result.len() as i64);
-        }
-        "sintercard" => sintercard(ctx, args)?,
-        "sscan" => sscan(ctx, args)?,
-        _ => unreachable!("dispatch sends only set commands here"),
+        Ok::<(), CommandError>(())
+    });
+    // Written back even after an error: it holds what succeeded (`crate::objects`).
+    if changed > 0 {
+        save_hash(&mut txn, db, key, Kind::Set, &set, expire)?;
     }
+    outcome?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(changed);
+    Ok(())
+}
+
+/// Whether each of `args[2..]` is a member of the set at `args[1]`.
+fn are_members(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Vec<bool>> {
+    let found = read_collection(ctx, set_of, &args[1], |set, records| {
+        args[2..]
+            .iter()
+            .map(|member| {
+                set.get(records, member, &mut Vec::new())
+                    .map_err(CommandError::from)
+            })
+            .collect::<CommandResult<Vec<bool>>>()
+    })?;
+    Ok(found.unwrap_or_else(|| vec![false; args.len() - 2]))
+}
+
+/// SISMEMBER.
+pub(super) fn sismember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let found = are_members(ctx, args)?;
+    ctx.w.int(i64::from(found[0]));
+    Ok(())
+}
+
+/// SMISMEMBER.
+pub(super) fn smismember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let found = are_members(ctx, args)?;
+    ctx.w.array(found.len());
+    for hit in found {
+        ctx.w.int(i64::from(hit));
+    }
+    Ok(())
+}
+
+/// SCARD.
+pub(super) fn scard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let len = read_collection(ctx, set_of, &args[1], |set, _| Ok(set.len()))?.unwrap_or(0);
+    ctx.w.int(len as i64);
+    Ok(())
+}
+
+/// SMEMBERS.
+pub(super) fn smembers(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let members = read_collection(ctx, set_of, &args[1], |set, records| {
+        members_of(set, records)
+    })?
+    .unwrap_or_default();
+    write_members(ctx, &members);
+    Ok(())
+}
+
+/// SRANDMEMBER.
+pub(super) fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    random_members(ctx, false, args)
+}
+
+/// SPOP.
+pub(super) fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    random_members(ctx, true, args)
+}
+
+/// SINTER.
+pub(super) fn sinter(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    combine_and_reply(ctx, args, "sinter")
+}
+
+/// SUNION.
+pub(super) fn sunion(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    combine_and_reply(ctx, args, "sunion")
+}
+
+/// SDIFF.
+pub(super) fn sdiff(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    combine_and_reply(ctx, args, "sdiff")
+}
+
+/// SINTER, SUNION and SDIFF: `operation` as [`combine`] takes it.
+fn combine_and_reply(ctx: &mut Ctx<'_>, args: &[Bytes], operation: &str) -> CommandResult {
+    let db = ctx.db();
+    let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
+    let result = combine(&mut txn, db, &keys, operation, u64::MAX)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    write_members(ctx, &result);
+    Ok(())
+}
+
+/// SINTERSTORE.
+pub(super) fn sinterstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    combine_and_store(ctx, args, "sinter")
+}
+
+/// SUNIONSTORE.
+pub(super) fn sunionstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    combine_and_store(ctx, args, "sunion")
+}
+
+/// SDIFFSTORE.
+pub(super) fn sdiffstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    combine_and_store(ctx, args, "sdiff")
+}
+
+/// The STORE forms: the result of `operation` over `args[2..]` replaces `args[1]`.
+fn combine_and_store(ctx: &mut Ctx<'_>, args: &[Bytes], operation: &str) -> CommandResult {
+    let db = ctx.db();
+    let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
+    let result = combine(&mut txn, db, &keys[1..], operation, u64::MAX)?;
+    store(&mut txn, db, keys[0], &result)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(result.len() as i64);
     Ok(())
 }
 
@@ -218,7 +285,7 @@ fn store(txn: &mut Txn<'_>, db: u8, key: &[u8], members: &[Vec<u8>]) -> CommandR
 }
 
 /// SINTERCARD numkeys key [key ...] [LIMIT limit].
-fn sintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn sintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let count = parse_int(&args[1])
         .ok()
         .filter(|n| *n > 0)
@@ -254,7 +321,7 @@ fn sintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let db = ctx.db();
     let (source, destination, member) = (&args[1][..], &args[2][..], &args[3][..]);
     let keyspace = &ctx.server.keyspace;
@@ -304,7 +371,8 @@ fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 /// SRANDMEMBER key [count] and SPOP key [count]. A positive SRANDMEMBER count and every SPOP
 /// count pick distinct members; a negative SRANDMEMBER count may repeat them and is bounded by
 /// client-output-buffer-limit (16 bytes a member at least), as HRANDFIELD's.
-fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+/// SRANDMEMBER and, when `pop`, SPOP.
+fn random_members(ctx: &mut Ctx<'_>, pop: bool, args: &[Bytes]) -> CommandResult {
     if args.len() > 3 {
         return Err(CommandError::Syntax);
     }
@@ -312,8 +380,8 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         None => None,
         Some(argument) => {
             let count = match parse_int(argument) {
-                Ok(count) if name == "spop" && count < 0 => return Err(CommandError::NotPositive),
-                Err(_) if name == "spop" => return Err(CommandError::NotPositive),
+                Ok(count) if pop && count < 0 => return Err(CommandError::NotPositive),
+                Err(_) if pop => return Err(CommandError::NotPositive),
                 parsed => parsed?,
             };
             Some(count)
@@ -339,7 +407,7 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
     let distinct = count.is_none_or(|c| c >= 0);
     let mut picked: Vec<Vec<u8>> = Vec::new();
     let outcome = txn.with_records(db, key, |records| {
-        if distinct && wanted >= set.len() && name == "srandmember" {
+        if distinct && wanted >= set.len() && !pop {
             picked = members_of(&set, records)?;
             return Ok(());
         }
@@ -349,7 +417,7 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
             let Some((member, _)) = set.random(records, seed)? else {
                 break;
             };
-            if name == "spop" {
+            if pop {
                 set.remove(records, &member)?;
             } else if distinct && !chosen.insert(member.clone()) {
                 continue;
@@ -359,7 +427,7 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
         Ok::<(), CommandError>(())
     });
     // Written back even after an error: it holds the pops that succeeded (`crate::objects`).
-    if name == "spop" && !picked.is_empty() {
+    if pop && !picked.is_empty() {
         save_hash(&mut txn, db, key, Kind::Set, &set, expire)?;
     }
     outcome?;
@@ -367,7 +435,7 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
     ctx.client.note_write(mark);
     match count {
         None => ctx.w.bulk_or_null(picked.first().map(Vec::as_slice)),
-        Some(_) if name == "spop" => write_members(ctx, &picked),
+        Some(_) if pop => write_members(ctx, &picked),
         Some(_) => {
             ctx.w.array(picked.len());
             for member in &picked {
@@ -379,7 +447,7 @@ fn random_members(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResul
 }
 
 /// SSCAN key cursor [MATCH pattern] [COUNT count].
-fn sscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn sscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let cursor = super::parse_cursor(&args[2])?;
     let options = super::parse_scan_options(&args[3..], false)?;
     let (next, members) = read_collection(ctx, set_of, &args[1], |set, records| {

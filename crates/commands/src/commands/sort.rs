@@ -76,8 +76,19 @@ fn parse_options(args: &[Bytes], read_only: bool) -> CommandResult<Options> {
 
 /// SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC|DESC] [ALPHA]
 /// [STORE destination]; SORT_RO the same without STORE.
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    let mut options = parse_options(args, name == "sort_ro")?;
+/// SORT.
+pub(super) fn sort(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    run(ctx, false, args)
+}
+
+/// SORT_RO.
+pub(super) fn sort_ro(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    run(ctx, true, args)
+}
+
+/// SORT and, when `read_only`, SORT_RO (which refuses STORE).
+fn run(ctx: &mut Ctx<'_>, read_only: bool, args: &[Bytes]) -> CommandResult {
+    let mut options = parse_options(args, read_only)?;
     let (elements, kind) = source_elements(ctx, &args[1])?;
     if options.dont_sort && kind == Some(Kind::Set) && options.store.is_some() {
         // A stored result must not depend on a set's internal order: Redis sorts it then.

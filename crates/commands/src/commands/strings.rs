@@ -8,128 +8,182 @@ use super::{lower, parse_float, parse_int, CommandError, CommandResult, Ctx};
 use crate::keyspace::now_ms;
 use crate::value::{Kind, Stored};
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    match name {
-        "get" => {
-            let value = read_string(ctx, &args[1])?;
-            ctx.w.bulk_or_null(value.as_deref());
-        }
-        "set" => set(ctx, args)?,
-        "setnx" => {
-            let done = set_plain(ctx, &args[1], &args[2], Condition::IfAbsent, 0)?;
-            ctx.w.int(done as i64);
-        }
-        "setex" | "psetex" => {
-            let amount = parse_int(&args[2])?;
-            let unit = if name == "setex" { 1000 } else { 1 };
-            let expire = absolute_expiry(amount, unit, false)
-                .ok_or_else(|| CommandError::invalid_expire_time(name))?;
-            set_plain(ctx, &args[1], &args[3], Condition::Always, expire)?;
-            ctx.w.ok();
-        }
-        "getset" => {
-            let db = ctx.db();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-            let old = string_of(txn.get(db, &args[1])?)?;
-            txn.put(db, &args[1], Kind::String, 0, &args[2])?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.bulk_or_null(old.as_deref());
-        }
-        "getdel" => {
-            let db = ctx.db();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-            let old = string_of(txn.get(db, &args[1])?)?;
-            if old.is_some() {
-                txn.delete(db, &args[1])?;
+/// GET.
+pub(super) fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let value = read_string(ctx, &args[1])?;
+    ctx.w.bulk_or_null(value.as_deref());
+    Ok(())
+}
+
+/// SETNX.
+pub(super) fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let done = set_plain(ctx, &args[1], &args[2], Condition::IfAbsent, 0)?;
+    ctx.w.int(done as i64);
+    Ok(())
+}
+
+/// SETEX: seconds.
+pub(super) fn setex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_expiring(ctx, args, "setex", 1000)
+}
+
+/// PSETEX: milliseconds.
+pub(super) fn psetex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_expiring(ctx, args, "psetex", 1)
+}
+
+/// SETEX and PSETEX: `name` for the error text, `unit` ms per unit of the given time.
+fn set_expiring(ctx: &mut Ctx<'_>, args: &[Bytes], name: &str, unit: i64) -> CommandResult {
+    let amount = parse_int(&args[2])?;
+    let expire = absolute_expiry(amount, unit, false)
+        .ok_or_else(|| CommandError::invalid_expire_time(name))?;
+    set_plain(ctx, &args[1], &args[3], Condition::Always, expire)?;
+    ctx.w.ok();
+    Ok(())
+}
+
+/// GETSET.
+pub(super) fn getset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let old = string_of(txn.get(db, &args[1])?)?;
+    txn.put(db, &args[1], Kind::String, 0, &args[2])?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.bulk_or_null(old.as_deref());
+    Ok(())
+}
+
+/// GETDEL.
+pub(super) fn getdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let old = string_of(txn.get(db, &args[1])?)?;
+    if old.is_some() {
+        txn.delete(db, &args[1])?;
+    }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.bulk_or_null(old.as_deref());
+    Ok(())
+}
+
+/// MSET.
+pub(super) fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_many(ctx, args, false)
+}
+
+/// MSETNX.
+pub(super) fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    set_many(ctx, args, true)
+}
+
+/// MSET and, when `only_new`, MSETNX (nothing is set if any key exists).
+fn set_many(ctx: &mut Ctx<'_>, args: &[Bytes], only_new: bool) -> CommandResult {
+    if args.len().is_multiple_of(2) {
+        return Err(CommandError::arity(if only_new {
+            "msetnx"
+        } else {
+            "mset"
+        }));
+    }
+    let db = ctx.db();
+    let keys: Vec<&[u8]> = args[1..].iter().step_by(2).map(|k| &k[..]).collect();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
+    if only_new {
+        for key in &keys {
+            if txn.get(db, key)?.is_some() {
+                drop(txn);
+                ctx.w.int(0);
+                return Ok(());
             }
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.bulk_or_null(old.as_deref());
         }
-        "getex" => getex(ctx, args)?,
-        "mset" | "msetnx" => {
-            if args.len().is_multiple_of(2) {
-                return Err(CommandError::arity(name.to_string()));
-            }
-            let db = ctx.db();
-            let keys: Vec<&[u8]> = args[1..].iter().step_by(2).map(|k| &k[..]).collect();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &keys);
-            if name == "msetnx" {
-                for key in &keys {
-                    if txn.get(db, key)?.is_some() {
-                        drop(txn);
-                        ctx.w.int(0);
-                        return Ok(());
-                    }
-                }
-            }
-            for pair in args[1..].chunks(2) {
-                txn.put(db, &pair[0], Kind::String, 0, &pair[1])?;
-            }
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            if name == "mset" {
-                ctx.w.ok();
-            } else {
-                ctx.w.int(1);
-            }
-        }
-        "mget" => {
-            let db = ctx.db();
-            let mut values = Vec::with_capacity(args.len() - 1);
-            for key in &args[1..] {
-                let stored = ctx.server.keyspace.read(ctx.session, db, key)?;
-                values.push(stored.filter(|s| s.kind == Kind::String).map(|s| s.payload));
-            }
-            ctx.w.array(values.len());
-            for value in values {
-                ctx.w.bulk_or_null(value.as_deref());
-            }
-        }
-        "incr" => incr_by(ctx, &args[1], 1)?,
-        "decr" => incr_by(ctx, &args[1], -1)?,
-        "incrby" => {
-            let delta = parse_int(&args[2])?;
-            incr_by(ctx, &args[1], delta)?
-        }
-        "decrby" => {
-            let delta = parse_int(&args[2])?;
-            if delta == i64::MIN {
-                return Err(CommandError::err("decrement would overflow"));
-            }
-            incr_by(ctx, &args[1], -delta)?
-        }
-        "incrbyfloat" => incr_by_float(ctx, args)?,
-        "append" => {
-            let db = ctx.db();
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
-            let (mut current, expire) = string_payload(txn.get(db, &args[1])?)?;
-            check_size(ctx.server, current.len() as u64 + args[2].len() as u64)?;
-            current.extend_from_slice(&args[2]);
-            txn.put(db, &args[1], Kind::String, expire, &current)?;
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.int(current.len() as i64);
-        }
-        "strlen" => {
-            let value = read_string(ctx, &args[1])?;
-            ctx.w.int(value.map_or(0, |v| v.len() as i64));
-        }
-        "setrange" => setrange(ctx, args)?,
-        "getrange" => {
-            let start = parse_int(&args[2])?;
-            let end = parse_int(&args[3])?;
-            let value = read_string(ctx, &args[1])?.unwrap_or_default();
-            ctx.w.bulk(range(&value, start, end));
-        }
-        _ => unreachable!("dispatch sends only string commands here"),
+    }
+    for pair in args[1..].chunks(2) {
+        txn.put(db, &pair[0], Kind::String, 0, &pair[1])?;
+    }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    if only_new {
+        ctx.w.int(1);
+    } else {
+        ctx.w.ok();
     }
     Ok(())
 }
 
+/// MGET.
+pub(super) fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let mut values = Vec::with_capacity(args.len() - 1);
+    for key in &args[1..] {
+        let stored = ctx.server.keyspace.read(ctx.session, db, key)?;
+        values.push(stored.filter(|s| s.kind == Kind::String).map(|s| s.payload));
+    }
+    ctx.w.array(values.len());
+    for value in values {
+        ctx.w.bulk_or_null(value.as_deref());
+    }
+    Ok(())
+}
+
+/// INCR.
+pub(super) fn incr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    incr_by(ctx, &args[1], 1)
+}
+
+/// DECR.
+pub(super) fn decr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    incr_by(ctx, &args[1], -1)
+}
+
+/// INCRBY.
+pub(super) fn incrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let delta = parse_int(&args[2])?;
+    incr_by(ctx, &args[1], delta)
+}
+
+/// DECRBY.
+pub(super) fn decrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let delta = parse_int(&args[2])?;
+    if delta == i64::MIN {
+        return Err(CommandError::err("decrement would overflow"));
+    }
+    incr_by(ctx, &args[1], -delta)
+}
+
+/// APPEND.
+pub(super) fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
+    let (mut current, expire) = string_payload(txn.get(db, &args[1])?)?;
+    check_size(ctx.server, current.len() as u64 + args[2].len() as u64)?;
+    current.extend_from_slice(&args[2]);
+    txn.put(db, &args[1], Kind::String, expire, &current)?;
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(current.len() as i64);
+    Ok(())
+}
+
+/// STRLEN.
+pub(super) fn strlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let value = read_string(ctx, &args[1])?;
+    ctx.w.int(value.map_or(0, |v| v.len() as i64));
+    Ok(())
+}
+
+/// GETRANGE.
+pub(super) fn getrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let start = parse_int(&args[2])?;
+    let end = parse_int(&args[3])?;
+    let value = read_string(ctx, &args[1])?.unwrap_or_default();
+    ctx.w.bulk(range(&value, start, end));
+    Ok(())
+}
+
 /// INCRBYFLOAT key increment: the sum, written back in its shortest text.
-fn incr_by_float(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn incr_by_float(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let delta = parse_float(&args[2])?;
     let db = ctx.db();
     let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[&args[1]]);
@@ -152,7 +206,7 @@ fn incr_by_float(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 }
 
 /// SETRANGE key offset value: zero-padded, within proto-max-bulk-len.
-fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let offset = parse_int(&args[2])?;
     if offset < 0 {
         return Err(CommandError::err("offset is out of range"));
@@ -298,7 +352,7 @@ enum Expiry {
     At(u64),
 }
 
-fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let mut condition = Condition::Always;
     let mut get = false;
     let mut expiry = Expiry::Clear;
@@ -374,7 +428,7 @@ fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     Ok(())
 }
 
-fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let mut change: Option<Expiry> = None;
     let mut index = 2;
     while index < args.len() {

@@ -14,96 +14,98 @@
 
 use bytes::Bytes;
 
+use super::table::{self, Spec};
 use super::{execute, CommandError, CommandResult, Ctx, Flow, Transaction};
 
-/// Commands that wait or change the connection in ways a queued batch cannot replay in place.
-const NOT_IN_TRANSACTION: &[&str] = &[
-    "save",
-    "shutdown",
-    "waitaof",
-    "hello",
-    "auth",
-    "watch",
-    "subscribe",
-    "unsubscribe",
-    "psubscribe",
-    "punsubscribe",
-];
+/// Queues the command while MULTI is open (or refuses it: `table::NO_MULTI`, the size limit);
+/// runs the transaction commands (`table::TXN_CONTROL`) at once. `None`: not a transaction
+/// matter; run the command normally.
+pub(super) fn handle(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Option<Flow> {
+    if spec.has(table::TXN_CONTROL) {
+        return Some(super::run_handler(ctx, spec, args));
+    }
+    if spec.has(table::AT_ONCE) {
+        return None;
+    }
+    let transaction = ctx.client.transaction.as_mut()?;
+    if spec.has(table::NO_MULTI) {
+        transaction.failed = true;
+        ctx.w.error(&CommandError::err(
+            "Command not allowed inside a transaction",
+        ));
+        return Some(Flow::Continue);
+    }
+    let bytes: u64 = args.iter().map(|argument| argument.len() as u64).sum();
+    let limit = ctx.server.settings.read().client_query_buffer_limit_bytes;
+    if transaction.queued_bytes + bytes > limit {
+        transaction.failed = true;
+        ctx.w.error(&CommandError::err(
+            "transaction too large: the queued commands exceed \
+             client-query-buffer-limit; EXEC will be refused, send DISCARD",
+        ));
+        return Some(Flow::Continue);
+    }
+    transaction.queued_bytes += bytes;
+    transaction.queued.push(args.to_vec());
+    ctx.w.simple("QUEUED");
+    Some(Flow::Continue)
+}
 
-/// Handles the transaction commands, and queues any other command while MULTI is open.
-/// `None`: not a transaction matter; run the command normally.
-pub(super) fn handle(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Flow> {
-    match name {
-        "multi" => {
-            if ctx.client.transaction.is_some() {
-                ctx.w
-                    .error(&CommandError::err("MULTI calls can not be nested"));
-            } else {
-                ctx.client.transaction = Some(Transaction::default());
-                ctx.w.ok();
-            }
-        }
-        "discard" => match ctx.client.transaction.take() {
-            Some(_) => {
-                ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
-                ctx.w.ok()
-            }
-            None => ctx.w.error(&CommandError::err("DISCARD without MULTI")),
-        },
-        "exec" => match ctx.client.transaction.take() {
-            None => ctx.w.error(&CommandError::err("EXEC without MULTI")),
-            Some(transaction) if transaction.failed => {
-                ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
-                ctx.w.error(&CommandError::ExecAbort)
-            }
-            Some(transaction) => exec(ctx, transaction.queued),
-        },
-        "watch" if ctx.client.transaction.is_some() => {
-            ctx.w
-                .error(&CommandError::err("WATCH inside MULTI is not allowed"));
-        }
-        "watch" if args.len() < 2 => ctx.w.error(&CommandError::arity("watch")),
-        "watch" => match watch(ctx, &args[1..]) {
-            Ok(()) => ctx.w.ok(),
-            Err(error) => ctx.w.error(&error),
-        },
-        // Inside MULTI it is queued, as in Redis (EXEC has forgotten the watches by then).
-        "unwatch" if ctx.client.transaction.is_none() => {
+/// MULTI.
+pub(super) fn multi(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    if ctx.client.transaction.is_some() {
+        return Err(CommandError::err("MULTI calls can not be nested"));
+    }
+    ctx.client.transaction = Some(Transaction::default());
+    ctx.w.ok();
+    Ok(())
+}
+
+/// DISCARD.
+pub(super) fn discard(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    if ctx.client.transaction.take().is_none() {
+        return Err(CommandError::err("DISCARD without MULTI"));
+    }
+    ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
+    ctx.w.ok();
+    Ok(())
+}
+
+/// EXEC.
+pub(super) fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    match ctx.client.transaction.take() {
+        None => Err(CommandError::err("EXEC without MULTI")),
+        Some(transaction) if transaction.failed => {
             ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
-            ctx.w.ok()
+            Err(CommandError::ExecAbort)
         }
-        // These act at once even inside MULTI (RESET also discards the transaction).
-        "quit" | "reset" => return None,
-        _ => {
-            let transaction = ctx.client.transaction.as_mut()?;
-            if NOT_IN_TRANSACTION.contains(&name) {
-                transaction.failed = true;
-                ctx.w.error(&CommandError::err(
-                    "Command not allowed inside a transaction",
-                ));
-                return Some(Flow::Continue);
-            }
-            let bytes: u64 = args.iter().map(|argument| argument.len() as u64).sum();
-            let limit = ctx.server.settings.read().client_query_buffer_limit_bytes;
-            if transaction.queued_bytes + bytes > limit {
-                transaction.failed = true;
-                ctx.w.error(&CommandError::err(
-                    "transaction too large: the queued commands exceed \
-                     client-query-buffer-limit; EXEC will be refused, send DISCARD",
-                ));
-                return Some(Flow::Continue);
-            }
-            transaction.queued_bytes += bytes;
-            transaction.queued.push(args.to_vec());
-            ctx.w.simple("QUEUED");
+        Some(transaction) => {
+            run_queued(ctx, transaction.queued);
+            Ok(())
         }
     }
-    Some(Flow::Continue)
+}
+
+/// WATCH key [key ...] (refused inside MULTI, without failing the transaction, as in Redis).
+pub(super) fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    if ctx.client.transaction.is_some() {
+        return Err(CommandError::err("WATCH inside MULTI is not allowed"));
+    }
+    watch_keys(ctx, &args[1..])?;
+    ctx.w.ok();
+    Ok(())
+}
+
+/// UNWATCH (inside MULTI it is queued, as in Redis: EXEC has forgotten the watches by then).
+pub(super) fn unwatch(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CommandResult {
+    ctx.client.watch.unwatch_all(&ctx.server.keyspace.watches);
+    ctx.w.ok();
+    Ok(())
 }
 
 /// WATCH: registers the keys, after removing any already expired (an expiry before WATCH is no
 /// write after it, as in Redis).
-fn watch(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> CommandResult {
+fn watch_keys(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> CommandResult {
     let database = ctx.db();
     for key in keys {
         ctx.server.keyspace.read(ctx.session, database, key)?;
@@ -118,7 +120,7 @@ fn watch(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> CommandResult {
 /// Runs the queued commands under the exec gate; their replies form EXEC's array. If a watched
 /// key was written since WATCH (or expired since: reading it now removes it, which marks it),
 /// runs nothing and answers a null array.
-fn exec(ctx: &mut Ctx<'_>, queued: Vec<Vec<Bytes>>) {
+fn run_queued(ctx: &mut Ctx<'_>, queued: Vec<Vec<Bytes>>) {
     let server = ctx.server;
     let encoder = ctx.w.encoder;
     let out = &mut *ctx.w.out;

@@ -43,9 +43,11 @@ use prefixkv_resp::{Encoder, Protocol, Reply};
 use prefixkv_store::StoreSession;
 
 pub use busy::{Check, RunInfo, Running};
-pub use functions::{FUNCTIONS_KEY, MAX_LIBRARY_BYTES};
+pub use eval::script_command;
+pub use functions::{function_command, FUNCTIONS_KEY, MAX_LIBRARY_BYTES};
 
-use crate::commands::{AsyncOp, Client, CommandError, Ctx, Flow};
+use crate::commands::table::{self, Spec};
+use crate::commands::{AsyncOp, Client, CommandError, CommandResult, Ctx, Flow};
 use crate::keyspace::WriteMark;
 use crate::settings::Durability;
 use crate::state::Server;
@@ -265,26 +267,20 @@ fn execute(server: &Server, session: &mut StoreSession, request: &ScriptRequest)
     }
 }
 
-/// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO, SCRIPT, FUNCTION.
-pub fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    let result = match name {
-        "script" => eval::script_command(ctx, args),
-        "function" => functions::function_command(ctx, args),
-        _ if ctx.client.in_exec => {
-            // Inside EXEC, which holds the exec gate: run here.
-            let request = request_of(ctx, args);
-            let _running = ctx.server.scripting.running.start(run_info(&request));
-            let outcome = execute(ctx.server, ctx.session, &request);
-            ctx.w.out.extend_from_slice(&outcome.reply);
-            ctx.client.note_write(outcome.mark);
-            Ok(())
-        }
-        _ => return Flow::Async(AsyncOp::Script(Box::new(request_of(ctx, args)))),
-    };
-    if let Err(error) = result {
-        ctx.w.error(&error);
+/// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL and FCALL_RO: handed to the script thread, whose
+/// answer the connection awaits; inside EXEC (which holds the exec gate) run here.
+pub fn call(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    if !ctx.client.in_exec {
+        return Ok(Flow::Async(AsyncOp::Script(Box::new(request_of(
+            ctx, args,
+        )))));
     }
-    Flow::Continue
+    let request = request_of(ctx, args);
+    let _running = ctx.server.scripting.running.start(run_info(&request));
+    let outcome = execute(ctx.server, ctx.session, &request);
+    ctx.w.out.extend_from_slice(&outcome.reply);
+    ctx.client.note_write(outcome.mark);
+    Ok(Flow::Continue)
 }
 
 fn request_of(ctx: &Ctx<'_>, args: &[Bytes]) -> ScriptRequest {
@@ -298,14 +294,17 @@ fn request_of(ctx: &Ctx<'_>, args: &[Bytes]) -> ScriptRequest {
 }
 
 /// Commands Redis serves while a script is busy (`CMD_ALLOW_BUSY`).
-pub(crate) fn allowed_while_busy(name: &str, args: &[Bytes]) -> bool {
+pub(crate) fn allowed_while_busy(spec: &Spec, args: &[Bytes]) -> bool {
     let sub = || {
         args.get(1)
             .map(|a| crate::commands::lower(a))
             .unwrap_or_default()
     };
-    match name {
-        "auth" | "hello" | "quit" | "reset" | "multi" | "discard" => true,
+    if spec.has(table::BUSY_OK) {
+        return true;
+    }
+    // The subcommands that touch no data.
+    match spec.name {
         "script" => sub() == "kill",
         "function" => matches!(sub().as_str(), "kill" | "stats"),
         "shutdown" => args[1..]
@@ -317,12 +316,12 @@ pub(crate) fn allowed_while_busy(name: &str, args: &[Bytes]) -> bool {
 
 /// Before a command runs: `None` lets it run; `Some(flow)` when a script of another client runs
 /// (the command waits for it, or was answered BUSY).
-pub fn admission(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Option<Flow> {
+pub fn admission(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Option<Flow> {
     let threshold = busy_threshold(ctx.server);
     match ctx.server.scripting.running.check(ctx.client.id, threshold) {
         Check::Free => None,
         Check::Wait => Some(Flow::Async(AsyncOp::AfterScript)),
-        Check::Busy { .. } if allowed_while_busy(name, args) => None,
+        Check::Busy { .. } if allowed_while_busy(spec, args) => None,
         Check::Busy { function } => {
             ctx.w.error(&CommandError::Busy { function });
             Some(Flow::Continue)

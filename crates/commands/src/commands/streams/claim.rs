@@ -119,7 +119,7 @@ fn parse_claim(args: &[Bytes], now: i64) -> CommandResult<ClaimOptions> {
 
 /// XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-ms]
 /// [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID lastid]
-pub(super) fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (key, group, consumer) = (&args[1], &args[2], &args[3]);
     let keyspace = &ctx.server.keyspace;
     let claimed = edit(ctx, key, false, |edit, records| {
@@ -211,7 +211,7 @@ pub(super) fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 }
 
 /// XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]
-pub(super) fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (key, group, consumer) = (&args[1], &args[2], &args[3]);
     let min_idle = parse_int(&args[4])
         .map_err(|_| CommandError::err("Invalid min-idle-time argument for XAUTOCLAIM"))?

@@ -100,7 +100,7 @@ fn parse_trim_args(args: &[Bytes], from: usize, xadd: bool) -> CommandResult<(Tr
 }
 
 /// XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value ...
-pub(super) fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (trim, id_at) = parse_trim_args(args, 2, true)?;
     // Redis reads the id with the options, before it counts the fields.
     let Some(wanted) = args.get(id_at).map(|id| parse_add_id(id)).transpose()? else {
@@ -140,7 +140,7 @@ pub(super) fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 }
 
 /// XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]
-pub(super) fn xtrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xtrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let (trim, _) = parse_trim_args(args, 2, false)?;
     let removed = edit(ctx, &args[1], false, |edit, records| {
         let how = trim.trim.expect("XTRIM's options always name a strategy");
@@ -186,14 +186,14 @@ pub(super) fn xrange(ctx: &mut Ctx<'_>, args: &[Bytes], rev: bool) -> CommandRes
 }
 
 /// XLEN key
-pub(super) fn xlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let len = read(ctx, &args[1], |stream, _| Ok(stream.len()))?;
     ctx.w.int(len.unwrap_or(0) as i64);
     Ok(())
 }
 
 /// XDEL key id [id ...]
-pub(super) fn xdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let deleted = edit(ctx, &args[1], false, |edit, records| {
         // Redis checks every id (after the key) before deleting any.
         let ids = args[2..]
@@ -213,7 +213,7 @@ pub(super) fn xdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 }
 
 /// XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]
-pub(super) fn xsetid(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xsetid(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let id = parse_id(&args[2], Missing::SeqZero, true)?;
     let mut entries_added = None;
     let mut max_deleted = StreamId::MIN;

@@ -41,7 +41,7 @@ pub(super) fn subcommand_syntax(command: &str, subcommand: &[u8]) -> CommandErro
 }
 
 /// XGROUP subcommand ...
-pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = lower(&args[1]);
     let Some(arity) = subcommand_arity(&sub) else {
         return Err(CommandError::unknown_subcommand("XGROUP", &args[1]));
@@ -208,7 +208,7 @@ fn finish(
 }
 
 /// XACK key group id [id ...]
-pub(super) fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let keyspace = &ctx.server.keyspace;
     let group = &args[2];
     let acked = edit(ctx, &args[1], false, |edit, records| {
@@ -246,7 +246,7 @@ pub(super) fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
 }
 
 /// XPENDING key group [[IDLE min-idle-time] start end count [consumer]]
-pub(super) fn xpending(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xpending(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     if args.len() != 3 && !(6..=9).contains(&args.len()) {
         return Err(CommandError::Syntax);
     }

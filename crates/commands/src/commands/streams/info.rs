@@ -28,7 +28,7 @@ fn subcommand_arity(name: &str) -> Option<i64> {
 }
 
 /// XINFO subcommand ...
-pub(super) fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let sub = lower(&args[1]);
     let Some(arity) = subcommand_arity(&sub) else {
         return Err(CommandError::unknown_subcommand("XINFO", &args[1]));

@@ -31,48 +31,43 @@ use crate::value::{Kind, Stored};
 use ids::StreamId;
 use object::{Entry, Stream};
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    match name {
-        "xadd" => entries::xadd(ctx, args),
-        "xrange" | "xrevrange" => entries::xrange(ctx, args, name == "xrevrange"),
-        "xlen" => entries::xlen(ctx, args),
-        "xdel" => entries::xdel(ctx, args),
-        "xtrim" => entries::xtrim(ctx, args),
-        "xsetid" => entries::xsetid(ctx, args),
-        "xgroup" => groups::xgroup(ctx, args),
-        "xack" => groups::xack(ctx, args),
-        "xpending" => groups::xpending(ctx, args),
-        "xclaim" => claim::xclaim(ctx, args),
-        "xautoclaim" => claim::xautoclaim(ctx, args),
-        "xinfo" => info::xinfo(ctx, args),
-        _ => unreachable!("dispatch sends only stream commands here, not {name}"),
-    }
+pub(super) use claim::{xautoclaim, xclaim};
+pub(super) use entries::{xadd, xdel, xlen, xsetid, xtrim};
+pub(super) use groups::{xack, xgroup, xpending};
+pub(super) use info::xinfo;
+
+/// XRANGE.
+pub(super) fn xrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    entries::xrange(ctx, args, false)
 }
 
-/// XREAD and XREADGROUP, which may block.
-pub(super) fn run_reading(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    match read::xread(ctx, args, name == "xreadgroup") {
-        Ok(flow) => flow,
-        Err(error) => {
-            ctx.w.error(&error);
-            Flow::Continue
-        }
-    }
+/// XREVRANGE.
+pub(super) fn xrevrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    entries::xrange(ctx, args, true)
+}
+
+/// XREAD.
+pub(super) fn xread(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    read::xread(ctx, args, false)
+}
+
+/// XREADGROUP.
+pub(super) fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    read::xread(ctx, args, true)
 }
 
 /// Stream commands Redis runs over `maxmemory` (they lack its `denyoom` flag): they acknowledge,
 /// claim, deliver to a group or remove, so consumers keep working when memory is short.
 pub(super) fn allowed_over_maxmemory(name: &str, args: &[Bytes]) -> bool {
-    match name {
-        "xack" | "xdel" | "xtrim" | "xreadgroup" | "xclaim" | "xautoclaim" => true,
-        "xgroup" => args.get(1).is_some_and(|sub| {
+    // The stream commands that free memory are flagged `table::MAY_FREE`; XGROUP only by
+    // subcommand.
+    name == "xgroup"
+        && args.get(1).is_some_and(|sub| {
             matches!(
                 super::lower(sub).as_str(),
                 "destroy" | "delconsumer" | "setid"
             )
-        }),
-        _ => false,
-    }
+        })
 }
 
 /// The stream in a key's value: `None` for no key, WRONGTYPE for another type.

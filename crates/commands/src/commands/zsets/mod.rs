@@ -10,7 +10,8 @@ mod pops;
 mod random;
 mod setops;
 
-pub(super) use pops::run_blocking;
+pub(super) use pops::{bzmpop, bzpopmax, bzpopmin, zmpop, zpopmax, zpopmin};
+pub(super) use random::{zrandmember, zrangestore};
 
 /// (member, score) entries, in reply order.
 type Entries = Vec<(Vec<u8>, f64)>;
@@ -67,127 +68,235 @@ impl Writer<'_> {
     }
 }
 
-pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    match name {
-        "zadd" => zadd(ctx, args),
-        "zincrby" => {
-            let increment = parse_float(&args[2])?;
-            let options = AddOptions {
-                incr: true,
-                ..AddOptions::default()
-            };
-            let (_, result) = add(ctx, &args[1], &options, &[(increment, &args[3][..])])?;
-            match result {
-                Some(score) => ctx.w.score(score),
-                None => ctx.w.null(),
-            }
-            Ok(())
-        }
-        "zrem" => {
-            let db = ctx.db();
-            let key = &args[1][..];
-            let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
-            let mut removed = 0;
-            if let Some((mut zset, expire)) = zset_of(txn.get(db, key)?)? {
-                let outcome = txn.with_records(db, key, |records| {
-                    for member in &args[2..] {
-                        removed += i64::from(zset.remove(records, member)?.is_some());
-                    }
-                    Ok::<(), CommandError>(())
-                });
-                // Written back even after an error: it holds what succeeded (`crate::objects`).
-                if removed > 0 {
-                    save_zset(&mut txn, db, key, &zset, expire)?;
-                }
-                outcome?;
-            }
-            let mark = txn.commit()?;
-            ctx.client.note_write(mark);
-            ctx.w.int(removed);
-            Ok(())
-        }
-        "zscore" | "zmscore" => {
-            let scores = read_collection(ctx, zset_of, &args[1], |zset, records| {
-                args[2..]
-                    .iter()
-                    .map(|member| zset.score(records, member))
-                    .collect::<CommandResult<Vec<Option<f64>>>>()
-            })?
-            .unwrap_or_else(|| vec![None; args.len() - 2]);
-            if name == "zmscore" {
-                ctx.w.array(scores.len());
-            }
-            for score in scores {
-                match score {
-                    Some(score) => ctx.w.score(score),
-                    None => ctx.w.null(),
-                }
-            }
-            Ok(())
-        }
-        "zcard" => {
-            let len =
-                read_collection(ctx, zset_of, &args[1], |zset, _| Ok(zset.len()))?.unwrap_or(0);
-            ctx.w.int(len as i64);
-            Ok(())
-        }
-        "zcount" => {
-            let (min, max) = (parse_score_bound(&args[2])?, parse_score_bound(&args[3])?);
-            let count = read_collection(ctx, zset_of, &args[1], |zset, records| {
-                let (first, end) = score_ranks(&zset.order, records, min, max)?;
-                Ok(end.saturating_sub(first))
-            })?
-            .unwrap_or(0);
-            ctx.w.int(count as i64);
-            Ok(())
-        }
-        "zrank" | "zrevrank" => {
-            let rank = read_collection(ctx, zset_of, &args[1], |zset, records| {
-                Ok(zset.rank(records, &args[2])?.map(|rank| {
-                    if name == "zrank" {
-                        rank
-                    } else {
-                        zset.len() - 1 - rank
-                    }
-                }))
-            })?
-            .flatten();
-            match rank {
-                Some(rank) => ctx.w.int(rank as i64),
-                None => ctx.w.null(),
-            }
-            Ok(())
-        }
-        "zrange" | "zrangebyscore" | "zrevrangebyscore" | "zrevrange" | "zrangebylex"
-        | "zrevrangebylex" => {
-            let query = parse_range(name, args)?;
-            let entries = read_collection(ctx, zset_of, &args[1], |zset, records| {
-                range_entries(zset, records, &query)
-            })?
-            .unwrap_or_default();
-            write_entries(ctx, &entries, query.with_scores);
-            Ok(())
-        }
-        "zlexcount" => {
-            let (min, max) = (parse_lex_bound(&args[2])?, parse_lex_bound(&args[3])?);
-            let count = read_collection(ctx, zset_of, &args[1], |zset, records| {
-                let (first, end) = lex_ranks(&zset.order, records, &min, &max)?;
-                Ok(end.saturating_sub(first))
-            })?
-            .unwrap_or(0);
-            ctx.w.int(count as i64);
-            Ok(())
-        }
-        "zpopmin" | "zpopmax" => pops::zpop(ctx, name, args),
-        "zmpop" => pops::zmpop(ctx, args),
-        "zremrangebyrank" | "zremrangebyscore" | "zremrangebylex" => zremrange(ctx, name, args),
-        "zunionstore" | "zinterstore" | "zdiffstore" | "zunion" | "zinter" | "zdiff"
-        | "zintercard" => setops::run(ctx, name, args),
-        "zrangestore" => random::zrangestore(ctx, args),
-        "zrandmember" => random::zrandmember(ctx, args),
-        "zscan" => zscan(ctx, args),
-        _ => unreachable!("dispatch sends only sorted-set commands here"),
+/// ZINCRBY.
+pub(super) fn zincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let increment = parse_float(&args[2])?;
+    let options = AddOptions {
+        incr: true,
+        ..AddOptions::default()
+    };
+    let (_, result) = add(ctx, &args[1], &options, &[(increment, &args[3][..])])?;
+    match result {
+        Some(score) => ctx.w.score(score),
+        None => ctx.w.null(),
     }
+    Ok(())
+}
+
+/// ZREM.
+pub(super) fn zrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let db = ctx.db();
+    let key = &args[1][..];
+    let mut txn = ctx.server.keyspace.begin(ctx.session, db, &[key]);
+    let mut removed = 0;
+    if let Some((mut zset, expire)) = zset_of(txn.get(db, key)?)? {
+        let outcome = txn.with_records(db, key, |records| {
+            for member in &args[2..] {
+                removed += i64::from(zset.remove(records, member)?.is_some());
+            }
+            Ok::<(), CommandError>(())
+        });
+        // Written back even after an error: it holds what succeeded (`crate::objects`).
+        if removed > 0 {
+            save_zset(&mut txn, db, key, &zset, expire)?;
+        }
+        outcome?;
+    }
+    let mark = txn.commit()?;
+    ctx.client.note_write(mark);
+    ctx.w.int(removed);
+    Ok(())
+}
+
+/// The scores of the members `args[2..]` of the sorted set at `args[1]`.
+fn scores_of(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Vec<Option<f64>>> {
+    Ok(read_collection(ctx, zset_of, &args[1], |zset, records| {
+        args[2..]
+            .iter()
+            .map(|member| zset.score(records, member))
+            .collect::<CommandResult<Vec<Option<f64>>>>()
+    })?
+    .unwrap_or_else(|| vec![None; args.len() - 2]))
+}
+
+/// Writes a score, or null for none.
+fn write_score(ctx: &mut Ctx<'_>, score: Option<f64>) {
+    match score {
+        Some(score) => ctx.w.score(score),
+        None => ctx.w.null(),
+    }
+}
+
+/// ZSCORE.
+pub(super) fn zscore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let scores = scores_of(ctx, args)?;
+    write_score(ctx, scores[0]);
+    Ok(())
+}
+
+/// ZMSCORE.
+pub(super) fn zmscore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let scores = scores_of(ctx, args)?;
+    ctx.w.array(scores.len());
+    for score in scores {
+        write_score(ctx, score);
+    }
+    Ok(())
+}
+
+/// ZCARD.
+pub(super) fn zcard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let len = read_collection(ctx, zset_of, &args[1], |zset, _| Ok(zset.len()))?.unwrap_or(0);
+    ctx.w.int(len as i64);
+    Ok(())
+}
+
+/// ZCOUNT.
+pub(super) fn zcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let (min, max) = (parse_score_bound(&args[2])?, parse_score_bound(&args[3])?);
+    let count = read_collection(ctx, zset_of, &args[1], |zset, records| {
+        let (first, end) = score_ranks(&zset.order, records, min, max)?;
+        Ok(end.saturating_sub(first))
+    })?
+    .unwrap_or(0);
+    ctx.w.int(count as i64);
+    Ok(())
+}
+
+/// ZRANK.
+pub(super) fn zrank(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    rank(ctx, false, args)
+}
+
+/// ZREVRANK.
+pub(super) fn zrevrank(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    rank(ctx, true, args)
+}
+
+/// ZRANK and, when `reverse`, ZREVRANK.
+fn rank(ctx: &mut Ctx<'_>, reverse: bool, args: &[Bytes]) -> CommandResult {
+    let rank =
+        read_collection(ctx, zset_of, &args[1], |zset, records| {
+            Ok(zset.rank(records, &args[2])?.map(|rank| {
+                if reverse {
+                    zset.len() - 1 - rank
+                } else {
+                    rank
+                }
+            }))
+        })?
+        .flatten();
+    match rank {
+        Some(rank) => ctx.w.int(rank as i64),
+        None => ctx.w.null(),
+    }
+    Ok(())
+}
+
+/// ZRANGE.
+pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    range_command(ctx, "zrange", args)
+}
+
+/// ZRANGEBYSCORE.
+pub(super) fn zrangebyscore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    range_command(ctx, "zrangebyscore", args)
+}
+
+/// ZREVRANGEBYSCORE.
+pub(super) fn zrevrangebyscore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    range_command(ctx, "zrevrangebyscore", args)
+}
+
+/// ZREVRANGE.
+pub(super) fn zrevrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    range_command(ctx, "zrevrange", args)
+}
+
+/// ZRANGEBYLEX.
+pub(super) fn zrangebylex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    range_command(ctx, "zrangebylex", args)
+}
+
+/// ZREVRANGEBYLEX.
+pub(super) fn zrevrangebylex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    range_command(ctx, "zrevrangebylex", args)
+}
+
+/// The range reads: `form` is the command whose grammar [`parse_range`] applies.
+fn range_command(ctx: &mut Ctx<'_>, form: &str, args: &[Bytes]) -> CommandResult {
+    let query = parse_range(form, args)?;
+    let entries = read_collection(ctx, zset_of, &args[1], |zset, records| {
+        range_entries(zset, records, &query)
+    })?
+    .unwrap_or_default();
+    write_entries(ctx, &entries, query.with_scores);
+    Ok(())
+}
+
+/// ZLEXCOUNT.
+pub(super) fn zlexcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let (min, max) = (parse_lex_bound(&args[2])?, parse_lex_bound(&args[3])?);
+    let count = read_collection(ctx, zset_of, &args[1], |zset, records| {
+        let (first, end) = lex_ranks(&zset.order, records, &min, &max)?;
+        Ok(end.saturating_sub(first))
+    })?
+    .unwrap_or(0);
+    ctx.w.int(count as i64);
+    Ok(())
+}
+
+/// ZREMRANGEBYRANK.
+pub(super) fn zremrangebyrank(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let by = RangeBy::Rank(parse_int(&args[2])?, parse_int(&args[3])?);
+    zremrange(ctx, by, args)
+}
+
+/// ZREMRANGEBYSCORE.
+pub(super) fn zremrangebyscore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let by = RangeBy::Score(parse_score_bound(&args[2])?, parse_score_bound(&args[3])?);
+    zremrange(ctx, by, args)
+}
+
+/// ZREMRANGEBYLEX.
+pub(super) fn zremrangebylex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    let by = RangeBy::Lex(parse_lex_bound(&args[2])?, parse_lex_bound(&args[3])?);
+    zremrange(ctx, by, args)
+}
+
+/// ZUNIONSTORE.
+pub(super) fn zunionstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    setops::run(ctx, "zunionstore", args)
+}
+
+/// ZINTERSTORE.
+pub(super) fn zinterstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    setops::run(ctx, "zinterstore", args)
+}
+
+/// ZDIFFSTORE.
+pub(super) fn zdiffstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    setops::run(ctx, "zdiffstore", args)
+}
+
+/// ZUNION.
+pub(super) fn zunion(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    setops::run(ctx, "zunion", args)
+}
+
+/// ZINTER.
+pub(super) fn zinter(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    setops::run(ctx, "zinter", args)
+}
+
+/// ZDIFF.
+pub(super) fn zdiff(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    setops::run(ctx, "zdiff", args)
+}
+
+/// ZINTERCARD.
+pub(super) fn zintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    setops::run(ctx, "zintercard", args)
 }
 
 #[derive(Default)]
@@ -200,7 +309,7 @@ struct AddOptions {
     incr: bool,
 }
 
-fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let mut options = AddOptions::default();
     let mut index = 2;
     while index < args.len() {
@@ -595,14 +704,8 @@ fn write_entries(ctx: &mut Ctx<'_>, entries: &[(Vec<u8>, f64)], with_scores: boo
 }
 
 /// ZREMRANGEBYRANK key start stop, ZREMRANGEBYSCORE key min max, ZREMRANGEBYLEX key min max.
-fn zremrange(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
-    let by = if name == "zremrangebyrank" {
-        RangeBy::Rank(parse_int(&args[2])?, parse_int(&args[3])?)
-    } else if name == "zremrangebylex" {
-        RangeBy::Lex(parse_lex_bound(&args[2])?, parse_lex_bound(&args[3])?)
-    } else {
-        RangeBy::Score(parse_score_bound(&args[2])?, parse_score_bound(&args[3])?)
-    };
+/// The ZREMRANGEBY commands: removes the members `by` selects.
+fn zremrange(ctx: &mut Ctx<'_>, by: RangeBy, args: &[Bytes]) -> CommandResult {
     let query = RangeQuery {
         by,
         rev: false,
@@ -635,7 +738,7 @@ fn zremrange(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
 }
 
 /// ZSCAN key cursor [MATCH pattern] [COUNT count]: member, score pairs.
-fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(super) fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let cursor = super::parse_cursor(&args[2])?;
     let options = super::parse_scan_options(&args[3..], false)?;
     let (next, entries) = read_collection(ctx, zset_of, &args[1], |zset, records| {

@@ -66,8 +66,18 @@ fn pop_from(
     Ok((!popped.is_empty()).then_some(popped))
 }
 
-/// ZPOPMIN/ZPOPMAX key [count].
-pub(super) fn zpop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
+/// ZPOPMIN key [count].
+pub(in crate::commands) fn zpopmin(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    zpop(ctx, Side::Min, args)
+}
+
+/// ZPOPMAX key [count].
+pub(in crate::commands) fn zpopmax(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+    zpop(ctx, Side::Max, args)
+}
+
+/// ZPOPMIN/ZPOPMAX key [count], from `side`.
+fn zpop(ctx: &mut Ctx<'_>, side: Side, args: &[Bytes]) -> CommandResult {
     if args.len() > 3 {
         return Err(CommandError::Syntax);
     }
@@ -77,11 +87,6 @@ pub(super) fn zpop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResu
             _ => return Err(CommandError::NotPositive),
         },
         None => 1,
-    };
-    let side = if name == "zpopmin" {
-        Side::Min
-    } else {
-        Side::Max
     };
     let popped = pop_from(ctx, &args[1], side, count, false)?.unwrap_or_default();
     let resp3 = ctx.w.encoder.protocol() == prefixkv_resp::Protocol::Resp3;
@@ -99,7 +104,7 @@ pub(super) fn zpop(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResu
 }
 
 /// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count].
-pub(super) fn zmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn zmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let request = parse_mpop(&args[1..], parse_side)?;
     if !zmpop_into(ctx, &request.keys, request.side, request.count)? {
         ctx.w.null_array();
@@ -131,33 +136,29 @@ fn zmpop_into(ctx: &mut Ctx<'_>, keys: &[Bytes], side: Side, count: u64) -> Comm
     Ok(false)
 }
 
-/// BZPOPMIN/BZPOPMAX key [key ...] timeout, BZMPOP timeout numkeys key [key ...] MIN|MAX
-/// [COUNT count].
-pub(crate) fn run_blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> Flow {
-    match blocking(ctx, name, args) {
-        Ok(flow) => flow,
-        Err(error) => {
-            ctx.w.error(&error);
-            Flow::Continue
-        }
+/// BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count].
+pub(in crate::commands) fn bzmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    let timeout_ms = parse_timeout(&args[1])?;
+    let request = parse_mpop(&args[2..], parse_side)?;
+    if zmpop_into(ctx, &request.keys, request.side, request.count)? {
+        return Ok(Flow::Continue);
     }
+    Ok(block_on(ctx, request.keys, timeout_ms, Kind::ZSet))
 }
 
-fn blocking(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult<Flow> {
-    if name == "bzmpop" {
-        let timeout_ms = parse_timeout(&args[1])?;
-        let request = parse_mpop(&args[2..], parse_side)?;
-        if zmpop_into(ctx, &request.keys, request.side, request.count)? {
-            return Ok(Flow::Continue);
-        }
-        return Ok(block_on(ctx, request.keys, timeout_ms, Kind::ZSet));
-    }
+/// BZPOPMIN key [key ...] timeout.
+pub(in crate::commands) fn bzpopmin(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    blocking_pop(ctx, Side::Min, args)
+}
+
+/// BZPOPMAX key [key ...] timeout.
+pub(in crate::commands) fn bzpopmax(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult<Flow> {
+    blocking_pop(ctx, Side::Max, args)
+}
+
+/// BZPOPMIN and BZPOPMAX: pops from `side` of the first non-empty sorted set, else blocks.
+fn blocking_pop(ctx: &mut Ctx<'_>, side: Side, args: &[Bytes]) -> CommandResult<Flow> {
     let timeout_ms = parse_timeout(&args[args.len() - 1])?;
-    let side = if name == "bzpopmin" {
-        Side::Min
-    } else {
-        Side::Max
-    };
     let keys = &args[1..args.len() - 1];
     let lenient = ctx.client.unblocking;
     for key in keys {

@@ -19,7 +19,7 @@ fn next_random(state: &mut u64) -> u64 {
 /// ZRANDMEMBER key [count [WITHSCORES]]: a positive count picks distinct members, a negative one
 /// may repeat them. A count is bounded: its reply must fit client-output-buffer-limit (at least
 /// 16 bytes a member), so a client cannot make the server build an unbounded reply.
-pub(super) fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     if args.len() > 4 {
         return Err(CommandError::Syntax);
     }
@@ -106,7 +106,7 @@ fn entries_at(
 
 /// ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]: ZRANGE's selection
 /// stored as a sorted set at `dst` (deleted when the selection is empty); its size.
-pub(super) fn zrangestore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
+pub(in crate::commands) fn zrangestore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     if args[5..].iter().any(|a| lower(a) == "withscores") {
         return Err(CommandError::Syntax);
     }

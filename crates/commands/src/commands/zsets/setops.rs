@@ -66,6 +66,8 @@ struct Options {
 
 /// ZUNION/ZINTER/ZDIFF numkeys key ... [options], ZUNIONSTORE/ZINTERSTORE/ZDIFFSTORE destination
 /// numkeys key ... [options], ZINTERCARD numkeys key ... [LIMIT limit].
+/// ZUNION, ZINTER, ZDIFF, their STORE forms and ZINTERCARD: `name` picks the operation, the
+/// argument layout and the error text.
 pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Bytes]) -> CommandResult {
     let op = match name {
         "zunion" | "zunionstore" => Op::Union,
