@@ -24,6 +24,7 @@ pub mod commands;
 pub mod error;
 pub mod evict;
 pub mod glob;
+pub mod headers;
 pub mod host;
 pub mod info;
 pub mod keyspace;

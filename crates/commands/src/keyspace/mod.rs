@@ -734,7 +734,7 @@ impl Txn<'_> {
                 txn: &mut self.inner,
                 owner: &root,
             };
-            crate::objects::clear(&mut records, stored.kind, &stored.payload)?;
+            crate::headers::clear(&mut records, stored.kind, &stored.payload)?;
         }
         Ok(())
     }
