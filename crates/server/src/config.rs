@@ -4,7 +4,7 @@
 //! Precedence: built-in default < TOML file < flag. Names follow Redis where Redis has the
 //! setting (`port`, `bind`, `dir`, `requirepass`, `maxclients`, `maxmemory`, the eviction
 //! settings `maxmemory-policy`, `maxmemory-samples`, `maxmemory-eviction-tenacity`,
-//! `lfu-log-factor`, `lfu-decay-time` (`crate::evict::settings`), `appendfsync`,
+//! `lfu-log-factor`, `lfu-decay-time` (`prefixkv_commands::evict::settings`), `appendfsync`,
 //! `protected-mode`, `client-query-buffer-limit`, `proto-max-bulk-len`, `slowlog-log-slower-than`,
 //! `slowlog-max-len`, `busy-reply-threshold` and its older name `lua-time-limit`), and the TOML
 //! keys are
@@ -20,9 +20,11 @@ mod compaction;
 mod index;
 pub use compaction::{COMPACT_DEAD_FRACTION, COMPACT_DEAD_FRACTION_CACHE};
 
-/// What is durable when, one setting for the whole server: `prefixkv_store::Durability`, the
-/// store's one policy type (every per-mode decision and the loss statement live there).
-pub use prefixkv_store::Durability;
+/// The command layer's settings, parsers and bounds, which this file fills from flags and file.
+pub use prefixkv_commands::settings::{
+    encoding_threshold_name, parse_memory, parse_yes_no, Durability, Settings, ENCODING_THRESHOLDS,
+    MAX_SLOWLOG_LEN, MIN_LUA_MEMORY_LIMIT,
+};
 
 /// Command-line flags. Every flag can also be set in the TOML file under the same name.
 #[derive(Parser, Debug, Default)]
@@ -232,61 +234,9 @@ impl std::str::FromStr for LogLevel {
     }
 }
 
-/// Redis's encoding thresholds: (name, Redis's default, what it means here). Client libraries and
-/// tools read and set them; the hash ones decide what OBJECT ENCODING reports for a hash, the
-/// others are kept and shown but change nothing, since this server stores those types its own
-/// way or not at all.
-pub const ENCODING_THRESHOLDS: &[(&str, i64, &str)] = &[
-    (
-        "hash-max-listpack-entries",
-        512,
-        "a hash past it moves into records",
-    ),
-    (
-        "hash-max-listpack-value",
-        64,
-        "a hash with a longer field or value moves into records",
-    ),
-    ("list-max-listpack-size", -2, "accepted, no effect"),
-    ("list-compress-depth", 0, "accepted, no effect"),
-    ("set-max-intset-entries", 512, "accepted, no effect"),
-    ("set-max-listpack-entries", 128, "accepted, no effect"),
-    ("set-max-listpack-value", 64, "accepted, no effect"),
-    ("zset-max-listpack-entries", 128, "accepted, no effect"),
-    ("zset-max-listpack-value", 64, "accepted, no effect"),
-    ("stream-node-max-bytes", 4096, "accepted, no effect"),
-    ("stream-node-max-entries", 100, "accepted, no effect"),
-    ("hll-sparse-max-bytes", 3000, "accepted, no effect"),
-];
-
-/// The canonical name of an encoding threshold, accepting Redis's older `ziplist` aliases.
-pub fn encoding_threshold_name(name: &str) -> Option<&'static str> {
-    let canonical = name.replace("ziplist", "listpack");
-    ENCODING_THRESHOLDS
-        .iter()
-        .map(|(known, _, _)| *known)
-        .find(|known| *known == canonical)
-}
-
-impl Config {
-    /// The current value of encoding threshold `name` (canonical).
-    pub fn encoding_threshold(&self, name: &str) -> i64 {
-        self.encoding_thresholds
-            .iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, value)| *value)
-            .expect("every threshold has a value")
-    }
-}
-
-/// The largest `slowlog-max-len` accepted: the slow log's memory stays bounded (an entry holds at
-/// most 32 arguments of 128 bytes).
-pub const MAX_SLOWLOG_LEN: u64 = 100_000;
-
-/// The smallest `lua-memory-limit` accepted.
-pub const MIN_LUA_MEMORY_LIMIT: u64 = 1 << 20;
-
-/// The resolved configuration.
+/// The resolved configuration: what this process needs to listen, store and checkpoint, and
+/// the command layer's settings (`settings`, which `prefixkv_commands::state::Server::new`
+/// takes).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Port asked for (0 = any).
@@ -297,40 +247,14 @@ pub struct Config {
     pub bind: String,
     /// Data directory.
     pub dir: PathBuf,
-    /// Password, if any.
-    pub requirepass: Option<String>,
-    /// Client limit.
-    pub maxclients: u64,
-    /// Memory limit in bytes (0 = none).
-    pub maxmemory_bytes: u64,
-    /// `maxmemory-policy` and the settings of eviction (`crate::evict`).
-    pub eviction: crate::evict::Settings,
-    /// Durability mode.
-    pub durability: Durability,
     /// Checkpoint period.
     pub checkpoint_interval_ms: u64,
-    /// Protected mode.
-    pub protected_mode: bool,
-    /// Per-client query buffer cap.
-    pub client_query_buffer_limit_bytes: u64,
-    /// Per-client output cap.
-    pub client_output_buffer_limit_bytes: u64,
-    /// Largest request bulk string.
-    pub proto_max_bulk_len_bytes: u64,
-    /// `slowlog-log-slower-than` in µs (negative: off).
-    pub slowlog_log_slower_than_us: i64,
-    /// `slowlog-max-len`.
-    pub slowlog_max_len: u64,
     /// Port of the Prometheus endpoint (0: none).
     pub metrics_port: u16,
     /// `loglevel` (Redis's name for it).
     pub loglevel: LogLevel,
-    /// Redis's encoding thresholds, by name ([`ENCODING_THRESHOLDS`]), as CONFIG SET left them.
-    pub encoding_thresholds: Vec<(&'static str, i64)>,
     /// Request threads.
     pub threads: usize,
-    /// Engine log memory budget.
-    pub engine_memory_bytes: u64,
     /// Checkpoint write rate in bytes per second (0 = unlimited).
     pub checkpoint_rate_bytes_per_s: u64,
     /// Niceness of checkpoint threads (`StoreConfig::checkpoint_thread_nice`).
@@ -342,38 +266,8 @@ pub struct Config {
     pub engine_compact_dead_fraction: f64,
     /// `engine-index-buckets`: the engine's index size (`StoreConfig::index_buckets`).
     pub engine_index_buckets: u64,
-    /// `notify-keyspace-events` flags (`crate::notify`; 0 = off, the default; CONFIG SET only).
-    pub notify_keyspace_events: u32,
-    /// Milliseconds a script runs before other clients get BUSY (`busy-reply-threshold`).
-    pub busy_reply_threshold_ms: u64,
-    /// Heap limit of each Lua VM and bound of the script cache (`lua-memory-limit`).
-    pub lua_memory_limit_bytes: u64,
-}
-
-/// Parses `100`, `100b`, `64kb`, `64k`, `100mb`, `2gb` (Redis's memory units: `k` = 1000,
-/// `kb` = 1024).
-pub fn parse_memory(text: &str) -> anyhow::Result<u64> {
-    let lower = text.trim().to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .with_context(|| format!("'{text}' is not a memory size (examples: 100mb, 2gb)"))?;
-    let multiplier: u64 = match unit {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => bail!("'{text}' has an unknown unit (use b, k, kb, m, mb, g, gb)"),
-    };
-    number
-        .checked_mul(multiplier)
-        .with_context(|| format!("'{text}' is too large"))
+    /// The command layer's settings: limits, eviction, durability, scripting, the slow log.
+    pub settings: Settings,
 }
 
 fn memory_value(value: &toml::Value, key: &str) -> anyhow::Result<u64> {
@@ -383,15 +277,6 @@ fn memory_value(value: &toml::Value, key: &str) -> anyhow::Result<u64> {
             parse_memory(text).with_context(|| format!("config key {key}"))
         }
         _ => bail!("config key {key}: expected a size such as 100mb"),
-    }
-}
-
-/// Parses `yes`/`no`.
-pub fn parse_yes_no(text: &str) -> anyhow::Result<bool> {
-    match text.to_ascii_lowercase().as_str() {
-        "yes" | "true" => Ok(true),
-        "no" | "false" => Ok(false),
-        _ => bail!("expected yes or no, got '{text}'"),
     }
 }
 
@@ -472,69 +357,17 @@ impl Config {
                 .dir
                 .or(file.dir)
                 .unwrap_or_else(|| PathBuf::from("./data")),
-            requirepass: flags
-                .requirepass
-                .or(file.requirepass)
-                .filter(|p| !p.is_empty()),
-            maxclients: flags.maxclients.or(file.maxclients).unwrap_or(10_000),
-            maxmemory_bytes,
-            eviction,
-            durability: flags
-                .appendfsync
-                .as_deref()
-                .or(file.appendfsync.as_deref())
-                .unwrap_or("everysec")
-                .parse::<Durability>()
-                .map_err(|error| anyhow::anyhow!("appendfsync: {error}"))?,
             checkpoint_interval_ms: flags
                 .checkpoint_interval
                 .or(file.checkpoint_interval)
                 .unwrap_or(1000)
                 .max(10),
-            protected_mode,
-            client_query_buffer_limit_bytes: memory(
-                &flags.client_query_buffer_limit,
-                &file.client_query_buffer_limit,
-                "client-query-buffer-limit",
-                1 << 30,
-            )?,
-            client_output_buffer_limit_bytes: memory(
-                &flags.client_output_buffer_limit,
-                &file.client_output_buffer_limit,
-                "client-output-buffer-limit",
-                1 << 30,
-            )?,
-            proto_max_bulk_len_bytes: memory(
-                &flags.proto_max_bulk_len,
-                &file.proto_max_bulk_len,
-                "proto-max-bulk-len",
-                512 << 20,
-            )?,
-            slowlog_log_slower_than_us: flags
-                .slowlog_log_slower_than
-                .or(file.slowlog_log_slower_than)
-                .unwrap_or(10_000),
-            slowlog_max_len: flags
-                .slowlog_max_len
-                .or(file.slowlog_max_len)
-                .unwrap_or(128)
-                .min(MAX_SLOWLOG_LEN),
             metrics_port: flags.metrics_port.or(file.metrics_port).unwrap_or(0),
-            encoding_thresholds: ENCODING_THRESHOLDS
-                .iter()
-                .map(|(name, default, _)| (*name, *default))
-                .collect(),
             loglevel: match flags.loglevel.or(file.loglevel) {
                 Some(name) => name.parse()?,
                 None => LogLevel::Notice,
             },
             threads,
-            engine_memory_bytes: memory(
-                &flags.engine_memory,
-                &file.engine_memory,
-                "engine-memory",
-                1 << 30,
-            )?,
             checkpoint_rate_bytes_per_s: memory(
                 &flags.checkpoint_rate,
                 &file.checkpoint_rate,
@@ -548,24 +381,78 @@ impl Config {
             checkpoint_direct_io,
             engine_compact_dead_fraction,
             engine_index_buckets,
-            notify_keyspace_events: 0,
-            busy_reply_threshold_ms: flags
-                .busy_reply_threshold
-                .or(file.busy_reply_threshold)
-                .or(file.lua_time_limit)
-                .unwrap_or(5000),
-            lua_memory_limit_bytes: memory(
-                &flags.lua_memory_limit,
-                &file.lua_memory_limit,
-                "lua-memory-limit",
-                128 << 20,
-            )?,
+            settings: Settings {
+                requirepass: flags
+                    .requirepass
+                    .or(file.requirepass)
+                    .filter(|p| !p.is_empty()),
+                maxclients: flags.maxclients.or(file.maxclients).unwrap_or(10_000),
+                maxmemory_bytes,
+                eviction,
+                durability: flags
+                    .appendfsync
+                    .as_deref()
+                    .or(file.appendfsync.as_deref())
+                    .unwrap_or("everysec")
+                    .parse::<Durability>()
+                    .map_err(|error| anyhow::anyhow!("appendfsync: {error}"))?,
+                protected_mode,
+                client_query_buffer_limit_bytes: memory(
+                    &flags.client_query_buffer_limit,
+                    &file.client_query_buffer_limit,
+                    "client-query-buffer-limit",
+                    1 << 30,
+                )?,
+                client_output_buffer_limit_bytes: memory(
+                    &flags.client_output_buffer_limit,
+                    &file.client_output_buffer_limit,
+                    "client-output-buffer-limit",
+                    1 << 30,
+                )?,
+                proto_max_bulk_len_bytes: memory(
+                    &flags.proto_max_bulk_len,
+                    &file.proto_max_bulk_len,
+                    "proto-max-bulk-len",
+                    512 << 20,
+                )?,
+                slowlog_log_slower_than_us: flags
+                    .slowlog_log_slower_than
+                    .or(file.slowlog_log_slower_than)
+                    .unwrap_or(10_000),
+                slowlog_max_len: flags
+                    .slowlog_max_len
+                    .or(file.slowlog_max_len)
+                    .unwrap_or(128)
+                    .min(MAX_SLOWLOG_LEN),
+                encoding_thresholds: ENCODING_THRESHOLDS
+                    .iter()
+                    .map(|(name, default, _)| (*name, *default))
+                    .collect(),
+                engine_memory_bytes: memory(
+                    &flags.engine_memory,
+                    &file.engine_memory,
+                    "engine-memory",
+                    1 << 30,
+                )?,
+                notify_keyspace_events: 0,
+                busy_reply_threshold_ms: flags
+                    .busy_reply_threshold
+                    .or(file.busy_reply_threshold)
+                    .or(file.lua_time_limit)
+                    .unwrap_or(5000),
+                lua_memory_limit_bytes: memory(
+                    &flags.lua_memory_limit,
+                    &file.lua_memory_limit,
+                    "lua-memory-limit",
+                    128 << 20,
+                )?,
+            },
         };
-        if config.lua_memory_limit_bytes < MIN_LUA_MEMORY_LIMIT {
+        if config.settings.lua_memory_limit_bytes < MIN_LUA_MEMORY_LIMIT {
             bail!(
                 "lua-memory-limit {} is below the minimum of 1mb (a Lua VM with Redis's \
                  libraries needs about 200kb)",
-                config.lua_memory_limit_bytes
+                config.settings.lua_memory_limit_bytes
             );
         }
         if !(0..=19).contains(&config.checkpoint_nice) {
@@ -583,7 +470,10 @@ impl Config {
                 config.checkpoint_rate_bytes_per_s
             );
         }
-        if config.protected_mode && config.requirepass.is_none() && !is_loopback(&config.bind) {
+        if config.settings.protected_mode
+            && config.settings.requirepass.is_none()
+            && !is_loopback(&config.bind)
+        {
             bail!(
                 "refusing to listen on non-loopback address {} without a password: set requirepass, \
                  or protected-mode no if the network is trusted",
@@ -595,8 +485,11 @@ impl Config {
 }
 
 /// The eviction settings from the flags, else the file, else Redis's defaults.
-fn eviction_settings(flags: &Flags, file: &FileConfig) -> anyhow::Result<crate::evict::Settings> {
-    let mut settings = crate::evict::Settings::default();
+fn eviction_settings(
+    flags: &Flags,
+    file: &FileConfig,
+) -> anyhow::Result<prefixkv_commands::evict::Settings> {
+    let mut settings = prefixkv_commands::evict::Settings::default();
     let given = [
         (&flags.maxmemory_policy, &file.maxmemory_policy),
         (&flags.maxmemory_samples, &file.maxmemory_samples),
@@ -607,7 +500,7 @@ fn eviction_settings(flags: &Flags, file: &FileConfig) -> anyhow::Result<crate::
         (&flags.lfu_log_factor, &file.lfu_log_factor),
         (&flags.lfu_decay_time, &file.lfu_decay_time),
     ];
-    for (name, (flag, file)) in crate::evict::settings::NAMES.iter().zip(given) {
+    for (name, (flag, file)) in prefixkv_commands::evict::settings::NAMES.iter().zip(given) {
         let text = match (flag, file) {
             (Some(text), _) => text.clone(),
             (None, Some(toml::Value::String(text))) => text.clone(),
@@ -635,15 +528,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn memory_units() {
-        assert_eq!(parse_memory("100").unwrap(), 100);
-        assert_eq!(parse_memory("1kb").unwrap(), 1024);
-        assert_eq!(parse_memory("2GB").unwrap(), 2 << 30);
-        assert!(parse_memory("1tb").is_err());
-        assert!(parse_memory("x").is_err());
-    }
-
-    #[test]
     fn toml_file_and_flags() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("prefixkv.toml");
@@ -663,12 +547,12 @@ mod tests {
         assert_eq!(config.port, 7001);
         assert!(config.port_explicit);
         assert_eq!(
-            config.durability,
+            config.settings.durability,
             Durability::Checkpoint,
             "a flag beats the file"
         );
-        assert_eq!(config.maxmemory_bytes, 100 << 20);
-        assert_eq!(config.client_query_buffer_limit_bytes, 1 << 20);
+        assert_eq!(config.settings.maxmemory_bytes, 100 << 20);
+        assert_eq!(config.settings.client_query_buffer_limit_bytes, 1 << 20);
         assert_eq!(config.checkpoint_interval_ms, 250);
         assert_eq!(config.checkpoint_rate_bytes_per_s, 50 << 20);
         assert_eq!(config.checkpoint_nice, 19);
@@ -706,16 +590,19 @@ mod tests {
         assert_eq!((config.port, config.port_explicit), (6379, false));
         assert_eq!(config.bind, "127.0.0.1");
         assert_eq!(config.dir, PathBuf::from("./data"));
-        assert_eq!(config.durability, Durability::EverySec);
-        assert_eq!(config.client_query_buffer_limit_bytes, 1 << 30);
+        assert_eq!(config.settings.durability, Durability::EverySec);
+        assert_eq!(config.settings.client_query_buffer_limit_bytes, 1 << 30);
         assert_eq!(
             config.checkpoint_nice,
             prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE
         );
         assert!(config.checkpoint_direct_io);
-        assert_eq!(config.busy_reply_threshold_ms, 5000);
-        assert_eq!(config.lua_memory_limit_bytes, 128 << 20);
-        assert_eq!(config.eviction, crate::evict::Settings::default());
+        assert_eq!(config.settings.busy_reply_threshold_ms, 5000);
+        assert_eq!(config.settings.lua_memory_limit_bytes, 128 << 20);
+        assert_eq!(
+            config.settings.eviction,
+            prefixkv_commands::evict::Settings::default()
+        );
     }
 
     #[test]
@@ -734,10 +621,10 @@ mod tests {
             ..Flags::default()
         })
         .unwrap();
-        let eviction = &config.eviction;
+        let eviction = &config.settings.eviction;
         assert_eq!(
             eviction.policy,
-            crate::evict::Policy::AllKeysLfu,
+            prefixkv_commands::evict::Policy::AllKeysLfu,
             "a flag beats the file"
         );
         assert_eq!((eviction.samples, eviction.lfu_decay_time), (10, 0));
@@ -761,8 +648,8 @@ mod tests {
             ..Flags::default()
         })
         .unwrap();
-        assert_eq!(config.busy_reply_threshold_ms, 250);
-        assert_eq!(config.lua_memory_limit_bytes, 8 << 20);
+        assert_eq!(config.settings.busy_reply_threshold_ms, 250);
+        assert_eq!(config.settings.lua_memory_limit_bytes, 8 << 20);
         let error = Config::resolve(Flags {
             lua_memory_limit: Some("100kb".into()),
             ..Flags::default()
@@ -780,7 +667,10 @@ mod tests {
             ..Flags::default()
         })
         .unwrap();
-        assert_eq!(config.busy_reply_threshold_ms, 300, "Redis's older name");
+        assert_eq!(
+            config.settings.busy_reply_threshold_ms, 300,
+            "Redis's older name"
+        );
     }
 
     #[test]

@@ -371,8 +371,8 @@ async fn run_async(
     let encoder = prefixkv_resp::Encoder::new(client.protocol);
     match operation {
         AsyncOp::Save => {
-            let persistence = server.persistence.clone();
-            match blocking(move || persistence.checkpoint_now()).await {
+            let host = server.host.clone();
+            match blocking(move || host.save()).await {
                 Ok(_) => encoder.simple_string(output, b"OK"),
                 Err(error) => write_error(encoder, output, &CommandError::persistence(&error)),
             }
@@ -406,8 +406,8 @@ async fn run_async(
             }
         }
         AsyncOp::Shutdown { save } => {
-            let persistence = server.persistence.clone();
-            match blocking(move || persistence.shutdown(save)).await {
+            let host = server.host.clone();
+            match blocking(move || host.shutdown(save)).await {
                 Ok(()) => {
                     tracing::info!("SHUTDOWN (save: {save}); exiting");
                     std::process::exit(0);
@@ -443,13 +443,10 @@ async fn wait_durable(server: &Arc<Server>, client: &mut Client) -> Result<(), S
         Some(watch) => watch,
         None => keyspace::with_session(&store, |session| session.commit_watch()),
     };
-    let persistence = server.persistence.clone();
+    let host = server.host.clone();
     blocking(move || {
         store.wait_durable(newest.position(), &made_by, || {
-            persistence
-                .checkpoint_now()
-                .map(drop)
-                .map_err(prefixkv_store::StoreError::Storage)
+            host.save().map_err(prefixkv_store::StoreError::Storage)
         })
     })
     .await

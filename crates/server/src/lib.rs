@@ -1,28 +1,20 @@
-//! prefixkv-server as a library: the modules behind the `prefixkv-server` binary, public so
-//! that fuzz targets and tools can reach the decoders. See `docs/server.md`.
+//! prefixkv-server as a library: the socket loop, configuration and persistence around the
+//! command layer (`prefixkv-commands`), public so that tests and tools can reach them. See
+//! `docs/server.md`.
+//!
+//! The command layer's modules are re-exported under their old paths
+//! (`prefixkv_server::commands`, `::state`, ...), so code written against them keeps building.
 #![warn(missing_docs)]
 
-pub mod blocking;
-pub mod command_stats;
-pub mod commands;
 pub mod config;
 pub mod connection;
-pub mod error;
-pub mod evict;
-pub mod glob;
-pub mod info;
-pub mod keyspace;
+pub mod host;
 pub mod metrics;
 pub mod net;
-pub mod notify;
-pub mod objects;
 pub mod persistence;
-pub mod pubsub;
-pub mod scripting;
 pub mod signals;
-pub mod state;
-pub mod value;
-pub mod watch;
 
-/// The Redis version we report (clients gate features on it).
-pub const REDIS_VERSION: &str = "7.2.0";
+pub use prefixkv_commands::{
+    blocking, command_stats, commands, error, evict, glob, info, keyspace, notify, objects, pubsub,
+    scripting, settings, state, value, watch, REDIS_VERSION,
+};

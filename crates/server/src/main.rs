@@ -4,16 +4,13 @@
 //! when recovery is complete, so no client ever sees a partly loaded keyspace), bind, print
 //! how to connect, serve. See `docs/server.md`.
 
-use prefixkv_server::command_stats::CommandStats;
-use prefixkv_server::{commands, config, evict, metrics, net, persistence, signals, state};
-use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use prefixkv_commands::state::Server;
+use prefixkv_server::host::ServerHost;
+use prefixkv_server::{config, metrics, net, persistence, signals};
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use parking_lot::{Mutex, RwLock};
 
 fn main() {
     if let Err(error) = run() {
@@ -50,31 +47,17 @@ fn run() -> anyhow::Result<()> {
     ));
     persistence.start_periodic(config.checkpoint_interval_ms)?;
     signals::arm(persistence.clone());
-    let mut settings = config.clone();
-    settings.port = port;
     let threads = config.threads;
-    let server = Arc::new(state::Server {
-        settings: RwLock::new(settings),
-        keyspace,
-        persistence,
-        clients: Mutex::new(BTreeMap::new()),
-        next_client_id: AtomicU64::new(1),
-        stats: state::Stats::default(),
-        pubsub: Default::default(),
-        command_stats: CommandStats::new(
-            commands::table::COMMANDS.len(),
-            config.slowlog_log_slower_than_us,
-            config.slowlog_max_len as usize,
-        ),
-        started: Instant::now(),
+    let host = Arc::new(ServerHost {
+        persistence: persistence.clone(),
+        config: config.clone(),
         port,
-        scripting: Default::default(),
-        evictor: Default::default(),
     });
-    evict::apply_settings(&server, &config);
-    let libraries = server
-        .scripting
-        .restore(&server.keyspace.store, config.lua_memory_limit_bytes)?;
+    let server = Server::new(config.settings.clone(), keyspace, host);
+    let libraries = server.scripting.restore(
+        &server.keyspace.store,
+        config.settings.lua_memory_limit_bytes,
+    )?;
     if libraries > 0 {
         tracing::info!("loaded {libraries} function libraries");
     }
@@ -86,7 +69,7 @@ fn run() -> anyhow::Result<()> {
                 config.bind, config.metrics_port
             )
         })?;
-        metrics::serve(server.clone(), metrics_listener)?;
+        metrics::serve(server.clone(), persistence, metrics_listener)?;
         println!(
             "prefixkv-server: Prometheus metrics on http://{}:{}/metrics",
             config.bind, config.metrics_port
@@ -102,7 +85,7 @@ fn run() -> anyhow::Result<()> {
         "prefixkv-server ready on {}:{port} (dir {}, appendfsync {}, {threads} threads). Connect with: redis-cli -p {port}",
         config.bind,
         config.dir.display(),
-        config.durability.name()
+        config.settings.durability.name()
     );
     println!("PORT {port}");
     use std::io::Write;

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::commands::table::COMMANDS;
 use crate::keyspace::DATABASES;
+use crate::persistence::Persistence;
 use crate::state::Server;
 
 /// Largest request head read (request line and headers).
@@ -26,14 +27,18 @@ pub const MAX_REQUEST_BYTES: usize = 8 << 10;
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves `GET /metrics` on `listener` until the process ends.
-pub fn serve(server: Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
+pub fn serve(
+    server: Arc<Server>,
+    persistence: Arc<Persistence>,
+    listener: TcpListener,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("prefixkv-metrics".into())
         .spawn(move || {
             for stream in listener.incoming() {
                 match stream {
                     Ok(stream) => {
-                        if let Err(error) = answer(&server, stream) {
+                        if let Err(error) = answer(&server, &persistence, stream) {
                             tracing::debug!("metrics scrape ended early: {error}");
                         }
                     }
@@ -44,7 +49,11 @@ pub fn serve(server: Arc<Server>, listener: TcpListener) -> std::io::Result<()> 
     Ok(())
 }
 
-fn answer(server: &Server, mut stream: TcpStream) -> std::io::Result<()> {
+fn answer(
+    server: &Server,
+    persistence: &Persistence,
+    mut stream: TcpStream,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut head = Vec::new();
@@ -60,7 +69,7 @@ fn answer(server: &Server, mut stream: TcpStream) -> std::io::Result<()> {
     let mut words = request_line.split(|&b| b == b' ');
     let (method, path) = (words.next(), words.next());
     let (status, body) = match (method, path) {
-        (Some(b"GET"), Some(b"/metrics")) => ("200 OK", render(server)),
+        (Some(b"GET"), Some(b"/metrics")) => ("200 OK", render(server, persistence)),
         (Some(b"GET"), _) => (
             "404 Not Found",
             "only /metrics is served here\n".to_string(),
@@ -93,10 +102,10 @@ fn single(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
 }
 
 /// The whole exposition.
-pub fn render(server: &Server) -> String {
+pub fn render(server: &Server, persistence: &Persistence) -> String {
     let mut out = String::new();
     render_commands(&mut out, server);
-    render_persistence(&mut out, server);
+    render_persistence(&mut out, persistence);
     render_server(&mut out, server);
     out
 }
@@ -158,8 +167,7 @@ fn render_commands(out: &mut String, server: &Server) {
     }
 }
 
-fn render_persistence(out: &mut String, server: &Server) {
-    let persistence = &server.persistence;
+fn render_persistence(out: &mut String, persistence: &Persistence) {
     let last = persistence.last_checkpoint.lock().clone();
     let now_s = crate::keyspace::now_ms() as f64 / 1000.0;
     let last_save_s = persistence.last_save_unix.load(Ordering::Relaxed) as f64;
@@ -182,7 +190,7 @@ fn render_persistence(out: &mut String, server: &Server) {
     for (name, kind, help, value) in rows {
         single(out, name, kind, help, value);
     }
-    if let Some(log) = server.keyspace.store.log_status() {
+    if let Some(log) = persistence.keyspace.store.log_status() {
         let stats = log.stats;
         let appended = log.next_lsn.saturating_sub(1);
         let rows: [(&str, &str, &str, f64); 4] = [

@@ -14,7 +14,7 @@ use prefixkv_engine::StoreConfig;
 use prefixkv_store::{DurableStore, Observers, Options, StoreError};
 
 use crate::config::{Config, Durability};
-use crate::keyspace::{self, Keyspace};
+use prefixkv_commands::keyspace::{self, Keyspace};
 
 /// What the last checkpoint did.
 #[derive(Clone, Debug, Default)]
@@ -57,9 +57,9 @@ pub struct Persistence {
 }
 
 fn store_options(config: &Config) -> Options {
-    let mut options = Options::new(config.dir.clone(), config.durability);
+    let mut options = Options::new(config.dir.clone(), config.settings.durability);
     options.engine = StoreConfig {
-        log_memory_bytes: config.engine_memory_bytes,
+        log_memory_bytes: config.settings.engine_memory_bytes,
         index_buckets: config.engine_index_buckets as usize,
         log_page_bytes: 4 << 20,
         checkpoint_write_bytes_per_s: (config.checkpoint_rate_bytes_per_s != 0)
@@ -74,9 +74,9 @@ fn store_options(config: &Config) -> Options {
             .then_some(config.engine_compact_dead_fraction),
         // Keys loaded by recovery count as accessed at start (their words are not stored).
         access_stamp: {
-            let clock = crate::evict::AccessClock::default();
-            clock.configure(config.eviction.policy.is_lfu(), 0, 0);
-            clock.stamp(crate::keyspace::now_ms())
+            let clock = prefixkv_commands::evict::AccessClock::default();
+            clock.configure(config.settings.eviction.policy.is_lfu(), 0, 0);
+            clock.stamp(prefixkv_commands::keyspace::now_ms())
         },
         ..StoreConfig::new(config.dir.clone())
     };
@@ -129,7 +129,7 @@ impl Persistence {
     pub fn new(keyspace: Arc<Keyspace>, config: &Config, loaded: String) -> Persistence {
         Persistence {
             keyspace,
-            durability: config.durability,
+            durability: config.settings.durability,
             dir: config.dir.clone(),
             run_lock: Mutex::new(()),
             background_running: AtomicBool::new(false),
@@ -215,5 +215,27 @@ impl Persistence {
             self.checkpoint_now()?;
         }
         Ok(())
+    }
+
+    /// Starts a background checkpoint thread (BGSAVE, BGREWRITEAOF) unless one runs; whether
+    /// it started.
+    pub fn start_background(self: &Arc<Self>) -> bool {
+        if self.checkpoint_running() || self.background_running.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let worker = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("prefixkv-bgsave".into())
+            .spawn(move || {
+                if let Err(error) = worker.checkpoint_now() {
+                    tracing::error!("background {error}");
+                }
+                worker.background_running.store(false, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            self.background_running.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
     }
 }
