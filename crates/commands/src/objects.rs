@@ -23,7 +23,7 @@ use std::ops::ControlFlow;
 use prefixkv_collections::hash::Hash;
 use prefixkv_collections::list::List;
 use prefixkv_collections::tree::Tree;
-use prefixkv_collections::Records;
+use prefixkv_collections::Sequence;
 
 use crate::commands::streams::object::{mark, Consumer, Group, Stream};
 use crate::error::{CommandError, CommandResult};
@@ -143,52 +143,9 @@ fn discard_on_error(
     copied
 }
 
-/// What a copy needs of a sequence (a list, or a sorted set's order, copied in order).
-trait Sequence {
-    fn len(&self) -> u64;
-    fn range(
-        &self,
-        records: &mut impl Records,
-        rank: u64,
-        visit: impl FnMut(u64, &[u8]) -> ControlFlow<()>,
-    ) -> prefixkv_collections::Result<()>;
-    fn insert_at(
-        &mut self,
-        records: &mut impl Records,
-        rank: u64,
-        entry: &[u8],
-    ) -> prefixkv_collections::Result<()>;
-}
 
-/// Implements [`Sequence`] by the structure's own methods of the same names.
-macro_rules! sequence {
-    ($type:ty) => {
-        impl Sequence for $type {
-            fn len(&self) -> u64 {
-                <$type>::len(self)
-            }
-            fn range(
-                &self,
-                records: &mut impl Records,
-                rank: u64,
-                visit: impl FnMut(u64, &[u8]) -> ControlFlow<()>,
-            ) -> prefixkv_collections::Result<()> {
-                <$type>::range(self, records, rank, visit)
-            }
-            fn insert_at(
-                &mut self,
-                records: &mut impl Records,
-                rank: u64,
-                entry: &[u8],
-            ) -> prefixkv_collections::Result<()> {
-                <$type>::insert_at(self, records, rank, entry)
-            }
-        }
-    };
-}
-sequence!(List);
-sequence!(Tree);
-
+/// Copies a list, or a sorted set's order, element by element in order (through the
+/// collections' `Sequence` trait, which both structures implement).
 fn copy_sequence<S: Sequence>(
     txn: &mut Txn<'_>,
     source: (u8, &[u8]),
