@@ -143,7 +143,6 @@ fn discard_on_error(
     copied
 }
 
-
 /// Copies a list, or a sorted set's order, element by element in order (through the
 /// collections' `Sequence` trait, which both structures implement).
 fn copy_sequence<S: Sequence>(

@@ -6,7 +6,7 @@
 //! complete in order, so awaiting the newest covers the batch. If the oplog failed, the
 //! connection is closed without sending those replies: nothing unlogged is acknowledged.
 //!
-//! Scripts (EVAL, FCALL) run on the script thread (`crate::scripting`): the connection awaits
+//! Scripts (EVAL, FCALL) run on the script thread (`prefixkv_commands::scripting`): the connection awaits
 //! the answer, so its thread goes on serving its other connections. A command that meets another
 //! client's running script awaits the script's end (or BUSY) and then runs again.
 
@@ -18,10 +18,10 @@ use prefixkv_resp::{Limits, RequestParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::commands::{self, AsyncOp, Client, Flow};
-use crate::error::CommandError;
-use crate::keyspace;
-use crate::state::{ClientInfo, Server};
+use prefixkv_commands::commands::{self, AsyncOp, Client, Flow};
+use prefixkv_commands::error::CommandError;
+use prefixkv_commands::keyspace;
+use prefixkv_commands::state::{ClientInfo, Server};
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
 
@@ -135,7 +135,7 @@ async fn serve_loop(
             });
             // A script of another client runs: wait for it (or for BUSY), then run again.
             while matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
-                crate::scripting::wait_turn(server, client.id).await;
+                prefixkv_commands::scripting::wait_turn(server, client.id).await;
                 flow = keyspace::with_session(&server.keyspace.store, |session| {
                     commands::execute(server, client, session, &command.args, &mut output)
                 });
@@ -213,7 +213,7 @@ struct BlockedWait<'a> {
     database: u8,
     keys: &'a [bytes::Bytes],
     timeout_ms: u64,
-    kind: crate::value::Kind,
+    kind: prefixkv_commands::value::Kind,
 }
 
 /// Waits until the blocked command in `wait` completes (a push to one of its keys let it run)
@@ -256,7 +256,7 @@ async fn wait_unblocked(
         });
         client.unblocking = false;
         if matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
-            crate::scripting::wait_turn(server, client.id).await;
+            prefixkv_commands::scripting::wait_turn(server, client.id).await;
             continue;
         }
         if !matches!(flow, Flow::Async(AsyncOp::Block { .. })) {

@@ -16,10 +16,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::commands::table::COMMANDS;
-use crate::keyspace::DATABASES;
 use crate::persistence::Persistence;
-use crate::state::Server;
+use prefixkv_commands::commands::table::COMMANDS;
+use prefixkv_commands::keyspace::DATABASES;
+use prefixkv_commands::state::Server;
 
 /// Largest request head read (request line and headers).
 pub const MAX_REQUEST_BYTES: usize = 8 << 10;
@@ -88,7 +88,7 @@ fn answer(
 }
 
 /// Reads one counter of a command.
-type ReadCounter = fn(&crate::command_stats::CommandCounters) -> u64;
+type ReadCounter = fn(&prefixkv_commands::command_stats::CommandCounters) -> u64;
 
 /// One metric family's header.
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -169,7 +169,7 @@ fn render_commands(out: &mut String, server: &Server) {
 
 fn render_persistence(out: &mut String, persistence: &Persistence) {
     let last = persistence.last_checkpoint.lock().clone();
-    let now_s = crate::keyspace::now_ms() as f64 / 1000.0;
+    let now_s = prefixkv_commands::keyspace::now_ms() as f64 / 1000.0;
     let last_save_s = persistence.last_save_unix.load(Ordering::Relaxed) as f64;
     let rows: [(&str, &str, &str, f64); 7] = [
         ("prefixkv_checkpoints_total", "counter", "Checkpoints completed since start.",
@@ -216,7 +216,7 @@ fn render_server(out: &mut String, server: &Server) {
             "prefixkv_memory_used_bytes",
             "gauge",
             "Memory counted against maxmemory (INFO used_memory: live records, index, scripts).",
-            crate::evict::used_memory(server) as f64,
+            prefixkv_commands::evict::used_memory(server) as f64,
         ),
         (
             "prefixkv_maxmemory_bytes",

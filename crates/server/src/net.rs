@@ -15,8 +15,8 @@ use anyhow::{bail, Context};
 use socket2::{Domain, Socket, Type};
 use tokio::sync::mpsc;
 
-use crate::keyspace;
-use crate::state::Server;
+use prefixkv_commands::keyspace;
+use prefixkv_commands::state::Server;
 
 /// Binds `bind:port`; when the port is taken and was not given explicitly, tries the next 100.
 pub fn bind(bind: &str, port: u16, explicit: bool) -> anyhow::Result<TcpListener> {

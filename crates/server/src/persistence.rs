@@ -69,7 +69,7 @@ fn store_options(config: &Config) -> Options {
         // Deletes and rewritten records (a cache's evictions, collections' buckets and tree
         // nodes) leave dead records that only compaction frees: compaction also runs on garbage
         // (`engine-compact-dead-fraction`; 0 turns that off), so the process stays near its data
-        // (and with maxmemory near the limit, `crate::evict`).
+        // (and with maxmemory near the limit, `prefixkv_commands::evict`).
         compact_dead_fraction: (config.engine_compact_dead_fraction > 0.0)
             .then_some(config.engine_compact_dead_fraction),
         // Keys loaded by recovery count as accessed at start (their words are not stored).

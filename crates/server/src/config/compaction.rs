@@ -12,7 +12,7 @@ use anyhow::bail;
 /// budget with garbage first (docs/server.md has the throughput measurement).
 pub const COMPACT_DEAD_FRACTION: f64 = 0.5;
 /// The default with `maxmemory` set: a cache deletes as much as it writes, and its process should
-/// stay near the limit (`crate::evict`).
+/// stay near the limit (`prefixkv_commands::evict`).
 pub const COMPACT_DEAD_FRACTION_CACHE: f64 = 0.25;
 
 /// The fraction from the flag, else the file's value (a TOML float or integer), else the default
