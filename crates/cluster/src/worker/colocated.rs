@@ -49,7 +49,7 @@ impl LocalShard for LocalHandle {
                 encode_command(&mut payload, &args);
             }
         }
-        self.core.run_commands(request, &payload, commands)
+        self.core.run_commands(request, &payload, commands, None)
     }
 }
 
