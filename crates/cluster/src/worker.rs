@@ -257,13 +257,19 @@ impl Core {
                 replies.extend_from_slice(&refusal);
                 continue;
             }
+            let serial_before = lent.session.serial();
             shard.run(&mut client, &mut lent.session, &command.args, &mut replies);
+            // A command that made no engine operation (PING, MULTI, a refusal) leaves the
+            // session's version at that of its last operation, possibly in an earlier batch.
+            if lent.session.serial() == serial_before {
+                continue;
+            }
             let version = lent.session.engine_version();
             debug_assert!(
-                newest_engine_version == 0 || version == 0 || newest_engine_version == version,
+                newest_engine_version == 0 || newest_engine_version == version,
                 "a batch straddled an engine version switch"
             );
-            newest_engine_version = newest_engine_version.max(version);
+            newest_engine_version = version;
         }
         self.shards.put_client(connection, client);
         self.engine.give_back(lent);

@@ -24,11 +24,14 @@ pub enum KeysError {
 
 impl KeysError {
     fn error(self) -> CommandError {
-        CommandError::err(match self {
-            KeysError::UnknownCommand => "Invalid command specified",
-            KeysError::Arity => "Invalid number of arguments specified for command",
-            KeysError::InvalidArguments => "Invalid arguments specified for command",
-        })
+        match self {
+            KeysError::UnknownCommand => CommandError::err("Invalid command specified"),
+            // Redis 7.0 words a wrong inner arity as GETKEYS's own arity error.
+            KeysError::Arity => CommandError::arity("command|getkeys"),
+            KeysError::InvalidArguments => {
+                CommandError::err("Invalid arguments specified for command")
+            }
+        }
     }
 }
 
@@ -69,7 +72,7 @@ pub fn key_positions(args: &[Bytes]) -> Result<Vec<usize>, KeysError> {
                 .position(|a| a.eq_ignore_ascii_case(b"streams"))
                 .ok_or(KeysError::InvalidArguments)?;
             let rest = count - streams - 1;
-            if rest == 0 || rest % 2 != 0 {
+            if rest == 0 || !rest.is_multiple_of(2) {
                 return Err(KeysError::InvalidArguments);
             }
             Ok((streams + 1..streams + 1 + rest / 2).collect())
