@@ -11,7 +11,6 @@
 //! checkpoint boundaries. See `docs/cluster.md`.
 #![warn(missing_docs)]
 
-pub mod commands;
 pub mod launcher;
 pub mod migrate;
 pub mod state_object;

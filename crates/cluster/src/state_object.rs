@@ -44,8 +44,9 @@ use prefixkv_dpr::state_object::{PersistCallback, StateObject, StateObjectError}
 use prefixkv_dpr::Version;
 use prefixkv_engine::checkpoint_files::manifest::decode_manifest_bytes;
 use prefixkv_engine::checkpoint_files::{ManifestContent, ManifestKind, MANIFEST_FILE_NAME};
-use prefixkv_engine::{CheckpointReport, EngineError, Scope, Session, Store, StoreConfig};
+use prefixkv_engine::{CheckpointReport, EngineError, Scope, Store, StoreConfig};
 use prefixkv_storage::{Catalog, Disk};
+use prefixkv_store::{DurableStore, StoreSession};
 
 /// First bytes of a commit cookie written by this adapter.
 const COOKIE_MAGIC: &[u8; 4] = b"DPRv";
@@ -88,14 +89,27 @@ pub struct Engine {
 struct Inner {
     /// `None` only after a failed restore: batches then fail until a restore succeeds.
     store: Option<Arc<Store>>,
-    idle: Vec<Session>,
+    /// The command layer's store over `store` ([`DurableStore::over_engine`]): a new one after
+    /// every restore (in memory or reloaded), so that what the command layer derived from the
+    /// old contents (key counts, function libraries) is rebuilt from the restored ones.
+    durable: Option<Arc<DurableStore>>,
+    idle: Vec<StoreSession>,
     checked_out: usize,
+}
+
+impl Inner {
+    fn set_store(&mut self, store: Option<Arc<Store>>) {
+        self.durable = store
+            .as_ref()
+            .map(|s| DurableStore::over_engine(Arc::clone(s)));
+        self.store = store;
+    }
 }
 
 /// A session lent to one batch; give it back with [`Engine::give_back`].
 pub struct Lent {
-    /// The engine session.
-    pub session: Session,
+    /// The store session (an engine session under the store's write rules).
+    pub session: StoreSession,
 }
 
 impl Engine {
@@ -104,8 +118,11 @@ impl Engine {
         let mut inner = self.inner.lock();
         let session = match inner.idle.pop() {
             Some(session) => session,
-            None => match &inner.store {
-                Some(store) => store.try_start_session()?,
+            None => match &inner.durable {
+                Some(store) => store.session().map_err(|error| match error {
+                    prefixkv_store::StoreError::Engine(error) => error,
+                    other => EngineError::InvalidArgument(other.to_string()),
+                })?,
                 None => {
                     return Err(EngineError::InvalidArgument(
                         "the worker's engine is closed: its last restore failed".into(),
@@ -144,6 +161,12 @@ impl Engine {
     /// The store, unless the last restore failed.
     pub fn store(&self) -> Option<Arc<Store>> {
         self.inner.lock().store.clone()
+    }
+
+    /// The command layer's store over the engine, unless the last restore failed (a new one
+    /// after every restore: see [`Inner`]).
+    pub fn durable(&self) -> Option<Arc<DurableStore>> {
+        self.inner.lock().durable.clone()
     }
 }
 
@@ -353,6 +376,7 @@ impl EngineStateObject {
         }
         let engine = Arc::new(Engine {
             inner: Mutex::new(Inner {
+                durable: Some(DurableStore::over_engine(Arc::clone(&store))),
                 store: Some(store),
                 idle: Vec::new(),
                 checked_out: 0,
@@ -682,6 +706,8 @@ impl StateObject for EngineStateObject {
         // above every persisted one, hence above the target, and the engine's rollback stops it
         // (`EngineError::CheckpointAborted`, which the persister does not count as a failure).
         if let Some(metadata) = self.roll_back_in_memory(&inner, version)? {
+            let store = inner.store.clone();
+            inner.set_store(store);
             return Ok(metadata);
         }
         // The reload path replaces the store: the persister must be done with it.
@@ -690,7 +716,7 @@ impl StateObject for EngineStateObject {
         }
         // Drop the store (its directory lock and threads) before opening it again: the persister
         // is idle and no session is lent, so this is the last holder.
-        drop(inner.store.take());
+        inner.set_store(None);
         // Every checkpoint on disk above the target goes, newest first: the ones recorded, and
         // one a persister published for a version the restore had already discarded.
         let target = match version {
@@ -757,7 +783,7 @@ impl StateObject for EngineStateObject {
                 }
             },
         };
-        inner.store = Some(store);
+        inner.set_store(Some(store));
         Ok(metadata)
     }
 

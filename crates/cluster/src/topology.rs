@@ -16,8 +16,9 @@
 //!   <host>:<port>` naming the owner, or `-CLUSTERDOWN` if no one owns it), and the slot is not
 //!   *frozen* by a migration (else `-TRYAGAIN`, which cluster clients retry). The check is made
 //!   after the arity check, as Redis does: a malformed command gets its arity error instead.
-//! - Key positions come from one table ([`SPECS`]) that also answers `COMMAND`, so what clients
-//!   route by is exactly what the worker checks.
+//! - Key positions are the command layer's ([`keys_of`]: the table's plus the movable keys),
+//!   which also answers `COMMAND` and `COMMAND GETKEYS`, so what clients route by is exactly
+//!   what the worker checks.
 //! - Replies are RESP2 (plain RESP connections on a worker speak RESP2 only).
 
 use bytes::Bytes;
@@ -26,105 +27,11 @@ use prefixkv_dpr::{WorkerId, WorldLine};
 use prefixkv_dprnet::slots::{key_slot, SLOT_COUNT};
 use prefixkv_resp::{Encoder, Protocol};
 
-/// How a command names its keys (Redis's `COMMAND` fields).
-#[derive(Clone, Copy, Debug)]
-pub struct CommandSpec {
-    /// Lower-case name.
-    pub name: &'static str,
-    /// Arity: `n > 0` exactly `n` arguments (name included), `n < 0` at least `-n`.
-    pub arity: i64,
-    /// Redis's command flags.
-    pub flags: &'static [&'static str],
-    /// First key position (0: no keys).
-    pub first_key: i64,
-    /// Last key position (-1: the last argument).
-    pub last_key: i64,
-    /// Step between keys.
-    pub step: i64,
-}
-
-const fn spec(
-    name: &'static str,
-    arity: i64,
-    flags: &'static [&'static str],
-    keys: (i64, i64, i64),
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        arity,
-        flags,
-        first_key: keys.0,
-        last_key: keys.1,
-        step: keys.2,
-    }
-}
-
-const READ: &[&str] = &["readonly", "fast"];
-const WRITE: &[&str] = &["write", "denyoom"];
-const KEYLESS: &[&str] = &["loading", "stale", "fast"];
-
-/// The commands a worker answers (`commands.rs`'s set plus what the connection layer answers).
-pub const SPECS: &[CommandSpec] = &[
-    spec("ping", -1, KEYLESS, (0, 0, 0)),
-    spec("echo", 2, KEYLESS, (0, 0, 0)),
-    spec("get", 2, READ, (1, 1, 1)),
-    spec("set", 3, WRITE, (1, 1, 1)),
-    spec("mset", -3, WRITE, (1, -1, 2)),
-    spec("mget", -2, READ, (1, -1, 1)),
-    spec("del", -2, &["write"], (1, -1, 1)),
-    spec("exists", -2, READ, (1, -1, 1)),
-    spec("strlen", 2, READ, (1, 1, 1)),
-    spec("append", 3, WRITE, (1, 1, 1)),
-    spec("incr", 2, WRITE, (1, 1, 1)),
-    spec("decr", 2, WRITE, (1, 1, 1)),
-    spec("incrby", 3, WRITE, (1, 1, 1)),
-    spec("decrby", 3, WRITE, (1, 1, 1)),
-    spec("cluster", -2, KEYLESS, (0, 0, 0)),
-    spec("command", -1, KEYLESS, (0, 0, 0)),
-    spec("readonly", 1, KEYLESS, (0, 0, 0)),
-    spec("readwrite", 1, KEYLESS, (0, 0, 0)),
-    spec("asking", 1, KEYLESS, (0, 0, 0)),
-    spec("client", -2, KEYLESS, (0, 0, 0)),
-    spec("quit", -1, KEYLESS, (0, 0, 0)),
-    spec("prefixkv.commitpoint", 1, KEYLESS, (0, 0, 0)),
-];
-
-/// The spec of `name` (any case).
-pub fn spec_of(name: &[u8]) -> Option<&'static CommandSpec> {
-    SPECS
-        .iter()
-        .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
-}
-
-/// The keys of a command, or None if it names none or its arity is wrong (then it is not
-/// checked: it gets its own error where it runs).
+/// The keys of a command, or None if it names none or they cannot be found (a wrong arity, a
+/// bad `numkeys`: then it is not checked, and it gets its own error where it runs). The command
+/// layer's key positions (`COMMAND GETKEYS`), so what clients are told is what is checked.
 pub fn keys_of(args: &[Bytes]) -> Option<Vec<&[u8]>> {
-    Some(key_positions(args)?.map(|i| &args[i][..]).collect())
-}
-
-/// The argument positions of a command's keys ([`keys_of`] without allocating).
-fn key_positions(args: &[Bytes]) -> Option<std::iter::StepBy<std::ops::RangeInclusive<usize>>> {
-    let spec = spec_of(args.first()?)?;
-    let count = args.len() as i64;
-    let arity_ok = if spec.arity >= 0 {
-        count == spec.arity
-    } else {
-        count >= -spec.arity
-    };
-    if !arity_ok || spec.first_key == 0 {
-        return None;
-    }
-    // MSET's pairs: an odd argument count, or commands.rs answers the arity error.
-    if spec.step == 2 && count % 2 == 0 {
-        return None;
-    }
-    let last = if spec.last_key < 0 {
-        count + spec.last_key
-    } else {
-        spec.last_key
-    };
-    // In range: the arity check above guarantees `first_key <= last < count`.
-    Some((spec.first_key as usize..=last as usize).step_by(spec.step.max(1) as usize))
+    crate::worker::shard::keys_of(args)
 }
 
 /// The 40-hex-digit node id Redis Cluster clients see for a worker.
@@ -233,9 +140,9 @@ impl Topology {
     /// Why `args` may not run here (`-CROSSSLOT`, `-MOVED`, `-CLUSTERDOWN`), as a RESP error
     /// reply; None if it may.
     pub fn redirect(&self, args: &[Bytes]) -> Option<Vec<u8>> {
-        let mut positions = key_positions(args)?;
-        let slot = key_slot(&args[positions.next()?]);
-        if positions.any(|i| key_slot(&args[i]) != slot) {
+        let keys = keys_of(args)?;
+        let slot = key_slot(keys.first()?);
+        if keys.iter().any(|key| key_slot(key) != slot) {
             return Some(b"-CROSSSLOT Keys in request don't hash to the same slot\r\n".to_vec());
         }
         match self.owner(slot) {
@@ -268,7 +175,7 @@ impl Topology {
         world_line: impl FnOnce() -> WorldLine,
     ) -> Option<Vec<u8>> {
         // Most commands are none of these: decide without allocating.
-        const ANSWERED: [&[u8]; 5] = [b"READONLY", b"READWRITE", b"ASKING", b"CLUSTER", b"COMMAND"];
+        const ANSWERED: [&[u8]; 4] = [b"READONLY", b"READWRITE", b"ASKING", b"CLUSTER"];
         if !ANSWERED
             .iter()
             .any(|n| args.first().is_some_and(|a| a.eq_ignore_ascii_case(n)))
@@ -292,7 +199,6 @@ impl Topology {
                 };
                 self.cluster(&encoder, &mut out, args, epoch)
             }
-            b"COMMAND" => command(&encoder, &mut out, args),
             _ => return None,
         }
         Some(out.to_vec())
@@ -430,61 +336,6 @@ fn split_address(address: &str) -> (&str, i64) {
     }
 }
 
-/// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name…`, `COMMAND DOCS …` (empty),
-/// `COMMAND GETKEYS cmd args…`.
-fn command(encoder: &Encoder, out: &mut bytes::BytesMut, args: &[Bytes]) {
-    let entry = |out: &mut bytes::BytesMut, spec: &CommandSpec| {
-        // Redis 7's ten fields; the last four (ACL categories, tips, key specs, subcommands)
-        // empty: clients route by the first six.
-        encoder.array_header(out, 10);
-        encoder.bulk_string(out, spec.name.as_bytes());
-        encoder.integer(out, spec.arity);
-        encoder.array_header(out, spec.flags.len());
-        for flag in spec.flags {
-            encoder.simple_string(out, flag.as_bytes());
-        }
-        encoder.integer(out, spec.first_key);
-        encoder.integer(out, spec.last_key);
-        encoder.integer(out, spec.step);
-        for _ in 0..4 {
-            encoder.array_header(out, 0);
-        }
-    };
-    let sub = args.get(1).map(|s| s.to_ascii_uppercase());
-    match sub.as_deref() {
-        None => {
-            encoder.array_header(out, SPECS.len());
-            for spec in SPECS {
-                entry(out, spec);
-            }
-        }
-        Some(b"COUNT") => encoder.integer(out, SPECS.len() as i64),
-        Some(b"DOCS") => encoder.array_header(out, 0),
-        Some(b"INFO") => {
-            encoder.array_header(out, args.len() - 2);
-            for name in &args[2..] {
-                match spec_of(name) {
-                    Some(spec) => entry(out, spec),
-                    None => encoder.null_array(out),
-                }
-            }
-        }
-        Some(b"GETKEYS") if args.len() >= 3 => match keys_of(&args[2..]) {
-            Some(keys) => {
-                encoder.array_header(out, keys.len());
-                for key in keys {
-                    encoder.bulk_string(out, key);
-                }
-            }
-            None => encoder.error(out, b"ERR Invalid arguments specified for command"),
-        },
-        Some(_) => encoder.error(
-            out,
-            b"ERR unknown subcommand or wrong number of arguments for 'COMMAND' (COUNT, DOCS, INFO, GETKEYS)",
-        ),
-    }
-}
-
 /// Three workers owning an even split, at 127.0.0.1:7000–7002, as worker `me` sees it (tests).
 #[cfg(test)]
 pub(crate) fn three_workers(me: WorkerId) -> Topology {
@@ -532,7 +383,11 @@ mod tests {
             None,
             "arity errors are not checked"
         );
-        assert_eq!(keys_of(&args(&["MSET", "a", "1", "b"])), None);
+        assert_eq!(
+            keys_of(&args(&["EVAL", "return 1", "2", "x", "y", "z"])),
+            Some(vec![&b"x"[..], &b"y"[..]])
+        );
+        assert_eq!(keys_of(&args(&["EVAL", "return 1", "3", "x"])), None);
         assert_eq!(keys_of(&args(&["PING"])), None);
         assert_eq!(keys_of(&args(&["FLUSHALL"])), None);
     }
@@ -542,7 +397,10 @@ mod tests {
         // Every command of the table (and an unknown one) with 1 to 9 arguments: key positions
         // stay in range, and redirect/answer never panic.
         let topology = three_workers(0);
-        let names = SPECS.iter().map(|s| s.name).chain(["nope", "CLUSTER"]);
+        let names = prefixkv_commands::commands::table::COMMANDS
+            .iter()
+            .map(|s| s.name)
+            .chain(["nope", "CLUSTER"]);
         for name in names {
             for count in 0..9 {
                 let mut words = vec![name];
@@ -551,9 +409,6 @@ mod tests {
                 let _ = keys_of(&args);
                 let _ = topology.redirect(&args);
                 let _ = topology.answer(&args, || 0);
-                let mut getkeys = vec!["COMMAND", "GETKEYS"];
-                getkeys.extend(&words);
-                let _ = topology.answer(&self::args(&getkeys), || 0);
             }
         }
         assert_eq!(topology.redirect(&[]), None);
@@ -640,23 +495,5 @@ mod tests {
         assert!(text(topology.answer(&args(&["CLUSTER", "RESET"]), || 0)).starts_with("-ERR"));
         assert_eq!(text(topology.answer(&args(&["READONLY"]), || 0)), "+OK\r\n");
         assert_eq!(topology.answer(&args(&["GET", "k"]), || 0), None);
-        let all = text(topology.answer(&args(&["COMMAND"]), || 0));
-        assert!(all.starts_with(&format!("*{}\r\n*10\r\n$4\r\nping\r\n:-1\r\n", SPECS.len())));
-        assert!(
-            all.contains("$4\r\nmset\r\n:-3\r\n*2\r\n+write\r\n+denyoom\r\n:1\r\n:-1\r\n:2\r\n")
-        );
-        assert_eq!(
-            text(topology.answer(
-                &args(&["COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"]),
-                || 0
-            )),
-            "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
-        );
-        assert_eq!(
-            text(topology.answer(&args(&["COMMAND", "INFO", "get", "nope"]), || 0))
-                .lines()
-                .last(),
-            Some("*-1")
-        );
     }
 }

@@ -1,7 +1,7 @@
 //! A cluster worker: one engine behind libDPR's worker, serving DPR batches of RESP commands.
 //!
 //! **Two protocols on one port**, told apart by the first byte exactly as on a D-Redis proxy
-//! (the connection loops are `prefixkv_dredis::serve`, shared): framed DPR batches from the
+//! (the connection loops are `prefixkv_dprnet::serve`, shared): framed DPR batches from the
 //! client library, and plain RESP from any Redis client, each connection a DPR session the
 //! worker keeps (`PREFIXKV.COMMITPOINT`, `-ROLLBACK …`; see `worker/host.rs`). Keys are checked
 //! against the hash slots this worker owns ([`crate::topology`]): a foreign key gets `-MOVED`,
@@ -9,7 +9,7 @@
 //! process can skip the network for its keys (`worker/colocated.rs`, [`Worker::local_client`]):
 //! their batches enter the same path below, minus the frame decoding.
 //!
-//! Per request frame (the framed protocol of `prefixkv_dredis::wire`, shared with D-Redis so the
+//! Per request frame (the framed protocol of `prefixkv_dprnet::wire`, shared with D-Redis so the
 //! same client library drives both):
 //! 1. The payload is parsed into RESP commands; their number must match the frame's.
 //! 2. **Admission** under the DPR worker's mutex, with no engine session held: world-line check,
@@ -44,6 +44,7 @@
 mod colocated;
 mod config;
 mod host;
+pub mod shard;
 mod slots;
 
 pub use colocated::LocalHandle;
@@ -66,7 +67,6 @@ use prefixkv_dprnet::serve::accept_connections;
 use prefixkv_dprnet::wire::{FrameLimits, ResponseFrame};
 use prefixkv_resp::Command;
 
-use crate::commands;
 use crate::state_object::{Engine, EngineStateObject, Lent};
 use crate::topology::Topology;
 
@@ -105,6 +105,8 @@ struct Core {
     published: Mutex<Arc<ClusterState>>,
     /// See [`WorkerConfig::recovery_wait_ms`].
     recovery_wait: Duration,
+    /// The command layer over the engine, and the plain RESP connections' state.
+    shards: shard::Shards,
 }
 
 /// What admission decided. A batch to run carries the session it runs on, lent under the DPR
@@ -151,17 +153,20 @@ impl Core {
 
     /// Runs one DPR batch of parsed `commands` (`payload`: their RESP encoding, for the
     /// operation log), from a frame or a plain RESP connection.
+    /// `connection`: the plain RESP connection's session id, whose state (an open MULTI, its
+    /// WATCHes) the command layer keeps between its batches; `None` for a framed batch.
     fn run_commands(
         &self,
         request: &DprHeader,
         payload: &[u8],
         commands: &[Command],
+        connection: Option<u64>,
     ) -> ResponseFrame {
         if matches!(
             self.recoverability,
             Recoverability::None | Recoverability::Eventual
         ) {
-            return self.run_unadmitted(request, commands);
+            return self.run_unadmitted(request, commands, connection);
         }
         let shared = self.latch.read();
         let worker = self.worker.lock();
@@ -170,9 +175,14 @@ impl Core {
         {
             // A restore replaces the engine, and a seal switches its version: no batch may hold
             // a session meanwhile.
+            let restores = request.world_line > worker.world_line();
             drop(worker);
             drop(shared);
             let exclusive = self.latch.write();
+            if restores {
+                // No `Server` may hold the store the restore replaces (`worker/shard.rs`).
+                self.shards.forget();
+            }
             let admission = self.admit(&mut self.worker.lock(), request);
             (admission, RwLockWriteGuard::downgrade(exclusive))
         } else {
@@ -185,7 +195,7 @@ impl Core {
             Admission::Reply(reply) => return reply,
             Admission::Run(header, lent) => (header, *lent),
         };
-        let (replies, newest_engine_version) = match self.execute(lent, commands) {
+        let (replies, newest_engine_version) = match self.execute(lent, commands, connection) {
             Ok(done) => done,
             Err(reply) => return reply,
         };
@@ -217,16 +227,24 @@ impl Core {
         }
     }
 
-    /// Runs `commands` on a lent session: the replies and the newest engine version they ran in.
+    /// Runs `commands` on a lent session through the command layer (`worker/shard.rs`): the
+    /// replies and the newest engine version they ran in.
     fn execute(
         &self,
         mut lent: Lent,
         commands: &[Command],
+        connection: Option<u64>,
     ) -> Result<(BytesMut, u64), ResponseFrame> {
+        let shard = match self.shards.get(lent.session.store()) {
+            Ok(shard) => shard,
+            Err(error) => {
+                self.engine.give_back(lent);
+                return Err(ResponseFrame::Error(format!("worker {}: {error}", self.id)));
+            }
+        };
+        let mut client = self.shards.take_client(connection, &shard);
         let mut replies = BytesMut::with_capacity(64 * commands.len());
-        let mut scratch = Vec::new();
         let mut newest_engine_version = 0;
-        let mut failure = None;
         // Read once per batch, under the latch: a freeze (at a version switch, exclusive) is
         // either wholly before this batch or wholly after it.
         let view = self.slots.view();
@@ -239,30 +257,32 @@ impl Core {
                 replies.extend_from_slice(&refusal);
                 continue;
             }
-            if let Err(error) =
-                commands::execute(&mut lent.session, &command.args, &mut replies, &mut scratch)
-            {
-                failure = Some(error);
-                break;
+            let serial_before = lent.session.serial();
+            shard.run(&mut client, &mut lent.session, &command.args, &mut replies);
+            // A command that made no engine operation (PING, MULTI, a refusal) leaves the
+            // session's version at that of its last operation, possibly in an earlier batch.
+            if lent.session.serial() == serial_before {
+                continue;
             }
+            let version = lent.session.engine_version();
             debug_assert!(
-                newest_engine_version == 0 || newest_engine_version == lent.session.version(),
+                newest_engine_version == 0 || newest_engine_version == version,
                 "a batch straddled an engine version switch"
             );
-            newest_engine_version = lent.session.version();
+            newest_engine_version = version;
         }
+        self.shards.put_client(connection, client);
         self.engine.give_back(lent);
-        match failure {
-            None => Ok((replies, newest_engine_version)),
-            Some(error) => Err(ResponseFrame::Error(format!(
-                "worker {}: the engine failed during the batch (its effect is unknown): {error}",
-                self.id
-            ))),
-        }
+        Ok((replies, newest_engine_version))
     }
 
     /// A batch of the `None` and `Eventual` levels: no admission, no dependency tracking.
-    fn run_unadmitted(&self, request: &DprHeader, commands: &[Command]) -> ResponseFrame {
+    fn run_unadmitted(
+        &self,
+        request: &DprHeader,
+        commands: &[Command],
+        connection: Option<u64>,
+    ) -> ResponseFrame {
         // Shared even without admission: a restore (exclusive) must find no session lent, and a
         // commit's version switch happens between batches here too, so that the uncoordinated
         // baseline differs from DPR only by DPR's own work (admission, dependencies, cuts).
@@ -271,7 +291,7 @@ impl Core {
             Ok(lent) => lent,
             Err(error) => return ResponseFrame::Error(format!("worker {}: {error}", self.id)),
         };
-        let (replies, newest_engine_version) = match self.execute(lent, commands) {
+        let (replies, newest_engine_version) = match self.execute(lent, commands, connection) {
             Ok(done) => done,
             Err(reply) => return reply,
         };
@@ -294,6 +314,8 @@ impl Core {
             return;
         }
         let _exclusive = self.latch.write();
+        // No `Server` may hold the store the restore replaces (`worker/shard.rs`).
+        self.shards.forget();
         let mut worker = self.worker.lock();
         let started = Instant::now();
         match worker.restore_to(state) {
@@ -537,6 +559,12 @@ impl Worker {
             resp_connections: AtomicU64::new(0),
             published: Mutex::new(Arc::new(ClusterState::default())),
             recovery_wait: Duration::from_millis(config.recovery_wait_ms),
+            shards: shard::Shards::new(&config.engine.store.dir, local_address.port()).map_err(
+                |reason| StartError::Incarnation {
+                    path: config.engine.store.dir.clone(),
+                    source: std::io::Error::other(reason),
+                },
+            )?,
         });
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Arc<Mutex<Vec<TcpStream>>> = Arc::default();

@@ -104,6 +104,9 @@ pub trait DprHost: Send + Sync + 'static {
     /// A command the host answers itself instead of running it in a batch (a refusal, a
     /// redirection, a topology query): its raw RESP reply. Such commands get no sequence number.
     fn local_reply(&self, command: &Command) -> Option<Vec<u8>>;
+    /// The plain RESP connection whose DPR session is `session` (the `sender` of its batches)
+    /// closed: a host that keeps per-connection state drops it. Nothing by default.
+    fn connection_closed(&self, _session: u64) {}
 }
 
 /// Accepts connections on `listener` until `stop` is set (whoever sets it then connects once, to

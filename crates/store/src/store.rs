@@ -71,6 +71,8 @@ use prefixkv_storage::{real_disk, DirLock, Disk};
 use crate::record::{decode_record, part_of};
 use crate::{Durability, StoreError, StoreSession};
 
+mod over_engine;
+
 /// Stripe locks ordering writes per key (a power of two).
 pub(crate) const STRIPES: usize = 1024;
 /// The commit cookie's tag: "oplog covered through LSN", then the LSN (u64 little-endian).
@@ -267,7 +269,9 @@ pub struct DurableStore {
     kept_covered: Mutex<VecDeque<u64>>,
     checkpoint_lock: Mutex<()>,
     pub(crate) writes: AtomicU64,
-    _lock: DirLock,
+    /// The directory lock; `None` for a store over an engine someone else opened
+    /// ([`DurableStore::over_engine`]).
+    _lock: Option<DirLock>,
 }
 
 fn log_being_replaced() -> StoreError {
@@ -432,7 +436,7 @@ impl DurableStore {
             kept_covered: Mutex::new(covered.into_iter().collect()),
             checkpoint_lock: Mutex::new(()),
             writes: AtomicU64::new(0),
-            _lock: lock,
+            _lock: Some(lock),
         });
         let store = if !options.durability.uses_oplog() && store.oplog.is_some() {
             let (store, folded) = Self::fold_log(store, &*disk, &oplog_dir)?;

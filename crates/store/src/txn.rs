@@ -588,3 +588,11 @@ impl Drop for Txn<'_> {
         }
     }
 }
+
+impl StoreSession {
+    /// The engine version this session's last operation ran in (a cluster worker checks that a
+    /// DPR batch ran wholly in one version; see `prefixkv_engine::Session::version`).
+    pub fn engine_version(&self) -> u64 {
+        self.session.version()
+    }
+}

@@ -2,13 +2,13 @@
 //! this worker owns on its engine directly, and send only the others over the network (the DPR
 //! paper's co-located D-FASTER clients, Fig. 15).
 //!
-//! [`Worker::local_client`] makes a `prefixkv_dredis::DprRedisClient` whose shard for this
+//! [`Worker::local_client`] makes a `prefixkv_dprnet::DprRedisClient` whose shard for this
 //! worker is a [`LocalHandle`] instead of a socket. A local batch goes through the very path a
 //! framed network batch takes once decoded (`Core::run_commands`: latch held shared, admission
 //! under the DPR worker's mutex with its world-line check and `Vs` fast-forward, execution on a
 //! lent engine session, the per-command slot check), so its response header (version, world-line,
 //! rollback) is what a network client would have received, and the client completes it in issue
-//! order with the same code (`prefixkv_dredis::client::LocalShard`). Hence DPR dependencies
+//! order with the same code (`prefixkv_dprnet::client::LocalShard`). Hence DPR dependencies
 //! between local and remote batches, commit points and rollback reports are identical; what
 //! differs is only that a local batch costs no socket round trip and no request encoding or
 //! parsing (replies are still RESP bytes: the command layer writes them so).
@@ -49,7 +49,7 @@ impl LocalShard for LocalHandle {
                 encode_command(&mut payload, &args);
             }
         }
-        self.core.run_commands(request, &payload, commands)
+        self.core.run_commands(request, &payload, commands, None)
     }
 }
 

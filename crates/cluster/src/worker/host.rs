@@ -1,4 +1,4 @@
-//! The worker as a host of `prefixkv_dredis::serve`'s connection loops: framed batches and plain
+//! The worker as a host of `prefixkv_dprnet::serve`'s connection loops: framed batches and plain
 //! RESP connections (each a DPR session the worker keeps).
 //!
 //! What differs from a D-Redis proxy: commands run on the engine (`commands.rs`; anything else
@@ -38,7 +38,7 @@ impl Core {
 impl ConnectionHandler for Core {
     fn handle(&self, frame: RequestFrame) -> ResponseFrame {
         match frame_commands(&frame) {
-            Ok(commands) => self.run_commands(&frame.header, &frame.payload, &commands),
+            Ok(commands) => self.run_commands(&frame.header, &frame.payload, &commands, None),
             Err(error) => ResponseFrame::Error(error),
         }
     }
@@ -95,13 +95,17 @@ impl DprHost for Core {
     }
 
     fn run_batch(&self, request: &DprHeader, payload: &[u8], commands: &[Command]) -> BatchResult {
-        match self.run_commands(request, payload, commands) {
+        match self.run_commands(request, payload, commands, Some(request.sender)) {
             ResponseFrame::Header { header, .. } if header.kind == HeaderKind::Rollback => {
                 BatchResult::Refused { header }
             }
             ResponseFrame::Header { header, replies } => BatchResult::Ran { header, replies },
             ResponseFrame::Error(text) => BatchResult::NotRun(text),
         }
+    }
+
+    fn connection_closed(&self, session: u64) {
+        self.shards.closed(session);
     }
 
     fn local_reply(&self, command: &Command) -> Option<Vec<u8>> {

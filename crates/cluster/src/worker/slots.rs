@@ -70,6 +70,11 @@ struct SlotState {
     next_ticket: u64,
 }
 
+/// Whether engine key `key` is a user key (`worker/shard.rs`) of a slot in `range`.
+fn in_range(range: SlotRange, key: &[u8]) -> bool {
+    super::shard::user_key(key).is_some_and(|user| (range.0..=range.1).contains(&key_slot(user)))
+}
+
 fn overlaps(a: SlotRange, b: SlotRange) -> bool {
     a.0 <= b.1 && b.0 <= a.1
 }
@@ -326,7 +331,7 @@ impl Core {
         let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let next = self
             .sweep_step(cursor, |key, value| {
-                if (range.0..=range.1).contains(&key_slot(key)) {
+                if in_range(range, key) {
                     pairs.push((key.to_vec(), value.to_vec()));
                 }
             })
@@ -366,10 +371,7 @@ impl Core {
                 "ERR these slots are not being imported (PREFIXKV.SLOTS IMPORTING first)",
             ));
         }
-        if let Some(stray) = pairs
-            .chunks(2)
-            .find(|pair| !(range.0..=range.1).contains(&key_slot(&pair[0])))
-        {
+        if let Some(stray) = pairs.chunks(2).find(|pair| !in_range(range, &pair[0])) {
             return Err(error(format!(
                 "ERR key {:?} is not in slots {}..={}",
                 String::from_utf8_lossy(&stray[0]),
@@ -381,12 +383,18 @@ impl Core {
         let mut lent = self.engine.lend().map_err(|e| error(format!("ERR {e}")))?;
         let mut result = Ok(());
         for pair in pairs.chunks(2) {
-            result = lent.session.upsert(&pair[0], &pair[1]);
+            let mut txn = lent.session.begin(&[&pair[0][..]]);
+            result = txn
+                .put(&pair[0], &pair[1])
+                .and_then(|_| txn.commit())
+                .map(|_| ());
             if result.is_err() {
                 break;
             }
         }
         self.engine.give_back(lent);
+        // Written below the command layer: its key counts are rebuilt (`worker/shard.rs`).
+        self.shards.forget();
         result
             .map(|()| integer((pairs.len() / 2) as i64))
             .map_err(|e| {
@@ -418,7 +426,7 @@ impl Core {
         loop {
             let mut keys = Vec::new();
             cursor = self.sweep_step(cursor, |key, _| {
-                if (range.0..=range.1).contains(&key_slot(key)) {
+                if in_range(range, key) {
                     keys.push(key.to_vec());
                 }
             })?;
@@ -426,7 +434,11 @@ impl Core {
             let mut lent = self.engine.lend().map_err(|e| format!("ERR {e}"))?;
             let mut result = Ok(());
             for key in &keys {
-                match lent.session.delete(key) {
+                let mut txn = lent.session.begin(&[&key[..]]);
+                match txn
+                    .delete(key)
+                    .and_then(|existed| txn.commit().map(|_| existed))
+                {
                     Ok(existed) => deleted += i64::from(existed),
                     Err(e) => {
                         result = Err(format!("ERR deleting the slots' keys failed: {e}"));
@@ -435,6 +447,7 @@ impl Core {
                 }
             }
             self.engine.give_back(lent);
+            self.shards.forget();
             result?;
             if cursor == 0 {
                 return Ok(deleted);

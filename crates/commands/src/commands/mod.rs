@@ -9,6 +9,7 @@
 
 mod bits;
 mod connection;
+pub mod getkeys;
 mod hashes;
 mod keys;
 mod lcs;

@@ -514,6 +514,7 @@ pub(super) fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
                 }
             }
         }
+        Some("getkeys") => super::getkeys::command_getkeys(ctx, args)?,
         Some("docs") => {
             let specs: Vec<&table::Spec> = if args.len() == 2 {
                 table::COMMANDS.iter().collect()

@@ -116,9 +116,19 @@ struct RespConnection<'a, H: DprHost> {
     trimmed_against: Arc<ClusterState>,
 }
 
+/// Tells the host that a connection's session ended, however its loop returns.
+struct Closed<'a, H: DprHost>(&'a H, u64);
+
+impl<H: DprHost> Drop for Closed<'_, H> {
+    fn drop(&mut self) {
+        self.0.connection_closed(self.1);
+    }
+}
+
 /// Serves a plain RESP connection whose first byte (already read) was `first_byte`.
 pub fn serve<H: DprHost>(host: &H, mut stream: TcpStream, first_byte: u8) {
     let number = host.next_connection();
+    let _closed = Closed(host, connection_session_id(host.worker_id(), number));
     // Join the newest world-line known here: during a recovery the published one is ahead of the
     // worker's, and a session that starts on it makes the worker restore before its first batch
     // (instead of running it on the abandoned world-line and reporting it lost right after).
