@@ -6,6 +6,13 @@
 //! through the workers, against an oracle built only from what the client was acknowledged and
 //! told (never from the workers' own versions or counts).
 //!
+//! Every data type is in the workload: besides its unique string keys, each session appends to
+//! a list, a set, a hash, a sorted set and a stream on keys of its own (one hash tag, owned by
+//! worker `session % 3`, so the killed worker always holds one session's collections and the
+//! survivors the others'). After the recovery each is read back (`LRANGE`, `SMEMBERS`,
+//! `HGETALL`, `ZRANGE … WITHSCORES`, `XRANGE`) and must be exactly the elements of its operations
+//! `1..=k` for a `k` the session's oracle accepts (`crates/dprnet/tests/common/collections.rs`).
+//!
 //! The session threads and the oracle are the shared DPR session oracle
 //! (`crates/dprnet/tests/common`, D-Redis's tests use it too): the same client library drives
 //! both kinds of cluster.
@@ -31,6 +38,10 @@ use prefixkv_dprnet::client::ClientError;
 use prefixkv_dprnet::{DprRedisClient, MetadataLocation};
 use prefixkv_resp::Reply;
 use rand::RngExt;
+use sessions::collections::{
+    assert_collection_check_catches_tampering, check_collection, read_collections,
+    verify_collections,
+};
 use sessions::*;
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -184,7 +195,7 @@ fn kill_a_worker_mid_run(
     };
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).expect("client"));
     let stop = Arc::new(AtomicBool::new(false));
-    let sessions = spawn_sessions(0..session_count, |_| Arc::clone(&client), &stop, 0);
+    let sessions = spawn_sessions_with(0..session_count, |_| Arc::clone(&client), &stop, 0, true);
     let victim = rand::rng().random_range(0..3usize);
     let probe = spawn_probe(Arc::clone(&client), victim, Arc::clone(&stop));
     let threshold = rand::rng().random_range(200..most_committed);
@@ -230,13 +241,21 @@ fn kill_a_worker_mid_run(
     for record in &records {
         let found = read_back(&client, record);
         let (present, absent, either) = verify_found(&found, record);
+        let collections = read_collections(&client, record);
+        let elements = verify_collections(&collections, record);
         eprintln!(
-            "session {}: {} rollbacks, {present} operations present, {absent} absent, {either} uncertain",
-            record.id, record.rollbacks
+            "session {}: {} rollbacks, {present} string operations present, {absent} absent, \
+             {either} uncertain; {elements} elements in {} collections",
+            record.id,
+            record.rollbacks,
+            collections.len()
         );
         assert!(present > 0, "session {} kept nothing", record.id);
-        // The oracle can fail: claiming one surviving operation lost must be caught.
+        assert!(elements > 0, "session {} kept no element", record.id);
+        // The oracle can fail: claiming one surviving operation lost must be caught, and so
+        // must a collection with a hole or an element never sent.
         assert_oracle_catches_tampering(&found, record, |_| true);
+        assert_collection_check_catches_tampering(&collections, record);
     }
     (directory, cluster)
 }
@@ -298,4 +317,44 @@ fn every_recoverability_level_serves_reads_and_writes() {
         }
         cluster.shutdown();
     }
+}
+
+/// The collection check on made-up read-backs (no cluster): operations 1..=3 must be present,
+/// 4 and 5 may be, 6 and 7 were lost; then with an operation a worker refused without running.
+#[test]
+fn the_collection_check_rejects_a_hole_an_extra_element_and_a_lost_one() {
+    use sessions::Expected::{Absent, Either, Present, Refused};
+    let operations = [
+        (1, Present),
+        (2, Present),
+        (3, Present),
+        (4, Either),
+        (5, Either),
+        (6, Absent),
+        (7, Absent),
+    ];
+    for read in [&[1, 2, 3][..], &[1, 2, 3, 4], &[1, 2, 3, 4, 5]] {
+        assert_eq!(check_collection(read, &operations), Ok(read.len() as u64));
+    }
+    let rejected: [&[u64]; 7] = [
+        &[1, 3, 4],          // a hole in the middle
+        &[1, 2, 3, 5],       // a hole among the uncertain
+        &[1, 2, 3, 4, 9],    // an element never sent
+        &[1, 2, 3, 4, 5, 6], // a lost operation
+        &[1, 2],             // a surviving operation missing
+        &[1, 2, 2, 3],       // a duplicate
+        &[2, 1, 3],          // out of order
+    ];
+    for read in rejected {
+        assert!(
+            check_collection(read, &operations).is_err(),
+            "{read:?} was accepted"
+        );
+    }
+    // A refused operation is skipped, never present.
+    let with_refused = [(1, Present), (2, Refused), (3, Present), (4, Either)];
+    assert_eq!(check_collection(&[1, 3], &with_refused), Ok(3));
+    assert_eq!(check_collection(&[1, 3, 4], &with_refused), Ok(4));
+    assert!(check_collection(&[1, 2, 3], &with_refused).is_err());
+    assert!(check_collection(&[1], &with_refused).is_err());
 }

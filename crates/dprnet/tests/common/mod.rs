@@ -4,8 +4,15 @@
 //! every operation's fate, built only from what each session was acknowledged and told, and the
 //! final check of what the cluster holds (read through a client, or from each Redis directly)
 //! against that oracle. Every wait is bounded by [`WAIT`].
+//!
+//! A session may also write a list, a set, a hash, a sorted set and a stream of its own
+//! ([`Progress::collections`], [`spawn_sessions_with`]); `collections.rs` holds that workload
+//! and its check. Tags of collection operations are in [`SessionRecord::elements`]; the string
+//! checks ([`read_back`], [`verify_found`]) skip them.
 
 #![allow(dead_code)]
+
+pub mod collections;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -18,6 +25,8 @@ use prefixkv_dprnet::client::{ClientError, Fate};
 use prefixkv_dprnet::connection::RedisConnection;
 use prefixkv_dprnet::DprRedisClient;
 use prefixkv_resp::Reply;
+
+use collections::{CollectionWriter, Element, OPERATIONS_PER_BATCH};
 
 /// Bound on every wait in these tests.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -51,8 +60,12 @@ pub enum Expected {
 pub struct SessionRecord {
     /// Session id.
     pub id: u64,
-    /// Per tag (key `s<id>:<tag>`, value `v<tag>`).
+    /// Per tag (key `s<id>:<tag>`, value `v<tag>`, unless the tag is in `elements`).
     pub expected: BTreeMap<u64, Expected>,
+    /// Tags of collection writes: what each wrote (empty unless [`Progress::collections`]).
+    pub elements: BTreeMap<u64, Element>,
+    /// The hash tag of the session's collection keys, if it wrote collections.
+    pub collection_tag: Option<String>,
     /// Rollbacks seen.
     pub rollbacks: u64,
 }
@@ -71,6 +84,9 @@ pub struct Progress {
     /// Set by the test: microseconds to sleep after each batch of 32 writes (0: none), which
     /// bounds how many keys a long test writes.
     pub pause_us: AtomicU64,
+    /// Set by the test before the session starts: after each batch of string writes, also
+    /// write [`OPERATIONS_PER_BATCH`] elements to each of the session's collections.
+    pub collections: AtomicBool,
 }
 
 fn key(session: u64, tag: u64) -> Vec<u8> {
@@ -119,7 +135,8 @@ fn apply(record: &mut SessionRecord, error: ClientError, committed: &mut (u64, V
     }
 }
 
-/// Runs a session writing unique keys until `stop`, then drains it. Returns its record.
+/// Runs a session writing unique keys (and its collections if [`Progress::collections`] is set
+/// when it starts) until `stop`, then drains it. Returns its record.
 pub fn spawn_session(
     client: Arc<DprRedisClient>,
     id: u64,
@@ -128,9 +145,15 @@ pub fn spawn_session(
 ) -> JoinHandle<SessionRecord> {
     std::thread::spawn(move || {
         let mut session = client.session(id).expect("session");
+        let mut writer = progress
+            .collections
+            .load(Ordering::SeqCst)
+            .then(|| CollectionWriter::new(&session, id).expect("a hash tag"));
         let mut record = SessionRecord {
             id,
             expected: BTreeMap::new(),
+            elements: BTreeMap::new(),
+            collection_tag: writer.as_ref().map(|w| w.tag.clone()),
             rollbacks: 0,
         };
         // (committed until, excluded ranges) as last reported.
@@ -149,6 +172,18 @@ pub fn spawn_session(
                         next_tag_expected += 1;
                         record.expected.insert(tag, Expected::Pushed);
                         pushed?;
+                    }
+                    for _ in 0..writer.as_ref().map_or(0, |_| OPERATIONS_PER_BATCH) {
+                        let operation = writer.as_mut().expect("writing collections");
+                        for (element, command) in operation.next_operation() {
+                            let args: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+                            let pushed = session.push(&args);
+                            let tag = next_tag_expected;
+                            next_tag_expected += 1;
+                            record.expected.insert(tag, Expected::Pushed);
+                            record.elements.insert(tag, element);
+                            pushed?;
+                        }
                     }
                     session.flush()?;
                     let pause_us = progress.pause_us.load(Ordering::SeqCst);
@@ -175,9 +210,10 @@ pub fn spawn_session(
                 Ok(())
             })();
             for completed in session.take_completed() {
+                let element = record.elements.get(&completed.tag);
                 let entry = record.expected.get_mut(&completed.tag).expect("known tag");
                 match &completed.reply {
-                    Reply::SimpleString(ok) if &ok[..] == b"OK" => {
+                    Reply::SimpleString(ok) if element.is_none() && &ok[..] == b"OK" => {
                         if *entry == Expected::Pushed {
                             *entry = Expected::Present;
                         }
@@ -190,11 +226,27 @@ pub fn spawn_session(
                         *entry = Expected::Refused;
                         progress.refused.fetch_add(1, Ordering::SeqCst);
                     }
+                    reply if element.is_some() => {
+                        let element = element.expect("matched");
+                        if let Err(error) =
+                            element.collection.check_write_reply(element.number, reply)
+                        {
+                            panic!("session {id}: {error}");
+                        }
+                        if *entry == Expected::Pushed {
+                            *entry = Expected::Present;
+                        }
+                    }
                     other => panic!("session {id}: SET answered {other:?}"),
                 }
             }
             if let Err(error) = step {
                 apply(&mut record, error, &mut committed);
+                // What the rollback left of this generation's collections is a prefix of its
+                // operations; later ones start the next generation's keys.
+                if let Some(writer) = writer.as_mut() {
+                    writer.next_generation();
+                }
                 progress.rollbacks.fetch_add(1, Ordering::SeqCst);
                 progress.committed_since_rollback.store(0, Ordering::SeqCst);
                 continue;
@@ -273,6 +325,9 @@ pub fn verify_found(
 ) -> (usize, usize, usize) {
     let (mut present, mut absent, mut either) = (0, 0, 0);
     for (&tag, &expected) in &record.expected {
+        if record.elements.contains_key(&tag) {
+            continue;
+        }
         let value = found.get(&tag);
         match expected {
             Expected::Present => {
@@ -326,9 +381,22 @@ pub fn spawn_sessions(
     stop: &Arc<AtomicBool>,
     pause_us: u64,
 ) -> Sessions {
+    spawn_sessions_with(ids, client_for, stop, pause_us, false)
+}
+
+/// [`spawn_sessions`], each session also writing collections if `collections`
+/// ([`Progress::collections`]).
+pub fn spawn_sessions_with(
+    ids: std::ops::Range<u64>,
+    client_for: impl Fn(u64) -> Arc<DprRedisClient>,
+    stop: &Arc<AtomicBool>,
+    pause_us: u64,
+    collections: bool,
+) -> Sessions {
     ids.map(|id| {
         let progress = Arc::new(Progress::default());
         progress.pause_us.store(pause_us, Ordering::SeqCst);
+        progress.collections.store(collections, Ordering::SeqCst);
         let handle = spawn_session(client_for(id), id, Arc::clone(stop), Arc::clone(&progress));
         (progress, handle)
     })
@@ -351,7 +419,12 @@ pub fn read_back(client: &DprRedisClient, record: &SessionRecord) -> BTreeMap<u6
     let mut reader = client
         .session(1_000_000 + record.id)
         .expect("reader session");
-    let tags: Vec<u64> = record.expected.keys().copied().collect();
+    let tags: Vec<u64> = record
+        .expected
+        .keys()
+        .copied()
+        .filter(|tag| !record.elements.contains_key(tag))
+        .collect();
     for &tag in &tags {
         reader.push(&[b"GET", &key(record.id, tag)]).expect("GET");
     }
@@ -380,11 +453,15 @@ pub fn assert_oracle_catches_tampering(
     let (&tag, _) = record
         .expected
         .iter()
-        .find(|(&tag, &e)| e == Expected::Present && pick(tag))
+        .find(|(&tag, &e)| {
+            e == Expected::Present && !record.elements.contains_key(&tag) && pick(tag)
+        })
         .expect("a present operation to tamper with");
     let mut tampered = SessionRecord {
         id: record.id,
         expected: record.expected.clone(),
+        elements: record.elements.clone(),
+        collection_tag: record.collection_tag.clone(),
         rollbacks: record.rollbacks,
     };
     tampered.expected.insert(tag, Expected::Absent);
