@@ -10,200 +10,68 @@
 //!
 //! `DIFFERENTIAL_SEEDS` (default 4) and `DIFFERENTIAL_STEPS` (default 2,500) raise the count; a
 //! failure names its seed, step and the commands before it.
+//!
+//! The cases are in `common/differential.rs`, shared with the cluster's differential test
+//! (`crates/cluster/tests/differential.rs`, a one-worker cluster against a redis-server in
+//! cluster mode); here every command runs as generated.
 
 mod common;
 
+use common::differential::{self, as_generated, Endpoint};
 use common::generators::{collection_command, command, newer_command};
 use common::{
     assert_same_notifications, notification_subscriber, notifications_of_batch, Raw, Server,
 };
 use prefixkv_resp::Reply;
-use prefixkv_testkit::rng::{env_count, Rng};
+use prefixkv_testkit::rng::Rng;
 
-/// Replies whose order Redis leaves to its hash tables, sorted so both servers compare: the
-/// elements of a set-like reply, the (field, value) pairs of HGETALL.
-fn normalized(args: &[String], reply: Reply) -> Reply {
-    let name = args[0].to_ascii_uppercase();
-    let sort = |mut items: Vec<Reply>| {
-        items.sort_by_key(|item| format!("{item:?}"));
-        items
-    };
-    match (name.as_str(), reply) {
-        (
-            "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "HKEYS" | "HVALS" | "ZRANDMEMBER",
-            Reply::Array(items),
-        ) => Reply::Array(sort(items)),
-        ("HGETALL", Reply::Array(items)) => {
-            let mut pairs: Vec<Vec<Reply>> = items.chunks(2).map(|p| p.to_vec()).collect();
-            pairs.sort_by_key(|pair| format!("{pair:?}"));
-            Reply::Array(pairs.concat())
-        }
-        (_, reply) => reply,
+impl Endpoint for Raw {
+    fn call(&mut self, args: &[&str]) -> Reply {
+        Raw::call(self, args)
     }
 }
 
-/// Runs `steps` commands of `seed` against both servers; the first differing reply fails.
-/// `tamper` sees each of our replies with its step before the comparison (identity in the real
-/// test).
-fn run_seed(
-    redis: &mut Raw,
-    ours: &mut Raw,
-    seed: u64,
-    steps: u64,
-    tamper: &dyn Fn(u64, Reply) -> Reply,
-) {
-    run_generated(redis, ours, seed, steps, command, tamper)
-}
-
-fn run_generated(
-    redis: &mut Raw,
-    ours: &mut Raw,
-    seed: u64,
-    steps: u64,
-    generate: fn(&mut Rng) -> Vec<String>,
-    tamper: &dyn Fn(u64, Reply) -> Reply,
-) {
-    for raw in [&mut *redis, &mut *ours] {
-        assert_eq!(raw.call(&["FLUSHALL"]), Reply::simple("OK"));
-    }
-    let mut rng = Rng::new(seed);
-    let mut history: Vec<Vec<String>> = Vec::new();
-    for step in 0..steps {
-        let args = generate(&mut rng);
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let expected = normalized(&args, redis.call(&refs));
-        let got = normalized(&args, tamper(step, ours.call(&refs)));
-        history.push(args);
-        if expected != got {
-            let recent: Vec<String> = history
-                .iter()
-                .rev()
-                .take(12)
-                .rev()
-                .map(|args| args.join(" "))
-                .collect();
-            panic!(
-                "seed {seed} step {step}: {:?}\n  redis-server: {expected:?}\n  prefixkv:     \
-                 {got:?}\n  last commands:\n    {}",
-                history.last().unwrap(),
-                recent.join("\n    ")
-            );
-        }
-    }
+/// A redis-server and a prefixkv-server (64 MB engine), each in a directory kept with it.
+fn both() -> [(tempfile::TempDir, Server); 2] {
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = Server::start_redis(redis_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
+    [(redis_dir, redis), (dir, ours)]
 }
 
 #[test]
 fn random_command_sequences_get_redis_replies() {
-    let redis_dir = tempfile::tempdir().unwrap();
-    let redis = Server::start_redis(redis_dir.path());
-    let dir = tempfile::tempdir().unwrap();
-    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
-    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
-    let seeds = env_count("DIFFERENTIAL_SEEDS", 4);
-    let steps = env_count("DIFFERENTIAL_STEPS", 2_500);
-    for seed in 0..seeds {
-        run_seed(&mut redis_raw, &mut ours_raw, seed, steps, &|_, reply| {
-            reply
-        });
-    }
+    let [(_, redis), (_, ours)] = both();
+    differential::random_command_sequences(&mut redis.raw(), &mut ours.raw(), &as_generated);
 }
 
 #[test]
 fn collection_sequences_get_redis_replies() {
-    let redis_dir = tempfile::tempdir().unwrap();
-    let redis = Server::start_redis(redis_dir.path());
-    let dir = tempfile::tempdir().unwrap();
-    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
-    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
-    // Small hashes become tables after 2 fields, so the record-stored hash is compared too.
-    for raw in [&mut redis_raw, &mut ours_raw] {
-        let reply = raw.call(&["CONFIG", "SET", "hash-max-listpack-entries", "2"]);
-        assert_eq!(reply, Reply::simple("OK"));
-    }
-    let seeds = env_count("DIFFERENTIAL_SEEDS", 4);
-    let steps = env_count("DIFFERENTIAL_STEPS", 2_500);
-    for seed in 0..seeds {
-        run_generated(
-            &mut redis_raw,
-            &mut ours_raw,
-            1000 + seed,
-            steps,
-            collection_command,
-            &|_, reply| reply,
-        );
-    }
+    let [(_, redis), (_, ours)] = both();
+    differential::collection_sequences(&mut redis.raw(), &mut ours.raw(), &as_generated);
 }
 
-/// The comparison is not vacuous: one reply changed on its way to the test (an integer off by
-/// one, a bulk string with a byte more, a null for a value) fails the run at that step.
+/// The comparison is not vacuous: one reply changed on its way to the test fails the run.
 #[test]
 fn a_differing_reply_is_caught() {
-    let redis_dir = tempfile::tempdir().unwrap();
-    let redis = Server::start_redis(redis_dir.path());
-    let dir = tempfile::tempdir().unwrap();
-    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
-    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
-    let tampers: [fn(Reply) -> Reply; 3] = [
-        |reply| match reply {
-            Reply::Integer(n) => Reply::Integer(n + 1),
-            other => other,
-        },
-        |reply| match reply {
-            Reply::BulkString(bytes) => Reply::bulk([&bytes[..], b"!"].concat()),
-            other => other,
-        },
-        |reply| match reply {
-            Reply::BulkString(_) => Reply::NullBulkString,
-            other => other,
-        },
-    ];
-    for tamper in tampers {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_seed(&mut redis_raw, &mut ours_raw, 1, 400, &|step, reply| {
-                if step >= 200 {
-                    tamper(reply)
-                } else {
-                    reply
-                }
-            })
-        }));
-        let message = *result
-            .expect_err("a tampered reply must fail the comparison")
-            .downcast::<String>()
-            .unwrap();
-        assert!(message.contains("seed 1 step 2"), "{message}");
-    }
+    let [(_, redis), (_, ours)] = both();
+    differential::a_differing_reply_is_caught(&mut redis.raw(), &mut ours.raw(), &as_generated);
 }
 
-/// The commands issue 29 added, compared in RESP2 and then in RESP3 (scores as doubles, pairs
-/// nested).
+/// The commands issue 29 added, compared in RESP2 and then in RESP3.
 #[test]
 fn newer_command_sequences_get_redis_replies() {
-    let redis_dir = tempfile::tempdir().unwrap();
-    let redis = Server::start_redis(redis_dir.path());
-    let dir = tempfile::tempdir().unwrap();
-    let ours = Server::start(dir.path(), &["--engine-memory", "64mb"]);
-    let (mut redis_raw, mut ours_raw) = (redis.raw(), ours.raw());
-    let seeds = env_count("DIFFERENTIAL_SEEDS", 4);
-    let steps = env_count("DIFFERENTIAL_STEPS", 2_500);
-    for protocol in ["2", "3"] {
-        for raw in [&mut redis_raw, &mut ours_raw] {
-            assert!(matches!(
-                raw.call(&["HELLO", protocol]),
-                Reply::Map(_) | Reply::Array(_)
-            ));
-        }
-        for seed in 0..seeds {
-            run_generated(
-                &mut redis_raw,
-                &mut ours_raw,
-                2000 + seed,
-                steps,
-                newer_command,
-                &|_, reply| reply,
-            );
-        }
-    }
+    let [(_, redis), (_, ours)] = both();
+    let (mut redis, mut ours) = (redis.raw(), ours.raw());
+    differential::newer_command_sequences(&mut redis, &mut ours, &as_generated, &["2", "3"]);
+}
+
+/// COMMAND GETKEYS: one command of each key-spec shape, and the errors.
+#[test]
+fn command_getkeys_matches_redis() {
+    let [(_, redis), (_, ours)] = both();
+    differential::getkeys_cases(&mut redis.raw(), &mut ours.raw());
 }
 
 /// CLIENT REPLY OFF, ON and SKIP: the same pipelined requests to both servers give the same

@@ -20,7 +20,9 @@
 //!   command reaches here, by [`crate::topology`] with [`keys_of`]); the queued commands of a
 //!   MULTI all hash to one slot (checked at EXEC, which then answers `-CROSSSLOT` and discards
 //!   the transaction, as Redis Cluster); `SELECT` other than 0, `SWAPDB` and `MOVE` are refused
-//!   as Redis Cluster refuses them; the commands that checkpoint or wait for the server's own
+//!   as Redis Cluster refuses them, and so are SORT's `GET` and pattern `BY` and `COPY … DB n`
+//!   (n ≠ 0), with Redis Cluster's errors, after the options Redis parses before them; the
+//!   commands that checkpoint or wait for the server's own
 //!   durability (SAVE, BGSAVE, BGREWRITEAOF, SHUTDOWN, WAITAOF) are refused, because DPR commits
 //!   make a worker durable; Pub/Sub subscriptions are refused (a worker's plain RESP connection
 //!   is request/reply). Keyless commands (KEYS, SCAN, DBSIZE, FLUSHDB, INFO, PUBLISH) run on
@@ -328,8 +330,80 @@ fn refusal(name: &str, args: &[Bytes]) -> Option<String> {
             "ERR {} is not available on a cluster worker (its connections are request/reply)",
             name.to_ascii_uppercase()
         )),
+        "sort" | "sort_ro" => sort_refusal(name == "sort_ro", args),
+        "copy" => copy_refusal(args),
         _ => None,
     }
+}
+
+/// Redis Cluster refuses SORT's `BY` with a pattern and any `GET` (their keys could be in other
+/// slots). Its option loop is followed so that an earlier option's error stays the command's
+/// own (`None`: the command layer answers it).
+fn sort_refusal(read_only: bool, args: &[Bytes]) -> Option<String> {
+    let mut i = 2;
+    while i < args.len() {
+        let option = &args[i][..];
+        let left = args.len() - i - 1;
+        let is = |word: &[u8]| option.eq_ignore_ascii_case(word);
+        if is(b"asc") || is(b"desc") || is(b"alpha") {
+        } else if is(b"limit") && left >= 2 {
+            if !redis_integer(&args[i + 1]) || !redis_integer(&args[i + 2]) {
+                return None;
+            }
+            i += 2;
+        } else if is(b"store") && !read_only && left >= 1 {
+            i += 1;
+        } else if is(b"by") && left >= 1 {
+            if args[i + 1].contains(&b'*') {
+                return Some("ERR BY option of SORT denied in Cluster mode.".into());
+            }
+            i += 1;
+        } else if is(b"get") && left >= 1 {
+            return Some("ERR GET option of SORT denied in Cluster mode.".into());
+        } else {
+            return None;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Redis Cluster refuses `COPY … DB n` for n ≠ 0 once the options parse (their errors stay the
+/// command's own).
+fn copy_refusal(args: &[Bytes]) -> Option<String> {
+    let mut database = 0;
+    let mut i = 3;
+    while i < args.len() {
+        if args[i].eq_ignore_ascii_case(b"replace") {
+        } else if args[i].eq_ignore_ascii_case(b"db") && i + 1 < args.len() {
+            let index = Some(&args[i + 1][..])
+                .filter(|text| redis_integer(text))
+                .and_then(|text| std::str::from_utf8(text).ok()?.parse::<usize>().ok())
+                .filter(|&index| index < keyspace::DATABASES)?;
+            database = index;
+            i += 1;
+        } else {
+            return None;
+        }
+        i += 1;
+    }
+    (database != 0).then(|| "ERR Copying to another database is not allowed in cluster mode".into())
+}
+
+/// Whether `text` is an integer as Redis reads one (an optional `-`, digits, no leading zero
+/// or `+`), within an i64.
+fn redis_integer(text: &[u8]) -> bool {
+    let digits = text.strip_prefix(b"-").unwrap_or(text);
+    let canonical = match digits {
+        [] => false,
+        [b'0'] => text.len() == 1,
+        [first, ..] => *first != b'0' && digits.iter().all(u8::is_ascii_digit),
+    };
+    canonical
+        && std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .is_some()
 }
 
 /// What to send instead of a blocking command that would block.

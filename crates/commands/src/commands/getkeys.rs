@@ -26,8 +26,9 @@ impl KeysError {
     fn error(self) -> CommandError {
         match self {
             KeysError::UnknownCommand => CommandError::err("Invalid command specified"),
-            // Redis 7.0 words a wrong inner arity as GETKEYS's own arity error.
-            KeysError::Arity => CommandError::arity("command|getkeys"),
+            KeysError::Arity => {
+                CommandError::err("Invalid number of arguments specified for command")
+            }
             KeysError::InvalidArguments => {
                 CommandError::err("Invalid arguments specified for command")
             }
@@ -102,11 +103,16 @@ pub fn key_positions(args: &[Bytes]) -> Result<Vec<usize>, KeysError> {
                 "object" => matches!(sub.as_str(), "encoding" | "freq" | "idletime" | "refcount"),
                 _ => sub == "usage",
             };
-            Ok(if keyed && count >= 3 {
-                vec![2]
-            } else {
-                Vec::new()
-            })
+            // A keyed subcommand's own arity (OBJECT ENCODING's is 3, MEMORY USAGE's -3).
+            let arity_ok = match name.as_str() {
+                "object" => count == 3,
+                _ => count >= 3,
+            };
+            match (keyed, arity_ok) {
+                (false, _) => Ok(Vec::new()),
+                (true, true) => Ok(vec![2]),
+                (true, false) => Err(KeysError::Arity),
+            }
         }
         "xgroup" | "xinfo" => {
             let sub = lower(&args[1]);
@@ -148,15 +154,30 @@ pub fn keys(args: &[Bytes]) -> Result<Vec<&[u8]>, KeysError> {
         .collect())
 }
 
+/// Whether `name` is a command that may name no keys at all (EVAL, FCALL and their forms).
+fn no_mandatory_keys(name: &[u8]) -> bool {
+    matches!(
+        lower(name).as_str(),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    )
+}
+
 /// `COMMAND GETKEYS command arg…`.
 pub(super) fn command_getkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
-    if args.len() < 3 {
+    // Redis 7.0 declares GETKEYS's arity as -4: a command name with no argument is GETKEYS's
+    // own arity error, whatever the command.
+    if args.len() < 4 {
         return Err(CommandError::arity("command|getkeys"));
     }
-    let keys = keys(&args[2..]).map_err(KeysError::error)?;
-    if keys.is_empty() {
-        return Err(CommandError::err("The command has no key arguments"));
-    }
+    let keys = match keys(&args[2..]) {
+        // Scripts and functions may have no keys (Redis's `no-mandatory-keys` flag): a numkeys
+        // that names none, or none Redis can read, is an empty answer, not an error.
+        Err(KeysError::InvalidArguments) if no_mandatory_keys(&args[2]) => Vec::new(),
+        Ok(keys) if keys.is_empty() && !no_mandatory_keys(&args[2]) => {
+            return Err(CommandError::err("The command has no key arguments"));
+        }
+        found => found.map_err(KeysError::error)?,
+    };
     ctx.w.array(keys.len());
     for key in keys {
         ctx.w.bulk(key);

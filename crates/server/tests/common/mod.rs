@@ -2,11 +2,13 @@
 //! in a tempdir, waits (bounded) until it accepts connections, and kills it by PID on drop.
 //! Also a raw RESP client for exact error lines, ([`load`]) writer connections whose
 //! acknowledged writes are checked after a restart, and ([`clients`]) client-library check
-//! programs run against this server and a real redis-server.
+//! programs run against this server and a real redis-server; ([`differential`]) the cases the
+//! differential tests compare with redis-server (the cluster's include them by path).
 
 #![allow(dead_code)]
 
 pub mod clients;
+pub mod differential;
 pub mod generators;
 pub mod load;
 
