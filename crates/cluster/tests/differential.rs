@@ -15,6 +15,8 @@
 //!
 //! Fails (never skips) without `redis-server` on PATH.
 
+mod common;
+
 #[allow(dead_code)]
 #[path = "../../server/tests/common/generators.rs"]
 mod generators;
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use differential::Endpoint;
-use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
+use prefixkv_cluster::LocalCluster;
 use prefixkv_commands::commands::getkeys::key_positions;
 use prefixkv_dprnet::connection::RedisConnection;
 use prefixkv_resp::Reply;
@@ -187,16 +189,7 @@ impl Both {
         let redis_dir = directory.path().join("redis");
         std::fs::create_dir(&redis_dir).unwrap();
         let redis = RedisCluster::start(&redis_dir);
-        let mut config = LocalClusterConfig::new(
-            env!("CARGO_BIN_EXE_prefixkv-cluster").into(),
-            1,
-            directory.path().join("cluster"),
-        );
-        config.checkpoint_interval_ms = 40;
-        config.lease_ms = 1000;
-        config.index_buckets = 1 << 12;
-        config.log_memory_bytes = 32 << 20;
-        let cluster = LocalCluster::start(config).expect("start the cluster");
+        let cluster = common::small_cluster(directory.path(), 1);
         Both {
             redis,
             cluster,

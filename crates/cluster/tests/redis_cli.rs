@@ -3,22 +3,15 @@
 //! tag), `-CROSSSLOT` for keys of several slots, and a blocking command refused with its
 //! non-blocking form named. Fails (never skips) without `redis-cli` on PATH.
 
+mod common;
+
 use std::path::Path;
 
-use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
+use prefixkv_cluster::LocalCluster;
 use prefixkv_dprnet::slots::key_slot;
 
 fn start(directory: &Path) -> LocalCluster {
-    let mut config = LocalClusterConfig::new(
-        env!("CARGO_BIN_EXE_prefixkv-cluster").into(),
-        3,
-        directory.join("cluster"),
-    );
-    config.checkpoint_interval_ms = 40;
-    config.lease_ms = 1000;
-    config.index_buckets = 1 << 12;
-    config.log_memory_bytes = 32 << 20;
-    LocalCluster::start(config).expect("start the cluster")
+    common::small_cluster(directory, 3)
 }
 
 /// Runs `lines` (one command each) through one `redis-cli -c` connection to `port`; its output

@@ -11,28 +11,21 @@
 //! The redis-py and go-redis tests fail (never skip) when python3 with its `redis` module
 //! (`python3 -m pip install 'redis>=5'`) or Go 1.26 is missing, as `crates/server/tests` do.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use prefixkv_cluster::topology::node_id;
-use prefixkv_cluster::{LocalCluster, LocalClusterConfig};
+use prefixkv_cluster::LocalCluster;
 use prefixkv_dprnet::connection::RedisConnection;
 use prefixkv_dprnet::slots::key_slot;
 use prefixkv_dprnet::{ClientConfig, DprRedisClient};
 use prefixkv_resp::Reply;
 
 fn start(directory: &Path) -> LocalCluster {
-    let mut config = LocalClusterConfig::new(
-        env!("CARGO_BIN_EXE_prefixkv-cluster").into(),
-        3,
-        directory.join("cluster"),
-    );
-    config.checkpoint_interval_ms = 40;
-    config.lease_ms = 1000;
-    config.index_buckets = 1 << 12;
-    config.log_memory_bytes = 32 << 20;
-    LocalCluster::start(config).expect("start the cluster")
+    common::small_cluster(directory, 3)
 }
 
 /// The worker owning `key` under the launcher's even split of 3.
