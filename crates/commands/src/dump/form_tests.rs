@@ -56,36 +56,31 @@ fn stream() -> impl Strategy<Value = Owned> {
                 )
             })
             .collect();
-        let groups = dedup(
-            groups
-                .into_iter()
-                .map(|(name, owners)| (name, owners))
-                .collect(),
-        )
-        .into_iter()
-        .map(|(name, owners)| {
-            // Consumer c owns the pending entries whose owner index is c.
-            let mut consumers: Vec<(Vec<u8>, Vec<StreamId>)> = (0..3)
-                .map(|c| (format!("c{c}").into_bytes(), Vec::new()))
-                .collect();
-            let mut pending = Vec::new();
-            for (&id, &owner) in ids.iter().zip(&owners) {
-                let nack = Nack {
-                    id,
-                    delivered_ms: 7,
-                    deliveries: 2,
-                    consumer: consumers[owner].0.clone(),
-                };
-                pending.push(nack.encode());
-                consumers[owner].1.push(id);
-            }
-            OwnedGroup {
-                name,
-                pending,
-                consumers,
-            }
-        })
-        .collect();
+        let groups = dedup(groups)
+            .into_iter()
+            .map(|(name, owners)| {
+                // Consumer c owns the pending entries whose owner index is c.
+                let mut consumers: Vec<(Vec<u8>, Vec<StreamId>)> = (0..3)
+                    .map(|c| (format!("c{c}").into_bytes(), Vec::new()))
+                    .collect();
+                let mut pending = Vec::new();
+                for (&id, &owner) in ids.iter().zip(&owners) {
+                    let nack = Nack {
+                        id,
+                        delivered_ms: 7,
+                        deliveries: 2,
+                        consumer: consumers[owner].0.clone(),
+                    };
+                    pending.push(nack.encode());
+                    consumers[owner].1.push(id);
+                }
+                OwnedGroup {
+                    name,
+                    pending,
+                    consumers,
+                }
+            })
+            .collect();
         Owned::Stream(entries, groups)
     })
 }
