@@ -12,7 +12,10 @@
 //! 3. **Wait until `v` is in the DPR cut**, in the world-line the migration started in. From
 //!    then on the slots' state at the old owner is committed and final: no rollback can change
 //!    it (the cut never goes back, and no write to the slots happens after `v`).
-//! 4. **Copy** (`EXPORT` / `IMPORT`, one index chunk at a time).
+//! 4. **Copy** (`EXPORT` / `IMPORT`, one index chunk at a time): whole keys, each value
+//!    serialized by the command layer (`prefixkv_commands::dump`), since a collection's records
+//!    are keyed by its object id and do not hash to the key's slot; rebuilt at the new owner under
+//!    fresh object ids.
 //! 5. **Wait until the new owner's current version `u` is in the cut**: the copy is committed.
 //! 6. **Publish** the new ownership table, conditionally on the world-line still being the one
 //!    of step 3 and no recovery running (`MetadataStore::set_ownership_in`, one transaction).

@@ -6,38 +6,11 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use prefixkv_commands::commands::{execute, Client};
-use prefixkv_commands::host::Host;
+use prefixkv_commands::host::NoHost;
 use prefixkv_commands::keyspace::{self, Keyspace};
 use prefixkv_commands::settings::{Durability, Settings};
 use prefixkv_commands::state::Server;
 use prefixkv_store::{DurableStore, Options};
-
-struct NoHost;
-
-impl Host for NoHost {
-    fn save(&self) -> Result<(), String> {
-        Err("no disk here".into())
-    }
-    fn start_background_save(&self) -> bool {
-        false
-    }
-    fn last_save_unix(&self) -> u64 {
-        0
-    }
-    fn shutdown(&self, _save: bool) -> Result<(), String> {
-        Ok(())
-    }
-    fn port(&self) -> u16 {
-        7000
-    }
-    fn threads(&self) -> usize {
-        1
-    }
-    fn info_persistence(&self, _text: &mut String) {}
-    fn parameters(&self) -> Vec<(&'static str, String)> {
-        Vec::new()
-    }
-}
 
 fn server(dir: &std::path::Path) -> Arc<Server> {
     let mut options = Options::new(dir, Durability::None);

@@ -18,6 +18,10 @@
 //!   serving slots that may have moved).
 //! - Every engine access here holds the worker's latch shared, like a batch, so a restore
 //!   (exclusive) never meets a lent session.
+//! - Keys move and go whole: `EXPORT` serializes each user key of the slots through the command
+//!   layer (a collection with all its records; only reads, so a frozen slot sees no write),
+//!   `IMPORT` rebuilds it through a keyspace transaction, and `IMPORTING`/`FORGET` delete through
+//!   the command layer's delete, so no collection record outlives its key here.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
