@@ -12,7 +12,10 @@
 //! 3. **Wait until `v` is in the DPR cut**, in the world-line the migration started in. From
 //!    then on the slots' state at the old owner is committed and final: no rollback can change
 //!    it (the cut never goes back, and no write to the slots happens after `v`).
-//! 4. **Copy** (`EXPORT` / `IMPORT`, one index chunk at a time).
+//! 4. **Copy** (`EXPORT` / `IMPORT`, one index chunk at a time): whole keys, each value
+//!    serialized by the command layer (`prefixkv_commands::dump`), since a collection's records
+//!    are keyed by its object id and do not hash to the key's slot; rebuilt at the new owner under
+//!    fresh object ids.
 //! 5. **Wait until the new owner's current version `u` is in the cut**: the copy is committed.
 //! 6. **Publish** the new ownership table, conditionally on the world-line still being the one
 //!    of step 3 and no recovery running (`MetadataStore::set_ownership_in`, one transaction).
@@ -38,8 +41,30 @@ use prefixkv_dprnet::connection::RedisConnection;
 use prefixkv_dprnet::slots::SLOT_COUNT;
 use prefixkv_resp::Reply;
 
-/// Key/value pairs per `IMPORT` command.
+/// Key/value pairs per `IMPORT` command at most.
 const IMPORT_PAIRS: usize = 512;
+/// Bytes of keys and values per `IMPORT` command, at most, unless one pair is larger alone (a
+/// value's form is at most what the workers' frame limit allows, `worker/slots.rs`).
+const IMPORT_BYTES: usize = 4 << 20;
+
+/// Splits `[key, value, …]` into `IMPORT` commands' worth of pairs (see the bounds above).
+fn import_chunks(values: &[bytes::Bytes]) -> Vec<&[bytes::Bytes]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (index, pair) in values.chunks(2).enumerate() {
+        let size: usize = pair.iter().map(|b| b.len()).sum();
+        let at = 2 * index;
+        if at > start && (at - start == 2 * IMPORT_PAIRS || bytes + size > IMPORT_BYTES) {
+            chunks.push(&values[start..at]);
+            (start, bytes) = (at, 0);
+        }
+        bytes += size;
+    }
+    if start < values.len() {
+        chunks.push(&values[start..]);
+    }
+    chunks
+}
 
 /// Called at a step boundary with the step's name (`"frozen"`: the old owner renounced the slots
 /// and that version is in the cut; `"copied"`: the data is at the new owner, not yet committed
@@ -401,7 +426,7 @@ impl Run<'_> {
             if !values.len().is_multiple_of(2) {
                 return Err("EXPORT answered an odd number of keys and values".into());
             }
-            for chunk in values.chunks(2 * IMPORT_PAIRS) {
+            for chunk in import_chunks(&values) {
                 let mut args: Vec<&[u8]> = vec![b"IMPORT", first, last];
                 args.extend(chunk.iter().map(|b| &b[..]));
                 keys += self.target.call_integer(&args)?;
@@ -462,6 +487,27 @@ mod tests {
             worker,
             address: format!("127.0.0.1:{}", 7000 + worker),
         }
+    }
+
+    #[test]
+    fn imports_are_chunked_by_pairs_and_bytes() {
+        let pair = |size: usize| {
+            [
+                bytes::Bytes::from_static(b"k"),
+                bytes::Bytes::from(vec![0u8; size]),
+            ]
+        };
+        let small: Vec<bytes::Bytes> = (0..1200).flat_map(|_| pair(1)).collect();
+        let sizes: Vec<usize> = import_chunks(&small).iter().map(|c| c.len() / 2).collect();
+        assert_eq!(sizes, vec![512, 512, 176]);
+        let big: Vec<bytes::Bytes> = [pair(10), pair(IMPORT_BYTES), pair(3 << 20), pair(2 << 20)]
+            .into_iter()
+            .flatten()
+            .collect();
+        let sizes: Vec<usize> = import_chunks(&big).iter().map(|c| c.len() / 2).collect();
+        // A pair larger than the byte bound goes alone; the rest fill up to it.
+        assert_eq!(sizes, vec![1, 1, 1, 1]);
+        assert!(import_chunks(&[]).is_empty());
     }
 
     #[test]

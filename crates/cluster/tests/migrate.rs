@@ -7,6 +7,12 @@
 //! injected in the middle of a migration (reported to the manager, or a SIGKILL of the old
 //! owner) must abandon it cleanly: the table unchanged, the old owner serving again, nothing
 //! acknowledged lost beyond what the rollback reported.
+//!
+//! Besides the sessions' strings, the moving slots hold one key of every collection type (a
+//! list with a TTL, a large hash, a set, a sorted set, a stream with a consumer group and
+//! pending entries), stored as many engine records keyed by their object id: each must arrive
+//! element for element at the new owner, leave no record behind at the old one, and survive
+//! every abandoned migration unchanged (neither lost nor resurrected after a delete).
 
 #[path = "../../dprnet/tests/common/mod.rs"]
 mod sessions;
@@ -75,6 +81,150 @@ fn resp(cluster: &LocalCluster, worker: usize, args: &[&[u8]]) -> Reply {
     connection.command(args).expect("command")
 }
 
+/// One key of every collection type, all in one slot of `0..=2000` (a hash tag), and a key
+/// deleted again (it must never come back).
+struct Collections {
+    tag: String,
+}
+
+impl Collections {
+    fn key(&self, name: &str) -> String {
+        format!("{{{}}}{name}", self.tag)
+    }
+
+    /// Writes them at `worker` (which owns `0..=2000`) through plain RESP.
+    fn write(cluster: &LocalCluster, worker: usize) -> Collections {
+        let tag = (0..)
+            .map(|n| format!("coll{n}"))
+            .find(|tag| key_slot(tag.as_bytes()) <= 2000)
+            .expect("a tag");
+        let this = Collections { tag };
+        let run = |args: Vec<String>| {
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            match resp(cluster, worker, &args) {
+                Reply::Error(text) => panic!("{args:?}: {}", String::from_utf8_lossy(&text)),
+                reply => reply,
+            }
+        };
+        let words = |head: &[&str], tail: Vec<String>| -> Vec<String> {
+            head.iter().map(|w| w.to_string()).chain(tail).collect()
+        };
+        let list = this.key("list");
+        run(words(
+            &["RPUSH", &list],
+            (0..300).map(|i| format!("e{i}")).collect(),
+        ));
+        run(words(&["PEXPIRE", &list, "3600000"], Vec::new()));
+        let hash = this.key("hash");
+        // Values past hash-max-listpack-value: the hash moves into records.
+        let fields = (0..200)
+            .flat_map(|i| [format!("f{i}"), format!("v{i:0>80}")])
+            .collect();
+        run(words(&["HSET", &hash], fields));
+        let set = this.key("set");
+        run(words(
+            &["SADD", &set],
+            (0..200).map(|i| format!("m{i}")).collect(),
+        ));
+        let zset = this.key("zset");
+        let members = (0..200)
+            .flat_map(|i| [format!("{}", i % 13), format!("m{i}")])
+            .collect();
+        run(words(&["ZADD", &zset], members));
+        let stream = this.key("stream");
+        for i in 1..=30 {
+            run(words(
+                &["XADD", &stream, &format!("{i}-1"), "f", &format!("{i}")],
+                Vec::new(),
+            ));
+        }
+        run(words(&["XGROUP", "CREATE", &stream, "g", "0"], Vec::new()));
+        for (consumer, count) in [("alice", "5"), ("bob", "4")] {
+            let read = [
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                consumer,
+                "COUNT",
+                count,
+                "STREAMS",
+                &stream,
+                ">",
+            ];
+            run(words(&read, Vec::new()));
+        }
+        run(words(&["XACK", &stream, "g", "2-1"], Vec::new()));
+        run(words(&["XDEL", &stream, "20-1"], Vec::new()));
+        let gone = this.key("gone");
+        run(words(&["RPUSH", &gone, "a", "b", "c"], Vec::new()));
+        run(words(&["DEL", &gone], Vec::new()));
+        this
+    }
+
+    /// Everything they hold, as `worker` reports it (unordered replies sorted).
+    fn read(&self, cluster: &LocalCluster, worker: usize) -> Vec<String> {
+        let ask = |args: &[&str]| {
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            resp(cluster, worker, &args)
+        };
+        let sorted = |reply: Reply, width: usize| {
+            let Reply::Array(items) = reply else {
+                panic!("not an array: {reply:?}")
+            };
+            let mut groups: Vec<String> = items
+                .chunks(width)
+                .map(|group| format!("{group:?}"))
+                .collect();
+            groups.sort();
+            groups.join(",")
+        };
+        let (list, hash, set, zset, stream) = (
+            self.key("list"),
+            self.key("hash"),
+            self.key("set"),
+            self.key("zset"),
+            self.key("stream"),
+        );
+        let ttl = match ask(&["PTTL", &list]) {
+            Reply::Integer(ms) => ms > 0 && ms <= 3_600_000,
+            other => panic!("PTTL answered {other:?}"),
+        };
+        vec![
+            format!("{:?}", ask(&["LRANGE", &list, "0", "-1"])),
+            format!("list ttl kept: {ttl}"),
+            sorted(ask(&["HGETALL", &hash]), 2),
+            sorted(ask(&["SMEMBERS", &set]), 1),
+            format!("{:?}", ask(&["ZRANGE", &zset, "0", "-1", "WITHSCORES"])),
+            format!("{:?}", ask(&["XRANGE", &stream, "-", "+"])),
+            format!("{:?}", ask(&["XINFO", "STREAM", &stream, "FULL"])),
+            // The summary form: no idle times (they grow).
+            format!("{:?}", ask(&["XPENDING", &stream, "g"])),
+            format!("{:?}", ask(&["EXISTS", &self.key("gone")])),
+            format!("{:?}", ask(&["OBJECT", "ENCODING", &hash])),
+        ]
+    }
+}
+
+/// Engine records of `worker` that are no user key (collections' records).
+fn other_records(cluster: &LocalCluster, worker: usize) -> i64 {
+    match resp(cluster, worker, &[b"PREFIXKV.SLOTS", b"RECORDS"]) {
+        Reply::Integer(count) => count,
+        other => panic!("RECORDS answered {other:?}"),
+    }
+}
+
+/// Waits until `worker`'s current version is in the DPR cut (what it has written is committed,
+/// so no rollback can take it back).
+fn wait_for_commit(cluster: &LocalCluster, worker: usize) {
+    let version = match resp(cluster, worker, &[b"PREFIXKV.SLOTS", b"VERSION"]) {
+        Reply::Integer(version) => version as u64,
+        other => panic!("VERSION answered {other:?}"),
+    };
+    wait_until("the collections to commit", || {
+        cluster.cluster_state().unwrap().cut_version(worker as u64) >= version
+    });
+}
+
 #[test]
 fn slots_move_between_workers_under_load() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
@@ -83,6 +233,19 @@ fn slots_move_between_workers_under_load() {
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).expect("client"));
     let stop = Arc::new(AtomicBool::new(false));
     let sessions = start_sessions(&client, 2, &stop);
+    // The sessions write strings only: no worker has other records before the collections.
+    let baseline: Vec<i64> = (0..3).map(|w| other_records(&cluster, w)).collect();
+    assert_eq!(baseline, vec![0, 0, 0]);
+    let collections = Collections::write(&cluster, 0);
+    let expected = collections.read(&cluster, 0);
+    assert!(
+        other_records(&cluster, 0) > 0,
+        "collections are stored as records"
+    );
+    assert!(
+        expected[1].ends_with("true") && expected[9].contains("hashtable"),
+        "{expected:?}"
+    );
     wait_committed(&sessions, 300);
     // Worker 0 owns 0..=5460 (the launcher's even split). Move its first 2001 slots around the
     // cluster and back (0 → 1 → 2 → 0): each new owner imports over whatever stale copies it
@@ -101,6 +264,17 @@ fn slots_move_between_workers_under_load() {
                 "the sessions had written keys in those slots"
             );
             assert!(report.forgotten.is_ok(), "{:?}", report.forgotten);
+            // Every collection element for element at the new owner, nothing left at the old.
+            assert_eq!(
+                collections.read(&cluster, to as usize),
+                expected,
+                "at worker {to}"
+            );
+            assert_eq!(
+                other_records(&cluster, from as usize),
+                0,
+                "worker {from} kept records"
+            );
             let table = store.ownership().expect("table");
             assert_eq!(
                 prefixkv_dpr::metadata::ownership::owner_of(&table, 1234).map(|r| r.worker),
@@ -121,6 +295,8 @@ fn slots_move_between_workers_under_load() {
     }
     // One more move, so that the old and new owners differ for the checks below.
     migrate_slots(&store, &MigrationPlan::new(0, 2000, 1)).expect("migrate");
+    assert_eq!(collections.read(&cluster, 1), expected);
+    assert_eq!(other_records(&cluster, 0), 0);
     // Plain RESP: the old owner redirects, the new one serves and says so in CLUSTER SLOTS.
     let key = key_in(0..=2000);
     let slot = key_slot(key.as_bytes());
@@ -158,6 +334,9 @@ fn a_failure_during_a_migration_abandons_it() {
     let client = Arc::new(DprRedisClient::new(cluster.client_config()).expect("client"));
     let stop = Arc::new(AtomicBool::new(false));
     let sessions = start_sessions(&client, 2, &stop);
+    let collections = Collections::write(&cluster, 0);
+    let expected = collections.read(&cluster, 0);
+    wait_for_commit(&cluster, 0);
     wait_committed(&sessions, 300);
     let world_line = cluster.cluster_state().unwrap().world_line;
     // A failure once the old owner's frozen version is in the cut (of the old owner itself),
@@ -209,6 +388,16 @@ fn a_failure_during_a_migration_abandons_it() {
             !state.recovering && state.world_line > world_line + round as u64
         });
         wait_committed_since_rollback(&sessions, 3);
+        // The old owner still holds every collection as it was (nothing lost, the deleted key
+        // not back), and the new owner serves none of them. (It may hold a stale copy: its
+        // `FORGET` can run before its rollback restores a checkpoint that already held part of
+        // the import. Never served, the next `IMPORTING` deletes it: checked below.)
+        assert_eq!(collections.read(&cluster, 0), expected, "round {round}");
+        let list = collections.key("list");
+        match resp(&cluster, 2, &[b"LRANGE", list.as_bytes(), b"0", b"-1"]) {
+            Reply::Error(text) => assert!(text.starts_with(b"MOVED "), "round {round}"),
+            other => panic!("round {round}: the new owner answered {other:?}"),
+        }
     }
     // The old owner serves the slots again.
     let key = key_in(0..=2000);
@@ -220,6 +409,13 @@ fn a_failure_during_a_migration_abandons_it() {
     let report = migrate_slots(&store, &MigrationPlan::new(0, 2000, 2)).expect("rerun");
     assert_eq!((report.from, report.to), (0, 2));
     assert_eq!(report.world_line, world_line + 3);
+    assert_eq!(collections.read(&cluster, 2), expected);
+    assert_eq!(other_records(&cluster, 0), 0);
+    // Moved on once more, worker 2 keeps no record: its stale copies from the abandoned rounds
+    // went at `IMPORTING`, the import itself at `FORGET`.
+    migrate_slots(&store, &MigrationPlan::new(0, 2000, 1)).expect("move on");
+    assert_eq!(collections.read(&cluster, 1), expected);
+    assert_eq!(other_records(&cluster, 2), 0);
     stop.store(true, Ordering::SeqCst);
     for (_, handle) in sessions {
         let record = handle.join().expect("session");

@@ -21,6 +21,7 @@
 pub mod blocking;
 pub mod command_stats;
 pub mod commands;
+pub mod dump;
 pub mod error;
 pub mod evict;
 pub mod glob;

@@ -290,6 +290,73 @@ impl Shard {
         }
     }
 
+    /// The serialized whole value (`prefixkv_commands::dump`) of the user key stored under
+    /// engine key `engine_key`, at most `limit` bytes; None if it has none or it expired. Only
+    /// reads (a frozen slot is exported without a write to it).
+    pub(super) fn dump_key(
+        &self,
+        session: &mut StoreSession,
+        engine_key: &[u8],
+        limit: usize,
+    ) -> Result<Option<Vec<u8>>, String> {
+        self.with_key(session, engine_key, |txn, database, key| {
+            prefixkv_commands::dump::dump(txn, database, key, limit)
+        })
+    }
+
+    /// Writes a value serialized by [`Shard::dump_key`] under engine key `engine_key`,
+    /// replacing what it held (collections' records included); whether it wrote (an expired
+    /// form writes nothing).
+    pub(super) fn restore_key(
+        &self,
+        session: &mut StoreSession,
+        engine_key: &[u8],
+        form: &[u8],
+    ) -> Result<bool, String> {
+        self.with_key(session, engine_key, |txn, database, key| {
+            prefixkv_commands::dump::restore(txn, database, key, form, true)
+        })
+    }
+
+    /// Deletes the user key under engine key `engine_key` with the records of the collection
+    /// it holds (the command layer's delete, as DEL); whether it existed.
+    pub(super) fn delete_key(
+        &self,
+        session: &mut StoreSession,
+        engine_key: &[u8],
+    ) -> Result<bool, String> {
+        self.with_key(session, engine_key, |txn, database, key| {
+            txn.delete(database, key)
+        })
+    }
+
+    /// Runs `body` in a keyspace transaction over the user key of `engine_key`, as a command
+    /// runs (the store's exec gate held shared, so no MULTI or script body is half done).
+    fn with_key<R>(
+        &self,
+        session: &mut StoreSession,
+        engine_key: &[u8],
+        body: impl FnOnce(
+            &mut keyspace::Txn<'_>,
+            u8,
+            &[u8],
+        ) -> prefixkv_commands::error::CommandResult<R>,
+    ) -> Result<R, String> {
+        let key = user_key(engine_key).ok_or("not a user key")?;
+        let database = engine_key[0];
+        let keyspace = &self.server.keyspace;
+        session.shared(|session| {
+            let mut txn = keyspace.begin(session, database, &[key]);
+            let result = body(&mut txn, database, key);
+            // Commit even after an error: the store's transaction releases its locks there, and
+            // what a failed restore wrote it has cleared (`prefixkv_commands::dump`).
+            let committed = txn.commit();
+            let value = result.map_err(|e| e.to_string())?;
+            committed.map_err(|e| e.to_string())?;
+            Ok(value)
+        })
+    }
+
     /// Tracks the slots of the commands a MULTI queued (see the module docs).
     fn note_queued(&self, state: &mut ShardClient, was_in_multi: bool, name: &str, args: &[Bytes]) {
         if state.client.transaction.is_none() {

@@ -18,6 +18,10 @@
 //!   serving slots that may have moved).
 //! - Every engine access here holds the worker's latch shared, like a batch, so a restore
 //!   (exclusive) never meets a lent session.
+//! - Keys move and go whole: `EXPORT` serializes each user key of the slots through the command
+//!   layer (a collection with all its records; only reads, so a frozen slot sees no write),
+//!   `IMPORT` rebuilds it through a keyspace transaction, and `IMPORTING`/`FORGET` delete through
+//!   the command layer's delete, so no collection record outlives its key here.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +32,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use prefixkv_dpr::Version;
 use prefixkv_dprnet::slots::{key_slot, SLOT_COUNT};
 use prefixkv_resp::{Encoder, Protocol};
+use prefixkv_store::StoreSession;
 
 use super::{Core, Recoverability};
 use crate::topology::Topology;
@@ -35,6 +40,10 @@ use crate::topology::Topology;
 /// Index buckets one `EXPORT` call (and one step of a slot sweep) visits: bounds the memory a
 /// call holds to the keys and values of this many buckets.
 pub const EXPORT_BUCKETS: usize = 1024;
+
+/// Room an `IMPORT` request needs besides one value (its words, the slots, the key): a value's
+/// serialized form may take the rest of a frame.
+const IMPORT_HEADROOM: usize = 64 * 1024;
 
 /// How long `FREEZE` waits for a commit boundary.
 const FREEZE_WAIT: Duration = Duration::from_secs(30);
@@ -221,7 +230,7 @@ impl Core {
             .map(|s| s.to_ascii_uppercase())
             .unwrap_or_default();
         let arity_ok = match &sub[..] {
-            b"VERSION" | b"REFRESH" => args.len() == 2,
+            b"VERSION" | b"REFRESH" | b"RECORDS" => args.len() == 2,
             b"FREEZE" | b"UNFREEZE" | b"IMPORTING" | b"FORGET" => args.len() == 4,
             b"EXPORT" => args.len() == 5,
             b"IMPORT" => args.len() >= 4 && args.len().is_multiple_of(2),
@@ -229,14 +238,15 @@ impl Core {
         };
         if !arity_ok {
             return Some(error(
-                "ERR usage: PREFIXKV.SLOTS VERSION | REFRESH | FREEZE first last | UNFREEZE first \
-                 last | EXPORT first last cursor | IMPORTING first last | IMPORT first last [key \
-                 value ...] | FORGET first last",
+                "ERR usage: PREFIXKV.SLOTS VERSION | REFRESH | RECORDS | FREEZE first last | \
+                 UNFREEZE first last | EXPORT first last cursor | IMPORTING first last | IMPORT \
+                 first last [key value ...] | FORGET first last",
             ));
         }
         let reply = match &sub[..] {
             b"VERSION" => Ok(integer(self.worker.lock().version() as i64)),
             b"REFRESH" => self.refresh_ownership().map(|()| ok()).map_err(error),
+            b"RECORDS" => self.other_records().map(integer).map_err(error),
             _ => parse_range(args).and_then(|range| match &sub[..] {
                 b"FREEZE" => self.freeze(range),
                 b"UNFREEZE" => Ok(self.unfreeze(range)),
@@ -316,8 +326,10 @@ impl Core {
         integer(removed as i64)
     }
 
-    /// One step of an export: the keys and values of `range` in `EXPORT_BUCKETS` index buckets
-    /// from `cursor`, as `[next cursor, key, value, …]` (next cursor 0: done).
+    /// One step of an export: the user keys of `range` in `EXPORT_BUCKETS` index buckets from
+    /// `cursor`, each with its whole value serialized by the command layer (a collection's
+    /// records, keyed by its object id and not by the key, travel inside it), as `[next cursor,
+    /// key, value, …]` (next cursor 0: done). Only reads: the frozen slots see no write.
     fn export(&self, range: SlotRange, cursor: &Bytes) -> Result<Vec<u8>, Vec<u8>> {
         let cursor: u64 = std::str::from_utf8(cursor)
             .ok()
@@ -328,12 +340,21 @@ impl Core {
                 "ERR export needs the slots frozen first (PREFIXKV.SLOTS FREEZE)",
             ));
         }
-        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let next = self
-            .sweep_step(cursor, |key, value| {
-                if in_range(range, key) {
-                    pairs.push((key.to_vec(), value.to_vec()));
+        // One value must fit in an IMPORT request at the new owner (same frame limits).
+        let limit = self.limits.max_frame_bytes.saturating_sub(IMPORT_HEADROOM);
+        let (next, pairs) = self
+            .with_shard(|shard, session| {
+                let (next, keys) = keys_step(session, range, cursor)?;
+                let mut pairs = Vec::with_capacity(keys.len());
+                for key in keys {
+                    let form = shard.dump_key(session, &key, limit).map_err(|e| {
+                        format!("ERR exporting key {:?}: {e}", String::from_utf8_lossy(&key))
+                    })?;
+                    if let Some(form) = form {
+                        pairs.push((key, form));
+                    }
                 }
+                Ok((next, pairs))
             })
             .map_err(error)?;
         let encoder = Encoder::new(Protocol::Resp2);
@@ -379,29 +400,20 @@ impl Core {
                 range.1
             )));
         }
-        let _shared = self.latch.read();
-        let mut lent = self.engine.lend().map_err(|e| error(format!("ERR {e}")))?;
-        let mut result = Ok(());
-        for pair in pairs.chunks(2) {
-            let mut txn = lent.session.begin(&[&pair[0][..]]);
-            result = txn
-                .put(&pair[0], &pair[1])
-                .and_then(|_| txn.commit())
-                .map(|_| ());
-            if result.is_err() {
-                break;
+        // Through the command layer: each value is rebuilt under fresh object ids, the key
+        // counts stay exact, and a key already here (a retried import) is replaced whole.
+        self.with_shard(|shard, session| {
+            for pair in pairs.chunks(2) {
+                shard.restore_key(session, &pair[0], &pair[1])?;
             }
-        }
-        self.engine.give_back(lent);
-        // Written below the command layer: its key counts are rebuilt (`worker/shard.rs`).
-        self.shards.forget();
-        result
-            .map(|()| integer((pairs.len() / 2) as i64))
-            .map_err(|e| {
-                error(format!(
-                    "ERR the import failed (run the migration again): {e}"
-                ))
-            })
+            Ok(())
+        })
+        .map(|()| integer((pairs.len() / 2) as i64))
+        .map_err(|e| {
+            error(format!(
+                "ERR the import failed (run the migration again): {e}"
+            ))
+        })
     }
 
     /// Deletes this worker's keys of `range`, which it must not own (after a migration gave
@@ -419,50 +431,82 @@ impl Core {
         Ok(integer(deleted))
     }
 
-    /// Deletes every key of `range` (a whole sweep of the index).
+    /// Deletes every key of `range` (a whole sweep of the index) through the command layer's
+    /// delete, so a collection's records go with its key.
     fn delete_slots(&self, range: SlotRange) -> Result<i64, String> {
         let mut deleted = 0;
         let mut cursor = 0;
         loop {
-            let mut keys = Vec::new();
-            cursor = self.sweep_step(cursor, |key, _| {
-                if in_range(range, key) {
-                    keys.push(key.to_vec());
+            cursor = self.with_shard(|shard, session| {
+                let (next, keys) = keys_step(session, range, cursor)?;
+                for key in keys {
+                    deleted += i64::from(
+                        shard
+                            .delete_key(session, &key)
+                            .map_err(|e| format!("ERR deleting the slots' keys failed: {e}"))?,
+                    );
                 }
+                Ok(next)
             })?;
-            let _shared = self.latch.read();
-            let mut lent = self.engine.lend().map_err(|e| format!("ERR {e}"))?;
-            let mut result = Ok(());
-            for key in &keys {
-                let mut txn = lent.session.begin(&[&key[..]]);
-                match txn
-                    .delete(key)
-                    .and_then(|existed| txn.commit().map(|_| existed))
-                {
-                    Ok(existed) => deleted += i64::from(existed),
-                    Err(e) => {
-                        result = Err(format!("ERR deleting the slots' keys failed: {e}"));
-                        break;
-                    }
-                }
-            }
-            self.engine.give_back(lent);
-            self.shards.forget();
-            result?;
             if cursor == 0 {
                 return Ok(deleted);
             }
         }
     }
 
-    /// Visits the keys of `EXPORT_BUCKETS` index buckets from `cursor`; the next cursor.
-    fn sweep_step(&self, cursor: u64, visit: impl FnMut(&[u8], &[u8])) -> Result<u64, String> {
+    /// How many engine records are no user key (collections' element records, markers, the
+    /// function libraries): a whole sweep of the index, one step at a time. Lets a test or an
+    /// operator see that a migration left no collection records behind at the old owner.
+    fn other_records(&self) -> Result<i64, String> {
+        let (mut count, mut cursor) = (0i64, 0u64);
+        loop {
+            cursor = self.with_shard(|_, session| {
+                session
+                    .scan(cursor, EXPORT_BUCKETS, |key, _| {
+                        count += i64::from(super::shard::user_key(key).is_none());
+                    })
+                    .map_err(|e| format!("ERR scanning the engine failed: {e}"))
+            })?;
+            if cursor == 0 {
+                return Ok(count);
+            }
+        }
+    }
+
+    /// Runs `body` with the command layer and a lent session, the latch held shared as a
+    /// batch holds it.
+    fn with_shard<R>(
+        &self,
+        body: impl FnOnce(&super::shard::Shard, &mut StoreSession) -> Result<R, String>,
+    ) -> Result<R, String> {
         let _shared = self.latch.read();
         let mut lent = self.engine.lend().map_err(|e| format!("ERR {e}"))?;
-        let result = lent.session.scan(cursor, EXPORT_BUCKETS, visit);
+        let result = self
+            .shards
+            .get(lent.session.store())
+            .map_err(|e| format!("ERR {e}"))
+            .and_then(|shard| body(&shard, &mut lent.session));
         self.engine.give_back(lent);
-        result.map_err(|e| format!("ERR scanning the engine failed: {e}"))
+        result
     }
+}
+
+/// The user keys of `range` in `EXPORT_BUCKETS` index buckets from `cursor`, and the next
+/// cursor.
+fn keys_step(
+    session: &mut StoreSession,
+    range: SlotRange,
+    cursor: u64,
+) -> Result<(u64, Vec<Vec<u8>>), String> {
+    let mut keys = Vec::new();
+    let next = session
+        .scan(cursor, EXPORT_BUCKETS, |key, _| {
+            if in_range(range, key) {
+                keys.push(key.to_vec());
+            }
+        })
+        .map_err(|e| format!("ERR scanning the engine failed: {e}"))?;
+    Ok((next, keys))
 }
 
 #[cfg(test)]

@@ -596,6 +596,23 @@ impl Txn<'_> {
         self.get_with(database, key, false)
     }
 
+    /// Reads a key as stored, expired or not, without updating its access word or deleting
+    /// anything (DUMP of a slot being migrated must not write to it).
+    pub(crate) fn peek(
+        &mut self,
+        database: u8,
+        key: &[u8],
+    ) -> Result<Option<Stored>, CommandError> {
+        self.scratch.clear();
+        if !self
+            .inner
+            .get(&engine_key(database, key), &mut self.scratch)?
+        {
+            return Ok(None);
+        }
+        Ok(Some(value::decode(&self.scratch)?))
+    }
+
     fn get_with(
         &mut self,
         database: u8,
