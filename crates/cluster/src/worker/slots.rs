@@ -37,9 +37,12 @@ use prefixkv_store::StoreSession;
 use super::{Core, Recoverability};
 use crate::topology::Topology;
 
-/// Index buckets one `EXPORT` call (and one step of a slot sweep) visits: bounds the memory a
-/// call holds to the keys and values of this many buckets.
+/// Index buckets one `EXPORT` call (and one step of a slot sweep) visits at most. An `EXPORT`
+/// also stops once its reply passes a frame's worth of bytes (see `export`).
 pub const EXPORT_BUCKETS: usize = 1024;
+
+/// Index buckets an `EXPORT` call scans between two looks at its reply's size.
+const EXPORT_GROUP_BUCKETS: usize = 16;
 
 /// Room an `IMPORT` request needs besides one value (its words, the slots, the key): a value's
 /// serialized form may take the rest of a frame.
@@ -342,19 +345,30 @@ impl Core {
         }
         // One value must fit in an IMPORT request at the new owner (same frame limits).
         let limit = self.limits.max_frame_bytes.saturating_sub(IMPORT_HEADROOM);
+        // The reply stops growing at the bucket group in which it passed a frame's worth of
+        // bytes: at most that plus one group's values, whatever the slots hold.
+        let budget = self.limits.max_frame_bytes;
         let (next, pairs) = self
             .with_shard(|shard, session| {
-                let (next, keys) = keys_step(session, range, cursor)?;
-                let mut pairs = Vec::with_capacity(keys.len());
-                for key in keys {
-                    let form = shard.dump_key(session, &key, limit).map_err(|e| {
-                        format!("ERR exporting key {:?}: {e}", String::from_utf8_lossy(&key))
-                    })?;
-                    if let Some(form) = form {
-                        pairs.push((key, form));
+                let mut pairs = Vec::new();
+                let (mut next, mut buckets, mut bytes) = (cursor, 0, 0);
+                loop {
+                    let (after, keys) = keys_step(session, range, next, EXPORT_GROUP_BUCKETS)?;
+                    for key in keys {
+                        let form = shard.dump_key(session, &key, limit).map_err(|e| {
+                            format!("ERR exporting key {:?}: {e}", String::from_utf8_lossy(&key))
+                        })?;
+                        if let Some(form) = form {
+                            bytes += key.len() + form.len();
+                            pairs.push((key, form));
+                        }
+                    }
+                    next = after;
+                    buckets += EXPORT_GROUP_BUCKETS;
+                    if next == 0 || buckets >= EXPORT_BUCKETS || bytes >= budget {
+                        return Ok((next, pairs));
                     }
                 }
-                Ok((next, pairs))
             })
             .map_err(error)?;
         let encoder = Encoder::new(Protocol::Resp2);
@@ -438,7 +452,7 @@ impl Core {
         let mut cursor = 0;
         loop {
             cursor = self.with_shard(|shard, session| {
-                let (next, keys) = keys_step(session, range, cursor)?;
+                let (next, keys) = keys_step(session, range, cursor, EXPORT_BUCKETS)?;
                 for key in keys {
                     deleted += i64::from(
                         shard
@@ -491,16 +505,16 @@ impl Core {
     }
 }
 
-/// The user keys of `range` in `EXPORT_BUCKETS` index buckets from `cursor`, and the next
-/// cursor.
+/// The user keys of `range` in `buckets` index buckets from `cursor`, and the next cursor.
 fn keys_step(
     session: &mut StoreSession,
     range: SlotRange,
     cursor: u64,
+    buckets: usize,
 ) -> Result<(u64, Vec<Vec<u8>>), String> {
     let mut keys = Vec::new();
     let next = session
-        .scan(cursor, EXPORT_BUCKETS, |key, _| {
+        .scan(cursor, buckets, |key, _| {
             if in_range(range, key) {
                 keys.push(key.to_vec());
             }
