@@ -1,4 +1,4 @@
-//! prefixkv-dprnet: Distributed Prefix Recovery (DPR, seed 002) on the network, for every kind of
+//! prefixkv-dprnet: Distributed Prefix Recovery (DPR) on the network, for every kind of
 //! DPR worker: D-Redis's proxies (`prefixkv-dredis`) and prefixkv's cluster workers
 //! (`prefixkv-cluster`) both serve it, and their clients use it.
 //!
