@@ -5,22 +5,15 @@
 //! decides its commit point; waiting takes checkpoints only when there is no log, and at most
 //! three.
 
+mod common;
+
 use std::sync::Arc;
 
 use prefixkv_storage::{CrashMode, SimDisk};
 use prefixkv_store::{Durability, DurableStore, Options, StoreSession, WritePosition};
 
-const DIR: &str = "/data/store";
-
 fn options(disk: &SimDisk, durability: Durability) -> Options {
-    let mut options = Options::new(DIR, durability);
-    options.engine.index_buckets = 1 << 8;
-    options.engine.log_memory_bytes = 8 << 20;
-    options.engine.log_page_bytes = 64 << 10;
-    options.engine.flusher_threads = 2;
-    options.oplog_segment_bytes = 4096;
-    options.disk = disk.as_disk();
-    options
+    common::sim_options(disk, durability)
 }
 
 /// Puts `key = value` in one transaction; the write's position.

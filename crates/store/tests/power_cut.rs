@@ -20,6 +20,8 @@
 //! `STORE_POWER_CUT_SEEDS` (default 300) seeds; `STORE_POWER_CUT_SEED=n` replays one (the
 //! engine's and the log's threads make a seed's interleaving vary from run to run).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -27,18 +29,10 @@ use prefixkv_storage::{CrashMode, Fault, FaultError, FaultOp, SimDisk};
 use prefixkv_store::{Durability, DurableStore, Options, StoreError};
 use prefixkv_testkit::rng::{env_count, Rng};
 
-const DIR: &str = "/data/store";
 const KEYS: u64 = 64;
 
 fn options(disk: &SimDisk, durability: Durability) -> Options {
-    let mut options = Options::new(DIR, durability);
-    options.engine.index_buckets = 1 << 8;
-    options.engine.log_memory_bytes = 8 << 20;
-    options.engine.log_page_bytes = 64 << 10;
-    options.engine.flusher_threads = 2;
-    options.oplog_segment_bytes = 4096;
-    options.disk = disk.as_disk();
-    options
+    common::sim_options(disk, durability)
 }
 
 /// What the writer knows.
