@@ -3,8 +3,10 @@
 //! The engine (`prefixkv-engine`) keeps the data in memory and makes it durable with CPR
 //! checkpoints; the operation log (`prefixkv_storage::log`) makes each write durable between
 //! checkpoints. This crate is the one place that combines them; it serves the server, whose
-//! persistence it is. (A cluster worker's durability is its DPR checkpoints, `docs/cluster.md`;
-//! its `synchronous` baseline log is its own and is not replayed.)
+//! persistence it is. A cluster worker runs the command layer over
+//! [`DurableStore::over_engine`] (mode `none`: its engine is checkpointed and restored by DPR,
+//! `docs/cluster.md`), so it uses the transactions and the exec gate but not the durability rule;
+//! its `synchronous` baseline log is its own and is not replayed.
 //! - writes go through [`Txn`], which keeps each key's log order equal to its engine order;
 //! - [`DurableStore::checkpoint`] records in the checkpoint the log position it covers (the
 //!   engine's commit cookie) and truncates the log behind the oldest checkpoint kept;
