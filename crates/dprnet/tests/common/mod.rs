@@ -272,30 +272,47 @@ pub fn every_redis_answers(redis: &[SocketAddr]) -> bool {
     })
 }
 
-/// Reads every key of session `id` from every Redis.
+/// Reads every key of session `id` from every Redis. A Redis that a late restore restarts
+/// while it is read (its connection reset) is read again, every shard whole, once all answer:
+/// reads change nothing, and whatever a restore brings back goes through the same oracle.
+/// Bounded: a few attempts, each after every Redis answered again.
 pub fn read_session_keys(redis: &[SocketAddr], id: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    const ATTEMPTS: usize = 4;
+    let mut failures = Vec::new();
+    for _ in 0..ATTEMPTS {
+        match try_read_session_keys(redis, id) {
+            Ok(found) => return found,
+            Err(error) => {
+                failures.push(error.to_string());
+                wait_until("every redis to answer again", || every_redis_answers(redis));
+            }
+        }
+    }
+    panic!("session {id}: reading its keys failed {ATTEMPTS} times: {failures:?}")
+}
+
+fn try_read_session_keys(
+    redis: &[SocketAddr],
+    id: u64,
+) -> std::io::Result<BTreeMap<Vec<u8>, Vec<u8>>> {
     let mut found = BTreeMap::new();
     let pattern = format!("s{id}:*");
     for address in redis {
-        let mut connection =
-            RedisConnection::connect(*address, Duration::from_secs(10)).expect("connect to redis");
-        let Reply::Array(keys) = connection
-            .command(&[b"KEYS", pattern.as_bytes()])
-            .expect("KEYS")
-        else {
+        let mut connection = RedisConnection::connect(*address, Duration::from_secs(10))?;
+        let Reply::Array(keys) = connection.command(&[b"KEYS", pattern.as_bytes()])? else {
             panic!("KEYS did not return an array")
         };
         for key in keys {
             let Reply::BulkString(key) = key else {
                 panic!("key is not a bulk string")
             };
-            let Reply::BulkString(value) = connection.command(&[b"GET", &key]).expect("GET") else {
+            let Reply::BulkString(value) = connection.command(&[b"GET", &key])? else {
                 panic!("GET of an existing key did not return a value")
             };
             found.insert(key.to_vec(), value.to_vec());
         }
     }
-    found
+    Ok(found)
 }
 
 /// Checks the state of every Redis against the session's oracle.
