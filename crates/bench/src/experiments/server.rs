@@ -23,6 +23,20 @@
 //!    `allkeys-lfu` ([`cache`]): hit ratio and `used_memory / maxmemory` over zipfian
 //!    read-through traffic.
 //!
+//! **Client processes** (`--client-processes N`, default 1, at most
+//! [`benchmark::MAX_CLIENT_PROCESSES`]). One redis-benchmark process is single-threaded, so at
+//! `-P 16` it, not the server, sets the rate. With N > 1 each (test, pipeline) cell runs N
+//! redis-benchmark processes against the same server at once, `-c` and `-n` divided among them
+//! (remainders to the first; at least one client each), all started before any is waited for
+//! ([`benchmark::run_processes`]). The cell's rate is the sum of their rates: they run over the
+//! same interval, so their rates add as one process's clients do; the slowest process's wall
+//! time is recorded (`slowest_client_s`) so that a skewed run, where one finished early and
+//! the sum overstates the rate, is visible against the requests. The cell's p99 is the largest
+//! of their p99s, an upper bound of the p99 over all its requests. `server_cpu_us_per_request`
+//! stays the server's CPU over the cell divided by all the requests served. Rows and the
+//! config record `client_processes`; the summary ratios keep their names, since a run uses one
+//! N. With N = 1 the cell runs the one process exactly as before.
+//!
 //! The redis-benchmark phase measures and checks nothing: a run of that phase alone records no
 //! check, so its `verified` stays `null`.
 //!
@@ -74,6 +88,10 @@ pub struct Args {
     /// redis-benchmark clients (`-c`).
     #[arg(long, default_value_t = 50)]
     pub clients: usize,
+    /// redis-benchmark processes run at once per test and pipeline depth, `-c` and `-n` divided
+    /// among them (1..=8); the cell's rate is their sum, its p99 the largest of theirs.
+    #[arg(long, default_value_t = 1)]
+    pub client_processes: usize,
     /// redis-benchmark key space (`-r`).
     #[arg(long, default_value_t = 1_000_000)]
     pub keyspace: u64,
@@ -169,6 +187,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let dataset_bytes =
         args.dataset_bytes
             .unwrap_or(if quick { 100_000_000 } else { 2_000_000_000 });
+    let client_processes = benchmark::check_client_processes(args.client_processes)?;
     if args.value_bytes < 64 {
         bail!("--value-bytes must be at least 64");
     }
@@ -210,8 +229,16 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
                 .join(" / "),
             args.clients,
             args.keyspace
-        ),
+        ) + &if client_processes > 1 {
+            format!(
+                "; {client_processes} processes at once per cell, -c and -n divided among them, \
+                 rate summed, p99 the largest"
+            )
+        } else {
+            String::new()
+        },
     );
+    report.config("client_processes", client_processes as u64);
     report.config("pipelines", args.pipelines.clone());
     report.config("snapshot_durability", snapshot_durability.name());
     report.config("dataset_bytes", plan.dataset_bytes());
@@ -256,6 +283,10 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
             },
             pipeline,
         };
+        // A count of requests that cannot be divided is an error before any server starts.
+        for &pipeline in &args.pipelines {
+            benchmark::split(&load(pipeline, "set", None), client_processes)?;
+        }
         run_benchmarks(
             &binaries,
             common,
@@ -325,6 +356,8 @@ struct Measured {
     p99_latency_ms: Option<f64>,
     /// The server's CPU time over the run divided by its requests.
     server_cpu_us_per_request: f64,
+    /// With several client processes, the slowest one's wall time in seconds.
+    slowest_client_s: Option<f64>,
 }
 
 /// (server, durability, pipeline, test) → every round's measurement.
@@ -404,10 +437,19 @@ fn run_benchmarks(
                         benchmark::command_of(&test, &shas[contender]),
                     );
                     let cpu_before_us = benchmark::cpu_time_us(pid)?;
-                    let line = benchmark::run(&binaries.redis_benchmark, server.port, &load)
-                        .with_context(|| {
-                            format!("{} at {}", server.kind.name(), durability.name())
-                        })?;
+                    let (line, slowest_client_s) = if args.client_processes > 1 {
+                        benchmark::run_processes(
+                            &binaries.redis_benchmark,
+                            server.port,
+                            &load,
+                            args.client_processes,
+                        )
+                        .map(|combined| (combined.line, Some(combined.slowest_wall_s)))
+                    } else {
+                        benchmark::run(&binaries.redis_benchmark, server.port, &load)
+                            .map(|line| (line, None))
+                    }
+                    .with_context(|| format!("{} at {}", server.kind.name(), durability.name()))?;
                     let cpu_us = benchmark::cpu_time_us(pid)?.saturating_sub(cpu_before_us);
                     cells
                         .entry((
@@ -421,6 +463,7 @@ fn run_benchmarks(
                             requests_per_s: line.requests_per_s,
                             p99_latency_ms: line.p99_latency_ms,
                             server_cpu_us_per_request: cpu_us as f64 / load.requests as f64,
+                            slowest_client_s,
                         });
                 }
                 bar.inc(1);
@@ -449,6 +492,10 @@ fn run_benchmarks(
             ("pipeline", Value::from(*pipeline as u64)),
             ("test", Value::from(test.as_str())),
             ("rounds", Value::from(values.len() as u64)),
+            (
+                "client_processes",
+                Value::from(args.client_processes as u64),
+            ),
         ]);
         Spread::of(&values.iter().map(|v| v.requests_per_s).collect::<Vec<_>>())
             .insert_into(&mut cell, "throughput_ops_per_s");
@@ -461,6 +508,10 @@ fn run_benchmarks(
                 .collect::<Vec<_>>(),
         )
         .insert_into(&mut cell, "server_cpu_us_per_request");
+        let slowest: Vec<f64> = values.iter().filter_map(|v| v.slowest_client_s).collect();
+        if !slowest.is_empty() {
+            Spread::of(&slowest).insert_into(&mut cell, "slowest_client_s");
+        }
         if server == Kind::Prefixkv.name() {
             cell.insert(
                 "over_redis".into(),
