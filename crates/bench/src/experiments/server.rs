@@ -24,11 +24,11 @@
 //!    read-through traffic.
 //!
 //! **Client processes** (`--client-processes N`, default 1, at most
-//! [`benchmark::MAX_CLIENT_PROCESSES`]). One redis-benchmark process is single-threaded, so at
+//! `benchmark::MAX_CLIENT_PROCESSES`). One redis-benchmark process is single-threaded, so at
 //! `-P 16` it, not the server, sets the rate. With N > 1 each (test, pipeline) cell runs N
 //! redis-benchmark processes against the same server at once, `-c` and `-n` divided among them
 //! (remainders to the first; at least one client each), all started before any is waited for
-//! ([`benchmark::run_processes`]). The cell's rate is the sum of their rates: they run over the
+//! (`benchmark::run_processes`). The cell's rate is the sum of their rates: they run over the
 //! same interval, so their rates add as one process's clients do; the slowest process's wall
 //! time is recorded (`slowest_client_s`) so that a skewed run, where one finished early and
 //! the sum overstates the rate, is visible against the requests. The cell's p99 is the largest

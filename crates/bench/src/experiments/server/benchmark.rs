@@ -3,6 +3,12 @@
 //! test), and parses its CSV output. Tests redis-benchmark has no `-t` name for ([`command_of`]:
 //! `evalsha`, `xadd`) run as a command line of their own.
 //!
+//! [`run_processes`] runs one such load as several redis-benchmark processes at once
+//! (`--client-processes`), [`split`] dividing `-c` and `-n` among them so that the cell serves
+//! the same requests as one process would, and [`combine`] joining their lines: rates summed,
+//! p99 the largest (an upper bound), and the slowest process's wall time kept. [`run`] is the
+//! one-process path, unchanged.
+//!
 //! The CSV shape (Redis 7): a header line
 //! `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"`
 //! then one quoted line per test. Older versions print only `"test","rps"`; the latency columns
