@@ -472,7 +472,18 @@ fn run_benchmarks(
         drop(servers);
     }
     bar.finish_and_clear();
+    write_benchmark_rows(&cells, durabilities, args, report);
+    Ok(())
+}
 
+/// The redis-benchmark phase's rows (one per cell, spreads over rounds) and summary ratios.
+fn write_benchmark_rows(
+    cells: &Cells,
+    durabilities: &[Durability],
+    args: &Args,
+    report: &mut Report,
+) {
+    let pipelines = &args.pipelines;
     let median = |server: &str, durability: &str, pipeline: usize, test: &str| -> f64 {
         let key = (
             server.to_string(),
@@ -484,7 +495,7 @@ fn run_benchmarks(
             median(&values.iter().map(|v| v.requests_per_s).collect::<Vec<_>>())
         })
     };
-    for ((server, durability, pipeline, test), values) in &cells {
+    for ((server, durability, pipeline, test), values) in cells {
         let mut cell = row([
             ("phase", Value::from("redis-benchmark")),
             ("variant", Value::from(server.as_str())),
@@ -541,7 +552,6 @@ fn run_benchmarks(
             }
         }
     }
-    Ok(())
 }
 
 /// A JSON number, or null for NaN and infinities (JSON has neither).
