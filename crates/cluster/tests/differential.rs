@@ -96,7 +96,7 @@ impl RedisCluster {
         for _attempt in 0..5 {
             // Its cluster bus listens on port + 10000, which must be a port too.
             let port = (0..100)
-                .map(|_| free_port())
+                .map(|_| prefixkv_dprnet::free_port().expect("a free port"))
                 .find(|&port| port < 55_000)
                 .expect("a free port below 55000");
             let child = Command::new("redis-server")
@@ -165,14 +165,6 @@ impl Drop for RedisCluster {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A one-worker prefixkv cluster (the launcher's processes) and a redis-server cluster, with

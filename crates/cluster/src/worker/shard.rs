@@ -37,6 +37,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
+use prefixkv_commands::commands::table::TXN_CONTROL;
 use prefixkv_commands::commands::{self, getkeys, AsyncOp, Client, Flow};
 use prefixkv_commands::host::Host;
 use prefixkv_commands::keyspace;
@@ -364,7 +365,9 @@ impl Shard {
             state.queued_cross = false;
             return;
         }
-        if !was_in_multi || matches!(name, "multi" | "exec" | "discard" | "watch") {
+        // The transaction commands run at once and are never queued (the table's flag).
+        let control = commands::table::find(name).is_some_and(|spec| spec.has(TXN_CONTROL));
+        if !was_in_multi || control {
             return;
         }
         for key in keys_of(args).unwrap_or_default() {
