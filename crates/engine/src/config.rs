@@ -156,10 +156,10 @@ pub struct StoreConfig {
     /// weights are 110 against 1024), and all of an idle core. 0 runs them like request threads.
     /// Not applied under the `blocking` strategy, which stops the world anyway.
     pub checkpoint_thread_nice: i32,
-    /// How checkpoint threads are scheduled: [`CheckpointPriority::Idle`] (the default) runs
-    /// them under `SCHED_IDLE` while the checkpoint writes at least
+    /// How checkpoint threads are scheduled: [`CheckpointPriority::Idle`] runs them under `SCHED_IDLE` while the checkpoint writes at least
     /// `checkpoint_idle_floor_bytes_per_s`, and at `checkpoint_thread_nice` once it falls
-    /// behind; [`CheckpointPriority::Nice`] at `checkpoint_thread_nice` throughout. Not applied
+    /// behind; [`CheckpointPriority::Nice`] (the default until `Idle` is measured against it on
+    /// the server's snapshot benchmark) at `checkpoint_thread_nice` throughout. Not applied
     /// under the `blocking` strategy.
     pub checkpoint_thread_priority: CheckpointPriority,
     /// The idle priority's floor: bytes per second (averaged since the image started, after a
@@ -310,7 +310,7 @@ impl Default for StoreConfig {
             keep_checkpoints: 2,
             checkpoint_write_bytes_per_s: None,
             checkpoint_thread_nice: DEFAULT_CHECKPOINT_THREAD_NICE,
-            checkpoint_thread_priority: CheckpointPriority::Idle,
+            checkpoint_thread_priority: CheckpointPriority::Nice,
             checkpoint_idle_floor_bytes_per_s: DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S,
             checkpoint_direct_io: true,
             disk: prefixkv_storage::real_disk(),
