@@ -11,7 +11,10 @@
 //! Strategies (see `docs/engine.md`): `persian` and `cpr-copy` scan the index (KeyUnique
 //! segments); `fold-over` and `snapshot` scan the log in address order (LogOrdered segments);
 //! `blocking` pauses every session at a barrier and scans the index while the world waits.
-//! Request threads never do this work: it all runs here and on the scanner threads.
+//! Request threads never do this work: it all runs here and on the scanner threads. Those threads
+//! (and their I/O threads) run under the checkpoint's priority, `SCHED_IDLE` while the checkpoint
+//! keeps up with its floor rate and the fixed niceness once it falls behind; this driver is the
+//! watchdog that raises them (`checkpoint_priority.rs` states why a save always finishes).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::checkpoint_files::{
     ManifestContent, ManifestKind, SegmentSummary, SegmentWriter, WriteTimes,
 };
+use crate::checkpoint_priority::{ThreadPriority, WATCHDOG_TICK};
 use crate::log::{FLAG_INVALID, FLAG_PRESENT, FLAG_STABLE};
 use crate::report::{CheckpointBreakdown, CheckpointReport, Scope};
 use crate::shared::Shared;
@@ -356,49 +360,40 @@ fn scan_index_parallel(
     })
 }
 
-/// Makes the calling thread yield the CPU to request threads: sets its niceness (Linux threads
-/// are tasks, so this affects only this thread). Raising niceness needs no privilege; a failure
-/// only means the thread keeps the default priority, so it is logged, not fatal.
-fn lower_this_thread(nice: i32) {
-    // SAFETY: plain syscalls on the calling thread's own id.
-    let result = unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, nice)
-    };
-    if result != 0 {
-        tracing::debug!(
-            "could not lower checkpoint thread priority: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 /// Runs `fill(index, writer)` for segments `0..threads`, each on its own scoped thread with its own
 /// segment writer, then finishes (fsyncs) every segment. Fails with the first error any thread met.
 /// `fill` returns the time it spent reading the index; the breakdown's `phases`, `image` and
 /// `publish` are left for the caller.
+///
+/// Except under the `blocking` strategy, the segment threads and their I/O threads run under the
+/// checkpoint's priority (`checkpoint_priority.rs`), and the calling thread is the watchdog that
+/// raises them when the checkpoint falls behind: it waits for the threads' ends at most a tick at
+/// a time.
 fn write_segments_in_parallel(
     shared: &Shared,
     pending: &crate::checkpoint_files::PendingCheckpoint,
     threads: usize,
     fill: impl Fn(usize, &mut SegmentWriter) -> Result<Duration, EngineError> + Sync,
 ) -> Result<(Vec<SegmentSummary>, CheckpointBreakdown), EngineError> {
+    let priority = (shared.strategy_in_flight() != Strategy::Blocking)
+        .then(|| ThreadPriority::for_config(&shared.config))
+        .flatten();
     let writers = (0..threads)
-        .map(|index| pending.segment_writer(index as u32))
+        .map(|index| pending.segment_writer_with_priority(index as u32, priority.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     let fill = &fill;
-    let nice = (shared.strategy_in_flight() != Strategy::Blocking)
-        .then_some(shared.config.checkpoint_thread_nice)
-        .filter(|&nice| nice > 0);
-    std::thread::scope(|scope| {
+    let (ended, ends) = std::sync::mpsc::channel::<()>();
+    let (segments, mut breakdown) = std::thread::scope(|scope| {
         let handles: Vec<_> = writers
             .into_iter()
             .enumerate()
             .map(|(index, mut writer)| {
+                let priority = priority.clone();
+                let ended = ended.clone();
                 scope.spawn(move || -> Result<_, EngineError> {
-                    if let Some(nice) = nice {
-                        lower_this_thread(nice);
-                    }
+                    // Sends on every exit, an error's too, so the watchdog below stops waiting.
+                    let _ended = SendOnDrop(ended);
+                    let _registered = priority.as_ref().map(|priority| priority.enter());
                     let (cpu_started, wall_started) = (thread_cpu_time(), Instant::now());
                     let index_scan = fill(index, &mut writer)?;
                     let (summary, times) = writer.finish()?;
@@ -412,22 +407,55 @@ fn write_segments_in_parallel(
                 })
             })
             .collect();
+        if let Some(priority) = &priority {
+            let mut running = handles.len();
+            while running > 0 {
+                match ends.recv_timeout(WATCHDOG_TICK) {
+                    Ok(()) => running -= 1,
+                    Err(_) => {
+                        priority.check();
+                    }
+                }
+            }
+        }
         let mut segments = Vec::with_capacity(handles.len());
         let mut breakdown = CheckpointBreakdown::default();
+        let mut failure = None;
         for handle in handles {
-            let (summary, thread) = handle.join().expect("checkpoint segment thread panicked")?;
-            segments.push(summary);
-            breakdown.threads += 1;
-            breakdown.thread_cpu += thread.cpu;
-            breakdown.thread_wall += thread.wall;
-            breakdown.index_scan += thread.index_scan;
-            breakdown.records += thread
-                .wall
-                .saturating_sub(thread.index_scan + thread.writes.total());
-            breakdown.writes.add(&thread.writes);
+            match handle.join().expect("checkpoint segment thread panicked") {
+                Ok((summary, thread)) => {
+                    segments.push(summary);
+                    breakdown.threads += 1;
+                    breakdown.thread_cpu += thread.cpu;
+                    breakdown.thread_wall += thread.wall;
+                    breakdown.index_scan += thread.index_scan;
+                    breakdown.records += thread
+                        .wall
+                        .saturating_sub(thread.index_scan + thread.writes.total());
+                    breakdown.writes.add(&thread.writes);
+                }
+                Err(error) => {
+                    failure.get_or_insert(error);
+                }
+            }
         }
-        Ok((segments, breakdown))
-    })
+        match failure {
+            Some(error) => Err(error),
+            None => Ok((segments, breakdown)),
+        }
+    })?;
+    breakdown.priority_raised_after = priority.and_then(|priority| priority.raised_after());
+    Ok((segments, breakdown))
+}
+
+/// Sends one message when dropped: a segment thread's end, however it ends.
+struct SendOnDrop(std::sync::mpsc::Sender<()>);
+
+impl Drop for SendOnDrop {
+    fn drop(&mut self) {
+        // The watchdog may have stopped listening (it only waits while threads run).
+        let _ = self.0.send(());
+    }
 }
 
 /// One segment thread's times, folded into a [`CheckpointBreakdown`].
@@ -621,28 +649,4 @@ fn scan_log_parallel(
             None => Ok(Duration::ZERO),
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::lower_this_thread;
-
-    #[test]
-    fn lowering_a_thread_changes_only_that_thread() {
-        // SAFETY: plain syscalls on thread ids of this process.
-        let niceness = || unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::getpriority(libc::PRIO_PROCESS, tid)
-        };
-        let before = niceness();
-        let target = (before + 7).min(19);
-        let lowered = std::thread::spawn(move || {
-            lower_this_thread(target);
-            niceness()
-        })
-        .join()
-        .unwrap();
-        assert_eq!(lowered, target);
-        assert_eq!(niceness(), before, "the calling thread keeps its priority");
-    }
 }

@@ -78,6 +78,54 @@ impl FromStr for Strategy {
 /// Default niceness of checkpoint threads (`StoreConfig::checkpoint_thread_nice`).
 pub const DEFAULT_CHECKPOINT_THREAD_NICE: i32 = 10;
 
+/// Default floor rate of the idle checkpoint priority
+/// (`StoreConfig::checkpoint_idle_floor_bytes_per_s`): 16 MiB/s, so a 2 GiB image is raised to
+/// the fixed niceness at the latest about two minutes in.
+pub const DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S: u64 = 16 << 20;
+
+/// How a non-blocking checkpoint's threads are scheduled (`StoreConfig::checkpoint_thread_priority`;
+/// see `checkpoint_priority.rs` for the bound on a save's time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CheckpointPriority {
+    /// Linux `SCHED_IDLE` (a core only when no request thread wants it) while the checkpoint
+    /// writes at least its floor rate, the fixed niceness once it falls behind. Where the process
+    /// may not leave `SCHED_IDLE` again (no `CAP_SYS_NICE` or `RLIMIT_NICE`) and on platforms
+    /// without it, the same as [`CheckpointPriority::Nice`].
+    Idle,
+    /// The fixed niceness (`checkpoint_thread_nice`) throughout.
+    Nice,
+}
+
+impl CheckpointPriority {
+    /// The name used in configuration (`idle`, `nice`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckpointPriority::Idle => "idle",
+            CheckpointPriority::Nice => "nice",
+        }
+    }
+}
+
+impl fmt::Display for CheckpointPriority {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+impl FromStr for CheckpointPriority {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "idle" => Ok(CheckpointPriority::Idle),
+            "nice" => Ok(CheckpointPriority::Nice),
+            _ => Err(format!(
+                "unknown checkpoint priority {text:?}; expected idle or nice"
+            )),
+        }
+    }
+}
+
 /// Store configuration. Build with [`StoreConfig::new`] and adjust fields.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -108,6 +156,17 @@ pub struct StoreConfig {
     /// weights are 110 against 1024), and all of an idle core. 0 runs them like request threads.
     /// Not applied under the `blocking` strategy, which stops the world anyway.
     pub checkpoint_thread_nice: i32,
+    /// How checkpoint threads are scheduled: [`CheckpointPriority::Idle`] runs them under `SCHED_IDLE` while the checkpoint writes at least
+    /// `checkpoint_idle_floor_bytes_per_s`, and at `checkpoint_thread_nice` once it falls
+    /// behind; [`CheckpointPriority::Nice`] (the default until `Idle` is measured against it on
+    /// the server's snapshot benchmark) at `checkpoint_thread_nice` throughout. Not applied
+    /// under the `blocking` strategy.
+    pub checkpoint_thread_priority: CheckpointPriority,
+    /// The idle priority's floor: bytes per second (averaged since the image started, after a
+    /// half-second allowance) below which the checkpoint's threads are raised to the fixed
+    /// niceness. At least 64 KiB/s; with pacing, at most half the paced rate is used. Bounds a
+    /// save's delay against the fixed niceness (`checkpoint_priority.rs`).
+    pub checkpoint_idle_floor_bytes_per_s: u64,
     /// Write checkpoint segments with direct I/O (`O_DIRECT`), bypassing the page cache: no kernel
     /// copy of every byte into cache pages, and a checkpoint does not push the requests' data out
     /// of the cache. On by default; where the file system has no direct I/O (tmpfs), segments go
@@ -209,6 +268,13 @@ impl StoreConfig {
                 self.checkpoint_thread_nice
             ));
         }
+        let minimum = crate::checkpoint_files::pacer::MIN_WRITE_BYTES_PER_S;
+        if self.checkpoint_idle_floor_bytes_per_s < minimum {
+            return invalid(format!(
+                "checkpoint_idle_floor_bytes_per_s must be at least {minimum} (64 KiB/s), got {}",
+                self.checkpoint_idle_floor_bytes_per_s
+            ));
+        }
         if self.memory_wait_limit < Duration::from_millis(1)
             || self.memory_wait_limit > Duration::from_secs(3600)
         {
@@ -244,6 +310,8 @@ impl Default for StoreConfig {
             keep_checkpoints: 2,
             checkpoint_write_bytes_per_s: None,
             checkpoint_thread_nice: DEFAULT_CHECKPOINT_THREAD_NICE,
+            checkpoint_thread_priority: CheckpointPriority::Nice,
+            checkpoint_idle_floor_bytes_per_s: DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S,
             checkpoint_direct_io: true,
             disk: prefixkv_storage::real_disk(),
             memory_wait_limit: Duration::from_secs(30),

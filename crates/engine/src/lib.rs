@@ -28,6 +28,7 @@
 mod accounting;
 mod checkpoint;
 pub mod checkpoint_files;
+mod checkpoint_priority;
 mod compaction;
 mod config;
 mod cpr_points;
@@ -48,7 +49,9 @@ mod sync;
 
 pub use checkpoint_files::segment::WriteTimes;
 pub use config::{
-    SessionId, StoreConfig, Strategy, DEFAULT_CHECKPOINT_THREAD_NICE, MIN_PAGES_FOR_DEAD_TRIGGER,
+    CheckpointPriority, SessionId, StoreConfig, Strategy,
+    DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S, DEFAULT_CHECKPOINT_THREAD_NICE,
+    MIN_PAGES_FOR_DEAD_TRIGGER,
 };
 pub use error::EngineError;
 pub use report::{CheckpointBreakdown, CheckpointReport, CheckpointToken, PurgeReport, Scope};

@@ -67,6 +67,10 @@ pub struct CheckpointBreakdown {
     pub records: Duration,
     /// The segment writers' CRC, write, pacing and sync time, summed.
     pub writes: WriteTimes,
+    /// With the idle checkpoint priority (`StoreConfig::checkpoint_thread_priority`): how long
+    /// after the image started its threads were raised from `SCHED_IDLE` to the fixed niceness
+    /// because the checkpoint fell behind its floor rate; `None` if they never were.
+    pub priority_raised_after: Option<Duration>,
 }
 
 impl CheckpointBreakdown {
@@ -122,6 +126,7 @@ impl CheckpointBreakdown {
                 pacing,
                 sync,
             },
+            priority_raised_after: None,
         }
     }
 }

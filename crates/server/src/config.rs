@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use prefixkv_engine::CheckpointPriority;
 use serde::Deserialize;
 
 mod compaction;
@@ -119,6 +120,15 @@ pub struct Flags {
     /// requests and makes saves longer [default: 10].
     #[arg(long = "checkpoint-nice")]
     pub checkpoint_nice: Option<i32>,
+    /// Scheduling of checkpoint threads: `idle` (Linux SCHED_IDLE while the save writes at least
+    /// `checkpoint-idle-floor`, then `checkpoint-nice`) or `nice` (`checkpoint-nice` throughout)
+    /// [default: nice].
+    #[arg(long = "checkpoint-priority")]
+    pub checkpoint_priority: Option<String>,
+    /// The idle priority's floor rate: a save writing less per second (averaged since it
+    /// started) is raised to `checkpoint-nice`; accepts 16mb, at least 64kb [default: 16mb].
+    #[arg(long = "checkpoint-idle-floor")]
+    pub checkpoint_idle_floor: Option<String>,
     /// Compaction also starts when more than this fraction of the engine's log pages in use is
     /// dead records, in [0, 1); 0 compacts only at half the `engine-memory` budget [default:
     /// 0.25 with maxmemory, else 0.5].
@@ -171,6 +181,8 @@ struct FileConfig {
     engine_memory: Option<toml::Value>,
     checkpoint_rate: Option<toml::Value>,
     checkpoint_nice: Option<i32>,
+    checkpoint_priority: Option<String>,
+    checkpoint_idle_floor: Option<toml::Value>,
     checkpoint_direct_io: Option<toml::Value>,
     engine_compact_dead_fraction: Option<toml::Value>,
     engine_index_buckets: Option<u64>,
@@ -259,6 +271,10 @@ pub struct Config {
     pub checkpoint_rate_bytes_per_s: u64,
     /// Niceness of checkpoint threads (`StoreConfig::checkpoint_thread_nice`).
     pub checkpoint_nice: i32,
+    /// Scheduling of checkpoint threads (`StoreConfig::checkpoint_thread_priority`).
+    pub checkpoint_priority: CheckpointPriority,
+    /// The idle priority's floor (`StoreConfig::checkpoint_idle_floor_bytes_per_s`).
+    pub checkpoint_idle_floor_bytes_per_s: u64,
     /// Checkpoint segments bypass the page cache (`StoreConfig::checkpoint_direct_io`).
     pub checkpoint_direct_io: bool,
     /// `engine-compact-dead-fraction`: the dead share of the log's pages in use that also starts
@@ -378,6 +394,18 @@ impl Config {
                 .checkpoint_nice
                 .or(file.checkpoint_nice)
                 .unwrap_or(prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE),
+            checkpoint_priority: match flags.checkpoint_priority.or(file.checkpoint_priority) {
+                Some(name) => name
+                    .parse()
+                    .map_err(|error: String| anyhow::anyhow!("checkpoint-priority: {error}"))?,
+                None => CheckpointPriority::Nice,
+            },
+            checkpoint_idle_floor_bytes_per_s: memory(
+                &flags.checkpoint_idle_floor,
+                &file.checkpoint_idle_floor,
+                "checkpoint-idle-floor",
+                prefixkv_engine::DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S,
+            )?,
             checkpoint_direct_io,
             engine_compact_dead_fraction,
             engine_index_buckets,
@@ -470,6 +498,12 @@ impl Config {
                 config.checkpoint_rate_bytes_per_s
             );
         }
+        if config.checkpoint_idle_floor_bytes_per_s < minimum_rate {
+            bail!(
+                "checkpoint-idle-floor {} is below the minimum of 64kb per second",
+                config.checkpoint_idle_floor_bytes_per_s
+            );
+        }
         if config.settings.protected_mode
             && config.settings.requirepass.is_none()
             && !is_loopback(&config.bind)
@@ -535,7 +569,8 @@ mod tests {
             &path,
             "port = 7001\nappendfsync = \"always\"\nmaxmemory = \"100mb\"\nprotected-mode = \"yes\"\n\
              client-query-buffer-limit = 1048576\ncheckpoint-interval = 250\n\
-             checkpoint-rate = \"50mb\"\ncheckpoint-nice = 19\ncheckpoint-direct-io = \"no\"\n",
+             checkpoint-rate = \"50mb\"\ncheckpoint-nice = 19\ncheckpoint-direct-io = \"no\"\n\
+             checkpoint-priority = \"idle\"\ncheckpoint-idle-floor = \"1mb\"\n",
         )
         .unwrap();
         let flags = Flags {
@@ -556,7 +591,28 @@ mod tests {
         assert_eq!(config.checkpoint_interval_ms, 250);
         assert_eq!(config.checkpoint_rate_bytes_per_s, 50 << 20);
         assert_eq!(config.checkpoint_nice, 19);
+        assert_eq!(config.checkpoint_priority, CheckpointPriority::Idle);
+        assert_eq!(config.checkpoint_idle_floor_bytes_per_s, 1 << 20);
         assert!(!config.checkpoint_direct_io);
+        for (flags, key) in [
+            (
+                Flags {
+                    checkpoint_priority: Some("realtime".into()),
+                    ..Flags::default()
+                },
+                "checkpoint-priority",
+            ),
+            (
+                Flags {
+                    checkpoint_idle_floor: Some("1kb".into()),
+                    ..Flags::default()
+                },
+                "checkpoint-idle-floor",
+            ),
+        ] {
+            let error = Config::resolve(flags).unwrap_err();
+            assert!(format!("{error:#}").contains(key), "{error:#}");
+        }
         let error = Config::resolve(Flags {
             checkpoint_nice: Some(20),
             ..Flags::default()
@@ -595,6 +651,11 @@ mod tests {
         assert_eq!(
             config.checkpoint_nice,
             prefixkv_engine::DEFAULT_CHECKPOINT_THREAD_NICE
+        );
+        assert_eq!(config.checkpoint_priority, CheckpointPriority::Nice);
+        assert_eq!(
+            config.checkpoint_idle_floor_bytes_per_s,
+            prefixkv_engine::DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S
         );
         assert!(config.checkpoint_direct_io);
         assert_eq!(config.settings.busy_reply_threshold_ms, 5000);

@@ -65,6 +65,8 @@ fn store_options(config: &Config) -> Options {
         checkpoint_write_bytes_per_s: (config.checkpoint_rate_bytes_per_s != 0)
             .then_some(config.checkpoint_rate_bytes_per_s),
         checkpoint_thread_nice: config.checkpoint_nice,
+        checkpoint_thread_priority: config.checkpoint_priority,
+        checkpoint_idle_floor_bytes_per_s: config.checkpoint_idle_floor_bytes_per_s,
         checkpoint_direct_io: config.checkpoint_direct_io,
         // Deletes and rewritten records (a cache's evictions, collections' buckets and tree
         // nodes) leave dead records that only compaction frees: compaction also runs on garbage

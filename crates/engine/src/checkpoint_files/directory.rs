@@ -26,6 +26,7 @@ use super::recovery::{self, VerifiedCheckpoint};
 use super::segment::{segment_file_name, DecodeLimits, SegmentSummary};
 use super::segment_writer::SegmentWriter;
 use super::MANIFEST_FILE_NAME;
+use crate::checkpoint_priority::ThreadPriority;
 use crate::error::EngineError;
 
 /// The engine's error for a catalog error.
@@ -205,6 +206,16 @@ impl PendingCheckpoint {
 
     /// Creates the writer of segment `index`; each index can be created once.
     pub fn segment_writer(&self, index: u32) -> Result<SegmentWriter, EngineError> {
+        self.segment_writer_with_priority(index, None)
+    }
+
+    /// [`segment_writer`](Self::segment_writer) whose I/O thread runs under the checkpoint's
+    /// adaptive priority and which reports its progress to it (`checkpoint_priority.rs`).
+    pub(crate) fn segment_writer_with_priority(
+        &self,
+        index: u32,
+        priority: Option<Arc<ThreadPriority>>,
+    ) -> Result<SegmentWriter, EngineError> {
         let name = segment_file_name(index);
         let file = self.draft.create_file(&name).map_err(catalog_error)?;
         SegmentWriter::create(
@@ -215,6 +226,7 @@ impl PendingCheckpoint {
             self.limits,
             self.pacer.clone(),
             self.direct_io,
+            priority,
         )
     }
 

@@ -40,6 +40,7 @@ use super::segment::{
     encode_footer, encode_header, segment_file_name, DecodeLimits, SegmentFooter, SegmentHeader,
     SegmentSummary, WriteTimes, ENTRY_HEADER_BYTES, KIND_PUT, KIND_TOMBSTONE, SEGMENT_FOOTER_BYTES,
 };
+use crate::checkpoint_priority::ThreadPriority;
 use crate::error::EngineError;
 
 /// Bytes per write: large enough that one write per device round trip keeps a virtio disk
@@ -133,7 +134,11 @@ impl std::fmt::Debug for Job {
 }
 
 impl IoThread {
-    fn spawn(file: Arc<dyn DiskFile>, direct: bool) -> std::io::Result<IoThread> {
+    fn spawn(
+        file: Arc<dyn DiskFile>,
+        direct: bool,
+        priority: Option<Arc<ThreadPriority>>,
+    ) -> std::io::Result<IoThread> {
         let (jobs, job_receiver) = sync_channel::<Job>(2);
         let (free_sender, free) = sync_channel::<AlignedBuffer>(2);
         free_sender
@@ -144,6 +149,8 @@ impl IoThread {
         let handle = std::thread::Builder::new()
             .name("prefixkv-ckpt-io".into())
             .spawn(move || {
+                // Scheduled like the checkpoint's segment threads (and raised with them).
+                let _registered = priority.as_ref().map(|priority| priority.enter());
                 let mut failure = None;
                 for mut job in job_receiver {
                     if failure.is_none() {
@@ -218,13 +225,17 @@ pub struct SegmentWriter {
     failed: bool,
     /// The checkpoint's shared rate limit, if any.
     pacer: Option<Arc<WritePacer>>,
+    /// The checkpoint's thread priority control, told of every buffer handed over.
+    priority: Option<Arc<ThreadPriority>>,
     times: WriteTimes,
 }
 
 impl SegmentWriter {
     /// Starts segment `index` of checkpoint `checkpoint_version` in the new, empty `file` (at
     /// `path`) and writes its header into the buffer. With `direct_io`, asks for `O_DIRECT`
-    /// (where the file system has none, the writer goes through the page cache).
+    /// (where the file system has none, the writer goes through the page cache). `pacer` and
+    /// `priority` are the checkpoint's, shared by all its writers.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn create(
         file: Arc<dyn DiskFile>,
         path: PathBuf,
@@ -233,12 +244,13 @@ impl SegmentWriter {
         limits: DecodeLimits,
         pacer: Option<Arc<WritePacer>>,
         direct_io: bool,
+        priority: Option<Arc<ThreadPriority>>,
     ) -> Result<SegmentWriter, EngineError> {
         let direct = direct_io
             && file.set_direct_io(true).map_err(|source| {
                 EngineError::io("open segment file for direct I/O", &path, source)
             })?;
-        let io = IoThread::spawn(Arc::clone(&file), direct)
+        let io = IoThread::spawn(Arc::clone(&file), direct, priority.clone())
             .map_err(|source| EngineError::io("start segment I/O thread", &path, source))?;
         let mut writer = SegmentWriter {
             path,
@@ -255,6 +267,7 @@ impl SegmentWriter {
             direct,
             failed: false,
             pacer,
+            priority,
             times: WriteTimes::default(),
         };
         let header = encode_header(SegmentHeader {
@@ -414,6 +427,9 @@ impl SegmentWriter {
         }
         self.written += count as u64;
         self.buffer_checksummed = 0;
+        if let Some(priority) = &self.priority {
+            priority.add_progress(count as u64);
+        }
         Ok(())
     }
 
@@ -500,8 +516,17 @@ mod tests {
     fn round_trip(disk: &dyn Disk, path: &Path, direct_io: bool) -> bool {
         let file = disk.open(path, OpenMode::CreateNew).unwrap();
         let limits = DecodeLimits::default();
-        let mut writer =
-            SegmentWriter::create(file, path.to_path_buf(), 3, 9, limits, None, direct_io).unwrap();
+        let mut writer = SegmentWriter::create(
+            file,
+            path.to_path_buf(),
+            3,
+            9,
+            limits,
+            None,
+            direct_io,
+            None,
+        )
+        .unwrap();
         let direct = writer.direct_io();
         for (version, key, value) in entries() {
             writer.put(version, &key, &value).unwrap();
@@ -563,6 +588,7 @@ mod tests {
                 DecodeLimits::default(),
                 None,
                 true,
+                None,
             )
             .unwrap();
             // The (skip+1)-th write fails: a middle buffer or, with skip 2, the last one.
