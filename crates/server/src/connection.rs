@@ -7,7 +7,9 @@
 //! connection is closed without sending those replies: nothing unlogged is acknowledged.
 //!
 //! Scripts (EVAL, FCALL) run on the script thread (`prefixkv_commands::scripting`): the connection awaits
-//! the answer, so its thread goes on serving its other connections. A command that meets another
+//! the answer, so its thread goes on serving its other connections. A run of script commands
+//! back to back in one read (a pipeline of EVALSHAs) is handed over as one job (`run_scripts`),
+//! replies still in request order. A command that meets another
 //! client's running script awaits the script's end (or BUSY) and then runs again.
 
 use std::sync::atomic::Ordering;
@@ -174,16 +176,15 @@ async fn serve_loop(
                 // A script needs nothing of the earlier replies' durability: the batch's last
                 // await covers its writes with the rest (oplog records complete in order).
                 Flow::Async(AsyncOp::Script(request)) => {
-                    let started = std::time::Instant::now();
-                    let outcome = server.scripting.submit(server, *request).await;
-                    let failed = outcome.reply.first() == Some(&b'-');
-                    commands::record_script(server, client.id, &command.args, started, failed);
-                    // CLIENT REPLY OFF, or SKIP before the script: no reply.
-                    let skipped = std::mem::take(&mut client.skip_next_reply);
-                    if !skipped && !client.reply_off {
-                        output.extend_from_slice(&outcome.reply);
+                    let scripts = ScriptRun {
+                        parser: &mut parser,
+                        input: &mut input,
+                        output: &mut output,
+                    };
+                    if run_scripts(server, client, scripts, *request).await {
+                        close = true;
+                        break;
                     }
-                    client.note_write_by(outcome.mark, outcome.by);
                 }
                 Flow::Async(operation) => {
                     if !await_ticket(client).await {
@@ -205,6 +206,109 @@ async fn serve_loop(
             return Ok(());
         }
     }
+}
+
+/// Where [`run_scripts`] takes further script commands from and writes replies to.
+struct ScriptRun<'a> {
+    parser: &'a mut RequestParser,
+    input: &'a mut BytesMut,
+    output: &'a mut BytesMut,
+}
+
+/// A script whose reply is awaited, and whether CLIENT REPLY SKIP dropped it.
+struct AwaitedScript {
+    request: prefixkv_commands::scripting::ScriptRequest,
+    skipped: bool,
+}
+
+/// Runs the script command `first` and the script commands that directly follow it in the
+/// read (a pipeline of EVALSHAs) as one job of the script thread: one hand-off and one wake-up
+/// for the run instead of one per script. Each following command is executed as any command is
+/// (admission, MULTI queuing, arity, stats); the run ends at the first command that is not a
+/// script (left in `input`), an incomplete one, one not handed over (its reply goes after the
+/// scripts'), or at `MAX_SCRIPTS_PER_JOB`. Replies are appended in order. True when the
+/// connection must close.
+async fn run_scripts(
+    server: &Arc<Server>,
+    client: &mut Client,
+    run: ScriptRun<'_>,
+    first: prefixkv_commands::scripting::ScriptRequest,
+) -> bool {
+    use prefixkv_commands::scripting;
+    // SKIP before a script: taken now, before the next script's command runs (it would take
+    // the flag `execute` left for this one).
+    let mut scripts = vec![AwaitedScript {
+        request: first,
+        skipped: std::mem::take(&mut client.skip_next_reply),
+    }];
+    // The reply of the command that ended the run, sent after the scripts'.
+    let mut tail = BytesMut::new();
+    let mut close = false;
+    while scripts.len() < scripting::MAX_SCRIPTS_PER_JOB && starts_with_script(run.input) {
+        // Incomplete or malformed: left to the read loop's parser (which keeps its state).
+        let Ok(Some(command)) = run.parser.parse(run.input) else {
+            break;
+        };
+        let mut flow = keyspace::with_session(&server.keyspace.store, |session| {
+            commands::execute(server, client, session, &command.args, &mut tail)
+        });
+        while matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
+            scripting::wait_turn(server, client.id).await;
+            flow = keyspace::with_session(&server.keyspace.store, |session| {
+                commands::execute(server, client, session, &command.args, &mut tail)
+            });
+        }
+        match flow {
+            Flow::Async(AsyncOp::Script(request)) => scripts.push(AwaitedScript {
+                request: *request,
+                skipped: std::mem::take(&mut client.skip_next_reply),
+            }),
+            Flow::Continue => break,
+            Flow::Close => {
+                close = true;
+                break;
+            }
+            // EVAL*, FCALL* answer at once (an error, QUEUED), close, wait for another
+            // client's script (handled above) or hand a script over: nothing else.
+            Flow::Async(_) => unreachable!("a script command neither blocks nor saves"),
+        }
+    }
+    let args: Vec<Vec<bytes::Bytes>> = scripts.iter().map(|s| s.request.args.clone()).collect();
+    let (requests, skipped): (Vec<_>, Vec<_>) =
+        scripts.into_iter().map(|s| (s.request, s.skipped)).unzip();
+    let outcomes = server.scripting.submit_all(server, requests).await;
+    let now = std::time::Instant::now();
+    for ((outcome, args), skipped) in outcomes.into_iter().zip(&args).zip(skipped) {
+        let failed = outcome.reply.first() == Some(&b'-');
+        let started = now.checked_sub(outcome.ran_for).unwrap_or(now);
+        commands::record_script(server, client.id, args, started, failed);
+        // CLIENT REPLY OFF, or SKIP before the script: no reply.
+        if !skipped && !client.reply_off {
+            run.output.extend_from_slice(&outcome.reply);
+        }
+        client.note_write_by(outcome.mark, outcome.by);
+    }
+    run.output.extend_from_slice(&tail);
+    close
+}
+
+/// Whether `input` starts with a RESP request whose name is a script command (EVAL, EVALSHA,
+/// FCALL and their `_RO` forms): `*<count>\r\n$<length>\r\n<name>\r\n`. Only looks.
+fn starts_with_script(input: &[u8]) -> bool {
+    fn line(bytes: &[u8], marker: u8) -> Option<(usize, &[u8])> {
+        let rest = bytes.strip_prefix(&[marker])?;
+        let end = rest.iter().take(12).position(|&b| b == b'\r')?;
+        let number = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+        Some((number, rest.get(end + 2..)?))
+    }
+    let Some((_, rest)) = line(input, b'*') else {
+        return false;
+    };
+    let Some((length, rest)) = line(rest, b'$') else {
+        return false;
+    };
+    rest.get(..length)
+        .is_some_and(prefixkv_commands::scripting::is_script_command)
 }
 
 /// A blocking command waiting for a push.

@@ -8,10 +8,19 @@
 //! KILL). An EVAL or FCALL inside EXEC runs in place, on the connection's thread (the EXEC already
 //! holds the exec gate).
 //!
+//! The hand-off (a channel send, a wake-up of the script thread, a oneshot answer waking the
+//! connection's runtime) costs more than a short script, so a connection hands a run of script
+//! commands that follow each other in one read (a pipeline of EVALSHAs) over as one job
+//! ([`Scripting::submit_all`], at most [`MAX_SCRIPTS_PER_JOB`]): one hand-off for the run. Each
+//! script of a job still runs as it would alone (next invariants), so batching changes no
+//! outcome. Scripts are not run inline on a request thread: that thread's other clients could
+//! then not be answered BUSY nor send SCRIPT KILL while a long script runs.
+//!
 //! Invariants:
 //! - Atomic: a script runs inside `Keyspace::exclusive` (the exec gate held exclusively, as EXEC),
 //!   so no other client's write interleaves with it, and `busy.rs` holds every other client's
-//!   command until it ends or passes `busy-reply-threshold`.
+//!   command until it ends or passes `busy-reply-threshold`. Each script of a job has its own
+//!   exclusive hold and its own running state: between two, other clients' commands may run.
 //! - One acknowledged write, one log group: the commands a script calls run as a stand-in client
 //!   of the caller (same id, the caller's database); the script's writes are one oplog group
 //!   (`Keyspace::exclusive`: recovery applies all of them or none), and the caller records one
@@ -104,11 +113,47 @@ pub struct ScriptOutcome {
     /// The script thread's session, whose commit point decides when the mark is durable in the
     /// modes without a log (`None` when the script ran on the caller's session, inside EXEC).
     pub by: Option<prefixkv_engine::CommitWatch>,
+    /// How long the script ran on the script thread (its command statistics and slowlog).
+    pub ran_for: Duration,
 }
 
+/// The most script commands one job carries: a pipeline's longer run of scripts is handed over
+/// in several jobs (bounds the job, and how long other connections' scripts queue behind it).
+pub const MAX_SCRIPTS_PER_JOB: usize = 64;
+
+/// Whether `name` (as sent, any case) is a command that hands a script to the script thread.
+pub fn is_script_command(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 6] = [
+        b"eval",
+        b"evalsha",
+        b"eval_ro",
+        b"evalsha_ro",
+        b"fcall",
+        b"fcall_ro",
+    ];
+    NAMES.iter().any(|known| known.eq_ignore_ascii_case(name))
+}
+
+/// Script commands of one connection, run in order by the script thread.
 struct Job {
-    request: ScriptRequest,
-    answer: tokio::sync::oneshot::Sender<ScriptOutcome>,
+    requests: Vec<ScriptRequest>,
+    answer: Answer,
+}
+
+/// The outcomes of a job's scripts so far, sent when the job ends, however it ends: if a
+/// script panics (the thread ends), the scripts before it are still answered with their own
+/// replies, and only the rest with an error.
+struct Answer {
+    outcomes: Vec<ScriptOutcome>,
+    sender: Option<tokio::sync::oneshot::Sender<Vec<ScriptOutcome>>>,
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let Some(sender) = self.sender.take() {
+            let _ = sender.send(std::mem::take(&mut self.outcomes));
+        }
+    }
 }
 
 impl Scripting {
@@ -144,9 +189,29 @@ impl Scripting {
 
     /// Runs `request` on the script thread and returns its answer.
     pub async fn submit(&self, server: &Arc<Server>, request: ScriptRequest) -> ScriptOutcome {
-        let protocol = request.protocol;
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let job = Job { request, answer };
+        let mut outcomes = self.submit_all(server, vec![request]).await;
+        outcomes.pop().expect("one outcome per request")
+    }
+
+    /// Runs `requests` (script commands of one connection, in its order, at most
+    /// [`MAX_SCRIPTS_PER_JOB`]) on the script thread as one job: one hand-off and one wake-up
+    /// for all of them. Each runs as it would alone (its own exclusive hold of the exec gate,
+    /// its own log group and mark, its own BUSY/KILL state); the answers come in the same order.
+    pub async fn submit_all(
+        &self,
+        server: &Arc<Server>,
+        requests: Vec<ScriptRequest>,
+    ) -> Vec<ScriptOutcome> {
+        debug_assert!(requests.len() <= MAX_SCRIPTS_PER_JOB);
+        let protocols: Vec<Protocol> = requests.iter().map(|r| r.protocol).collect();
+        let (sender, answered) = tokio::sync::oneshot::channel();
+        let job = Job {
+            answer: Answer {
+                outcomes: Vec::with_capacity(requests.len()),
+                sender: Some(sender),
+            },
+            requests,
+        };
         let sent = {
             let mut jobs = self.jobs.lock();
             let sender = jobs.get_or_insert_with(|| start_thread(server.clone()));
@@ -161,18 +226,22 @@ impl Scripting {
                 }
             }
         };
-        match (sent, answered.await) {
-            (true, Ok(outcome)) => outcome,
-            _ => {
-                let mut reply = BytesMut::new();
-                Encoder::new(protocol).error(&mut reply, b"ERR the script thread failed");
-                ScriptOutcome {
-                    reply,
-                    mark: None,
-                    by: None,
-                }
-            }
+        let mut outcomes = match (sent, answered.await) {
+            (true, Ok(outcomes)) => outcomes,
+            _ => Vec::new(),
+        };
+        // The scripts a failed thread did not answer.
+        for protocol in protocols.into_iter().skip(outcomes.len()) {
+            let mut reply = BytesMut::new();
+            Encoder::new(protocol).error(&mut reply, b"ERR the script thread failed");
+            outcomes.push(ScriptOutcome {
+                reply,
+                mark: None,
+                by: None,
+                ran_for: Duration::ZERO,
+            });
         }
+        outcomes
     }
 }
 
@@ -181,44 +250,59 @@ fn start_thread(server: Arc<Server>) -> std::sync::mpsc::Sender<Job> {
     std::thread::Builder::new()
         .name("prefixkv-script".into())
         .spawn(move || {
-            while let Ok(job) = jobs.recv() {
-                // Marked running before it asks for the gate: a command that then finds the gate
-                // held waits for the script without holding its thread (`held_by_other`).
-                let running = server.scripting.running.start(run_info(&job.request));
-                let (mut outcome, group) =
-                    crate::keyspace::with_session(&server.keyspace.store, |session| {
-                        server
-                            .keyspace
-                            .exclusive(session, |session| execute(&server, session, &job.request))
-                    });
-                match group {
-                    // The script's writes are one log group: the caller is acknowledged with the
-                    // group's mark (its log position), once, whatever the script called.
-                    Ok(mark) => {
-                        outcome.mark = mark;
-                        outcome.by =
-                            crate::keyspace::with_session(&server.keyspace.store, |session| {
-                                Some(session.commit_watch())
-                            });
-                    }
-                    Err(error) => {
-                        // Applied but not logged: answer the error, not a reply that would read
-                        // as acknowledged (as EXEC does).
-                        outcome.reply.clear();
-                        Encoder::new(job.request.protocol)
-                            .error(&mut outcome.reply, error.to_string().as_bytes());
-                        outcome.mark = None;
-                    }
+            while let Ok(Job {
+                requests,
+                mut answer,
+            }) = jobs.recv()
+            {
+                for request in &requests {
+                    let outcome = run_one(&server, request);
+                    answer.outcomes.push(outcome);
                 }
-                drop(running);
                 crate::keyspace::suspend_thread_session();
                 server.scripting.cache.lock().vm_memory = vm::used_memory() as u64;
-                let _ = job.answer.send(outcome);
+                drop(answer);
             }
             crate::keyspace::end_thread_session();
         })
         .expect("spawning the script thread");
     sender
+}
+
+/// Runs one script command on the script thread: marked running, in its own exclusive hold of
+/// the exec gate (its writes one log group, acknowledged with the group's mark).
+fn run_one(server: &Server, request: &ScriptRequest) -> ScriptOutcome {
+    let started = std::time::Instant::now();
+    // Marked running before it asks for the gate: a command that then finds the gate held
+    // waits for the script without holding its thread (`held_by_other`).
+    let running = server.scripting.running.start(run_info(request));
+    let (mut outcome, group) = crate::keyspace::with_session(&server.keyspace.store, |session| {
+        server
+            .keyspace
+            .exclusive(session, |session| execute(server, session, request))
+    });
+    match group {
+        // The script's writes are one log group: the caller is acknowledged with the group's
+        // mark (its log position), once, whatever the script called.
+        Ok(mark) => {
+            outcome.by = mark.as_ref().and_then(|_| {
+                crate::keyspace::with_session(&server.keyspace.store, |session| {
+                    Some(session.commit_watch())
+                })
+            });
+            outcome.mark = mark;
+        }
+        Err(error) => {
+            // Applied but not logged: answer the error, not a reply that would read as
+            // acknowledged (as EXEC does).
+            outcome.reply.clear();
+            Encoder::new(request.protocol).error(&mut outcome.reply, error.to_string().as_bytes());
+            outcome.mark = None;
+        }
+    }
+    drop(running);
+    outcome.ran_for = started.elapsed();
+    outcome
 }
 
 /// What [`Running`] shows while `request` runs.
@@ -264,6 +348,7 @@ fn execute(server: &Server, session: &mut StoreSession, request: &ScriptRequest)
         reply: out,
         mark: stand_in.take_script_mark(),
         by: None,
+        ran_for: Duration::ZERO,
     }
 }
 
@@ -320,6 +405,10 @@ pub fn admission(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Option<Flow>
     let threshold = busy_threshold(ctx.server);
     match ctx.server.scripting.running.check(ctx.client.id, threshold) {
         Check::Free => None,
+        // A script command queues behind the running script on the script thread, which runs
+        // one script at a time: it need not wait here. (Waiting would starve it: while
+        // pipelines keep the script thread busy, a script of another client runs nearly always.)
+        Check::Wait if is_script_command(spec.name.as_bytes()) => None,
         Check::Wait => Some(Flow::Async(AsyncOp::AfterScript)),
         Check::Busy { .. } if allowed_while_busy(spec, args) => None,
         Check::Busy { function } => {
