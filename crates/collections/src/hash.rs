@@ -140,6 +140,15 @@ struct Entry<'a> {
     value: &'a [u8],
 }
 
+/// Where an entry lies in its bucket record's bytes.
+#[derive(Clone, Debug)]
+struct Located {
+    /// The whole entry, from its field's length to its value's end.
+    entry: std::ops::Range<usize>,
+    /// The value's bytes.
+    value: std::ops::Range<usize>,
+}
+
 fn corrupt(detail: String) -> Error {
     Error::Corrupt(detail)
 }
@@ -245,29 +254,30 @@ impl Hash {
         })
     }
 
-    /// Reads `field`'s value into `out` (cleared first); whether it exists.
+    /// Reads `field`'s value into `out` (cleared first); whether it exists. The bucket is read
+    /// into the thread's scratch buffer and searched on its bytes: no allocation.
     pub fn get(&self, records: &mut impl Records, field: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         out.clear();
         let hash = xxh3_64(field);
         let index = self.bucket_of(hash);
-        let mut bytes = Vec::new();
-        let entries = self.read_bucket(records, index, &mut bytes)?;
-        match entries
-            .iter()
-            .find(|entry| entry.hash == hash && entry.field == field)
-        {
-            Some(entry) => {
-                out.extend_from_slice(entry.value);
-                Ok(true)
+        crate::with_scratch(|bytes| {
+            if !records.get(&self.bucket_key(index), bytes)? {
+                return Ok(false);
             }
-            None => Ok(false),
-        }
+            let Some(at) = self.find(index, bytes, hash, field)?.1 else {
+                return Ok(false);
+            };
+            out.extend_from_slice(&bytes[at.value]);
+            Ok(true)
+        })
     }
 
     /// Sets `field` to `value`; whether the field is new.
     ///
     /// Reads and writes at most five records. On `Err` nothing was written and `self` is
-    /// unchanged (module docs, "Errors").
+    /// unchanged (module docs, "Errors"). The bucket is read into the thread's scratch buffer
+    /// and changed there (the value overwritten or spliced, or the entry appended): no
+    /// allocation unless the table splits. Setting a field to the value it holds writes nothing.
     pub fn insert(
         &mut self,
         records: &mut impl Records,
@@ -282,89 +292,119 @@ impl Hash {
         }
         let hash = xxh3_64(field);
         let index = self.bucket_of(hash);
-        let mut bytes = Vec::new();
-        let mut entries = self.read_bucket(records, index, &mut bytes)?;
-        let existing = entries
-            .iter_mut()
-            .find(|entry| entry.hash == hash && entry.field == field);
-        let new = match existing {
-            Some(entry) => {
-                entry.value = value;
-                false
+        let key = self.bucket_key(index);
+        crate::with_scratch(|bytes| {
+            let (count, found) = match records.get(&key, bytes)? {
+                true => self.find(index, bytes, hash, field)?,
+                false => {
+                    bytes.clear();
+                    bytes.extend_from_slice(&0u32.to_le_bytes());
+                    (0, None)
+                }
+            };
+            let new = found.is_none();
+            match found {
+                Some(at) if bytes[at.value.clone()] == *value => return Ok(false),
+                Some(at) => {
+                    let prefix = at.value.start - 4;
+                    bytes[prefix..at.value.start]
+                        .copy_from_slice(&(value.len() as u32).to_le_bytes());
+                    bytes.splice(at.value, value.iter().copied());
+                }
+                None => {
+                    let count = count.checked_add(1).ok_or_else(|| {
+                        corrupt(format!("hash {} bucket {index}: count overflows", self.id))
+                    })?;
+                    bytes[..4].copy_from_slice(&count.to_le_bytes());
+                    put_bytes(bytes, field);
+                    put_bytes(bytes, value);
+                }
             }
-            None => {
-                entries.push(Entry { hash, field, value });
-                true
+            let len = if new {
+                self.len.checked_add(1).ok_or_else(|| {
+                    corrupt(format!(
+                        "hash {} header: length {} overflows",
+                        self.id, self.len
+                    ))
+                })?
+            } else {
+                self.len
+            };
+            // Room to grow: a bucket gains one entry per insert until it splits.
+            let capacity = crate::capacity_hint(bytes.len(), HINT_MAX_BYTES);
+            records.put_with_capacity(&key, bytes, capacity)?;
+            // The content change is in the records: from here the update succeeds.
+            self.len = len;
+            if new && self.needs_split() {
+                // A failed split leaves the records exact under the unsplit shape it keeps
+                // (module docs, "Errors"); the next insert tries again. The bucket as written
+                // decoded before, so decoding it again does not fail.
+                if let Ok(entries) = self.decode_bucket(index, bytes) {
+                    let _ = self.split_one(records, index, &entries, &mut Vec::new());
+                }
             }
-        };
-        let len = if new {
-            self.len.checked_add(1).ok_or_else(|| {
-                corrupt(format!(
-                    "hash {} header: length {} overflows",
-                    self.id, self.len
-                ))
-            })?
-        } else {
-            self.len
-        };
-        let mut scratch = Vec::new();
-        self.write_bucket(records, index, &entries, &mut scratch)?;
-        // The content change is in the records: from here the update succeeds.
-        self.len = len;
-        if new && self.needs_split() {
-            // A failed split leaves the records exact under the unsplit shape it keeps (module
-            // docs, "Errors"); the next insert tries again.
-            let _ = self.split_one(records, index, &entries, &mut scratch);
-        }
-        self.debug_check();
-        Ok(new)
+            self.debug_check();
+            Ok(new)
+        })
     }
 
     /// Removes `field`; whether it existed. Removing the last entry deletes every record.
     ///
     /// Reads and writes at most six records (removing the last entry: one read and a delete per
     /// bucket, which shrinking keeps at one). On `Err` nothing was written and `self` is
-    /// unchanged (module docs, "Errors").
+    /// unchanged (module docs, "Errors"). The entry is cut out of the bucket's bytes in the
+    /// thread's scratch buffer: no allocation unless the table merges.
     pub fn remove(&mut self, records: &mut impl Records, field: &[u8]) -> Result<bool> {
         let hash = xxh3_64(field);
         let index = self.bucket_of(hash);
-        let mut bytes = Vec::new();
-        let mut entries = self.read_bucket(records, index, &mut bytes)?;
-        let Some(position) = entries
-            .iter()
-            .position(|entry| entry.hash == hash && entry.field == field)
-        else {
-            return Ok(false);
-        };
-        entries.swap_remove(position);
-        let len = self.len.checked_sub(1).ok_or_else(|| {
-            corrupt(format!(
-                "hash {} header: empty but bucket {index} holds entries",
-                self.id
-            ))
-        })?;
-        if len == 0 {
-            if !entries.is_empty() {
-                return Err(corrupt(format!(
-                    "hash {} header: one entry but bucket {index} holds {}",
-                    self.id,
-                    entries.len() + 1
-                )));
+        let key = self.bucket_key(index);
+        crate::with_scratch(|bytes| {
+            if !records.get(&key, bytes)? {
+                return Ok(false);
             }
-            self.reset(records, index)?;
-            return Ok(true);
-        }
-        let mut scratch = Vec::new();
-        self.write_bucket(records, index, &entries, &mut scratch)?;
-        // The content change is in the records: from here the update succeeds.
-        self.len = len;
-        if self.needs_merge() {
-            // A failed merge leaves the records exact under the shape it keeps (module docs,
-            // "Errors"); the next removal tries again.
-            let _ = self.merge_last(records, index, &entries, &mut scratch);
-        }
-        self.debug_check();
-        Ok(true)
+            let (count, Some(at)) = self.find(index, bytes, hash, field)? else {
+                return Ok(false);
+            };
+            let len = self.len.checked_sub(1).ok_or_else(|| {
+                corrupt(format!(
+                    "hash {} header: empty but bucket {index} holds entries",
+                    self.id
+                ))
+            })?;
+            if len == 0 {
+                if count != 1 {
+                    return Err(corrupt(format!(
+                        "hash {} header: one entry but bucket {index} holds {count}",
+                        self.id
+                    )));
+                }
+                self.reset(records, index)?;
+                return Ok(true);
+            }
+            if count == 1 {
+                records.delete(&key)?;
+            } else {
+                bytes.drain(at.entry.clone());
+                bytes[..4].copy_from_slice(&(count - 1).to_le_bytes());
+                let capacity = crate::capacity_hint(bytes.len(), HINT_MAX_BYTES);
+                records.put_with_capacity(&key, bytes, capacity)?;
+            }
+            // The content change is in the records: from here the update succeeds.
+            self.len = len;
+            if self.needs_merge() {
+                // A failed merge leaves the records exact under the shape it keeps (module docs,
+                // "Errors"); the next removal tries again. The bucket as written decoded before.
+                let known = match count {
+                    1 => Ok(Vec::new()),
+                    _ => self.decode_bucket(index, bytes),
+                };
+                if let Ok(known) = known {
+                    let _ = self.merge_last(records, index, &known, &mut Vec::new());
+                }
+            }
+            self.debug_check();
+            Ok(true)
+        })
     }
 
     /// One step of a scan: visits some entries and returns the cursor to continue from, 0 at the
@@ -500,6 +540,47 @@ impl Hash {
     /// Decodes the record of bucket `index`, checking every length, the count, that nothing
     /// trails and that every entry belongs in this bucket.
     fn decode_bucket<'b>(&self, index: u64, bytes: &'b [u8]) -> Result<Vec<Entry<'b>>> {
+        // Not sized by the count: a damaged count must not allocate.
+        let mut entries = Vec::new();
+        self.walk_bucket(index, bytes, |entry, _| entries.push(entry))?;
+        debug_assert!(
+            entries
+                .iter()
+                .enumerate()
+                .all(|(i, a)| entries[..i].iter().all(|b| a.field != b.field)),
+            "hash {} bucket {index}: a field twice",
+            self.id
+        );
+        Ok(entries)
+    }
+
+    /// Where `field` (of hash `hash`) is in the record of bucket `index`, and the record's entry
+    /// count; checks the whole record as [`Hash::decode_bucket`] does, without allocating.
+    fn find(
+        &self,
+        index: u64,
+        bytes: &[u8],
+        hash: u64,
+        field: &[u8],
+    ) -> Result<(u32, Option<Located>)> {
+        let mut found = None;
+        let count = self.walk_bucket(index, bytes, |entry, at| {
+            if found.is_none() && entry.hash == hash && entry.field == field {
+                found = Some(at);
+            }
+        })?;
+        Ok((count, found))
+    }
+
+    /// Visits the entries of the record of bucket `index` with where each lies, checking every
+    /// length, the count, that nothing trails and that every entry belongs in this bucket;
+    /// returns the count.
+    fn walk_bucket<'b>(
+        &self,
+        index: u64,
+        bytes: &'b [u8],
+        mut visit: impl FnMut(Entry<'b>, Located),
+    ) -> Result<u32> {
         // Error text is built only on an error: formatting it for every entry read was a tenth of
         // an SADD's time.
         let what = |part: &str| format!("hash {} bucket {index} {part}", self.id);
@@ -512,11 +593,11 @@ impl Hash {
         if count == 0 {
             return Err(corrupt(what("record with no entries")));
         }
-        // Not sized by `count`: a damaged count must not allocate; each entry takes 8+ bytes.
-        let mut entries = Vec::new();
         for _ in 0..count {
+            let start = bytes.len() - rest.len();
             let field = take_bytes(&mut rest, "field").map_err(placed)?;
             let value = take_bytes(&mut rest, "value").map_err(placed)?;
+            let end = bytes.len() - rest.len();
             let hash = xxh3_64(field);
             if self.bucket_of(hash) != index {
                 return Err(corrupt(format!(
@@ -525,7 +606,11 @@ impl Hash {
                     self.bucket_of(hash)
                 )));
             }
-            entries.push(Entry { hash, field, value });
+            let located = Located {
+                entry: start..end,
+                value: end - value.len()..end,
+            };
+            visit(Entry { hash, field, value }, located);
         }
         if !rest.is_empty() {
             return Err(corrupt(format!(
@@ -534,15 +619,7 @@ impl Hash {
                 rest.len()
             )));
         }
-        debug_assert!(
-            entries
-                .iter()
-                .enumerate()
-                .all(|(i, a)| entries[..i].iter().all(|b| a.field != b.field)),
-            "{}: a field twice",
-            what("record")
-        );
-        Ok(entries)
+        Ok(count)
     }
 
     /// Writes bucket `index` holding `entries`: deletes its record when there are none.

@@ -298,6 +298,30 @@ pub fn capacity_hint(len: usize, max: usize) -> usize {
     class.min(max)
 }
 
+/// Scratch buffers larger than this are freed after use instead of kept for the thread's next
+/// update (a chunk is at most 8 KiB and a bucket of small entries far less; a huge record read
+/// once does not pin its memory).
+const SCRATCH_KEEP_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// The buffer [`with_scratch`] lends: one per thread, reused so that reading and rewriting a
+    /// record costs no allocation on the common path.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `body` with an empty buffer borrowed from the thread's scratch (a fresh one when it is
+/// already lent: nested calls are fine, they just allocate). The buffer is kept for the next call
+/// unless it grew past [`SCRATCH_KEEP_BYTES`].
+pub(crate) fn with_scratch<R>(body: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    let mut buffer = SCRATCH.with(std::cell::Cell::take);
+    buffer.clear();
+    let result = body(&mut buffer);
+    if buffer.capacity() <= SCRATCH_KEEP_BYTES {
+        SCRATCH.with(|slot| slot.set(buffer));
+    }
+    result
+}
+
 /// Reads a little-endian `u32` length or count from the front of `rest`.
 pub(crate) fn take_u32(rest: &mut &[u8], what: &str) -> Result<u32> {
     let (head, tail) = rest
