@@ -211,10 +211,18 @@ impl Hash {
 
     /// Appends the header ([`HEADER_BYTES`] bytes).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.id.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
-        out.push(self.level);
-        out.extend_from_slice(&self.split.to_le_bytes());
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    /// The header's bytes, as [`Hash::encode`] appends them (on the stack: writing a header back
+    /// after every insert must not allocate).
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut bytes = [0u8; HEADER_BYTES];
+        bytes[..8].copy_from_slice(&self.id.to_le_bytes());
+        bytes[8..16].copy_from_slice(&self.len.to_le_bytes());
+        bytes[16] = self.level;
+        bytes[17..].copy_from_slice(&self.split.to_le_bytes());
+        bytes
     }
 
     /// Reads a header from the front of `rest`, checking it is consistent, and advances `rest`

@@ -46,9 +46,8 @@
 //!
 //! - Push at either end (`insert_at(0)`, `insert_at(len)`): 1 read, 1 write, done on the end
 //!   chunk's bytes without decoding its entries (`push_in_place`: O(1) work at the back, a
-//!   memmove of the chunk at the front, no allocation); when the end chunk is full, 2
-//!   reads (the in-place attempt, then the general path) and 2 writes (the new chunk, then the
-//!   old end chunk's link).
+//!   memmove of the chunk at the front, no allocation); when the end chunk is full, 1 read
+//!   and 2 writes (the new chunk, then the old end chunk's link patched on its bytes).
 //! - Pop at either end (`remove_at(0)`, `remove_at(len - 1)`): 1 read, 1 write, on the bytes
 //!   (`pop_in_place`); when the chunk empties: 3 reads, 2 writes (the neighbour's link, the
 //!   delete).
@@ -177,16 +176,25 @@ impl List {
 
     /// Appends the header ([`HEADER_BYTES`] bytes).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for field in [
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    /// The header's bytes, as [`List::encode`] appends them (on the stack: writing a header back
+    /// after every push must not allocate).
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut bytes = [0u8; HEADER_BYTES];
+        let fields = [
             self.id,
             self.len,
             self.head,
             self.tail,
             self.next_chunk,
             self.chunks,
-        ] {
-            out.extend_from_slice(&field.to_le_bytes());
+        ];
+        for (slot, field) in bytes.chunks_exact_mut(8).zip(fields) {
+            slot.copy_from_slice(&field.to_le_bytes());
         }
+        bytes
     }
 
     /// Reads a header from the front of `rest`, checking it is consistent; on error `rest` is
@@ -473,7 +481,8 @@ impl List {
             };
             let added = 4 + entry.len();
             if head.count >= self.limits.max_entries || raw.len() + added > self.limits.max_bytes {
-                return Ok(false);
+                self.push_new_chunk(records, front, entry, id, raw)?;
+                return Ok(true);
             }
             let next = List {
                 len: self.len + 1,
@@ -498,6 +507,48 @@ impl List {
             *self = next;
             Ok(true)
         })
+    }
+
+    /// A push onto a full end chunk `id` (its record in `raw`): a new one-entry chunk beyond it,
+    /// and the old end's link patched on its bytes; the records the general path would write,
+    /// without decoding the old chunk. The fresh chunk is written first (the only write that can
+    /// fail for size; nothing changed then), then the same-size relink; when that is refused the
+    /// fresh chunk is deleted again and the error returned (module docs, "Errors").
+    fn push_new_chunk(
+        &mut self,
+        records: &mut impl Records,
+        front: bool,
+        entry: &[u8],
+        id: u64,
+        raw: &mut [u8],
+    ) -> Result<()> {
+        let fresh = self.next_chunk;
+        let next = List {
+            len: self.len + 1,
+            chunks: self.chunks + 1,
+            next_chunk: fresh + 1,
+            head: if front { fresh } else { self.head },
+            tail: if front { self.tail } else { fresh },
+            ..*self
+        };
+        self.check_next(&next)?;
+        let (prev, after) = if front { (0, id) } else { (id, 0) };
+        let mut bytes = Vec::with_capacity(CHUNK_HEAD_BYTES + 4 + entry.len());
+        bytes.extend_from_slice(&prev.to_le_bytes());
+        bytes.extend_from_slice(&after.to_le_bytes());
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        put_bytes(&mut bytes, entry);
+        let capacity = crate::capacity_hint(bytes.len(), self.limits.max_bytes);
+        records.put_with_capacity(&self.key(fresh), &bytes, capacity)?;
+        let link = if front { 0..8 } else { 8..16 };
+        raw[link].copy_from_slice(&fresh.to_le_bytes());
+        let capacity = crate::capacity_hint(raw.len(), self.limits.max_bytes);
+        if let Err(error) = records.put_with_capacity(&self.key(id), raw, capacity) {
+            let _ = records.delete(&self.key(fresh));
+            return Err(error);
+        }
+        *self = next;
+        Ok(())
     }
 
     /// The common case of a pop at an end, on the end chunk's bytes: when the chunk keeps at

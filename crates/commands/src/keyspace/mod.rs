@@ -680,9 +680,13 @@ impl Txn<'_> {
         if expire_at_ms != 0 && !self.keyspace.ttl_written.load(Ordering::Relaxed) {
             self.keyspace.ttl_written.store(true, Ordering::Relaxed);
         }
-        let mut encoded = Vec::new();
+        // Encoded in the read buffer (a collection command read this key first, so it has the
+        // room): no allocation for a header written back after every update.
+        let mut encoded = std::mem::take(&mut self.scratch);
         value::encode(kind, expire_at_ms, payload, &mut encoded);
-        let existed = self.inner.put(&engine_key(database, key), &encoded)?;
+        let written = self.inner.put(&engine_key(database, key), &encoded);
+        self.scratch = encoded;
+        let existed = written?;
         self.keyspace.counts.count_write(database, true, existed);
         if self.keyspace.notifier.active() {
             crate::notify::record_touch(database, key, true, !existed);
