@@ -61,6 +61,13 @@
 //! engine's compaction (the server's `engine-compact-dead-fraction`). Slack is engine memory
 //! only: recovery writes records exact, and they get slack again when next rewritten.
 //!
+//! # Allocation on the common path
+//!
+//! A push or pop at a list's end and a hash's get, insert or remove read the one record they
+//! change into a per-thread scratch buffer (`with_scratch`, kept up to 64 KiB) and change it
+//! there: no heap allocation per update (the split of a bucket or a chunk allocates, once per
+//! many updates). Headers are written back from a stack array (`to_bytes`).
+//!
 //! Invariants (every structure, every update):
 //! - Every access to an object's records happens while the caller holds the lock of the object's
 //!   root key (for the server: the root key named in the `Txn`); records are written through
