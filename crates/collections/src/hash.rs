@@ -140,6 +140,15 @@ struct Entry<'a> {
     value: &'a [u8],
 }
 
+/// Where an entry lies in its bucket record's bytes.
+#[derive(Clone, Debug)]
+struct Located {
+    /// The whole entry, from its field's length to its value's end.
+    entry: std::ops::Range<usize>,
+    /// The value's bytes.
+    value: std::ops::Range<usize>,
+}
+
 fn corrupt(detail: String) -> Error {
     Error::Corrupt(detail)
 }
@@ -202,10 +211,18 @@ impl Hash {
 
     /// Appends the header ([`HEADER_BYTES`] bytes).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.id.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
-        out.push(self.level);
-        out.extend_from_slice(&self.split.to_le_bytes());
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    /// The header's bytes, as [`Hash::encode`] appends them (on the stack: writing a header back
+    /// after every insert must not allocate).
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut bytes = [0u8; HEADER_BYTES];
+        bytes[..8].copy_from_slice(&self.id.to_le_bytes());
+        bytes[8..16].copy_from_slice(&self.len.to_le_bytes());
+        bytes[16] = self.level;
+        bytes[17..].copy_from_slice(&self.split.to_le_bytes());
+        bytes
     }
 
     /// Reads a header from the front of `rest`, checking it is consistent, and advances `rest`
@@ -245,29 +262,30 @@ impl Hash {
         })
     }
 
-    /// Reads `field`'s value into `out` (cleared first); whether it exists.
+    /// Reads `field`'s value into `out` (cleared first); whether it exists. The bucket is read
+    /// into the thread's scratch buffer and searched on its bytes: no allocation.
     pub fn get(&self, records: &mut impl Records, field: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         out.clear();
         let hash = xxh3_64(field);
         let index = self.bucket_of(hash);
-        let mut bytes = Vec::new();
-        let entries = self.read_bucket(records, index, &mut bytes)?;
-        match entries
-            .iter()
-            .find(|entry| entry.hash == hash && entry.field == field)
-        {
-            Some(entry) => {
-                out.extend_from_slice(entry.value);
-                Ok(true)
+        crate::with_scratch(|bytes| {
+            if !records.get(&self.bucket_key(index), bytes)? {
+                return Ok(false);
             }
-            None => Ok(false),
-        }
+            let Some(at) = self.find(index, bytes, hash, field)?.1 else {
+                return Ok(false);
+            };
+            out.extend_from_slice(&bytes[at.value]);
+            Ok(true)
+        })
     }
 
     /// Sets `field` to `value`; whether the field is new.
     ///
     /// Reads and writes at most five records. On `Err` nothing was written and `self` is
-    /// unchanged (module docs, "Errors").
+    /// unchanged (module docs, "Errors"). The bucket is read into the thread's scratch buffer
+    /// and changed there (the value overwritten or spliced, or the entry appended): no
+    /// allocation unless the table splits. Setting a field to the value it holds writes nothing.
     pub fn insert(
         &mut self,
         records: &mut impl Records,
@@ -282,89 +300,119 @@ impl Hash {
         }
         let hash = xxh3_64(field);
         let index = self.bucket_of(hash);
-        let mut bytes = Vec::new();
-        let mut entries = self.read_bucket(records, index, &mut bytes)?;
-        let existing = entries
-            .iter_mut()
-            .find(|entry| entry.hash == hash && entry.field == field);
-        let new = match existing {
-            Some(entry) => {
-                entry.value = value;
-                false
+        let key = self.bucket_key(index);
+        crate::with_scratch(|bytes| {
+            let (count, found) = match records.get(&key, bytes)? {
+                true => self.find(index, bytes, hash, field)?,
+                false => {
+                    bytes.clear();
+                    bytes.extend_from_slice(&0u32.to_le_bytes());
+                    (0, None)
+                }
+            };
+            let new = found.is_none();
+            match found {
+                Some(at) if bytes[at.value.clone()] == *value => return Ok(false),
+                Some(at) => {
+                    let prefix = at.value.start - 4;
+                    bytes[prefix..at.value.start]
+                        .copy_from_slice(&(value.len() as u32).to_le_bytes());
+                    bytes.splice(at.value, value.iter().copied());
+                }
+                None => {
+                    let count = count.checked_add(1).ok_or_else(|| {
+                        corrupt(format!("hash {} bucket {index}: count overflows", self.id))
+                    })?;
+                    bytes[..4].copy_from_slice(&count.to_le_bytes());
+                    put_bytes(bytes, field);
+                    put_bytes(bytes, value);
+                }
             }
-            None => {
-                entries.push(Entry { hash, field, value });
-                true
+            let len = if new {
+                self.len.checked_add(1).ok_or_else(|| {
+                    corrupt(format!(
+                        "hash {} header: length {} overflows",
+                        self.id, self.len
+                    ))
+                })?
+            } else {
+                self.len
+            };
+            // Room to grow: a bucket gains one entry per insert until it splits.
+            let capacity = crate::capacity_hint(bytes.len(), HINT_MAX_BYTES);
+            records.put_with_capacity(&key, bytes, capacity)?;
+            // The content change is in the records: from here the update succeeds.
+            self.len = len;
+            if new && self.needs_split() {
+                // A failed split leaves the records exact under the unsplit shape it keeps
+                // (module docs, "Errors"); the next insert tries again. The bucket as written
+                // decoded before, so decoding it again does not fail.
+                if let Ok(entries) = self.decode_bucket(index, bytes) {
+                    let _ = self.split_one(records, index, &entries, &mut Vec::new());
+                }
             }
-        };
-        let len = if new {
-            self.len.checked_add(1).ok_or_else(|| {
-                corrupt(format!(
-                    "hash {} header: length {} overflows",
-                    self.id, self.len
-                ))
-            })?
-        } else {
-            self.len
-        };
-        let mut scratch = Vec::new();
-        self.write_bucket(records, index, &entries, &mut scratch)?;
-        // The content change is in the records: from here the update succeeds.
-        self.len = len;
-        if new && self.needs_split() {
-            // A failed split leaves the records exact under the unsplit shape it keeps (module
-            // docs, "Errors"); the next insert tries again.
-            let _ = self.split_one(records, index, &entries, &mut scratch);
-        }
-        self.debug_check();
-        Ok(new)
+            self.debug_check();
+            Ok(new)
+        })
     }
 
     /// Removes `field`; whether it existed. Removing the last entry deletes every record.
     ///
     /// Reads and writes at most six records (removing the last entry: one read and a delete per
     /// bucket, which shrinking keeps at one). On `Err` nothing was written and `self` is
-    /// unchanged (module docs, "Errors").
+    /// unchanged (module docs, "Errors"). The entry is cut out of the bucket's bytes in the
+    /// thread's scratch buffer: no allocation unless the table merges.
     pub fn remove(&mut self, records: &mut impl Records, field: &[u8]) -> Result<bool> {
         let hash = xxh3_64(field);
         let index = self.bucket_of(hash);
-        let mut bytes = Vec::new();
-        let mut entries = self.read_bucket(records, index, &mut bytes)?;
-        let Some(position) = entries
-            .iter()
-            .position(|entry| entry.hash == hash && entry.field == field)
-        else {
-            return Ok(false);
-        };
-        entries.swap_remove(position);
-        let len = self.len.checked_sub(1).ok_or_else(|| {
-            corrupt(format!(
-                "hash {} header: empty but bucket {index} holds entries",
-                self.id
-            ))
-        })?;
-        if len == 0 {
-            if !entries.is_empty() {
-                return Err(corrupt(format!(
-                    "hash {} header: one entry but bucket {index} holds {}",
-                    self.id,
-                    entries.len() + 1
-                )));
+        let key = self.bucket_key(index);
+        crate::with_scratch(|bytes| {
+            if !records.get(&key, bytes)? {
+                return Ok(false);
             }
-            self.reset(records, index)?;
-            return Ok(true);
-        }
-        let mut scratch = Vec::new();
-        self.write_bucket(records, index, &entries, &mut scratch)?;
-        // The content change is in the records: from here the update succeeds.
-        self.len = len;
-        if self.needs_merge() {
-            // A failed merge leaves the records exact under the shape it keeps (module docs,
-            // "Errors"); the next removal tries again.
-            let _ = self.merge_last(records, index, &entries, &mut scratch);
-        }
-        self.debug_check();
-        Ok(true)
+            let (count, Some(at)) = self.find(index, bytes, hash, field)? else {
+                return Ok(false);
+            };
+            let len = self.len.checked_sub(1).ok_or_else(|| {
+                corrupt(format!(
+                    "hash {} header: empty but bucket {index} holds entries",
+                    self.id
+                ))
+            })?;
+            if len == 0 {
+                if count != 1 {
+                    return Err(corrupt(format!(
+                        "hash {} header: one entry but bucket {index} holds {count}",
+                        self.id
+                    )));
+                }
+                self.reset(records, index)?;
+                return Ok(true);
+            }
+            if count == 1 {
+                records.delete(&key)?;
+            } else {
+                bytes.drain(at.entry.clone());
+                bytes[..4].copy_from_slice(&(count - 1).to_le_bytes());
+                let capacity = crate::capacity_hint(bytes.len(), HINT_MAX_BYTES);
+                records.put_with_capacity(&key, bytes, capacity)?;
+            }
+            // The content change is in the records: from here the update succeeds.
+            self.len = len;
+            if self.needs_merge() {
+                // A failed merge leaves the records exact under the shape it keeps (module docs,
+                // "Errors"); the next removal tries again. The bucket as written decoded before.
+                let known = match count {
+                    1 => Ok(Vec::new()),
+                    _ => self.decode_bucket(index, bytes),
+                };
+                if let Ok(known) = known {
+                    let _ = self.merge_last(records, index, &known, &mut Vec::new());
+                }
+            }
+            self.debug_check();
+            Ok(true)
+        })
     }
 
     /// One step of a scan: visits some entries and returns the cursor to continue from, 0 at the
@@ -500,6 +548,47 @@ impl Hash {
     /// Decodes the record of bucket `index`, checking every length, the count, that nothing
     /// trails and that every entry belongs in this bucket.
     fn decode_bucket<'b>(&self, index: u64, bytes: &'b [u8]) -> Result<Vec<Entry<'b>>> {
+        // Not sized by the count: a damaged count must not allocate.
+        let mut entries = Vec::new();
+        self.walk_bucket(index, bytes, |entry, _| entries.push(entry))?;
+        debug_assert!(
+            entries
+                .iter()
+                .enumerate()
+                .all(|(i, a)| entries[..i].iter().all(|b| a.field != b.field)),
+            "hash {} bucket {index}: a field twice",
+            self.id
+        );
+        Ok(entries)
+    }
+
+    /// Where `field` (of hash `hash`) is in the record of bucket `index`, and the record's entry
+    /// count; checks the whole record as [`Hash::decode_bucket`] does, without allocating.
+    fn find(
+        &self,
+        index: u64,
+        bytes: &[u8],
+        hash: u64,
+        field: &[u8],
+    ) -> Result<(u32, Option<Located>)> {
+        let mut found = None;
+        let count = self.walk_bucket(index, bytes, |entry, at| {
+            if found.is_none() && entry.hash == hash && entry.field == field {
+                found = Some(at);
+            }
+        })?;
+        Ok((count, found))
+    }
+
+    /// Visits the entries of the record of bucket `index` with where each lies, checking every
+    /// length, the count, that nothing trails and that every entry belongs in this bucket;
+    /// returns the count.
+    fn walk_bucket<'b>(
+        &self,
+        index: u64,
+        bytes: &'b [u8],
+        mut visit: impl FnMut(Entry<'b>, Located),
+    ) -> Result<u32> {
         // Error text is built only on an error: formatting it for every entry read was a tenth of
         // an SADD's time.
         let what = |part: &str| format!("hash {} bucket {index} {part}", self.id);
@@ -512,11 +601,11 @@ impl Hash {
         if count == 0 {
             return Err(corrupt(what("record with no entries")));
         }
-        // Not sized by `count`: a damaged count must not allocate; each entry takes 8+ bytes.
-        let mut entries = Vec::new();
         for _ in 0..count {
+            let start = bytes.len() - rest.len();
             let field = take_bytes(&mut rest, "field").map_err(placed)?;
             let value = take_bytes(&mut rest, "value").map_err(placed)?;
+            let end = bytes.len() - rest.len();
             let hash = xxh3_64(field);
             if self.bucket_of(hash) != index {
                 return Err(corrupt(format!(
@@ -525,7 +614,11 @@ impl Hash {
                     self.bucket_of(hash)
                 )));
             }
-            entries.push(Entry { hash, field, value });
+            let located = Located {
+                entry: start..end,
+                value: end - value.len()..end,
+            };
+            visit(Entry { hash, field, value }, located);
         }
         if !rest.is_empty() {
             return Err(corrupt(format!(
@@ -534,15 +627,7 @@ impl Hash {
                 rest.len()
             )));
         }
-        debug_assert!(
-            entries
-                .iter()
-                .enumerate()
-                .all(|(i, a)| entries[..i].iter().all(|b| a.field != b.field)),
-            "{}: a field twice",
-            what("record")
-        );
-        Ok(entries)
+        Ok(count)
     }
 
     /// Writes bucket `index` holding `entries`: deletes its record when there are none.
@@ -674,215 +759,4 @@ impl Hash {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::MemRecords;
-
-    fn header(len: u64, level: u8, split: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        Hash {
-            id: 7,
-            len,
-            level,
-            split,
-        }
-        .encode(&mut out);
-        out
-    }
-
-    fn is_corrupt<T: std::fmt::Debug>(result: Result<T>) -> bool {
-        matches!(result, Err(Error::Corrupt(_)))
-    }
-
-    /// A map of `n` entries `f{i}` -> `v{i}` in fresh records.
-    fn filled(n: u32) -> (Hash, MemRecords) {
-        let mut records = MemRecords::default();
-        let mut hash = Hash::new(3);
-        for i in 0..n {
-            let new = hash
-                .insert(
-                    &mut records,
-                    format!("f{i}").as_bytes(),
-                    format!("v{i}").as_bytes(),
-                )
-                .unwrap();
-            assert!(new);
-        }
-        (hash, records)
-    }
-
-    #[test]
-    fn header_round_trips_and_leaves_what_follows() {
-        for (len, level, split) in [(0, 0, 0), (1, 0, 0), (100, 3, 5), (u64::MAX, 62, 7)] {
-            let mut bytes = header(len, level, split);
-            assert_eq!(bytes.len(), HEADER_BYTES);
-            bytes.extend_from_slice(b"tail");
-            let mut rest = &bytes[..];
-            let hash = Hash::decode(&mut rest).unwrap();
-            assert_eq!(rest, b"tail");
-            assert_eq!(
-                (hash.id, hash.len, hash.level, hash.split),
-                (7, len, level, split)
-            );
-        }
-        let (hash, _) = filled(100);
-        let mut bytes = Vec::new();
-        hash.encode(&mut bytes);
-        assert_eq!(Hash::decode(&mut &bytes[..]).unwrap(), hash);
-    }
-
-    #[test]
-    fn inconsistent_or_cut_headers_are_corrupt() {
-        let good = header(5, 2, 1);
-        for cut in 0..HEADER_BYTES {
-            let mut rest = &good[..cut];
-            assert!(is_corrupt(Hash::decode(&mut rest)), "cut at {cut}");
-            assert_eq!(rest.len(), cut, "an error leaves rest unchanged");
-        }
-        // Level above 62, split not below 2^level (twice), empty with two buckets.
-        for bad in [
-            header(5, 63, 0),
-            header(5, 2, 4),
-            header(5, 0, 1),
-            header(0, 1, 0),
-        ] {
-            assert!(is_corrupt(Hash::decode(&mut &bad[..])), "{bad:?}");
-        }
-    }
-
-    /// Replaces the record of the bucket holding `f0` and reads `f0` back.
-    fn get_with_record(bytes: Vec<u8>) -> Result<bool> {
-        let (hash, mut records) = filled(3);
-        let key = hash.bucket_key(hash.bucket_of(xxh3_64(b"f0")));
-        records.map.insert(key.to_vec(), bytes);
-        hash.get(&mut records, b"f0", &mut Vec::new())
-    }
-
-    #[test]
-    fn damaged_bucket_records_are_corrupt() {
-        let (hash, mut records) = filled(3);
-        assert_eq!(hash.bucket_count(), 1);
-        let good = records.map.values().next().unwrap().clone();
-        assert!(get_with_record(good.clone()).unwrap());
-        for cut in 0..good.len() {
-            assert!(
-                is_corrupt(get_with_record(good[..cut].to_vec())),
-                "cut at {cut}"
-            );
-        }
-        // A count above the entries present, a huge count (must not allocate by it), none.
-        for count in [4u32, u32::MAX, 0] {
-            let mut bad = good.clone();
-            bad[..4].copy_from_slice(&count.to_le_bytes());
-            assert!(is_corrupt(get_with_record(bad)), "count {count}");
-        }
-        let mut trailing = good.clone();
-        trailing.push(0);
-        assert!(is_corrupt(get_with_record(trailing)));
-        // A field length running past the end.
-        let mut long = good.clone();
-        long[4..8].copy_from_slice(&1000u32.to_le_bytes());
-        assert!(is_corrupt(get_with_record(long)));
-        // The other operations report it too.
-        let key = records.map.keys().next().unwrap().clone();
-        records.map.insert(key, good[..good.len() - 1].to_vec());
-        let mut hash = hash;
-        assert!(is_corrupt(hash.insert(&mut records, b"x", b"y")));
-        assert!(is_corrupt(hash.remove(&mut records, b"f1")));
-        assert!(is_corrupt(hash.for_each(&mut records, |_, _| {})));
-        assert!(is_corrupt(hash.scan(&mut records, 0, |_, _| {})));
-        assert!(is_corrupt(hash.random(&mut records, 1)));
-    }
-
-    #[test]
-    fn an_entry_in_the_wrong_bucket_is_corrupt() {
-        let (hash, mut records) = filled(200);
-        assert!(hash.bucket_count() > 2);
-        // Swap two buckets' records: every entry is then in a bucket it does not hash to.
-        let keys: Vec<Vec<u8>> = records.map.keys().take(2).cloned().collect();
-        let first = records.map[&keys[0]].clone();
-        let second = records.map.insert(keys[1].clone(), first).unwrap();
-        records.map.insert(keys[0].clone(), second);
-        assert!(is_corrupt(hash.for_each(&mut records, |_, _| {})));
-    }
-
-    #[test]
-    fn a_header_that_disagrees_with_the_records_is_corrupt_not_a_panic() {
-        let (hash, mut records) = filled(1);
-        let mut empty = Hash { len: 0, ..hash };
-        assert!(is_corrupt(empty.remove(&mut records, b"f0")));
-        let mut bytes = Vec::new();
-        let mut overfull = Hash {
-            len: u64::MAX,
-            ..hash
-        };
-        assert!(is_corrupt(overfull.insert(&mut records, b"new", b"v")));
-        let (hash, mut records) = filled(2);
-        let mut short = Hash { len: 1, ..hash };
-        assert!(is_corrupt(short.remove(&mut records, b"f0")));
-        let lying = Hash {
-            len: 5,
-            ..Hash::new(99)
-        };
-        assert!(is_corrupt(lying.random(&mut records, 0)));
-        assert!(!lying.get(&mut records, b"f0", &mut bytes).unwrap());
-    }
-
-    #[test]
-    fn a_scan_of_an_unchanging_table_visits_each_entry_once_one_bucket_a_step() {
-        for n in [0, 1, 9, 100, 777] {
-            let (hash, mut records) = filled(n);
-            let mut seen = std::collections::BTreeMap::new();
-            let (mut cursor, mut steps) = (0, 0);
-            loop {
-                let gets = records.gets;
-                cursor = hash
-                    .scan(&mut records, cursor, |field, value| {
-                        assert!(seen.insert(field.to_vec(), value.to_vec()).is_none());
-                    })
-                    .unwrap();
-                assert_eq!(records.gets, gets + 1);
-                steps += 1;
-                if cursor == 0 {
-                    break;
-                }
-            }
-            assert_eq!(steps, hash.bucket_count());
-            assert_eq!(seen.len() as u64, n as u64);
-        }
-    }
-
-    #[test]
-    fn cursors_count_in_reverse_binary() {
-        // Mask 0b11: 0 -> 2 -> 1 -> 3 -> 0.
-        assert_eq!(next_cursor(0, 3), 2);
-        assert_eq!(next_cursor(2, 3), 1);
-        assert_eq!(next_cursor(1, 3), 3);
-        assert_eq!(next_cursor(3, 3), 0);
-        // One bucket: the first step ends the scan; bits above the mask are ignored.
-        assert_eq!(next_cursor(0, 0), 0);
-        assert_eq!(next_cursor(0b100, 3), 2);
-    }
-
-    #[test]
-    fn random_finds_entries_and_none_when_empty() {
-        let (hash, mut records) = filled(0);
-        assert_eq!(hash.random(&mut records, 5).unwrap(), None);
-        let (hash, mut records) = filled(300);
-        let mut fields = std::collections::BTreeSet::new();
-        for seed in 0..200 {
-            let (field, value) = hash.random(&mut records, seed).unwrap().unwrap();
-            assert_eq!(&field[1..], &value[1..]);
-            fields.insert(field);
-        }
-        assert!(fields.len() > 50, "{} distinct of 200 draws", fields.len());
-    }
-
-    #[test]
-    fn clear_deletes_every_record() {
-        let (mut hash, mut records) = filled(500);
-        hash.clear(&mut records).unwrap();
-        assert!(records.map.is_empty());
-        assert_eq!(hash, Hash::new(3));
-    }
-}
+mod tests;

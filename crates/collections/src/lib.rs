@@ -61,6 +61,13 @@
 //! engine's compaction (the server's `engine-compact-dead-fraction`). Slack is engine memory
 //! only: recovery writes records exact, and they get slack again when next rewritten.
 //!
+//! # Allocation on the common path
+//!
+//! A push or pop at a list's end and a hash's get, insert or remove read the one record they
+//! change into a per-thread scratch buffer (`with_scratch`, kept up to 64 KiB) and change it
+//! there: no heap allocation per update (the split of a bucket or a chunk allocates, once per
+//! many updates). Headers are written back from a stack array (`to_bytes`).
+//!
 //! Invariants (every structure, every update):
 //! - Every access to an object's records happens while the caller holds the lock of the object's
 //!   root key (for the server: the root key named in the `Txn`); records are written through
@@ -296,6 +303,30 @@ pub fn capacity_hint(len: usize, max: usize) -> usize {
             * 8;
     }
     class.min(max)
+}
+
+/// Scratch buffers larger than this are freed after use instead of kept for the thread's next
+/// update (a chunk is at most 8 KiB and a bucket of small entries far less; a huge record read
+/// once does not pin its memory).
+const SCRATCH_KEEP_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// The buffer [`with_scratch`] lends: one per thread, reused so that reading and rewriting a
+    /// record costs no allocation on the common path.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `body` with an empty buffer borrowed from the thread's scratch (a fresh one when it is
+/// already lent: nested calls are fine, they just allocate). The buffer is kept for the next call
+/// unless it grew past [`SCRATCH_KEEP_BYTES`].
+pub(crate) fn with_scratch<R>(body: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    let mut buffer = SCRATCH.with(std::cell::Cell::take);
+    buffer.clear();
+    let result = body(&mut buffer);
+    if buffer.capacity() <= SCRATCH_KEEP_BYTES {
+        SCRATCH.with(|slot| slot.set(buffer));
+    }
+    result
 }
 
 /// Reads a little-endian `u32` length or count from the front of `rest`.

@@ -45,9 +45,9 @@
 //! # Costs (records read / written or deleted)
 //!
 //! - Push at either end (`insert_at(0)`, `insert_at(len)`): 1 read, 1 write, done on the end
-//!   chunk's bytes without decoding its entries (`push_in_place`); when the end chunk is full, 2
-//!   reads (the in-place attempt, then the general path) and 2 writes (the new chunk, then the
-//!   old end chunk's link).
+//!   chunk's bytes without decoding its entries (`push_in_place`: O(1) work at the back, a
+//!   memmove of the chunk at the front, no allocation); when the end chunk is full, 1 read
+//!   and 2 writes (the new chunk, then the old end chunk's link patched on its bytes).
 //! - Pop at either end (`remove_at(0)`, `remove_at(len - 1)`): 1 read, 1 write, on the bytes
 //!   (`pop_in_place`); when the chunk empties: 3 reads, 2 writes (the neighbour's link, the
 //!   delete).
@@ -88,7 +88,10 @@
 //! `1..next_chunk`, links that disagree with each other or with `head`/`tail`, counts that do not
 //! add up to `len`) is [`Error::Corrupt`], never a panic; every walk takes at most `chunks` steps,
 //! so a cycle of links cannot loop. Damage is found where the reads reach: an end operation reads
-//! only the end chunks, so damage elsewhere (say a `next_chunk` too small, which lets a new chunk
+//! only the end chunks, and a push or a pop at the front only their heads (links, count, at least
+//! 4 bytes per counted entry: it splices bytes at the front or back and leaves the other entries'
+//! bytes as they were, so damage inside them stays as it was until a read decodes them). Damage
+//! elsewhere (say a `next_chunk` too small, which lets a new chunk
 //! overwrite a live one) shows when a walk or [`List::clear`] gets there.
 
 mod chunk;
@@ -173,16 +176,25 @@ impl List {
 
     /// Appends the header ([`HEADER_BYTES`] bytes).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for field in [
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    /// The header's bytes, as [`List::encode`] appends them (on the stack: writing a header back
+    /// after every push must not allocate).
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut bytes = [0u8; HEADER_BYTES];
+        let fields = [
             self.id,
             self.len,
             self.head,
             self.tail,
             self.next_chunk,
             self.chunks,
-        ] {
-            out.extend_from_slice(&field.to_le_bytes());
+        ];
+        for (slot, field) in bytes.chunks_exact_mut(8).zip(fields) {
+            slot.copy_from_slice(&field.to_le_bytes());
         }
+        bytes
     }
 
     /// Reads a header from the front of `rest`, checking it is consistent; on error `rest` is
@@ -451,10 +463,11 @@ impl List {
 // Reading and walking.
 impl List {
     /// The common case of a push at an end, on the end chunk's bytes: when it has room, the entry
-    /// is spliced in and the chunk written back (one read, one write, one allocation; decoding
-    /// the chunk into its entries cost most of an LPUSH). `false` when the general path must run
-    /// (no room, or anything unexpected, which that path reads again and reports). One write, so
-    /// an error leaves everything as it was.
+    /// is spliced into the record as read and written back (one read, one write, no allocation:
+    /// the record is read into the thread's scratch buffer, and only the chunk's head is
+    /// decoded, so a push costs the same however many entries the chunk holds). `false` when the
+    /// general path must run (no room, or anything unexpected, which that path reads again and
+    /// reports). One write, so an error leaves everything as it was.
     fn push_in_place(
         &mut self,
         records: &mut impl Records,
@@ -462,91 +475,149 @@ impl List {
         entry: &[u8],
     ) -> Result<bool> {
         let id = if front { self.head } else { self.tail };
-        let Some((raw, layout)) = self.read_end(records, id)? else {
-            return Ok(false);
-        };
-        if layout.count >= self.limits.max_entries
-            || raw.len() + 4 + entry.len() > self.limits.max_bytes
-        {
-            return Ok(false);
-        }
-        let mut bytes = Vec::with_capacity(raw.len() + 4 + entry.len());
-        bytes.extend_from_slice(&raw[..16]);
-        bytes.extend_from_slice(&(layout.count as u32 + 1).to_le_bytes());
-        if front {
-            put_bytes(&mut bytes, entry);
-            bytes.extend_from_slice(&raw[CHUNK_HEAD_BYTES..]);
-        } else {
-            bytes.extend_from_slice(&raw[CHUNK_HEAD_BYTES..]);
-            put_bytes(&mut bytes, entry);
-        }
+        crate::with_scratch(|raw| {
+            let Some(head) = self.read_end(records, id, raw)? else {
+                return Ok(false);
+            };
+            let added = 4 + entry.len();
+            if head.count >= self.limits.max_entries || raw.len() + added > self.limits.max_bytes {
+                self.push_new_chunk(records, front, entry, id, raw)?;
+                return Ok(true);
+            }
+            let next = List {
+                len: self.len + 1,
+                ..*self
+            };
+            self.check_next(&next)?;
+            raw[16..CHUNK_HEAD_BYTES].copy_from_slice(&(head.count as u32 + 1).to_le_bytes());
+            if front {
+                // Shift the entries up and write the new one in front of them.
+                let old = raw.len();
+                raw.resize(old + added, 0);
+                raw.copy_within(CHUNK_HEAD_BYTES..old, CHUNK_HEAD_BYTES + added);
+                let at = CHUNK_HEAD_BYTES;
+                raw[at..at + 4].copy_from_slice(&(entry.len() as u32).to_le_bytes());
+                raw[at + 4..at + added].copy_from_slice(entry);
+            } else {
+                put_bytes(raw, entry);
+            }
+            // Room to grow: pushes at this end fill the chunk one entry at a time.
+            let capacity = crate::capacity_hint(raw.len(), self.limits.max_bytes);
+            records.put_with_capacity(&self.key(id), raw, capacity)?;
+            *self = next;
+            Ok(true)
+        })
+    }
+
+    /// A push onto a full end chunk `id` (its record in `raw`): a new one-entry chunk beyond it,
+    /// and the old end's link patched on its bytes; the records the general path would write,
+    /// without decoding the old chunk. The fresh chunk is written first (the only write that can
+    /// fail for size; nothing changed then), then the same-size relink; when that is refused the
+    /// fresh chunk is deleted again and the error returned (module docs, "Errors").
+    fn push_new_chunk(
+        &mut self,
+        records: &mut impl Records,
+        front: bool,
+        entry: &[u8],
+        id: u64,
+        raw: &mut [u8],
+    ) -> Result<()> {
+        let fresh = self.next_chunk;
         let next = List {
             len: self.len + 1,
+            chunks: self.chunks + 1,
+            next_chunk: fresh + 1,
+            head: if front { fresh } else { self.head },
+            tail: if front { self.tail } else { fresh },
             ..*self
         };
         self.check_next(&next)?;
-        // Room to grow: pushes at this end fill the chunk one entry at a time.
+        let (prev, after) = if front { (0, id) } else { (id, 0) };
+        let mut bytes = Vec::with_capacity(CHUNK_HEAD_BYTES + 4 + entry.len());
+        bytes.extend_from_slice(&prev.to_le_bytes());
+        bytes.extend_from_slice(&after.to_le_bytes());
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        put_bytes(&mut bytes, entry);
         let capacity = crate::capacity_hint(bytes.len(), self.limits.max_bytes);
-        records.put_with_capacity(&self.key(id), &bytes, capacity)?;
+        records.put_with_capacity(&self.key(fresh), &bytes, capacity)?;
+        let link = if front { 0..8 } else { 8..16 };
+        raw[link].copy_from_slice(&fresh.to_le_bytes());
+        let capacity = crate::capacity_hint(raw.len(), self.limits.max_bytes);
+        if let Err(error) = records.put_with_capacity(&self.key(id), raw, capacity) {
+            let _ = records.delete(&self.key(fresh));
+            return Err(error);
+        }
         *self = next;
-        Ok(true)
+        Ok(())
     }
 
     /// The common case of a pop at an end, on the end chunk's bytes: when the chunk keeps at
-    /// least one entry, the first (or last) is cut out and the chunk written back. `None` when
-    /// the general path must run (the chunk would empty, or anything unexpected).
+    /// least one entry, the first (or last) is cut out of the record as read and the record
+    /// written back (no allocation but the returned entry). `None` when the general path must
+    /// run (the chunk would empty, or anything unexpected).
     fn pop_in_place(&mut self, records: &mut impl Records, front: bool) -> Result<Option<Vec<u8>>> {
         let id = if front { self.head } else { self.tail };
-        let Some((raw, layout)) = self.read_end(records, id)? else {
-            return Ok(None);
-        };
-        if layout.count < 2 {
-            return Ok(None);
-        }
-        let mut bytes = Vec::with_capacity(raw.len());
-        bytes.extend_from_slice(&raw[..16]);
-        bytes.extend_from_slice(&(layout.count as u32 - 1).to_le_bytes());
-        let removed = if front {
-            let first_end = CHUNK_HEAD_BYTES + 4 + layout.first_len;
-            bytes.extend_from_slice(&raw[first_end..]);
-            raw[CHUNK_HEAD_BYTES + 4..first_end].to_vec()
-        } else {
-            bytes.extend_from_slice(&raw[CHUNK_HEAD_BYTES..layout.last_start]);
-            raw[layout.last_start + 4..].to_vec()
-        };
-        let next = List {
-            len: self.len - 1,
-            ..*self
-        };
-        self.check_next(&next)?;
-        records.put(&self.key(id), &bytes)?;
-        *self = next;
-        Ok(Some(removed))
+        crate::with_scratch(|raw| {
+            let Some(head) = self.read_end(records, id, raw)? else {
+                return Ok(None);
+            };
+            if head.count < 2 {
+                return Ok(None);
+            }
+            // The popped entry's span: the first one's is read from its length; the last one's
+            // start is found by walking the lengths, which also checks the whole record.
+            let span = if front {
+                let length = u32::from_le_bytes(
+                    raw[CHUNK_HEAD_BYTES..CHUNK_HEAD_BYTES + 4]
+                        .try_into()
+                        .expect("4 bytes"),
+                ) as usize;
+                let end = CHUNK_HEAD_BYTES + 4 + length;
+                (end <= raw.len()).then_some(CHUNK_HEAD_BYTES..end)
+            } else {
+                last_entry_start(raw, head.count).map(|start| start..raw.len())
+            };
+            let Some(span) = span else {
+                return Ok(None);
+            };
+            let next = List {
+                len: self.len - 1,
+                ..*self
+            };
+            self.check_next(&next)?;
+            let removed = raw[span.start + 4..span.end].to_vec();
+            raw.copy_within(span.end.., span.start);
+            raw.truncate(raw.len() - span.len());
+            raw[16..CHUNK_HEAD_BYTES].copy_from_slice(&(head.count as u32 - 1).to_le_bytes());
+            records.put(&self.key(id), raw)?;
+            *self = next;
+            Ok(Some(removed))
+        })
     }
 
-    /// An end chunk's bytes and their layout, checked as [`List::read`] checks a chunk (lengths,
-    /// count, nothing after, links to the header) but without copying the entries out; `None`
-    /// for anything unexpected, which the general path then reads again and reports.
+    /// Reads end chunk `id` into `raw` and checks its head as [`List::read`] checks a chunk
+    /// (links to the header, a count of at least one, and at least 4 bytes per counted entry),
+    /// without decoding the entries; `None` for anything unexpected, which the general path then
+    /// reads again and reports. Damage inside the entries is not looked for here: an end
+    /// operation splices bytes at one end and leaves the others as they were, and the first read
+    /// that decodes them reports it (module docs, "Damaged data").
     fn read_end(
         &self,
         records: &mut impl Records,
         id: u64,
-    ) -> Result<Option<(Vec<u8>, RawLayout)>> {
-        if id == 0 || id >= self.next_chunk {
+        raw: &mut Vec<u8>,
+    ) -> Result<Option<ChunkHead>> {
+        if id == 0 || id >= self.next_chunk || !records.get(&self.key(id), raw)? {
             return Ok(None);
         }
-        let mut raw = Vec::new();
-        if !records.get(&self.key(id), &mut raw)? {
-            return Ok(None);
-        }
-        let Some(layout) = RawLayout::of(&raw) else {
+        let Some(head) = ChunkHead::of(raw) else {
             return Ok(None);
         };
-        let linked = layout.prev != id
-            && layout.next != id
-            && (layout.prev == 0) == (id == self.head)
-            && (layout.next == 0) == (id == self.tail);
-        Ok(linked.then_some((raw, layout)))
+        let linked = head.prev != id
+            && head.next != id
+            && (head.prev == 0) == (id == self.head)
+            && (head.next == 0) == (id == self.tail);
+        Ok(linked.then_some(head))
     }
 
     fn key(&self, chunk: u64) -> [u8; RECORD_KEY_BYTES] {
@@ -689,42 +760,34 @@ impl List {
     }
 }
 
-/// Where things are in a chunk record's bytes (format in the module docs).
-struct RawLayout {
+/// The head of a chunk record (format in the module docs), as far as it can be checked without
+/// decoding the entries.
+struct ChunkHead {
     prev: u64,
     next: u64,
     count: usize,
-    /// Length of the first entry.
-    first_len: usize,
-    /// Offset of the last entry's length prefix.
-    last_start: usize,
 }
 
-impl RawLayout {
-    /// Walks the entries' lengths (no copy); `None` unless the record is well formed.
-    fn of(raw: &[u8]) -> Option<RawLayout> {
+impl ChunkHead {
+    /// `None` unless the record has a head, a count of at least one and at least the 4 bytes of
+    /// a length per counted entry.
+    fn of(raw: &[u8]) -> Option<ChunkHead> {
         let mut rest = raw;
         let prev = crate::take_u64(&mut rest, "").ok()?;
         let next = crate::take_u64(&mut rest, "").ok()?;
         let count = crate::take_u32(&mut rest, "").ok()? as usize;
-        if count == 0 {
-            return None;
-        }
-        let (mut first_len, mut last_start) = (0, 0);
-        for index in 0..count {
-            let start = raw.len() - rest.len();
-            let entry = crate::take_bytes(&mut rest, "").ok()?;
-            if index == 0 {
-                first_len = entry.len();
-            }
-            last_start = start;
-        }
-        rest.is_empty().then_some(RawLayout {
-            prev,
-            next,
-            count,
-            first_len,
-            last_start,
-        })
+        (count > 0 && rest.len() / 4 >= count).then_some(ChunkHead { prev, next, count })
     }
+}
+
+/// The offset of the last entry's length prefix in a chunk record of `count` entries, walking
+/// the lengths (no copy); `None` unless the entries fill the record exactly.
+fn last_entry_start(raw: &[u8], count: usize) -> Option<usize> {
+    let mut rest = raw.get(CHUNK_HEAD_BYTES..)?;
+    let mut last_start = 0;
+    for _ in 0..count {
+        last_start = raw.len() - rest.len();
+        crate::take_bytes(&mut rest, "").ok()?;
+    }
+    rest.is_empty().then_some(last_start)
 }

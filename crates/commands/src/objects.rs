@@ -40,9 +40,7 @@ pub fn save_list(txn: &mut Txn<'_>, db: u8, key: &[u8], list: &List, expire: u64
         txn.delete_keeping_records(db, key)?;
         return Ok(());
     }
-    let mut header = Vec::new();
-    list.encode(&mut header);
-    txn.put_object(db, key, Kind::List, expire, &header)
+    txn.put_object(db, key, Kind::List, expire, &list.to_bytes())
 }
 
 /// Writes a set's (or a large hash's, `kind`) header back, or deletes the key when empty.
@@ -59,9 +57,7 @@ pub fn save_hash(
         txn.delete_keeping_records(db, key)?;
         return Ok(());
     }
-    let mut header = Vec::new();
-    hash.encode(&mut header);
-    txn.put_object(db, key, kind, expire, &header)
+    txn.put_object(db, key, kind, expire, &hash.to_bytes())
 }
 
 /// Writes a sorted set's headers back, or deletes the key when empty.

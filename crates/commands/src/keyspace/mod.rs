@@ -51,6 +51,7 @@ use prefixkv_store::{DurableStore, StoreSession};
 use crate::error::CommandError;
 use crate::value::{self, Kind, Stored};
 use crate::watch::Watches;
+use stack_key::StackKey;
 
 pub use prefixkv_store::WriteMark;
 
@@ -68,6 +69,7 @@ pub fn now_ms() -> u64 {
 }
 
 mod counts;
+mod stack_key;
 pub use counts::KeyCounts;
 
 /// The shared keyspace.
@@ -621,7 +623,7 @@ impl Txn<'_> {
     ) -> Result<Option<Stored>, CommandError> {
         self.expired_now = false;
         self.scratch.clear();
-        let engine_key = engine_key(database, key);
+        let engine_key = StackKey::new(database, key);
         let found = if touch {
             let (clock, now) = (&self.keyspace.access, self.now_ms);
             self.inner
@@ -680,9 +682,13 @@ impl Txn<'_> {
         if expire_at_ms != 0 && !self.keyspace.ttl_written.load(Ordering::Relaxed) {
             self.keyspace.ttl_written.store(true, Ordering::Relaxed);
         }
-        let mut encoded = Vec::new();
+        // Encoded in the read buffer (a collection command read this key first, so it has the
+        // room): no allocation for a header written back after every update.
+        let mut encoded = std::mem::take(&mut self.scratch);
         value::encode(kind, expire_at_ms, payload, &mut encoded);
-        let existed = self.inner.put(&engine_key(database, key), &encoded)?;
+        let written = self.inner.put(&StackKey::new(database, key), &encoded);
+        self.scratch = encoded;
+        let existed = written?;
         self.keyspace.counts.count_write(database, true, existed);
         if self.keyspace.notifier.active() {
             crate::notify::record_touch(database, key, true, !existed);
@@ -710,7 +716,7 @@ impl Txn<'_> {
         database: u8,
         key: &[u8],
     ) -> Result<bool, CommandError> {
-        let existed = self.inner.delete(&engine_key(database, key))?;
+        let existed = self.inner.delete(&StackKey::new(database, key))?;
         self.keyspace.counts.count_write(database, false, existed);
         if existed {
             self.keyspace.watches.touch(database, key);
@@ -759,7 +765,7 @@ impl Txn<'_> {
         key: &[u8],
         body: impl FnOnce(&mut prefixkv_collections::Owned<'_, '_>) -> R,
     ) -> R {
-        let root = engine_key(database, key);
+        let root = StackKey::new(database, key);
         let mut records = prefixkv_collections::Owned {
             txn: &mut self.inner,
             owner: &root,
