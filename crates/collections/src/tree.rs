@@ -26,7 +26,8 @@
 //! 5. A node fits the limits (at most `max_items` items and `max_node_bytes` encoded bytes), or
 //!    holds a single item (one entry larger than the byte budget).
 //! 6. The object's `TreeNode` records are exactly the nodes reachable from `root`, all with ids
-//!    below `next_node`. Ids are never reused within a tree (`next_node` only grows, also across
+//!    below `next_node`. A node keeps its id while it lives (it is rewritten in place); a
+//!    deleted node's id is never reused within a tree (`next_node` only grows, also across
 //!    [`Tree::clear`]).
 //! 7. A tree used in order (sorted sets) holds its entries strictly ascending in rank order;
 //!    the ordered operations rely on it and preserve it, as does [`Tree::remove_at`];
@@ -42,30 +43,40 @@
 //! a separator is at most 128 bytes, an internal node with one child is always underfull, so
 //! invariant 4 holds whatever the entries' sizes.
 //!
-//! Cost: an update reads and writes the nodes of one root-to-leaf path, plus at most one sibling
-//! per level it rebalances and one new root, so O(height) records. A range reads each node it
-//! passes once.
+//! Cost: an update reads the nodes of one root-to-leaf path, plus at most one sibling per level
+//! it rebalances, and writes the nodes it changed: the leaf and each ancestor whose pointer to
+//! the changed child differs (its count, or its separator); a replace that keeps the leaf's first
+//! entry writes the leaf alone. So O(height) records, and an insert into a leaf with room writes
+//! `height` records and deletes none. A range reads each node it passes once.
 //!
-//! # Errors and crash safety: copy-on-write
+//! # Errors and crash safety: plan, check, then write in place
 //!
-//! An update never overwrites a node: every node it changes is written under a fresh id (from
-//! `next_node`), bottom-up, and the nodes it replaced are deleted only after every new node is
-//! written and the in-memory header points to the new root. So:
-//! - If a write fails (a node too large for the store, a refused write), the update deletes the
-//!   new nodes it already wrote (best effort), leaves `self` unchanged and returns the error; the
-//!   records the old header reaches were not touched, so the old header, which the caller keeps
-//!   by not writing the header back, still reads exactly the old content.
-//! - A delete fails only when the store refuses every write (a failed log); the header in `self`
-//!   is then already the new one and describes the records present (the old nodes not yet
-//!   deleted are unreachable garbage), but the transaction is lost with the store anyway.
+//! An update first settles the whole path in memory (the `update` module's plan: which nodes keep their
+//! id and are rewritten in place, which pieces of a split and which new root get fresh ids from
+//! `next_node`, which merged-away nodes are deleted), reading every sibling it needs, and only
+//! then writes. Before the first write it checks every planned node against the store's largest
+//! value ([`Records::max_value_bytes`]), the one reason a write of a live store refuses; then it
+//! writes the fresh nodes (invisible from the old header), then rewrites the changed nodes in
+//! place (with a [`crate::capacity_hint`], so that a node gaining an entry mostly stays in its
+//! engine record), then deletes. So:
+//! - A node too large for the store, a damaged sibling or a refused write of a fresh node (the
+//!   fresh nodes already written are deleted again, best effort) leaves `self` and every record
+//!   the old header reaches unchanged, and returns the error: the old header, which the caller
+//!   keeps by not writing the header back, still reads exactly the old content.
+//! - A write failing after the first in-place rewrite fails only because the store refuses
+//!   writes altogether (a failed log, engine log memory exhausted): the records are then part
+//!   old, part new and the transaction is lost with the store anyway; the error is returned and
+//!   `self` is unchanged, so the caller does not write the header back.
 //! - Crashes: the application writes every record of one update and the header in one store
-//!   transaction, which the checkpoint and the operation log keep whole, so recovery brings back
-//!   a header with exactly the nodes it reaches.
+//!   transaction, which the checkpoint and the operation log keep whole (one log group), so
+//!   recovery brings back a header with exactly the nodes it reaches, old or new.
 //!
 //! Damaged data (a missing node, a node that does not decode, a count or level that does not
 //! match its parent, an id at or above `next_node`) is [`Error::Corrupt`], never a panic; a
 //! descent is bounded by the header's height, so a cycle of node ids cannot loop.
 
+#[cfg(test)]
+mod in_place_tests;
 mod node;
 #[cfg(test)]
 mod tests;
