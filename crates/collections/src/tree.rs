@@ -34,7 +34,8 @@
 //!    [`Tree::insert_at`] and [`Tree::replace_at`] preserve it only if the caller's entry
 //!    belongs at that rank (they do not check).
 //!
-//! Fill is a goal, not an invariant: a rewritten non-root node is *underfull* when it has fewer
+//! Fill is a goal, not an invariant: a rewritten non-root node left empty (a removed first leaf)
+//! is dropped from its parent and deleted; otherwise it is *underfull* when it has fewer
 //! than `max(2, max_items / 4)` items and fewer than `max_node_bytes / 4` bytes; it is then merged
 //! with a neighbour, or both are split evenly again when the two do not fit in one node. A node
 //! over the limits is split in halves (by bytes when over the byte budget, else by items) until
@@ -385,6 +386,43 @@ impl Tree {
         leaf.node.entries_mut().remove(leaf.index);
         self.rewrite(records, frames, self.len - 1)?;
         Ok(Some(after - 1))
+    }
+
+    /// The first leaf: how many entries it holds, with its last entry copied into `last`;
+    /// `None` when the tree is empty. Reads the left edge (`height` records).
+    pub fn first_leaf(
+        &self,
+        records: &mut impl Records,
+        last: &mut Vec<u8>,
+    ) -> Result<Option<u64>> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let mut frames = self.descend_rank(records, 0, false)?;
+        let entries = frames
+            .pop()
+            .expect("a path ends at a leaf")
+            .node
+            .into_entries();
+        last.clear();
+        last.extend_from_slice(entries.last().expect("a leaf has an entry"));
+        Ok(Some(entries.len() as u64))
+    }
+
+    /// Removes the whole first leaf (the entries [`Tree::first_leaf`] counts) and returns how
+    /// many entries it held (0 when empty): trimming at the front by whole records, the way
+    /// Redis trims a stream by whole nodes. The leaf's record is deleted, not rewritten.
+    pub fn remove_first_leaf(&mut self, records: &mut impl Records) -> Result<u64> {
+        if self.is_empty() {
+            return Ok(0);
+        }
+        let mut frames = self.descend_rank(records, 0, false)?;
+        let leaf = frames.last_mut().expect("a path ends at a leaf");
+        let entries = leaf.node.entries_mut();
+        let removed = entries.len() as u64;
+        entries.clear();
+        self.rewrite(records, frames, self.len - removed)?;
+        Ok(removed)
     }
 
     /// Deletes every record; the tree is empty afterwards. Reads every internal node first (not

@@ -148,3 +148,39 @@ proptest! {
         }
     }
 }
+
+/// Removing whole first leaves: each removal takes exactly the entries `first_leaf` counted,
+/// deletes that leaf's record, and the rest of the tree stays intact to the last entry.
+#[test]
+fn whole_first_leaves_come_off() {
+    for limits in [TINY, SMALL, Limits::DEFAULT] {
+        let mut records = MemRecords::default();
+        let mut tree = Tree::with_limits(4, limits);
+        let mut model: Vec<Vec<u8>> = Vec::new();
+        for n in 0..3000u32 {
+            let entry = n.to_be_bytes().to_vec();
+            tree.insert_at(&mut records, u64::from(n), &entry).unwrap();
+            model.push(entry);
+        }
+        let mut last = Vec::new();
+        let mut removed = 0;
+        while let Some(count) = tree.first_leaf(&mut records, &mut last).unwrap() {
+            assert_eq!(last, model[removed + count as usize - 1]);
+            let nodes = records.map.len();
+            assert_eq!(tree.remove_first_leaf(&mut records).unwrap(), count);
+            assert!(records.map.len() < nodes, "the leaf's record is deleted");
+            removed += count as usize;
+            assert_eq!(check(&tree, &mut records, false), model[removed..]);
+            if removed > 2500 {
+                break;
+            }
+        }
+        assert_eq!(tree.len(), (model.len() - removed) as u64);
+    }
+    let (mut tree, mut records) = (Tree::new(1), MemRecords::default());
+    assert_eq!(
+        tree.first_leaf(&mut records, &mut Vec::new()).unwrap(),
+        None
+    );
+    assert_eq!(tree.remove_first_leaf(&mut records).unwrap(), 0);
+}

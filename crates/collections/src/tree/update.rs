@@ -178,7 +178,7 @@ impl Tree {
     }
 
     /// Brings the edited non-root node `current` (`depth` levels down, child `parent.index` of
-    /// `parent`) within the limits: split when over them, merged with a sibling (or split evenly
+    /// `parent`) within the limits: dropped when empty, split when over them, merged with a sibling (or split evenly
     /// with it when the two do not fit in one node) when underfull. Returns the range of the
     /// parent's children the result replaces, the nodes to write and the ids they may reuse.
     fn settle(
@@ -191,6 +191,10 @@ impl Tree {
     ) -> Result<(Range<usize>, Vec<Node>, Vec<u64>)> {
         let index = parent.index;
         let (id, node) = (current.id, current.node);
+        if node.items() == 0 {
+            // An emptied node leaves its parent (which may then be merged in turn).
+            return Ok((index..index + 1, Vec::new(), vec![id]));
+        }
         if !self.limits.fits(&node) {
             return Ok((index..index + 1, self.split(node), vec![id]));
         }
