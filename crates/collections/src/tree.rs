@@ -76,6 +76,7 @@
 //! match its parent, an id at or above `next_node`) is [`Error::Corrupt`], never a panic; a
 //! descent is bounded by the header's height, so a cycle of node ids cannot loop.
 
+mod fast;
 #[cfg(test)]
 mod in_place_tests;
 mod node;
@@ -83,10 +84,17 @@ mod node;
 mod tests;
 mod update;
 
+use std::cell::RefCell;
 use std::ops::ControlFlow;
 
 use crate::{record_key, take_u64, Error, Part, Records, Result, RECORD_KEY_BYTES};
+use fast::{Scratch, Target};
 use node::{Child, Node, CHILD_OVERHEAD, NODE_HEAD_BYTES};
+
+thread_local! {
+    /// The fast insert path's buffers, reused by every insert of the thread.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
 
 /// Bytes of an encoded [`Tree`] header.
 pub const HEADER_BYTES: usize = 8 + 8 + 8 + 8 + 1;
@@ -264,10 +272,27 @@ impl Tree {
             "Tree::insert_at: rank {rank} past the end (len {})",
             self.len
         );
+        if rank == self.len && self.fast_insert(records, Target::End, entry)?.is_some() {
+            return Ok(());
+        }
         let mut frames = self.descend_rank(records, rank, true)?;
         let leaf = frames.last_mut().expect("a path ends at a leaf");
         leaf.node.entries_mut().insert(leaf.index, entry.to_vec());
         self.rewrite(records, frames, self.len + 1)
+    }
+
+    /// [`Tree::insert_fast`] with the thread's scratch buffers.
+    fn fast_insert(
+        &mut self,
+        records: &mut impl Records,
+        target: Target<'_>,
+        entry: &[u8],
+    ) -> Result<Option<u64>> {
+        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut scratch) => self.insert_fast(records, target, entry, &mut scratch),
+            // Re-entered from inside `records` (never in practice): fresh buffers.
+            Err(_) => self.insert_fast(records, target, entry, &mut Scratch::default()),
+        })
     }
 
     /// Removes and returns the entry at `rank` (`rank < len`, else panics). Removing the last
@@ -350,6 +375,9 @@ impl Tree {
     /// Inserts `entry` at its place in byte order and returns its rank; an entry equal to it
     /// must not be present (panics in debug builds). Ordered trees.
     pub fn insert_sorted(&mut self, records: &mut impl Records, entry: &[u8]) -> Result<u64> {
+        if let Some(rank) = self.fast_insert(records, Target::Sorted(entry), entry)? {
+            return Ok(rank);
+        }
         let (mut frames, rank) = self.descend_order(records, entry, true)?;
         let leaf = frames.last_mut().expect("a path ends at a leaf");
         let entries = leaf.node.entries_mut();

@@ -184,3 +184,49 @@ fn whole_first_leaves_come_off() {
     );
     assert_eq!(tree.remove_first_leaf(&mut records).unwrap(), 0);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The fast path's check of a node record accepts exactly what decoding accepts (a damaged
+    /// node is `Error::Corrupt` on both paths, never a panic), and finds the same items.
+    #[test]
+    fn scanning_agrees_with_decoding(
+        node in prop_oneof![
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..12), 0..6)
+                .prop_map(Node::Leaf),
+            prop::collection::vec((0u64..4, 0u64..4, any::<bool>(), prop::collection::vec(any::<u8>(), 0..6)), 0..5)
+                .prop_map(|children| Node::Internal(children.into_iter().map(|(id, count, truncated, bytes)| {
+                    super::node::Child { id, count, first: super::node::Separator { bytes, truncated } }
+                }).collect())),
+        ],
+        cut in any::<prop::sample::Index>(),
+        flip in any::<Option<(prop::sample::Index, u8)>>(),
+    ) {
+        let mut bytes = Vec::new();
+        node.encode(&mut bytes);
+        if let Some((at, value)) = flip {
+            let at = at.index(bytes.len());
+            bytes[at] = value;
+        }
+        let whole = bytes.clone();
+        bytes.truncate(cut.index(bytes.len() + 1));
+        for bytes in [&whole, &bytes] {
+            let mut items = Vec::new();
+            match (Node::decode(bytes), super::node::scan(bytes, &mut items)) {
+                (Ok(decoded), Ok((leaf, count))) => {
+                    prop_assert_eq!(decoded.is_leaf(), leaf);
+                    prop_assert_eq!(decoded.count(), count);
+                    prop_assert_eq!(decoded.items(), items.len());
+                    if let Node::Leaf(entries) = &decoded {
+                        for (entry, &(start, end)) in entries.iter().zip(&items) {
+                            prop_assert_eq!(entry.as_slice(), &bytes[start..end]);
+                        }
+                    }
+                }
+                (Err(Error::Corrupt(_)), Err(Error::Corrupt(_))) => {}
+                (decoded, scanned) => prop_assert!(false, "{:?} vs {:?}", decoded, scanned.map(|_| ())),
+            }
+        }
+    }
+}
