@@ -417,24 +417,16 @@ impl Tree {
     }
 
     /// The first leaf: how many entries it holds, with its last entry copied into `last`;
-    /// `None` when the tree is empty. Reads the left edge (`height` records).
+    /// `None` when the tree is empty. Reads the left edge (`height` records) without decoding.
     pub fn first_leaf(
         &self,
         records: &mut impl Records,
         last: &mut Vec<u8>,
     ) -> Result<Option<u64>> {
-        if self.is_empty() {
-            return Ok(None);
-        }
-        let mut frames = self.descend_rank(records, 0, false)?;
-        let entries = frames
-            .pop()
-            .expect("a path ends at a leaf")
-            .node
-            .into_entries();
-        last.clear();
-        last.extend_from_slice(entries.last().expect("a leaf has an entry"));
-        Ok(Some(entries.len() as u64))
+        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut scratch) => self.scan_first_leaf(records, last, &mut scratch),
+            Err(_) => self.scan_first_leaf(records, last, &mut Scratch::default()),
+        })
     }
 
     /// Removes the whole first leaf (the entries [`Tree::first_leaf`] counts) and returns how

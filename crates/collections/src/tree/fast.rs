@@ -153,4 +153,56 @@ impl Tree {
         self.len += 1;
         Ok(Some(rank))
     }
+
+    /// [`Tree::first_leaf`]: the left edge read as bytes, each node checked by `scan`.
+    pub(super) fn scan_first_leaf(
+        &self,
+        records: &mut impl Records,
+        last: &mut Vec<u8>,
+        scratch: &mut Scratch,
+    ) -> Result<Option<u64>> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let height = self.height as usize;
+        scratch.nodes.resize_with(1, Vec::new);
+        let (mut id, mut expected) = (self.root, self.len);
+        for depth in 0..height {
+            let damaged =
+                |what: String| Error::Corrupt(format!("tree {} node {id}: {what}", self.id));
+            if id == 0 || id >= self.next_node {
+                return Err(damaged(format!(
+                    "id not below next_node {}",
+                    self.next_node
+                )));
+            }
+            let bytes = &mut scratch.nodes[0];
+            if !records.get(&self.key(id), bytes)? {
+                return Err(damaged("missing".into()));
+            }
+            let (leaf, count) = scan(bytes, &mut scratch.items).map_err(|error| match error {
+                Error::Corrupt(what) => damaged(what),
+                other => other,
+            })?;
+            if leaf != (depth + 1 == height) {
+                return Err(damaged(format!(
+                    "a leaf or internal node at the wrong depth {depth}"
+                )));
+            }
+            if count != expected {
+                return Err(damaged(format!(
+                    "holds {count} entries, its parent says {expected}"
+                )));
+            }
+            if leaf {
+                let &(start, end) = scratch.items.last().expect("scan: a leaf has an entry");
+                last.clear();
+                last.extend_from_slice(&bytes[start..end]);
+                return Ok(Some(count));
+            }
+            let (child, entries, _, _) = child_at(bytes, scratch.items[0]);
+            (id, expected) = (child, entries);
+        }
+        unreachable!("a descent of `height` levels ends at a leaf")
+    }
 }

@@ -129,13 +129,6 @@ impl Node {
         }
     }
 
-    pub(super) fn into_entries(self) -> Vec<Vec<u8>> {
-        match self {
-            Node::Leaf(entries) => entries,
-            Node::Internal(_) => panic!("a path's last node is a leaf"),
-        }
-    }
-
     pub(super) fn entries_mut(&mut self) -> &mut Vec<Vec<u8>> {
         match self {
             Node::Leaf(entries) => entries,
