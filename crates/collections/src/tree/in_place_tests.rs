@@ -230,3 +230,43 @@ proptest! {
         }
     }
 }
+
+/// Sorted-set inserts at random places (DEFAULT limits, 50k members of the shape ZADD stores):
+/// on average little more than one write per level, no deletes, and rarely a new record.
+#[test]
+fn ordered_inserts_write_about_one_record_per_level() {
+    let mut records = MemRecords::default();
+    let mut tree = Tree::new(6);
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let (mut writes, mut allocations, mut inserts) = (0, 0, 0u64);
+    for n in 0..50_000u64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut entry = score_key((seed % 1_000_000) as f64).to_vec();
+        entry.extend_from_slice(format!("element:{n:06}").as_bytes());
+        let (w, a) = (records.writes, records.allocations);
+        tree.insert_sorted(&mut records, &entry).unwrap();
+        if n >= 40_000 {
+            (writes, allocations, inserts) = (
+                writes + records.writes - w,
+                allocations + records.allocations - a,
+                inserts + 1,
+            );
+        }
+    }
+    assert_eq!(tree.height, 3);
+    let per_insert = writes as f64 / inserts as f64;
+    eprintln!(
+        "ordered inserts at 40k-50k entries: {per_insert:.2} writes, {:.3} allocations each",
+        allocations as f64 / inserts as f64
+    );
+    assert!(
+        per_insert < 3.3,
+        "{per_insert} writes per insert at height 3"
+    );
+    assert!(
+        allocations * 4 < inserts,
+        "{allocations} allocations for {inserts} inserts"
+    );
+}
