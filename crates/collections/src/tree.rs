@@ -48,7 +48,11 @@
 //! it rebalances, and writes the nodes it changed: the leaf and each ancestor whose pointer to
 //! the changed child differs (its count, or its separator); a replace that keeps the leaf's first
 //! entry writes the leaf alone. So O(height) records, and an insert into a leaf with room writes
-//! `height` records and deletes none. A range reads each node it passes once.
+//! `height` records and deletes none. Such an insert (an append, or an ordered insert that does
+//! not become its leaf's first entry, into a leaf with room) takes the `fast` module's path: the
+//! nodes are read as bytes and checked as decoding checks them, the entry is spliced into the
+//! leaf and each ancestor's count patched in place, without decoding or allocating per entry. A
+//! range reads each node it passes once.
 //!
 //! # Errors and crash safety: plan, check, then write in place
 //!
