@@ -56,9 +56,9 @@
 //! more slack. A bucket that splits keeps its capacity (it is rewritten smaller, in place) and
 //! regrows into it, which is most of the hash's slack, hints or not. Records above the
 //! structure's largest (a bucket of large fields, [`hash::HINT_MAX_BYTES`]; a chunk's byte limit)
-//! are written exact. The tree gets no hint: it is copy-on-write (every update writes its nodes
-//! under fresh ids), so no node record is ever rewritten, and its garbage is bounded by the
-//! engine's compaction (the server's `engine-compact-dead-fraction`). Slack is engine memory
+//! are written exact. A tree node gets a hint too (cut to the node byte budget): nodes are
+//! rewritten in place under their ids, a leaf gaining an entry per insert and a parent a child
+//! per split below it. Slack is engine memory
 //! only: recovery writes records exact, and they get slack again when next rewritten.
 //!
 //! # Allocation on the common path
@@ -164,6 +164,12 @@ pub trait Records {
     }
     /// Deletes record `key` (absent is fine).
     fn delete(&mut self, key: &[u8]) -> Result<()>;
+    /// The largest value a record of this object may hold (`None`: no limit), so that an
+    /// update writing several records can refuse before its first write (the tree rewrites its
+    /// nodes in place and relies on it for its error guarantee).
+    fn max_value_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The records of an object whose root key `owner` is locked by `txn`: reads and writes go to
@@ -195,6 +201,11 @@ impl Records for Owned<'_, '_> {
     fn delete(&mut self, key: &[u8]) -> Result<()> {
         self.txn.delete_under(self.owner, key)?;
         Ok(())
+    }
+
+    fn max_value_bytes(&self) -> Option<usize> {
+        // A key too large for any value (never a collection record key) allows none.
+        Some(self.txn.max_value_bytes(RECORD_KEY_BYTES).unwrap_or(0))
     }
 }
 
@@ -275,6 +286,10 @@ impl Records for MemRecords {
         self.map.remove(key);
         self.capacity.remove(key);
         Ok(())
+    }
+
+    fn max_value_bytes(&self) -> Option<usize> {
+        self.max_value_bytes
     }
 }
 

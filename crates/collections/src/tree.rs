@@ -26,14 +26,16 @@
 //! 5. A node fits the limits (at most `max_items` items and `max_node_bytes` encoded bytes), or
 //!    holds a single item (one entry larger than the byte budget).
 //! 6. The object's `TreeNode` records are exactly the nodes reachable from `root`, all with ids
-//!    below `next_node`. Ids are never reused within a tree (`next_node` only grows, also across
+//!    below `next_node`. A node keeps its id while it lives (it is rewritten in place); a
+//!    deleted node's id is never reused within a tree (`next_node` only grows, also across
 //!    [`Tree::clear`]).
 //! 7. A tree used in order (sorted sets) holds its entries strictly ascending in rank order;
 //!    the ordered operations rely on it and preserve it, as does [`Tree::remove_at`];
 //!    [`Tree::insert_at`] and [`Tree::replace_at`] preserve it only if the caller's entry
 //!    belongs at that rank (they do not check).
 //!
-//! Fill is a goal, not an invariant: a rewritten non-root node is *underfull* when it has fewer
+//! Fill is a goal, not an invariant: a rewritten non-root node left empty (a removed first leaf)
+//! is dropped from its parent and deleted; otherwise it is *underfull* when it has fewer
 //! than `max(2, max_items / 4)` items and fewer than `max_node_bytes / 4` bytes; it is then merged
 //! with a neighbour, or both are split evenly again when the two do not fit in one node. A node
 //! over the limits is split in halves (by bytes when over the byte budget, else by items) until
@@ -42,39 +44,61 @@
 //! a separator is at most 128 bytes, an internal node with one child is always underfull, so
 //! invariant 4 holds whatever the entries' sizes.
 //!
-//! Cost: an update reads and writes the nodes of one root-to-leaf path, plus at most one sibling
-//! per level it rebalances and one new root, so O(height) records. A range reads each node it
-//! passes once.
+//! Cost: an update reads the nodes of one root-to-leaf path, plus at most one sibling per level
+//! it rebalances, and writes the nodes it changed: the leaf and each ancestor whose pointer to
+//! the changed child differs (its count, or its separator); a replace that keeps the leaf's first
+//! entry writes the leaf alone. So O(height) records, and an insert into a leaf with room writes
+//! `height` records and deletes none. Such an insert (an append, or an ordered insert that does
+//! not become its leaf's first entry, into a leaf with room) takes the `fast` module's path: the
+//! nodes are read as bytes and checked as decoding checks them, the entry is spliced into the
+//! leaf and each ancestor's count patched in place, without decoding or allocating per entry. A
+//! range reads each node it passes once.
 //!
-//! # Errors and crash safety: copy-on-write
+//! # Errors and crash safety: plan, check, then write in place
 //!
-//! An update never overwrites a node: every node it changes is written under a fresh id (from
-//! `next_node`), bottom-up, and the nodes it replaced are deleted only after every new node is
-//! written and the in-memory header points to the new root. So:
-//! - If a write fails (a node too large for the store, a refused write), the update deletes the
-//!   new nodes it already wrote (best effort), leaves `self` unchanged and returns the error; the
-//!   records the old header reaches were not touched, so the old header, which the caller keeps
-//!   by not writing the header back, still reads exactly the old content.
-//! - A delete fails only when the store refuses every write (a failed log); the header in `self`
-//!   is then already the new one and describes the records present (the old nodes not yet
-//!   deleted are unreachable garbage), but the transaction is lost with the store anyway.
+//! An update first settles the whole path in memory (the `update` module's plan: which nodes keep their
+//! id and are rewritten in place, which pieces of a split and which new root get fresh ids from
+//! `next_node`, which merged-away nodes are deleted), reading every sibling it needs, and only
+//! then writes. Before the first write it checks every planned node against the store's largest
+//! value ([`Records::max_value_bytes`]), the one reason a write of a live store refuses; then it
+//! writes the fresh nodes (invisible from the old header), then rewrites the changed nodes in
+//! place (with a [`crate::capacity_hint`], so that a node gaining an entry mostly stays in its
+//! engine record), then deletes. So:
+//! - A node too large for the store, a damaged sibling or a refused write of a fresh node (the
+//!   fresh nodes already written are deleted again, best effort) leaves `self` and every record
+//!   the old header reaches unchanged, and returns the error: the old header, which the caller
+//!   keeps by not writing the header back, still reads exactly the old content.
+//! - A write failing after the first in-place rewrite fails only because the store refuses
+//!   writes altogether (a failed log, engine log memory exhausted): the records are then part
+//!   old, part new and the transaction is lost with the store anyway; the error is returned and
+//!   `self` is unchanged, so the caller does not write the header back.
 //! - Crashes: the application writes every record of one update and the header in one store
-//!   transaction, which the checkpoint and the operation log keep whole, so recovery brings back
-//!   a header with exactly the nodes it reaches.
+//!   transaction, which the checkpoint and the operation log keep whole (one log group), so
+//!   recovery brings back a header with exactly the nodes it reaches, old or new.
 //!
 //! Damaged data (a missing node, a node that does not decode, a count or level that does not
 //! match its parent, an id at or above `next_node`) is [`Error::Corrupt`], never a panic; a
 //! descent is bounded by the header's height, so a cycle of node ids cannot loop.
 
+mod fast;
+#[cfg(test)]
+mod in_place_tests;
 mod node;
 #[cfg(test)]
 mod tests;
 mod update;
 
+use std::cell::RefCell;
 use std::ops::ControlFlow;
 
 use crate::{record_key, take_u64, Error, Part, Records, Result, RECORD_KEY_BYTES};
+use fast::{Scratch, Target};
 use node::{Child, Node, CHILD_OVERHEAD, NODE_HEAD_BYTES};
+
+thread_local! {
+    /// The fast insert path's buffers, reused by every insert of the thread.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
 
 /// Bytes of an encoded [`Tree`] header.
 pub const HEADER_BYTES: usize = 8 + 8 + 8 + 8 + 1;
@@ -252,10 +276,27 @@ impl Tree {
             "Tree::insert_at: rank {rank} past the end (len {})",
             self.len
         );
+        if rank == self.len && self.fast_insert(records, Target::End, entry)?.is_some() {
+            return Ok(());
+        }
         let mut frames = self.descend_rank(records, rank, true)?;
         let leaf = frames.last_mut().expect("a path ends at a leaf");
         leaf.node.entries_mut().insert(leaf.index, entry.to_vec());
         self.rewrite(records, frames, self.len + 1)
+    }
+
+    /// [`Tree::insert_fast`] with the thread's scratch buffers.
+    fn fast_insert(
+        &mut self,
+        records: &mut impl Records,
+        target: Target<'_>,
+        entry: &[u8],
+    ) -> Result<Option<u64>> {
+        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut scratch) => self.insert_fast(records, target, entry, &mut scratch),
+            // Re-entered from inside `records` (never in practice): fresh buffers.
+            Err(_) => self.insert_fast(records, target, entry, &mut Scratch::default()),
+        })
     }
 
     /// Removes and returns the entry at `rank` (`rank < len`, else panics). Removing the last
@@ -338,6 +379,9 @@ impl Tree {
     /// Inserts `entry` at its place in byte order and returns its rank; an entry equal to it
     /// must not be present (panics in debug builds). Ordered trees.
     pub fn insert_sorted(&mut self, records: &mut impl Records, entry: &[u8]) -> Result<u64> {
+        if let Some(rank) = self.fast_insert(records, Target::Sorted(entry), entry)? {
+            return Ok(rank);
+        }
         let (mut frames, rank) = self.descend_order(records, entry, true)?;
         let leaf = frames.last_mut().expect("a path ends at a leaf");
         let entries = leaf.node.entries_mut();
@@ -374,6 +418,35 @@ impl Tree {
         leaf.node.entries_mut().remove(leaf.index);
         self.rewrite(records, frames, self.len - 1)?;
         Ok(Some(after - 1))
+    }
+
+    /// The first leaf: how many entries it holds, with its last entry copied into `last`;
+    /// `None` when the tree is empty. Reads the left edge (`height` records) without decoding.
+    pub fn first_leaf(
+        &self,
+        records: &mut impl Records,
+        last: &mut Vec<u8>,
+    ) -> Result<Option<u64>> {
+        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut scratch) => self.scan_first_leaf(records, last, &mut scratch),
+            Err(_) => self.scan_first_leaf(records, last, &mut Scratch::default()),
+        })
+    }
+
+    /// Removes the whole first leaf (the entries [`Tree::first_leaf`] counts) and returns how
+    /// many entries it held (0 when empty): trimming at the front by whole records, the way
+    /// Redis trims a stream by whole nodes. The leaf's record is deleted, not rewritten.
+    pub fn remove_first_leaf(&mut self, records: &mut impl Records) -> Result<u64> {
+        if self.is_empty() {
+            return Ok(0);
+        }
+        let mut frames = self.descend_rank(records, 0, false)?;
+        let leaf = frames.last_mut().expect("a path ends at a leaf");
+        let entries = leaf.node.entries_mut();
+        let removed = entries.len() as u64;
+        entries.clear();
+        self.rewrite(records, frames, self.len - removed)?;
+        Ok(removed)
     }
 
     /// Deletes every record; the tree is empty afterwards. Reads every internal node first (not

@@ -484,6 +484,13 @@ impl Txn<'_> {
         self.session.read_touch(key, out, touch)
     }
 
+    /// The largest value that fits one record with a key of `key_bytes` bytes (the engine's
+    /// `Store::max_value_bytes`), or `None` when the key alone is too large: lets a structure
+    /// that rewrites several records check all of them before its first write.
+    pub fn max_value_bytes(&self, key_bytes: usize) -> Option<usize> {
+        self.store.engine().max_value_bytes(key_bytes)
+    }
+
     /// Writes `key`; whether it held a live value before.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         self.put_under(key, key, value)

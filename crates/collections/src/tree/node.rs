@@ -47,16 +47,7 @@ impl Separator {
     /// How the subtree's smallest entry compares with `probe`, or `None` when the stored prefix
     /// cannot tell (it is truncated and `probe` extends it): then only the entry itself can.
     pub(super) fn compare(&self, probe: &[u8]) -> Option<Ordering> {
-        if !self.truncated {
-            return Some(self.bytes.as_slice().cmp(probe));
-        }
-        let common = self.bytes.len().min(probe.len());
-        match self.bytes.as_slice().cmp(&probe[..common]) {
-            // The entry is `bytes` followed by at least one more byte.
-            Ordering::Equal if probe.len() > self.bytes.len() => None,
-            Ordering::Equal => Some(Ordering::Greater),
-            order => Some(order),
-        }
+        compare_separator(&self.bytes, self.truncated, probe)
     }
 }
 
@@ -269,4 +260,96 @@ fn decode_internal(rest: &mut &[u8], count: usize) -> Result<Node> {
         });
     }
     Ok(Node::Internal(children))
+}
+
+/// Checks a node record exactly as [`Node::decode`] does, without copying its items: fills
+/// `items` with each item's byte range in `bytes` (a leaf entry's after its length prefix, a
+/// child's whole) and returns whether it is a leaf and the entries it holds. For paths that
+/// read a node and change a few bytes of it.
+pub(super) fn scan(bytes: &[u8], items: &mut Vec<(usize, usize)>) -> Result<(bool, u64)> {
+    items.clear();
+    let (&kind, mut rest) = bytes
+        .split_first()
+        .ok_or_else(|| Error::Corrupt("empty tree node".into()))?;
+    let count = take_u32(&mut rest, "tree node count")? as usize;
+    let offset = |rest: &[u8]| bytes.len() - rest.len();
+    let total = match kind {
+        LEAF => {
+            if count == 0 {
+                return Err(Error::Corrupt("tree leaf without entries".into()));
+            }
+            for _ in 0..count {
+                let entry = take_bytes(&mut rest, "tree leaf entry")?;
+                let end = offset(rest);
+                items.push((end - entry.len(), end));
+            }
+            count as u64
+        }
+        INTERNAL => {
+            if count < 2 {
+                return Err(Error::Corrupt(format!(
+                    "tree internal node with {count} children"
+                )));
+            }
+            let mut total = 0u64;
+            for _ in 0..count {
+                let start = offset(rest);
+                let id = take_u64(&mut rest, "tree child id")?;
+                let entries = take_u64(&mut rest, "tree child count")?;
+                let (&flag, tail) = rest
+                    .split_first()
+                    .ok_or_else(|| Error::Corrupt("tree child cut short".into()))?;
+                rest = tail;
+                if flag > 1 {
+                    return Err(Error::Corrupt(format!("tree separator flag {flag}")));
+                }
+                take_bytes(&mut rest, "tree separator")?;
+                if id == 0 || entries == 0 {
+                    return Err(Error::Corrupt(format!(
+                        "tree child {id} with {entries} entries"
+                    )));
+                }
+                total = total
+                    .checked_add(entries)
+                    .ok_or_else(|| Error::Corrupt("tree child counts overflow".into()))?;
+                items.push((start, offset(rest)));
+            }
+            total
+        }
+        kind => return Err(Error::Corrupt(format!("unknown tree node kind {kind}"))),
+    };
+    if !rest.is_empty() {
+        return Err(Error::Corrupt(format!(
+            "tree node: {} bytes after its {count} items",
+            rest.len()
+        )));
+    }
+    Ok((kind == LEAF, total))
+}
+
+/// The parts of child `range` (from [`scan`]) of an internal node's `bytes`: id, entry count,
+/// whether the separator is cut, and the separator's bytes.
+pub(super) fn child_at(bytes: &[u8], (start, end): (usize, usize)) -> (u64, u64, bool, &[u8]) {
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let separator = &bytes[start + CHILD_OVERHEAD..end];
+    (
+        word(start),
+        word(start + 8),
+        bytes[start + 16] == 1,
+        separator,
+    )
+}
+
+/// [`Separator::compare`] over a separator's bytes in place.
+pub(super) fn compare_separator(bytes: &[u8], truncated: bool, probe: &[u8]) -> Option<Ordering> {
+    if !truncated {
+        return Some(bytes.cmp(probe));
+    }
+    let common = bytes.len().min(probe.len());
+    match bytes.cmp(&probe[..common]) {
+        // The entry is `bytes` followed by at least one more byte.
+        Ordering::Equal if probe.len() > bytes.len() => None,
+        Ordering::Equal => Some(Ordering::Greater),
+        order => Some(order),
+    }
 }

@@ -12,14 +12,14 @@ use super::*;
 use crate::{score_key, MemRecords};
 
 /// Tiny nodes: deep trees from a few hundred entries; separators cut after 4 bytes.
-const TINY: Limits = Limits {
+pub(super) const TINY: Limits = Limits {
     max_items: 4,
     max_node_bytes: 192,
     separator_bytes: 4,
 };
 
 /// Small nodes, some merging (underfull below 3 items).
-const SMALL: Limits = Limits {
+pub(super) const SMALL: Limits = Limits {
     max_items: 12,
     max_node_bytes: 512,
     separator_bytes: 16,
@@ -27,7 +27,7 @@ const SMALL: Limits = Limits {
 
 /// Walks the whole tree checking invariants 1-6 (and 7 when `ordered`), and that the records
 /// are exactly the reachable nodes; returns the entries in rank order.
-fn check(tree: &Tree, records: &mut MemRecords, ordered: bool) -> Vec<Vec<u8>> {
+pub(super) fn check(tree: &Tree, records: &mut MemRecords, ordered: bool) -> Vec<Vec<u8>> {
     let mut entries = Vec::new();
     let mut seen = HashSet::new();
     if tree.is_empty() {

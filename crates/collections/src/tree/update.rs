@@ -1,49 +1,80 @@
-//! Updates: the edited path is written bottom-up under new node ids, each node brought within
-//! the limits on the way (split, or merged with or balanced against a sibling), and the replaced
-//! nodes are deleted last (the parent module's docs, "Errors and crash safety").
+//! Updates: the edited path is settled bottom-up (each node brought within the limits: split, or
+//! merged with or balanced against a sibling) into a [`Plan`] of writes, made only once the
+//! whole plan is known to fit the store: changed nodes keep their ids and are rewritten in place,
+//! split-off pieces and new roots get fresh ids, merged-away nodes are deleted (the parent
+//! module's docs, "Errors and crash safety").
 
 use std::ops::Range;
 
+use prefixkv_store::{EngineError, StoreError};
+
 use super::node::{Child, Node};
 use super::{Frame, Tree, MAX_HEIGHT};
-use crate::{Records, Result};
+use crate::{capacity_hint, Error, Records, Result, RECORD_KEY_BYTES};
 
-/// The writes of one update: new nodes go under fresh ids, replaced ones are deleted last.
-struct Writer {
+/// The writes of one update, decided before any is made.
+struct Plan {
+    /// The header's `next_node` once the plan is applied.
     next_node: u64,
-    written: Vec<u64>,
-    replaced: Vec<u64>,
-    buf: Vec<u8>,
+    /// Nodes to write, in the order they were settled.
+    writes: Vec<Write>,
+    /// Nodes no longer reachable.
+    deletes: Vec<u64>,
+}
+
+/// One node of a [`Plan`].
+struct Write {
+    id: u64,
+    node: Node,
+    /// A fresh id: no record exists under it yet, so writing it cannot disturb the old tree.
+    fresh: bool,
+}
+
+impl Plan {
+    /// Plans `node` under the first of `reuse` (in place) or else a fresh id; the pointer its
+    /// parent stores.
+    fn place(&mut self, tree: &Tree, node: Node, reuse: &mut impl Iterator<Item = u64>) -> Child {
+        debug_assert!(
+            node.items() >= if node.is_leaf() { 1 } else { 2 },
+            "a written leaf has an entry, an internal node two children"
+        );
+        let (id, fresh) = match reuse.next() {
+            Some(id) => (id, false),
+            None => {
+                let id = self.next_node;
+                self.next_node = id.checked_add(1).expect("node ids (u64) never run out");
+                (id, true)
+            }
+        };
+        let child = Child {
+            id,
+            count: node.count(),
+            first: node.first(tree.limits.separator_bytes),
+        };
+        self.writes.push(Write { id, node, fresh });
+        child
+    }
 }
 
 impl Tree {
-    /// Writes the path `frames` (root first), whose leaf the caller edited, under new ids from
-    /// the leaf up, keeping the limits; then points the header at the new root and deletes the
-    /// nodes it replaced. On a failed write, `self` and the old nodes are untouched.
+    /// Settles the path `frames` (root first), whose leaf the caller edited, and writes it,
+    /// keeping the limits; then updates the header (length `len`). On an error before the first
+    /// in-place write (a node too large for the store, a refused write of a fresh node), `self`
+    /// and every record are as they were.
     pub(super) fn rewrite(
         &mut self,
         records: &mut impl Records,
         frames: Vec<Frame>,
         len: u64,
     ) -> Result<()> {
-        let mut writer = Writer {
+        let mut plan = Plan {
             next_node: self.next_node,
-            written: Vec::new(),
-            replaced: Vec::new(),
-            buf: Vec::new(),
+            writes: Vec::new(),
+            deletes: Vec::new(),
         };
-        let root = match self.rebuild(records, frames, &mut writer) {
-            Ok(root) => root,
-            Err(error) => {
-                // The old header never reaches these, but they would linger as garbage. The
-                // error to report is the first one.
-                for id in writer.written {
-                    let _ = records.delete(&self.key(id));
-                }
-                return Err(error);
-            }
-        };
-        self.next_node = writer.next_node;
+        let root = self.rebuild(records, frames, &mut plan)?;
+        self.apply(records, &plan)?;
+        self.next_node = plan.next_node;
         self.len = len;
         (self.root, self.height) = match root {
             Some(NewRoot {
@@ -59,61 +90,116 @@ impl Tree {
                 (0, 0)
             }
         };
-        for id in writer.replaced {
+        Ok(())
+    }
+
+    /// Makes the writes of `plan`: sizes first, then the fresh nodes (undone on failure), then
+    /// the in-place rewrites, then the deletes.
+    fn apply(&self, records: &mut impl Records, plan: &Plan) -> Result<()> {
+        if let Some(max) = records.max_value_bytes() {
+            if let Some(write) = plan.writes.iter().find(|w| w.node.encoded_len() > max) {
+                return Err(Error::Store(StoreError::Engine(
+                    EngineError::RecordTooLarge {
+                        key_bytes: RECORD_KEY_BYTES,
+                        value_bytes: write.node.encoded_len(),
+                        max_value_bytes: max,
+                    },
+                )));
+            }
+        }
+        let mut buf = Vec::new();
+        let fresh = plan.writes.iter().filter(|write| write.fresh);
+        for (done, write) in fresh.enumerate() {
+            if let Err(error) = self.put_node(records, write, &mut buf) {
+                // The old header never reaches these, but they would linger as garbage. The
+                // error to report is the first one.
+                let written = plan.writes.iter().filter(|write| write.fresh).take(done);
+                for write in written {
+                    let _ = records.delete(&self.key(write.id));
+                }
+                return Err(error);
+            }
+        }
+        for write in plan.writes.iter().filter(|write| !write.fresh) {
+            self.put_node(records, write, &mut buf)?;
+        }
+        for &id in &plan.deletes {
             records.delete(&self.key(id))?;
         }
         Ok(())
     }
 
-    /// Settles and writes each node of the path from the leaf up; the new root, if any entry is
+    /// Writes one planned node, with room to grow (a leaf gains an entry per insert, a parent
+    /// a child per split below it) so that most rewrites go in place.
+    fn put_node(&self, records: &mut impl Records, write: &Write, buf: &mut Vec<u8>) -> Result<()> {
+        buf.clear();
+        write.node.encode(buf);
+        let capacity = capacity_hint(buf.len(), self.limits.max_node_bytes);
+        records.put_with_capacity(&self.key(write.id), buf, capacity)
+    }
+
+    /// Settles each node of the path from the leaf up into `plan`, stopping at the first
+    /// ancestor whose pointer to the settled node did not change; the new root, if any entry is
     /// left.
     fn rebuild(
         &self,
         records: &mut impl Records,
         mut frames: Vec<Frame>,
-        writer: &mut Writer,
+        plan: &mut Plan,
     ) -> Result<Option<NewRoot>> {
         let levels = frames.len();
         let mut buf = Vec::new();
         let mut current = frames.pop().expect("a path ends at a leaf");
         loop {
-            if current.id != 0 {
-                writer.replaced.push(current.id);
-            }
             let depth = frames.len();
             let Some(parent) = frames.last_mut() else {
-                return self.write_root(records, current.node, levels, writer);
+                return Ok(self.plan_root(current, levels, plan));
             };
-            let (span, pieces) =
-                self.settle(records, current.node, parent, depth, writer, &mut buf)?;
+            let (span, pieces, reuse) = self.settle(records, current, parent, depth, &mut buf)?;
             let mut children = Vec::with_capacity(pieces.len());
+            let mut ids = reuse.into_iter();
             for piece in pieces {
-                children.push(writer.write(records, self, piece)?);
+                children.push(plan.place(self, piece, &mut ids));
             }
+            // A merge that fits one node frees the other's id.
+            plan.deletes.extend(ids);
+            let unchanged = parent.node.children()[span.clone()] == children[..];
             parent.node.children_mut().splice(span, children);
             current = frames.pop().expect("the parent frame was just used");
+            if unchanged {
+                // Same ids, counts and separators: nothing above needs rewriting.
+                return Ok(Some(NewRoot {
+                    id: self.root,
+                    height: self.height,
+                    entries: self.len,
+                }));
+            }
         }
     }
 
-    /// Brings the rewritten non-root `node` (`depth` levels down, child `parent.index` of
-    /// `parent`) within the limits: split when over them, merged with a sibling (or split evenly
+    /// Brings the edited non-root node `current` (`depth` levels down, child `parent.index` of
+    /// `parent`) within the limits: dropped when empty, split when over them, merged with a sibling (or split evenly
     /// with it when the two do not fit in one node) when underfull. Returns the range of the
-    /// parent's children the result replaces, and the nodes to write.
+    /// parent's children the result replaces, the nodes to write and the ids they may reuse.
     fn settle(
         &self,
         records: &mut impl Records,
-        node: Node,
+        current: Frame,
         parent: &Frame,
         depth: usize,
-        writer: &mut Writer,
         buf: &mut Vec<u8>,
-    ) -> Result<(Range<usize>, Vec<Node>)> {
+    ) -> Result<(Range<usize>, Vec<Node>, Vec<u64>)> {
         let index = parent.index;
+        let (id, node) = (current.id, current.node);
+        if node.items() == 0 {
+            // An emptied node leaves its parent (which may then be merged in turn).
+            return Ok((index..index + 1, Vec::new(), vec![id]));
+        }
         if !self.limits.fits(&node) {
-            return Ok((index..index + 1, self.split(node)));
+            return Ok((index..index + 1, self.split(node), vec![id]));
         }
         if !self.limits.underfull(&node) {
-            return Ok((index..index + 1, vec![node]));
+            return Ok((index..index + 1, vec![node], vec![id]));
         }
         // An internal node has at least two children (invariant 4, checked by decoding).
         let children = parent.node.children();
@@ -124,52 +210,54 @@ impl Tree {
         };
         let link = &children[sibling];
         let sibling_node = self.read(records, link.id, depth, link.count, buf)?;
-        writer.replaced.push(link.id);
-        let (merged, start) = if sibling > index {
+        let (merged, start, ids) = if sibling > index {
             let mut merged = node;
             merged.append(sibling_node);
-            (merged, index)
+            (merged, index, vec![id, link.id])
         } else {
             let mut merged = sibling_node;
             merged.append(node);
-            (merged, sibling)
+            (merged, sibling, vec![link.id, id])
         };
-        Ok((start..start + 2, self.split(merged)))
+        Ok((start..start + 2, self.split(merged), ids))
     }
 
-    /// Writes the rewritten root `node` (`levels` levels high): none when it is an empty leaf,
-    /// its only child when it has one, new roots above it while it splits.
-    fn write_root(
-        &self,
-        records: &mut impl Records,
-        node: Node,
-        levels: usize,
-        writer: &mut Writer,
-    ) -> Result<Option<NewRoot>> {
+    /// Plans the rewritten root `current` (`levels` levels high): none when it is an empty
+    /// leaf, its only child when it has one, new roots above it while it splits.
+    fn plan_root(&self, current: Frame, levels: usize, plan: &mut Plan) -> Option<NewRoot> {
         let mut height = u8::try_from(levels).expect("a path is at most MAX_HEIGHT long");
+        let (id, node) = (current.id, current.node);
         match &node {
-            Node::Leaf(entries) if entries.is_empty() => return Ok(None),
+            Node::Leaf(entries) if entries.is_empty() => {
+                if id != 0 {
+                    plan.deletes.push(id);
+                }
+                return None;
+            }
             Node::Internal(children) if children.len() == 1 => {
-                return Ok(Some(NewRoot {
+                plan.deletes.push(id);
+                return Some(NewRoot {
                     id: children[0].id,
                     height: height - 1,
                     entries: children[0].count,
-                }));
+                });
             }
             _ => {}
         }
+        // The empty tree's root (id 0) was never written: it gets a fresh id.
+        let mut reuse = Some(id).filter(|&id| id != 0).into_iter();
         let mut pieces = self.split(node);
         loop {
             let mut children = Vec::with_capacity(pieces.len());
             for piece in pieces {
-                children.push(writer.write(records, self, piece)?);
+                children.push(plan.place(self, piece, &mut reuse));
             }
             if let [root] = children.as_slice() {
-                return Ok(Some(NewRoot {
+                return Some(NewRoot {
                     id: root.id,
                     height,
                     entries: root.count,
-                }));
+                });
             }
             assert!(
                 height < MAX_HEIGHT,
@@ -227,25 +315,4 @@ struct NewRoot {
     id: u64,
     height: u8,
     entries: u64,
-}
-
-impl Writer {
-    /// Writes `node` under a fresh id; the pointer its parent stores.
-    fn write(&mut self, records: &mut impl Records, tree: &Tree, node: Node) -> Result<Child> {
-        debug_assert!(
-            node.items() >= if node.is_leaf() { 1 } else { 2 },
-            "a written leaf has an entry, an internal node two children"
-        );
-        let id = self.next_node;
-        self.next_node = id.checked_add(1).expect("node ids (u64) never run out");
-        self.buf.clear();
-        node.encode(&mut self.buf);
-        records.put(&tree.key(id), &self.buf)?;
-        self.written.push(id);
-        Ok(Child {
-            id,
-            count: node.count(),
-            first: node.first(tree.limits.separator_bytes),
-        })
-    }
 }

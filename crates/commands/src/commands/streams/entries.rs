@@ -126,7 +126,7 @@ pub(in crate::commands) fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandRes
             .blocked
             .ready_kind(db, key, crate::value::Kind::Stream);
         if let Some(how) = trim.trim {
-            if edit.stream.trim(records, how, trim.limit)? > 0 {
+            if edit.stream.trim(records, how, trim.limit, trim.approx)? > 0 {
                 crate::notify::note_stream(crate::notify::STREAM_TRIMMED);
             }
         }
@@ -144,7 +144,7 @@ pub(in crate::commands) fn xtrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandRe
     let (trim, _) = parse_trim_args(args, 2, false)?;
     let removed = edit(ctx, &args[1], false, |edit, records| {
         let how = trim.trim.expect("XTRIM's options always name a strategy");
-        edit.stream.trim(records, how, trim.limit)
+        edit.stream.trim(records, how, trim.limit, trim.approx)
     })?;
     ctx.w.int(removed.unwrap_or(0) as i64);
     Ok(())

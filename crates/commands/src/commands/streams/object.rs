@@ -300,13 +300,19 @@ impl Stream {
     }
 
     /// Removes entries from the front as `trim` asks, at most `limit` of them (0 = no limit);
-    /// how many it removed. Trimming exactly: see docs/server.md on `~`.
+    /// how many it removed. Exactly, or with `approx` (`~`) in whole leaves of the entries tree,
+    /// as Redis trims whole nodes: a leaf goes only when all of it is to be trimmed and it fits
+    /// within `limit`, so a capped stream trims once per leaf, not once per XADD.
     pub fn trim(
         &mut self,
         records: &mut impl Records,
         trim: Trim,
         limit: u64,
+        approx: bool,
     ) -> CommandResult<u64> {
+        if approx {
+            return self.trim_leaves(records, trim, limit);
+        }
         let mut removed = 0;
         while limit == 0 || removed < limit {
             let more = match trim {
@@ -318,6 +324,38 @@ impl Stream {
             }
             self.entries.remove_at(records, 0)?;
             removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// [`Stream::trim`] with `~`: whole first leaves while each is entirely to be trimmed.
+    fn trim_leaves(
+        &mut self,
+        records: &mut impl Records,
+        trim: Trim,
+        limit: u64,
+    ) -> CommandResult<u64> {
+        let mut removed = 0;
+        let mut last = Vec::new();
+        loop {
+            if let Trim::MaxLen(max) = trim {
+                // Nothing to trim: decided without reading a record (the usual XADD).
+                if self.len() <= max {
+                    break;
+                }
+            }
+            let Some(count) = self.entries.first_leaf(records, &mut last)? else {
+                break;
+            };
+            let whole = match trim {
+                Trim::MaxLen(max) => self.len() - count >= max,
+                Trim::MinId(min) => take_id(&mut last.as_slice(), "entry")? < min,
+            };
+            if !whole || (limit != 0 && removed + count > limit) {
+                break;
+            }
+            self.entries.remove_first_leaf(records)?;
+            removed += count;
         }
         Ok(removed)
     }
@@ -530,15 +568,22 @@ mod tests {
         assert_eq!(stream.max_deleted, StreamId::new(5, 0));
         assert_eq!(
             stream
-                .trim(&mut records, Trim::MinId(StreamId::new(8, 0)), 0)
+                .trim(&mut records, Trim::MinId(StreamId::new(8, 0)), 0, false)
                 .unwrap(),
             6
         );
         assert_eq!(stream.first_id(&mut records).unwrap(), StreamId::new(8, 0));
-        assert_eq!(stream.trim(&mut records, Trim::MaxLen(10), 5).unwrap(), 5);
+        assert_eq!(
+            stream
+                .trim(&mut records, Trim::MaxLen(10), 5, false)
+                .unwrap(),
+            5
+        );
         let before = stream.len();
         assert_eq!(
-            stream.trim(&mut records, Trim::MaxLen(10), 0).unwrap(),
+            stream
+                .trim(&mut records, Trim::MaxLen(10), 0, false)
+                .unwrap(),
             before - 10
         );
         assert_eq!(stream.len(), 10);
@@ -549,6 +594,54 @@ mod tests {
         let mut huge_count = vec![0; 16];
         huge_count.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode_entry(&huge_count).is_err());
+    }
+
+    /// `~` trims whole leaves: never below the threshold, never a partial leaf, within LIMIT,
+    /// and a capped stream fed one entry at a time stays within one leaf of its cap.
+    #[test]
+    fn approximate_trims_take_whole_leaves() {
+        let mut records = MemRecords::default();
+        let mut stream = Stream::new(1);
+        mark(&mut records, 1).unwrap();
+        let (cap, mut trimmed) = (1000, 0);
+        for ms in 1..=5000u64 {
+            let id = StreamId::new(ms, 0);
+            stream
+                .append(&mut records, id, &fields(&["f", "v"]))
+                .unwrap();
+            let removed = stream
+                .trim(&mut records, Trim::MaxLen(cap), 0, true)
+                .unwrap();
+            trimmed += removed;
+            assert!(stream.len() >= cap.min(ms), "never below the threshold");
+            // Above the cap by less than the first leaf (at most 64 entries).
+            assert!(stream.len() < cap + 64, "{} entries", stream.len());
+            assert_eq!(stream.len() + trimmed, ms);
+            assert_eq!(stream.first_id(&mut records).unwrap().ms, trimmed + 1);
+        }
+        // Trims happen per leaf, not per entry.
+        let before = stream.len();
+        assert_eq!(
+            stream
+                .trim(&mut records, Trim::MaxLen(cap), 0, true)
+                .unwrap(),
+            0
+        );
+        // A LIMIT smaller than a leaf trims nothing; MINID takes leaves wholly below it.
+        assert_eq!(
+            stream.trim(&mut records, Trim::MaxLen(0), 1, true).unwrap(),
+            0
+        );
+        let first = stream.first_id(&mut records).unwrap().ms;
+        let min = StreamId::new(first + 200, 0);
+        let removed = stream
+            .trim(&mut records, Trim::MinId(min), 0, true)
+            .unwrap();
+        assert!(removed > 0 && removed <= 200, "{removed}");
+        let now_first = stream.first_id(&mut records).unwrap();
+        assert_eq!(now_first.ms, first + removed);
+        assert!(now_first <= min);
+        assert_eq!(stream.len(), before - removed);
     }
 
     #[test]
