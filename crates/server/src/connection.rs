@@ -6,6 +6,16 @@
 //! complete in order, so awaiting the newest covers the batch. If the oplog failed, the
 //! connection is closed without sending those replies: nothing unlogged is acknowledged.
 //!
+//! A pipeline runs as batches (`run_batch`): the requests parsed from a read run, up to
+//! `prefixkv_store::BATCH_MAX_COMMANDS` at a time, inside one hold of this thread's session and
+//! one shared hold of the exec gate (`StoreSession::batch`), whose transactions keep a hot key's
+//! stripe from one command to the next, with the engine told about the keys of the commands
+//! ahead (`PREFETCH_INDEX_AHEAD`, `PREFETCH_RECORD_AHEAD`). A batch ends before a command that
+//! must run alone (`commands::batchable`: it takes the gate exclusively, suspends, waits or acts
+//! at once) and after one that blocks or answers asynchronously, so nothing waits inside a batch.
+//! Replies, durability waits and output limits are those of commands run one by one: a batch
+//! acknowledges nothing earlier.
+//!
 //! Scripts (EVAL, FCALL) run on the script thread (`prefixkv_commands::scripting`): the connection awaits
 //! the answer, so its thread goes on serving its other connections. A command that meets another
 //! client's running script awaits the script's end (or BUSY) and then runs again.
@@ -24,6 +34,11 @@ use prefixkv_commands::keyspace;
 use prefixkv_commands::state::{ClientInfo, Server};
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
+/// How many commands ahead of the running one a batch loads the keys' index buckets (the
+/// engine's batch hints pay off some 8 to 16 operations ahead)...
+const PREFETCH_INDEX_AHEAD: usize = 8;
+/// ... and, half as far ahead, their records.
+const PREFETCH_RECORD_AHEAD: usize = 4;
 
 /// Serves one connection to its end.
 pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
@@ -74,6 +89,9 @@ async fn serve_loop(
     let mut parser = RequestParser::new(limits);
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut output = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    // The requests parsed from one read (bounded by client-query-buffer-limit, which bounds the
+    // read), kept across reads for its capacity.
+    let mut requests: Vec<Vec<bytes::Bytes>> = Vec::new();
     loop {
         if input.capacity() - input.len() < READ_CHUNK_BYTES / 4 {
             input.reserve(READ_CHUNK_BYTES);
@@ -118,26 +136,30 @@ async fn serve_loop(
             return Ok(());
         }
         let mut close = false;
+        let mut parse_error = None;
+        requests.clear();
         loop {
-            let command = match parser.parse(&mut input) {
-                Ok(Some(command)) => command,
+            match parser.parse(&mut input) {
+                Ok(Some(command)) => requests.push(command.args),
                 Ok(None) => break,
                 Err(error) => {
-                    output.extend_from_slice(b"-");
-                    output.extend_from_slice(error.to_string().as_bytes());
-                    output.extend_from_slice(b"\r\n");
-                    close = true;
+                    // Answered after the requests before it, then the connection closes.
+                    parse_error = Some(error);
                     break;
                 }
-            };
-            let mut flow = keyspace::with_session(&server.keyspace.store, |session| {
-                commands::execute(server, client, session, &command.args, &mut output)
-            });
+            }
+        }
+        let mut next = 0;
+        while next < requests.len() {
+            let (ran, mut flow) = run_batch(server, client, &requests[next..], &mut output);
+            next += ran;
+            // The command that ended the batch.
+            let args = &requests[next - 1];
             // A script of another client runs: wait for it (or for BUSY), then run again.
             while matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
                 prefixkv_commands::scripting::wait_turn(server, client.id).await;
                 flow = keyspace::with_session(&server.keyspace.store, |session| {
-                    commands::execute(server, client, session, &command.args, &mut output)
+                    commands::execute(server, client, session, args, &mut output)
                 });
             }
             match flow {
@@ -159,7 +181,7 @@ async fn serve_loop(
                         return Ok(());
                     }
                     let wait = BlockedWait {
-                        args: rerun.as_deref().unwrap_or(&command.args),
+                        args: rerun.as_deref().unwrap_or(args),
                         database,
                         keys: &keys,
                         timeout_ms,
@@ -177,7 +199,7 @@ async fn serve_loop(
                     let started = std::time::Instant::now();
                     let outcome = server.scripting.submit(server, *request).await;
                     let failed = outcome.reply.first() == Some(&b'-');
-                    commands::record_script(server, client.id, &command.args, started, failed);
+                    commands::record_script(server, client.id, args, started, failed);
                     // CLIENT REPLY OFF, or SKIP before the script: no reply.
                     let skipped = std::mem::take(&mut client.skip_next_reply);
                     if !skipped && !client.reply_off {
@@ -197,6 +219,12 @@ async fn serve_loop(
                 return Ok(());
             }
         }
+        if let (false, Some(error)) = (close, parse_error) {
+            output.extend_from_slice(b"-");
+            output.extend_from_slice(error.to_string().as_bytes());
+            output.extend_from_slice(b"\r\n");
+            close = true;
+        }
         if !await_ticket(client).await {
             return Ok(());
         }
@@ -205,6 +233,70 @@ async fn serve_loop(
             return Ok(());
         }
     }
+}
+
+/// Runs the first of `requests` and, while they may (`commands::batchable`), the ones after it
+/// as one batch (module docs); returns how many ran and the last one's flow. A batch ends after
+/// a command whose flow is not `Continue` and once the replies pass client-output-buffer-limit,
+/// so the caller handles both exactly as for a command run alone.
+fn run_batch(
+    server: &Arc<Server>,
+    client: &mut Client,
+    requests: &[Vec<bytes::Bytes>],
+    output: &mut BytesMut,
+) -> (usize, Flow) {
+    let store = &server.keyspace.store;
+    if requests.len() < 2 || !commands::batchable(&requests[0]) {
+        return (1, run_alone(server, client, &requests[0], output));
+    }
+    let limit = requests.len().min(prefixkv_store::BATCH_MAX_COMMANDS);
+    let requests = &requests[..limit];
+    let output_limit = server.settings.read().client_output_buffer_limit_bytes;
+    let running = &server.scripting.running;
+    let client_id = client.id;
+    let batched = keyspace::with_session(store, |session| {
+        session.batch(
+            || running.held_by_other(client_id),
+            |session| {
+                for ahead in requests.iter().take(PREFETCH_INDEX_AHEAD) {
+                    commands::prefetch(session, client.database, ahead, false);
+                }
+                let mut ran = 0;
+                loop {
+                    if let Some(ahead) = requests.get(ran + PREFETCH_INDEX_AHEAD) {
+                        commands::prefetch(session, client.database, ahead, false);
+                    }
+                    if let Some(ahead) = requests.get(ran + PREFETCH_RECORD_AHEAD) {
+                        commands::prefetch(session, client.database, ahead, true);
+                    }
+                    let flow = commands::execute(server, client, session, &requests[ran], output);
+                    ran += 1;
+                    if !matches!(flow, Flow::Continue)
+                        || ran == requests.len()
+                        || output.len() as u64 > output_limit
+                        || !commands::batchable(&requests[ran])
+                    {
+                        return (ran, flow);
+                    }
+                }
+            },
+        )
+    });
+    // A script of another client holds the gate: the first command alone meets it (and awaits
+    // its end as any command does).
+    batched.unwrap_or_else(|| (1, run_alone(server, client, &requests[0], output)))
+}
+
+/// Runs one command outside any batch.
+fn run_alone(
+    server: &Arc<Server>,
+    client: &mut Client,
+    args: &[bytes::Bytes],
+    output: &mut BytesMut,
+) -> Flow {
+    keyspace::with_session(&server.keyspace.store, |session| {
+        commands::execute(server, client, session, args, output)
+    })
 }
 
 /// A blocking command waiting for a push.

@@ -46,9 +46,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossbeam_utils::sync::ShardedLockReadGuard;
-use smallvec::SmallVec;
 use prefixkv_engine::{EngineError, Session};
 use prefixkv_storage::log::AppendTicket;
+use smallvec::SmallVec;
 
 use crate::record::{encode_operation, set_part, start_record, Operation, Part};
 use crate::store::STRIPES;

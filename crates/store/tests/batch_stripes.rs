@@ -57,7 +57,11 @@ fn a_batch_keeps_its_stripes_until_its_end_or_a_different_begin() {
             || false,
             |session| {
                 increment(session, &[b"hot"]);
-                assert_eq!(session.kept_stripes(), 1, "a committed txn keeps its stripe");
+                assert_eq!(
+                    session.kept_stripes(),
+                    1,
+                    "a committed txn keeps its stripe"
+                );
                 increment(session, &[b"hot"]);
                 assert_eq!(session.kept_stripes(), 1, "the same stripe is reused");
                 increment(session, &[b"hot", b"other"]);
@@ -70,7 +74,11 @@ fn a_batch_keeps_its_stripes_until_its_end_or_a_different_begin() {
             },
         )
         .unwrap();
-    assert_eq!(session.kept_stripes(), 0, "the batch's end releases its stripes");
+    assert_eq!(
+        session.kept_stripes(),
+        0,
+        "the batch's end releases its stripes"
+    );
     // Outside a batch nothing is kept.
     increment(&mut session, &[b"hot"]);
     assert_eq!(session.kept_stripes(), 0);
@@ -86,7 +94,10 @@ fn a_batch_keeps_its_stripes_until_its_end_or_a_different_begin() {
         session.suspend();
         done.send(value).unwrap();
     });
-    assert_eq!(finished.recv_timeout(DEADLINE).expect("stripe left locked"), 6);
+    assert_eq!(
+        finished.recv_timeout(DEADLINE).expect("stripe left locked"),
+        6
+    );
     worker.join().unwrap();
     session.suspend();
 }
@@ -164,6 +175,9 @@ fn crossing_batches_on_two_threads_never_deadlock_and_lose_nothing() {
     }
     let per_batch = BATCH_MAX_COMMANDS as u64;
     let two_key_steps = per_batch.div_ceil(3);
-    assert_eq!(expected.iter().sum::<u64>(), 2 * BATCHES * (per_batch + two_key_steps));
+    assert_eq!(
+        expected.iter().sum::<u64>(),
+        2 * BATCHES * (per_batch + two_key_steps)
+    );
     session.suspend();
 }

@@ -532,18 +532,19 @@ pub fn execute(
 ) -> Flow {
     server.stats.commands.fetch_add(1, Ordering::Relaxed);
     let encoder = Encoder::new(client.protocol);
-    let name = lower(&args[0]);
     let mut ctx = Ctx {
         server,
         client,
         session,
         w: Writer { encoder, out },
     };
-    let Some((index, spec)) = table::find_indexed(&name) else {
+    let Some((index, spec)) = table::find_indexed_ci(&args[0]) else {
         refuse_in_transaction(ctx.client);
         ctx.w.error(&CommandError::unknown_command(args));
         return Flow::Continue;
     };
+    // The row's name is the lowered name the client sent (the lookup matched it).
+    let name = spec.name;
     ctx.client.last_command.store(index, Ordering::Relaxed);
     let started = Instant::now();
     let reply_start = ctx.w.out.len();
@@ -556,7 +557,7 @@ pub fn execute(
         // Touches left by an earlier command that ran with notifications off are not ours.
         crate::notify::take_touched();
     }
-    let outcome = run_command(&mut ctx, spec, &name, args);
+    let outcome = run_command(&mut ctx, spec, name, args);
     if notifier.active() {
         let zero = ctx.w.out.get(reply_start..) == Some(&b":0\r\n"[..]);
         // These answer how many elements changed: 0 means nothing did, and Redis sends nothing.
@@ -570,7 +571,7 @@ pub fn execute(
         if unchanged {
             crate::notify::take_touched();
         } else {
-            notify_command(server, ctx.client.database, &name, args);
+            notify_command(server, ctx.client.database, name, args);
         }
         notifier.flush(&server.pubsub);
     }
@@ -692,8 +693,66 @@ pub fn record_script(
     started: Instant,
     failed: bool,
 ) {
-    if let Some((index, _)) = table::find_indexed(&lower(&args[0])) {
+    if let Some((index, _)) = table::find_indexed_ci(&args[0]) {
         record(server, client_id, index, args, started, failed);
+    }
+}
+
+/// Whether the command `args` may run inside a batch (`prefixkv_store::StoreSession::batch`: the
+/// exec gate held shared across several commands of one connection, stripes kept between them).
+/// Not those that take the gate exclusively (EXCLUSIVE, EXEC and the other TXN_CONTROL commands),
+/// suspend the session to walk without the engine (SUSPEND), wait or change the connection
+/// (NO_MULTI: SAVE, WAITAOF, SUBSCRIBE, AUTH...), act at once (AT_ONCE: QUIT, RESET), run while a
+/// script is busy (BUSY_OK), nor unknown names: each runs alone, as before batches. A command that
+/// blocks or answers asynchronously (BLPOP, EVAL) may start in a batch: the batch ends after it,
+/// before the connection waits.
+pub fn batchable(args: &[Bytes]) -> bool {
+    const ALONE: u16 = table::EXCLUSIVE
+        | table::SUSPEND
+        | table::NO_MULTI
+        | table::AT_ONCE
+        | table::TXN_CONTROL
+        | table::BUSY_OK;
+    let Some(name) = args.first() else {
+        return false;
+    };
+    table::find_indexed_ci(name).is_some_and(|(_, spec)| spec.flags & ALONE == 0)
+}
+
+/// Engine keys this long or shorter are built on the stack.
+type EngineKey = smallvec::SmallVec<[u8; 64]>;
+
+/// Hints the engine about the keys the command `args` names in the table (`first_key`,
+/// `last_key`, `step`), in `database`: their index buckets, and with `record` their records
+/// too. A hint changes nothing but timing; a command with no key positions gets none.
+pub fn prefetch(session: &Session, database: u8, args: &[Bytes], record: bool) {
+    let Some((_, spec)) = args.first().and_then(|name| table::find_indexed_ci(name)) else {
+        return;
+    };
+    if spec.first_key <= 0 || spec.step <= 0 {
+        return;
+    }
+    let count = args.len() as i64;
+    let last = if spec.last_key < 0 {
+        count + spec.last_key
+    } else {
+        spec.last_key.min(count - 1)
+    };
+    let mut position = spec.first_key;
+    // A few keys suffice for a hint (an MSET of thousands gains nothing from more).
+    let mut hinted = 0;
+    while position <= last && hinted < 4 {
+        let key = &args[position as usize];
+        let mut engine_key = EngineKey::with_capacity(1 + key.len());
+        engine_key.push(database);
+        engine_key.extend_from_slice(key);
+        if record {
+            session.prefetch_record(&engine_key);
+        } else {
+            session.prefetch_index(&engine_key);
+        }
+        position += spec.step;
+        hinted += 1;
     }
 }
 

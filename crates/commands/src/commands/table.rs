@@ -356,6 +356,21 @@ pub fn find_indexed(name: &str) -> Option<(usize, &'static Spec)> {
     by_name.get(name).map(|&index| (index, &COMMANDS[index]))
 }
 
+/// The longest command name in [`COMMANDS`] fits in this many bytes (a test checks it).
+const MAX_NAME_BYTES: usize = 32;
+
+/// [`find_indexed`] for a name as the client sent it, in any case, without allocating: the name
+/// is lowered into a stack buffer (a name longer than every command's, or not UTF-8, is no
+/// command).
+pub fn find_indexed_ci(name: &[u8]) -> Option<(usize, &'static Spec)> {
+    let mut lowered = [0u8; MAX_NAME_BYTES];
+    let lowered = lowered.get_mut(..name.len())?;
+    for (to, from) in lowered.iter_mut().zip(name) {
+        *to = from.to_ascii_lowercase();
+    }
+    find_indexed(std::str::from_utf8(lowered).ok()?)
+}
+
 /// Whether `argument_count` (name included) satisfies `arity`.
 pub fn arity_ok(spec: &Spec, argument_count: usize) -> bool {
     let count = argument_count as i64;
@@ -363,5 +378,30 @@ pub fn arity_ok(spec: &Spec, argument_count: usize) -> bool {
         count == spec.arity
     } else {
         count >= -spec.arity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_fits_the_case_insensitive_lookup() {
+        for (index, spec) in COMMANDS.iter().enumerate() {
+            assert!(spec.name.len() <= MAX_NAME_BYTES, "{}", spec.name);
+            let upper = spec.name.to_ascii_uppercase();
+            assert_eq!(
+                find_indexed_ci(upper.as_bytes()).map(|(i, _)| i),
+                Some(index)
+            );
+            assert_eq!(
+                find_indexed_ci(spec.name.as_bytes()).map(|(i, _)| i),
+                Some(index)
+            );
+        }
+        assert!(find_indexed_ci(b"nosuchcommand").is_none());
+        assert!(find_indexed_ci(&[b'g'; MAX_NAME_BYTES + 1]).is_none());
+        assert!(find_indexed_ci(b"g\xffet").is_none());
+        assert!(find_indexed_ci(b"").is_none());
     }
 }
