@@ -151,7 +151,8 @@ async fn serve_loop(
         }
         let mut next = 0;
         while next < requests.len() {
-            let (ran, mut flow) = run_batch(server, client, &requests[next..], &mut output);
+            let (ran, mut flow) =
+                run_batch(server, client, &requests[next..], &mut output, output_limit);
             next += ran;
             // The command that ended the batch.
             let args = &requests[next - 1];
@@ -244,6 +245,7 @@ fn run_batch(
     client: &mut Client,
     requests: &[Vec<bytes::Bytes>],
     output: &mut BytesMut,
+    output_limit: u64,
 ) -> (usize, Flow) {
     let store = &server.keyspace.store;
     if requests.len() < 2 || !commands::batchable(&requests[0]) {
@@ -251,7 +253,6 @@ fn run_batch(
     }
     let limit = requests.len().min(prefixkv_store::BATCH_MAX_COMMANDS);
     let requests = &requests[..limit];
-    let output_limit = server.settings.read().client_output_buffer_limit_bytes;
     let running = &server.scripting.running;
     let client_id = client.id;
     let batched = keyspace::with_session(store, |session| {
@@ -262,6 +263,7 @@ fn run_batch(
                     commands::prefetch(session, client.database, ahead, false);
                 }
                 let mut ran = 0;
+                let mut clock = None;
                 loop {
                     if let Some(ahead) = requests.get(ran + PREFETCH_INDEX_AHEAD) {
                         commands::prefetch(session, client.database, ahead, false);
@@ -269,13 +271,25 @@ fn run_batch(
                     if let Some(ahead) = requests.get(ran + PREFETCH_RECORD_AHEAD) {
                         commands::prefetch(session, client.database, ahead, true);
                     }
-                    let flow = commands::execute(server, client, session, &requests[ran], output);
+                    let flow = commands::execute_batched(
+                        server,
+                        client,
+                        session,
+                        &requests[ran],
+                        output,
+                        &mut clock,
+                    );
                     ran += 1;
                     if !matches!(flow, Flow::Continue)
                         || ran == requests.len()
                         || output.len() as u64 > output_limit
                         || !commands::batchable(&requests[ran])
                     {
+                        // The batch's commands, counted once (`commands::execute_batched`).
+                        server
+                            .stats
+                            .commands
+                            .fetch_add(ran as u64, Ordering::Relaxed);
                         return (ran, flow);
                     }
                 }

@@ -531,6 +531,23 @@ pub fn execute(
     out: &mut BytesMut,
 ) -> Flow {
     server.stats.commands.fetch_add(1, Ordering::Relaxed);
+    execute_batched(server, client, session, args, out, &mut None)
+}
+
+/// [`execute`] for a command of a batch, which counts its commands in `stats.commands` itself
+/// (once per batch, not one shared atomic add per command) and chains the clock: `clock` holds
+/// the time the command starts when the caller has it (the previous command's end, read when
+/// its duration was recorded), and is left holding this command's end (or `None` when no clock
+/// was read at its end), so a run of commands reads the clock once per command.
+pub fn execute_batched(
+    server: &Server,
+    client: &mut Client,
+    session: &mut Session,
+    args: &[Bytes],
+    out: &mut BytesMut,
+    clock: &mut Option<Instant>,
+) -> Flow {
+    let started = clock.take();
     let encoder = Encoder::new(client.protocol);
     let mut ctx = Ctx {
         server,
@@ -546,7 +563,7 @@ pub fn execute(
     // The row's name is the lowered name the client sent (the lookup matched it).
     let name = spec.name;
     ctx.client.last_command.store(index, Ordering::Relaxed);
-    let started = Instant::now();
+    let started = started.unwrap_or_else(Instant::now);
     let reply_start = ctx.w.out.len();
     let counters = server.command_stats.command(index);
     // CLIENT REPLY: a SKIP before this command drops its reply; so does OFF (the command may be
@@ -596,7 +613,7 @@ pub fn execute(
         Outcome::Executed(flow) => {
             // Every reply that starts with '-' is an error line.
             let failed = ctx.w.out.get(reply_start) == Some(&b'-');
-            record(server, ctx.client.id, index, args, started, failed);
+            *clock = Some(record(server, ctx.client.id, index, args, started, failed));
             flow
         }
         Outcome::Rejected => {
@@ -664,7 +681,7 @@ fn notify_command(server: &Server, database: u8, name: &str, args: &[Bytes]) {
     }
 }
 
-/// Counts a command that ran (`INFO commandstats`, `latencystats`, SLOWLOG).
+/// Counts a command that ran (`INFO commandstats`, `latencystats`, SLOWLOG); the time it ended.
 fn record(
     server: &Server,
     client_id: u64,
@@ -672,8 +689,9 @@ fn record(
     args: &[Bytes],
     started: Instant,
     failed: bool,
-) {
-    let duration_us = started.elapsed().as_micros() as u64;
+) -> Instant {
+    let ended = Instant::now();
+    let duration_us = ended.saturating_duration_since(started).as_micros() as u64;
     server.command_stats.record(index, duration_us, failed, || {
         let info = server.clients.lock().get(&client_id).cloned();
         (
@@ -682,6 +700,7 @@ fn record(
             info.map_or_else(String::new, |i| i.name),
         )
     });
+    ended
 }
 
 /// Counts a script command the script thread ran, from `started` (its hand-off) to its answer,
@@ -694,7 +713,7 @@ pub fn record_script(
     failed: bool,
 ) {
     if let Some((index, _)) = table::find_indexed_ci(&args[0]) {
-        record(server, client_id, index, args, started, failed);
+        let _ended = record(server, client_id, index, args, started, failed);
     }
 }
 

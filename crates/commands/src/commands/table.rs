@@ -342,10 +342,9 @@ pub fn find(name: &str) -> Option<&'static Spec> {
 /// A command's place in [`COMMANDS`] (its statistics slot) and its description: one hash lookup
 /// (the table has some 200 names, so a linear search costs commands near its end more).
 pub fn find_indexed(name: &str) -> Option<(usize, &'static Spec)> {
-    static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static str, usize>> =
-        std::sync::OnceLock::new();
+    static BY_NAME: std::sync::OnceLock<NameMap> = std::sync::OnceLock::new();
     let by_name = BY_NAME.get_or_init(|| {
-        let map: std::collections::HashMap<&'static str, usize> = COMMANDS
+        let map: NameMap = COMMANDS
             .iter()
             .enumerate()
             .map(|(index, spec)| (spec.name, index))
@@ -369,6 +368,33 @@ pub fn find_indexed_ci(name: &[u8]) -> Option<(usize, &'static Spec)> {
         *to = from.to_ascii_lowercase();
     }
     find_indexed(std::str::from_utf8(lowered).ok()?)
+}
+
+/// The name index: FNV-1a instead of the default SipHash, since the keys are the table's own
+/// fixed names (nothing a client can pick to collide them beyond looking up a miss) and every
+/// command looks its name up, a batch several times.
+type NameMap =
+    std::collections::HashMap<&'static str, usize, std::hash::BuildHasherDefault<NameHasher>>;
+
+/// FNV-1a over the bytes written (see [`NameMap`]).
+struct NameHasher(u64);
+
+impl Default for NameHasher {
+    fn default() -> Self {
+        NameHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for NameHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// Whether `argument_count` (name included) satisfies `arity`.
