@@ -247,35 +247,46 @@ fn run_batch(
     output: &mut BytesMut,
     output_limit: u64,
 ) -> (usize, Flow) {
+    const LIMIT: usize = prefixkv_store::BATCH_MAX_COMMANDS;
     let store = &server.keyspace.store;
-    if requests.len() < 2 || !commands::batchable(&requests[0]) {
+    let first = commands::lookup(&requests[0]);
+    if requests.len() < 2 || !commands::batchable(first) {
         return (1, run_alone(server, client, &requests[0], output));
     }
-    let limit = requests.len().min(prefixkv_store::BATCH_MAX_COMMANDS);
-    let requests = &requests[..limit];
+    let requests = &requests[..requests.len().min(LIMIT)];
+    // Each request's row, looked up once for the checks, the hints and the run.
+    let mut found: [commands::Found; LIMIT] = [None; LIMIT];
+    for (slot, request) in found.iter_mut().zip(requests) {
+        *slot = commands::lookup(request);
+    }
     let running = &server.scripting.running;
     let client_id = client.id;
     let batched = keyspace::with_session(store, |session| {
         session.batch(
             || running.held_by_other(client_id),
             |session| {
-                for ahead in requests.iter().take(PREFETCH_INDEX_AHEAD) {
-                    commands::prefetch(session, client.database, ahead, false);
+                let database = client.database;
+                for (ahead, &row) in requests.iter().zip(&found).take(PREFETCH_INDEX_AHEAD) {
+                    commands::prefetch(session, database, ahead, row, false);
                 }
                 let mut ran = 0;
                 let mut clock = None;
                 loop {
-                    if let Some(ahead) = requests.get(ran + PREFETCH_INDEX_AHEAD) {
-                        commands::prefetch(session, client.database, ahead, false);
+                    let database = client.database;
+                    let ahead = ran + PREFETCH_INDEX_AHEAD;
+                    if let Some(request) = requests.get(ahead) {
+                        commands::prefetch(session, database, request, found[ahead], false);
                     }
-                    if let Some(ahead) = requests.get(ran + PREFETCH_RECORD_AHEAD) {
-                        commands::prefetch(session, client.database, ahead, true);
+                    let ahead = ran + PREFETCH_RECORD_AHEAD;
+                    if let Some(request) = requests.get(ahead) {
+                        commands::prefetch(session, database, request, found[ahead], true);
                     }
                     let flow = commands::execute_batched(
                         server,
                         client,
                         session,
                         &requests[ran],
+                        found[ran],
                         output,
                         &mut clock,
                     );
@@ -283,7 +294,7 @@ fn run_batch(
                     if !matches!(flow, Flow::Continue)
                         || ran == requests.len()
                         || output.len() as u64 > output_limit
-                        || !commands::batchable(&requests[ran])
+                        || !commands::batchable(found[ran])
                     {
                         // The batch's commands, counted once (`commands::execute_batched`).
                         server

@@ -531,7 +531,16 @@ pub fn execute(
     out: &mut BytesMut,
 ) -> Flow {
     server.stats.commands.fetch_add(1, Ordering::Relaxed);
-    execute_batched(server, client, session, args, out, &mut None)
+    execute_batched(server, client, session, args, lookup(args), out, &mut None)
+}
+
+/// A command's place in the table and its row (`None`: no such command), looked up once by a
+/// batch for [`batchable`], [`prefetch`] and [`execute_batched`].
+pub type Found = Option<(usize, &'static table::Spec)>;
+
+/// Looks the command `args` up in the table (its name in any case).
+pub fn lookup(args: &[Bytes]) -> Found {
+    table::find_indexed_ci(args.first()?)
 }
 
 /// [`execute`] for a command of a batch, which counts its commands in `stats.commands` itself
@@ -544,6 +553,7 @@ pub fn execute_batched(
     client: &mut Client,
     session: &mut Session,
     args: &[Bytes],
+    found: Found,
     out: &mut BytesMut,
     clock: &mut Option<Instant>,
 ) -> Flow {
@@ -555,7 +565,7 @@ pub fn execute_batched(
         session,
         w: Writer { encoder, out },
     };
-    let Some((index, spec)) = table::find_indexed_ci(&args[0]) else {
+    let Some((index, spec)) = found else {
         refuse_in_transaction(ctx.client);
         ctx.w.error(&CommandError::unknown_command(args));
         return Flow::Continue;
@@ -717,7 +727,7 @@ pub fn record_script(
     }
 }
 
-/// Whether the command `args` may run inside a batch (`prefixkv_store::StoreSession::batch`: the
+/// Whether the command `found` may run inside a batch (`prefixkv_store::StoreSession::batch`: the
 /// exec gate held shared across several commands of one connection, stripes kept between them).
 /// Not those that take the gate exclusively (EXCLUSIVE, EXEC and the other TXN_CONTROL commands),
 /// suspend the session to walk without the engine (SUSPEND), wait or change the connection
@@ -725,17 +735,14 @@ pub fn record_script(
 /// script is busy (BUSY_OK), nor unknown names: each runs alone, as before batches. A command that
 /// blocks or answers asynchronously (BLPOP, EVAL) may start in a batch: the batch ends after it,
 /// before the connection waits.
-pub fn batchable(args: &[Bytes]) -> bool {
+pub fn batchable(found: Found) -> bool {
     const ALONE: u16 = table::EXCLUSIVE
         | table::SUSPEND
         | table::NO_MULTI
         | table::AT_ONCE
         | table::TXN_CONTROL
         | table::BUSY_OK;
-    let Some(name) = args.first() else {
-        return false;
-    };
-    table::find_indexed_ci(name).is_some_and(|(_, spec)| spec.flags & ALONE == 0)
+    found.is_some_and(|(_, spec)| spec.flags & ALONE == 0)
 }
 
 /// Engine keys this long or shorter are built on the stack.
@@ -744,8 +751,8 @@ type EngineKey = smallvec::SmallVec<[u8; 64]>;
 /// Hints the engine about the keys the command `args` names in the table (`first_key`,
 /// `last_key`, `step`), in `database`: their index buckets, and with `record` their records
 /// too. A hint changes nothing but timing; a command with no key positions gets none.
-pub fn prefetch(session: &Session, database: u8, args: &[Bytes], record: bool) {
-    let Some((_, spec)) = args.first().and_then(|name| table::find_indexed_ci(name)) else {
+pub fn prefetch(session: &Session, database: u8, args: &[Bytes], found: Found, record: bool) {
+    let Some((_, spec)) = found else {
         return;
     };
     if spec.first_key <= 0 || spec.step <= 0 {

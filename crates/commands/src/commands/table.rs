@@ -342,17 +342,23 @@ pub fn find(name: &str) -> Option<&'static Spec> {
 /// A command's place in [`COMMANDS`] (its statistics slot) and its description: one hash lookup
 /// (the table has some 200 names, so a linear search costs commands near its end more).
 pub fn find_indexed(name: &str) -> Option<(usize, &'static Spec)> {
+    by_name()
+        .get(name.as_bytes())
+        .map(|&index| (index, &COMMANDS[index]))
+}
+
+/// The name index of [`COMMANDS`], built on first use.
+fn by_name() -> &'static NameMap {
     static BY_NAME: std::sync::OnceLock<NameMap> = std::sync::OnceLock::new();
-    let by_name = BY_NAME.get_or_init(|| {
+    BY_NAME.get_or_init(|| {
         let map: NameMap = COMMANDS
             .iter()
             .enumerate()
-            .map(|(index, spec)| (spec.name, index))
+            .map(|(index, spec)| (spec.name.as_bytes(), index))
             .collect();
         assert_eq!(map.len(), COMMANDS.len(), "command names are unique");
         map
-    });
-    by_name.get(name).map(|&index| (index, &COMMANDS[index]))
+    })
 }
 
 /// The longest command name in [`COMMANDS`] fits in this many bytes (a test checks it).
@@ -367,14 +373,17 @@ pub fn find_indexed_ci(name: &[u8]) -> Option<(usize, &'static Spec)> {
     for (to, from) in lowered.iter_mut().zip(name) {
         *to = from.to_ascii_lowercase();
     }
-    find_indexed(std::str::from_utf8(lowered).ok()?)
+    // Byte keys: every name is ASCII, so a name that is not UTF-8 simply matches none.
+    by_name()
+        .get(&*lowered)
+        .map(|&index| (index, &COMMANDS[index]))
 }
 
 /// The name index: FNV-1a instead of the default SipHash, since the keys are the table's own
 /// fixed names (nothing a client can pick to collide them beyond looking up a miss) and every
 /// command looks its name up, a batch several times.
 type NameMap =
-    std::collections::HashMap<&'static str, usize, std::hash::BuildHasherDefault<NameHasher>>;
+    std::collections::HashMap<&'static [u8], usize, std::hash::BuildHasherDefault<NameHasher>>;
 
 /// FNV-1a over the bytes written (see [`NameMap`]).
 struct NameHasher(u64);
