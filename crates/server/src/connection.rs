@@ -6,6 +6,16 @@
 //! complete in order, so awaiting the newest covers the batch. If the oplog failed, the
 //! connection is closed without sending those replies: nothing unlogged is acknowledged.
 //!
+//! A pipeline runs as batches (`run_batch`): the requests parsed from a read run, up to
+//! `prefixkv_store::BATCH_MAX_COMMANDS` at a time, inside one hold of this thread's session and
+//! one shared hold of the exec gate (`StoreSession::batch`), whose transactions keep a hot key's
+//! stripe from one command to the next, with the engine told about the keys of the commands
+//! ahead (`PREFETCH_INDEX_AHEAD`, `PREFETCH_RECORD_AHEAD`). A batch ends before a command that
+//! must run alone (`commands::batchable`: it takes the gate exclusively, suspends, waits or acts
+//! at once) and after one that blocks or answers asynchronously, so nothing waits inside a batch.
+//! Replies, durability waits and output limits are those of commands run one by one: a batch
+//! acknowledges nothing earlier.
+//!
 //! Scripts (EVAL, FCALL) run on the script thread (`prefixkv_commands::scripting`): the connection awaits
 //! the answer, so its thread goes on serving its other connections. A run of script commands
 //! back to back in one read (a pipeline of EVALSHAs) is handed over as one job (`run_scripts`),
@@ -26,6 +36,11 @@ use prefixkv_commands::keyspace;
 use prefixkv_commands::state::{ClientInfo, Server};
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
+/// How many commands ahead of the running one a batch loads the keys' index buckets (the
+/// engine's batch hints pay off some 8 to 16 operations ahead)...
+const PREFETCH_INDEX_AHEAD: usize = 8;
+/// ... and, half as far ahead, their records.
+const PREFETCH_RECORD_AHEAD: usize = 4;
 
 /// Serves one connection to its end.
 pub async fn serve(server: Arc<Server>, mut stream: TcpStream, addr: String) {
@@ -76,6 +91,9 @@ async fn serve_loop(
     let mut parser = RequestParser::new(limits);
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut output = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    // The requests parsed from one read (bounded by client-query-buffer-limit, which bounds the
+    // read), kept across reads for its capacity.
+    let mut requests: Vec<Vec<bytes::Bytes>> = Vec::new();
     loop {
         if input.capacity() - input.len() < READ_CHUNK_BYTES / 4 {
             input.reserve(READ_CHUNK_BYTES);
@@ -120,26 +138,31 @@ async fn serve_loop(
             return Ok(());
         }
         let mut close = false;
+        let mut parse_error = None;
+        requests.clear();
         loop {
-            let command = match parser.parse(&mut input) {
-                Ok(Some(command)) => command,
+            match parser.parse(&mut input) {
+                Ok(Some(command)) => requests.push(command.args),
                 Ok(None) => break,
                 Err(error) => {
-                    output.extend_from_slice(b"-");
-                    output.extend_from_slice(error.to_string().as_bytes());
-                    output.extend_from_slice(b"\r\n");
-                    close = true;
+                    // Answered after the requests before it, then the connection closes.
+                    parse_error = Some(error);
                     break;
                 }
-            };
-            let mut flow = keyspace::with_session(&server.keyspace.store, |session| {
-                commands::execute(server, client, session, &command.args, &mut output)
-            });
+            }
+        }
+        let mut next = 0;
+        while next < requests.len() {
+            let (ran, mut flow) =
+                run_batch(server, client, &requests[next..], &mut output, output_limit);
+            next += ran;
+            // The command that ended the batch.
+            let args = &requests[next - 1];
             // A script of another client runs: wait for it (or for BUSY), then run again.
             while matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
                 prefixkv_commands::scripting::wait_turn(server, client.id).await;
                 flow = keyspace::with_session(&server.keyspace.store, |session| {
-                    commands::execute(server, client, session, &command.args, &mut output)
+                    commands::execute(server, client, session, args, &mut output)
                 });
             }
             match flow {
@@ -161,7 +184,7 @@ async fn serve_loop(
                         return Ok(());
                     }
                     let wait = BlockedWait {
-                        args: rerun.as_deref().unwrap_or(&command.args),
+                        args: rerun.as_deref().unwrap_or(args),
                         database,
                         keys: &keys,
                         timeout_ms,
@@ -176,12 +199,10 @@ async fn serve_loop(
                 // A script needs nothing of the earlier replies' durability: the batch's last
                 // await covers its writes with the rest (oplog records complete in order).
                 Flow::Async(AsyncOp::Script(request)) => {
-                    let scripts = ScriptRun {
-                        parser: &mut parser,
-                        input: &mut input,
-                        output: &mut output,
-                    };
-                    if run_scripts(server, client, scripts, *request).await {
+                    let (consumed, closing) =
+                        run_scripts(server, client, &requests[next..], &mut output, *request).await;
+                    next += consumed;
+                    if closing {
                         close = true;
                         break;
                     }
@@ -198,6 +219,12 @@ async fn serve_loop(
                 return Ok(());
             }
         }
+        if let (false, Some(error)) = (close, parse_error) {
+            output.extend_from_slice(b"-");
+            output.extend_from_slice(error.to_string().as_bytes());
+            output.extend_from_slice(b"\r\n");
+            close = true;
+        }
         if !await_ticket(client).await {
             return Ok(());
         }
@@ -208,11 +235,92 @@ async fn serve_loop(
     }
 }
 
-/// Where [`run_scripts`] takes further script commands from and writes replies to.
-struct ScriptRun<'a> {
-    parser: &'a mut RequestParser,
-    input: &'a mut BytesMut,
-    output: &'a mut BytesMut,
+/// Runs the first of `requests` and, while they may (`commands::batchable`), the ones after it
+/// as one batch (module docs); returns how many ran and the last one's flow. A batch ends after
+/// a command whose flow is not `Continue` and once the replies pass client-output-buffer-limit,
+/// so the caller handles both exactly as for a command run alone.
+fn run_batch(
+    server: &Arc<Server>,
+    client: &mut Client,
+    requests: &[Vec<bytes::Bytes>],
+    output: &mut BytesMut,
+    output_limit: u64,
+) -> (usize, Flow) {
+    const LIMIT: usize = prefixkv_store::BATCH_MAX_COMMANDS;
+    let store = &server.keyspace.store;
+    let first = commands::lookup(&requests[0]);
+    if requests.len() < 2 || !commands::batchable(first) {
+        return (1, run_alone(server, client, &requests[0], output));
+    }
+    let requests = &requests[..requests.len().min(LIMIT)];
+    // Each request's row, looked up once for the checks, the hints and the run.
+    let mut found: [commands::Found; LIMIT] = [None; LIMIT];
+    for (slot, request) in found.iter_mut().zip(requests) {
+        *slot = commands::lookup(request);
+    }
+    let running = &server.scripting.running;
+    let client_id = client.id;
+    let batched = keyspace::with_session(store, |session| {
+        session.batch(
+            || running.held_by_other(client_id),
+            |session| {
+                let database = client.database;
+                for (ahead, &row) in requests.iter().zip(&found).take(PREFETCH_INDEX_AHEAD) {
+                    commands::prefetch(session, database, ahead, row, false);
+                }
+                let mut ran = 0;
+                let mut clock = None;
+                loop {
+                    let database = client.database;
+                    let ahead = ran + PREFETCH_INDEX_AHEAD;
+                    if let Some(request) = requests.get(ahead) {
+                        commands::prefetch(session, database, request, found[ahead], false);
+                    }
+                    let ahead = ran + PREFETCH_RECORD_AHEAD;
+                    if let Some(request) = requests.get(ahead) {
+                        commands::prefetch(session, database, request, found[ahead], true);
+                    }
+                    let flow = commands::execute_batched(
+                        server,
+                        client,
+                        session,
+                        &requests[ran],
+                        found[ran],
+                        output,
+                        &mut clock,
+                    );
+                    ran += 1;
+                    if !matches!(flow, Flow::Continue)
+                        || ran == requests.len()
+                        || output.len() as u64 > output_limit
+                        || !commands::batchable(found[ran])
+                    {
+                        // The batch's commands, counted once (`commands::execute_batched`).
+                        server
+                            .stats
+                            .commands
+                            .fetch_add(ran as u64, Ordering::Relaxed);
+                        return (ran, flow);
+                    }
+                }
+            },
+        )
+    });
+    // A script of another client holds the gate: the first command alone meets it (and awaits
+    // its end as any command does).
+    batched.unwrap_or_else(|| (1, run_alone(server, client, &requests[0], output)))
+}
+
+/// Runs one command outside any batch.
+fn run_alone(
+    server: &Arc<Server>,
+    client: &mut Client,
+    args: &[bytes::Bytes],
+    output: &mut BytesMut,
+) -> Flow {
+    keyspace::with_session(&server.keyspace.store, |session| {
+        commands::execute(server, client, session, args, output)
+    })
 }
 
 /// A script whose reply is awaited, and whether CLIENT REPLY SKIP dropped it.
@@ -221,19 +329,21 @@ struct AwaitedScript {
     skipped: bool,
 }
 
-/// Runs the script command `first` and the script commands that directly follow it in the
-/// read (a pipeline of EVALSHAs) as one job of the script thread: one hand-off and one wake-up
-/// for the run instead of one per script. Each following command is executed as any command is
-/// (admission, MULTI queuing, arity, stats); the run ends at the first command that is not a
-/// script (left in `input`), an incomplete one, one not handed over (its reply goes after the
-/// scripts'), or at `MAX_SCRIPTS_PER_JOB`. Replies are appended in order. True when the
+/// Runs the script command `first` and the script commands that directly follow it among the
+/// read's parsed requests (`following`: a pipeline of EVALSHAs) as one job of the script
+/// thread: one hand-off and one wake-up for the run instead of one per script. Each following
+/// command is executed as any command is (admission, MULTI queuing, arity, stats); the run ends
+/// before the first command that is not a script (left for the serve loop), after one not
+/// handed over (its reply goes after the scripts'), or at `MAX_SCRIPTS_PER_JOB`. Replies are
+/// appended to `output` in order. Returns how many of `following` it consumed and whether the
 /// connection must close.
 async fn run_scripts(
     server: &Arc<Server>,
     client: &mut Client,
-    run: ScriptRun<'_>,
+    following: &[Vec<bytes::Bytes>],
+    output: &mut BytesMut,
     first: prefixkv_commands::scripting::ScriptRequest,
-) -> bool {
+) -> (usize, bool) {
     use prefixkv_commands::scripting;
     // SKIP before a script: taken now, before the next script's command runs (it would take
     // the flag `execute` left for this one).
@@ -244,18 +354,25 @@ async fn run_scripts(
     // The reply of the command that ended the run, sent after the scripts'.
     let mut tail = BytesMut::new();
     let mut close = false;
-    while scripts.len() < scripting::MAX_SCRIPTS_PER_JOB && starts_with_script(run.input) {
-        // Incomplete or malformed: left to the read loop's parser (which keeps its state).
-        let Ok(Some(command)) = run.parser.parse(run.input) else {
+    let mut consumed = 0;
+    while scripts.len() < scripting::MAX_SCRIPTS_PER_JOB {
+        let Some(args) = following.get(consumed) else {
             break;
         };
+        if !args
+            .first()
+            .is_some_and(|name| scripting::is_script_command(name))
+        {
+            break;
+        }
+        consumed += 1;
         let mut flow = keyspace::with_session(&server.keyspace.store, |session| {
-            commands::execute(server, client, session, &command.args, &mut tail)
+            commands::execute(server, client, session, args, &mut tail)
         });
         while matches!(flow, Flow::Async(AsyncOp::AfterScript)) {
             scripting::wait_turn(server, client.id).await;
             flow = keyspace::with_session(&server.keyspace.store, |session| {
-                commands::execute(server, client, session, &command.args, &mut tail)
+                commands::execute(server, client, session, args, &mut tail)
             });
         }
         match flow {
@@ -284,31 +401,12 @@ async fn run_scripts(
         commands::record_script(server, client.id, args, started, failed);
         // CLIENT REPLY OFF, or SKIP before the script: no reply.
         if !skipped && !client.reply_off {
-            run.output.extend_from_slice(&outcome.reply);
+            output.extend_from_slice(&outcome.reply);
         }
         client.note_write_by(outcome.mark, outcome.by);
     }
-    run.output.extend_from_slice(&tail);
-    close
-}
-
-/// Whether `input` starts with a RESP request whose name is a script command (EVAL, EVALSHA,
-/// FCALL and their `_RO` forms): `*<count>\r\n$<length>\r\n<name>\r\n`. Only looks.
-fn starts_with_script(input: &[u8]) -> bool {
-    fn line(bytes: &[u8], marker: u8) -> Option<(usize, &[u8])> {
-        let rest = bytes.strip_prefix(&[marker])?;
-        let end = rest.iter().take(12).position(|&b| b == b'\r')?;
-        let number = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
-        Some((number, rest.get(end + 2..)?))
-    }
-    let Some((_, rest)) = line(input, b'*') else {
-        return false;
-    };
-    let Some((length, rest)) = line(rest, b'$') else {
-        return false;
-    };
-    rest.get(..length)
-        .is_some_and(prefixkv_commands::scripting::is_script_command)
+    output.extend_from_slice(&tail);
+    (consumed, close)
 }
 
 /// A blocking command waiting for a push.

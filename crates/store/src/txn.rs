@@ -5,6 +5,21 @@
 //! - A [`Txn`] locks the stripes of every key it may write, in ascending stripe order (two
 //!   transactions never deadlock), before its first engine write, and holds them until its log
 //!   record is appended; so for every key, log order = engine order.
+//! - Stripes kept across a batch ([`StoreSession::batch`]): inside a batch (the exec gate held
+//!   shared for up to [`BATCH_MAX_COMMANDS`] commands of one connection) a committed transaction
+//!   leaves its stripes locked with the session, and the next [`StoreSession::begin`] reuses them
+//!   when it needs exactly the same stripes; otherwise it first releases every kept stripe and
+//!   then locks its own in ascending order. Deadlock freedom: a thread waits for a stripe only
+//!   inside `begin`, holding nothing but lower stripes of the same `begin` (kept ones were
+//!   released first), so the ascending-order argument holds; between transactions the kept
+//!   stripes are held only while the thread runs without waiting on the store (reads, engine
+//!   operations, leaf locks that no one holds while waiting for a stripe), and they are released
+//!   at the batch's end, by [`StoreSession::suspend`] (called before anything that may wait) and
+//!   before an exclusive body (which cannot start inside a batch anyway). A kept stripe never
+//!   meets an exclusive holder: kept stripes exist only under the shared gate. Log order =
+//!   engine order still holds: a record is appended at commit, under the stripes (holding them
+//!   longer changes nothing). A checkpoint request (exclusive gate) waits for at most one batch,
+//!   and the engine session still refreshes on every operation.
 //! - Every write transaction first holds the exec gate shared, before any stripe (order: gate,
 //!   then stripes); [`StoreSession::exclusive`] holds it exclusively, so no other session's write
 //!   runs between the writes of an exclusive body (MULTI/EXEC, a script). The thread running an
@@ -31,13 +46,21 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossbeam_utils::sync::ShardedLockReadGuard;
-use parking_lot::MutexGuard;
 use prefixkv_engine::{EngineError, Session};
 use prefixkv_storage::log::AppendTicket;
+use smallvec::SmallVec;
 
 use crate::record::{encode_operation, set_part, start_record, Operation, Part};
 use crate::store::STRIPES;
 use crate::{DurableStore, StoreError};
+
+/// The most commands one [`StoreSession::batch`] may run (the caller counts them): bounds how long
+/// a checkpoint request or an exclusive body (EXEC, a script) waits for a batch, and how long a
+/// hot key's stripe stays with one thread before the other gets its turn.
+pub const BATCH_MAX_COMMANDS: usize = 64;
+
+/// Sorted, deduplicated stripe indexes; one or two keys (the usual command) stay inline.
+type Stripes = SmallVec<[usize; 4]>;
 
 /// A log group (a transaction, an exclusive body) is cut into several records once its pending
 /// payload passes this size (the default of [`crate::Options::record_split_bytes`]).
@@ -181,6 +204,11 @@ pub struct StoreSession {
     group: Group,
     /// An exclusive body runs on this session: its transactions add to `group`.
     in_body: bool,
+    /// A batch runs ([`StoreSession::batch`]): a committed transaction keeps its stripes here.
+    batching: bool,
+    /// Stripes locked by an earlier transaction of the batch and not released yet (their guards
+    /// were forgotten; [`StoreSession::release_kept`] unlocks them).
+    kept: Stripes,
 }
 
 impl StoreSession {
@@ -190,7 +218,14 @@ impl StoreSession {
             session,
             group: Group::default(),
             in_body: false,
+            batching: false,
+            kept: Stripes::new(),
         }
+    }
+
+    /// Unlocks the stripes an earlier transaction of the batch kept.
+    fn release_kept(&mut self) {
+        unlock_stripes(&self.store, &mut self.kept);
     }
 
     /// The store.
@@ -271,21 +306,47 @@ impl StoreSession {
         self.session.scan(cursor, buckets, visit)
     }
 
-    /// Releases epoch protection while idle (a thread about to park calls it).
+    /// Releases epoch protection while idle (a thread about to park calls it), and the stripes a
+    /// batch kept: whoever suspends may be about to wait.
     pub fn suspend(&mut self) {
+        self.release_kept();
         self.session.suspend();
+    }
+
+    /// A hint for a batch: starts loading the index bucket of `key` (see
+    /// `prefixkv_engine::Session::prefetch_index`). Changes nothing but timing.
+    #[inline]
+    pub fn prefetch_index(&self, key: &[u8]) {
+        self.session.prefetch_index(key);
+    }
+
+    /// A hint for a batch: starts loading the record of `key` (see
+    /// `prefixkv_engine::Session::prefetch_record`). Changes nothing but timing.
+    #[inline]
+    pub fn prefetch_record(&self, key: &[u8]) {
+        self.session.prefetch_record(key);
     }
 
     /// Starts a write transaction over `keys` (every key it may write: writing another panics).
     pub fn begin(&mut self, keys: &[&[u8]]) -> Txn<'_> {
-        let mut stripes: Vec<usize> = keys.iter().map(|key| stripe_of(key)).collect();
+        let mut stripes: Stripes = keys.iter().map(|key| stripe_of(key)).collect();
         stripes.sort_unstable();
         stripes.dedup();
+        // The batch's earlier transaction kept exactly these: reuse them (no lock taken).
+        // Otherwise release them all before locking anything (module docs: deadlock freedom).
+        let reuse = !self.kept.is_empty() && self.kept == stripes;
+        if reuse {
+            self.kept.clear();
+        } else {
+            self.release_kept();
+        }
         let StoreSession {
             store,
             session,
             group,
             in_body,
+            batching,
+            kept,
         } = self;
         let store: &DurableStore = store;
         let gate = if running_exclusive() || holding_shared() {
@@ -302,26 +363,62 @@ impl StoreSession {
                 }
             })
         };
-        let guards = stripes
-            .iter()
-            .map(|&index| match store.stripes[index].try_lock() {
-                Some(guard) => guard,
-                None => {
-                    session.suspend();
-                    store.stripes[index].lock()
-                }
-            })
-            .collect();
+        if !reuse {
+            for &index in &stripes {
+                let guard = match store.stripes[index].try_lock() {
+                    Some(guard) => guard,
+                    None => {
+                        session.suspend();
+                        store.stripes[index].lock()
+                    }
+                };
+                // Unlocked by `unlock_stripes` (the transaction's drop, or the batch's release).
+                std::mem::forget(guard);
+            }
+        }
         Txn {
-            _guards: guards,
             _gate: gate,
+            // Kept only under the batch's shared gate (never with a gate of its own).
+            keep: *batching && !*in_body,
             stripes,
+            kept,
             store,
             session,
             group,
             in_body: *in_body,
             last_serial: 0,
         }
+    }
+
+    /// Runs `body` (a batch of one connection's commands, at most [`BATCH_MAX_COMMANDS`]: the
+    /// caller counts) holding the exec gate shared as [`StoreSession::shared_unless`] does, and
+    /// lets its transactions keep their stripes for the next one (module docs). Everything kept
+    /// is released when `body` ends, however it ends. `None` (body not run) when `give_up` says
+    /// so while the gate is held exclusively. Inside an exclusive body or a shared hold it is
+    /// [`StoreSession::shared_unless`] (nothing kept).
+    pub fn batch<R>(
+        &mut self,
+        give_up: impl Fn() -> bool,
+        body: impl FnOnce(&mut StoreSession) -> R,
+    ) -> Option<R> {
+        if running_exclusive() || holding_shared() {
+            return Some(body(self));
+        }
+        self.shared_unless(give_up, |session| {
+            session.batching = true;
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(session)));
+            session.batching = false;
+            session.release_kept();
+            match outcome {
+                Ok(value) => value,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
+    /// How many stripes this session keeps locked between transactions of a batch (tests).
+    pub fn kept_stripes(&self) -> usize {
+        self.kept.len()
     }
 
     /// Runs `body` (one command) holding the exec gate shared, so that nothing it reads or writes
@@ -385,6 +482,7 @@ impl StoreSession {
             !holding_shared(),
             "an exclusive body cannot start inside a shared one (it would wait for itself)"
         );
+        self.release_kept();
         let store = self.store.clone();
         let _gate = match store.exec_gate.try_write() {
             Ok(guard) => guard,
@@ -445,11 +543,15 @@ impl WriteMark {
 
 /// A write transaction: holds the stripes of its keys until [`Txn::commit`].
 pub struct Txn<'a> {
-    // Fields drop in declaration order: the stripes are released before the gate, the reverse of
+    // The stripes are released in `drop` (or kept), before the gate field drops: the reverse of
     // the order they were taken in.
-    _guards: Vec<MutexGuard<'a, ()>>,
     _gate: Option<ShardedLockReadGuard<'a, ()>>,
-    stripes: Vec<usize>,
+    /// Leave the stripes with the session at the end (a batch runs) instead of unlocking them.
+    keep: bool,
+    /// The stripes it locked (their guards forgotten), sorted.
+    stripes: Stripes,
+    /// The session's kept stripes (empty while a transaction runs).
+    kept: &'a mut Stripes,
     store: &'a DurableStore,
     session: &'a mut Session,
     /// The session's log group: this transaction's alone, or its exclusive body's.
@@ -593,6 +695,22 @@ impl Drop for Txn<'_> {
                 tracing::error!("a dropped transaction could not log its writes: {error}");
             }
         }
+        // After the log record: log order = engine order (module docs).
+        if self.keep {
+            debug_assert!(self.kept.is_empty());
+            std::mem::swap(self.kept, &mut self.stripes);
+        } else {
+            unlock_stripes(self.store, &mut self.stripes);
+        }
+    }
+}
+
+/// Unlocks `stripes` (locked by this thread with their guards forgotten) and empties it.
+fn unlock_stripes(store: &DurableStore, stripes: &mut Stripes) {
+    for index in stripes.drain(..).rev() {
+        // SAFETY: `begin` locked this stripe on this session's behalf and forgot the guard; the
+        // index left the set it was in, so it is unlocked exactly once.
+        unsafe { store.stripes[index].force_unlock() };
     }
 }
 

@@ -531,21 +531,49 @@ pub fn execute(
     out: &mut BytesMut,
 ) -> Flow {
     server.stats.commands.fetch_add(1, Ordering::Relaxed);
+    execute_batched(server, client, session, args, lookup(args), out, &mut None)
+}
+
+/// A command's place in the table and its row (`None`: no such command), looked up once by a
+/// batch for [`batchable`], [`prefetch`] and [`execute_batched`].
+pub type Found = Option<(usize, &'static table::Spec)>;
+
+/// Looks the command `args` up in the table (its name in any case).
+pub fn lookup(args: &[Bytes]) -> Found {
+    table::find_indexed_ci(args.first()?)
+}
+
+/// [`execute`] for a command of a batch, which counts its commands in `stats.commands` itself
+/// (once per batch, not one shared atomic add per command) and chains the clock: `clock` holds
+/// the time the command starts when the caller has it (the previous command's end, read when
+/// its duration was recorded), and is left holding this command's end (or `None` when no clock
+/// was read at its end), so a run of commands reads the clock once per command.
+pub fn execute_batched(
+    server: &Server,
+    client: &mut Client,
+    session: &mut Session,
+    args: &[Bytes],
+    found: Found,
+    out: &mut BytesMut,
+    clock: &mut Option<Instant>,
+) -> Flow {
+    let started = clock.take();
     let encoder = Encoder::new(client.protocol);
-    let name = lower(&args[0]);
     let mut ctx = Ctx {
         server,
         client,
         session,
         w: Writer { encoder, out },
     };
-    let Some((index, spec)) = table::find_indexed(&name) else {
+    let Some((index, spec)) = found else {
         refuse_in_transaction(ctx.client);
         ctx.w.error(&CommandError::unknown_command(args));
         return Flow::Continue;
     };
+    // The row's name is the lowered name the client sent (the lookup matched it).
+    let name = spec.name;
     ctx.client.last_command.store(index, Ordering::Relaxed);
-    let started = Instant::now();
+    let started = started.unwrap_or_else(Instant::now);
     let reply_start = ctx.w.out.len();
     let counters = server.command_stats.command(index);
     // CLIENT REPLY: a SKIP before this command drops its reply; so does OFF (the command may be
@@ -556,7 +584,7 @@ pub fn execute(
         // Touches left by an earlier command that ran with notifications off are not ours.
         crate::notify::take_touched();
     }
-    let outcome = run_command(&mut ctx, spec, &name, args);
+    let outcome = run_command(&mut ctx, spec, name, args);
     if notifier.active() {
         let zero = ctx.w.out.get(reply_start..) == Some(&b":0\r\n"[..]);
         // These answer how many elements changed: 0 means nothing did, and Redis sends nothing.
@@ -570,7 +598,7 @@ pub fn execute(
         if unchanged {
             crate::notify::take_touched();
         } else {
-            notify_command(server, ctx.client.database, &name, args);
+            notify_command(server, ctx.client.database, name, args);
         }
         notifier.flush(&server.pubsub);
     }
@@ -595,7 +623,7 @@ pub fn execute(
         Outcome::Executed(flow) => {
             // Every reply that starts with '-' is an error line.
             let failed = ctx.w.out.get(reply_start) == Some(&b'-');
-            record(server, ctx.client.id, index, args, started, failed);
+            *clock = Some(record(server, ctx.client.id, index, args, started, failed));
             flow
         }
         Outcome::Rejected => {
@@ -663,7 +691,7 @@ fn notify_command(server: &Server, database: u8, name: &str, args: &[Bytes]) {
     }
 }
 
-/// Counts a command that ran (`INFO commandstats`, `latencystats`, SLOWLOG).
+/// Counts a command that ran (`INFO commandstats`, `latencystats`, SLOWLOG); the time it ended.
 fn record(
     server: &Server,
     client_id: u64,
@@ -671,8 +699,9 @@ fn record(
     args: &[Bytes],
     started: Instant,
     failed: bool,
-) {
-    let duration_us = started.elapsed().as_micros() as u64;
+) -> Instant {
+    let ended = Instant::now();
+    let duration_us = ended.saturating_duration_since(started).as_micros() as u64;
     server.command_stats.record(index, duration_us, failed, || {
         let info = server.clients.lock().get(&client_id).cloned();
         (
@@ -681,6 +710,7 @@ fn record(
             info.map_or_else(String::new, |i| i.name),
         )
     });
+    ended
 }
 
 /// Counts a script command the script thread ran, from `started` (its hand-off) to its answer,
@@ -692,8 +722,63 @@ pub fn record_script(
     started: Instant,
     failed: bool,
 ) {
-    if let Some((index, _)) = table::find_indexed(&lower(&args[0])) {
-        record(server, client_id, index, args, started, failed);
+    if let Some((index, _)) = table::find_indexed_ci(&args[0]) {
+        let _ended = record(server, client_id, index, args, started, failed);
+    }
+}
+
+/// Whether the command `found` may run inside a batch (`prefixkv_store::StoreSession::batch`: the
+/// exec gate held shared across several commands of one connection, stripes kept between them).
+/// Not those that take the gate exclusively (EXCLUSIVE, EXEC and the other TXN_CONTROL commands),
+/// suspend the session to walk without the engine (SUSPEND), wait or change the connection
+/// (NO_MULTI: SAVE, WAITAOF, SUBSCRIBE, AUTH...), act at once (AT_ONCE: QUIT, RESET), run while a
+/// script is busy (BUSY_OK), nor unknown names: each runs alone, as before batches. A command that
+/// blocks or answers asynchronously (BLPOP, EVAL) may start in a batch: the batch ends after it,
+/// before the connection waits.
+pub fn batchable(found: Found) -> bool {
+    const ALONE: u16 = table::EXCLUSIVE
+        | table::SUSPEND
+        | table::NO_MULTI
+        | table::AT_ONCE
+        | table::TXN_CONTROL
+        | table::BUSY_OK;
+    found.is_some_and(|(_, spec)| spec.flags & ALONE == 0)
+}
+
+/// Engine keys this long or shorter are built on the stack.
+type EngineKey = smallvec::SmallVec<[u8; 64]>;
+
+/// Hints the engine about the keys the command `args` names in the table (`first_key`,
+/// `last_key`, `step`), in `database`: their index buckets, and with `record` their records
+/// too. A hint changes nothing but timing; a command with no key positions gets none.
+pub fn prefetch(session: &Session, database: u8, args: &[Bytes], found: Found, record: bool) {
+    let Some((_, spec)) = found else {
+        return;
+    };
+    if spec.first_key <= 0 || spec.step <= 0 {
+        return;
+    }
+    let count = args.len() as i64;
+    let last = if spec.last_key < 0 {
+        count + spec.last_key
+    } else {
+        spec.last_key.min(count - 1)
+    };
+    let mut position = spec.first_key;
+    // A few keys suffice for a hint (an MSET of thousands gains nothing from more).
+    let mut hinted = 0;
+    while position <= last && hinted < 4 {
+        let key = &args[position as usize];
+        let mut engine_key = EngineKey::with_capacity(1 + key.len());
+        engine_key.push(database);
+        engine_key.extend_from_slice(key);
+        if record {
+            session.prefetch_record(&engine_key);
+        } else {
+            session.prefetch_index(&engine_key);
+        }
+        position += spec.step;
+        hinted += 1;
     }
 }
 

@@ -342,18 +342,68 @@ pub fn find(name: &str) -> Option<&'static Spec> {
 /// A command's place in [`COMMANDS`] (its statistics slot) and its description: one hash lookup
 /// (the table has some 200 names, so a linear search costs commands near its end more).
 pub fn find_indexed(name: &str) -> Option<(usize, &'static Spec)> {
-    static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static str, usize>> =
-        std::sync::OnceLock::new();
-    let by_name = BY_NAME.get_or_init(|| {
-        let map: std::collections::HashMap<&'static str, usize> = COMMANDS
+    by_name()
+        .get(name.as_bytes())
+        .map(|&index| (index, &COMMANDS[index]))
+}
+
+/// The name index of [`COMMANDS`], built on first use.
+fn by_name() -> &'static NameMap {
+    static BY_NAME: std::sync::OnceLock<NameMap> = std::sync::OnceLock::new();
+    BY_NAME.get_or_init(|| {
+        let map: NameMap = COMMANDS
             .iter()
             .enumerate()
-            .map(|(index, spec)| (spec.name, index))
+            .map(|(index, spec)| (spec.name.as_bytes(), index))
             .collect();
         assert_eq!(map.len(), COMMANDS.len(), "command names are unique");
         map
-    });
-    by_name.get(name).map(|&index| (index, &COMMANDS[index]))
+    })
+}
+
+/// The longest command name in [`COMMANDS`] fits in this many bytes (a test checks it).
+const MAX_NAME_BYTES: usize = 32;
+
+/// [`find_indexed`] for a name as the client sent it, in any case, without allocating: the name
+/// is lowered into a stack buffer (a name longer than every command's, or not UTF-8, is no
+/// command).
+pub fn find_indexed_ci(name: &[u8]) -> Option<(usize, &'static Spec)> {
+    let mut lowered = [0u8; MAX_NAME_BYTES];
+    let lowered = lowered.get_mut(..name.len())?;
+    for (to, from) in lowered.iter_mut().zip(name) {
+        *to = from.to_ascii_lowercase();
+    }
+    // Byte keys: every name is ASCII, so a name that is not UTF-8 simply matches none.
+    by_name()
+        .get(&*lowered)
+        .map(|&index| (index, &COMMANDS[index]))
+}
+
+/// The name index: FNV-1a instead of the default SipHash, since the keys are the table's own
+/// fixed names (nothing a client can pick to collide them beyond looking up a miss) and every
+/// command looks its name up, a batch several times.
+type NameMap =
+    std::collections::HashMap<&'static [u8], usize, std::hash::BuildHasherDefault<NameHasher>>;
+
+/// FNV-1a over the bytes written (see [`NameMap`]).
+struct NameHasher(u64);
+
+impl Default for NameHasher {
+    fn default() -> Self {
+        NameHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for NameHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// Whether `argument_count` (name included) satisfies `arity`.
@@ -363,5 +413,30 @@ pub fn arity_ok(spec: &Spec, argument_count: usize) -> bool {
         count == spec.arity
     } else {
         count >= -spec.arity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_fits_the_case_insensitive_lookup() {
+        for (index, spec) in COMMANDS.iter().enumerate() {
+            assert!(spec.name.len() <= MAX_NAME_BYTES, "{}", spec.name);
+            let upper = spec.name.to_ascii_uppercase();
+            assert_eq!(
+                find_indexed_ci(upper.as_bytes()).map(|(i, _)| i),
+                Some(index)
+            );
+            assert_eq!(
+                find_indexed_ci(spec.name.as_bytes()).map(|(i, _)| i),
+                Some(index)
+            );
+        }
+        assert!(find_indexed_ci(b"nosuchcommand").is_none());
+        assert!(find_indexed_ci(&[b'g'; MAX_NAME_BYTES + 1]).is_none());
+        assert!(find_indexed_ci(b"g\xffet").is_none());
+        assert!(find_indexed_ci(b"").is_none());
     }
 }

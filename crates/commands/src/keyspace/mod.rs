@@ -140,6 +140,17 @@ pub fn end_thread_session() {
     });
 }
 
+/// An engine key built on the stack when short ([`engine_key_buf`]).
+type EngineKeyBuf = smallvec::SmallVec<[u8; 64]>;
+
+/// [`engine_key`] without a heap allocation for keys under 64 bytes.
+fn engine_key_buf(database: u8, key: &[u8]) -> EngineKeyBuf {
+    let mut out = EngineKeyBuf::with_capacity(1 + key.len());
+    out.push(database);
+    out.extend_from_slice(key);
+    out
+}
+
 /// The engine key of `key` in `database`: `[database] ++ key`.
 pub(crate) fn engine_key(database: u8, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + key.len());
@@ -278,8 +289,24 @@ impl Keyspace {
         database: u8,
         keys: &[&[u8]],
     ) -> Txn<'a> {
-        let pairs: Vec<(u8, &[u8])> = keys.iter().map(|key| (database, *key)).collect();
-        self.begin_across(session, &pairs)
+        // Built on the stack for the usual one or two short keys: begin runs once per command.
+        let engine_keys: smallvec::SmallVec<[EngineKeyBuf; 2]> = keys
+            .iter()
+            .map(|key| engine_key_buf(database, key))
+            .collect();
+        let refs: smallvec::SmallVec<[&[u8]; 2]> =
+            engine_keys.iter().map(|key| key.as_slice()).collect();
+        self.txn(session.begin(&refs))
+    }
+
+    fn txn<'a>(&'a self, inner: prefixkv_store::Txn<'a>) -> Txn<'a> {
+        Txn {
+            inner,
+            keyspace: self,
+            scratch: Vec::new(),
+            expired_now: false,
+            now_ms: now_ms(),
+        }
     }
 
     /// Starts a write transaction over `(database, key)` pairs that may span databases (COPY
@@ -294,13 +321,7 @@ impl Keyspace {
             .map(|(database, key)| engine_key(*database, key))
             .collect();
         let refs: Vec<&[u8]> = engine_keys.iter().map(Vec::as_slice).collect();
-        Txn {
-            inner: session.begin(&refs),
-            keyspace: self,
-            scratch: Vec::new(),
-            expired_now: false,
-            now_ms: now_ms(),
-        }
+        self.txn(session.begin(&refs))
     }
 
     /// Runs `body` (an EXEC's queued commands, a script) while no other command can run, its
