@@ -406,41 +406,43 @@ fn values_of_every_length_round_trip_at_every_offset() {
 
 /// A writer rewrites one record in place with values of changing lengths whose bytes all equal
 /// the length's low byte, while readers copy it: every copy the seqlock accepts is one whole
-/// value (no torn words, no length from one write with bytes from another).
+/// value (no torn words, no length from one write with bytes from another). The writer runs
+/// until the readers ended their fixed number of reads, so they overlap whenever two threads run
+/// at once.
 #[test]
 fn concurrent_reads_of_in_place_writes_are_never_torn() {
-    use std::sync::atomic::AtomicBool;
     let log = log();
     let spec = Spec {
         key: b"hot",
-        value: &[0; 64],
+        // Empty: a read before the first write sees a value of length 0 (all bytes "0").
+        value: &[],
         capacity_words: 64,
         flags: 0,
         version: 1,
         access: 0,
     };
     let address = write(&log, &spec, 0);
-    let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| {
-                let record = log.record(address);
-                let mut out = Vec::new();
-                let mut reads = 0u32;
-                // Bounded by the writer's fixed number of writes, then at least 1,000 reads.
-                while !done.load(Ordering::Acquire) || reads < 1_000 {
-                    assert!(record.read_value(&mut out));
-                    let expected = out.len() as u8;
-                    assert!(out.iter().all(|&byte| byte == expected), "torn read");
-                    reads += 1;
-                }
-            });
-        }
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let record = log.record(address);
+                    let mut out = Vec::new();
+                    for _ in 0..100_000 {
+                        assert!(record.read_value(&mut out));
+                        let expected = out.len() as u8;
+                        assert!(out.iter().all(|&byte| byte == expected), "torn read");
+                    }
+                })
+            })
+            .collect();
         let record = log.record(address);
-        for round in 0..200_000usize {
-            let len = (round * 37) % 512;
-            record.lock().write_value(&vec![len as u8; len]);
+        let values: Vec<Vec<u8>> = (0..512).map(|len| vec![len as u8; len]).collect();
+        let mut round = 0usize;
+        // Until every reader is done (or panicked: the scope then reports the panic).
+        while !readers.iter().all(|reader| reader.is_finished()) {
+            record.lock().write_value(&values[(round * 37) % 512]);
+            round += 1;
         }
-        done.store(true, Ordering::Release);
     });
 }
