@@ -1,6 +1,12 @@
 //! Views of one record: [`Record`] (lock-free reads, flag and link updates) and [`RecordGuard`]
 //! (the seqlock's writer side). The layout and its invariants are in the parent module's top
 //! comment; this file is the only code that knows where a field lives.
+//!
+//! Key and value bytes move only through [`store_bytes`] and [`copy_words`]: one relaxed atomic
+//! store or load per word (never a plain access: readers copy values that writers change in place
+//! under the seqlock), ordered by the seqlock's acquire/release and fence or by the publishing
+//! release store of word 0. They work on whole 8-byte chunks with one bounds check per copy, so
+//! a copy costs about a memcpy of the same bytes.
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
