@@ -73,7 +73,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
-use record::{key_start, lengths_word};
+use record::{key_start, lengths_word, store_bytes};
 pub(crate) use record::{Record, RecordGuard};
 
 pub(crate) const ADDRESS_MASK: u64 = (1 << 48) - 1;
@@ -110,21 +110,6 @@ pub(crate) fn words_for(bytes: usize) -> usize {
 #[inline(always)]
 fn key_len_field(word0: u64) -> u64 {
     (word0 >> KEY_LEN_SHIFT) & KEY_LEN_ESCAPE
-}
-
-/// Packs up to 8 bytes of `bytes` starting at `word_index * 8` into a little-endian word
-/// (zero-padded past the end).
-#[inline(always)]
-pub(crate) fn pack_word(bytes: &[u8], word_index: usize) -> u64 {
-    let start = word_index * 8;
-    if let Some(chunk) = bytes.get(start..start + 8) {
-        return u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-    }
-    let mut word = 0u64;
-    for (shift, byte) in bytes[start..].iter().enumerate() {
-        word |= (*byte as u64) << (8 * shift);
-    }
-    word
 }
 
 /// Header words (with the optional ones) of a record with this key length and slot choice.
@@ -428,13 +413,9 @@ impl HybridLog {
         if key_field == KEY_LEN_ESCAPE {
             words[key_start - 1].store(key_len as u64, Ordering::Relaxed);
         }
-        for index in 0..words_for(key_len) {
-            words[key_start + index].store(pack_word(record.key, index), Ordering::Relaxed);
-        }
+        store_bytes(&words[key_start..], record.key);
         let value_start = key_start + words_for(key_len);
-        for index in 0..words_for(record.value.len()) {
-            words[value_start + index].store(pack_word(record.value, index), Ordering::Relaxed);
-        }
+        store_bytes(&words[value_start..], record.value);
         words[2].store(
             lengths_word(record.value.len(), record.capacity_words),
             Ordering::Relaxed,
