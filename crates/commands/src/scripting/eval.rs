@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use prefixkv_resp::Reply;
 use prefixkv_store::StoreSession;
 
@@ -231,6 +231,7 @@ pub fn eval(
         session,
         client,
         read_only: read_only_command || flags.no_writes,
+        out: BytesMut::new(),
     };
     let outcome = vm::with_vm(&scripting.shared, limit, |vm| {
         if vm.cache_generation != generation {

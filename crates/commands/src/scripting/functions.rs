@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use prefixkv_resp::Reply;
 use prefixkv_store::{DurableStore, StoreSession};
 
@@ -307,6 +307,7 @@ pub fn fcall(
         session,
         client,
         read_only: name == "fcall_ro" || no_writes,
+        out: BytesMut::new(),
     };
     let outcome = vm::with_vm(&scripting.shared, limit, |vm| {
         if vm.library_generation != generation {

@@ -509,6 +509,8 @@ struct Caller<'a> {
     client: &'a mut Client,
     /// EVAL_RO, FCALL_RO, or the `no-writes` flag: write commands are refused.
     read_only: bool,
+    /// The called command's encoded reply, reused by the script's calls.
+    out: BytesMut,
 }
 
 impl Caller<'_> {
@@ -538,19 +540,20 @@ impl Caller<'_> {
                 }
             }
         }
-        let name = crate::commands::lower(&args[0]);
-        let Some(spec) = crate::commands::table::find(&name) else {
+        // Found without lowering the name into a new string (one per call otherwise).
+        let Some((_, spec)) = crate::commands::table::find_indexed_ci(&args[0]) else {
             return refuse("ERR Unknown Redis command called from script");
         };
+        let name = spec.name;
         if !crate::commands::table::arity_ok(spec, args.len()) {
             return refuse("ERR Wrong number of args calling Redis command from script");
         }
-        if NOT_FROM_SCRIPT.contains(&name.as_str()) {
+        if NOT_FROM_SCRIPT.contains(&name) {
             return refuse("ERR This Redis command is not allowed from script");
         }
         // XREAD and XREADGROUP may be called, but never to wait (BLMPOP and BZMPOP run as if
         // their timeout had passed, as inside EXEC).
-        if matches!(name.as_str(), "xread" | "xreadgroup")
+        if matches!(name, "xread" | "xreadgroup")
             && args.iter().any(|a| a.eq_ignore_ascii_case(b"block"))
         {
             return refuse(&format!(
@@ -573,15 +576,16 @@ impl Caller<'_> {
         } else {
             Protocol::Resp2
         };
-        let mut out = BytesMut::new();
-        crate::commands::execute(self.server, self.client, self.session, &args, &mut out);
+        let out = &mut self.out;
+        out.clear();
+        crate::commands::execute(self.server, self.client, self.session, &args, out);
         let limits = prefixkv_resp::Limits {
             proto_max_bulk_len: usize::MAX,
             max_multibulk_len: usize::MAX,
             max_nesting_depth: 1024,
             ..prefixkv_resp::Limits::default()
         };
-        let reply = match prefixkv_resp::parse_reply(&mut out, limits) {
+        let reply = match prefixkv_resp::parse_reply(out, limits) {
             Ok(Some(reply)) => reply,
             _ => return refuse("ERR the command's reply could not be read"),
         };

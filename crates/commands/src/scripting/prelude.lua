@@ -1,8 +1,9 @@
 -- The environment Redis 7.0 gives scripts, built once per Lua VM by `vm.rs` (chunk "=prefixkv").
--- Arguments: `bridge`, a table the Rust side fills per run (`resp`, `registered`, `loading`),
--- and `rust`, the Rust helpers (`sha1hex`, `log`, `setresp`, `set_repl`, `acl_check_cmd`,
--- `rand48`, `srand48`, `handler`, `error_value`). Returns the globals proxy of scripts, the environment of function
--- libraries, the runner and the `redis` table (whose `call` and `pcall` Rust sets per run).
+-- Arguments: `bridge`, a table the Rust side fills for FUNCTION LOAD (`registered`, `loading`),
+-- and `rust`, the Rust helpers (`call`, `pcall`, `sha1hex`, `log`, `setresp`, `set_repl`,
+-- `acl_check_cmd`, `rand48`, `srand48`, `handler`, `error_value`). Returns the globals proxy of
+-- scripts, the environment of function libraries, the runner (FUNCTION LOAD) and `run` (a
+-- script or function run: KEYS/ARGV in, globals cleared after, in one call from Rust).
 local bridge, rust = ...
 local error_value = rust.error_value
 
@@ -33,8 +34,11 @@ local function copy(t)
 end
 
 local redis = {}
--- `redis.call` and `redis.pcall` are Rust functions set for each run (`vm.rs`): C functions,
--- so `return redis.call(...)` keeps the script's frame (and its line in error messages).
+-- `redis.call` and `redis.pcall` are Rust functions made once per VM that reach only the run in
+-- progress (`vm.rs`, `RunSlot`): C functions, so `return redis.call(...)` keeps the script's
+-- frame (and its line in error messages).
+redis.call = rust.call
+redis.pcall = rust.pcall
 redis.error_reply = function(...)
   local message = ...
   if select('#', ...) ~= 1 or type(message) ~= 'string' then
@@ -294,14 +298,37 @@ local library_env = setmetatable({}, {
   __metatable = false,
 })
 
--- Runs `f(...)` under the error handler; returns true and the result, or false and an error
--- table ({err=..., source=..., line=...}).
+-- Runs `f()` under the error handler (a library's body, FUNCTION LOAD); returns true and the
+-- result, or false and an error table ({err=..., source=..., line=...}).
 local handler = rust.handler
-local function runner(f, ...)
-  local n = select('#', ...)
-  if n == 0 then return xpcall(f, handler) end
-  local a, b = ...
-  return xpcall(function() return f(a, b) end, handler)
+local function runner(f)
+  return xpcall(f, handler)
 end
 
-return env, library_env, runner, redis
+-- One run of a compiled script (`library` false: KEYS and ARGV are globals of the run) or of a
+-- function's callback (`library` true: they are its two arguments): `nkeys` keys, then the
+-- arguments. Returns what `runner` returns, after emptying the globals proxy (KEYS, ARGV and
+-- whatever the script stored with rawset), so nothing of a run reaches the next.
+local rawset, next = rawset, next
+local function run(f, library, nkeys, ...)
+  local all = { ... }
+  local keys, argv = {}, {}
+  for i = 1, nkeys do keys[i] = all[i] end
+  for i = nkeys + 1, #all do argv[i - nkeys] = all[i] end
+  local ok, result
+  if library then
+    ok, result = xpcall(function() return f(keys, argv) end, handler)
+  else
+    rawset(env, "KEYS", keys)
+    rawset(env, "ARGV", argv)
+    ok, result = xpcall(f, handler)
+  end
+  local key = next(env)
+  while key ~= nil do
+    rawset(env, key, nil)
+    key = next(env)
+  end
+  return ok, result
+end
+
+return env, library_env, runner, run

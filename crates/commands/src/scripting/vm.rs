@@ -11,16 +11,23 @@
 //!   rebuilt.
 //! - Nothing a script does survives it in the VM's globals: the globals proxy refuses writes, and
 //!   whatever a script stored in it with `rawset` (and `KEYS`/`ARGV`) is removed after the run.
-//! - `redis.call` exists only while a run is in progress (a scoped callback), so a function kept
-//!   by a script cannot reach the keyspace later.
+//! - `redis.call`/`redis.pcall` are created once per VM, but reach the keyspace only while a run
+//!   is in progress: they call the run's callback through the VM's [`RunSlot`], which [`Vm::run`]
+//!   fills for the run's duration and empties before it returns (also on unwind), so a function
+//!   kept by a script cannot reach the keyspace later (it fails, "not inside a script run").
+//! - A run is one call into Lua (`run` of `prelude.lua`): it sets KEYS/ARGV, runs the script
+//!   under the error handler and empties the globals proxy before it returns; if that call itself
+//!   fails (killed or out of memory while clearing), the globals are cleared from Rust.
 //! - A hook runs every [`HOOK_INSTRUCTIONS`] instructions, in the main coroutine and in every
 //!   coroutine a script creates (Lua 5.1 hooks are per coroutine, so `coroutine.create` and
 //!   `coroutine.wrap` are Rust's), and fails the script once the kill flag is set (SCRIPT KILL /
 //!   FUNCTION KILL) or the VM's deadline passed (FUNCTION LOAD); the sandbox's `pcall`, `xpcall`
 //!   and `coroutine.resume` raise that error again, so catching it does not keep a script alive.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -115,8 +122,9 @@ pub struct Vm {
     env: Table,
     library_env: Table,
     runner: Function,
+    run_script: Function,
     bridge: Table,
-    redis: Table,
+    slot: Rc<RunSlot>,
     /// Compiled EVAL scripts by SHA-1.
     pub compiled: HashMap<String, Function>,
     /// The script cache generation `compiled` belongs to (SCRIPT FLUSH bumps it).
@@ -182,7 +190,9 @@ impl Vm {
         prefixkv_lua::load_libraries(&lua)?;
         let rust = lua.create_table()?;
         let bridge = lua.create_table()?;
-        register_helpers(&lua, &rust, &bridge)?;
+        let slot = Rc::new(RunSlot::default());
+        register_helpers(&lua, &rust, &slot)?;
+        register_calls(&lua, &rust, &slot)?;
         let random = shared.random.clone();
         rust.set(
             "rand48",
@@ -218,7 +228,7 @@ impl Vm {
         )?;
         rust.set("version", crate::REDIS_VERSION)?;
         rust.set("version_num", version_number(crate::REDIS_VERSION))?;
-        let (env, library_env, runner, redis): (Table, Table, Function, Table) = lua
+        let (env, library_env, runner, run_script): (Table, Table, Function, Function) = lua
             .load(PRELUDE)
             .set_name("=prefixkv")
             .set_mode(ChunkMode::Text)
@@ -238,8 +248,9 @@ impl Vm {
             env,
             library_env,
             runner,
+            run_script,
             bridge,
-            redis,
+            slot,
             compiled: HashMap::new(),
             cache_generation: u64::MAX,
             library_generation: u64::MAX,
@@ -318,70 +329,37 @@ impl Vm {
         origin: Origin,
         keys: &[Bytes],
         args: &[Bytes],
-        call: impl FnMut(&Lua, MultiValue, u8) -> mlua::Result<Result<Value, String>>,
+        mut call: impl FnMut(&Lua, MultiValue, u8) -> mlua::Result<Result<Value, String>>,
     ) -> Result<Reply, (String, Option<String>)> {
         let lua = &self.lua;
-        let as_table = |items: &[Bytes]| -> mlua::Result<Table> {
-            let table = lua.create_table_with_capacity(items.len(), 0)?;
-            for (index, item) in items.iter().enumerate() {
-                table.raw_set(index + 1, lua.create_string(item)?)?;
+        // One call into Lua: the function, whether it is a library's, the number of keys, and
+        // the keys and arguments (the Lua side builds KEYS/ARGV from them).
+        let arguments = (|| -> mlua::Result<MultiValue> {
+            let mut arguments = MultiValue::with_capacity(3 + keys.len() + args.len());
+            arguments.push_back(Value::Function(function.clone()));
+            arguments.push_back(Value::Boolean(origin == Origin::Library));
+            arguments.push_back(Value::Integer(keys.len() as i64));
+            for item in keys.iter().chain(args) {
+                arguments.push_back(Value::String(lua.create_string(item)?));
             }
-            Ok(table)
+            Ok(arguments)
+        })()
+        .map_err(|e| (format!("ERR {}", message_of(&e)), None))?;
+        self.slot.resp.set(2);
+        let result = {
+            let _installed = Installed::new(&self.slot, &mut call);
+            self.run_script.call::<MultiValue>(arguments)
         };
-        let prepared = (|| -> mlua::Result<(Table, Table)> {
-            let (keys, args) = (as_table(keys)?, as_table(args)?);
-            self.bridge.raw_set("resp", 2)?;
-            if origin == Origin::Script {
-                self.env.raw_set("KEYS", keys.clone())?;
-                self.env.raw_set("ARGV", args.clone())?;
-            }
-            Ok((keys, args))
-        })();
-        let (keys, args) = prepared.map_err(|e| (format!("ERR {}", message_of(&e)), None))?;
-        let call = RefCell::new(call);
-        let bridge = &self.bridge;
-        let resp = || -> u8 {
-            bridge
-                .raw_get::<Option<u8>>("resp")
-                .ok()
-                .flatten()
-                .unwrap_or(2)
-        };
-        let resp = &resp;
-        let result = lua.scope(|scope| {
-            let raising = scope.create_function(|lua, arguments: MultiValue| {
-                let outcome = (call.borrow_mut())(lua, arguments, resp())?;
-                outcome.map_err(|line| mlua::Error::external(CallError(line)))
-            })?;
-            let returning = scope.create_function(|lua, arguments: MultiValue| {
-                match (call.borrow_mut())(lua, arguments, resp())? {
-                    Ok(value) => Ok(value),
-                    Err(line) => {
-                        let table = lua.create_table()?;
-                        table.raw_set("err", line)?;
-                        Ok(Value::Table(table))
-                    }
-                }
-            })?;
-            self.redis.raw_set("call", raising)?;
-            self.redis.raw_set("pcall", returning)?;
-            let outcome = match origin {
-                Origin::Script => self.runner.call::<MultiValue>(function.clone()),
-                Origin::Library => {
-                    self.runner
-                        .call::<MultiValue>((function.clone(), keys.clone(), args.clone()))
-                }
-            };
-            self.redis.raw_set("call", Value::Nil)?;
-            self.redis.raw_set("pcall", Value::Nil)?;
-            Ok(outcome)
-        });
-        let resp3 = self.bridge.raw_get::<Option<u8>>("resp").ok().flatten() == Some(3);
-        self.clear_globals();
+        let resp3 = self.slot.resp.get() == 3;
         let values = match result {
-            Ok(Ok(values)) => values,
-            Ok(Err(error)) | Err(error) => {
-                return Err((format!("ERR {}", message_of(&error)), None))
+            Ok(values) => {
+                self.collect_if_needed();
+                values
+            }
+            Err(error) => {
+                // The Lua side did not finish (killed or out of memory while clearing).
+                self.clear_globals();
+                return Err((format!("ERR {}", message_of(&error)), None));
             }
         };
         let mut values = values.into_iter();
@@ -405,12 +383,95 @@ impl Vm {
         for key in keys {
             let _ = self.env.raw_set(key, Value::Nil);
         }
+        self.collect_if_needed();
+    }
+
+    fn collect_if_needed(&self) {
         // Lua 5.1 does not collect before failing an allocation: keep room for the next script
         // (a full collection only when half the limit is in use, so short scripts stay cheap).
         if self.lua.used_memory() > self.memory_limit / 2 {
             let _ = self.lua.gc_collect();
         }
     }
+}
+
+/// What `redis.call` runs: the current run's callback, erased to `'static` while installed.
+type CallFn<'a> = dyn FnMut(&Lua, MultiValue, u8) -> mlua::Result<Result<Value, String>> + 'a;
+
+/// The per-VM slot through which the VM's one `redis.call`/`redis.pcall` reach the run in
+/// progress (none outside a run), and the run's protocol (`redis.setresp`).
+#[derive(Default)]
+struct RunSlot {
+    call: Cell<Option<NonNull<CallFn<'static>>>>,
+    resp: Cell<u8>,
+}
+
+impl RunSlot {
+    /// Calls the installed callback; taken out of the slot for the call, so a nested call (none
+    /// can happen: scripts cannot call scripts) finds the slot empty instead of aliasing it.
+    fn call(&self, lua: &Lua, arguments: MultiValue) -> mlua::Result<Result<Value, String>> {
+        let Some(mut call) = self.call.take() else {
+            return raise("redis.call is only available while a script runs");
+        };
+        // SAFETY: `Installed::new` put this pointer here from a `&mut` that outlives the
+        // `Installed` guard, whose drop empties the slot before that borrow ends (also on
+        // unwind); the slot is per VM and a VM is used by one thread only (`Lua` is not `Send`
+        // here, and the VM is thread-local), and the pointer is out of the slot while we use it,
+        // so this is the only live reference to the callback.
+        let outcome = unsafe { call.as_mut() }(lua, arguments, self.resp.get());
+        self.call.set(Some(call));
+        outcome
+    }
+}
+
+/// Keeps a run's callback in the slot for the guard's lifetime.
+struct Installed<'s> {
+    slot: &'s RunSlot,
+}
+
+impl<'s> Installed<'s> {
+    fn new<'a: 's>(slot: &'s RunSlot, call: &'s mut CallFn<'a>) -> Installed<'s> {
+        let pointer: NonNull<CallFn<'a>> = NonNull::from(call);
+        // SAFETY: only the trait object's lifetime bound changes (same layout); the pointer is
+        // used only while this guard lives (see `RunSlot::call`), within `'s`.
+        let pointer: NonNull<CallFn<'static>> = unsafe { std::mem::transmute(pointer) };
+        slot.call.set(Some(pointer));
+        Installed { slot }
+    }
+}
+
+impl Drop for Installed<'_> {
+    fn drop(&mut self) {
+        self.slot.call.set(None);
+    }
+}
+
+/// `redis.call` (raises a command's error) and `redis.pcall` (returns it as `{err=...}`):
+/// created once per VM, calling the run in progress through `slot`.
+fn register_calls(lua: &Lua, rust: &Table, slot: &Rc<RunSlot>) -> mlua::Result<()> {
+    let raising = slot.clone();
+    rust.set(
+        "call",
+        lua.create_function(move |lua, arguments: MultiValue| {
+            raising
+                .call(lua, arguments)?
+                .map_err(|line| mlua::Error::external(CallError(line)))
+        })?,
+    )?;
+    let returning = slot.clone();
+    rust.set(
+        "pcall",
+        lua.create_function(move |lua, arguments: MultiValue| {
+            match returning.call(lua, arguments)? {
+                Ok(value) => Ok(value),
+                Err(line) => {
+                    let table = lua.create_table()?;
+                    table.raw_set("err", line)?;
+                    Ok(Value::Table(table))
+                }
+            }
+        })?,
+    )
 }
 
 /// A function registered by a library.
@@ -470,7 +531,7 @@ fn raise<T>(message: &str) -> mlua::Result<T> {
 
 /// The `redis` helpers that check their arguments and raise (Rust functions, so a tail call to
 /// them keeps the script's frame, and its line, in the error).
-fn register_helpers(lua: &Lua, rust: &Table, bridge: &Table) -> mlua::Result<()> {
+fn register_helpers(lua: &Lua, rust: &Table, slot: &Rc<RunSlot>) -> mlua::Result<()> {
     rust.set(
         "sha1hex",
         lua.create_function(|lua, arguments: MultiValue| {
@@ -517,7 +578,7 @@ fn register_helpers(lua: &Lua, rust: &Table, bridge: &Table) -> mlua::Result<()>
             Ok(())
         })?,
     )?;
-    let resp = bridge.clone();
+    let resp = slot.clone();
     rust.set(
         "setresp",
         lua.create_function(move |_, arguments: MultiValue| {
@@ -532,7 +593,8 @@ fn register_helpers(lua: &Lua, rust: &Table, bridge: &Table) -> mlua::Result<()>
             if version != 2.0 && version != 3.0 {
                 return raise("RESP version must be 2 or 3.");
             }
-            resp.raw_set("resp", version as i64)
+            resp.resp.set(version as u8);
+            Ok(())
         })?,
     )?;
     rust.set(
@@ -657,6 +719,118 @@ mod tests {
         );
         rand48_seed(&state, 7);
         assert_eq!(draw(&state), 266445);
+    }
+
+    fn test_vm() -> Vm {
+        let shared = Shared {
+            kill: Arc::new(AtomicBool::new(false)),
+            random: Arc::new(AtomicU64::new(RAND48_INITIAL)),
+            deadline: None,
+        };
+        Vm::new(&shared, 1 << 24).expect("a VM")
+    }
+
+    fn keys(names: &[&'static str]) -> Vec<Bytes> {
+        names
+            .iter()
+            .map(|n| Bytes::from_static(n.as_bytes()))
+            .collect()
+    }
+
+    /// A `redis.call` stand-in that answers its first argument back, and the protocol.
+    fn echo(lua: &Lua, arguments: MultiValue, resp: u8) -> mlua::Result<Result<Value, String>> {
+        match arguments.front() {
+            Some(Value::String(s)) if s.as_bytes().starts_with(b"fail") => {
+                Ok(Err("ERR failed".into()))
+            }
+            Some(first) => {
+                let text = format!(
+                    "{}:{resp}",
+                    lua.coerce_string(first.clone())?
+                        .map(|s| s.to_string_lossy())
+                        .unwrap_or_default()
+                );
+                Ok(Ok(Value::String(lua.create_string(text)?)))
+            }
+            None => Ok(Ok(Value::Nil)),
+        }
+    }
+
+    fn run_script(
+        vm: &Vm,
+        code: &str,
+        keys: &[Bytes],
+        args: &[Bytes],
+    ) -> Result<Reply, (String, Option<String>)> {
+        let function = vm
+            .compile(code.as_bytes(), Origin::Script)
+            .expect("compiles");
+        vm.run(&function, Origin::Script, keys, args, echo)
+    }
+
+    fn bulk(text: &str) -> Reply {
+        Reply::BulkString(Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn nothing_of_a_run_reaches_the_next() {
+        let vm = test_vm();
+        let changed = "rawset(_G, 'leaked', 'yes') KEYS[1] = 'changed' ARGV[1] = 'changed' \
+                       rawset(_G, 'KEYS', {'other'}) return 1";
+        assert_eq!(
+            run_script(&vm, changed, &keys(&["a"]), &keys(&["x"])),
+            Ok(Reply::Integer(1))
+        );
+        let reads = "return {KEYS[1], ARGV[1], tostring(rawget(_G, 'leaked')), #KEYS, #ARGV}";
+        assert_eq!(
+            run_script(&vm, reads, &keys(&["b", "c"]), &keys(&["y"])),
+            Ok(Reply::Array(vec![
+                bulk("b"),
+                bulk("y"),
+                bulk("nil"),
+                Reply::Integer(2),
+                Reply::Integer(1)
+            ]))
+        );
+        // A failed run leaves nothing either.
+        let failing = "rawset(_G, 'leaked', 'yes') error('boom')";
+        assert!(run_script(&vm, failing, &keys(&["a"]), &[]).is_err());
+        assert_eq!(
+            run_script(&vm, "return tostring(rawget(_G, 'leaked'))", &[], &[]),
+            Ok(bulk("nil"))
+        );
+        // setresp lasts for its run only.
+        assert_eq!(
+            run_script(&vm, "redis.setresp(3) return redis.call('a')", &[], &[]),
+            Ok(bulk("a:3"))
+        );
+        assert_eq!(
+            run_script(&vm, "return redis.call('a')", &[], &[]),
+            Ok(bulk("a:2"))
+        );
+    }
+
+    #[test]
+    fn redis_call_reaches_only_the_run_in_progress() {
+        let vm = test_vm();
+        assert_eq!(
+            run_script(&vm, "return redis.pcall('fail')", &[], &[]),
+            Ok(Reply::Error(Bytes::from_static(b"ERR failed")))
+        );
+        let raised = run_script(&vm, "return redis.call('fail')", &[], &[]);
+        assert_eq!(
+            raised.map_err(|(line, _)| line),
+            Err("ERR failed".to_string())
+        );
+        // The same `redis.call` outside a run fails instead of reaching a callback.
+        let function = vm
+            .compile(b"return redis.call('ping')", Origin::Script)
+            .expect("compiles");
+        let outside = function.call::<Value>(()).expect_err("no run in progress");
+        assert!(
+            message_of(&outside).contains("only available while a script runs"),
+            "{outside}"
+        );
     }
 
     #[test]
