@@ -10,8 +10,11 @@
 //!   skipped. A NUL byte before the newline is `too big inline request` (see `parse_inline`).
 //!
 //! Incremental and linear: the parser remembers how far it got inside a partly received request
-//! (offsets into the caller's buffer), so bytes are examined once however the stream is split,
-//! and the buffer is consumed only when a whole command is there. The caller must therefore
+//! (offsets into the caller's buffer), so bytes are examined a bounded number of times however
+//! the stream is split (once by the state machine, plus once by the one-pass attempt made at a
+//! request's start: `take_whole_multibulk`, which only takes requests that have wholly arrived in
+//! the usual form and leaves everything else, errors included, to the state machine), and the
+//! buffer is consumed only when a whole command is there. The caller must therefore
 //! only *append* to the buffer between calls until a command is returned (the usual
 //! read-into-`BytesMut` loop does this).
 //!
