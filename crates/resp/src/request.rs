@@ -10,8 +10,11 @@
 //!   skipped. A NUL byte before the newline is `too big inline request` (see `parse_inline`).
 //!
 //! Incremental and linear: the parser remembers how far it got inside a partly received request
-//! (offsets into the caller's buffer), so bytes are examined once however the stream is split,
-//! and the buffer is consumed only when a whole command is there. The caller must therefore
+//! (offsets into the caller's buffer), so bytes are examined a bounded number of times however
+//! the stream is split (once by the state machine, plus once by the one-pass attempt made at a
+//! request's start: `take_whole_multibulk`, which only takes requests that have wholly arrived in
+//! the usual form and leaves everything else, errors included, to the state machine), and the
+//! buffer is consumed only when a whole command is there. The caller must therefore
 //! only *append* to the buffer between calls until a command is returned (the usual
 //! read-into-`BytesMut` loop does this).
 //!
@@ -121,14 +124,35 @@ impl RequestParser {
     /// If bytes already parsed were removed from `buffer` between calls while a request was
     /// incomplete (a caller bug).
     pub fn parse(&mut self, buffer: &mut BytesMut) -> Result<Option<Command>, ProtocolError> {
-        let result = self.parse_inner(buffer);
+        let mut args = Vec::new();
+        Ok(self
+            .parse_into(buffer, &mut args)?
+            .then_some(Command { args }))
+    }
+
+    /// [`RequestParser::parse`] into a caller's argument list, so a connection can reuse the
+    /// lists of the commands it ran instead of allocating one per command: `args` is cleared,
+    /// then on `Ok(true)` holds the command's arguments (never empty); on `Ok(false)` (more bytes
+    /// needed) and on an error it is left empty. Same bytes consumed, same errors as `parse`.
+    pub fn parse_into(
+        &mut self,
+        buffer: &mut BytesMut,
+        args: &mut Vec<Bytes>,
+    ) -> Result<bool, ProtocolError> {
+        args.clear();
+        let result = self.parse_inner(buffer, args);
         if let Err(error) = &result {
+            args.clear();
             self.state = State::Failed(error.clone());
         }
         result
     }
 
-    fn parse_inner(&mut self, buffer: &mut BytesMut) -> Result<Option<Command>, ProtocolError> {
+    fn parse_inner(
+        &mut self,
+        buffer: &mut BytesMut,
+        args: &mut Vec<Bytes>,
+    ) -> Result<bool, ProtocolError> {
         loop {
             match self.state {
                 State::Failed(ref error) => return Err(error.clone()),
@@ -138,20 +162,26 @@ impl RequestParser {
                         "request buffer shrank under a partly parsed request"
                     );
                     match buffer.first() {
-                        None => return Ok(None),
+                        None => return Ok(false),
                         Some(b'*') => {
+                            if self.take_whole_multibulk(buffer, args) {
+                                return Ok(true);
+                            }
                             if !self.start_multibulk(buffer, scanned_len)? {
-                                return Ok(None);
+                                return Ok(false);
                             }
                         }
                         Some(_) => match self.parse_inline(buffer, scanned_len)? {
-                            InlineOutcome::Incomplete => return Ok(None),
+                            InlineOutcome::Incomplete => return Ok(false),
                             InlineOutcome::Blank => {}
-                            InlineOutcome::Command(command) => return Ok(Some(command)),
+                            InlineOutcome::Command(mut command) => {
+                                args.append(&mut command.args);
+                                return Ok(true);
+                            }
                         },
                     }
                 }
-                State::Multibulk { .. } => return self.continue_multibulk(buffer),
+                State::Multibulk { .. } => return self.continue_multibulk(buffer, args),
             }
         }
     }
@@ -206,10 +236,67 @@ impl RequestParser {
         Ok(true)
     }
 
+    /// The usual case in one pass: a multibulk request that has wholly arrived, every header a
+    /// plain number within the limits, every payload followed by its CRLF. Takes it (as
+    /// `start_multibulk` and `continue_multibulk` would, to the byte) and returns `true`; for
+    /// anything else (incomplete, an error, an empty request) returns `false` having changed
+    /// nothing but the scratch `argument_ranges`, and the state machine parses it (reporting
+    /// any error exactly as before). A request is tried here only from its start, so at most
+    /// once before the state machine takes over: parsing stays linear.
+    fn take_whole_multibulk(&mut self, buffer: &mut BytesMut, args: &mut Vec<Bytes>) -> bool {
+        let limits = self.limits;
+        let header = |at: usize| match digits_line(buffer, at, limits.max_inline_len) {
+            Some(Line::Complete {
+                content_end,
+                line_end,
+            }) => parse_i64(&buffer[at..content_end]).map(|value| (value, line_end)),
+            _ => None,
+        };
+        let Some((count, mut at)) = header(1) else {
+            return false;
+        };
+        if count <= 0 || count as u64 > limits.max_multibulk_len as u64 {
+            return false;
+        }
+        self.argument_ranges.clear();
+        for _ in 0..count {
+            if buffer.get(at) != Some(&b'$') {
+                return false;
+            }
+            let Some((len, payload_start)) = header(at + 1) else {
+                return false;
+            };
+            if len < 0 || len as u64 > limits.proto_max_bulk_len as u64 {
+                return false;
+            }
+            let Some(payload_end) = payload_start.checked_add(len as usize) else {
+                return false;
+            };
+            if buffer.get(payload_end..payload_end.saturating_add(2)) != Some(&b"\r\n"[..]) {
+                return false;
+            }
+            self.argument_ranges.push(payload_start..payload_end);
+            at = payload_end + 2;
+        }
+        let request = buffer.split_to(at).freeze();
+        // The header may have been seen incomplete before (its scanned length is stale now).
+        self.state = State::RequestStart { scanned_len: 0 };
+        args.extend(
+            self.argument_ranges
+                .iter()
+                .map(|range| request.slice(range.clone())),
+        );
+        if self.argument_ranges.capacity() > RETAINED_ARGUMENTS_CAPACITY {
+            self.argument_ranges = Vec::new();
+        }
+        true
+    }
+
     fn continue_multibulk(
         &mut self,
         buffer: &mut BytesMut,
-    ) -> Result<Option<Command>, ProtocolError> {
+        args: &mut Vec<Bytes>,
+    ) -> Result<bool, ProtocolError> {
         let State::Multibulk {
             ref mut arguments_remaining,
             ref mut parsed_len,
@@ -228,7 +315,7 @@ impl RequestParser {
                 Some(len) => len,
                 None => {
                     let Some(&first) = buffer.get(*parsed_len) else {
-                        return Ok(None);
+                        return Ok(false);
                     };
                     if first != b'$' {
                         return Err(ProtocolError::ExpectedDollar(first));
@@ -246,7 +333,7 @@ impl RequestParser {
                             scanned_len: scanned,
                         } => {
                             *scanned_len = scanned;
-                            return Ok(None);
+                            return Ok(false);
                         }
                         Line::Complete {
                             content_end,
@@ -269,7 +356,7 @@ impl RequestParser {
             // buffer grows only with bytes that arrive.
             let available = buffer.len() - *parsed_len;
             if available < len.saturating_add(2) {
-                return Ok(None);
+                return Ok(false);
             }
             let payload_end = *parsed_len + len;
             if &buffer[payload_end..payload_end + 2] != b"\r\n" {
@@ -282,16 +369,16 @@ impl RequestParser {
         }
         let request = buffer.split_to(*parsed_len).freeze();
         self.state = State::RequestStart { scanned_len: 0 };
-        let args: Vec<Bytes> = self
-            .argument_ranges
-            .iter()
-            .map(|range| request.slice(range.clone()))
-            .collect();
+        args.extend(
+            self.argument_ranges
+                .iter()
+                .map(|range| request.slice(range.clone())),
+        );
         debug_assert!(!args.is_empty());
         if self.argument_ranges.capacity() > RETAINED_ARGUMENTS_CAPACITY {
             self.argument_ranges = Vec::new();
         }
-        Ok(Some(Command { args }))
+        Ok(true)
     }
 
     fn parse_inline(
@@ -343,6 +430,7 @@ enum InlineOutcome {
     Command(Command),
 }
 
+#[derive(Debug, PartialEq, Eq)]
 enum Line {
     /// No terminator yet; the first `scanned_len` bytes after the start hold no `\r`.
     Incomplete { scanned_len: usize },
@@ -354,6 +442,20 @@ enum Line {
 /// `max_len + 1` content bytes (so a line over `max_len` is `too_long`, however it was split).
 /// The first `scanned_len` content bytes are already known to hold no `\r`.
 fn find_line(
+    buffer: &[u8],
+    start: usize,
+    scanned_len: usize,
+    max_len: usize,
+    too_long: ProtocolError,
+) -> Result<Line, ProtocolError> {
+    match digits_line(buffer, start, max_len) {
+        Some(line) => Ok(line),
+        None => search_line(buffer, start, scanned_len, max_len, too_long),
+    }
+}
+
+/// [`find_line`] by searching for the `\r`.
+fn search_line(
     buffer: &[u8],
     start: usize,
     scanned_len: usize,
@@ -385,5 +487,78 @@ fn find_line(
                 Some(_) => Err(ProtocolError::ExpectedCrlf),
             }
         }
+    }
+}
+
+/// The usual header line, found without a search: an optional `-` and at most 20 digits, then
+/// CRLF, within `max_len` content bytes. Such a line's first `\r` is the one after the digits,
+/// so this is exactly what the search in [`find_line`] would return; `None` for anything else
+/// (incomplete, longer, other bytes), which the search then handles.
+fn digits_line(buffer: &[u8], start: usize, max_len: usize) -> Option<Line> {
+    let content = buffer.get(start..)?;
+    let sign = usize::from(content.first() == Some(&b'-'));
+    // A plain loop: this runs for every header line, and the iterator chain cost twice as much.
+    let mut end = sign;
+    while end < content.len() && content[end].is_ascii_digit() {
+        end += 1;
+        if end - sign > 20 {
+            return None;
+        }
+    }
+    if end > max_len || content.get(end) != Some(&b'\r') || content.get(end + 1) != Some(&b'\n') {
+        return None;
+    }
+    Some(Line::Complete {
+        content_end: start + end,
+        line_end: start + end + 2,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path returns a line only where the search returns that same line, for header
+    /// contents around every boundary it checks (sign, digit count, `max_len`, CRLF).
+    #[test]
+    fn digits_lines_are_what_the_search_finds() {
+        let contents: &[&[u8]] = &[
+            b"",
+            b"0",
+            b"3",
+            b"-",
+            b"-0",
+            b"-1",
+            b"007",
+            b"12a",
+            b"1-2",
+            b"--1",
+            b" 1",
+            b"12345678901234567890",
+            b"123456789012345678901",
+            b"-12345678901234567890",
+            b"-123456789012345678901",
+            b"9223372036854775808",
+            b"1\r2",
+        ];
+        let tails: &[&[u8]] = &[b"\r\n", b"\r", b"", b"\rx", b"\n", b"\r\nrest"];
+        let mut fast_hits = 0;
+        for content in contents {
+            for tail in tails {
+                for max_len in [0, 1, 2, 3, 19, 20, 21, 22, 64] {
+                    for prefix in [&b""[..], b"$", b"*3\r\n$"] {
+                        let buffer = [prefix, content, tail].concat();
+                        let start = prefix.len();
+                        let searched =
+                            search_line(&buffer, start, 0, max_len, ProtocolError::TooBigBulkCount);
+                        if let Some(line) = digits_line(&buffer, start, max_len) {
+                            fast_hits += 1;
+                            assert_eq!(Ok(line), searched, "{buffer:?} max_len {max_len}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(fast_hits > 0);
     }
 }

@@ -107,8 +107,43 @@ proptest! {
         let limits = Limits { max_inline_len, proto_max_bulk_len: 30, max_multibulk_len: 5, ..Limits::default() };
         let whole = parse_requests_in_chunks(&input, &[], limits);
         let split = parse_requests_in_chunks(&input, &cuts, limits);
-        prop_assert_eq!(whole, split);
+        prop_assert_eq!(&whole, &split);
+        let reused = parse_requests_into_in_chunks(&input, &cuts, limits);
+        prop_assert_eq!(&whole, &reused);
     }
+}
+
+/// [`parse_requests_in_chunks`] with `parse_into` and one argument list reused for every
+/// command (left dirty between calls, as a connection's recycled lists are not).
+fn parse_requests_into_in_chunks(
+    input: &[u8],
+    cuts: &[usize],
+    limits: Limits,
+) -> (Vec<Vec<Bytes>>, Result<usize, prefixkv_resp::ProtocolError>) {
+    let mut parser = prefixkv_resp::RequestParser::new(limits);
+    let mut buffer = bytes::BytesMut::new();
+    let mut args = vec![Bytes::from_static(b"stale")];
+    let mut commands = Vec::new();
+    let mut fed = 0;
+    for &cut in cuts.iter().chain(std::iter::once(&input.len())) {
+        let cut = cut.clamp(fed, input.len());
+        buffer.extend_from_slice(&input[fed..cut]);
+        fed = cut;
+        loop {
+            match parser.parse_into(&mut buffer, &mut args) {
+                Ok(true) => commands.push(args.clone()),
+                Ok(false) => {
+                    assert!(args.is_empty(), "an incomplete request leaves no arguments");
+                    break;
+                }
+                Err(error) => {
+                    assert!(args.is_empty(), "an error leaves no arguments");
+                    return (commands, Err(error));
+                }
+            }
+        }
+    }
+    (commands, Ok(buffer.len()))
 }
 
 /// Debug text of a decode outcome, so that a NaN produced by a mutation compares equal.

@@ -94,6 +94,9 @@ async fn serve_loop(
     // The requests parsed from one read (bounded by client-query-buffer-limit, which bounds the
     // read), kept across reads for its capacity.
     let mut requests: Vec<Vec<bytes::Bytes>> = Vec::new();
+    // Argument lists of requests already run, reused by the parser (`parse_into`): no
+    // allocation per request once a connection has run a read's worth.
+    let mut spare: Vec<Vec<bytes::Bytes>> = Vec::new();
     loop {
         if input.capacity() - input.len() < READ_CHUNK_BYTES / 4 {
             input.reserve(READ_CHUNK_BYTES);
@@ -139,11 +142,15 @@ async fn serve_loop(
         }
         let mut close = false;
         let mut parse_error = None;
-        requests.clear();
+        recycle(&mut requests, &mut spare);
         loop {
-            match parser.parse(&mut input) {
-                Ok(Some(command)) => requests.push(command.args),
-                Ok(None) => break,
+            let mut args = spare.pop().unwrap_or_default();
+            match parser.parse_into(&mut input, &mut args) {
+                Ok(true) => requests.push(args),
+                Ok(false) => {
+                    spare.push(args);
+                    break;
+                }
                 Err(error) => {
                     // Answered after the requests before it, then the connection closes.
                     parse_error = Some(error);
@@ -231,6 +238,22 @@ async fn serve_loop(
         deliver_queued(client, &mut output);
         if !flush(server, stream, &mut output, client).await? || close {
             return Ok(());
+        }
+    }
+}
+
+/// Argument lists kept for reuse at most; each holds at most this many arguments' room.
+const SPARE_ARGUMENT_LISTS: usize = 1024;
+const SPARE_ARGUMENT_CAPACITY: usize = 64;
+
+/// Moves the argument lists of the requests that ran to `spare`, emptied (releasing their
+/// arguments' hold on the read buffer), keeping at most [`SPARE_ARGUMENT_LISTS`] small ones: a
+/// read of many requests or one huge MSET pins no memory beyond that.
+fn recycle(requests: &mut Vec<Vec<bytes::Bytes>>, spare: &mut Vec<Vec<bytes::Bytes>>) {
+    for mut args in requests.drain(..) {
+        if spare.len() < SPARE_ARGUMENT_LISTS && args.capacity() <= SPARE_ARGUMENT_CAPACITY {
+            args.clear();
+            spare.push(args);
         }
     }
 }

@@ -745,9 +745,6 @@ pub fn batchable(found: Found) -> bool {
     found.is_some_and(|(_, spec)| spec.flags & ALONE == 0)
 }
 
-/// Engine keys this long or shorter are built on the stack.
-type EngineKey = smallvec::SmallVec<[u8; 64]>;
-
 /// Hints the engine about the keys the command `args` names in the table (`first_key`,
 /// `last_key`, `step`), in `database`: their index buckets, and with `record` their records
 /// too. A hint changes nothing but timing; a command with no key positions gets none.
@@ -768,10 +765,7 @@ pub fn prefetch(session: &Session, database: u8, args: &[Bytes], found: Found, r
     // A few keys suffice for a hint (an MSET of thousands gains nothing from more).
     let mut hinted = 0;
     while position <= last && hinted < 4 {
-        let key = &args[position as usize];
-        let mut engine_key = EngineKey::with_capacity(1 + key.len());
-        engine_key.push(database);
-        engine_key.extend_from_slice(key);
+        let engine_key = crate::keyspace::StackKey::new(database, &args[position as usize]);
         if record {
             session.prefetch_record(&engine_key);
         } else {

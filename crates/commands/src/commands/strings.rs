@@ -10,9 +10,37 @@ use crate::value::{Kind, Stored};
 
 /// GET.
 pub(super) fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
-    let value = read_string(ctx, &args[1])?;
-    ctx.w.bulk_or_null(value.as_deref());
-    Ok(())
+    let Ctx {
+        server,
+        client,
+        session,
+        w,
+    } = ctx;
+    // The reply is written from the read buffer: the value is never copied out of it.
+    let found = server
+        .keyspace
+        .read_payload(session, client.database, &args[1], |found| match found {
+            Some((Kind::String, payload)) => {
+                w.bulk(payload);
+                Some(true)
+            }
+            Some(_) => Some(false),
+            None => {
+                w.null();
+                None
+            }
+        })?;
+    // Counted as `read_string` counts: a key of another type is a hit.
+    let counter = if found.is_some() {
+        &server.stats.keyspace_hits
+    } else {
+        &server.stats.keyspace_misses
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    match found {
+        Some(false) => Err(CommandError::WrongType),
+        _ => Ok(()),
+    }
 }
 
 /// SETNX.

@@ -51,7 +51,6 @@ use prefixkv_store::{DurableStore, StoreSession};
 use crate::error::CommandError;
 use crate::value::{self, Kind, Stored};
 use crate::watch::Watches;
-use stack_key::StackKey;
 
 pub use prefixkv_store::WriteMark;
 
@@ -71,6 +70,7 @@ pub fn now_ms() -> u64 {
 mod counts;
 mod stack_key;
 pub use counts::KeyCounts;
+pub(crate) use stack_key::StackKey;
 
 /// The shared keyspace.
 pub struct Keyspace {
@@ -101,7 +101,12 @@ pub struct Keyspace {
     next_object_id: AtomicU64,
 }
 
+/// Capacity of a thread's read buffer ([`Keyspace::read_payload`]) kept between reads.
+const RETAINED_READ_BUFFER_BYTES: usize = 64 * 1024;
+
 thread_local! {
+    /// The buffer [`Keyspace::read_payload`] reads values into, reused across reads.
+    static READ_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     static SESSION: RefCell<Option<StoreSession>> = const { RefCell::new(None) };
 }
 
@@ -219,26 +224,68 @@ impl Keyspace {
         touch: bool,
     ) -> Result<Option<Stored>, CommandError> {
         let mut buffer = Vec::new();
-        let engine_key = engine_key(database, key);
+        if self
+            .read_into(session, database, key, touch, &mut buffer)?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        Ok(Some(value::decode(&buffer)?))
+    }
+
+    /// Reads a key as [`Keyspace::read`] does and hands `visit` its kind and payload, borrowed
+    /// from this thread's read buffer: a GET writes its reply from there, with no copy of the
+    /// value and no allocation once the buffer has grown to the values read.
+    pub fn read_payload<R>(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+        visit: impl FnOnce(Option<(Kind, &[u8])>) -> R,
+    ) -> Result<R, CommandError> {
+        // Taken out of the thread's slot while in use, so a nested read (none today) would get
+        // a fresh buffer instead of a borrow conflict.
+        let mut buffer = READ_BUFFER.with(std::cell::Cell::take);
+        buffer.clear();
+        let result = self
+            .read_into(session, database, key, true, &mut buffer)
+            .map(|found| visit(found.map(|kind| (kind, &buffer[value::HEADER_BYTES..]))));
+        // One huge value must not stay pinned in every thread that once read it.
+        if buffer.capacity() <= RETAINED_READ_BUFFER_BYTES {
+            READ_BUFFER.with(|slot| slot.set(buffer));
+        }
+        result
+    }
+
+    /// Reads the encoded value of `key` into `buffer` (cleared by the caller); its kind, or
+    /// `None` when absent or expired (an expired key is removed: lazy expiry). The clock is
+    /// read once for both the access word and the expiry check.
+    fn read_into(
+        &self,
+        session: &mut StoreSession,
+        database: u8,
+        key: &[u8],
+        touch: bool,
+        buffer: &mut Vec<u8>,
+    ) -> Result<Option<Kind>, CommandError> {
+        let engine_key = StackKey::new(database, key);
+        let now = now_ms();
         let found = if touch {
-            let now = now_ms();
-            session.read_touch(&engine_key, &mut buffer, |word| {
-                self.access.touched(word, now)
-            })?
+            session.read_touch(&engine_key, buffer, |word| self.access.touched(word, now))?
         } else {
-            session.read(&engine_key, &mut buffer)?
+            session.read(&engine_key, buffer)?
         };
         if !found {
             return Ok(None);
         }
-        let stored = value::decode(&buffer)?;
-        if stored.expire_at_ms != 0 && stored.expire_at_ms <= now_ms() {
+        let (kind, expire_at_ms) = value::decode_header(buffer)?;
+        if expire_at_ms != 0 && expire_at_ms <= now {
             // Lazy expiry, as Redis: the first command that meets an expired key removes it,
             // so DBSIZE does not wait for the active sweep to come round.
             self.expire_key(session, database, key)?;
             return Ok(None);
         }
-        Ok(Some(stored))
+        Ok(Some(kind))
     }
 
     /// Updates the access word of `key` as a lookup does (TOUCH); whether the key exists
@@ -290,6 +337,11 @@ impl Keyspace {
         keys: &[&[u8]],
     ) -> Txn<'a> {
         // Built on the stack for the usual one or two short keys: begin runs once per command.
+        if let [key] = keys {
+            // One key (nearly every command): no key list to build.
+            let engine_key = StackKey::new(database, key);
+            return self.txn(session.begin(&[&engine_key]));
+        }
         let engine_keys: smallvec::SmallVec<[EngineKeyBuf; 2]> = keys
             .iter()
             .map(|key| engine_key_buf(database, key))
