@@ -83,7 +83,8 @@ impl Tree {
                     return Ok(None);
                 }
                 let new_len = bytes.len() + 4 + entry.len();
-                if items.len() >= self.limits.max_items || new_len > self.limits.max_node_bytes {
+                if items.len() >= self.limits.max_leaf_items || new_len > self.limits.max_node_bytes
+                {
                     return Ok(None);
                 }
                 debug_assert!(
@@ -154,17 +155,22 @@ impl Tree {
         Ok(Some(rank))
     }
 
-    /// [`Tree::first_leaf`]: the left edge read as bytes, each node checked by `scan`.
+    /// [`Tree::first_leaf`] (with `last`) or [`Tree::first_leaf_len`] (without): the left edge
+    /// read as bytes, each node checked by `scan`. Without `last` the leaf itself is not read:
+    /// its parent's pointer holds its count (the root's is `len`).
     pub(super) fn scan_first_leaf(
         &self,
         records: &mut impl Records,
-        last: &mut Vec<u8>,
+        mut last: Option<&mut Vec<u8>>,
         scratch: &mut Scratch,
     ) -> Result<Option<u64>> {
         if self.is_empty() {
             return Ok(None);
         }
         let height = self.height as usize;
+        if last.is_none() && height == 1 {
+            return Ok(Some(self.len));
+        }
         scratch.nodes.resize_with(1, Vec::new);
         let (mut id, mut expected) = (self.root, self.len);
         for depth in 0..height {
@@ -196,11 +202,17 @@ impl Tree {
             }
             if leaf {
                 let &(start, end) = scratch.items.last().expect("scan: a leaf has an entry");
+                let last = last
+                    .as_mut()
+                    .expect("a count-only walk stops above the leaf");
                 last.clear();
                 last.extend_from_slice(&bytes[start..end]);
                 return Ok(Some(count));
             }
             let (child, entries, _, _) = child_at(bytes, scratch.items[0]);
+            if last.is_none() && depth + 2 == height {
+                return Ok(Some(entries));
+            }
             (id, expected) = (child, entries);
         }
         unreachable!("a descent of `height` levels ends at a leaf")

@@ -14,6 +14,7 @@ use crate::{score_key, MemRecords};
 /// Tiny nodes: deep trees from a few hundred entries; separators cut after 4 bytes.
 pub(super) const TINY: Limits = Limits {
     max_items: 4,
+    max_leaf_items: 4,
     max_node_bytes: 192,
     separator_bytes: 4,
 };
@@ -21,6 +22,7 @@ pub(super) const TINY: Limits = Limits {
 /// Small nodes, some merging (underfull below 3 items).
 pub(super) const SMALL: Limits = Limits {
     max_items: 12,
+    max_leaf_items: 12,
     max_node_bytes: 512,
     separator_bytes: 16,
 };

@@ -12,8 +12,23 @@ use super::node::{Child, Node};
 use super::{Frame, Tree, MAX_HEIGHT};
 use crate::{capacity_hint, Error, Records, Result, RECORD_KEY_BYTES};
 
+/// Where an update cuts a leaf over its item limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Split {
+    /// In halves: room on both sides for inserts anywhere.
+    Halves,
+    /// The update appended after the last entry: the leaf is cut after `max_leaf_items`
+    /// entries, so the left one is full and the new one holds the appended entry. An append-only tree
+    /// (a stream) so packs its leaves full, not half: half the leaves to read and write, and
+    /// half the splits and the whole-leaf trims per entry. Internal nodes and leaves over the
+    /// byte budget are still halved (an internal node keeps two children on each side).
+    Append,
+}
+
 /// The writes of one update, decided before any is made.
 struct Plan {
+    /// How an overfull leaf is cut.
+    split: Split,
     /// The header's `next_node` once the plan is applied.
     next_node: u64,
     /// Nodes to write, in the order they were settled.
@@ -58,7 +73,7 @@ impl Plan {
 
 impl Tree {
     /// Settles the path `frames` (root first), whose leaf the caller edited, and writes it,
-    /// keeping the limits; then updates the header (length `len`). On an error before the first
+    /// keeping the limits (an overfull leaf cut as `split` says); then updates the header (length `len`). On an error before the first
     /// in-place write (a node too large for the store, a refused write of a fresh node), `self`
     /// and every record are as they were.
     pub(super) fn rewrite(
@@ -66,8 +81,10 @@ impl Tree {
         records: &mut impl Records,
         frames: Vec<Frame>,
         len: u64,
+        split: Split,
     ) -> Result<()> {
         let mut plan = Plan {
+            split,
             next_node: self.next_node,
             writes: Vec::new(),
             deletes: Vec::new(),
@@ -155,7 +172,8 @@ impl Tree {
             let Some(parent) = frames.last_mut() else {
                 return Ok(self.plan_root(current, levels, plan));
             };
-            let (span, pieces, reuse) = self.settle(records, current, parent, depth, &mut buf)?;
+            let (span, pieces, reuse) =
+                self.settle(records, current, parent, depth, plan.split, &mut buf)?;
             let mut children = Vec::with_capacity(pieces.len());
             let mut ids = reuse.into_iter();
             for piece in pieces {
@@ -187,6 +205,7 @@ impl Tree {
         current: Frame,
         parent: &Frame,
         depth: usize,
+        split: Split,
         buf: &mut Vec<u8>,
     ) -> Result<(Range<usize>, Vec<Node>, Vec<u64>)> {
         let index = parent.index;
@@ -196,7 +215,7 @@ impl Tree {
             return Ok((index..index + 1, Vec::new(), vec![id]));
         }
         if !self.limits.fits(&node) {
-            return Ok((index..index + 1, self.split(node), vec![id]));
+            return Ok((index..index + 1, self.split(node, split), vec![id]));
         }
         if !self.limits.underfull(&node) {
             return Ok((index..index + 1, vec![node], vec![id]));
@@ -219,7 +238,7 @@ impl Tree {
             merged.append(node);
             (merged, sibling, vec![link.id, id])
         };
-        Ok((start..start + 2, self.split(merged), ids))
+        Ok((start..start + 2, self.split(merged, Split::Halves), ids))
     }
 
     /// Plans the rewritten root `current` (`levels` levels high): none when it is an empty
@@ -246,7 +265,7 @@ impl Tree {
         }
         // The empty tree's root (id 0) was never written: it gets a fresh id.
         let mut reuse = Some(id).filter(|&id| id != 0).into_iter();
-        let mut pieces = self.split(node);
+        let mut pieces = self.split(node, plan.split);
         loop {
             let mut children = Vec::with_capacity(pieces.len());
             for piece in pieces {
@@ -264,15 +283,15 @@ impl Tree {
                 "a tree of height {MAX_HEIGHT} holds at least 2^63 entries"
             );
             height += 1;
-            pieces = self.split(Node::Internal(children));
+            pieces = self.split(Node::Internal(children), Split::Halves);
         }
     }
 
     /// `node` cut into nodes that each fit the limits or hold a single item (in order).
-    fn split(&self, node: Node) -> Vec<Node> {
+    fn split(&self, node: Node, split: Split) -> Vec<Node> {
         let count = node.count();
         let mut pieces = Vec::with_capacity(2);
-        self.split_into(node, &mut pieces);
+        self.split_into(node, split, &mut pieces);
         debug_assert_eq!(
             pieces.iter().map(Node::count).sum::<u64>(),
             count,
@@ -281,22 +300,28 @@ impl Tree {
         pieces
     }
 
-    fn split_into(&self, mut node: Node, pieces: &mut Vec<Node>) {
+    fn split_into(&self, mut node: Node, split: Split, pieces: &mut Vec<Node>) {
         if node.items() <= 1 || self.limits.fits(&node) {
             pieces.push(node);
             return;
         }
-        let right = node.split_off(self.split_point(&node));
-        self.split_into(node, pieces);
-        self.split_into(right, pieces);
+        let right = node.split_off(self.split_point(&node, split));
+        self.split_into(node, split, pieces);
+        self.split_into(right, split, pieces);
     }
 
-    /// Where to halve an oversized node (of at least two items): at the byte midpoint when it
-    /// is over the byte budget, else at the item midpoint. Both sides get an item.
-    fn split_point(&self, node: &Node) -> usize {
+    /// Where to cut an oversized node (of at least two items): at the byte midpoint when it
+    /// is over the byte budget, else at the item midpoint, or before the last entry of a leaf
+    /// an append overfilled ([`Split::Append`]). Both sides get an item.
+    fn split_point(&self, node: &Node, split: Split) -> usize {
         let items = node.items();
         if node.encoded_len() <= self.limits.max_node_bytes {
-            return items / 2;
+            return match split {
+                // Full leaves from the left: an appended entry alone on the right, and a leaf
+                // written under larger limits cut into full ones.
+                Split::Append if node.is_leaf() => self.limits.max_leaf_items.clamp(1, items - 1),
+                _ => items / 2,
+            };
         }
         let total: usize = (0..items).map(|index| node.item_bytes(index)).sum();
         let mut before = 0;

@@ -74,7 +74,30 @@ impl StreamId {
     pub fn is_zero(self) -> bool {
         self == StreamId::MIN
     }
+
+    /// The id spelled `<ms>-<seq>` (as [`fmt::Display`] spells it) in `buf`, without allocating:
+    /// every XADD replies with its id.
+    pub fn text(self, buf: &mut [u8; ID_TEXT_BYTES]) -> &[u8] {
+        // Written backwards from the end: seq's digits, the dash, ms's digits.
+        fn digits(mut value: u64, buf: &mut [u8], mut end: usize) -> usize {
+            loop {
+                end -= 1;
+                buf[end] = b'0' + (value % 10) as u8;
+                value /= 10;
+                if value == 0 {
+                    return end;
+                }
+            }
+        }
+        let dash = digits(self.seq, buf, ID_TEXT_BYTES) - 1;
+        buf[dash] = b'-';
+        let start = digits(self.ms, buf, dash);
+        &buf[start..]
+    }
 }
+
+/// The longest spelled id: two 20-digit numbers and a dash.
+pub const ID_TEXT_BYTES: usize = 41;
 
 impl fmt::Display for StreamId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -275,6 +298,21 @@ mod tests {
         assert_eq!(a.next(), Some(b));
         assert_eq!(b.prev(), Some(a));
         assert_eq!(StreamId::from_key(&b.key()), Some(b));
+    }
+
+    #[test]
+    fn ids_spell_as_display() {
+        let mut buf = [0u8; super::ID_TEXT_BYTES];
+        for id in [
+            StreamId::MIN,
+            StreamId::MAX,
+            StreamId::new(1, 0),
+            StreamId::new(0, 9),
+            StreamId::new(1_700_000_000_123, 42),
+            StreamId::new(10, 100),
+        ] {
+            assert_eq!(id.text(&mut buf), id.to_string().as_bytes());
+        }
     }
 
     #[test]

@@ -130,9 +130,10 @@ pub fn edit<R>(
         }
         result
     });
-    let changed = edit.dirty || edit.stream.encode() != original;
+    let header = edit.stream.encode();
+    let changed = edit.dirty || header != original;
     if changed && !(created && result.is_err()) {
-        txn.put_object(db, key, Kind::Stream, expire, &edit.stream.encode())?;
+        txn.put_object(db, key, Kind::Stream, expire, &header)?;
     }
     let mark = txn.commit()?;
     ctx.client.note_write(mark);
@@ -151,7 +152,8 @@ pub fn read<R>(
 impl Writer<'_> {
     /// An id as a bulk string.
     pub fn stream_id(&mut self, id: StreamId) {
-        self.bulk(id.to_string().as_bytes());
+        let mut buf = [0u8; ids::ID_TEXT_BYTES];
+        self.bulk(id.text(&mut buf));
     }
 
     /// An entry: `[id, [field, value, ...]]`.

@@ -180,7 +180,13 @@ impl Stream {
 
     /// The header payload.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        // Sized once: the header is encoded twice per XADD (to tell whether it changed).
+        let mut out = Vec::with_capacity(
+            prefixkv_collections::tree::HEADER_BYTES
+                + prefixkv_collections::hash::HEADER_BYTES
+                + 2 * ID_BYTES
+                + 8,
+        );
         self.entries.encode(&mut out);
         self.groups.encode(&mut out);
         out.extend_from_slice(&self.last_id.key());
@@ -344,7 +350,12 @@ impl Stream {
                     break;
                 }
             }
-            let Some(count) = self.entries.first_leaf(records, &mut last)? else {
+            // MAXLEN needs only the leaf's count (its parent holds it); MINID its last id.
+            let first = match trim {
+                Trim::MaxLen(_) => self.entries.first_leaf_len(records)?,
+                Trim::MinId(_) => self.entries.first_leaf(records, &mut last)?,
+            };
+            let Some(count) = first else {
                 break;
             };
             let whole = match trim {

@@ -313,15 +313,19 @@ pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CommandResult {
     let mut options = AddOptions::default();
     let mut index = 2;
     while index < args.len() {
-        match lower(&args[index]).as_str() {
-            "nx" => options.nx = true,
-            "xx" => options.xx = true,
-            "gt" => options.gt = true,
-            "lt" => options.lt = true,
-            "ch" => options.ch = true,
-            "incr" => options.incr = true,
+        // Compared in place, not lowered into a String: the first score ends this loop on
+        // every ZADD.
+        let word = &args[index][..];
+        let flag = match () {
+            _ if word.eq_ignore_ascii_case(b"nx") => &mut options.nx,
+            _ if word.eq_ignore_ascii_case(b"xx") => &mut options.xx,
+            _ if word.eq_ignore_ascii_case(b"gt") => &mut options.gt,
+            _ if word.eq_ignore_ascii_case(b"lt") => &mut options.lt,
+            _ if word.eq_ignore_ascii_case(b"ch") => &mut options.ch,
+            _ if word.eq_ignore_ascii_case(b"incr") => &mut options.incr,
             _ => break,
-        }
+        };
+        *flag = true;
         index += 1;
     }
     let pairs = &args[index..];
