@@ -6,9 +6,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use common::{encode_request, Raw, Server};
+use common::{encode_request, wait_busy, Raw, Server};
 use prefixkv_resp::Reply;
 
 const INCR_SCRIPT: &str =
@@ -127,18 +125,6 @@ fn client_reply_skip_drops_one_script_reply_of_a_run() {
         assert_eq!(raw.read(), Some(Reply::Integer(want)));
     }
     assert_eq!(raw.call(&["GET", "k"]), bulk("4"));
-}
-
-/// Sends PING on `raw` until it answers an error (BUSY), within a bounded time.
-fn wait_busy(raw: &mut Raw) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let reply = raw.call(&["PING"]);
-        if let Reply::Error(line) = &reply {
-            return String::from_utf8_lossy(line).into_owned();
-        }
-        assert!(Instant::now() < deadline, "never BUSY: {reply:?}");
-    }
 }
 
 #[test]

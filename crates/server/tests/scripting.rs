@@ -10,9 +10,9 @@
 mod cases;
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Raw, Server};
+use common::{wait_busy, Raw, Server};
 use prefixkv_resp::Reply;
 
 fn reset(raw: &mut Raw) {
@@ -117,19 +117,6 @@ fn text(reply: &Reply) -> String {
             String::from_utf8_lossy(line).into_owned()
         }
         other => format!("{other:?}"),
-    }
-}
-
-/// Sends PING on `raw` until it answers BUSY (a script of another client is past the threshold),
-/// within a bounded time; returns the BUSY line.
-fn wait_busy(raw: &mut Raw) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let reply = raw.call(&["PING"]);
-        if let Reply::Error(line) = &reply {
-            return String::from_utf8_lossy(line).into_owned();
-        }
-        assert!(Instant::now() < deadline, "never BUSY: {reply:?}");
     }
 }
 

@@ -331,6 +331,19 @@ pub fn wait_blocked(raw: &mut Raw, count: u64) {
 }
 
 /// Sends a command of text arguments without reading its reply.
+/// Sends PING on `raw` until it answers an error (BUSY: a script of another client is past
+/// busy-reply-threshold), within a bounded time; returns the error line.
+pub fn wait_busy(raw: &mut Raw) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = raw.call(&["PING"]);
+        if let Reply::Error(line) = &reply {
+            return String::from_utf8_lossy(line).into_owned();
+        }
+        assert!(Instant::now() < deadline, "never BUSY: {reply:?}");
+    }
+}
+
 pub fn send(raw: &mut Raw, args: &[&str]) {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     raw.send(&args);
