@@ -49,22 +49,8 @@ impl Tree {
         scratch.ids.clear();
         let (mut id, mut expected, mut rank) = (self.root, self.len, 0u64);
         for depth in 0..height {
-            let damaged =
-                |what: String| Error::Corrupt(format!("tree {} node {id}: {what}", self.id));
-            if id == 0 || id >= self.next_node {
-                return Err(damaged(format!(
-                    "id not below next_node {}",
-                    self.next_node
-                )));
-            }
             let bytes = &mut scratch.nodes[depth];
-            if !records.get(&self.key(id), bytes)? {
-                return Err(damaged("missing".into()));
-            }
-            let (leaf, count) = scan(bytes, &mut scratch.items).map_err(|error| match error {
-                Error::Corrupt(what) => damaged(what),
-                other => other,
-            })?;
+            let (leaf, count) = self.read_scanned(records, id, bytes, &mut scratch.items)?;
             if leaf != (depth + 1 == height) || count != expected {
                 // The general path reads the same node and reports it precisely.
                 return Ok(None);
@@ -155,6 +141,32 @@ impl Tree {
         Ok(Some(rank))
     }
 
+    /// Reads node `id` into `bytes` and checks it with `scan` (filling `items`): whether it is
+    /// a leaf and the entries it holds. A bad id, a missing record or damaged bytes are
+    /// [`Error::Corrupt`] naming the tree and the node.
+    fn read_scanned(
+        &self,
+        records: &mut impl Records,
+        id: u64,
+        bytes: &mut Vec<u8>,
+        items: &mut Vec<(usize, usize)>,
+    ) -> Result<(bool, u64)> {
+        let damaged = |what: String| Error::Corrupt(format!("tree {} node {id}: {what}", self.id));
+        if id == 0 || id >= self.next_node {
+            return Err(damaged(format!(
+                "id not below next_node {}",
+                self.next_node
+            )));
+        }
+        if !records.get(&self.key(id), bytes)? {
+            return Err(damaged("missing".into()));
+        }
+        scan(bytes, items).map_err(|error| match error {
+            Error::Corrupt(what) => damaged(what),
+            other => other,
+        })
+    }
+
     /// [`Tree::first_leaf`] (with `last`) or [`Tree::first_leaf_len`] (without): the left edge
     /// read as bytes, each node checked by `scan`. Without `last` the leaf itself is not read:
     /// its parent's pointer holds its count (the root's is `len`).
@@ -176,20 +188,8 @@ impl Tree {
         for depth in 0..height {
             let damaged =
                 |what: String| Error::Corrupt(format!("tree {} node {id}: {what}", self.id));
-            if id == 0 || id >= self.next_node {
-                return Err(damaged(format!(
-                    "id not below next_node {}",
-                    self.next_node
-                )));
-            }
             let bytes = &mut scratch.nodes[0];
-            if !records.get(&self.key(id), bytes)? {
-                return Err(damaged("missing".into()));
-            }
-            let (leaf, count) = scan(bytes, &mut scratch.items).map_err(|error| match error {
-                Error::Corrupt(what) => damaged(what),
-                other => other,
-            })?;
+            let (leaf, count) = self.read_scanned(records, id, bytes, &mut scratch.items)?;
             if leaf != (depth + 1 == height) {
                 return Err(damaged(format!(
                     "a leaf or internal node at the wrong depth {depth}"

@@ -191,78 +191,39 @@ impl Node {
         }
     }
 
-    /// Decodes a whole node record.
+    /// Decodes a whole node record: [`scan`]'s checks, then the items copied out.
     pub(super) fn decode(bytes: &[u8]) -> Result<Node> {
-        let (&kind, mut rest) = bytes
-            .split_first()
-            .ok_or_else(|| Error::Corrupt("empty tree node".into()))?;
-        let count = take_u32(&mut rest, "tree node count")? as usize;
-        let node = match kind {
-            LEAF => decode_leaf(&mut rest, count)?,
-            INTERNAL => decode_internal(&mut rest, count)?,
-            kind => return Err(Error::Corrupt(format!("unknown tree node kind {kind}"))),
-        };
-        if !rest.is_empty() {
-            return Err(Error::Corrupt(format!(
-                "tree node: {} bytes after its {count} items",
-                rest.len()
-            )));
-        }
-        Ok(node)
+        let mut items = Vec::new();
+        let (leaf, _) = scan(bytes, &mut items)?;
+        Ok(if leaf {
+            Node::Leaf(
+                items
+                    .iter()
+                    .map(|&(start, end)| bytes[start..end].to_vec())
+                    .collect(),
+            )
+        } else {
+            Node::Internal(
+                items
+                    .iter()
+                    .map(|&range| {
+                        let (id, count, truncated, separator) = child_at(bytes, range);
+                        Child {
+                            id,
+                            count,
+                            first: Separator {
+                                bytes: separator.to_vec(),
+                                truncated,
+                            },
+                        }
+                    })
+                    .collect(),
+            )
+        })
     }
 }
 
-fn decode_leaf(rest: &mut &[u8], count: usize) -> Result<Node> {
-    if count == 0 {
-        return Err(Error::Corrupt("tree leaf without entries".into()));
-    }
-    // Capacity from the bytes present, never from the stored count alone.
-    let mut entries = Vec::with_capacity(count.min(rest.len() / ENTRY_OVERHEAD));
-    for _ in 0..count {
-        entries.push(take_bytes(rest, "tree leaf entry")?.to_vec());
-    }
-    Ok(Node::Leaf(entries))
-}
-
-fn decode_internal(rest: &mut &[u8], count: usize) -> Result<Node> {
-    if count < 2 {
-        return Err(Error::Corrupt(format!(
-            "tree internal node with {count} children"
-        )));
-    }
-    let mut children = Vec::with_capacity(count.min(rest.len() / CHILD_OVERHEAD));
-    let mut total = 0u64;
-    for _ in 0..count {
-        let id = take_u64(rest, "tree child id")?;
-        let entries = take_u64(rest, "tree child count")?;
-        let (&flag, tail) = rest
-            .split_first()
-            .ok_or_else(|| Error::Corrupt("tree child cut short".into()))?;
-        *rest = tail;
-        let truncated = match flag {
-            0 => false,
-            1 => true,
-            flag => return Err(Error::Corrupt(format!("tree separator flag {flag}"))),
-        };
-        let bytes = take_bytes(rest, "tree separator")?.to_vec();
-        if id == 0 || entries == 0 {
-            return Err(Error::Corrupt(format!(
-                "tree child {id} with {entries} entries"
-            )));
-        }
-        total = total
-            .checked_add(entries)
-            .ok_or_else(|| Error::Corrupt("tree child counts overflow".into()))?;
-        children.push(Child {
-            id,
-            count: entries,
-            first: Separator { bytes, truncated },
-        });
-    }
-    Ok(Node::Internal(children))
-}
-
-/// Checks a node record exactly as [`Node::decode`] does, without copying its items: fills
+/// Checks a node record (every decode goes through it), without copying its items: fills
 /// `items` with each item's byte range in `bytes` (a leaf entry's after its length prefix, a
 /// child's whole) and returns whether it is a leaf and the entries it holds. For paths that
 /// read a node and change a few bytes of it.

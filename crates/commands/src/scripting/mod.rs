@@ -187,12 +187,6 @@ impl Scripting {
         self.cache.lock().vm_memory
     }
 
-    /// Runs `request` on the script thread and returns its answer.
-    pub async fn submit(&self, server: &Arc<Server>, request: ScriptRequest) -> ScriptOutcome {
-        let mut outcomes = self.submit_all(server, vec![request]).await;
-        outcomes.pop().expect("one outcome per request")
-    }
-
     /// Runs `requests` (script commands of one connection, in its order, at most
     /// [`MAX_SCRIPTS_PER_JOB`]) on the script thread as one job: one hand-off and one wake-up
     /// for all of them. Each runs as it would alone (its own exclusive hold of the exec gate,
