@@ -158,9 +158,11 @@ pub struct StoreConfig {
     pub checkpoint_thread_nice: i32,
     /// How checkpoint threads are scheduled: [`CheckpointPriority::Idle`] runs them under `SCHED_IDLE` while the checkpoint writes at least
     /// `checkpoint_idle_floor_bytes_per_s`, and at `checkpoint_thread_nice` once it falls
-    /// behind; [`CheckpointPriority::Nice`] (the default until `Idle` is measured against it on
-    /// the server's snapshot benchmark) at `checkpoint_thread_nice` throughout. Not applied
-    /// under the `blocking` strategy.
+    /// behind; [`CheckpointPriority::Nice`] (the engine's default) at `checkpoint_thread_nice`
+    /// throughout. Not applied under the `blocking` strategy. prefixkv-server defaults to `Idle`
+    /// (measured there: writes keep more of their rate during a save, the save takes longer);
+    /// the engine keeps `Nice` because an embedding program's other threads, not request
+    /// threads, are what its checkpoint competes with, and only it can say which should yield.
     pub checkpoint_thread_priority: CheckpointPriority,
     /// The idle priority's floor: bytes per second (averaged since the image started, after a
     /// half-second allowance) below which the checkpoint's threads are raised to the fixed
