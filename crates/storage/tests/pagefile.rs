@@ -283,3 +283,50 @@ fn sums_header_round_trips_and_rejects_damage() {
     assert!(format::decode_header(&bytes).is_err());
     assert!(format::decode_header(&bytes[..20]).is_err());
 }
+
+/// What a power cut can leave in the middle of a segment's creation (a data file without its
+/// sums file, or with a sums file shorter than its header) or removal (a sums file without its
+/// data file) is repaired at open; a damaged header with entries after it is corruption.
+#[test]
+fn interrupted_creations_and_removals_are_repaired_and_a_bad_header_is_corrupt() {
+    let disk = SimDisk::new(10);
+    let (data, sums) = synced_file(&disk, 0..2);
+    let (segment4, segment8) = {
+        let (file, _) = PageFile::open(disk.as_disk(), Path::new("/p"), config()).unwrap();
+        file.write_page(5, &page_bytes(5, 0), PAGE as u32).unwrap();
+        file.write_page(9, &page_bytes(9, 0), PAGE as u32).unwrap();
+        file.sync().unwrap();
+        let paths = file.segment_paths();
+        (paths[1].clone(), paths[2].clone())
+    };
+    // Segment 0: removal cut after the data file went. Segment 4: creation cut before the sums
+    // file existed. Segment 8: creation cut inside the header write.
+    disk.remove_file(&data).unwrap();
+    disk.remove_file(&segment4.1).unwrap();
+    let torn = disk.open(&segment8.1, OpenMode::ReadWrite).unwrap();
+    torn.set_len(12).unwrap();
+    drop(torn);
+    let (file, opened) = PageFile::open(disk.as_disk(), Path::new("/p"), config()).unwrap();
+    assert_eq!(opened.removed_leftovers, vec![0]);
+    assert_eq!(opened.repaired_creations, vec![4, 8]);
+    assert_eq!(opened.segments, vec![4, 8]);
+    assert_eq!(opened.trusted_pages, 0);
+    assert!(
+        disk.read_file(&sums).is_err(),
+        "the leftover sums file is gone"
+    );
+    file.write_page(5, &page_bytes(5, 1), PAGE as u32).unwrap();
+    file.sync().unwrap();
+    drop(file);
+    disk.crash(CrashMode::DropAll);
+    let (file, opened) = PageFile::open(disk.as_disk(), Path::new("/p"), config()).unwrap();
+    assert!(opened.repaired_creations.is_empty() && opened.removed_leftovers.is_empty());
+    assert_eq!(read_page(&file, 5), page_bytes(5, 1));
+    drop(file);
+    disk.corrupt(&segment4.1, 3, &[0x00]).unwrap();
+    let error = PageFile::open(disk.as_disk(), Path::new("/p"), config()).unwrap_err();
+    assert!(
+        matches!(error, PageFileError::CorruptSums { .. }),
+        "{error}"
+    );
+}

@@ -248,18 +248,16 @@ impl PageFile {
         }
         let start = keep - keep % DIRECT_IO_ALIGNMENT;
         let offset = (page - first) * u64::from(self.config.page_bytes);
-        let reader = Arc::clone(&inner.segments[&first].reader);
-        let writer = Arc::clone(&inner.segments[&first].writer);
+        let segment = &inner.segments[&first];
+        let (reader, writer) = (Arc::clone(&segment.reader), Arc::clone(&segment.writer));
+        let direct = segment.direct;
         let staging = inner.staging(page_bytes);
         staging[keep..].copy_from_slice(&bytes[keep..]);
         let written = (|| {
             if start < keep {
                 reader.read_exact_at(&mut staging[start..keep], offset + start as u64)?;
             }
-            writer.write_all_vectored_at(
-                &mut [IoSlice::new(&staging[start..])],
-                offset + start as u64,
-            )
+            write_staged(&writer, direct, &staging[start..], offset + start as u64)
         })();
         let crc = match previous {
             Some(entry) if keep > 0 => {
@@ -267,26 +265,29 @@ impl PageFile {
             }
             _ => crc32c::crc32c(&staging[..valid_bytes as usize]),
         };
-        if let Err(error) = written {
-            let error = PageFileError::io(
-                format!("writing page {page} to {}", self.data_path(first).display()),
-                error,
-            );
-            inner.failed = Some(error.to_string());
-            return Err(error);
-        }
+        let still_direct = match written {
+            Ok(still_direct) => still_direct,
+            Err(error) => {
+                let error = PageFileError::io(
+                    format!("writing page {page} to {}", self.data_path(first).display()),
+                    error,
+                );
+                inner.failed = Some(error.to_string());
+                return Err(error);
+            }
+        };
         let entry = SumsEntry {
             page,
             valid_bytes,
             crc,
         };
         inner.latest.insert(page, entry);
-        inner
+        let segment = inner
             .segments
             .get_mut(&first)
-            .expect("segment created above")
-            .pending
-            .push(entry);
+            .expect("segment created above");
+        segment.pending.push(entry);
+        segment.direct = still_direct;
         Ok(())
     }
 
@@ -487,5 +488,30 @@ impl PageFile {
             inner.failed = Some(error.to_string());
         }
         result.map(|()| doomed.len())
+    }
+}
+
+/// Writes `buf` (from the aligned staging buffer) at `offset`; returns whether the handle still
+/// has direct I/O on. A direct write the file system refuses as misaligned (`InvalidInput`:
+/// some file systems need more than [`DIRECT_IO_ALIGNMENT`]) wrote nothing, so it is retried
+/// once buffered and the handle stays buffered from then on.
+fn write_staged(
+    writer: &Arc<dyn DiskFile>,
+    direct: bool,
+    buf: &[u8],
+    offset: u64,
+) -> std::io::Result<bool> {
+    match writer.write_all_vectored_at(&mut [IoSlice::new(buf)], offset) {
+        Err(error) if direct && error.kind() == std::io::ErrorKind::InvalidInput => {
+            tracing::warn!(
+                path = %writer.path().display(),
+                %error,
+                "direct write refused; the page file writes this segment buffered"
+            );
+            writer.set_direct_io(false)?;
+            writer.write_all_vectored_at(&mut [IoSlice::new(buf)], offset)?;
+            Ok(false)
+        }
+        result => result.map(|()| direct),
     }
 }
