@@ -17,7 +17,7 @@
 //!    CRC extends the previous CRC. So a power cut in the middle of a rewrite, which may tear any
 //!    sector of it, cannot break the older entry that is still the trusted one. The caller's
 //!    bytes `[0, v)` of a rewrite are ignored: the engine's design accepts stale record flags on
-//!    disk (`docs/engine.md`, issue 33: readers of cold records must not rely on them).
+//!    disk (issue 33's design: readers of cold records must not rely on them).
 //! 3. Every write goes through an aligned staging copy that is checksummed and written: the CRC
 //!    always describes exactly the bytes written, even if the caller's page memory changes during
 //!    the call (access words and flags do), and the write qualifies for `O_DIRECT` whatever the
