@@ -10,11 +10,14 @@
 //! - every page the reopened file trusts verifies and holds the bytes of some write of it (never
 //!   a mixture, never bytes nobody wrote), pages of removed segments aside.
 //!
+//! A third of the generations also get an injected `EIO` on a file sync or `ENOSPC` on a write
+//! (the page file fails; nothing the failed sync covered may count as synced).
+//!
 //! `PAGEFILE_POWER_CUT_SEEDS` (default 300) sets the number of seeds; a failing seed is printed
 //! and replays alone with `PAGEFILE_POWER_CUT_SEED=n`.
 
 use prefixkv_storage::pagefile::{PageFile, PageFileConfig, PageFileError};
-use prefixkv_storage::{CrashMode, SimDisk};
+use prefixkv_storage::{CrashMode, Fault, FaultError, FaultOp, SimDisk};
 use prefixkv_testkit::rng::{env_count, Rng};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -55,7 +58,9 @@ impl Client {
     }
 }
 
-/// One generation: random operations until the disk dies or `limit`.
+/// One generation: `limit` random operations; after a failure (the cut, an injected fault) it
+/// keeps calling, as a careless caller would, so that a page file that accepted a write or a
+/// sync after a failure would be caught.
 fn run_generation(file: &PageFile, client: &mut Client, rng: &mut Rng, limit: u64) {
     for _ in 0..limit {
         match rng.below(10) {
@@ -80,14 +85,16 @@ fn run_generation(file: &PageFile, client: &mut Client, rng: &mut Rng, limit: u6
                 // The file keeps its bytes below the previous write's valid bytes.
                 let mut content = previous;
                 content.extend_from_slice(&bytes[keep as usize..valid as usize]);
-                client.history.entry(page).or_default().push(content);
                 if file.write_page(page, &bytes, valid as u32).is_err() {
-                    return;
+                    continue;
                 }
+                client.history.entry(page).or_default().push(content);
             }
             6..=8 => {
+                // A failed sync is not retried by the caller either: the writes it covered
+                // count as synced only if a later sync returns `Ok` (the page file refuses it).
                 if file.sync().is_err() {
-                    return;
+                    continue;
                 }
                 for (page, history) in &client.history {
                     client.durable.insert(*page, history.len() - 1);
@@ -98,7 +105,7 @@ fn run_generation(file: &PageFile, client: &mut Client, rng: &mut Rng, limit: u6
                 client.removed_before = client.removed_before.max(before);
                 client.low = client.low.max(before);
                 if file.remove_before(before).is_err() {
-                    return;
+                    continue;
                 }
             }
         }
@@ -159,6 +166,22 @@ fn run_seed(seed: u64) {
             check_recovery(&file, &mut client, seed);
         }
         disk.cut_after(rng.below(200));
+        // A third of the generations also meet an injected fault: `EIO` from a file sync
+        // (data or sums) or `ENOSPC` on a write, at a random matching call.
+        if rng.chance(1, 3) {
+            let (op, error) = if rng.chance(1, 2) {
+                (FaultOp::SyncFile, FaultError::Io)
+            } else {
+                (FaultOp::Write, FaultError::NoSpace)
+            };
+            disk.inject(Fault {
+                op,
+                path_contains: [".pages", ".sums"][rng.below(2) as usize].to_string(),
+                skip: rng.below(10),
+                times: Some(1),
+                error,
+            });
+        }
         run_generation(&file, &mut client, &mut rng, 60);
         if disk.is_dead() {
             CUTS.fetch_add(1, Ordering::Relaxed);
