@@ -157,6 +157,37 @@ fn a_flipped_data_byte_is_corrupt_on_a_verified_read() {
 }
 
 #[test]
+fn a_data_file_cut_short_under_a_trusted_page_is_reported() {
+    let disk = SimDisk::new(11);
+    let (data, _) = synced_file(&disk, 0..3);
+    let file = disk.open(&data, OpenMode::ReadWrite).unwrap();
+    file.set_len(2 * PAGE as u64 + 100).unwrap();
+    file.sync_data().unwrap();
+    drop(file);
+    let (file, _) = PageFile::open(disk.as_disk(), Path::new("/p"), config()).unwrap();
+    let error = file.read_verified_page(2, &mut vec![0; PAGE]).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PageFileError::DataMissing {
+                page: 2,
+                valid_bytes: 4096,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let error = file.read(2, 200, &mut [0; 10]).unwrap_err();
+    assert!(
+        matches!(error, PageFileError::DataMissing { page: 2, .. }),
+        "{error}"
+    );
+    let mut part = [0u8; 100];
+    file.read(2, 0, &mut part).unwrap();
+    assert_eq!(part[..], page_bytes(2, 0)[..100]);
+}
+
+#[test]
 fn a_flipped_sums_byte_ends_the_trusted_entries_as_a_torn_tail() {
     let disk = SimDisk::new(4);
     let (_, sums) = synced_file(&disk, 0..4);

@@ -31,6 +31,20 @@ pub enum PageFileError {
         /// The CRC of the bytes as read.
         computed: u32,
     },
+    /// The data file ends before a trusted page's valid bytes: bytes its synced entry describes
+    /// are gone (the file was cut after the fact, or the device lost synced data).
+    #[error(
+        "page {page} in {path} is corrupt: the file ends before its {valid_bytes} valid bytes \
+         (its sums entry was synced after them); restore the data from a backup"
+    )]
+    DataMissing {
+        /// The page.
+        page: u64,
+        /// The data file.
+        path: PathBuf,
+        /// The trusted entry's valid bytes.
+        valid_bytes: u32,
+    },
     /// A sums file's header is damaged although entries follow it (its header was synced before
     /// any entry was written, so this is not a torn creation).
     #[error("corrupt sums file {path}: {reason}; restore the page file from a backup")]

@@ -28,6 +28,8 @@
 //!    Data is verified on read: [`PageFile::read_verified_page`] checks the CRC;
 //!    [`PageFile::read`] only checks bounds (for callers that verified the page when they
 //!    faulted it in whole).
+//!    A read concurrent with a rewrite of its page is safe: it reads below the valid bytes of
+//!    the entry it found, which the rewrite leaves as they are (invariant 2).
 //! 5. Any failed write or sync fails the page file: no later write or sync is accepted, and no
 //!    sync is retried (storage's rule). [`PageFile::remove_before`] deletes whole segments (data,
 //!    then sums, then a directory sync); a data file without its sums file at open is a
@@ -425,7 +427,7 @@ impl PageFile {
         }
         reader
             .read_exact_at(buf, base + u64::from(offset))
-            .map_err(|e| PageFileError::io(format!("reading page {page}"), e))
+            .map_err(|e| read_error(page, &entry, &reader, e))
     }
 
     /// Reads page `page`'s valid bytes into `buf[..valid_bytes]` (`buf` must hold a page) and
@@ -441,7 +443,7 @@ impl PageFile {
         }
         reader
             .read_exact_at(&mut buf[..valid], base)
-            .map_err(|e| PageFileError::io(format!("reading page {page}"), e))?;
+            .map_err(|e| read_error(page, &entry, &reader, e))?;
         let computed = crc32c::crc32c(&buf[..valid]);
         if computed != entry.crc {
             return Err(PageFileError::Corrupt {
@@ -514,4 +516,22 @@ fn write_staged(
         }
         result => result.map(|()| direct),
     }
+}
+
+/// The error of a failed read of `page`: `DataMissing` when the file ends inside the bytes its
+/// trusted entry describes, the I/O error otherwise.
+fn read_error(
+    page: u64,
+    entry: &SumsEntry,
+    reader: &Arc<dyn DiskFile>,
+    error: std::io::Error,
+) -> PageFileError {
+    if error.kind() == std::io::ErrorKind::UnexpectedEof {
+        return PageFileError::DataMissing {
+            page,
+            path: reader.path().to_path_buf(),
+            valid_bytes: entry.valid_bytes,
+        };
+    }
+    PageFileError::io(format!("reading page {page}"), error)
 }
