@@ -13,6 +13,9 @@
 //!   that verifies (the caller's verification), fall back and say why, quarantine, prune.
 //! - [`log`]: the segmented, CRC-framed append log with group commit, prefix truncation
 //!   (`truncate_through`) and suffix truncation (`truncate_after`).
+//! - [`pagefile`]: the page file ([`PageFile`]): the hybrid log's flushed pages in segment files
+//!   with a sidecar of per-page CRC entries; whole-page writes (direct I/O where allowed), ordered
+//!   sync, verified reads, prefix deletion by whole segments.
 //!
 //! The crash-safety argument of each piece is in its module's documentation, and all of them,
 //! with the byte format of every file kind and the simulated disk's fault model, in
@@ -28,6 +31,7 @@ pub mod io;
 pub mod lock;
 pub mod log;
 pub mod names;
+pub mod pagefile;
 mod real;
 mod sim;
 
@@ -38,5 +42,6 @@ pub use io::{
 };
 pub use lock::{DirLock, LockError};
 pub use names::NumberedName;
+pub use pagefile::{PageFile, PageFileConfig, PageFileError, PageFileOpened};
 pub use real::{real_disk, RealDisk, RealFile};
 pub use sim::{CrashMode, CrashReport, Fault, FaultError, FaultOp, SimDisk, DEFAULT_SECTOR_BYTES};
