@@ -155,7 +155,16 @@ impl LocalCluster {
             let shard_directory = config.directory.join(format!("shard-{shard}"));
             let proxy_config = ProxyConfig {
                 worker_id: shard as u64,
-                listen: SocketAddr::from(([127, 0, 0, 1], port(config.first_proxy_port)?)),
+                // Port 0 lets the proxy's own bind pick a free port (`Proxy::local_address`
+                // reports it): a port picked here and bound later could be taken in between,
+                // by this shard's Redis (picked next) or by anything else on the machine.
+                listen: SocketAddr::from((
+                    [127, 0, 0, 1],
+                    match config.first_proxy_port {
+                        0 => 0,
+                        first => first + shard as u16,
+                    },
+                )),
                 limits: FrameLimits::default(),
                 commit_interval_ms: config.commit_interval_ms,
                 tick_ms: config.tick_ms,
