@@ -432,3 +432,79 @@ fn the_simulated_disk_uses_the_fallback_and_reads_synced_pages_after_a_power_cut
         ));
     }
 }
+
+#[test]
+fn whole_pages_are_verified_at_completion() {
+    fn send<T: Send>(_: &T) {}
+    let dir = tempfile::tempdir().unwrap();
+    let (file, expected) = written_file(dir.path());
+    // Flip one byte of page 6 (segment 4..8, second page there).
+    let data = file.segment_paths()[1].0.clone();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&data)
+            .unwrap();
+        let mut byte = [0u8; 1];
+        f.read_exact_at(&mut byte, 2 * PAGE as u64 + 77).unwrap();
+        f.write_all_at(&[byte[0] ^ 0x10], 2 * PAGE as u64 + 77)
+            .unwrap();
+    }
+    for choice in real_backends(&file) {
+        let small = PageReads::with_backend(Arc::clone(&file), 2, 1000, choice);
+        let mut small = small.unwrap();
+        let error = small.submit_verified_page(1, 1).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ReadsError::BadLength {
+                    len: 4096,
+                    max_read_bytes: 1000
+                }
+            ),
+            "{error}"
+        );
+        small.submit_verified_page(13, 13).unwrap(); // 1000 valid bytes fit
+        assert_eq!(
+            small
+                .complete(true, |_, r| assert_eq!(
+                    r.unwrap(),
+                    expected[&13].as_slice()
+                ))
+                .unwrap(),
+            1
+        );
+
+        let mut reader =
+            PageReads::with_backend(Arc::clone(&file), 4, PAGE as u32, choice).unwrap();
+        send(&reader);
+        let error = reader.submit_verified_page(14, 14).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ReadsError::PageFile(PageFileError::NotWritten { page: 14 })
+            ),
+            "{error}"
+        );
+        let mut seen = 0;
+        for page in 1..=13u64 {
+            match reader.submit_verified_page(page, page) {
+                Ok(()) => {}
+                Err(ReadsError::Full { .. }) => panic!("depth 4 with one page at a time"),
+                Err(error) => panic!("{error}"),
+            }
+            seen += reader
+                .complete(true, |token, result| match token {
+                    6 => assert!(
+                        matches!(result, Err(PageFileError::Corrupt { page: 6, .. })),
+                        "{result:?}"
+                    ),
+                    page => assert_eq!(result.unwrap(), expected[&page].as_slice(), "page {page}"),
+                })
+                .unwrap();
+        }
+        assert_eq!(seen, 13);
+    }
+}

@@ -112,6 +112,8 @@ struct Slot {
     done: u32,
     /// `None` while the kernel owns the buffer; the outcome once the read is finished.
     outcome: Option<Result<(), PageFileError>>,
+    /// A whole-page read: check the bytes against the entry's CRC before handing them out.
+    verify: bool,
 }
 
 enum Engine {
@@ -122,6 +124,11 @@ enum Engine {
 
 /// Many page-file reads in flight for one thread (module docs). Not `Sync`: one thread submits
 /// and completes; moving it to another thread between calls is fine.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<prefixkv_storage::pagefile::PageReads>();
+/// ```
 pub struct PageReads {
     file: Arc<PageFile>,
     depth: u32,
@@ -280,17 +287,7 @@ impl PageReads {
             return Err(ReadsError::Full { depth: self.depth });
         }
         let target = self.file.locate_range(page, offset, u64::from(len))?;
-        let index = match self.free.pop() {
-            Some(index) => index,
-            None => {
-                // Fewer than `depth` slots exist (all occupied), or the check above failed.
-                self.buffers
-                    .push(vec![0u8; self.max_read_bytes as usize].into_boxed_slice());
-                self.slots.push(None);
-                self.buffers.len() - 1
-            }
-        };
-        let mut slot = Slot {
+        self.start(Slot {
             token,
             page,
             entry: target.entry,
@@ -299,9 +296,62 @@ impl PageReads {
             len,
             done: 0,
             outcome: None,
+            verify: false,
+        })
+    }
+
+    /// Starts a read of page `page`'s whole valid bytes (its newest entry's), checked against
+    /// the entry's CRC at completion (`Corrupt` on a mismatch), like
+    /// [`PageFile::read_verified_page`]: for faulting a cold page in whole. The page's valid
+    /// bytes must fit `max_read_bytes` (`BadLength` otherwise; a reader whose `max_read_bytes`
+    /// is `page_bytes` fits every page). A page with no valid bytes completes with an empty
+    /// slice. Other errors as [`submit`](Self::submit).
+    pub fn submit_verified_page(&mut self, page: u64, token: u64) -> Result<(), ReadsError> {
+        if self.in_flight >= self.depth as usize {
+            return Err(ReadsError::Full { depth: self.depth });
+        }
+        let target = self.file.locate_range(page, 0, 0)?;
+        let len = target.entry.valid_bytes;
+        if len > self.max_read_bytes {
+            return Err(ReadsError::BadLength {
+                len,
+                max_read_bytes: self.max_read_bytes,
+            });
+        }
+        self.start(Slot {
+            token,
+            page,
+            entry: target.entry,
+            reader: target.reader,
+            file_offset: target.file_offset,
+            len,
+            done: 0,
+            outcome: None,
+            verify: true,
+        })
+    }
+
+    /// Puts a validated read (`in_flight < depth` checked) into a free slot and starts it.
+    fn start(&mut self, mut slot: Slot) -> Result<(), ReadsError> {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                // Every slot is occupied, and fewer than `depth` exist (`in_flight < depth`).
+                self.buffers
+                    .push(vec![0u8; self.max_read_bytes as usize].into_boxed_slice());
+                self.slots.push(None);
+                self.buffers.len() - 1
+            }
         };
         let fd = slot.reader.raw_fd();
         match (&mut self.engine, fd) {
+            // Nothing to read (a page with no valid bytes): finished already.
+            _ if slot.len == 0 => {
+                slot.outcome = Some(Ok(()));
+                self.slots[index] = Some(slot);
+                self.ready.push_back(index);
+                self.in_flight += 1;
+            }
             (Engine::IoUring(ring), Some(fd)) => {
                 // SAFETY: the buffer is this slot's, owned by `self` and not touched until the
                 // completion is reaped (invariants 1, 2); `slot.reader` keeps `fd` open.
@@ -319,13 +369,13 @@ impl PageReads {
                 flush(ring).map_err(ReadsError::Ring)?;
             }
             _ => {
-                let buf = &mut self.buffers[index][..len as usize];
+                let buf = &mut self.buffers[index][..slot.len as usize];
                 slot.outcome = Some(
                     slot.reader
                         .read_exact_at(buf, slot.file_offset)
-                        .map_err(|e| read_error(page, &slot.entry, &slot.reader, e)),
+                        .map_err(|e| read_error(slot.page, &slot.entry, &slot.reader, e)),
                 );
-                slot.done = len;
+                slot.done = slot.len;
                 self.slots[index] = Some(slot);
                 self.ready.push_back(index);
                 self.in_flight += 1;
@@ -349,15 +399,19 @@ impl PageReads {
         loop {
             self.reap(block)?;
             while let Some(index) = self.ready.pop_front() {
-                let slot = self.slots[index].take().expect("a ready slot holds a read");
-                let outcome = slot.outcome.expect("a ready slot has an outcome");
-                each(
-                    slot.token,
-                    outcome.map(|()| &self.buffers[index][..slot.len as usize]),
-                );
+                let mut slot = self.slots[index].take().expect("a ready slot holds a read");
+                // Bookkeeping first, so a panicking callback loses no slot. The buffer is not
+                // reused before `each` returns: it stays borrowed, and `each` cannot reach
+                // `self`.
                 self.free.push(index);
                 self.in_flight -= 1;
                 handed += 1;
+                let bytes = &self.buffers[index][..slot.len as usize];
+                let outcome = match slot.outcome.take().expect("a ready slot has an outcome") {
+                    Ok(()) if slot.verify => verify(&slot, bytes),
+                    outcome => outcome,
+                };
+                each(slot.token, outcome.map(|()| bytes));
             }
             // Only reads in the kernel can finish later; without them waiting would hang.
             if handed > 0 || !wait || self.in_kernel == 0 {
@@ -422,18 +476,21 @@ impl PageReads {
                 }
                 None => {
                     // Interrupted or short: read the rest into the same buffer.
-                    // SAFETY: as in `submit`; the slot stays in kernel.
-                    unsafe {
-                        push_read(
-                            ring,
-                            slot.reader.raw_fd().expect("submitted with an fd"),
-                            &mut self.buffers[index],
-                            slot,
-                            index,
-                        )
+                    let fd = slot.reader.raw_fd().expect("submitted with an fd");
+                    // SAFETY: as in `start`; the slot stays in kernel.
+                    match unsafe { push_read(ring, fd, &mut self.buffers[index], slot, index) } {
+                        Ok(()) => resubmitted = true,
+                        // Never lose a reaped completion (`Drop` counts on `in_kernel`): the
+                        // read fails instead.
+                        Err(error) => {
+                            slot.outcome = Some(Err(PageFileError::io(
+                                format!("continuing a read of page {}", slot.page),
+                                error,
+                            )));
+                            self.in_kernel -= 1;
+                            self.ready.push_back(index);
+                        }
                     }
-                    .map_err(ReadsError::Ring)?;
-                    resubmitted = true;
                 }
             }
         }
@@ -462,6 +519,21 @@ impl Drop for PageReads {
             self.in_kernel = self.in_kernel.saturating_sub(ring.completion().count());
         }
     }
+}
+
+/// Checks a whole-page read against its entry's CRC.
+fn verify(slot: &Slot, bytes: &[u8]) -> Result<(), PageFileError> {
+    let computed = crc32c::crc32c(bytes);
+    if computed == slot.entry.crc {
+        return Ok(());
+    }
+    Err(PageFileError::Corrupt {
+        page: slot.page,
+        path: slot.reader.path().to_path_buf(),
+        valid_bytes: slot.entry.valid_bytes,
+        stored: slot.entry.crc,
+        computed,
+    })
 }
 
 /// A ring for `depth` reads: both queues hold at least `depth` entries (the completion queue is
