@@ -36,6 +36,9 @@
 //!    leftover of a cut creation and gets a fresh sums file, a sums file without its data file
 //!    is a leftover of a cut removal and is deleted.
 //!
+//! Batched reads (many in flight per thread, io_uring or a synchronous fallback) are
+//! [`reads::PageReads`], for the engine's pending path.
+//!
 //! Bounded: nothing is sized from a number read from disk; sums files are read in fixed-size
 //! chunks, and the in-memory map keeps one entry per page.
 

@@ -2,6 +2,8 @@
 //! engine's pending path, issue 33). A [`PageReads`] is owned by one thread (`Send`, not `Sync`):
 //! [`submit`](PageReads::submit) validates a range and starts its read,
 //! [`complete`](PageReads::complete) hands finished reads to the caller, in the caller's loop.
+//! [`submit_verified_page`](PageReads::submit_verified_page) reads a page's whole valid bytes and
+//! checks its CRC at completion (faulting a cold page in).
 //!
 //! Two backends, same contract:
 //! - **io_uring** (real disk): one ring per reader; each range is one `Read` on the segment's
