@@ -57,17 +57,16 @@ fn written_file(dir: &Path) -> (Arc<PageFile>, HashMap<u64, Vec<u8>>) {
     (Arc::new(file), expected)
 }
 
-/// The backends to run on the real disk: io_uring (when this machine allows it; the reason is
-/// printed otherwise) and the forced fallback.
+/// The backends to run on the real disk: io_uring (where this machine allows it; otherwise only
+/// if the test kit allows skipping io_uring) and the forced fallback.
 fn real_backends(file: &Arc<PageFile>) -> Vec<ReadBackendChoice> {
     let auto = PageReads::new(Arc::clone(file), 1, 1).unwrap();
     match auto.backend() {
         ReadBackend::IoUring => vec![ReadBackendChoice::IoUring, ReadBackendChoice::Sync],
         ReadBackend::Sync => {
-            eprintln!(
-                "io_uring unavailable here ({:?}): testing the fallback only",
-                auto.fallback_reason()
-            );
+            // Panics unless PREFIXKV_TEST_ALLOW_SKIP allows it: io_uring must not go untested.
+            let why = auto.fallback_reason().unwrap_or_default().to_string();
+            prefixkv_testkit::skip::unavailable("io_uring", &why);
             vec![ReadBackendChoice::Sync]
         }
     }
