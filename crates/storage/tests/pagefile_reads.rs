@@ -507,3 +507,39 @@ fn whole_pages_are_verified_at_completion() {
         assert_eq!(seen, 13);
     }
 }
+
+#[test]
+fn a_deep_reader_holds_depth_reads_at_once_and_polling_drains_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, expected) = written_file(dir.path());
+    for choice in real_backends(&file) {
+        let depth = 512;
+        let mut reader = PageReads::with_backend(Arc::clone(&file), depth, 256, choice).unwrap();
+        for token in 0..u64::from(depth) {
+            let page = 1 + token % 12;
+            reader
+                .submit(page, (token % 15) as u32 * 256, 256, token)
+                .unwrap();
+        }
+        assert!(matches!(
+            reader.submit(1, 0, 1, 0),
+            Err(ReadsError::Full { depth: 512 })
+        ));
+        let mut done = 0;
+        let mut check = |token: u64, result: Result<&[u8], PageFileError>| {
+            let (page, offset) = (1 + token % 12, (token % 15) as usize * 256);
+            assert_eq!(result.unwrap(), &expected[&page][offset..offset + 256]);
+        };
+        // Polls (no wait) until one completion shows up or a bound passes, then waits.
+        for _ in 0..1000 {
+            done += reader.complete(false, &mut check).unwrap();
+            if done > 0 {
+                break;
+            }
+        }
+        while reader.in_flight() > 0 {
+            done += reader.complete(true, &mut check).unwrap();
+        }
+        assert_eq!(done, depth as usize);
+    }
+}

@@ -434,7 +434,9 @@ impl PageReads {
         }
         if block {
             wait_one(ring).map_err(ReadsError::Ring)?;
-        } else {
+        } else if !ring.submission().is_empty() {
+            // Only entries a transient refusal left queued; a poll with none makes no system
+            // call (completions are read from shared memory).
             flush(ring).map_err(ReadsError::Ring)?;
         }
         self.reaped.clear();
