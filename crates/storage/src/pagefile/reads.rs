@@ -95,7 +95,8 @@ pub enum ReadsError {
     #[error("io_uring is unavailable for page reads: {0}")]
     IoUringUnavailable(String),
     /// The ring failed (`io_uring_enter` returned an error other than `EINTR`/`EAGAIN`/`EBUSY`).
-    /// Reads in flight stay in flight; the reader may be dropped (it waits for them).
+    /// Reads in flight stay in flight (from `submit`, the read was queued and counts as in
+    /// flight); the reader may be dropped (it waits for them, or leaks their buffers).
     #[error("io_uring failed during page reads: {0}")]
     Ring(io::Error),
 }
