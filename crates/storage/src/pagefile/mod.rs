@@ -36,16 +36,21 @@
 //!    leftover of a cut creation and gets a fresh sums file, a sums file without its data file
 //!    is a leftover of a cut removal and is deleted.
 //!
+//! Batched reads (many in flight per thread, io_uring or a synchronous fallback) are
+//! [`reads::PageReads`], for the engine's pending path.
+//!
 //! Bounded: nothing is sized from a number read from disk; sums files are read in fixed-size
 //! chunks, and the in-memory map keeps one entry per page.
 
 pub mod error;
 pub mod format;
 mod open;
+pub mod reads;
 
 pub use error::{PageFileError, Result};
 pub use format::SumsEntry;
 pub use open::{PageFileOpened, TornSums};
+pub use reads::{PageReads, ReadBackend, ReadBackendChoice, ReadsError};
 
 use crate::io::{Disk, DiskFile, DIRECT_IO_ALIGNMENT};
 use crate::lock::DirLock;
@@ -108,6 +113,17 @@ impl PageFileConfig {
     pub fn segment_first(&self, page: u64) -> u64 {
         page - page % u64::from(self.pages_per_segment)
     }
+}
+
+/// A located, bounds-checked read ([`PageFile::locate_range`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ReadTarget {
+    /// The page's newest entry when the read was located.
+    pub(crate) entry: SumsEntry,
+    /// The data file's buffered read handle.
+    pub(crate) reader: Arc<dyn DiskFile>,
+    /// Absolute offset in the data file of the read's first byte.
+    pub(crate) file_offset: u64,
 }
 
 /// What one [`PageFile::sync`] made durable: the entries it appended, in write order.
@@ -411,12 +427,13 @@ impl PageFile {
         Ok((entry, Arc::clone(&segment.reader), offset))
     }
 
-    /// Reads `buf.len()` bytes of page `page` from `offset`, which must lie within the page's
-    /// valid bytes (its newest entry). Does not check the CRC: callers that read parts verify
-    /// the page when they fault it in whole ([`read_verified_page`](Self::read_verified_page)).
-    pub fn read(&self, page: u64, offset: u32, buf: &mut [u8]) -> Result<()> {
+    /// Where bytes `[offset, offset + len)` of page `page` are: its newest entry, the data
+    /// file's read handle (an `Arc`: holding it keeps the file open even if its segment is
+    /// removed) and the file offset of `offset`. Checks what [`read`](Self::read) checks:
+    /// `NotWritten` for a page without an entry, `OutOfRange` past its valid bytes.
+    pub(crate) fn locate_range(&self, page: u64, offset: u32, len: u64) -> Result<ReadTarget> {
         let (entry, reader, base) = self.locate(page)?;
-        let end = u64::from(offset) + buf.len() as u64;
+        let end = u64::from(offset) + len;
         if end > u64::from(entry.valid_bytes) {
             return Err(PageFileError::OutOfRange {
                 page,
@@ -425,9 +442,22 @@ impl PageFile {
                 valid_bytes: entry.valid_bytes,
             });
         }
-        reader
-            .read_exact_at(buf, base + u64::from(offset))
-            .map_err(|e| read_error(page, &entry, &reader, e))
+        Ok(ReadTarget {
+            entry,
+            reader,
+            file_offset: base + u64::from(offset),
+        })
+    }
+
+    /// Reads `buf.len()` bytes of page `page` from `offset`, which must lie within the page's
+    /// valid bytes (its newest entry). Does not check the CRC: callers that read parts verify
+    /// the page when they fault it in whole ([`read_verified_page`](Self::read_verified_page)).
+    pub fn read(&self, page: u64, offset: u32, buf: &mut [u8]) -> Result<()> {
+        let target = self.locate_range(page, offset, buf.len() as u64)?;
+        target
+            .reader
+            .read_exact_at(buf, target.file_offset)
+            .map_err(|e| read_error(page, &target.entry, &target.reader, e))
     }
 
     /// Reads page `page`'s valid bytes into `buf[..valid_bytes]` (`buf` must hold a page) and
@@ -520,7 +550,7 @@ fn write_staged(
 
 /// The error of a failed read of `page`: `DataMissing` when the file ends inside the bytes its
 /// trusted entry describes, the I/O error otherwise.
-fn read_error(
+pub(crate) fn read_error(
     page: u64,
     entry: &SumsEntry,
     reader: &Arc<dyn DiskFile>,
