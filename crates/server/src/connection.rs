@@ -97,38 +97,21 @@ async fn serve_loop(
     // Argument lists of requests already run, reused by the parser (`parse_into`): no
     // allocation per request once a connection has run a read's worth.
     let mut spare: Vec<Vec<bytes::Bytes>> = Vec::new();
+    // Requests that arrived while a blocked command waited (`wait_unblocked` reads them into
+    // `input`) are parsed before the next read: a client may send nothing more until they are
+    // answered, so a read first would wait for it forever.
+    let mut unparsed_input = false;
     loop {
         if input.capacity() - input.len() < READ_CHUNK_BYTES / 4 {
             input.reserve(READ_CHUNK_BYTES);
         }
-        let encoder = prefixkv_resp::Encoder::new(client.protocol);
-        let read = match client.subscriptions.as_mut() {
-            // A connection with subscriptions (or messages still queued) waits for a request or
-            // a message, whichever comes first (both are cancel safe: the loser takes nothing).
-            Some(subscriptions) if subscriptions.count() > 0 || subscriptions.has_queued() => {
-                tokio::select! {
-                    read = stream.read_buf(&mut input) => read?,
-                    message = subscriptions.next() => {
-                        if let Some(message) = message {
-                            commands::encode_message(encoder, &mut output, &message);
-                        }
-                        deliver_queued(client, &mut output);
-                        if !flush(server, stream, &mut output, client).await? {
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                }
+        if !std::mem::take(&mut unparsed_input) {
+            match read_or_deliver(server, stream, client, &mut input, &mut output).await? {
+                Wait::Read => {}
+                Wait::Delivered => continue,
+                Wait::Closed => return Ok(()),
             }
-            _ => stream.read_buf(&mut input).await?,
-        };
-        if read == 0 {
-            return Ok(());
         }
-        server
-            .stats
-            .input_bytes
-            .fetch_add(read as u64, Ordering::Relaxed);
         let (query_limit, output_limit) = {
             let settings = server.settings.read();
             (
@@ -202,6 +185,7 @@ async fn serve_loop(
                     {
                         return Ok(());
                     }
+                    unparsed_input = !input.is_empty();
                 }
                 // A script needs nothing of the earlier replies' durability: the batch's last
                 // await covers its writes with the rest (oplog records complete in order).
@@ -240,6 +224,56 @@ async fn serve_loop(
             return Ok(());
         }
     }
+}
+
+/// What waiting for a connection's next input gave.
+enum Wait {
+    /// Bytes were appended to the input buffer.
+    Read,
+    /// Pub/Sub messages were written instead: wait again.
+    Delivered,
+    /// The client closed (or must be closed: a publisher dropped a message for it).
+    Closed,
+}
+
+/// Reads the next bytes of requests into `input`; a connection with subscriptions (or messages
+/// still queued) takes a request or a message, whichever comes first (both are cancel safe: the
+/// loser takes nothing), and a message is delivered at once.
+async fn read_or_deliver(
+    server: &Server,
+    stream: &mut TcpStream,
+    client: &mut Client,
+    input: &mut BytesMut,
+    output: &mut BytesMut,
+) -> std::io::Result<Wait> {
+    let encoder = prefixkv_resp::Encoder::new(client.protocol);
+    let read = match client.subscriptions.as_mut() {
+        Some(subscriptions) if subscriptions.count() > 0 || subscriptions.has_queued() => {
+            tokio::select! {
+                read = stream.read_buf(input) => read?,
+                message = subscriptions.next() => {
+                    if let Some(message) = message {
+                        commands::encode_message(encoder, output, &message);
+                    }
+                    deliver_queued(client, output);
+                    return Ok(if flush(server, stream, output, client).await? {
+                        Wait::Delivered
+                    } else {
+                        Wait::Closed
+                    });
+                }
+            }
+        }
+        _ => stream.read_buf(input).await?,
+    };
+    if read == 0 {
+        return Ok(Wait::Closed);
+    }
+    server
+        .stats
+        .input_bytes
+        .fetch_add(read as u64, Ordering::Relaxed);
+    Ok(Wait::Read)
 }
 
 /// Argument lists kept for reuse at most; each holds at most this many arguments' room.
@@ -505,9 +539,11 @@ async fn wait_unblocked(
                     return Ok(true);
                 }
                 read = stream.read_buf(input) => {
-                    if read? == 0 || input.len() as u64 > query_limit {
+                    let read = read?;
+                    if read == 0 || input.len() as u64 > query_limit {
                         return Ok(false);
                     }
+                    server.stats.input_bytes.fetch_add(read as u64, Ordering::Relaxed);
                 }
             }
         }

@@ -41,6 +41,43 @@ fn a_push_wakes_the_blocked_client_with_that_element() {
 }
 
 #[test]
+fn a_request_sent_while_blocked_runs_after_the_wake_without_more_input() {
+    // The request after the blocking command arrives while it waits (not in the same read), and
+    // the client sends nothing else: the server must answer it from what it already read.
+    let (_dir, server) = server();
+    let mut blocked = server.raw();
+    blocked
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut other = server.raw();
+    send(&mut blocked, &["BLPOP", "q", "0"]);
+    wait_blocked(&mut other, 1);
+    // The ECHO is in the server's hands once the server counted its bytes: wait for that,
+    // bounded, discounting the INFO requests the wait itself sends.
+    let before = input_bytes(&mut other);
+    let echo = ["ECHO", "sent while blocked"];
+    send(&mut blocked, &echo);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for polls in 1.. {
+        let read = input_bytes(&mut other) - before;
+        if read >= polls * request_bytes(&["INFO", "stats"]) + request_bytes(&echo) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server never counted the bytes of the ECHO sent while blocked"
+        );
+    }
+    assert_eq!(other.call(&["RPUSH", "q", "x"]), Reply::Integer(1));
+    assert_eq!(
+        blocked.read(),
+        Some(Reply::Array(vec![Reply::bulk("q"), Reply::bulk("x")]))
+    );
+    assert_eq!(blocked.read(), Some(Reply::bulk("sent while blocked")));
+}
+
+#[test]
 fn blmove_waits_and_moves() {
     let (_dir, server) = server();
     let mut blocked = server.raw();
@@ -326,4 +363,20 @@ fn the_mpop_forms_wait_and_pop_a_count() {
             ]))
         );
     }
+}
+
+/// Bytes of `args` as one request, as `send` writes it.
+fn request_bytes(args: &[&str]) -> u64 {
+    let mut out = Vec::new();
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    common::encode_request(&mut out, &args);
+    out.len() as u64
+}
+
+/// The server's `total_net_input_bytes` (the INFO request's own bytes included).
+fn input_bytes(connection: &mut Raw) -> u64 {
+    connection
+        .info_field("stats", "total_net_input_bytes")
+        .parse()
+        .expect("a byte count")
 }
