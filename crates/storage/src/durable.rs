@@ -13,7 +13,7 @@
 //!
 //! Any error is returned with the path and the step; nothing here retries a failed fsync.
 
-use crate::io::{self, Disk, OpenMode};
+use crate::io::{self, Disk, DiskFile, OpenMode};
 use std::path::{Path, PathBuf};
 
 /// Suffix of the temporary file [`write_file_durably`] writes first.
@@ -36,6 +36,18 @@ pub fn sync_dir(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
 /// Replaces the file at `path` with `bytes` durably and atomically (temp, write, fsync, rename,
 /// directory fsync; see the module docs). The directory must exist.
 pub fn write_file_durably(disk: &dyn Disk, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_file_durably_with(disk, path, |file| file.write_all_at(bytes, 0))
+}
+
+/// [`write_file_durably`] for content too large to hold in memory: `write` fills the temporary
+/// file (through `write_at`, from offset 0, in as many calls as it likes); then the same fsync,
+/// rename and directory fsync follow. An error from `write` stops the sequence before the rename,
+/// so `path` keeps its old content; the temporary file is left for the next call to replace.
+pub fn write_file_durably_with(
+    disk: &dyn Disk,
+    path: &Path,
+    write: impl FnOnce(&dyn DiskFile) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut temp_name = path.as_os_str().to_owned();
     temp_name.push(TEMP_SUFFIX);
     let temp = PathBuf::from(temp_name);
@@ -53,8 +65,7 @@ pub fn write_file_durably(disk: &dyn Disk, path: &Path, bytes: &[u8]) -> std::io
     let file = disk
         .open(&temp, OpenMode::CreateNew)
         .map_err(|error| io::context(error, "creating", &temp))?;
-    file.write_all_at(bytes, 0)
-        .map_err(|error| io::context(error, "writing", &temp))?;
+    write(&*file).map_err(|error| io::context(error, "writing", &temp))?;
     file.sync_all()
         .map_err(|error| io::context(error, "fsync of", &temp))?;
     drop(file);
