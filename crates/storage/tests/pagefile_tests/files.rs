@@ -9,21 +9,7 @@ use prefixkv_storage::{real_disk, CrashMode, Disk, Fault, FaultError, FaultOp, O
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const PAGE: usize = 4096;
-
-fn config() -> PageFileConfig {
-    PageFileConfig {
-        page_bytes: PAGE as u32,
-        pages_per_segment: 4,
-        direct_io: true,
-    }
-}
-
-fn page_bytes(page: u64, salt: u8) -> Vec<u8> {
-    (0..PAGE)
-        .map(|i| (i as u64 * 31 + page * 7 + u64::from(salt)) as u8)
-        .collect()
-}
+use super::common::{config, page_bytes, PAGE};
 
 fn read_page(file: &PageFile, page: u64) -> Vec<u8> {
     let mut buf = vec![0u8; PAGE];

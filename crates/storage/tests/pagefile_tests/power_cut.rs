@@ -16,28 +16,20 @@
 //! `PAGEFILE_POWER_CUT_SEEDS` (default 300) sets the number of seeds; a failing seed is printed
 //! and replays alone with `PAGEFILE_POWER_CUT_SEED=n`.
 
-use prefixkv_storage::pagefile::{PageFile, PageFileConfig, PageFileError};
+use prefixkv_storage::pagefile::{PageFile, PageFileError};
 use prefixkv_storage::{CrashMode, Fault, FaultError, FaultOp, SimDisk};
 use prefixkv_testkit::rng::{env_count, Rng};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::common::{config, PAGE, PAGES_PER_SEGMENT as PER_SEGMENT};
+
 /// Across seeds: synced pages the oracle checked, and cuts that landed inside a generation.
 static SYNCED_PAGES_CHECKED: AtomicU64 = AtomicU64::new(0);
 static CUTS: AtomicU64 = AtomicU64::new(0);
 
 const DIR: &str = "/data/pages";
-const PAGE: usize = 4096;
-const PER_SEGMENT: u64 = 4;
-
-fn config() -> PageFileConfig {
-    PageFileConfig {
-        page_bytes: PAGE as u32,
-        pages_per_segment: PER_SEGMENT as u32,
-        direct_io: true,
-    }
-}
 
 /// What the writing side knows.
 #[derive(Default)]

@@ -14,33 +14,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-const PAGE: usize = 4096;
-
-fn config() -> PageFileConfig {
-    PageFileConfig {
-        page_bytes: PAGE as u32,
-        pages_per_segment: 4,
-        direct_io: true,
-    }
-}
-
-fn page_bytes(page: u64, salt: u8) -> Vec<u8> {
-    (0..PAGE)
-        .map(|i| (i as u64 * 31 + page * 7 + u64::from(salt) + (i as u64 >> 8)) as u8)
-        .collect()
-}
-
-/// Seeded xorshift: reproducible random ranges without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use super::common::{config, page_bytes, PAGE};
+use prefixkv_testkit::rng::Rng;
 
 /// Pages 1..=13 over four segments (page 13 with 1000 valid bytes), synced; returns the file
 /// and each page's valid bytes.
@@ -117,7 +92,7 @@ fn run_all(reader: &mut PageReads, reads: &[(u64, u32, u32)]) -> Outcomes {
 fn many_random_reads_match_the_pages_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
     let (file, expected) = written_file(dir.path());
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let reads: Vec<(u64, u32, u32)> = (0..600)
         .map(|_| {
             let page = 1 + rng.below(13);
