@@ -32,7 +32,7 @@
 //! Like [`PageFile::read`], reads check bounds against the page's newest entry at submit time,
 //! not the CRC: callers verify a page when they fault it in whole.
 
-use super::{read_error, PageFile, PageFileError, SumsEntry};
+use super::{read_error, PageFile, PageFileError, ReadTarget, SumsEntry};
 use crate::io::DiskFile;
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -117,6 +117,23 @@ struct Slot {
     outcome: Option<Result<(), PageFileError>>,
     /// A whole-page read: check the bytes against the entry's CRC before handing them out.
     verify: bool,
+}
+
+impl Slot {
+    /// A read of `len` bytes at `target`, not started yet.
+    fn new(token: u64, page: u64, target: ReadTarget, len: u32, verify: bool) -> Slot {
+        Slot {
+            token,
+            page,
+            entry: target.entry,
+            reader: target.reader,
+            file_offset: target.file_offset,
+            len,
+            done: 0,
+            outcome: None,
+            verify,
+        }
+    }
 }
 
 enum Engine {
@@ -290,17 +307,7 @@ impl PageReads {
             return Err(ReadsError::Full { depth: self.depth });
         }
         let target = self.file.locate_range(page, offset, u64::from(len))?;
-        self.start(Slot {
-            token,
-            page,
-            entry: target.entry,
-            reader: target.reader,
-            file_offset: target.file_offset,
-            len,
-            done: 0,
-            outcome: None,
-            verify: false,
-        })
+        self.start(Slot::new(token, page, target, len, false))
     }
 
     /// Starts a read of page `page`'s whole valid bytes (its newest entry's), checked against
@@ -321,17 +328,7 @@ impl PageReads {
                 max_read_bytes: self.max_read_bytes,
             });
         }
-        self.start(Slot {
-            token,
-            page,
-            entry: target.entry,
-            reader: target.reader,
-            file_offset: target.file_offset,
-            len,
-            done: 0,
-            outcome: None,
-            verify: true,
-        })
+        self.start(Slot::new(token, page, target, len, true))
     }
 
     /// Puts a validated read (`in_flight < depth` checked) into a free slot and starts it.
