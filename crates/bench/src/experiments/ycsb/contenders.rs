@@ -225,3 +225,28 @@ pub fn checkpoint_driver(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rocksdb` is a name in every build: with the feature it is the contender, without it a
+    /// clear error that says where to look.
+    #[test]
+    fn rocksdb_parses_or_says_why_not() {
+        let parsed = Contender::parse(ROCKSDB);
+        #[cfg(feature = "rocksdb")]
+        assert_eq!(parsed.unwrap().name(), ROCKSDB);
+        #[cfg(not(feature = "rocksdb"))]
+        {
+            let error = parsed.unwrap_err().to_string();
+            assert!(
+                error.contains("built without the `rocksdb` feature; see docs/benchmarks.md"),
+                "{error}"
+            );
+        }
+        assert!(!Contender::ALL.iter().any(|c| c.name() == ROCKSDB));
+        let unknown = Contender::parse("nope").unwrap_err().to_string();
+        assert!(unknown.contains("\"rocksdb\""), "{unknown}");
+    }
+}
