@@ -32,6 +32,8 @@ mod contenders;
 mod counters;
 mod driver;
 mod ledger;
+#[cfg(feature = "rocksdb")]
+mod rocksdb;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -75,9 +77,14 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub distributions: Option<Vec<KeyDistribution>>,
     /// Contenders (comma separated): engine, engine-no-hints (no prefetch hints), engine-persian,
-    /// dashmap-siphash, dashmap-foldhash, papaya, rwlock-sharded. Default all.
+    /// dashmap-siphash, dashmap-foldhash, papaya, rwlock-sharded. Default all of those; also
+    /// rocksdb, by name only, in a build with the cargo feature `rocksdb` (docs/benchmarks.md).
     #[arg(long, value_delimiter = ',')]
     pub variants: Option<Vec<String>>,
+    /// The `rocksdb` contender's LRU block cache, bytes. Default: the engine's log memory budget
+    /// for `--keys` (the same byte budget; see `engine_config`).
+    #[arg(long)]
+    pub rocksdb_block_cache_bytes: Option<u64>,
     /// Milliseconds between the checkpointed engine's checkpoints. Default 5000 (quick: 1000).
     #[arg(long)]
     pub checkpoint_interval_ms: Option<u64>,
@@ -107,6 +114,7 @@ struct Plan {
     contenders: Vec<Contender>,
     checkpoint_interval: Duration,
     data_dir: PathBuf,
+    rocksdb_block_cache_bytes: u64,
 }
 
 /// What one run (contender, point, threads, round) measured.
@@ -179,8 +187,21 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) {
     );
     report.config(
         "durability",
-        "engine-persian writes fsynced checkpoints; the other contenders keep nothing on disk",
+        "engine-persian writes fsynced checkpoints; rocksdb (if run) writes SST files without a \
+         write-ahead log and never fsyncs; the other contenders keep nothing on disk",
     );
+    #[cfg(feature = "rocksdb")]
+    if plan.contenders.contains(&Contender::RocksDb) {
+        // rocksdb_library_version (from RocksDB's OPTIONS file) is added when it is loaded.
+        report.config("rocksdb_crate_version", rocksdb::CRATE_VERSION);
+        report.config("rocksdb_block_cache_bytes", plan.rocksdb_block_cache_bytes);
+        report.config(
+            "rocksdb_options",
+            "one DB for all threads; WAL off (WriteOptions::disable_wal); LRU block cache of \
+             rocksdb_block_cache_bytes; compression none; reads get_pinned; RMW get_pinned + put; \
+             other options RocksDB's defaults",
+        );
+    }
     report.notes.push(
         "hardware counters (instructions, cache misses per operation) are null where the machine \
          offers none"
@@ -203,7 +224,16 @@ fn run_round(
         .prefix("prefixkv-bench-ycsb-")
         .tempdir_in(&plan.data_dir)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let loaded = contenders::load(contender, plan.keys, cores, dir.path())?;
+    let loaded = contenders::load(
+        contender,
+        plan.keys,
+        cores,
+        dir.path(),
+        plan.rocksdb_block_cache_bytes,
+    )?;
+    if let Some(version) = &loaded.rocksdb_version {
+        report.config("rocksdb_library_version", version.as_str());
+    }
     let (map, store) = (loaded.map, loaded.store);
     let ledger = ledger::Ledger::default();
     for (key, measured) in measure_round(plan, &*map, store.as_deref(), operations, &ledger)
@@ -312,6 +342,9 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
                 .unwrap_or(if common.quick { 1000 } else { 5000 }),
         ),
         data_dir: args.data_dir.clone().unwrap_or_else(std::env::temp_dir),
+        rocksdb_block_cache_bytes: args.rocksdb_block_cache_bytes.unwrap_or_else(|| {
+            contenders::engine_config(keys, std::path::Path::new("")).log_memory_bytes
+        }),
     })
 }
 
@@ -427,6 +460,8 @@ fn measure_memory(plan: &Plan) -> Result<BTreeMap<&'static str, f64>> {
             .arg(plan.keys.to_string())
             .arg("--data-dir")
             .arg(&plan.data_dir)
+            .arg("--rocksdb-block-cache-bytes")
+            .arg(plan.rocksdb_block_cache_bytes.to_string())
             .output()
             .context("running the memory child")?;
         let text = String::from_utf8_lossy(&output.stdout);
@@ -455,7 +490,13 @@ fn memory_child(plan: &Plan, contender: Contender) -> Result<()> {
         .tempdir_in(&plan.data_dir)?;
     let before = crate::memory::current_rss_bytes();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let loaded = contenders::load(contender, plan.keys, cores, dir.path())?;
+    let loaded = contenders::load(
+        contender,
+        plan.keys,
+        cores,
+        dir.path(),
+        plan.rocksdb_block_cache_bytes,
+    )?;
     let after = crate::memory::current_rss_bytes();
     println!("rss_growth_bytes {}", after.saturating_sub(before));
     drop(loaded);
@@ -568,6 +609,15 @@ fn write_summary(
             report.summary(
                 &format!("engine_batched_over_{name}{suffix}"),
                 ratio(hinted, map),
+            );
+        }
+        #[cfg(feature = "rocksdb")]
+        if plan.contenders.contains(&Contender::RocksDb) {
+            let rocks = at(Contender::RocksDb);
+            report.summary(&format!("engine_over_rocksdb{suffix}"), ratio(plain, rocks));
+            report.summary(
+                &format!("engine_batched_over_rocksdb{suffix}"),
+                ratio(hinted, rocks),
             );
         }
         report.summary(

@@ -32,10 +32,19 @@ pub enum Contender {
     Papaya,
     /// 64 `RwLock<HashMap>` shards (SipHash): the floor any concurrent map should beat.
     ShardedRwLock,
+    /// RocksDB (WAL off, an LRU block cache of `--rocksdb-block-cache-bytes`): issue 33's
+    /// larger-than-memory peer. Only with the cargo feature `rocksdb`; never in the default
+    /// `--variants` (ask for it by name).
+    #[cfg(feature = "rocksdb")]
+    RocksDb,
 }
 
+/// The name of the RocksDB contender (parsed in every build, so that a build without the feature
+/// can say why it cannot run it).
+pub const ROCKSDB: &str = "rocksdb";
+
 impl Contender {
-    /// Every contender, in report order.
+    /// The default contenders, in report order (every one but `rocksdb`).
     pub const ALL: [Contender; 7] = [
         Contender::Engine,
         Contender::EngineNoHints,
@@ -56,16 +65,27 @@ impl Contender {
             Contender::DashMapFoldHash => "dashmap-foldhash",
             Contender::Papaya => "papaya",
             Contender::ShardedRwLock => "rwlock-sharded",
+            #[cfg(feature = "rocksdb")]
+            Contender::RocksDb => ROCKSDB,
         }
     }
 
     /// Parses a name.
     pub fn parse(name: &str) -> Result<Contender> {
+        if name == ROCKSDB {
+            #[cfg(feature = "rocksdb")]
+            return Ok(Contender::RocksDb);
+            #[cfg(not(feature = "rocksdb"))]
+            anyhow::bail!(
+                "contender {ROCKSDB:?}: built without the `rocksdb` feature; see docs/benchmarks.md"
+            );
+        }
         Contender::ALL
             .into_iter()
             .find(|contender| contender.name() == name)
             .ok_or_else(|| {
-                let names: Vec<&str> = Contender::ALL.iter().map(|c| c.name()).collect();
+                let mut names: Vec<&str> = Contender::ALL.iter().map(|c| c.name()).collect();
+                names.push(ROCKSDB);
                 anyhow::anyhow!("unknown contender {name:?}: expected one of {names:?}")
             })
     }
@@ -79,16 +99,21 @@ pub struct LoadedMap {
     pub store: Option<Arc<Store>>,
     /// The loader threads' engine sessions and the upserts each ran (engines only).
     pub loaders: Vec<(SessionId, u64)>,
+    /// The version of the RocksDB library linked, as RocksDB reports it (`rocksdb` only).
+    pub rocksdb_version: Option<String>,
 }
 
 /// Builds `contender` and loads keys `key(0..keys)` into it (with `threads` loader threads).
-/// `dir` holds the engine's files. Returns the map and, for the checkpointing contender, the
-/// store to drive checkpoints on.
+/// `dir` holds the engine's files (and RocksDB's, in `dir/rocksdb`, with a block cache of
+/// `rocksdb_block_cache_bytes`). Returns the map and, for the checkpointing contender, the store
+/// to drive checkpoints on.
+#[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
 pub fn load(
     contender: Contender,
     keys: u64,
     threads: usize,
     dir: &std::path::Path,
+    rocksdb_block_cache_bytes: u64,
 ) -> Result<LoadedMap> {
     let loaded: Box<dyn Loaded> = match contender {
         Contender::Engine | Contender::EngineNoHints | Contender::EnginePersian => {
@@ -107,6 +132,7 @@ pub fn load(
                 map: Box::new(map),
                 store,
                 loaders,
+                rocksdb_version: None,
             });
         }
         Contender::DashMapSipHash => {
@@ -123,12 +149,26 @@ pub fn load(
         }
         Contender::Papaya => Box::new(PapayaMap(papaya::HashMap::with_capacity(keys as usize))),
         Contender::ShardedRwLock => Box::new(RwLockMap::with_capacity(keys)),
+        #[cfg(feature = "rocksdb")]
+        Contender::RocksDb => {
+            let map =
+                super::rocksdb::RocksDbMap::open(&dir.join(ROCKSDB), rocksdb_block_cache_bytes)?;
+            fill(&map, keys, threads);
+            let rocksdb_version = map.library_version.clone();
+            return Ok(LoadedMap {
+                map: Box::new(map),
+                store: None,
+                loaders: Vec::new(),
+                rocksdb_version,
+            });
+        }
     };
     fill(&*loaded, keys, threads);
     Ok(LoadedMap {
         map: loaded,
         store: None,
         loaders: Vec::new(),
+        rocksdb_version: None,
     })
 }
 
@@ -184,4 +224,29 @@ pub fn checkpoint_driver(
         next = std::time::Instant::now() + interval;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rocksdb` is a name in every build: with the feature it is the contender, without it a
+    /// clear error that says where to look.
+    #[test]
+    fn rocksdb_parses_or_says_why_not() {
+        let parsed = Contender::parse(ROCKSDB);
+        #[cfg(feature = "rocksdb")]
+        assert_eq!(parsed.unwrap().name(), ROCKSDB);
+        #[cfg(not(feature = "rocksdb"))]
+        {
+            let error = parsed.unwrap_err().to_string();
+            assert!(
+                error.contains("built without the `rocksdb` feature; see docs/benchmarks.md"),
+                "{error}"
+            );
+        }
+        assert!(!Contender::ALL.iter().any(|c| c.name() == ROCKSDB));
+        let unknown = Contender::parse("nope").unwrap_err().to_string();
+        assert!(unknown.contains("\"rocksdb\""), "{unknown}");
+    }
 }

@@ -255,7 +255,7 @@ mod tests {
             Operations::generate(mix(50, Kind::Rmw), KeyDistribution::Uniform, keys, 3_200, 2),
         ];
         let ledger = Ledger::default();
-        let loaded = contenders::load(Contender::EnginePersian, keys, 2, dir.path()).unwrap();
+        let loaded = contenders::load(Contender::EnginePersian, keys, 2, dir.path(), 0).unwrap();
         let store = loaded.store.clone().unwrap();
         run(&ledger, &*loaded.map, 0, &operations[0], 2);
         checkpoint(&store, &ledger);
