@@ -10,6 +10,7 @@
 //! - [`counters`]: client-side counters in a shared file mapping, readable after a SIGKILL.
 //! - [`fs`]: copying a store's directory aside, subdirectories included.
 //! - [`rng`]: seeded randomness with a replayable seed, and `env_count` for test sizes.
+//! - [`seccomp`]: io_uring blocked for one thread, for the io_uring fallback tests.
 //! - [`skip`]: a test whose facility (io_uring, seccomp) is missing fails unless
 //!   `PREFIXKV_TEST_ALLOW_SKIP` allows skipping it.
 //!
@@ -23,6 +24,7 @@ pub mod counters;
 pub mod fs;
 pub mod oracle;
 pub mod rng;
+pub mod seccomp;
 pub mod skip;
 
 pub use rng::env_count;

@@ -11,45 +11,7 @@ use prefixkv_storage::pagefile::{
 use prefixkv_storage::real_disk;
 use std::sync::Arc;
 
-/// Makes `io_uring_setup` fail with EPERM on this thread; false (after asking the test kit
-/// whether skipping is allowed) where a filter cannot be installed.
-fn deny_io_uring_setup_here() -> bool {
-    // Classic BPF over `struct seccomp_data` (nr at offset 0, arch at offset 4).
-    const LOAD_WORD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-    const RETURN: u16 = 0x06; // BPF_RET | BPF_K
-    const ARCH_X86_64: u32 = 0xc000_003e;
-    let step = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
-    let deny = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
-    let mut program = [
-        step(LOAD_WORD, 0, 0, 4),
-        step(JUMP_IF_EQUAL, 1, 0, ARCH_X86_64),
-        step(RETURN, 0, 0, libc::SECCOMP_RET_ALLOW),
-        step(LOAD_WORD, 0, 0, 0),
-        step(JUMP_IF_EQUAL, 0, 1, libc::SYS_io_uring_setup as u32),
-        step(RETURN, 0, 0, deny),
-        step(RETURN, 0, 0, libc::SECCOMP_RET_ALLOW),
-    ];
-    let fprog = libc::sock_fprog {
-        len: program.len() as u16,
-        filter: program.as_mut_ptr(),
-    };
-    // SAFETY: prctl with a program that outlives the call (the kernel copies it).
-    let failed = unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-            || libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &fprog as *const libc::sock_fprog,
-            ) != 0
-    };
-    if failed {
-        let why = format!("seccomp filter: {}", std::io::Error::last_os_error());
-        prefixkv_testkit::skip::unavailable("seccomp", &why);
-        return false;
-    }
-    true
-}
+use prefixkv_testkit::seccomp::deny_io_uring_setup_on_this_thread;
 
 #[test]
 fn auto_falls_back_to_synchronous_reads_when_io_uring_is_blocked() {
@@ -65,7 +27,7 @@ fn auto_falls_back_to_synchronous_reads_when_io_uring_is_blocked() {
     file.sync().unwrap();
     let file = Arc::new(file);
     std::thread::spawn(move || {
-        if !deny_io_uring_setup_here() {
+        if !deny_io_uring_setup_on_this_thread() {
             return;
         }
         let error = PageReads::with_backend(Arc::clone(&file), 4, 4096, ReadBackendChoice::IoUring)
