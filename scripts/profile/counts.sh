@@ -11,6 +11,7 @@
 # counts are printed. Syscalls and context switches depend on timing (how many requests one read
 # brings), allocations and log bytes do not. Needs root for perf.
 set -uf
+. "$(dirname "$0")/common.sh"
 # The allocation probes, once per boot.
 if ! perf probe -l 2>/dev/null | grep -q 'probe_libc:malloc'; then
   for f in malloc calloc realloc; do perf probe -q -x /lib/x86_64-linux-gnu/libc.so.6 --add $f; done
@@ -20,20 +21,15 @@ if ! perf probe -l 2>/dev/null | grep -q 'probe_libjemalloc:jemalloc'; then
 fi
 T=$1; BIN=$2; F=${3:-none}; P=${4:-16}; N=${5:-200000}; TH=${6:-2}
 D=$(mktemp -d /tmp/row.XXXX)
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+PORT=$(free_port)
 if [ "$BIN" = redis ]; then
   case $F in none) R="--appendonly no";; *) R="--appendonly yes --appendfsync $F";; esac
   redis-server --port $PORT --dir $D --save "" $R > $D.log 2>&1 & SP=$!
 else
   $BIN --port $PORT --dir $D --appendfsync $F --threads $TH --checkpoint-interval 3600000 > $D.log 2>&1 & SP=$!
 fi
-for i in $(seq 100); do redis-cli -p $PORT ping >/dev/null 2>&1 && break; sleep 0.1; done
-SHA=$(redis-cli -p $PORT script load "local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], 60) end return n")
-case $T in
- evalsha) ARGS="EVALSHA $SHA 1 ratelimit:__rand_int__";;
- xadd) ARGS="XADD bench:events MAXLEN ~ 10000 * field value";;
- *) ARGS="-t $T";;
-esac
+wait_ready $PORT 100
+ARGS=$(bench_args $PORT $T)
 sync; b0=$(du -sb $D | cut -f1)
 read u0 s0 < <(awk '{print $14, $15}' /proc/$SP/stat)
 perf stat -x, -e raw_syscalls:sys_enter,context-switches,probe_libc:malloc,probe_libc:calloc,probe_libc:realloc,probe_libjemalloc:jemalloc,probe_libjemalloc:jecalloc,probe_libjemalloc:jerealloc -p $SP -o $D.stat & PS=$!

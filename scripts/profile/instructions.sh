@@ -15,24 +15,20 @@
 #   cg_diff OUTDIR/cg-small.out OUTDIR/cg-big.out > d.out; cg_annotate --auto=no d.out
 # shows where the N2 requests' instructions went. Needs valgrind, redis-benchmark, redis-cli.
 set -uf
+. "$(dirname "$0")/common.sh"
 T=$1; BIN=$2; P=${3:-16}; F=${4:-none}; N2=${5:-100000}; N1=20000
 OUT=${OUTDIR:-/tmp/instructions-$T-$$}; mkdir -p $OUT
 one() {
-  local N=$1 NAME=$2 D PORT SP SHA ARGS
+  local N=$1 NAME=$2 D PORT SP ARGS
   D=$(mktemp -d /tmp/irs.XXXX)
-  PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  PORT=$(free_port)
   if [ "$BIN" = redis ]; then
     valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=$OUT/cg-$NAME.out redis-server --port $PORT --dir $D --save "" --appendonly no > $OUT/server-$NAME.log 2>&1 & SP=$!
   else
     valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=$OUT/cg-$NAME.out $BIN --port $PORT --dir $D --appendfsync $F --threads 1 > $OUT/server-$NAME.log 2>&1 & SP=$!
   fi
-  for i in $(seq 600); do redis-cli -p $PORT ping >/dev/null 2>&1 && break; sleep 0.1; done
-  SHA=$(redis-cli -p $PORT script load "local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], 60) end return n")
-  case $T in
-   evalsha) ARGS="EVALSHA $SHA 1 ratelimit:__rand_int__";;
-   xadd) ARGS="XADD bench:events MAXLEN ~ 10000 * field value";;
-   *) ARGS="-t $T";;
-  esac
+  wait_ready $PORT 600
+  ARGS=$(bench_args $PORT $T)
   redis-benchmark -h 127.0.0.1 -p $PORT -c 50 -r 1000000 -n $N -P $P --csv $ARGS > $OUT/bench-$NAME.csv 2>&1
   redis-cli -p $PORT shutdown nosave >/dev/null 2>&1 || kill $SP
   for i in $(seq 300); do kill -0 $SP 2>/dev/null || break; sleep 0.1; done

@@ -220,17 +220,7 @@ fn run_round(
     runs: &mut BTreeMap<(usize, usize, usize), Vec<Run>>,
 ) -> Result<()> {
     let contender = plan.contenders[index];
-    let dir = tempfile::Builder::new()
-        .prefix("prefixkv-bench-ycsb-")
-        .tempdir_in(&plan.data_dir)?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let loaded = contenders::load(
-        contender,
-        plan.keys,
-        cores,
-        dir.path(),
-        plan.rocksdb_block_cache_bytes,
-    )?;
+    let (dir, loaded) = load_in_temp_dir(plan, contender, "prefixkv-bench-ycsb-")?;
     if let Some(version) = &loaded.rocksdb_version {
         report.config("rocksdb_library_version", version.as_str());
     }
@@ -485,10 +475,25 @@ fn measure_memory(plan: &Plan) -> Result<BTreeMap<&'static str, f64>> {
 
 /// The child: load one contender, print how much resident memory that added.
 fn memory_child(plan: &Plan, contender: Contender) -> Result<()> {
-    let dir = tempfile::Builder::new()
-        .prefix("prefixkv-bench-ycsb-memory-")
-        .tempdir_in(&plan.data_dir)?;
     let before = crate::memory::current_rss_bytes();
+    let (_dir, loaded) = load_in_temp_dir(plan, contender, "prefixkv-bench-ycsb-memory-")?;
+    let after = crate::memory::current_rss_bytes();
+    println!("rss_growth_bytes {}", after.saturating_sub(before));
+    drop(loaded);
+    Ok(())
+}
+
+/// Loads `contender` with every core into a fresh temporary directory under the plan's data
+/// directory (named with `prefix`). The directory is returned to be dropped after the map: the
+/// map may hold files in it.
+fn load_in_temp_dir(
+    plan: &Plan,
+    contender: Contender,
+    prefix: &str,
+) -> Result<(tempfile::TempDir, contenders::LoadedMap)> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&plan.data_dir)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let loaded = contenders::load(
         contender,
@@ -497,10 +502,7 @@ fn memory_child(plan: &Plan, contender: Contender) -> Result<()> {
         dir.path(),
         plan.rocksdb_block_cache_bytes,
     )?;
-    let after = crate::memory::current_rss_bytes();
-    println!("rss_growth_bytes {}", after.saturating_sub(before));
-    drop(loaded);
-    Ok(())
+    Ok((dir, loaded))
 }
 
 fn write_rows(

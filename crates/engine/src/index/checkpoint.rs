@@ -399,7 +399,7 @@ impl HashIndex {
 
         let index = HashIndex::new(buckets);
         let overflow = header.overflow as usize;
-        let entries = index.load_chunks(&header, |buf, offset| read(buf, offset), path)?;
+        let entries = index.load_chunks(&header, &read, path)?;
         if entries != expected_entries {
             return Err(corrupt(
                 path,

@@ -321,21 +321,7 @@ impl HashIndex {
     /// Calls `visit` with the chain head of every non-empty entry of main buckets `range` (and their
     /// overflow buckets).
     pub(crate) fn for_each_entry(&self, range: std::ops::Range<usize>, mut visit: impl FnMut(u64)) {
-        for index in range {
-            let mut bucket = &self.buckets[index];
-            loop {
-                for slot in &bucket.entries {
-                    let word = slot.load(Ordering::Acquire);
-                    if word != 0 && word & TENTATIVE == 0 && word & ADDRESS_MASK != 0 {
-                        visit(word & ADDRESS_MASK);
-                    }
-                }
-                match self.next_bucket(bucket) {
-                    Some(next) => bucket = next,
-                    None => break,
-                }
-            }
-        }
+        self.for_each_slot(range, |slot| visit(slot.address()));
     }
 }
 
