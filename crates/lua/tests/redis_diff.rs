@@ -44,12 +44,18 @@ mod common {
         _dir: tempfile::TempDir,
     }
 
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
+    /// A connection to `port` that answered PING with PONG; `None` on any I/O error (not yet
+    /// listening, or a listener that is not a redis-server).
+    fn ping(port: u16) -> Option<BufReader<TcpStream>> {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .ok()?;
+        stream.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+        let mut conn = BufReader::new(stream);
+        let mut line = String::new();
+        conn.read_line(&mut line).ok()?;
+        (line == "+PONG\r\n").then_some(conn)
     }
 
     /// One RESP2 reply.
@@ -67,7 +73,7 @@ mod common {
         pub fn start() -> Redis {
             let dir = tempfile::tempdir().unwrap();
             for _ in 0..5 {
-                let port = free_port();
+                let port = prefixkv_testkit::net::free_port();
                 let mut child = Command::new("redis-server")
                     .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                     .args(["--save", "", "--appendonly", "no"])
@@ -80,21 +86,20 @@ mod common {
                 let deadline = Instant::now() + Duration::from_secs(30);
                 while Instant::now() < deadline {
                     if let Ok(Some(_)) = child.try_wait() {
-                        break;
+                        break; // it could not bind the port: another one
                     }
-                    if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-                        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-                        let mut r = Redis {
-                            child,
-                            conn: BufReader::new(s),
-                            _dir: dir,
-                        };
-                        if r.command(&[b"PING"]) == Reply::Status("PONG".into()) {
-                            return r;
+                    if let Some(conn) = ping(port) {
+                        // Our child still runs, so the listener that answered is ours (had the
+                        // port been taken, redis-server would have exited on its failed bind).
+                        std::thread::sleep(Duration::from_millis(50));
+                        if let Ok(None) = child.try_wait() {
+                            return Redis {
+                                child,
+                                conn,
+                                _dir: dir,
+                            };
                         }
-                        let _ = r.child.kill();
-                        let _ = r.child.wait();
-                        panic!("redis-server did not answer PING");
+                        break;
                     }
                     std::thread::sleep(Duration::from_millis(20));
                 }

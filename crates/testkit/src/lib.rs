@@ -9,6 +9,7 @@
 //!   its progress lines with bounded waits, kill it, keep the lines it printed before it died).
 //! - [`counters`]: client-side counters in a shared file mapping, readable after a SIGKILL.
 //! - [`fs`]: copying a store's directory aside, subdirectories included.
+//! - [`net`]: loopback ports for tests that start servers, outside the kernel's ephemeral range.
 //! - [`rng`]: seeded randomness with a replayable seed, and `env_count` for test sizes.
 //! - [`seccomp`]: io_uring blocked for one thread, for the io_uring fallback tests.
 //! - [`skip`]: a test whose facility (io_uring, seccomp) is missing fails unless
@@ -22,6 +23,7 @@ pub mod acknowledged;
 pub mod child;
 pub mod counters;
 pub mod fs;
+pub mod net;
 pub mod oracle;
 pub mod rng;
 pub mod seccomp;

@@ -41,13 +41,10 @@ pub fn failed_start(args: &[&str], dir: &Path) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// A free loopback port (bound and released; the server binds it explicitly).
+/// A free loopback port (bound and released; the server binds it explicitly), outside the
+/// kernel's ephemeral range: see `prefixkv_testkit::net`.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    prefixkv_testkit::net::free_port()
 }
 
 impl Server {
@@ -124,7 +121,13 @@ impl Server {
                     if stream.read_exact(&mut reply).is_ok()
                         && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH")
                     {
-                        return true;
+                        // The listener is ours if our child still runs: a server whose port was
+                        // taken exits on its failed bind (then the caller retries another port).
+                        std::thread::sleep(Duration::from_millis(50));
+                        return match self.child.as_mut() {
+                            Some(child) => matches!(child.try_wait(), Ok(None)),
+                            None => true,
+                        };
                     }
                 }
             }

@@ -31,16 +31,17 @@ impl Drop for Replica {
     }
 }
 
-/// `count` distinct free loopback ports: all listeners stay open until every port is chosen, so
-/// the kernel cannot hand the same port out twice.
+/// `count` distinct free loopback ports, outside the kernel's ephemeral range (see
+/// `prefixkv_testkit::net`).
 pub fn free_ports(count: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..count)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|listener| listener.local_addr().unwrap().port())
-        .collect()
+    let mut ports: Vec<u16> = Vec::with_capacity(count);
+    while ports.len() < count {
+        let port = prefixkv_testkit::net::free_port();
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    ports
 }
 
 /// The addresses of a loopback cluster of `ids`.
