@@ -498,6 +498,8 @@ fn scan_index_range(
     let mut start = range.start;
     let mut index_scan = Duration::ZERO;
     while start < range.end {
+        // The previous chunk's records read from the storage tier (`log::cold`).
+        crate::log::release_cold_copies();
         let end = (start + chunk).min(range.end);
         heads.clear();
         let index_started = Instant::now();

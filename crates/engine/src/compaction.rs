@@ -53,6 +53,10 @@ const MIN_RECLAIMED_SHARE: f64 = 0.25;
 /// being compacted turn into copies (measured: YCSB-A at 1M keys ran at a third of its speed, and
 /// faster during checkpoints, which exclude compaction).
 pub(crate) fn run(shared: &Arc<Shared>) {
+    if shared.log.is_tiered() {
+        // Old pages go to the page file instead (`tier` module).
+        return crate::tier::run(shared);
+    }
     let Some(slot) = shared.epoch.acquire_slot() else {
         return;
     };

@@ -206,6 +206,14 @@ pub struct StoreConfig {
     /// recovery loads (see [`Store::set_access_stamp`](crate::Store::set_access_stamp), which
     /// changes it later). 0 by default.
     pub access_stamp: u32,
+    /// A storage tier: when the log reaches its memory budget, its oldest pages are written to a
+    /// page file in `dir/log` and leave memory, so the data may be larger than
+    /// `log_memory_bytes` (the index stays in memory). Reads of records that left memory are
+    /// served from the file. Off by default. Not with `rollback_ready` or
+    /// `compact_dead_fraction` (in-memory compaction does not run with a tier); the file is not
+    /// yet compacted (it grows with every write) and recovery still loads the newest checkpoint,
+    /// evicting as it goes (see `docs/engine.md`, "Storage tier").
+    pub storage_tier: bool,
 }
 
 /// With [`StoreConfig::compact_dead_fraction`], garbage alone starts compaction only from this
@@ -293,6 +301,20 @@ impl StoreConfig {
                 ));
             }
         }
+        if self.storage_tier && self.rollback_ready {
+            return invalid(
+                "storage_tier cannot be combined with rollback_ready: a rollback changes records \
+                 in place, and records on disk cannot be changed"
+                    .to_string(),
+            );
+        }
+        if self.storage_tier && self.compact_dead_fraction.is_some() {
+            return invalid(
+                "storage_tier cannot be combined with compact_dead_fraction: with a tier, old \
+                 pages are evicted to disk instead of compacted in memory"
+                    .to_string(),
+            );
+        }
         if self.keep_checkpoints == 0 {
             return invalid("keep_checkpoints must be >= 1".to_string());
         }
@@ -320,6 +342,7 @@ impl Default for StoreConfig {
             rollback_ready: false,
             compact_dead_fraction: None,
             access_stamp: 0,
+            storage_tier: false,
         }
     }
 }

@@ -11,11 +11,12 @@
 //! is no import circle; `docs/engine.md`, "Module map"):
 //! - `rollback` (and `rollback::purge`) → `store` (it adds `Store::rollback` and its kin),
 //!   `shared`, `state`, `log`, `report`;
-//! - `store` (`store::{recovery, sealed}`) → `session`, `checkpoint`, `compaction`, `shared`,
-//!   `report`, `state`, `log`, `index`, `cpr_points`, `checkpoint_files`;
+//! - `store` (`store::{recovery, sealed}`) → `session`, `checkpoint`, `compaction`, `tier`,
+//!   `shared`, `report`, `state`, `log`, `index`, `cpr_points`, `checkpoint_files`;
 //! - `session` → `shared`, `state`, `log`, `index`, `latch`, `cpr_points`;
 //!   `checkpoint` → `shared`, `state`, `log`, `report`, `scan_progress`, `checkpoint_files`;
-//!   `compaction` → `shared`, `state`, `log`, `index` (none of these three imports another);
+//!   `compaction` → `tier`, `shared`, `state`, `log`, `index` (none of these three imports
+//!   another); `tier` (eviction into the page file) → `shared`, `log`;
 //! - `shared` (the state they share, split by owner: `machine`, `sessions`, `rollback`,
 //!   `maintenance`) → `epoch`, `state`, `log`, `index`, `latch`, `accounting`, `cpr_points`,
 //!   `scan_progress`, `checkpoint_files`, `report`;
@@ -46,6 +47,7 @@ mod shared;
 mod state;
 mod store;
 mod sync;
+mod tier;
 
 pub use checkpoint_files::segment::WriteTimes;
 pub use config::{

@@ -64,14 +64,26 @@
 //!   freed memory. Chain walks stop at addresses below `begin_address`.
 //! - Memory budget: `writer_page_limit` pages for user writes, the remaining reserve for compaction
 //!   (which must be able to copy live records forward to free old pages).
+//! - With a storage tier (`cold` module), `begin <= head <= read_only <= tail`: pages in
+//!   `[begin, head)` are on disk only (the page file), `[head, read_only)` in memory and
+//!   immutable (and already written to the page file when below the head's next move), `[read_only,
+//!   tail)` in memory and mutable. The head moves up only to a page boundary that is at most the
+//!   read-only address (after the epoch bump that made those pages immutable) and whose pages are
+//!   written and synced; pages below it are freed by the same epoch rule as pages below the begin:
+//!   [`HybridLog::record`] loads the head after the caller protected, so an address at or above the
+//!   head it read lies in a page no thread frees until the caller's protection ends. Without a tier
+//!   the head stays equal to the first page's address and nothing is cold.
 //! - Nothing persisted holds this layout: checkpoint segments store (version, key, value)
 //!   entries, so checkpoint files do not depend on it.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
+mod cold;
 mod record;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use cold::{release_cold_copies, Tier};
 
 use record::{key_start, lengths_word, store_bytes};
 pub(crate) use record::{Record, RecordGuard};
@@ -178,13 +190,19 @@ pub(crate) struct HybridLog {
     tail: AtomicU64,
     begin_address: AtomicU64,
     read_only_address: AtomicU64,
+    /// Pages below this address are on disk only (see the module invariants); the first page's
+    /// address while nothing was evicted.
+    head_address: AtomicU64,
+    /// The page file that holds evicted pages, if the store has a storage tier.
+    tier: Option<Tier>,
     pages_in_use: AtomicU64,
     writer_page_limit: u64,
     total_page_limit: u64,
 }
 
 impl HybridLog {
-    pub(crate) fn new(page_bytes: usize, memory_bytes: u64) -> Self {
+    /// A log of `page_bytes` pages within `memory_bytes`, evicting into `tier` if given.
+    pub(crate) fn new(page_bytes: usize, memory_bytes: u64, tier: Option<Tier>) -> Self {
         let total_page_limit = memory_bytes / page_bytes as u64;
         assert!(total_page_limit >= 8);
         // A reserve for compaction: it copies at most this many pages of live data forward.
@@ -203,6 +221,8 @@ impl HybridLog {
             tail: AtomicU64::new(1 << 32),
             begin_address: AtomicU64::new(page_bytes as u64),
             read_only_address: AtomicU64::new(page_bytes as u64),
+            head_address: AtomicU64::new(page_bytes as u64),
+            tier,
             pages_in_use: AtomicU64::new(0),
             writer_page_limit: total_page_limit - reserve,
             total_page_limit,
@@ -223,6 +243,18 @@ impl HybridLog {
 
     pub(crate) fn read_only_address(&self) -> u64 {
         self.read_only_address.load(Ordering::Acquire)
+    }
+
+    /// The lowest address whose page is in memory (see the module invariants).
+    #[inline]
+    pub(crate) fn head_address(&self) -> u64 {
+        self.head_address.load(Ordering::SeqCst)
+    }
+
+    /// Whether the log evicts into a page file (a storage tier).
+    #[inline]
+    pub(crate) fn is_tiered(&self) -> bool {
+        self.tier.is_some()
     }
 
     /// Moves the read-only boundary up (never down). Callers bump the epoch afterwards before
@@ -375,9 +407,14 @@ impl HybridLog {
         }
     }
 
-    /// The record at `address` (which must hold a published or being-written record).
+    /// The record at `address` (which must hold a published or being-written record). Below the
+    /// head address it is a copy read from the page file (`cold` module: valid until the thread's
+    /// next operation or [`release_cold_copies`]).
     #[inline]
     pub(crate) fn record(&self, address: u64) -> Record<'_> {
+        if address < self.head_address() {
+            return self.cold_record(address);
+        }
         Record {
             address,
             words: self.words_at(address),
@@ -460,8 +497,13 @@ impl HybridLog {
 
     /// Iterates records in `[from, until)` in address order, page by page. Callers guarantee every
     /// record below `until` is completely written (see the module invariants).
+    ///
+    /// Pages below the head address are read whole from the page file (checksum verified) into
+    /// a buffer of this call; a caller that lets pages leave memory meanwhile (nobody: eviction
+    /// holds the maintenance lock, as every scanner does or is protected) is not supported.
     pub(crate) fn scan(&self, from: u64, until: u64, mut visit: impl FnMut(Record<'_>) -> bool) {
         let page_bytes = self.page_bytes() as u64;
+        let mut cold_page: Option<cold::ColdPage> = None;
         let mut address = from;
         while address < until {
             let page_end = (address | (page_bytes - 1)) + 1;
@@ -470,22 +512,34 @@ impl HybridLog {
                 address = page_end;
                 continue;
             }
-            let record = self.record(address);
+            let record = if address < self.head_address() {
+                let page = address >> self.page_bits;
+                if cold_page.as_ref().is_none_or(|loaded| loaded.page != page) {
+                    cold_page = Some(self.load_cold_page(page));
+                }
+                cold_page
+                    .as_ref()
+                    .expect("loaded above")
+                    .record(self, address)
+            } else {
+                self.record(address)
+            };
             if record.word0() & FLAG_PRESENT == 0 {
                 address = page_end;
                 continue;
             }
+            let size_bytes = record.size_bytes() as u64;
             if !visit(record) {
                 return;
             }
-            address += record.size_bytes() as u64;
+            address += size_bytes;
         }
     }
 
     /// Frees pages entirely below `address`. Only call from an epoch action (or when no other
     /// thread can hold log pointers) after `begin_address` moved to at least `address`.
     pub(crate) fn free_pages_below(&self, address: u64) {
-        debug_assert!(address <= self.begin_address());
+        debug_assert!(address <= self.begin_address().max(self.head_address()));
         let end_page = address >> self.page_bits;
         let start_page = self.freed_until_page.load(Ordering::Acquire);
         for page in start_page..end_page {

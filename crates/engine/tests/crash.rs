@@ -8,6 +8,9 @@
 //!   last serial it issued (kept in a shared counter file that survives the kill);
 //! - the recovered image is exactly the state those points name (`prefixkv_testkit::oracle`).
 //!
+//! The same runs with a storage tier (`StoreConfig::storage_tier`, a 512 KiB memory budget, so
+//! that records keep leaving memory for the page file while the clients write and read).
+//!
 //! `PREFIXKV_CRASH_ITERATIONS` (default 3) kills; `PREFIXKV_CRASH_SEED` replays kill points.
 
 mod common;
@@ -24,14 +27,28 @@ use prefixkv_testkit::oracle::WorkloadSpec;
 use prefixkv_testkit::rng::Rng;
 
 const KEYS: u64 = 2000;
+/// Keys of the tiered runs: their records alone (about 1.6 MB) are three times the budget.
+const TIERED_KEYS: u64 = 40_000;
 const WORKERS: u32 = 2;
 const OPS_PER_WORKER: u64 = 150_000;
 const CHILD_ENV: &str = "PREFIXKV_CRASH_CHILD";
 const COUNTERS_ENV: &str = "PREFIXKV_CRASH_COUNTERS";
+/// Set (to anything) for a child that runs with a storage tier.
+const TIER_ENV: &str = "PREFIXKV_CRASH_TIER";
 const LINE_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn workload() -> WorkloadSpec {
-    spec(KEYS, 3)
+/// The store's configuration: the engine tests' small one, with a storage tier if `tiered`.
+fn config(dir: &Path, tiered: bool) -> prefixkv_engine::StoreConfig {
+    let mut config = small_config(dir);
+    if tiered {
+        config.storage_tier = true;
+        config.log_memory_bytes = 8 * config.log_page_bytes as u64;
+    }
+    config
+}
+
+fn workload(tiered: bool) -> WorkloadSpec {
+    spec(if tiered { TIERED_KEYS } else { KEYS }, 3)
 }
 
 /// Counter slots: issued and acknowledged serial of each session index.
@@ -52,11 +69,12 @@ fn crash_child() {
         &std::env::var(COUNTERS_ENV).expect("the parent names the counter file"),
     ))
     .unwrap();
-    let store = Store::open(small_config(Path::new(&dir))).unwrap();
-    let spec = workload();
+    let tiered = std::env::var_os(TIER_ENV).is_some();
+    let store = Store::open(config(Path::new(&dir), tiered)).unwrap();
+    let spec = workload(tiered);
     let loader = load(&store, &spec);
-    counters.raise(issued_slot(0), KEYS);
-    counters.raise(acknowledged_slot(0), KEYS);
+    counters.raise(issued_slot(0), spec.keys);
+    counters.raise(acknowledged_slot(0), spec.keys);
     child::report(format!("session {} 0", loader.id().0));
     let counters = &counters;
     std::thread::scope(|scope| {
@@ -114,6 +132,8 @@ struct Heard {
     requests: BTreeMap<u64, Vec<u64>>,
     published: u64,
     newest_published: u64,
+    /// Bytes in the page file when the child died (tiered runs).
+    evicted_bytes: u64,
 }
 
 impl Heard {
@@ -145,6 +165,7 @@ impl Heard {
 /// returned directory), what the child said, and the issued serials at the kill.
 fn run_and_kill(
     kill_after: u64,
+    tiered: bool,
 ) -> (
     tempfile::TempDir,
     std::sync::Arc<Store>,
@@ -155,14 +176,14 @@ fn run_and_kill(
     let counters_path = dir.path().join("client-counters");
     SharedCounters::create(&counters_path, issued_slot(WORKERS + 1)).unwrap();
     let store_dir = dir.path().join("store");
-    let mut process = ChildProcess::spawn_test(
-        "crash_child",
-        &[
-            (CHILD_ENV, store_dir.as_os_str()),
-            (COUNTERS_ENV, counters_path.as_os_str()),
-        ],
-    )
-    .unwrap();
+    let mut env = vec![
+        (CHILD_ENV, store_dir.as_os_str()),
+        (COUNTERS_ENV, counters_path.as_os_str()),
+    ];
+    if tiered {
+        env.push((TIER_ENV, std::ffi::OsStr::new("1")));
+    }
+    let mut process = ChildProcess::spawn_test("crash_child", &env).unwrap();
     let mut heard = Heard::default();
     while heard.published < kill_after {
         let line = process
@@ -177,7 +198,14 @@ fn run_and_kill(
     let issued: Vec<u64> = (0..=WORKERS)
         .map(|index| counters[issued_slot(index)])
         .collect();
-    let store = Store::open(small_config(&store_dir)).unwrap();
+    if tiered {
+        let evicted: u64 = std::fs::read_dir(store_dir.join("log"))
+            .unwrap()
+            .map(|entry| entry.unwrap().metadata().unwrap().len())
+            .sum();
+        heard.evicted_bytes = evicted;
+    }
+    let store = Store::open(config(&store_dir, tiered)).unwrap();
     let version = store
         .recovery_info()
         .expect("at least one checkpoint was published")
@@ -203,11 +231,32 @@ fn recovery_after_sigkill_holds_what_clients_were_told() {
     let iterations = env_count("PREFIXKV_CRASH_ITERATIONS", 3);
     let mut rng = Rng::from_env("PREFIXKV_CRASH_SEED");
     for iteration in 0..iterations {
-        let (_dir, store, heard, bounds) = run_and_kill(rng.in_range(1..7));
-        if let Err(problem) = verify_recovered(&store, &workload(), &heard.indices, &bounds) {
+        let (_dir, store, heard, bounds) = run_and_kill(rng.in_range(1..7), false);
+        if let Err(problem) = verify_recovered(&store, &workload(false), &heard.indices, &bounds) {
             panic!("iteration {iteration}: {problem}");
         }
     }
+}
+
+#[test]
+fn recovery_after_sigkill_with_a_storage_tier_holds_what_clients_were_told() {
+    if child::child_mode(CHILD_ENV).is_some() {
+        return;
+    }
+    let iterations = env_count("PREFIXKV_CRASH_ITERATIONS", 3);
+    let mut rng = Rng::from_env("PREFIXKV_CRASH_SEED");
+    let mut evicted = 0;
+    for iteration in 0..iterations {
+        let (_dir, store, heard, bounds) = run_and_kill(rng.in_range(2..8), true);
+        evicted = evicted.max(heard.evicted_bytes);
+        if let Err(problem) = verify_recovered(&store, &workload(true), &heard.indices, &bounds) {
+            panic!("tiered iteration {iteration}: {problem}");
+        }
+    }
+    assert!(
+        evicted > 0,
+        "no run evicted a page: the tier was not exercised"
+    );
 }
 
 /// The oracle is not vacuous: the same check fails once one acknowledged record is removed from
@@ -218,8 +267,8 @@ fn the_crash_oracle_catches_a_dropped_acknowledged_write() {
     if child::child_mode(CHILD_ENV).is_some() {
         return;
     }
-    let (_dir, store, heard, bounds) = run_and_kill(2);
-    verify_recovered(&store, &workload(), &heard.indices, &bounds).expect("untampered");
+    let (_dir, store, heard, bounds) = run_and_kill(2, false);
+    verify_recovered(&store, &workload(false), &heard.indices, &bounds).expect("untampered");
     // Claim worker 1 was acknowledged one more operation before the request than the
     // checkpoint holds.
     let recovered_point = {
@@ -239,14 +288,15 @@ fn the_crash_oracle_catches_a_dropped_acknowledged_write() {
         .unwrap();
     worker.acknowledged_before_request = recovered_point + 1;
     worker.issued = worker.issued.max(recovered_point + 1);
-    let error = verify_recovered(&store, &workload(), &heard.indices, &overclaimed).unwrap_err();
+    let error =
+        verify_recovered(&store, &workload(false), &heard.indices, &overclaimed).unwrap_err();
     assert!(error.contains("acknowledged serial"), "{error}");
     // Remove one acknowledged record that must be present (most keys are: only a key whose last
     // write by some session was a delete may be absent, so try keys until one is required).
     let mut session = store.start_session();
     for (key, value) in common::read_image(&store, KEYS) {
         assert!(session.delete(&key).unwrap());
-        match verify_recovered(&store, &workload(), &heard.indices, &bounds) {
+        match verify_recovered(&store, &workload(false), &heard.indices, &bounds) {
             Err(error) => {
                 assert!(error.contains("missing key"), "{error}");
                 return;

@@ -5,7 +5,7 @@ use super::*;
 const PAGE: usize = 1 << 16;
 
 fn log() -> HybridLog {
-    HybridLog::new(PAGE, (PAGE * 64) as u64)
+    HybridLog::new(PAGE, (PAGE * 64) as u64, None)
 }
 
 fn bytes(len: usize, seed: u8) -> Vec<u8> {
@@ -184,7 +184,7 @@ fn capacity_above_the_value_is_kept_through_in_place_writes() {
 
 #[test]
 fn the_largest_record_round_trips() {
-    let log = HybridLog::new(1 << 22, 8 << 22);
+    let log = HybridLog::new(1 << 22, 8 << 22, None);
     let key = bytes(1500, 3);
     for slot in [0, FLAG_STABLE_SLOT] {
         let header = header_words(key.len(), slot != 0) + words_for(key.len());
@@ -369,7 +369,7 @@ fn values_of_every_length_round_trip_at_every_offset() {
         let key = bytes(key_len, key_len as u8);
         for &len in &lengths {
             // A fresh log per length keeps the budget small whatever the key.
-            let log = HybridLog::new(1 << 17, 64 << 17);
+            let log = HybridLog::new(1 << 17, 64 << 17, None);
             for offset in 0..8 {
                 let value = &source[offset..offset + len];
                 let spec = Spec {

@@ -273,6 +273,8 @@ impl Session {
     /// `RolledBack` (once) if the session adopted a new world-line.
     #[inline]
     fn begin_op(&mut self) -> Result<(), EngineError> {
+        // The previous operation's records read from the storage tier (`log::cold`).
+        crate::log::release_cold_copies();
         if !self.protected {
             self.store.epoch.protect(self.slot);
             self.protected = true;
@@ -333,6 +335,15 @@ impl Session {
         let limit = shared.config.memory_wait_limit;
         let deadline = *deadline.get_or_insert_with(|| Instant::now() + limit);
         if Instant::now() >= deadline {
+            if let Some(failure) = shared.log.tier_failure() {
+                return Err(EngineError::OutOfMemory {
+                    detail: format!(
+                        "the log is at its budget of {} bytes and the storage tier cannot take \
+                         its old pages: {failure}",
+                        shared.config.log_memory_bytes
+                    ),
+                });
+            }
             return Err(EngineError::OutOfMemory {
                 detail: format!(
                     "the log is at its budget of {} bytes and compaction freed nothing for {:.3} s (memory_wait_limit){}",

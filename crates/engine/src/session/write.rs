@@ -77,6 +77,10 @@ impl Session {
         if let Some(step) = self.recheck_locked(&guard, hash, key) {
             return Ok(map_step(step, |_| false));
         }
+        let _stripe = match self.hold_tier_stripe(mutable, hash, key, record.address, &mut entry) {
+            Ok(stripe) => stripe,
+            Err(step) => return Ok(map_step(step, |_| false)),
+        };
         // Decided under the lock: a concurrent writer may have deleted or revived the key.
         let existed = !guard.record.is_tombstone();
         if !copy_to_new_version && mutable {
@@ -223,6 +227,39 @@ impl Session {
         None
     }
 
+    /// With a storage tier, the lock a read-copy-update takes on the record it copies (below the
+    /// read-only address) excludes nobody when the record came from the page file: each reader
+    /// holds its own copy (`log::cold`). Such writers take the key's stripe lock instead, and
+    /// under it check that the record is still the key's newest (`Step::Again` if not; the
+    /// caller has run nothing yet). Every writer that copies a record of this key holds the same
+    /// stripe until its new record is published, so, as with the record lock, no newer version
+    /// of the key can appear meanwhile, and `entry` is refreshed to the current chain head.
+    /// Nothing without a tier, or for a record written in place (`mutable`: in memory, where the
+    /// record lock is the real one).
+    #[inline]
+    fn hold_tier_stripe<'s>(
+        &'s self,
+        mutable: bool,
+        hash: KeyHash,
+        key: &[u8],
+        based_on: u64,
+        entry: &mut EntrySlot<'s>,
+    ) -> Result<Option<parking_lot::MutexGuard<'s, ()>>, Step<()>> {
+        if mutable || !self.store.log.is_tiered() {
+            return Ok(None);
+        }
+        let stripe = self.store.tier_stripe(hash).lock();
+        let located = self
+            .store
+            .locate(hash, key, self.invalid)
+            .ok_or(Step::Again)?;
+        if located.record.map(|record| record.address) != Some(based_on) {
+            return Err(Step::Again);
+        }
+        *entry = located.entry;
+        Ok(Some(stripe))
+    }
+
     /// Whether the locked, sealed record is still its key's newest valid record: then the record
     /// that sealed it belongs to versions a rollback discarded (an operation of the old world-line
     /// read-copy-updated it), and the seal means nothing. Only with `rollback_ready`. Under the
@@ -337,7 +374,8 @@ impl Session {
                 }
                 // Only the head moved (another key of this chain): we hold the key's newest record,
                 // so no newer version of our key can have appeared. Re-link and retry — but only
-                // below our record: see `HybridLog::relink_or_rewrite`.
+                // below our record: see `HybridLog::relink_or_rewrite`. (With a storage tier the
+                // record lock may be a copy's: `hold_tier_stripe` excludes the other writers.)
                 Err(current) if entry.retarget(current) => {
                     match log.relink_or_rewrite(address, entry.address(), write) {
                         Ok(relinked) => address = relinked,
@@ -491,6 +529,10 @@ impl Session {
         if let Some(step) = self.recheck_locked(&guard, hash, key) {
             return Ok(step);
         }
+        let _stripe = match self.hold_tier_stripe(mutable, hash, key, record.address, &mut entry) {
+            Ok(stripe) => stripe,
+            Err(step) => return Ok(step),
+        };
         // Never with `rollback_ready`: the stable copy would leave the older version's record
         // changed in place (see `must_copy`).
         let cpr_copy = copy_to_new_version
@@ -508,14 +550,16 @@ impl Session {
             guard.set_stable_address(stable);
             guard.set_version(self.version);
         }
-        if self.rollback_ready
+        if (self.rollback_ready || log.is_tiered())
             && (copy_to_new_version || !mutable)
             && log.pages_in_use() >= log.writer_page_limit()
         {
             // With `rollback_ready` most read-modify-writes copy their record (a new version);
             // at the writer limit they wait for compaction like upserts instead of taking the
             // compaction reserve after their update ran, which would leave compaction nothing to
-            // copy live records with (the update has not run: retrying is allowed).
+            // copy live records with (the update has not run: retrying is allowed). With a
+            // storage tier, copies of old records wait the same way, for eviction: the reserve
+            // only covers the copy of an update that already ran.
             return Ok(Step::NeedMemory);
         }
         // From here the update runs: no retry may call it again.

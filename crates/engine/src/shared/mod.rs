@@ -61,6 +61,10 @@ pub(crate) struct Located<'a> {
     pub(crate) record: Option<Record<'a>>,
 }
 
+/// Stripes of `Shared::tier_stripes` (a power of two): enough that two writers of different
+/// keys rarely share one.
+const TIER_STRIPES: usize = 4096;
+
 /// State shared by the store, its sessions and its background threads (see the module docs).
 pub(crate) struct Shared {
     pub(crate) config: StoreConfig,
@@ -88,19 +92,27 @@ pub(crate) struct Shared {
     pub(crate) memory: MemoryGate,
     /// `blocking` strategy barrier.
     pub(crate) pause: PauseBarrier,
+    /// With a storage tier: the locks of read-copy-updates of records below the read-only
+    /// address, by key hash (`Session::hold_tier_stripe`); empty without a tier.
+    tier_stripes: Box<[parking_lot::Mutex<()>]>,
 }
 
 impl Shared {
-    /// The shared state of a store opened with `config` on `checkpoints`, before recovery: REST
+    /// The shared state of a store opened with `config` on `checkpoints` (evicting into `tier`, if
+    /// any), before recovery: REST
     /// of version 1, world-line 0, no sessions.
-    pub(crate) fn new(config: StoreConfig, checkpoints: CheckpointDirectory) -> Shared {
+    pub(crate) fn new(
+        config: StoreConfig,
+        checkpoints: CheckpointDirectory,
+        tier: Option<crate::log::Tier>,
+    ) -> Shared {
         let latch_words = (config.index_buckets / 4)
             .clamp(1 << 10, 1 << 20)
             .next_power_of_two();
         Shared {
             epoch: LightEpoch::new(MAX_OPEN_SESSIONS + 2),
             index: HashIndex::new(config.index_buckets),
-            log: HybridLog::new(config.log_page_bytes, config.log_memory_bytes),
+            log: HybridLog::new(config.log_page_bytes, config.log_memory_bytes, tier),
             latches: VersionLatches::new(latch_words),
             state: GlobalState::new(SystemState {
                 phase: Phase::Rest,
@@ -117,8 +129,17 @@ impl Shared {
             compaction: CompactionState::new(),
             memory: MemoryGate::new(),
             pause: PauseBarrier::new(),
+            tier_stripes: (0..if config.storage_tier { TIER_STRIPES } else { 0 })
+                .map(|_| parking_lot::Mutex::new(()))
+                .collect(),
             config,
         }
+    }
+
+    /// The read-copy-update lock of `hash`'s key in a tiered store.
+    #[inline]
+    pub(crate) fn tier_stripe(&self, hash: KeyHash) -> &parking_lot::Mutex<()> {
+        &self.tier_stripes[(hash.0 as usize) & (TIER_STRIPES - 1)]
     }
 
     /// The strategy of the checkpoint in flight.
@@ -349,6 +370,8 @@ impl Shared {
         let mut total = 0u64;
         let mut start = 0;
         while start < buckets {
+            // The previous batch's records read from the storage tier (`log::cold`).
+            crate::log::release_cold_copies();
             let end = (start + BATCH).min(buckets);
             let begin = self.log.begin_address();
             heads.clear();

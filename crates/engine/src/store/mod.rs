@@ -76,7 +76,12 @@ impl Store {
         )?;
         checkpoints.set_write_rate(config.checkpoint_write_bytes_per_s);
         checkpoints.set_direct_io(config.checkpoint_direct_io);
-        let shared = Arc::new(Shared::new(config, checkpoints));
+        let tier = if config.storage_tier {
+            Some(crate::tier::open(&config)?)
+        } else {
+            None
+        };
+        let shared = Arc::new(Shared::new(config, checkpoints, tier));
         let recovery = Self::recover(&shared, observe)?;
         if recovery.is_some() {
             // Alone: no session or background thread exists yet.
@@ -259,10 +264,26 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name(format!("prefixkv-checkpoint-v{version}"))
             .spawn(move || {
-                let result = job(&shared, Instant::now()).map_err(|error| match error {
-                    EngineError::CheckpointAborted { .. } => CheckpointFailure::Discarded,
-                    other => CheckpointFailure::Failed(other.to_string()),
-                });
+                // A panic (a read of an evicted record that the disk refused: `log::cold`) is
+                // reported as the checkpoint's failure, so that its waiters do not wait out their
+                // timeouts for a result that never comes.
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    job(&shared, Instant::now())
+                }));
+                let result = match ran {
+                    Ok(result) => result.map_err(|error| match error {
+                        EngineError::CheckpointAborted { .. } => CheckpointFailure::Discarded,
+                        other => CheckpointFailure::Failed(other.to_string()),
+                    }),
+                    Err(panic) => Err(CheckpointFailure::Failed(format!(
+                        "the checkpoint thread panicked: {}",
+                        panic
+                            .downcast_ref::<String>()
+                            .map(String::as_str)
+                            .or_else(|| panic.downcast_ref::<&str>().copied())
+                            .unwrap_or("(no message)")
+                    ))),
+                };
                 shared.machine.finish(version, result);
             });
         match spawned {

@@ -9,7 +9,7 @@ use super::{RecoveryInfo, Store};
 use crate::checkpoint_files::{EntryRef, ManifestKind};
 use crate::cpr_points::SessionShared;
 use crate::index::KeyHash;
-use crate::log::{NewRecord, Record, FLAG_INVALID};
+use crate::log::{NewRecord, Record, FLAG_INVALID, FLAG_TOMBSTONE};
 use crate::shared::{Located, Shared};
 use crate::state::{InvalidVersions, Phase};
 use crate::{EngineError, SessionId};
@@ -17,7 +17,7 @@ use crate::{EngineError, SessionId};
 impl Shared {
     /// Applies one recovered entry (single-threaded per key; no sessions exist yet).
     pub(super) fn apply_recovered(
-        &self,
+        self: &Arc<Self>,
         entry: EntryRef<'_>,
         unique: bool,
         path_hint: &str,
@@ -46,13 +46,16 @@ impl Shared {
                         ),
                     });
                 }
+                // A record below the read-only address may be on disk (a storage tier evicts
+                // as recovery loads): write a newer record instead of changing it in place.
+                let mutable = existing.address >= self.log.read_only_address();
                 let mut guard = existing.lock();
-                if entry.tombstone {
+                if entry.tombstone && mutable {
                     guard.set_tombstone(true);
                     guard.set_version(entry.record_version);
                     return Ok(());
                 }
-                if guard.fits(entry.value.len()) {
+                if mutable && !entry.tombstone && guard.fits(entry.value.len()) {
                     guard.write_value(entry.value);
                     guard.set_tombstone(false);
                     guard.set_version(entry.record_version);
@@ -62,21 +65,42 @@ impl Shared {
             } else if entry.tombstone {
                 return Ok(());
             }
-            let address = self
-                .log
-                .write_new(
-                    &NewRecord {
-                        previous: head,
-                        flags: 0,
-                        version: entry.record_version,
-                        key: entry.key,
-                        value: entry.value,
-                        capacity_words: crate::log::words_for(entry.value.len()),
-                        access: self.access_stamp.load(Ordering::Relaxed),
+            let written = self.log.write_new(
+                &NewRecord {
+                    previous: head,
+                    flags: if entry.tombstone { FLAG_TOMBSTONE } else { 0 },
+                    version: entry.record_version,
+                    key: entry.key,
+                    value: if entry.tombstone { &[] } else { entry.value },
+                    capacity_words: if entry.tombstone {
+                        0
+                    } else {
+                        crate::log::words_for(entry.value.len())
                     },
-                    true,
-                )
-                .map_err(|_| out_of_memory())?;
+                    access: self.access_stamp.load(Ordering::Relaxed),
+                },
+                true,
+            );
+            let address = match written {
+                Ok(address) => address,
+                Err(_) if self.log.is_tiered() => {
+                    // Alone (one loading thread, no session, no eviction thread yet): evict a
+                    // chunk ourselves and try again.
+                    let chunk = (self.log.writer_page_limit() / 8).max(1);
+                    match crate::tier::evict_locked(self, chunk) {
+                        Ok(true) => continue,
+                        Ok(false) => return Err(out_of_memory()),
+                        Err(failure) => {
+                            return Err(EngineError::OutOfMemory {
+                                detail: format!(
+                                    "recovery could not evict to the storage tier: {failure}"
+                                ),
+                            })
+                        }
+                    }
+                }
+                Err(_) => return Err(out_of_memory()),
+            };
             if slot.compare_exchange(address).is_ok() {
                 return Ok(());
             }
@@ -97,6 +121,8 @@ impl Shared {
             heads.clear();
             self.index
                 .for_each_entry(start..end, |head| heads.push(head));
+            // The previous chunk's records read from the storage tier (`log::cold`).
+            crate::log::release_cold_copies();
             for &head in &heads {
                 let mut settled: Vec<Record<'_>> = Vec::new();
                 let mut address = head;
@@ -134,7 +160,14 @@ impl Store {
         let hint = format!("v{version}");
         let records = match content.kind {
             ManifestKind::KeyUnique => {
-                verified.load_parallel(shared.config.flusher_threads, &|entry| {
+                // With a storage tier one thread loads: it evicts as it goes, and eviction frees
+                // pages that other loading threads (which hold no epoch protection) could be in.
+                let threads = if shared.log.is_tiered() {
+                    1
+                } else {
+                    shared.config.flusher_threads
+                };
+                verified.load_parallel(threads, &|entry| {
                     if entry.tombstone {
                         return Ok(());
                     }

@@ -1,0 +1,259 @@
+//! The storage tier: pages below the head address live in a page file
+//! (`prefixkv_storage::pagefile`), and reads of their records are served from it.
+//!
+//! Writing (eviction's half, driven by `tier.rs` one floor up): [`HybridLog::flush_pages`] copies
+//! immutable pages word by word (relaxed loads: the access word and a record's seqlock word may
+//! still change on an immutable page, see below) into a buffer, hands whole pages to the page
+//! file, and syncs it; only then does [`HybridLog::set_head`] move the head past them. So every
+//! page below the head is in the page file, written and synced, before any reader can be sent
+//! there.
+//!
+//! Reading: [`HybridLog::record`] sends an address below the head here. The record is read from
+//! the page file into a heap copy owned by the calling thread (a thread-local arena), and the
+//! `Record` handed out borrows that copy. Invariants of the copies:
+//! - A copy lives until the thread calls [`release_cold_copies`]: at the start of each session
+//!   operation (`Session::begin_op`), and at the chunk boundaries of the scanners that run
+//!   outside sessions (checkpoint index scans, live-byte recounts, recovery). A `Record` is never
+//!   kept across those points: the same rule as for in-memory records and epoch refreshes.
+//! - A copy is a snapshot: flag, lock and access-word changes made through it reach no other
+//!   thread. Nothing needs them to: records below the head are immutable (never written in
+//!   place: they are below the read-only address), the flags set on old records after they were
+//!   written (SEALED, INVALID of a rollback, compaction's seals) are not used in tiered stores or
+//!   only shortcut a retry. The one lock that matters, the record lock a read-copy-update takes
+//!   on the record it copies, is replaced for records below the read-only address by a lock per
+//!   key hash (`Session::hold_tier_stripe`), under which the writer checks that the record is
+//!   still its key's newest.
+//! - The copy's seqlock bit is cleared: a page may have been copied while a writer held the lock
+//!   of one of its records (writers lock old records to read-copy-update them), and the copy must
+//!   not look locked forever.
+//!
+//! Reads check the page's checksum only when a page is read whole ([`HybridLog::scan`]); a single
+//! record read trusts the file's bytes within the process that wrote and synced them. A failed
+//! read panics with the page file's error (the pending path, which has an error path to the
+//! client, replaces these synchronous reads).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use prefixkv_storage::pagefile::PageFile;
+
+use super::{key_len_field, HybridLog, Record, FLAG_STABLE_SLOT, HEADER_WORDS, KEY_LEN_ESCAPE};
+
+/// Bytes read first for a cold record: its header and, for most records, all of it.
+const FIRST_READ_BYTES: u64 = 512;
+
+// A thread's cold record copies (see the module invariants).
+thread_local! {
+    static COPIES: RefCell<Vec<Box<[AtomicU64]>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Frees the calling thread's cold record copies: every `Record` it got for an address below the
+/// head is invalid afterwards.
+#[inline]
+pub(crate) fn release_cold_copies() {
+    COPIES.with(|copies| {
+        let mut copies = copies.borrow_mut();
+        if !copies.is_empty() {
+            copies.clear();
+        }
+    });
+}
+
+/// The page file a tiered log evicts into, and how far it is written.
+pub(crate) struct Tier {
+    file: PageFile,
+    /// Pages below this one are written to the file and synced.
+    flushed_until_page: AtomicU64,
+    /// The first write or sync failure; eviction stops for good after one (the page file fails
+    /// too), and writers that wait for memory report it.
+    failure: Mutex<Option<String>>,
+}
+
+impl Tier {
+    /// A tier on an opened, empty page file whose page size is the log's.
+    pub(crate) fn new(file: PageFile) -> Tier {
+        Tier {
+            file,
+            flushed_until_page: AtomicU64::new(1),
+            failure: Mutex::new(None),
+        }
+    }
+}
+
+/// A page read whole from the page file for a scan.
+pub(super) struct ColdPage {
+    pub(super) page: u64,
+    words: Box<[AtomicU64]>,
+}
+
+impl ColdPage {
+    /// The record at `address` in this page (the caller checked the page).
+    pub(super) fn record<'a>(&'a self, log: &HybridLog, address: u64) -> Record<'a> {
+        let word_index = ((address & ((1u64 << log.page_bits) - 1)) / 8) as usize;
+        let words = &self.words[word_index..];
+        unlock_copy(words);
+        Record { address, words }
+    }
+}
+
+/// Clears the seqlock bit of a copied record's word 2 (see the module invariants). A page's
+/// zeroed end has no word 2 to clear; a header needs three words.
+fn unlock_copy(words: &[AtomicU64]) {
+    if words.len() >= HEADER_WORDS {
+        words[2].fetch_and(!1, Ordering::Relaxed);
+    }
+}
+
+/// Words from native-endian bytes (the page file holds the log's words as they were in memory).
+fn words_of(bytes: &[u8]) -> Box<[AtomicU64]> {
+    bytes
+        .chunks_exact(8)
+        .map(|chunk| AtomicU64::new(u64::from_ne_bytes(chunk.try_into().expect("8 bytes"))))
+        .collect()
+}
+
+impl HybridLog {
+    fn tier(&self) -> &Tier {
+        self.tier
+            .as_ref()
+            .expect("an address below the head exists only in a log with a storage tier")
+    }
+
+    /// The record at `address` (below the head) read from the page file into this thread's
+    /// arena.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn cold_record(&self, address: u64) -> Record<'_> {
+        let tier = self.tier();
+        let page = address >> self.page_bits;
+        let offset = address & ((1u64 << self.page_bits) - 1);
+        let room = self.page_bytes() as u64 - offset;
+        let mut bytes = vec![0u8; FIRST_READ_BYTES.min(room) as usize];
+        read_or_panic(&tier.file, page, offset, &mut bytes);
+        let word0 = u64::from_ne_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let needed = record_bytes_from_header(word0, &bytes);
+        assert!(
+            needed <= room as usize,
+            "the record at log address {address} claims {needed} bytes, past its page's end: \
+             the page file holds something else there"
+        );
+        if needed > bytes.len() {
+            bytes.resize(needed, 0);
+            read_or_panic(&tier.file, page, offset, &mut bytes);
+        }
+        bytes.truncate(needed);
+        let copy = words_of(&bytes);
+        unlock_copy(&copy);
+        let (pointer, len) = (copy.as_ptr(), copy.len());
+        COPIES.with(|copies| copies.borrow_mut().push(copy));
+        // SAFETY: the boxed slice was moved into this thread's arena without moving its heap
+        // allocation, and stays there until `release_cold_copies`, which the module invariants
+        // order after every use of the records handed out before it.
+        let words = unsafe { std::slice::from_raw_parts(pointer, len) };
+        Record { address, words }
+    }
+
+    /// Page `page` (below the head) read whole from the page file, its checksum verified.
+    pub(super) fn load_cold_page(&self, page: u64) -> ColdPage {
+        let mut bytes = vec![0u8; self.page_bytes()];
+        if let Err(error) = self.tier().file.read_verified_page(page, &mut bytes) {
+            panic!("reading log page {page} from the storage tier: {error}");
+        }
+        ColdPage {
+            page,
+            words: words_of(&bytes),
+        }
+    }
+
+    /// Writes the pages from the tier's flushed mark up to `end_page` (immutable: below the
+    /// read-only address after an epoch bump) to the page file and syncs it. After a failure the
+    /// tier refuses every later flush with the same error.
+    pub(crate) fn flush_pages(&self, end_page: u64) -> Result<(), String> {
+        let tier = self.tier();
+        if let Some(failure) = tier.failure.lock().expect("tier lock").clone() {
+            return Err(failure);
+        }
+        let first_page = tier.flushed_until_page.load(Ordering::Acquire);
+        let mut bytes = vec![0u8; self.page_bytes()];
+        let result = (|| -> Result<(), String> {
+            for page in first_page..end_page {
+                let words = self.words_at(page << self.page_bits);
+                for (chunk, word) in bytes.chunks_exact_mut(8).zip(words) {
+                    chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+                }
+                tier.file
+                    .write_page(page, &bytes, self.page_bytes() as u32)
+                    .map_err(|error| format!("writing log page {page}: {error}"))?;
+            }
+            tier.file
+                .sync()
+                .map_err(|error| format!("syncing the log's page file: {error}"))?;
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {
+                tier.flushed_until_page
+                    .fetch_max(end_page, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(failure) => {
+                *tier.failure.lock().expect("tier lock") = Some(failure.clone());
+                Err(failure)
+            }
+        }
+    }
+
+    /// The first eviction failure, if one happened.
+    pub(crate) fn tier_failure(&self) -> Option<String> {
+        self.tier
+            .as_ref()
+            .and_then(|tier| tier.failure.lock().expect("tier lock").clone())
+    }
+
+    /// Moves the head address to `address` (a page boundary no higher than the read-only
+    /// address, whose pages below are flushed). The caller then frees the pages below it after an
+    /// epoch bump ([`HybridLog::free_pages_below`]).
+    pub(crate) fn set_head(&self, address: u64) {
+        debug_assert!(address.is_multiple_of(self.page_bytes() as u64));
+        assert!(
+            address <= self.read_only_address(),
+            "the head ({address}) may not pass the read-only address"
+        );
+        let flushed = self
+            .tier()
+            .flushed_until_page
+            .load(Ordering::Acquire)
+            .max(1);
+        assert!(
+            address >> self.page_bits <= flushed,
+            "the head ({address}) may not pass the flushed pages (below page {flushed})"
+        );
+        self.head_address.fetch_max(address, Ordering::SeqCst);
+    }
+}
+
+/// The size in bytes of the record whose first bytes are `bytes` (`word0` is their first word).
+fn record_bytes_from_header(word0: u64, bytes: &[u8]) -> usize {
+    let word = |index: usize| {
+        bytes
+            .get(index * 8..index * 8 + 8)
+            .map(|chunk| u64::from_ne_bytes(chunk.try_into().expect("8 bytes")))
+            .expect("the first read covers every header word")
+    };
+    let stable_slot = word0 & FLAG_STABLE_SLOT != 0;
+    let field = key_len_field(word0);
+    let key_len = if field == KEY_LEN_ESCAPE {
+        word(HEADER_WORDS + usize::from(stable_slot)) as usize
+    } else {
+        field as usize
+    };
+    let capacity_words = (word(2) >> super::record::CAPACITY_SHIFT) as usize;
+    super::record_footprint(key_len, capacity_words, stable_slot)
+}
+
+fn read_or_panic(file: &PageFile, page: u64, offset: u64, bytes: &mut [u8]) {
+    if let Err(error) = file.read(page, offset as u32, bytes) {
+        panic!("reading log page {page} at offset {offset} from the storage tier: {error}");
+    }
+}

@@ -1,0 +1,147 @@
+//! Eviction: how a store with a storage tier (`StoreConfig::storage_tier`) keeps its log within
+//! `log_memory_bytes` — the oldest in-memory pages are written to the page file in `dir/log` and
+//! freed, and the index keeps pointing at them (`log::cold` serves their reads).
+//!
+//! One chunk of eviction, under the maintenance lock (so no checkpoint, PURGE or scan that reads
+//! pages without epoch protection runs meanwhile):
+//! 1. `until` = the head plus a chunk of pages, never past the tail's page (the page being
+//!    filled stays in memory). Move the read-only address to `until` and bump the epoch: once the
+//!    bump completes, no in-place writer is left in `[head, until)` and every record there is
+//!    completely written (allocation and writing happen in one protected operation).
+//! 2. Write the pages to the page file and sync it (data, then checksums, then the directory:
+//!    the page file's order).
+//! 3. Move the head to `until`; bump the epoch and wait, so that every thread that could have
+//!    read the old head and followed a pointer into those pages has left its operation; free
+//!    the pages.
+//!
+//! Crash argument: nothing durable depends on the page file yet — recovery loads the newest
+//! checkpoint (evicting as it loads) and removes what an earlier run left in `dir/log` first. A
+//! crash between any two steps loses only pages that no recovered state refers to. The only
+//! step that can fail is 2 (a full disk, a failed fsync): the head then stays where it was, the
+//! pages stay in memory, and the failure is kept: writers held at the budget fail with
+//! `OutOfMemory` naming it, instead of waiting forever.
+//!
+//! Trigger: a chunk is an eighth of the writers' page budget; eviction starts when the pages in
+//! use come within a chunk of that budget, or when a writer waits for memory.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prefixkv_storage::pagefile::{PageFile, PageFileConfig};
+
+use crate::log::Tier;
+use crate::shared::Shared;
+use crate::{EngineError, StoreConfig};
+
+/// Bytes per page-file segment the store aims for (at least one page per segment).
+const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// Opens the page file of a tiered store in `config.dir/log`, first removing the pages an
+/// earlier run left there: recovery rebuilds the log from the newest checkpoint.
+pub(crate) fn open(config: &StoreConfig) -> Result<Tier, EngineError> {
+    let dir = config.dir.join("log");
+    let disk = &config.disk;
+    let io = |operation: &str, error: std::io::Error| EngineError::io(operation, &dir, error);
+    prefixkv_storage::durable::create_dir_all_durably(&**disk, &dir)
+        .map_err(|error| io("create the storage tier's directory", error))?;
+    let mut removed = false;
+    for entry in disk
+        .list(&dir)
+        .map_err(|error| io("list the storage tier's directory", error))?
+    {
+        let name = &entry.name;
+        if name.starts_with("log-") && (name.ends_with(".pages") || name.ends_with(".sums")) {
+            disk.remove_file(&dir.join(name))
+                .map_err(|error| io("remove an old page file segment from", error))?;
+            removed = true;
+        }
+    }
+    if removed {
+        disk.sync_dir(&dir)
+            .map_err(|error| io("sync the storage tier's directory", error))?;
+    }
+    let page_bytes = config.log_page_bytes as u64;
+    let file_config = PageFileConfig {
+        page_bytes: config.log_page_bytes as u32,
+        pages_per_segment: (SEGMENT_BYTES / page_bytes).max(1) as u32,
+        direct_io: config.checkpoint_direct_io,
+    };
+    let (file, _opened) = PageFile::open(Arc::clone(disk), &dir, file_config).map_err(|error| {
+        io(
+            "open the storage tier's page file in",
+            std::io::Error::other(error.to_string()),
+        )
+    })?;
+    Ok(Tier::new(file))
+}
+
+/// Pages one eviction chunk takes.
+fn chunk_pages(shared: &Shared) -> u64 {
+    (shared.log.writer_page_limit() / 8).max(1)
+}
+
+/// The eviction thread's loop (the compaction thread of a tiered store).
+pub(crate) fn run(shared: &Arc<Shared>) {
+    let mut reported = false;
+    loop {
+        shared
+            .compaction
+            .wait_for_request(Duration::from_millis(10));
+        if shared.compaction.is_shut_down() {
+            break;
+        }
+        let mut writers_waiting = shared.compaction.take_memory_wanted();
+        let chunk = chunk_pages(shared);
+        while !shared.compaction.is_shut_down()
+            && (writers_waiting
+                || shared.log.pages_in_use() + chunk > shared.log.writer_page_limit())
+        {
+            writers_waiting = false;
+            match evict_once(shared, chunk) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(failure) => {
+                    if !reported {
+                        tracing::error!(%failure, "the storage tier cannot evict; writes will fail at the memory budget");
+                        reported = true;
+                    }
+                    break;
+                }
+            }
+        }
+        shared.memory.notify();
+    }
+}
+
+/// Evicts one chunk of at most `chunk` pages (see the module comment). `Ok(false)`: nothing was
+/// evicted (a checkpoint holds or waits for the maintenance lock, or only the tail's page is in
+/// memory).
+pub(crate) fn evict_once(shared: &Arc<Shared>, chunk: u64) -> Result<bool, String> {
+    let Some(_maintenance) = shared.compaction.try_lock_for_chunk() else {
+        return Ok(false);
+    };
+    evict_locked(shared, chunk)
+}
+
+/// [`evict_once`] for a caller that holds the maintenance lock or is alone (recovery).
+pub(crate) fn evict_locked(shared: &Arc<Shared>, chunk: u64) -> Result<bool, String> {
+    let log = &shared.log;
+    let page_bytes = log.page_bytes() as u64;
+    let head = log.head_address();
+    let tail_page_start = log.tail_address() & !(page_bytes - 1);
+    let until = (head + chunk * page_bytes).min(tail_page_start);
+    if until <= head {
+        return Ok(false);
+    }
+    // 1. No in-place writer remains below `until`, and every record there is complete.
+    log.shift_read_only(until);
+    shared.bump_and_wait(None);
+    // 2. On disk and synced.
+    log.flush_pages(until / page_bytes)?;
+    // 3. Readers go to the file from now on; the pages are freed once nobody can be in them.
+    log.set_head(until);
+    shared.bump_and_wait(None);
+    log.free_pages_below(until);
+    shared.memory.notify();
+    Ok(true)
+}

@@ -1,0 +1,283 @@
+//! The storage tier (`StoreConfig::storage_tier`): data several times the log's memory budget is
+//! written, read, updated, deleted and checkpointed; old pages go to the page file in `dir/log`
+//! and reads of their records come back from it. Every check compares with what the test wrote
+//! (a model), never with what the store reports about itself.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prefixkv_engine::{EngineError, Store, StoreConfig, Strategy};
+use prefixkv_testkit::rng::Rng;
+
+/// 16 pages of 64 KiB: a 1 MiB budget.
+fn tier_config(dir: &Path) -> StoreConfig {
+    let mut config = StoreConfig::new(dir);
+    config.index_buckets = 1 << 14;
+    config.log_memory_bytes = 1 << 20;
+    config.log_page_bytes = 64 << 10;
+    config.flusher_threads = 2;
+    config.storage_tier = true;
+    config.memory_wait_limit = Duration::from_secs(60);
+    config
+}
+
+fn key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+/// A 100-byte value naming its key and a generation.
+fn value(index: u64, generation: u64) -> Vec<u8> {
+    let mut value = format!("{index}:{generation}:").into_bytes();
+    value.resize(100, b'v');
+    value
+}
+
+/// Bytes of the page file's data segments.
+fn page_file_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir.join("log"))
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".pages"))
+        .map(|entry| entry.metadata().unwrap().len())
+        .sum()
+}
+
+/// Checks every key of `model` (and that deleted keys stay absent) through a fresh session.
+fn check_model(store: &Arc<Store>, model: &HashMap<u64, Option<Vec<u8>>>) {
+    let mut session = store.start_session();
+    let mut out = Vec::new();
+    for (&index, expected) in model {
+        let found = session.read(&key(index), &mut out).unwrap();
+        match expected {
+            Some(expected) => {
+                assert!(found, "key {index} is missing");
+                assert_eq!(&out, expected, "key {index}");
+            }
+            None => assert!(!found, "deleted key {index} is back"),
+        }
+    }
+}
+
+#[test]
+fn four_times_the_budget_reads_back_from_the_page_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(tier_config(dir.path())).unwrap();
+    let keys = 4 * (1 << 20) / 140; // records of ~136 bytes: four budgets of data
+    let mut session = store.start_session();
+    let mut model = HashMap::new();
+    for index in 0..keys {
+        session.upsert(&key(index), &value(index, 0)).unwrap();
+        model.insert(index, Some(value(index, 0)));
+    }
+    assert!(
+        store.log_memory_in_use_bytes() <= 1 << 20,
+        "memory stays within the budget: {}",
+        store.log_memory_in_use_bytes()
+    );
+    assert!(
+        page_file_bytes(dir.path()) >= 2 << 20,
+        "old pages went to the page file: {} bytes",
+        page_file_bytes(dir.path())
+    );
+    drop(session);
+    check_model(&store, &model);
+}
+
+#[test]
+fn updates_deletes_and_rmw_of_cold_keys_keep_their_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(tier_config(dir.path())).unwrap();
+    let keys = 30_000u64; // ~4 MiB of records
+    let mut session = store.start_session();
+    let mut model = HashMap::new();
+    for index in 0..keys {
+        session.upsert(&key(index), &value(index, 0)).unwrap();
+        model.insert(index, Some(value(index, 0)));
+    }
+    let mut rng = Rng::from_env("PREFIXKV_TIER_SEED");
+    let mut out = Vec::new();
+    for generation in 1..40_000u64 {
+        let index = rng.next_u64() % keys;
+        match rng.next_u64() % 4 {
+            0 => {
+                session
+                    .upsert(&key(index), &value(index, generation))
+                    .unwrap();
+                model.insert(index, Some(value(index, generation)));
+            }
+            1 => {
+                session.delete(&key(index)).unwrap();
+                model.insert(index, None);
+            }
+            2 => {
+                // Append a byte to the value (or start one): a read-modify-write of a record
+                // that is usually on disk.
+                let mut expected = model[&index].clone().unwrap_or_default();
+                expected.push(b'+');
+                session
+                    .rmw(&key(index), |old, new| {
+                        new.extend_from_slice(old.unwrap_or_default());
+                        new.push(b'+');
+                    })
+                    .unwrap();
+                model.insert(index, Some(expected));
+            }
+            _ => {
+                let found = session.read(&key(index), &mut out).unwrap();
+                assert_eq!(found.then_some(&out), model[&index].as_ref(), "key {index}");
+            }
+        }
+    }
+    drop(session);
+    check_model(&store, &model);
+}
+
+/// Two threads increment the same counters at the same moments, and between two increments of
+/// a counter its record has left memory: no increment is lost (a read-copy-update from a record
+/// read off disk must not overwrite a newer one).
+#[test]
+fn concurrent_increments_of_cold_counters_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(tier_config(dir.path())).unwrap();
+    const COUNTERS: u64 = 2048;
+    const INCREMENTS: u64 = 12_000;
+    // Between two increments of one counter both threads write 2048 * 4 filler records of ~136
+    // bytes each: over 2 MiB, twice the memory budget.
+    const FILLER_PER_STEP: u64 = 4;
+    std::thread::scope(|scope| {
+        for thread in 0..2u64 {
+            let mut session = store.start_session();
+            scope.spawn(move || {
+                for step in 0..INCREMENTS {
+                    let counter = step % COUNTERS;
+                    session
+                        .rmw(&(1u64 << 40 | counter).to_be_bytes(), |old, new| {
+                            let current = old.map_or(0, |bytes| {
+                                u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
+                            });
+                            new.extend_from_slice(&(current + 1).to_le_bytes());
+                        })
+                        .unwrap();
+                    for filler in 0..FILLER_PER_STEP {
+                        let filler_key = (thread << 32) | (step * FILLER_PER_STEP + filler);
+                        session
+                            .upsert(&key(filler_key), &value(filler_key, 0))
+                            .unwrap();
+                    }
+                }
+                session.suspend();
+            });
+        }
+    });
+    assert!(
+        page_file_bytes(dir.path()) > 4 << 20,
+        "the filler was evicted"
+    );
+    let mut session = store.start_session();
+    let mut out = Vec::new();
+    let mut total = 0;
+    for counter in 0..COUNTERS {
+        assert!(session
+            .read(&(1u64 << 40 | counter).to_be_bytes(), &mut out)
+            .unwrap());
+        total += u64::from_le_bytes(out.as_slice().try_into().unwrap());
+    }
+    assert_eq!(total, 2 * INCREMENTS);
+}
+
+/// The reads of evicted keys really come from the page file, and the model check sees a change
+/// there: with the value bytes in the page file's data rewritten, an early key reads back
+/// changed, and [`check_model`] would fail.
+#[test]
+fn evicted_keys_are_read_from_the_page_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(tier_config(dir.path())).unwrap();
+    let mut session = store.start_session();
+    for index in 0..30_000u64 {
+        session.upsert(&key(index), &value(index, 0)).unwrap();
+    }
+    let mut out = Vec::new();
+    assert!(session.read(&key(0), &mut out).unwrap());
+    assert_eq!(out, value(0, 0));
+    for entry in std::fs::read_dir(dir.path().join("log")).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .extension()
+            .is_some_and(|extension| extension == "pages")
+        {
+            let bytes = std::fs::read(&path).unwrap();
+            let tampered: Vec<u8> = bytes
+                .iter()
+                .map(|&byte| if byte == b'v' { b'w' } else { byte })
+                .collect();
+            std::fs::write(&path, tampered).unwrap();
+        }
+    }
+    assert!(session.read(&key(0), &mut out).unwrap());
+    assert_ne!(
+        out,
+        value(0, 0),
+        "key 0 was read from memory, not from the page file"
+    );
+    assert!(
+        out.starts_with(b"0:0:w"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+}
+
+/// Every strategy checkpoints a store larger than its budget, and a restart (which loads the
+/// checkpoint, evicting as it goes) holds the checkpointed values.
+#[test]
+fn checkpoints_of_every_strategy_recover_a_store_larger_than_memory() {
+    for strategy in Strategy::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let mut model = HashMap::new();
+        {
+            let store = Store::open(tier_config(dir.path())).unwrap();
+            let mut session = store.start_session();
+            for index in 0..30_000u64 {
+                session.upsert(&key(index), &value(index, 0)).unwrap();
+                model.insert(index, Some(value(index, 0)));
+            }
+            for index in (0..30_000u64).step_by(3) {
+                session.upsert(&key(index), &value(index, 1)).unwrap();
+                model.insert(index, Some(value(index, 1)));
+            }
+            for index in (1..30_000u64).step_by(5) {
+                session.delete(&key(index)).unwrap();
+                model.insert(index, None);
+            }
+            session.suspend();
+            let token = store.checkpoint(strategy).unwrap();
+            store
+                .wait_for_commit(token, Duration::from_secs(120))
+                .unwrap_or_else(|error| panic!("{strategy}: {error}"));
+        }
+        let store = Store::open(tier_config(dir.path())).unwrap();
+        assert!(store.recovery_info().is_some(), "{strategy}");
+        assert!(store.log_memory_in_use_bytes() <= 1 << 20, "{strategy}");
+        check_model(&store, &model);
+    }
+}
+
+#[test]
+fn a_tier_refuses_rollback_and_garbage_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = tier_config(dir.path());
+    config.rollback_ready = true;
+    assert!(matches!(
+        Store::open(config),
+        Err(EngineError::InvalidArgument(message)) if message.contains("rollback_ready")
+    ));
+    let mut config = tier_config(dir.path());
+    config.compact_dead_fraction = Some(0.5);
+    assert!(matches!(
+        Store::open(config),
+        Err(EngineError::InvalidArgument(message)) if message.contains("compact_dead_fraction")
+    ));
+}
