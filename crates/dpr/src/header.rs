@@ -22,6 +22,8 @@
 //! allocated, so a hostile count cannot make us allocate; the checksum is verified before the pairs
 //! are returned. A malformed header is an error naming the offset and the problem.
 
+use prefixkv_storage::le::u64_at;
+
 use crate::{Version, WorkerId, WorkerVersion, WorldLine};
 
 /// Header magic.
@@ -138,10 +140,6 @@ pub enum HeaderError {
     },
 }
 
-fn read_u64(bytes: &[u8], offset: usize) -> u64 {
-    u64::from_le_bytes(bytes[offset..offset + 8].try_into().expect("8-byte slice"))
-}
-
 impl DprHeader {
     /// The smallest version a request may run in (§3.2's rule): its `Vs`, or a larger
     /// dependency. A well-behaved session sends `Vs` >= every dependency; taking the maximum keeps
@@ -250,17 +248,17 @@ impl DprHeader {
         for index in 0..count as usize {
             let offset = FIXED_LEN_BYTES + index * PAIR_LEN_BYTES;
             dependencies.push(WorkerVersion {
-                worker: read_u64(bytes, offset) as WorkerId,
-                version: read_u64(bytes, offset + 8),
+                worker: u64_at(bytes, offset) as WorkerId,
+                version: u64_at(bytes, offset + 8),
             });
         }
         Ok((
             Self {
                 kind,
-                world_line: read_u64(bytes, 8),
-                version: read_u64(bytes, 16),
-                sender: read_u64(bytes, 24),
-                batch_sequence: read_u64(bytes, 32),
+                world_line: u64_at(bytes, 8),
+                version: u64_at(bytes, 16),
+                sender: u64_at(bytes, 24),
+                batch_sequence: u64_at(bytes, 32),
                 dependencies,
             },
             total,

@@ -27,7 +27,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prefixkv_storage::pagefile::{PageFile, PageFileConfig};
+use prefixkv_storage::pagefile::{format, PageFile, PageFileConfig};
 
 use crate::log::Tier;
 use crate::shared::Shared;
@@ -50,7 +50,7 @@ pub(crate) fn open(config: &StoreConfig) -> Result<Tier, EngineError> {
         .map_err(|error| io("list the storage tier's directory", error))?
     {
         let name = &entry.name;
-        if name.starts_with("log-") && (name.ends_with(".pages") || name.ends_with(".sums")) {
+        if format::DATA_NAME.parse(name).is_some() || format::SUMS_NAME.parse(name).is_some() {
             disk.remove_file(&dir.join(name))
                 .map_err(|error| io("remove an old page file segment from", error))?;
             removed = true;
@@ -76,7 +76,7 @@ pub(crate) fn open(config: &StoreConfig) -> Result<Tier, EngineError> {
 }
 
 /// Pages one eviction chunk takes.
-fn chunk_pages(shared: &Shared) -> u64 {
+pub(crate) fn chunk_pages(shared: &Shared) -> u64 {
     (shared.log.writer_page_limit() / 8).max(1)
 }
 

@@ -34,6 +34,8 @@
 //! its checksum continues the chain; so a torn frame, a frame of an older log generation (left
 //! behind by a restart), and every frame after either of them, are all rejected by recovery.
 
+use prefixkv_storage::le::u32_at;
+
 /// Size of the WAL header in bytes.
 pub const WAL_HEADER_BYTES: usize = 32;
 /// Size of a frame header in bytes (the page image follows).
@@ -112,27 +114,27 @@ impl WalHeader {
         if magic != WAL_MAGIC {
             return Err(HeaderDefect::BadMagic(magic));
         }
-        let stored = read_u32(bytes, 28);
+        let stored = u32_at(bytes, 28);
         let computed = crc32c::crc32c(&bytes[0..28]);
         if stored != computed {
             return Err(HeaderDefect::BadChecksum { stored, computed });
         }
-        let version = read_u32(bytes, 4);
+        let version = u32_at(bytes, 4);
         if version != WAL_FORMAT_VERSION {
             return Err(HeaderDefect::BadVersion(version));
         }
-        let page_size_bytes = read_u32(bytes, 8);
+        let page_size_bytes = u32_at(bytes, 8);
         if !valid_page_size(page_size_bytes) {
             return Err(HeaderDefect::BadPageSize(page_size_bytes));
         }
-        if read_u32(bytes, 24) != 0 {
+        if u32_at(bytes, 24) != 0 {
             return Err(HeaderDefect::BadReserved);
         }
         let header = WalHeader {
             page_size_bytes,
-            checkpoint_sequence: read_u32(bytes, 12),
-            salt1: read_u32(bytes, 16),
-            salt2: read_u32(bytes, 20),
+            checkpoint_sequence: u32_at(bytes, 12),
+            salt1: u32_at(bytes, 16),
+            salt2: u32_at(bytes, 20),
         };
         Ok((header, stored))
     }
@@ -216,10 +218,10 @@ pub fn decode_frame(
             need,
         });
     }
-    if read_u32(frame, 8) != wal.salt1 || read_u32(frame, 12) != wal.salt2 {
+    if u32_at(frame, 8) != wal.salt1 || u32_at(frame, 12) != wal.salt2 {
         return Err(FrameDefect::SaltMismatch);
     }
-    let stored = read_u32(frame, 20);
+    let stored = u32_at(frame, 20);
     let computed = crc32c::crc32c_append(
         crc32c::crc32c_append(previous_checksum, &frame[0..20]),
         &frame[FRAME_HEADER_BYTES..need],
@@ -227,14 +229,14 @@ pub fn decode_frame(
     if stored != computed {
         return Err(FrameDefect::BadChecksum { stored, computed });
     }
-    let page_number = read_u32(frame, 0);
-    if page_number == 0 || read_u32(frame, 16) != 0 {
+    let page_number = u32_at(frame, 0);
+    if page_number == 0 || u32_at(frame, 16) != 0 {
         return Err(FrameDefect::Malformed);
     }
     Ok((
         FrameHeader {
             page_number,
-            commit_size_pages: read_u32(frame, 4),
+            commit_size_pages: u32_at(frame, 4),
         },
         computed,
     ))
@@ -244,8 +246,4 @@ pub fn decode_frame(
 pub fn frame_offset(frame_id: u64, page_size_bytes: u32) -> u64 {
     debug_assert!(frame_id >= 1);
     WAL_HEADER_BYTES as u64 + (frame_id - 1) * (FRAME_HEADER_BYTES as u64 + page_size_bytes as u64)
-}
-
-fn read_u32(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
 }

@@ -28,6 +28,7 @@
 pub mod catalog;
 pub mod durable;
 pub mod io;
+pub mod le;
 pub mod lock;
 pub mod log;
 pub mod names;

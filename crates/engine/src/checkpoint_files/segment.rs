@@ -15,6 +15,7 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use prefixkv_storage::le::{u32_at, u64_at};
 use prefixkv_storage::{Disk, FileReader, NumberedName, OpenMode};
 
 use serde::{Deserialize, Serialize};
@@ -192,14 +193,6 @@ pub(super) fn encode_footer(footer: SegmentFooter) -> [u8; SEGMENT_FOOTER_BYTES 
     bytes[20..24].copy_from_slice(&footer_crc.to_le_bytes());
     bytes[24..32].copy_from_slice(&SEGMENT_FOOTER_MAGIC);
     bytes
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4-byte slice"))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8-byte slice"))
 }
 
 /// Decodes a segment from any reader, one entry at a time, verifying as it goes.

@@ -68,6 +68,7 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
+use prefixkv_storage::le::{u32_at, u64_at};
 use prefixkv_storage::{Disk, DiskFile, OpenMode};
 
 use super::{Bucket, HashIndex, OverflowPool, ENTRIES_PER_BUCKET, TAG_MASK, TAG_SHIFT, TENTATIVE};
@@ -123,14 +124,6 @@ pub(crate) fn encode_header(header: &Header) -> [u8; HEADER_BYTES] {
     let crc = crc32c::crc32c(&bytes[0..36]);
     bytes[36..40].copy_from_slice(&crc.to_le_bytes());
     bytes
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// Decodes and checks a header (magic, version, CRC, reserved field, chunk size). Never panics,

@@ -38,7 +38,7 @@ use std::sync::Mutex;
 
 use prefixkv_storage::pagefile::PageFile;
 
-use super::{key_len_field, HybridLog, Record, FLAG_STABLE_SLOT, HEADER_WORDS, KEY_LEN_ESCAPE};
+use super::{HybridLog, Record, HEADER_WORDS};
 
 /// Bytes read first for a cold record: its header and, for most records, all of it.
 const FIRST_READ_BYTES: u64 = 512;
@@ -91,17 +91,15 @@ impl ColdPage {
     /// The record at `address` in this page (the caller checked the page).
     pub(super) fn record<'a>(&'a self, log: &HybridLog, address: u64) -> Record<'a> {
         let word_index = ((address & ((1u64 << log.page_bits) - 1)) / 8) as usize;
-        let words = &self.words[word_index..];
-        unlock_copy(words);
-        Record { address, words }
-    }
-}
-
-/// Clears the seqlock bit of a copied record's word 2 (see the module invariants). A page's
-/// zeroed end has no word 2 to clear; a header needs three words.
-fn unlock_copy(words: &[AtomicU64]) {
-    if words.len() >= HEADER_WORDS {
-        words[2].fetch_and(!1, Ordering::Relaxed);
+        let record = Record {
+            address,
+            words: &self.words[word_index..],
+        };
+        // The page's zeroed end has no header to clear (the scan skips it).
+        if record.words.len() >= HEADER_WORDS {
+            record.unlock_copy();
+        }
+        record
     }
 }
 
@@ -131,8 +129,13 @@ impl HybridLog {
         let room = self.page_bytes() as u64 - offset;
         let mut bytes = vec![0u8; FIRST_READ_BYTES.min(room) as usize];
         read_or_panic(&tier.file, page, offset, &mut bytes);
-        let word0 = u64::from_ne_bytes(bytes[..8].try_into().expect("8 bytes"));
-        let needed = record_bytes_from_header(word0, &bytes);
+        // The record's size from its header (record.rs is the one place that knows the layout;
+        // the first read covers every header word).
+        let needed = Record {
+            address,
+            words: &words_of(&bytes),
+        }
+        .size_bytes();
         assert!(
             needed <= room as usize,
             "the record at log address {address} claims {needed} bytes, past its page's end: \
@@ -144,14 +147,15 @@ impl HybridLog {
         }
         bytes.truncate(needed);
         let copy = words_of(&bytes);
-        unlock_copy(&copy);
         let (pointer, len) = (copy.as_ptr(), copy.len());
         COPIES.with(|copies| copies.borrow_mut().push(copy));
         // SAFETY: the boxed slice was moved into this thread's arena without moving its heap
         // allocation, and stays there until `release_cold_copies`, which the module invariants
         // order after every use of the records handed out before it.
         let words = unsafe { std::slice::from_raw_parts(pointer, len) };
-        Record { address, words }
+        let record = Record { address, words };
+        record.unlock_copy();
+        record
     }
 
     /// Page `page` (below the head) read whole from the page file, its checksum verified.
@@ -231,25 +235,6 @@ impl HybridLog {
         );
         self.head_address.fetch_max(address, Ordering::SeqCst);
     }
-}
-
-/// The size in bytes of the record whose first bytes are `bytes` (`word0` is their first word).
-fn record_bytes_from_header(word0: u64, bytes: &[u8]) -> usize {
-    let word = |index: usize| {
-        bytes
-            .get(index * 8..index * 8 + 8)
-            .map(|chunk| u64::from_ne_bytes(chunk.try_into().expect("8 bytes")))
-            .expect("the first read covers every header word")
-    };
-    let stable_slot = word0 & FLAG_STABLE_SLOT != 0;
-    let field = key_len_field(word0);
-    let key_len = if field == KEY_LEN_ESCAPE {
-        word(HEADER_WORDS + usize::from(stable_slot)) as usize
-    } else {
-        field as usize
-    };
-    let capacity_words = (word(2) >> super::record::CAPACITY_SHIFT) as usize;
-    super::record_footprint(key_len, capacity_words, stable_slot)
 }
 
 fn read_or_panic(file: &PageFile, page: u64, offset: u64, bytes: &mut [u8]) {

@@ -276,6 +276,13 @@ impl<'a> Record<'a> {
         }
     }
 
+    /// Clears the seqlock's writer bit of a record *copy* read from the page file (`log::cold`):
+    /// the page may have been copied while a writer held the lock, and the copy, which no writer
+    /// will ever unlock, must not look locked. Never for a record in a live page.
+    pub(super) fn unlock_copy(&self) {
+        self.words[2].fetch_and(!1, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_flags(&self, flags: u64) {
         // Only the flag bits: links, the key length and the slot bit are not flags.
         debug_assert!(flags & ((1 << 59) - 1) == 0);

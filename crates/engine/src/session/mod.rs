@@ -273,8 +273,10 @@ impl Session {
     /// `RolledBack` (once) if the session adopted a new world-line.
     #[inline]
     fn begin_op(&mut self) -> Result<(), EngineError> {
-        // The previous operation's records read from the storage tier (`log::cold`).
-        crate::log::release_cold_copies();
+        if self.store.log.is_tiered() {
+            // The previous operation's records read from the storage tier (`log::cold`).
+            crate::log::release_cold_copies();
+        }
         if !self.protected {
             self.store.epoch.protect(self.slot);
             self.protected = true;

@@ -25,6 +25,7 @@
 //! copied to another segment, a torn entry or an entry from another configuration is never
 //! taken for a valid one. The decoders allocate nothing.
 
+use crate::le::{u32_at, u64_at};
 use crate::names::NumberedName;
 
 /// Magic bytes at the start of every sums file.
@@ -62,14 +63,6 @@ pub fn encode_header(header: &SumsHeader) -> [u8; SUMS_HEADER_BYTES] {
     let crc = crc32c::crc32c(&bytes[0..28]);
     bytes[28..32].copy_from_slice(&crc.to_le_bytes());
     bytes
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// Decodes a sums file header; the error says what is wrong.
