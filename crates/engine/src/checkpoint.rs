@@ -390,7 +390,10 @@ fn write_segments_in_parallel(
             .map(|(index, mut writer)| {
                 let priority = priority.clone();
                 let ended = ended.clone();
-                scope.spawn(move || -> Result<_, EngineError> {
+                // Named for profiles and for tests that watch a scanner wait
+                // (`tests/tier_checkpoint.rs`); 15 bytes, the kernel's limit, up to index 9.
+                let builder = std::thread::Builder::new().name(format!("prefixkv-scan-{index}"));
+                let spawned = builder.spawn_scoped(scope, move || -> Result<_, EngineError> {
                     // Sends on every exit, an error's too, so the watchdog below stops waiting.
                     let _ended = SendOnDrop(ended);
                     let _registered = priority.as_ref().map(|priority| priority.enter());
@@ -404,7 +407,9 @@ fn write_segments_in_parallel(
                         writes: times,
                     };
                     Ok((summary, thread))
-                })
+                });
+                // As `scope.spawn` would: the checkpoint thread's panic becomes its failure.
+                spawned.expect("spawning a checkpoint segment thread")
             })
             .collect();
         if let Some(priority) = &priority {
@@ -471,9 +476,51 @@ struct ThreadTimes {
 /// the load of the record's first word); issuing the loads early overlaps them.
 const PREFETCH_HEADS_AHEAD: usize = 16;
 
+/// Chains a scanner of a tiered store walks between epoch refreshes (`shared::ThreadEpoch`):
+/// each chain may read the page file, and a protected thread holds back eviction.
+const REFRESH_CHAINS: usize = 64;
+
+/// The keys of one chain that are settled (emitted, or a tombstone <= v): older records of the
+/// same key are skipped. Copies, not `Record`s: a scanner of a tiered store suspends its epoch
+/// protection around a blocking append, mid-chain, and a record it got before is invalid after
+/// that. Most chains hold one key, so this stays tiny.
+#[derive(Default)]
+struct SettledKeys {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl SettledKeys {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    fn contains(&self, record: &crate::log::Record<'_>) -> bool {
+        let mut start = 0;
+        self.ends.iter().any(|&end| {
+            let same = record.key_equals(&self.bytes[start..end]);
+            start = end;
+            same
+        })
+    }
+
+    /// Settles the record's key; returns the copy.
+    fn push(&mut self, record: &crate::log::Record<'_>) -> &[u8] {
+        let start = self.bytes.len();
+        record.copy_key(&mut self.bytes);
+        self.ends.push(self.bytes.len());
+        &self.bytes[start..]
+    }
+}
+
 /// Emits the newest version <= v, non-tombstone record of every key whose chain starts in `range`.
 /// With `progress` (Persian: the progress record and this scanner's number), publishes each chunk
 /// of buckets once it is emitted. Returns the time spent reading chain heads from the index.
+///
+/// In a tiered store the scanner runs under epoch protection (eviction frees pages while
+/// checkpoints run): refreshed every [`REFRESH_CHAINS`] chains, suspended around appends that
+/// may block; it keeps addresses, never records, across those points.
 fn scan_index_range(
     shared: &Shared,
     range: std::ops::Range<usize>,
@@ -483,16 +530,15 @@ fn scan_index_range(
     writer: &mut SegmentWriter,
 ) -> Result<Duration, EngineError> {
     let log = &shared.log;
-    // Compaction is excluded while a checkpoint runs, so begin does not move and no page is freed.
+    // Compaction is excluded while a checkpoint runs (eviction, a tiered store's only page
+    // freer besides, leaves it alone), so begin does not move.
     let begin = log.begin_address();
     // A checkpoint never overlaps a rollback (one state machine at a time) and PURGE flags every
     // invalid record before it ends, so this is empty; checked anyway, it costs nothing.
     let invalid = shared.rollback.invalid();
+    let protection = shared.thread_epoch();
     let mut heads = Vec::new();
-    // Records of this chain whose key is settled (emitted, or a tombstone <= v): older records
-    // of the same key are skipped. Most chains hold one key, so this stays empty or tiny.
-    let mut settled: Vec<crate::log::Record<'_>> = Vec::new();
-    let mut key = Vec::new();
+    let mut settled = SettledKeys::default();
     let mut value = Vec::new();
     let chunk = 4096;
     let mut start = range.start;
@@ -500,6 +546,7 @@ fn scan_index_range(
     while start < range.end {
         // The previous chunk's records read from the storage tier (`log::cold`).
         crate::log::release_cold_copies();
+        protection.protect();
         let end = (start + chunk).min(range.end);
         heads.clear();
         let index_started = Instant::now();
@@ -508,6 +555,10 @@ fn scan_index_range(
             .for_each_entry(start..end, |head| heads.push(head));
         index_scan += index_started.elapsed();
         for (position, &head) in heads.iter().enumerate() {
+            if protection.is_active() && position % REFRESH_CHAINS == REFRESH_CHAINS - 1 {
+                crate::log::release_cold_copies();
+                protection.protect();
+            }
             if let Some(&ahead) = heads.get(position + PREFETCH_HEADS_AHEAD) {
                 if ahead >= begin {
                     log.prefetch(ahead);
@@ -525,7 +576,7 @@ fn scan_index_range(
                 {
                     continue;
                 }
-                if settled.iter().any(|other| other.same_key(&record)) {
+                if settled.contains(&record) {
                     continue;
                 }
                 let emitted_version;
@@ -563,15 +614,23 @@ fn scan_index_range(
                     }
                 }
                 if let Some(record_version) = emitted_version {
-                    settled.push(record);
+                    let key = settled.push(&record);
                     if found {
-                        key.clear();
-                        record.copy_key(&mut key);
-                        writer.put(record_version, &key, &value)?;
+                        // `record` is not used past this point: the suspension may free it.
+                        let blocks = writer.append_may_block(key.len(), value.len());
+                        if blocks {
+                            protection.suspend();
+                        }
+                        let appended = writer.put(record_version, key, &value);
+                        if blocks {
+                            protection.protect();
+                        }
+                        appended?;
                     }
                 }
             }
         }
+        protection.suspend();
         // Every value of the chunk is in the writer's buffer: writers may now change its keys.
         if let Some((progress, thread)) = progress {
             progress.advance(thread, end);
@@ -611,39 +670,59 @@ fn scan_log_parallel(
         let mut failure = None;
         let mut key = Vec::new();
         let mut value = Vec::new();
+        // A tiered store's eviction frees pages while this runs: the same protection as the
+        // index scan's (`scan_index_range`); `scan` re-resolves each address it moves to.
+        let protection = shared.thread_epoch();
         if from < until {
             let mut visited = 0u64;
+            protection.protect();
             log.scan(from, until, |record| {
                 visited += 1;
-                if visited.is_multiple_of(ABORT_CHECK_RECORDS)
-                    && shared.machine.abort_requested_relaxed()
-                {
+                let check = visited.is_multiple_of(ABORT_CHECK_RECORDS);
+                if check && shared.machine.abort_requested_relaxed() {
                     failure = Some(EngineError::CheckpointAborted { version });
                     return false;
                 }
-                let word0 = record.word0();
-                debug_assert!(word0 & FLAG_PRESENT != 0);
-                if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
-                    || record.version() > version
-                    || record.version() <= above
-                    || invalid.contains(record.version())
-                {
-                    return true;
-                }
-                key.clear();
-                record.copy_key(&mut key);
-                let result = if record.read_value(&mut value) {
-                    writer.put(record.version(), &key, &value)
-                } else {
-                    writer.tombstone(record.version(), &key)
-                };
-                match result {
-                    Ok(()) => true,
-                    Err(error) => {
-                        failure = Some(error);
-                        false
+                let keep = (|| {
+                    let word0 = record.word0();
+                    debug_assert!(word0 & FLAG_PRESENT != 0);
+                    if word0 & (FLAG_INVALID | FLAG_STABLE) != 0
+                        || record.version() > version
+                        || record.version() <= above
+                        || invalid.contains(record.version())
+                    {
+                        return true;
                     }
+                    key.clear();
+                    record.copy_key(&mut key);
+                    let record_version = record.version();
+                    let live = record.read_value(&mut value);
+                    // `record` is not used past this point: the suspension may free it.
+                    let blocks = writer.append_may_block(key.len(), value.len());
+                    if blocks {
+                        protection.suspend();
+                    }
+                    let result = if live {
+                        writer.put(record_version, &key, &value)
+                    } else {
+                        writer.tombstone(record_version, &key)
+                    };
+                    if blocks {
+                        protection.protect();
+                    }
+                    match result {
+                        Ok(()) => true,
+                        Err(error) => {
+                            failure = Some(error);
+                            false
+                        }
+                    }
+                })();
+                if check {
+                    // Done with `record`: a refresh may let eviction free its page.
+                    protection.protect();
                 }
+                keep
             });
         }
         match failure {

@@ -216,6 +216,10 @@ pub struct StoreConfig {
     pub storage_tier: bool,
 }
 
+/// The most checkpoint threads a store runs ([`StoreConfig::flusher_threads`]); the epoch table
+/// keeps a slot for each of them beyond the sessions' (a tiered store's scanners are protected).
+pub const MAX_FLUSHER_THREADS: usize = 256;
+
 /// With [`StoreConfig::compact_dead_fraction`], garbage alone starts compaction only from this
 /// many log pages in use: below it, the pages a compaction could free are too few to matter.
 pub const MIN_PAGES_FOR_DEAD_TRIGGER: u64 = 4;
@@ -257,9 +261,9 @@ impl StoreConfig {
                 self.log_memory_bytes, self.log_page_bytes
             ));
         }
-        if self.flusher_threads == 0 || self.flusher_threads > 256 {
+        if self.flusher_threads == 0 || self.flusher_threads > MAX_FLUSHER_THREADS {
             return invalid(format!(
-                "flusher_threads must be in 1..=256, got {}",
+                "flusher_threads must be in 1..={MAX_FLUSHER_THREADS}, got {}",
                 self.flusher_threads
             ));
         }

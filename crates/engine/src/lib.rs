@@ -52,7 +52,7 @@ mod tier;
 pub use checkpoint_files::segment::WriteTimes;
 pub use config::{
     CheckpointPriority, SessionId, StoreConfig, Strategy,
-    DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S, DEFAULT_CHECKPOINT_THREAD_NICE,
+    DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S, DEFAULT_CHECKPOINT_THREAD_NICE, MAX_FLUSHER_THREADS,
     MIN_PAGES_FOR_DEAD_TRIGGER,
 };
 pub use error::EngineError;

@@ -499,8 +499,9 @@ impl HybridLog {
     /// record below `until` is completely written (see the module invariants).
     ///
     /// Pages below the head address are read whole from the page file (checksum verified) into
-    /// a buffer of this call; a caller that lets pages leave memory meanwhile (nobody: eviction
-    /// holds the maintenance lock, as every scanner does or is protected) is not supported.
+    /// a buffer of this call. Eviction may move the head while a scan runs: the caller then holds
+    /// epoch protection while `visit` uses a record, and may refresh or suspend it between
+    /// records (each address is resolved, in memory or in the file, when the scan reaches it).
     pub(crate) fn scan(&self, from: u64, until: u64, mut visit: impl FnMut(Record<'_>) -> bool) {
         let page_bytes = self.page_bytes() as u64;
         let mut cold_page: Option<cold::ColdPage> = None;

@@ -2,8 +2,12 @@
 //! `log_memory_bytes` — the oldest in-memory pages are written to the page file in `dir/log` and
 //! freed, and the index keeps pointing at them (`log::cold` serves their reads).
 //!
-//! One chunk of eviction, under the maintenance lock (so no checkpoint, PURGE or scan that reads
-//! pages without epoch protection runs meanwhile):
+//! One chunk of eviction. It does not take the maintenance lock: it runs while checkpoints do
+//! (otherwise writers at the budget would wait for a whole checkpoint), and it frees pages under
+//! epoch protection alone — every thread that reads log pages in a tiered store is protected:
+//! sessions, and the checkpoint scanners and live-byte recounts (`shared::ThreadEpoch`).
+//! Eviction moves no record and changes no record's bytes, so nothing a checkpoint reads changes
+//! meaning; compaction and PURGE, which do, do not run in a tiered store.
 //! 1. `until` = the head plus a chunk of pages, never past the tail's page (the page being
 //!    filled stays in memory). Move the read-only address to `until` and bump the epoch: once the
 //!    bump completes, no in-place writer is left in `[head, until)` and every record there is
@@ -114,17 +118,11 @@ pub(crate) fn run(shared: &Arc<Shared>) {
 }
 
 /// Evicts one chunk of at most `chunk` pages (see the module comment). `Ok(false)`: nothing was
-/// evicted (a checkpoint holds or waits for the maintenance lock, or only the tail's page is in
-/// memory).
+/// evicted (only the tail's page is in memory).
 pub(crate) fn evict_once(shared: &Arc<Shared>, chunk: u64) -> Result<bool, String> {
-    let Some(_maintenance) = shared.compaction.try_lock_for_chunk() else {
-        return Ok(false);
-    };
-    evict_locked(shared, chunk)
-}
-
-/// [`evict_once`] for a caller that holds the maintenance lock or is alone (recovery).
-pub(crate) fn evict_locked(shared: &Arc<Shared>, chunk: u64) -> Result<bool, String> {
+    // One evictor at a time (the tier thread, or recovery before it starts): the steps below
+    // assume the head moves only here.
+    let _evicting = shared.log.eviction_lock();
     let log = &shared.log;
     let page_bytes = log.page_bytes() as u64;
     let head = log.head_address();

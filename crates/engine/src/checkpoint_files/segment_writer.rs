@@ -278,6 +278,14 @@ impl SegmentWriter {
         Ok(writer)
     }
 
+    /// Whether appending an entry with a key and value of these lengths may block: it does not
+    /// fit the buffer, so a full buffer goes to the I/O thread (paced, and waiting for the other
+    /// buffer). A caller under epoch protection suspends it around such an append
+    /// (`shared::ThreadEpoch`); an entry that fits is a copy and never blocks.
+    pub fn append_may_block(&self, key_bytes: usize, value_bytes: usize) -> bool {
+        self.buffer.len + ENTRY_HEADER_BYTES as usize + key_bytes + value_bytes > WRITE_BUFFER_BYTES
+    }
+
     /// Appends a live record.
     pub fn put(
         &mut self,

@@ -68,6 +68,8 @@ pub(crate) struct Tier {
     /// The first write or sync failure; eviction stops for good after one (the page file fails
     /// too), and writers that wait for memory report it.
     failure: Mutex<Option<String>>,
+    /// Held for one eviction chunk (`tier.rs`): one evictor at a time.
+    eviction: Mutex<()>,
 }
 
 impl Tier {
@@ -77,6 +79,7 @@ impl Tier {
             file,
             flushed_until_page: AtomicU64::new(1),
             failure: Mutex::new(None),
+            eviction: Mutex::new(()),
         }
     }
 }
@@ -206,6 +209,14 @@ impl HybridLog {
                 Err(failure)
             }
         }
+    }
+
+    /// The eviction lock of the tier (one evictor at a time, `tier.rs`).
+    pub(crate) fn eviction_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.tier()
+            .eviction
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The first eviction failure, if one happened.

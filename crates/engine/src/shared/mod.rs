@@ -23,6 +23,7 @@ mod machine;
 mod maintenance;
 mod rollback;
 mod sessions;
+mod thread_epoch;
 
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -40,8 +41,8 @@ use crate::{EngineError, StoreConfig, Strategy};
 pub(crate) use machine::{CheckpointFailure, MachineState};
 pub(crate) use maintenance::{CompactionState, MemoryGate, PauseBarrier};
 pub(crate) use rollback::RollbackState;
-pub(crate) use sessions::SessionRegistry;
 pub use sessions::MAX_OPEN_SESSIONS;
+pub(crate) use sessions::{SessionRegistry, EPOCH_SLOTS};
 
 /// A key's index entry and newest record, read in the one order that is safe while compaction
 /// runs: the begin address first, then the chain head.
@@ -110,7 +111,7 @@ impl Shared {
             .clamp(1 << 10, 1 << 20)
             .next_power_of_two();
         Shared {
-            epoch: LightEpoch::new(MAX_OPEN_SESSIONS + 2),
+            epoch: LightEpoch::new(EPOCH_SLOTS),
             index: HashIndex::new(config.index_buckets),
             log: HybridLog::new(config.log_page_bytes, config.log_memory_bytes, tier),
             latches: VersionLatches::new(latch_words),
@@ -122,7 +123,7 @@ impl Shared {
             scan_progress: ScanProgress::new(config.flusher_threads),
             checkpoints,
             access_stamp: AtomicU32::new(config.access_stamp),
-            live: LiveBytes::new(MAX_OPEN_SESSIONS + 2),
+            live: LiveBytes::new(EPOCH_SLOTS),
             machine: MachineState::new(),
             sessions: SessionRegistry::new(),
             rollback: RollbackState::new(),
@@ -360,24 +361,33 @@ impl Shared {
 
     /// Walks the whole index and sums the sizes of the records that are their key's newest valid
     /// record and not tombstones: what the live-bytes count must equal when no write is in flight.
-    /// Caller holds the maintenance lock (compaction, the only thing that frees log pages, is then
-    /// excluded and the begin address fixed) or is the only thread (recovery).
+    /// Caller holds the maintenance lock (compaction, which moves the begin address, is then
+    /// excluded) or is the only thread (recovery); in a tiered store, whose eviction frees pages
+    /// meanwhile, the walk is epoch-protected (`thread_epoch` module), refreshed between chains.
     pub(crate) fn recount_live_bytes(&self, invalid: InvalidVersions) -> u64 {
         const BATCH: usize = 4096;
+        /// Chains walked between refreshes (each may read the page file).
+        const REFRESH_CHAINS: usize = 64;
         let buckets = self.index.bucket_count();
+        let protection = self.thread_epoch();
         let mut heads = Vec::new();
         let mut settled = Vec::new();
         let mut total = 0u64;
         let mut start = 0;
         while start < buckets {
-            // The previous batch's records read from the storage tier (`log::cold`).
-            crate::log::release_cold_copies();
             let end = (start + BATCH).min(buckets);
             let begin = self.log.begin_address();
             heads.clear();
             self.index
                 .for_each_entry(start..end, |head| heads.push(head));
-            for &head in &heads {
+            for (position, &head) in heads.iter().enumerate() {
+                if position % REFRESH_CHAINS == 0 {
+                    // The previous chains' records: copies read from the storage tier
+                    // (`log::cold`) are freed, pages in memory may be after the refresh.
+                    settled.clear();
+                    crate::log::release_cold_copies();
+                    protection.protect();
+                }
                 self.for_each_newest(head, begin, invalid, &mut settled, |record| {
                     if !record.is_tombstone() {
                         total += record.size_bytes() as u64;

@@ -19,6 +19,13 @@ use crate::{EngineError, SessionId};
 /// How many sessions may be open at once (each holds one slot of the epoch table).
 pub const MAX_OPEN_SESSIONS: usize = 1024;
 
+/// Slots of the epoch table: one per open session, and beyond them one for each engine thread
+/// that may be protected at once — the compaction thread, and the checkpoint scanners or the
+/// live-byte recount of the maintenance lock's holder (at most [`crate::MAX_FLUSHER_THREADS`];
+/// see `Shared::thread_epoch`) — and a spare. Sessions are capped by their count, not by the
+/// table, so the engine's threads always find a slot.
+pub(crate) const EPOCH_SLOTS: usize = MAX_OPEN_SESSIONS + 1 + crate::MAX_FLUSHER_THREADS + 1;
+
 /// The registered sessions by id.
 pub(crate) type Sessions = BTreeMap<u64, Arc<SessionShared>>;
 
@@ -27,8 +34,8 @@ pub(crate) struct SessionRegistry {
     /// The registry lock: held while a session is registered, claimed, forgotten or reset.
     sessions: Mutex<Sessions>,
     next_id: AtomicU64,
-    /// Sessions open now; at most [`MAX_OPEN_SESSIONS`] (the epoch table has two more slots, for
-    /// the engine's own threads).
+    /// Sessions open now; at most [`MAX_OPEN_SESSIONS`] (the epoch table has more slots, for
+    /// the engine's own threads: [`EPOCH_SLOTS`]).
     open: AtomicUsize,
 }
 

@@ -86,7 +86,7 @@ impl Shared {
                 Err(_) if self.log.is_tiered() => {
                     // Alone (one loading thread, no session, no eviction thread yet): evict a
                     // chunk ourselves and try again.
-                    match crate::tier::evict_locked(self, crate::tier::chunk_pages(self)) {
+                    match crate::tier::evict_once(self, crate::tier::chunk_pages(self)) {
                         Ok(true) => continue,
                         Ok(false) => return Err(out_of_memory()),
                         Err(failure) => {
