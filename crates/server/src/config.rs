@@ -109,7 +109,8 @@ pub struct Flags {
     /// Request-handling threads, each with its own runtime [default: number of cores].
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Engine in-memory log budget; accepts 1gb [default: 1gb].
+    /// Engine in-memory log budget; accepts 1gb, at least 32mb (8 log pages) [default: 1gb].
+    /// Without `storage-tier` the data must fit in it.
     #[arg(long = "engine-memory")]
     pub engine_memory: Option<String>,
     /// Checkpoint pacing: bytes per second one checkpoint may write; accepts 100mb, at least
@@ -142,6 +143,12 @@ pub struct Flags {
     /// Write checkpoints with direct I/O, bypassing the page cache: yes or no [default: yes].
     #[arg(long = "checkpoint-direct-io")]
     pub checkpoint_direct_io: Option<String>,
+    /// A storage tier for data larger than `engine-memory`: when the engine's log reaches that
+    /// budget, its oldest pages are written to a page file in `<dir>/log` and leave memory (the
+    /// index stays in memory, reads of those records go to the file); yes or no [default: no].
+    /// Not with a non-zero `engine-compact-dead-fraction`.
+    #[arg(long = "storage-tier")]
+    pub storage_tier: Option<String>,
     /// Milliseconds a script may run before other clients get BUSY (Redis's
     /// `busy-reply-threshold`, alias `lua-time-limit`) [default: 5000].
     #[arg(long = "busy-reply-threshold", alias = "lua-time-limit")]
@@ -184,6 +191,7 @@ struct FileConfig {
     checkpoint_priority: Option<String>,
     checkpoint_idle_floor: Option<toml::Value>,
     checkpoint_direct_io: Option<toml::Value>,
+    storage_tier: Option<toml::Value>,
     engine_compact_dead_fraction: Option<toml::Value>,
     engine_index_buckets: Option<u64>,
     busy_reply_threshold: Option<u64>,
@@ -277,8 +285,12 @@ pub struct Config {
     pub checkpoint_idle_floor_bytes_per_s: u64,
     /// Checkpoint segments bypass the page cache (`StoreConfig::checkpoint_direct_io`).
     pub checkpoint_direct_io: bool,
+    /// `storage-tier`: the engine evicts its log's oldest pages to a page file in `dir/log`
+    /// instead of holding all data in `engine-memory` (`StoreConfig::storage_tier`).
+    pub storage_tier: bool,
     /// `engine-compact-dead-fraction`: the dead share of the log's pages in use that also starts
-    /// a compaction (`StoreConfig::compact_dead_fraction`); 0 = only the page-budget trigger.
+    /// a compaction (`StoreConfig::compact_dead_fraction`); 0 = only the page-budget trigger
+    /// (always 0 with `storage_tier`).
     pub engine_compact_dead_fraction: f64,
     /// `engine-index-buckets`: the engine's index size (`StoreConfig::index_buckets`).
     pub engine_index_buckets: u64,
@@ -345,6 +357,8 @@ impl Config {
             &file.checkpoint_direct_io,
         )?
         .unwrap_or(true);
+        let storage_tier =
+            yes_no("storage-tier", &flags.storage_tier, &file.storage_tier)?.unwrap_or(false);
         let threads = flags
             .threads
             .or(file.threads)
@@ -356,6 +370,7 @@ impl Config {
             flags.engine_compact_dead_fraction,
             &file.engine_compact_dead_fraction,
             maxmemory_bytes,
+            storage_tier,
         )?;
         let engine_index_buckets = index::index_buckets(
             flags.engine_index_buckets,
@@ -409,6 +424,7 @@ impl Config {
                 prefixkv_engine::DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S,
             )?,
             checkpoint_direct_io,
+            storage_tier,
             engine_compact_dead_fraction,
             engine_index_buckets,
             settings: Settings {
@@ -483,6 +499,14 @@ impl Config {
                 "lua-memory-limit {} is below the minimum of 1mb (a Lua VM with Redis's \
                  libraries needs about 200kb)",
                 config.settings.lua_memory_limit_bytes
+            );
+        }
+        let minimum_engine_memory = crate::persistence::MIN_ENGINE_MEMORY_BYTES;
+        if config.settings.engine_memory_bytes < minimum_engine_memory {
+            bail!(
+                "engine-memory {} is below the minimum of 32mb (the engine's log needs at least 8 \
+                 of the server's 4 MiB pages)",
+                config.settings.engine_memory_bytes
             );
         }
         if !(0..=19).contains(&config.checkpoint_nice) {
@@ -616,6 +640,18 @@ mod tests {
             assert!(format!("{error:#}").contains(key), "{error:#}");
         }
         let error = Config::resolve(Flags {
+            engine_memory: Some("31mb".into()),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(format!("{error:#}").contains("engine-memory"), "{error:#}");
+        let smallest = Config::resolve(Flags {
+            engine_memory: Some("32mb".into()),
+            ..Flags::default()
+        })
+        .unwrap();
+        assert_eq!(smallest.settings.engine_memory_bytes, 32 << 20);
+        let error = Config::resolve(Flags {
             checkpoint_nice: Some(20),
             ..Flags::default()
         })
@@ -660,6 +696,7 @@ mod tests {
             prefixkv_engine::DEFAULT_CHECKPOINT_IDLE_FLOOR_BYTES_PER_S
         );
         assert!(config.checkpoint_direct_io);
+        assert!(!config.storage_tier);
         assert_eq!(config.settings.busy_reply_threshold_ms, 5000);
         assert_eq!(config.settings.lua_memory_limit_bytes, 128 << 20);
         assert_eq!(

@@ -103,6 +103,10 @@ impl Host for ServerHost {
                 config.settings.engine_memory_bytes.to_string(),
             ),
             (
+                "storage-tier",
+                if config.storage_tier { "yes" } else { "no" }.into(),
+            ),
+            (
                 "engine-compact-dead-fraction",
                 config.engine_compact_dead_fraction.to_string(),
             ),

@@ -56,23 +56,36 @@ pub struct Persistence {
     shutdown: AtomicBool,
 }
 
+/// The engine's log page (`StoreConfig::log_page_bytes`): a record (a whole encoded value) must
+/// fit one, so it bounds a value's size (docs/server.md, "Limits").
+pub const LOG_PAGE_BYTES: usize = 4 << 20;
+/// The smallest `engine-memory`: the engine's log needs at least 8 pages in its budget
+/// (`StoreConfig::log_memory_bytes`, checked by `Store::open`).
+pub const MIN_ENGINE_MEMORY_BYTES: u64 = 8 * LOG_PAGE_BYTES as u64;
+
 fn store_options(config: &Config) -> Options {
     let mut options = Options::new(config.dir.clone(), config.settings.durability);
     options.engine = StoreConfig {
         log_memory_bytes: config.settings.engine_memory_bytes,
         index_buckets: config.engine_index_buckets as usize,
-        log_page_bytes: 4 << 20,
+        log_page_bytes: LOG_PAGE_BYTES,
         checkpoint_write_bytes_per_s: (config.checkpoint_rate_bytes_per_s != 0)
             .then_some(config.checkpoint_rate_bytes_per_s),
         checkpoint_thread_nice: config.checkpoint_nice,
         checkpoint_thread_priority: config.checkpoint_priority,
         checkpoint_idle_floor_bytes_per_s: config.checkpoint_idle_floor_bytes_per_s,
         checkpoint_direct_io: config.checkpoint_direct_io,
+        // `storage-tier`: the log's oldest pages go to a page file in `dir/log` at the budget,
+        // so the data may exceed `engine-memory`.
+        storage_tier: config.storage_tier,
         // Deletes and rewritten records (a cache's evictions, collections' buckets and tree
         // nodes) leave dead records that only compaction frees: compaction also runs on garbage
         // (`engine-compact-dead-fraction`; 0 turns that off), so the process stays near its data
-        // (and with maxmemory near the limit, `prefixkv_commands::evict`).
-        compact_dead_fraction: (config.engine_compact_dead_fraction > 0.0)
+        // (and with maxmemory near the limit, `prefixkv_commands::evict`). Never with the
+        // storage tier: in-memory garbage compaction does not run on a tiered log yet (its old
+        // pages are evicted to the page file instead) and the engine refuses the combination;
+        // `Config::resolve` already refused an explicit non-zero fraction with the tier.
+        compact_dead_fraction: (!config.storage_tier && config.engine_compact_dead_fraction > 0.0)
             .then_some(config.engine_compact_dead_fraction),
         // Keys loaded by recovery count as accessed at start (their words are not stored).
         access_stamp: {
@@ -239,5 +252,32 @@ impl Persistence {
             return false;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Flags;
+
+    fn engine_config(flags: Flags) -> StoreConfig {
+        store_options(&Config::resolve(flags).unwrap()).engine
+    }
+
+    #[test]
+    fn the_storage_tier_reaches_the_engine_without_garbage_compaction() {
+        let tiered = engine_config(Flags {
+            storage_tier: Some("yes".into()),
+            maxmemory: Some("100mb".into()),
+            ..Flags::default()
+        });
+        assert!(tiered.storage_tier);
+        assert_eq!(tiered.compact_dead_fraction, None);
+        let plain = engine_config(Flags::default());
+        assert!(!plain.storage_tier);
+        assert_eq!(
+            plain.compact_dead_fraction,
+            Some(crate::config::COMPACT_DEAD_FRACTION)
+        );
     }
 }

@@ -2,7 +2,10 @@
 //! budget (`StoreConfig::compact_dead_fraction`). Fixed at start (the engine's configuration).
 //!
 //! Invariant: the resolved value is in `[0, 1)`; 0 means "only the page-budget trigger" (the
-//! engine's `None`), which `crate::persistence` maps it to.
+//! engine's `None`), which `crate::persistence` maps it to. With `storage-tier yes` it is 0: the
+//! engine does not compact a tiered log in memory (it evicts the log's oldest pages to its page
+//! file instead) and refuses `compact_dead_fraction` with `storage_tier`, so the default becomes
+//! 0 and an explicit non-zero fraction is refused at start, naming both options.
 
 use anyhow::bail;
 
@@ -16,24 +19,39 @@ pub const COMPACT_DEAD_FRACTION: f64 = 0.5;
 pub const COMPACT_DEAD_FRACTION_CACHE: f64 = 0.25;
 
 /// The fraction from the flag, else the file's value (a TOML float or integer), else the default
-/// for this `maxmemory`; refused outside `[0, 1)`.
+/// for this `maxmemory` (0 with `storage_tier`); refused outside `[0, 1)`, and refused when it
+/// was given non-zero together with `storage_tier`.
 pub(super) fn dead_fraction(
     flag: Option<f64>,
     file: &Option<toml::Value>,
     maxmemory_bytes: u64,
+    storage_tier: bool,
 ) -> anyhow::Result<f64> {
-    let fraction = match (flag, file) {
-        (Some(fraction), _) => fraction,
-        (None, Some(toml::Value::Float(fraction))) => *fraction,
-        (None, Some(toml::Value::Integer(fraction))) => *fraction as f64,
+    let given = match (flag, file) {
+        (Some(fraction), _) => Some(fraction),
+        (None, Some(toml::Value::Float(fraction))) => Some(*fraction),
+        (None, Some(toml::Value::Integer(fraction))) => Some(*fraction as f64),
         (None, Some(_)) => bail!("config key engine-compact-dead-fraction: expected a number"),
-        (None, None) if maxmemory_bytes > 0 => COMPACT_DEAD_FRACTION_CACHE,
-        (None, None) => COMPACT_DEAD_FRACTION,
+        (None, None) => None,
+    };
+    let fraction = match given {
+        Some(fraction) => fraction,
+        None if storage_tier => 0.0,
+        None if maxmemory_bytes > 0 => COMPACT_DEAD_FRACTION_CACHE,
+        None => COMPACT_DEAD_FRACTION,
     };
     if !(0.0..1.0).contains(&fraction) {
         bail!(
             "engine-compact-dead-fraction {fraction} is outside [0, 1) (0 compacts only at half \
              the engine-memory budget)"
+        );
+    }
+    if storage_tier && fraction > 0.0 {
+        bail!(
+            "engine-compact-dead-fraction {fraction} cannot be combined with storage-tier yes: \
+             the engine does not compact a tiered log in memory yet (its oldest pages go to the \
+             page file instead); leave engine-compact-dead-fraction unset (or 0), or use \
+             storage-tier no"
         );
     }
     Ok(fraction)
@@ -73,6 +91,72 @@ mod tests {
                 "{error:#}"
             );
         }
+    }
+
+    #[test]
+    fn storage_tier_turns_the_garbage_trigger_off() {
+        let tiered = |fraction: Option<f64>, maxmemory: Option<&str>| Flags {
+            storage_tier: Some("yes".into()),
+            engine_compact_dead_fraction: fraction,
+            maxmemory: maxmemory.map(Into::into),
+            ..Flags::default()
+        };
+        assert_eq!(resolve(tiered(None, None)).unwrap(), 0.0);
+        assert_eq!(
+            resolve(tiered(None, Some("100mb"))).unwrap(),
+            0.0,
+            "not the cache default either"
+        );
+        assert_eq!(resolve(tiered(Some(0.0), None)).unwrap(), 0.0);
+        for fraction in [0.5, 0.01] {
+            let error = resolve(tiered(Some(fraction), None)).unwrap_err();
+            let text = format!("{error:#}");
+            assert!(
+                text.contains("engine-compact-dead-fraction") && text.contains("storage-tier"),
+                "{text}"
+            );
+        }
+        // The same from the file, where both keys may be.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prefixkv.toml");
+        std::fs::write(
+            &path,
+            "storage-tier = \"yes\"\nengine-compact-dead-fraction = 0.25\n",
+        )
+        .unwrap();
+        let error = resolve(Flags {
+            config: Some(path.clone()),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        let text = format!("{error:#}");
+        assert!(
+            text.contains("engine-compact-dead-fraction") && text.contains("storage-tier"),
+            "{text}"
+        );
+        // A flag beats the file: `--storage-tier no` keeps the file's fraction.
+        let config = Config::resolve(Flags {
+            config: Some(path.clone()),
+            storage_tier: Some("no".into()),
+            ..Flags::default()
+        })
+        .unwrap();
+        assert!(!config.storage_tier);
+        assert_eq!(config.engine_compact_dead_fraction, 0.25);
+        std::fs::write(&path, "storage-tier = true\n").unwrap();
+        let config = Config::resolve(Flags {
+            config: Some(path.clone()),
+            ..Flags::default()
+        })
+        .unwrap();
+        assert!(config.storage_tier);
+        assert_eq!(config.engine_compact_dead_fraction, 0.0);
+        let error = Config::resolve(Flags {
+            storage_tier: Some("maybe".into()),
+            ..Flags::default()
+        })
+        .unwrap_err();
+        assert!(format!("{error:#}").contains("storage-tier"), "{error:#}");
     }
 
     #[test]
