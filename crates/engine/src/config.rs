@@ -209,10 +209,11 @@ pub struct StoreConfig {
     /// A storage tier: when the log reaches its memory budget, its oldest pages are written to a
     /// page file in `dir/log` and leave memory, so the data may be larger than
     /// `log_memory_bytes` (the index stays in memory). Reads of records that left memory are
-    /// served from the file. Off by default. Not with `rollback_ready` or
-    /// `compact_dead_fraction` (in-memory compaction does not run with a tier); the file is not
-    /// yet compacted (it grows with every write) and recovery still loads the newest checkpoint,
-    /// evicting as it goes (see `docs/engine.md`, "Storage tier").
+    /// served from the file; the file is compacted once more than half of the log is dead
+    /// (live records copied forward, whole segments deleted). Off by default. Not with
+    /// `rollback_ready` or `compact_dead_fraction` (in-memory compaction does not run with a
+    /// tier). Recovery still loads the newest checkpoint, evicting as it goes (see
+    /// `docs/engine.md`, "Storage tier").
     pub storage_tier: bool,
 }
 

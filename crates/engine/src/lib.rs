@@ -15,7 +15,8 @@
 //!   `shared`, `report`, `state`, `log`, `index`, `cpr_points`, `checkpoint_files`;
 //! - `session` → `shared`, `state`, `log`, `index`, `latch`, `cpr_points`;
 //!   `checkpoint` → `shared`, `state`, `log`, `report`, `scan_progress`, `checkpoint_files`;
-//!   `compaction` → `tier`, `shared`, `state`, `log`, `index` (none of these three imports
+//!   `compaction` (with `compaction::cold`, a tiered store's eviction loop and page-file
+//!   compaction) → `tier`, `shared`, `state`, `log`, `index` (none of these three imports
 //!   another); `tier` (eviction into the page file) → `shared`, `log`;
 //! - `shared` (the state they share, split by owner: `machine`, `sessions`, `rollback`,
 //!   `maintenance`) → `epoch`, `state`, `log`, `index`, `latch`, `accounting`, `cpr_points`,

@@ -25,11 +25,11 @@
 //! pages stay in memory, and the failure is kept: writers held at the budget fail with
 //! `OutOfMemory` naming it, instead of waiting forever.
 //!
-//! Trigger: a chunk is an eighth of the writers' page budget; eviction starts when the pages in
-//! use come within a chunk of that budget, or when a writer waits for memory.
+//! Trigger (the loop is `compaction::cold::run`, the compaction thread of a tiered store): a
+//! chunk is an eighth of the writers' page budget; eviction starts when the pages in use come
+//! within a chunk of that budget, or when a writer waits for memory.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use prefixkv_storage::pagefile::{format, PageFile, PageFileConfig};
 
@@ -37,8 +37,10 @@ use crate::log::Tier;
 use crate::shared::Shared;
 use crate::{EngineError, StoreConfig};
 
-/// Bytes per page-file segment the store aims for (at least one page per segment).
-const SEGMENT_BYTES: u64 = 64 << 20;
+/// Bytes per page-file segment the store aims for at most (at least one page per segment).
+/// Compaction frees disk space by whole segments (`compaction::cold`), so a segment is also at
+/// most a quarter of the memory budget: a small store's file shrinks in small steps too.
+const MAX_SEGMENT_BYTES: u64 = 64 << 20;
 
 /// Opens the page file of a tiered store in `config.dir/log`, first removing the pages an
 /// earlier run left there: recovery rebuilds the log from the newest checkpoint.
@@ -67,7 +69,8 @@ pub(crate) fn open(config: &StoreConfig) -> Result<Tier, EngineError> {
     let page_bytes = config.log_page_bytes as u64;
     let file_config = PageFileConfig {
         page_bytes: config.log_page_bytes as u32,
-        pages_per_segment: (SEGMENT_BYTES / page_bytes).max(1) as u32,
+        pages_per_segment: (MAX_SEGMENT_BYTES.min(config.log_memory_bytes / 4) / page_bytes).max(1)
+            as u32,
         direct_io: config.checkpoint_direct_io,
     };
     let (file, _opened) = PageFile::open(Arc::clone(disk), &dir, file_config).map_err(|error| {
@@ -82,39 +85,6 @@ pub(crate) fn open(config: &StoreConfig) -> Result<Tier, EngineError> {
 /// Pages one eviction chunk takes.
 pub(crate) fn chunk_pages(shared: &Shared) -> u64 {
     (shared.log.writer_page_limit() / 8).max(1)
-}
-
-/// The eviction thread's loop (the compaction thread of a tiered store).
-pub(crate) fn run(shared: &Arc<Shared>) {
-    let mut reported = false;
-    loop {
-        shared
-            .compaction
-            .wait_for_request(Duration::from_millis(10));
-        if shared.compaction.is_shut_down() {
-            break;
-        }
-        let mut writers_waiting = shared.compaction.take_memory_wanted();
-        let chunk = chunk_pages(shared);
-        while !shared.compaction.is_shut_down()
-            && (writers_waiting
-                || shared.log.pages_in_use() + chunk > shared.log.writer_page_limit())
-        {
-            writers_waiting = false;
-            match evict_once(shared, chunk) {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(failure) => {
-                    if !reported {
-                        tracing::error!(%failure, "the storage tier cannot evict; writes will fail at the memory budget");
-                        reported = true;
-                    }
-                    break;
-                }
-            }
-        }
-        shared.memory.notify();
-    }
 }
 
 /// Evicts one chunk of at most `chunk` pages (see the module comment). `Ok(false)`: nothing was

@@ -281,3 +281,139 @@ fn a_tier_refuses_rollback_and_garbage_compaction() {
         Err(EngineError::InvalidArgument(message)) if message.contains("compact_dead_fraction")
     ));
 }
+
+/// The first pages of the page file's data segments (from their names, `log-<20 digits>.pages`).
+fn segment_first_pages(dir: &Path) -> Vec<u64> {
+    let mut firsts: Vec<u64> = std::fs::read_dir(dir.join("log"))
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            let digits = name
+                .strip_prefix("log-")?
+                .strip_suffix(".pages")?
+                .to_string();
+            Some(digits.parse::<u64>().unwrap())
+        })
+        .collect();
+    firsts.sort_unstable();
+    firsts
+}
+
+/// Waits (at most a minute) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Overwrites: the page file is compacted (its oldest segments deleted, its size bounded by the
+/// live data rather than by the bytes written), and every key keeps its newest value.
+#[test]
+fn the_page_file_is_compacted_under_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(tier_config(dir.path())).unwrap();
+    let mut session = store.start_session();
+    let mut model = HashMap::new();
+    // More live data than the budget (so some of it must be in the file), far more written.
+    const KEYS: u64 = 12_000; // ~1.6 MiB live
+    const ROUNDS: u64 = 20; // ~32 MiB written
+    let mut rng = Rng::new(7);
+    for round in 0..ROUNDS {
+        for index in 0..KEYS {
+            // A few keys are deleted and come back later: tombstones go through the file too.
+            if rng.below(50) == 0 {
+                session.delete(&key(index)).unwrap();
+                model.insert(index, None);
+            } else {
+                session.upsert(&key(index), &value(index, round)).unwrap();
+                model.insert(index, Some(value(index, round)));
+            }
+        }
+    }
+    session.suspend();
+    // Without compaction the file holds everything evicted: over 30 MiB.
+    wait_until("the page file shrinks below 8 MiB", || {
+        page_file_bytes(dir.path()) < 8 << 20
+    });
+    assert!(
+        segment_first_pages(dir.path()).first() > Some(&0),
+        "the oldest segment was deleted: {:?}",
+        segment_first_pages(dir.path())
+    );
+    assert!(store.log_memory_in_use_bytes() <= 1 << 20);
+    check_model(&store, &model);
+    drop(session);
+    // A checkpoint and a restart after compaction hold the same.
+    let token = store.checkpoint(Strategy::Persian).unwrap();
+    store
+        .wait_for_commit(token, Duration::from_secs(120))
+        .unwrap();
+    drop(store);
+    let store = Store::open(tier_config(dir.path())).unwrap();
+    check_model(&store, &model);
+}
+
+/// Compaction of the page file runs while sessions read-modify-write cold counters and
+/// overwrite keys: no increment and no overwrite is lost (compaction decides whether a record
+/// is its key's newest under the writers' tier stripe).
+#[test]
+fn concurrent_writes_while_the_page_file_is_compacted_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(tier_config(dir.path())).unwrap();
+    const COUNTERS: u64 = 2048;
+    const INCREMENTS: u64 = 12_000;
+    const CHURN_KEYS: u64 = 4096;
+    const CHURN_PER_STEP: u64 = 4;
+    let counter_key = |counter: u64| (1u64 << 40 | counter).to_be_bytes();
+    std::thread::scope(|scope| {
+        for thread in 0..2u64 {
+            let mut session = store.start_session();
+            scope.spawn(move || {
+                for step in 0..INCREMENTS {
+                    session
+                        .rmw(&counter_key(step % COUNTERS), |old, new| {
+                            let current = old.map_or(0, |bytes| {
+                                u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
+                            });
+                            new.extend_from_slice(&(current + 1).to_le_bytes());
+                        })
+                        .unwrap();
+                    for churn in 0..CHURN_PER_STEP {
+                        let index = (step * CHURN_PER_STEP + churn) % CHURN_KEYS;
+                        let churn_key = (thread << 32) | index;
+                        session
+                            .upsert(&key(churn_key), &value(churn_key, step))
+                            .unwrap();
+                    }
+                }
+                session.suspend();
+            });
+        }
+    });
+    // ~13 MiB written, ~1.4 MiB live: compaction must have deleted old segments.
+    assert!(
+        segment_first_pages(dir.path()).first() > Some(&0),
+        "the oldest segment was deleted: {:?}",
+        segment_first_pages(dir.path())
+    );
+    let mut session = store.start_session();
+    let mut out = Vec::new();
+    let mut total = 0;
+    for counter in 0..COUNTERS {
+        assert!(session.read(&counter_key(counter), &mut out).unwrap());
+        total += u64::from_le_bytes(out.as_slice().try_into().unwrap());
+    }
+    assert_eq!(total, 2 * INCREMENTS);
+    // Each churn key's last write: the last step that wrote its index.
+    let writes = INCREMENTS * CHURN_PER_STEP;
+    for thread in 0..2u64 {
+        for index in 0..CHURN_KEYS {
+            let last_write = (writes - 1 - index) / CHURN_KEYS * CHURN_KEYS + index;
+            let churn_key = (thread << 32) | index;
+            assert!(session.read(&key(churn_key), &mut out).unwrap());
+            assert_eq!(out, value(churn_key, last_write / CHURN_PER_STEP));
+        }
+    }
+}

@@ -211,6 +211,22 @@ impl HybridLog {
         }
     }
 
+    /// Pages per segment of the page file: it frees disk space by whole segments.
+    pub(crate) fn tier_pages_per_segment(&self) -> u64 {
+        u64::from(self.tier().file.config().pages_per_segment)
+    }
+
+    /// Deletes the page file's segments that lie wholly below `page` (their pages are below the
+    /// begin address, and no reader can be in them: the caller bumped the epoch after moving
+    /// the begin). A failure fails the page file, and so every later eviction.
+    pub(crate) fn remove_cold_pages_before(&self, page: u64) -> Result<usize, String> {
+        debug_assert!(page <= self.begin_address() >> self.page_bits);
+        self.tier()
+            .file
+            .remove_before(page)
+            .map_err(|error| format!("removing compacted page file segments: {error}"))
+    }
+
     /// The eviction lock of the tier (one evictor at a time, `tier.rs`).
     pub(crate) fn eviction_lock(&self) -> std::sync::MutexGuard<'_, ()> {
         self.tier()

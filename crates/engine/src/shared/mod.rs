@@ -43,6 +43,7 @@ pub(crate) use maintenance::{CompactionState, MemoryGate, PauseBarrier};
 pub(crate) use rollback::RollbackState;
 pub use sessions::MAX_OPEN_SESSIONS;
 pub(crate) use sessions::{SessionRegistry, EPOCH_SLOTS};
+pub(crate) use thread_epoch::ThreadEpoch;
 
 /// A key's index entry and newest record, read in the one order that is safe while compaction
 /// runs: the begin address first, then the chain head.

@@ -25,6 +25,8 @@
 //! chain to point down the log (each record's previous address below its own; see
 //! `HybridLog::relink_or_rewrite`), or a walk that stops below the begin would skip live records.
 
+mod cold;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,8 +56,8 @@ const MIN_RECLAIMED_SHARE: f64 = 0.25;
 /// faster during checkpoints, which exclude compaction).
 pub(crate) fn run(shared: &Arc<Shared>) {
     if shared.log.is_tiered() {
-        // Old pages go to the page file instead (`tier` module).
-        return crate::tier::run(shared);
+        // Old pages go to the page file instead, which is compacted in turn.
+        return cold::run(shared);
     }
     let Some(slot) = shared.epoch.acquire_slot() else {
         return;
