@@ -8,7 +8,15 @@
 //! runs) and with them (`engine`), and with a Persian checkpoint every `--checkpoint-interval-ms`
 //! (`engine-persian`, with hints); `dashmap` with SipHash and with `foldhash`, `papaya`, and 64
 //! sharded `RwLock<HashMap>`s as a floor. Workloads YCSB-A/B/C and an F-style
-//! read-modify-write mix, uniform or zipfian, over 8-byte keys and values.
+//! read-modify-write mix, uniform or zipfian, over 8-byte keys and, for the engines and RocksDB,
+//! values of `--value-bytes` (8 by default; the maps always hold a `u64`).
+//!
+//! Issue 33 (data larger than memory): by name, `engine-tiered` is the engine with its storage
+//! tier and a log budget of `--log-memory-bytes` (run like `engine-no-hints`, without hints), and
+//! `rocksdb` (cargo feature `rocksdb`) gets a block cache of the same bytes by default. The
+//! in-memory engines keep a budget that holds every key, so `engine_tiered_over_engine`
+//! (`engine-tiered` over `engine-no-hints`) is what the tier costs; `engine_tiered_over_rocksdb`
+//! is given for every (workload, distribution, threads).
 //!
 //! Headlines are like for like: `engine_over_<map>` is `engine-no-hints` over the map;
 //! `engine_batched_over_<map>` is the hinted engine over the same map, which has no lookahead
@@ -36,9 +44,9 @@ mod ledger;
 mod rocksdb;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -48,18 +56,42 @@ use crate::plot::{write_line_chart, LineChart, Series};
 use crate::report::{row, Report};
 use crate::stats::{alternating_schedule, median, ratio, Spread};
 use crate::workload::maps::Loaded;
-use crate::workload::operations::{self, Operations};
+use crate::workload::operations::{self, has_filler, Operations, MAX_VALUE_BYTES, MIN_VALUE_BYTES};
 use crate::workload::KeyDistribution;
 use crate::Common;
 use contenders::Contender;
 use driver::Workload;
+use prefixkv_storage::pagefile::format::DATA_NAME;
 
 /// Flags of `prefixkv-bench ycsb`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Distinct keys loaded (8-byte keys and values). Default 10,000,000 (quick: 1,000,000).
+    /// Distinct keys loaded (8-byte keys). Default 10,000,000 (quick: 1,000,000).
     #[arg(long)]
     pub keys: Option<u64>,
+    /// Bytes of every value the engine contenders and `rocksdb` write, at load and on every
+    /// update: the 8-byte stamp (or counter) and then a fixed filler. 8 to 4096; default 8. The
+    /// in-memory maps (dashmap, papaya, rwlock-sharded) always hold 8-byte values.
+    #[arg(long, default_value_t = 8)]
+    pub value_bytes: usize,
+    /// `engine-tiered`'s log memory budget, bytes: the log keeps at most this much in memory and
+    /// evicts its oldest pages to a page file under `--data-dir` (the index stays in memory, on
+    /// top of it). At least 1 MiB. Also the `rocksdb` block cache unless
+    /// `--rocksdb-block-cache-bytes` is given. The in-memory engines (engine, engine-no-hints,
+    /// engine-persian) keep a budget that holds every key whatever this says. Default: that
+    /// in-memory budget (twice the larger of 64 bytes and the record, per key, at least 64 MiB),
+    /// so without it the tiered engine evicts nothing.
+    #[arg(long)]
+    pub log_memory_bytes: Option<u64>,
+    /// Read and write `engine-tiered`'s page file and `rocksdb`'s files through the kernel's page
+    /// cache. Default: direct I/O for both (`O_DIRECT`; RocksDB's `use_direct_reads` and
+    /// `use_direct_io_for_flush_and_compaction`), so that neither gets the page cache as a second
+    /// cache beyond its budget (which would make a dataset that fits the machine's RAM look as
+    /// if it fitted the budget). RocksDB needs a `--data-dir` whose file system has direct I/O
+    /// (it fails to open otherwise, saying so); the engine falls back to buffered I/O by itself
+    /// where there is none.
+    #[arg(long)]
+    pub buffered_io: bool,
     /// Pre-generated operations per point (the cursor wraps around them). Default 32,000,000
     /// (quick: 4,000,000).
     #[arg(long)]
@@ -77,18 +109,23 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub distributions: Option<Vec<KeyDistribution>>,
     /// Contenders (comma separated): engine, engine-no-hints (no prefetch hints), engine-persian,
-    /// dashmap-siphash, dashmap-foldhash, papaya, rwlock-sharded. Default all of those; also
-    /// rocksdb, by name only, in a build with the cargo feature `rocksdb` (docs/benchmarks.md).
+    /// dashmap-siphash, dashmap-foldhash, papaya, rwlock-sharded. Default all of those. By name
+    /// only: engine-tiered (the engine with its storage tier, a log of `--log-memory-bytes`, no
+    /// hints) and rocksdb, in a build with the cargo feature `rocksdb` (docs/benchmarks.md).
     #[arg(long, value_delimiter = ',')]
     pub variants: Option<Vec<String>>,
-    /// The `rocksdb` contender's LRU block cache, bytes. Default: the engine's log memory budget
-    /// for `--keys` (the same byte budget; see `engine_config`).
+    /// The `rocksdb` contender's LRU block cache, bytes. Default: `--log-memory-bytes` if given,
+    /// else the in-memory engine's log memory budget for `--keys` (the same byte budget; see
+    /// `engine_config`).
     #[arg(long)]
     pub rocksdb_block_cache_bytes: Option<u64>,
     /// Milliseconds between the checkpointed engine's checkpoints. Default 5000 (quick: 1000).
     #[arg(long)]
     pub checkpoint_interval_ms: Option<u64>,
-    /// Directory for the engine's checkpoints. Default: the system temp directory.
+    /// Directory for the engine's files: checkpoints, `engine-tiered`'s page file and RocksDB's
+    /// database, each in a temporary directory removed after its round. Put it on the disk
+    /// meant to be measured (not a tmpfs, or the tier's "disk" is memory). Default: the system
+    /// temp directory.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Internal: load one contender and print its memory use (run in a child process).
@@ -107,6 +144,10 @@ pub(crate) const BATCHED_NOTE: &str = "engine_over_* compare the engine without 
 
 struct Plan {
     keys: u64,
+    /// Value size, the tiered engine's budget and RocksDB's cache (`sizes.keys` is `keys`).
+    sizes: contenders::Sizes,
+    /// Whether `--log-memory-bytes` was given (else the tiered budget is the in-memory one).
+    log_memory_given: bool,
     operations: u64,
     duration: Duration,
     threads: Vec<usize>,
@@ -114,7 +155,6 @@ struct Plan {
     contenders: Vec<Contender>,
     checkpoint_interval: Duration,
     data_dir: PathBuf,
-    rocksdb_block_cache_bytes: u64,
 }
 
 /// What one run (contender, point, threads, round) measured.
@@ -124,6 +164,16 @@ struct Run {
     instructions_per_op: Option<f64>,
     cache_misses_per_op: Option<f64>,
     checkpoints: u64,
+}
+
+/// What one round of `engine-tiered` shows about its tier.
+#[derive(Clone, Copy, Debug, Default)]
+struct TierEvidence {
+    /// Bytes of page-file data (`dir/log/*.pages`) at the end of the round, before removal.
+    page_file_bytes: u64,
+    /// The largest `Store::log_memory_in_use_bytes` seen: after the load and every 10 ms of the
+    /// round's runs.
+    log_memory_peak_bytes: u64,
 }
 
 /// Runs the experiment (or, with `--memory-child`, one contender's memory measurement).
@@ -151,11 +201,16 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
         .collect();
     // runs[(contender, point, threads)] = one Run per round.
     let mut runs: BTreeMap<(usize, usize, usize), Vec<Run>> = BTreeMap::new();
+    let mut tier = Vec::new();
     let schedule = alternating_schedule(plan.contenders.len(), common.rounds());
     let progress = crate::progress::bar(schedule.len() as u64, "ycsb");
     for &(round, index) in &schedule {
         progress.set_message(format!("{} round {round}", plan.contenders[index].name()));
-        run_round(&mut report, &plan, &operations, (round, index), &mut runs)?;
+        if let Some(evidence) =
+            run_round(&mut report, &plan, &operations, (round, index), &mut runs)?
+        {
+            tier.push(evidence);
+        }
         progress.inc(1);
     }
     progress.finish_and_clear();
@@ -163,6 +218,7 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     let memory = measure_memory(&plan)?;
     write_rows(&mut report, &plan, &runs, &memory);
     write_summary(&mut report, &plan, &runs, &memory);
+    write_tier_summary(&mut report, &plan, &runs, &tier);
     write_plot(common, &plan, &runs)?;
     Ok(report)
 }
@@ -171,7 +227,40 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) {
     report.config("quick", common.quick);
     report.config("keys", plan.keys);
     report.config("key_bytes", 8);
-    report.config("value_bytes", 8);
+    report.config("value_bytes", plan.sizes.value_bytes);
+    report.config("map_value_bytes", 8);
+    let record_bytes = contenders::record_bytes(plan.sizes.value_bytes);
+    let dataset_bytes = plan.keys * record_bytes;
+    let log_memory_bytes = plan.sizes.tiered_log_memory_bytes;
+    report.config("record_bytes", record_bytes);
+    report.config("dataset_bytes", dataset_bytes);
+    report.config("log_memory_bytes", log_memory_bytes);
+    report.config("log_memory_bytes_given", plan.log_memory_given);
+    report.config(
+        "disk_io",
+        if plan.sizes.direct_io {
+            "direct: engine-tiered's page file (where the file system has O_DIRECT) and rocksdb's \
+             files bypass the kernel's page cache"
+        } else {
+            "buffered: engine-tiered's page file and rocksdb's files go through the kernel's page \
+             cache (--buffered-io), which caches them beyond log_memory_bytes and the block cache"
+        },
+    );
+    report.config(
+        "dataset_over_memory",
+        dataset_bytes as f64 / log_memory_bytes as f64,
+    );
+    report.config(
+        "engine_log_memory_bytes",
+        contenders::engine_config(plan.keys, plan.sizes.value_bytes, Path::new(""))
+            .log_memory_bytes,
+    );
+    if plan.contenders.contains(&Contender::EngineTiered) {
+        report.config(
+            "engine_tiered_log_page_bytes",
+            contenders::tiered_page_bytes(log_memory_bytes) as u64,
+        );
+    }
     report.config("operations_per_point", plan.operations);
     report.config("seconds_per_run", plan.duration.as_secs_f64());
     report.config("threads", plan.threads.clone());
@@ -187,19 +276,25 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) {
     );
     report.config(
         "durability",
-        "engine-persian writes fsynced checkpoints; rocksdb (if run) writes SST files without a \
-         write-ahead log and never fsyncs; the other contenders keep nothing on disk",
+        "engine-persian writes fsynced checkpoints; engine-tiered writes evicted log pages to \
+         its page file (synced as it evicts, for memory, not durability: no checkpoint, nothing \
+         recoverable); rocksdb (if run) writes SST files without a write-ahead log and never \
+         fsyncs; the other contenders keep nothing on disk",
     );
     #[cfg(feature = "rocksdb")]
     if plan.contenders.contains(&Contender::RocksDb) {
         // rocksdb_library_version (from RocksDB's OPTIONS file) is added when it is loaded.
         report.config("rocksdb_crate_version", rocksdb::CRATE_VERSION);
-        report.config("rocksdb_block_cache_bytes", plan.rocksdb_block_cache_bytes);
+        report.config(
+            "rocksdb_block_cache_bytes",
+            plan.sizes.rocksdb_block_cache_bytes,
+        );
         report.config(
             "rocksdb_options",
             "one DB for all threads; WAL off (WriteOptions::disable_wal); LRU block cache of \
-             rocksdb_block_cache_bytes; compression none; reads get_pinned; RMW get_pinned + put; \
-             other options RocksDB's defaults",
+             rocksdb_block_cache_bytes; compression none; use_direct_reads and \
+             use_direct_io_for_flush_and_compaction as disk_io says; reads get_pinned; RMW \
+             get_pinned + put; other options RocksDB's defaults",
         );
     }
     report.notes.push(
@@ -208,26 +303,57 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) {
             .into(),
     );
     report.notes.push(BATCHED_NOTE.into());
+    report.notes.push(format!(
+        "values: the engine contenders and rocksdb write {} bytes (the 8-byte stamp or counter, \
+         then a fixed filler) at load and on every update; dashmap, papaya and rwlock-sharded \
+         hold an 8-byte u64 whatever --value-bytes says (map_value_bytes), so with larger values \
+         their rows are not like for like with the engines'",
+        plan.sizes.value_bytes
+    ));
+    if plan.contenders.contains(&Contender::EngineTiered) {
+        report.notes.push(
+            "engine-tiered runs without prefetch hints, as engine-no-hints (RocksDB has no such \
+             API): engine_tiered_over_engine is engine-tiered over engine-no-hints (null unless \
+             both ran), the tier's cost with everything else equal. log_memory_bytes bounds the \
+             tiered log only: its index (engine_config's buckets) is in memory on top, as are \
+             RocksDB's memtables and index blocks on top of its block cache"
+                .into(),
+        );
+        if dataset_bytes <= log_memory_bytes {
+            report.notes.push(format!(
+                "dataset_bytes ({dataset_bytes}) fit log_memory_bytes ({log_memory_bytes}): \
+                 engine-tiered held everything in memory and evicted nothing; give \
+                 --log-memory-bytes below the dataset to measure the tier"
+            ));
+        }
+    }
 }
 
 /// One round of one contender: load it, run every (point, threads), then check that every key
-/// is still there (and, for the checkpointed engine, its newest checkpoint with the stamp rule).
+/// is still there (and, for the checkpointed engine, its newest checkpoint with the stamp rule;
+/// for the tiered engine, that it evicted, whose evidence it returns).
 fn run_round(
     report: &mut Report,
     plan: &Plan,
     operations: &[Operations],
     (round, index): (usize, usize),
     runs: &mut BTreeMap<(usize, usize, usize), Vec<Run>>,
-) -> Result<()> {
+) -> Result<Option<TierEvidence>> {
     let contender = plan.contenders[index];
     let (dir, loaded) = load_in_temp_dir(plan, contender, "prefixkv-bench-ycsb-")?;
     if let Some(version) = &loaded.rocksdb_version {
         report.config("rocksdb_library_version", version.as_str());
     }
     let (map, store) = (loaded.map, loaded.store);
+    let tiered = (contender == Contender::EngineTiered)
+        .then_some(loaded.engine)
+        .flatten();
+    let peak = AtomicU64::new(tiered.as_ref().map_or(0, |s| s.log_memory_in_use_bytes()));
     let ledger = ledger::Ledger::default();
-    for (key, measured) in measure_round(plan, &*map, store.as_deref(), operations, &ledger)
-        .with_context(|| format!("{} round {round}", contender.name()))?
+    let sampled = tiered.as_deref().map(|store| (store, &peak));
+    for (key, measured) in
+        measure_round(plan, &*map, store.as_deref(), sampled, operations, &ledger)
+            .with_context(|| format!("{} round {round}", contender.name()))?
     {
         runs.entry((index, key.0, key.1))
             .or_default()
@@ -249,6 +375,18 @@ fn run_round(
         ));
     }
     drop(map);
+    let evidence = match tiered {
+        Some(tiered) => {
+            drop(tiered);
+            let evidence = TierEvidence {
+                page_file_bytes: page_file_bytes(&dir.path().join("log"))?,
+                log_memory_peak_bytes: peak.load(Ordering::Relaxed),
+            };
+            check_tier(report, plan, round, &evidence);
+            Some(evidence)
+        }
+        None => None,
+    };
     if let Some(store) = store {
         drop(store);
         let (ok, detail) =
@@ -268,7 +406,56 @@ fn run_round(
                 .push(format!("engine-persian round {round}: {detail}"));
         }
     }
-    Ok(())
+    Ok(evidence)
+}
+
+/// Bytes of page-file data in a tiered store's `dir/log` (the `*.pages` segments, matched by the
+/// page file's own names; the checksum sidecars are not counted).
+fn page_file_bytes(dir: &Path) -> Result<u64> {
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir)
+        .with_context(|| format!("listing the tiered engine's page file in {}", dir.display()))?
+    {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name
+            .to_str()
+            .is_some_and(|name| DATA_NAME.parse(name).is_some())
+        {
+            bytes += entry.metadata()?.len();
+        }
+    }
+    Ok(bytes)
+}
+
+/// Holds one round's evidence to the tier's promise: the log's memory never went above its
+/// budget, and, when the dataset is larger than the budget, pages were evicted to the file.
+fn check_tier(report: &mut Report, plan: &Plan, round: usize, evidence: &TierEvidence) {
+    let budget = plan.sizes.tiered_log_memory_bytes;
+    let dataset = plan.keys * contenders::record_bytes(plan.sizes.value_bytes);
+    let within = evidence.log_memory_peak_bytes <= budget;
+    report.check(
+        "engine-tiered's log memory in use (Store::log_memory_in_use_bytes after the load and \
+         every 10 ms of the runs)",
+        "log_memory_bytes",
+        1,
+        within,
+    );
+    let evicted = dataset <= budget || evidence.page_file_bytes > 0;
+    report.check(
+        "engine-tiered's page file holds evicted pages when the dataset exceeds log_memory_bytes \
+         (bytes of dir/log/*.pages before the round's directory is removed)",
+        "non-empty",
+        1,
+        evicted,
+    );
+    if !within || !evicted {
+        report.notes.push(format!(
+            "engine-tiered round {round}: log memory peak {} bytes against a budget of {budget}, \
+             page file {} bytes for a dataset of {dataset}",
+            evidence.log_memory_peak_bytes, evidence.page_file_bytes
+        ));
+    }
 }
 
 /// Sizes after applying `--quick` defaults.
@@ -316,8 +503,39 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
     if keys == 0 || operations == 0 || contenders.is_empty() || points.is_empty() {
         bail!("nothing to run: give keys, operations, contenders and workloads");
     }
+    let value_bytes = args.value_bytes;
+    if !(MIN_VALUE_BYTES..=MAX_VALUE_BYTES).contains(&value_bytes) {
+        bail!(
+            "--value-bytes {value_bytes}: must be {MIN_VALUE_BYTES} to {MAX_VALUE_BYTES} (every \
+             value starts with the 8-byte stamp or counter the checks read)"
+        );
+    }
+    if let Some(bytes) = args.log_memory_bytes {
+        if bytes < contenders::TIERED_MIN_LOG_MEMORY_BYTES {
+            bail!(
+                "--log-memory-bytes {bytes}: must be at least {} (1 MiB: 16 pages of the \
+                 tiered engine's smallest page, 64 KiB)",
+                contenders::TIERED_MIN_LOG_MEMORY_BYTES
+            );
+        }
+    }
+    if args.rocksdb_block_cache_bytes == Some(0) {
+        bail!("--rocksdb-block-cache-bytes must be positive");
+    }
+    let in_memory = contenders::engine_config(keys, value_bytes, Path::new("")).log_memory_bytes;
+    let tiered_log_memory_bytes = args.log_memory_bytes.unwrap_or(in_memory);
     Ok(Plan {
         keys,
+        sizes: contenders::Sizes {
+            keys,
+            value_bytes,
+            tiered_log_memory_bytes,
+            rocksdb_block_cache_bytes: args
+                .rocksdb_block_cache_bytes
+                .unwrap_or(tiered_log_memory_bytes),
+            direct_io: !args.buffered_io,
+        },
+        log_memory_given: args.log_memory_bytes.is_some(),
         operations,
         duration: Duration::from_secs_f64(args.seconds.unwrap_or(if common.quick {
             1.0
@@ -332,18 +550,19 @@ fn plan(common: &Common, args: &Args) -> Result<Plan> {
                 .unwrap_or(if common.quick { 1000 } else { 5000 }),
         ),
         data_dir: args.data_dir.clone().unwrap_or_else(std::env::temp_dir),
-        rocksdb_block_cache_bytes: args.rocksdb_block_cache_bytes.unwrap_or_else(|| {
-            contenders::engine_config(keys, std::path::Path::new("")).log_memory_bytes
-        }),
     })
 }
 
 /// Every (point, threads) run of one loaded contender, in order. For the checkpointed engine a
-/// checkpoint driver runs beside the whole round, so checkpoints keep their cadence across runs.
+/// checkpoint driver runs beside the whole round, so checkpoints keep their cadence across runs;
+/// for the tiered engine (`sampled`: its store and a peak) a thread samples the log's memory in
+/// use every 10 ms and keeps the largest figure in the peak (one atomic load per sample: it
+/// takes nothing from the workers that a 2-core machine would notice).
 fn measure_round(
     plan: &Plan,
     map: &dyn Loaded,
     store: Option<&prefixkv_engine::Store>,
+    sampled: Option<(&prefixkv_engine::Store, &AtomicU64)>,
     operations: &[Operations],
     ledger: &ledger::Ledger,
 ) -> Result<Vec<((usize, usize), Run)>> {
@@ -356,6 +575,16 @@ fn measure_round(
                 contenders::checkpoint_driver(store, plan.checkpoint_interval, stop, counts, ledger)
             })
         });
+        if let Some((store, peak)) = sampled {
+            let stop = &stop;
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    peak.fetch_max(store.log_memory_in_use_bytes(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(10)); // the sampling period
+                }
+                peak.fetch_max(store.log_memory_in_use_bytes(), Ordering::Relaxed);
+            });
+        }
         let mut measured = Vec::new();
         let mut failure = None;
         'points: for (point, ops) in operations.iter().enumerate() {
@@ -431,12 +660,27 @@ fn verify_checkpoint(
     loaders: &[(prefixkv_engine::SessionId, u64)],
     operations: &[Operations],
 ) -> Result<(bool, String)> {
-    let store = prefixkv_engine::Store::open(contenders::engine_config(plan.keys, dir))?;
+    let value_bytes = plan.sizes.value_bytes;
+    let store =
+        prefixkv_engine::Store::open(contenders::engine_config(plan.keys, value_bytes, dir))?;
     let Some(info) = store.recovery_info().cloned() else {
         return Ok((false, "no checkpoint was published to recover".into()));
     };
     let mut session = store.start_session();
-    let mut read = crate::workload::stamp_rule::engine_reader(&mut session);
+    let mut engine_read = crate::workload::stamp_rule::engine_reader(&mut session);
+    // The stamp rule reads 8-byte stamps: hand it each value's leading word, once the value is
+    // checked to have the size and filler every write gave it.
+    let mut read = |key: &[u8]| -> Result<Option<Vec<u8>>> {
+        match engine_read(key)? {
+            Some(value) if has_filler(&value, value_bytes) => Ok(Some(value[..8].to_vec())),
+            Some(value) => bail!(
+                "key {key:?}: a recovered value of {} bytes without the {value_bytes}-byte \
+                 filler layout every write used",
+                value.len()
+            ),
+            None => Ok(None),
+        }
+    };
     Ok(ledger.check_recovered(plan.keys, loaders, operations, &info, &mut read))
 }
 
@@ -450,8 +694,13 @@ fn measure_memory(plan: &Plan) -> Result<BTreeMap<&'static str, f64>> {
             .arg(plan.keys.to_string())
             .arg("--data-dir")
             .arg(&plan.data_dir)
+            .arg("--value-bytes")
+            .arg(plan.sizes.value_bytes.to_string())
+            .arg("--log-memory-bytes")
+            .arg(plan.sizes.tiered_log_memory_bytes.to_string())
             .arg("--rocksdb-block-cache-bytes")
-            .arg(plan.rocksdb_block_cache_bytes.to_string())
+            .arg(plan.sizes.rocksdb_block_cache_bytes.to_string())
+            .args((!plan.sizes.direct_io).then_some("--buffered-io"))
             .output()
             .context("running the memory child")?;
         let text = String::from_utf8_lossy(&output.stdout);
@@ -495,13 +744,7 @@ fn load_in_temp_dir(
         .prefix(prefix)
         .tempdir_in(&plan.data_dir)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let loaded = contenders::load(
-        contender,
-        plan.keys,
-        cores,
-        dir.path(),
-        plan.rocksdb_block_cache_bytes,
-    )?;
+    let loaded = contenders::load(contender, &plan.sizes, cores, dir.path())?;
     Ok((dir, loaded))
 }
 
@@ -517,10 +760,7 @@ fn write_rows(
         let mut r = row([
             ("variant", Value::from(name)),
             ("workload", Value::from(workload.name())),
-            (
-                "distribution",
-                Value::from(format!("{distribution:?}").to_lowercase()),
-            ),
+            ("distribution", Value::from(distribution_name(distribution))),
             ("threads", Value::from(threads)),
         ]);
         let throughput: Vec<f64> = rounds.iter().map(|run| run.ops_per_s).collect();
@@ -571,16 +811,43 @@ fn median_throughput(
         .points
         .iter()
         .position(|&p| p == (Workload::A, KeyDistribution::Uniform));
-    let (Some(point), Some(index)) = (
-        headline,
-        plan.contenders.iter().position(|&c| c == contender),
-    ) else {
+    headline.map_or(f64::NAN, |point| {
+        median_at(plan, runs, contender, point, threads)
+    })
+}
+
+/// The median over rounds of `contender`'s throughput at `point` and `threads` (NaN if that was
+/// not run).
+fn median_at(
+    plan: &Plan,
+    runs: &BTreeMap<(usize, usize, usize), Vec<Run>>,
+    contender: Contender,
+    point: usize,
+    threads: usize,
+) -> f64 {
+    let Some(index) = plan.contenders.iter().position(|&c| c == contender) else {
         return f64::NAN;
     };
     runs.get(&(index, point, threads))
         .map_or(f64::NAN, |rounds| {
             median(&rounds.iter().map(|run| run.ops_per_s).collect::<Vec<_>>())
         })
+}
+
+/// [`median_at`] for `rocksdb`: NaN in a build without its feature.
+fn rocksdb_median_at(
+    plan: &Plan,
+    runs: &BTreeMap<(usize, usize, usize), Vec<Run>>,
+    point: usize,
+    threads: usize,
+) -> f64 {
+    #[cfg(feature = "rocksdb")]
+    return median_at(plan, runs, Contender::RocksDb, point, threads);
+    #[cfg(not(feature = "rocksdb"))]
+    {
+        let _ = (plan, runs, point, threads);
+        f64::NAN
+    }
 }
 
 fn write_summary(
@@ -641,6 +908,78 @@ fn write_summary(
     );
 }
 
+/// Issue 33's figures, when `engine-tiered` ran: `engine_tiered_over_rocksdb` and
+/// `engine_tiered_over_engine` (over `engine-no-hints`, the in-memory engine on the same driver)
+/// at YCSB-A uniform with the most threads (and `_1t`), as the other headlines, and for every
+/// point as `<name>_<workload>_<distribution>_<threads>t`; null where a side did not run (rocksdb
+/// needs its feature). Then the tier's evidence over rounds: the smallest page file and the
+/// largest log memory in use.
+fn write_tier_summary(
+    report: &mut Report,
+    plan: &Plan,
+    runs: &BTreeMap<(usize, usize, usize), Vec<Run>>,
+    tier: &[TierEvidence],
+) {
+    if !plan.contenders.contains(&Contender::EngineTiered) {
+        return;
+    }
+    const NAMES: [&str; 2] = ["engine_tiered_over_rocksdb", "engine_tiered_over_engine"];
+    let ratios = |point: usize, threads: usize| {
+        let tiered = median_at(plan, runs, Contender::EngineTiered, point, threads);
+        let in_memory = median_at(plan, runs, Contender::EngineNoHints, point, threads);
+        [
+            ratio(tiered, rocksdb_median_at(plan, runs, point, threads)),
+            ratio(tiered, in_memory),
+        ]
+    };
+    let headline = plan
+        .points
+        .iter()
+        .position(|&p| p == (Workload::A, KeyDistribution::Uniform));
+    let largest = *plan.threads.last().expect("threads is not empty");
+    for (suffix, threads) in [
+        ("", Some(largest)),
+        ("_1t", plan.threads.contains(&1).then_some(1)),
+    ] {
+        let Some(threads) = threads else { continue };
+        let values = headline.map_or([f64::NAN; 2], |point| ratios(point, threads));
+        for (name, value) in NAMES.into_iter().zip(values) {
+            report.summary(&format!("{name}{suffix}"), value);
+        }
+    }
+    for (point, &(workload, distribution)) in plan.points.iter().enumerate() {
+        for &threads in &plan.threads {
+            for (name, value) in NAMES.into_iter().zip(ratios(point, threads)) {
+                report.summary(
+                    &format!(
+                        "{name}_{}_{}_{threads}t",
+                        workload.name(),
+                        distribution_name(distribution)
+                    ),
+                    value,
+                );
+            }
+        }
+    }
+    report.summary(
+        "engine_tiered_page_file_bytes",
+        tier.iter()
+            .map(|e| e.page_file_bytes as f64)
+            .fold(f64::NAN, f64::min),
+    );
+    report.summary(
+        "engine_tiered_log_memory_peak_bytes",
+        tier.iter()
+            .map(|e| e.log_memory_peak_bytes as f64)
+            .fold(f64::NAN, f64::max),
+    );
+}
+
+/// A distribution's name in rows and summary fields.
+fn distribution_name(distribution: KeyDistribution) -> String {
+    format!("{distribution:?}").to_lowercase()
+}
+
 fn write_plot(
     common: &Common,
     plan: &Plan,
@@ -667,8 +1006,8 @@ fn write_plot(
     write_line_chart(
         &LineChart {
             title: format!(
-                "YCSB-A uniform, {} keys: throughput against threads",
-                plan.keys
+                "YCSB-A uniform, {} keys, {}-byte values: throughput against threads",
+                plan.keys, plan.sizes.value_bytes
             ),
             x_label: "threads".into(),
             y_label: "M ops/s".into(),

@@ -1,7 +1,9 @@
 //! The maps `ycsb` and `cpr` compare, each behind the same [`Worker`] interface over
 //! [`Chunk`]s of pre-generated operations: 8-byte keys and values, a read copies the value out,
 //! an upsert writes the operation's [`stamp`](super::operations::stamp), a read-modify-write adds 1
-//! to the stored counter.
+//! to the stored counter. The engine ([`EngineMap::value_bytes`]) and `ycsb`'s RocksDB also write
+//! larger values (`ycsb --value-bytes`): the stamp or counter, then a fixed filler
+//! ([`value_buffer`]); the in-memory maps always hold one `u64`.
 //!
 //! Invariant: one implementation per map, used by every experiment that measures it, so that
 //! `ycsb`'s `dashmap-siphash` and `cpr`'s `dashmap` (and the two engines) run the same code and
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use prefixkv_engine::{EngineError, Session, SessionId, Store};
 
-use super::operations::{encode_key, key, Chunk, Kind};
+use super::operations::{encode_key, key, leading_word, value_buffer, Chunk, Kind};
 
 /// One thread's handle on a contender: runs the operations it is given.
 pub trait Worker {
@@ -96,10 +98,25 @@ pub const PREFETCH_AHEAD: usize = 16;
 /// Runs `chunk` on an engine session, with the engine's batch hints
 /// (`Session::prefetch_index` / `prefetch_record`) `prefetch_ahead` operations ahead (records
 /// half as far; 0: no hints): the loads of later operations overlap this one's instead of waiting
-/// one after another. `value` is scratch space for reads.
+/// one after another. `value` is scratch space for reads. Values are 8 bytes (`cpr`'s, and
+/// `ycsb`'s default); [`run_engine_chunk_sized`] writes larger ones.
 pub fn run_engine_chunk(
     session: &mut Session,
     value: &mut Vec<u8>,
+    chunk: &Chunk<'_>,
+    prefetch_ahead: usize,
+) -> Result<(), EngineError> {
+    run_engine_chunk_sized(session, value, &mut [0; 8], chunk, prefetch_ahead)
+}
+
+/// [`run_engine_chunk`] with values of `written.len()` bytes (at least 8): `written` is a
+/// [`value_buffer`](super::operations::value_buffer) whose leading word each upsert overwrites
+/// with its stamp; a read-modify-write writes the old value's leading word plus 1, then the same
+/// filler.
+pub fn run_engine_chunk_sized(
+    session: &mut Session,
+    value: &mut Vec<u8>,
+    written: &mut [u8],
     chunk: &Chunk<'_>,
     prefetch_ahead: usize,
 ) -> Result<(), EngineError> {
@@ -124,13 +141,20 @@ pub fn run_engine_chunk(
             Kind::Read => {
                 session.read(&bytes, value)?;
             }
-            Kind::Upsert => session.upsert(&bytes, &chunk.value(position).to_be_bytes())?,
-            Kind::Rmw => session.rmw(&bytes, |old, new| {
-                let count = old.map_or(0, |old| {
-                    u64::from_be_bytes(old.try_into().expect("8-byte values"))
-                });
-                new.extend_from_slice(&count.wrapping_add(1).to_be_bytes());
-            })?,
+            Kind::Upsert => {
+                written[..8].copy_from_slice(&chunk.value(position).to_be_bytes());
+                session.upsert(&bytes, written)?;
+            }
+            Kind::Rmw => {
+                let filler = &written[8..];
+                session.rmw(&bytes, |old, new| {
+                    let count = old.map_or(0, |old| {
+                        leading_word(old).expect("values of at least 8 bytes")
+                    });
+                    new.extend_from_slice(&count.wrapping_add(1).to_be_bytes());
+                    new.extend_from_slice(filler);
+                })?
+            }
         }
     }
     std::hint::black_box(&value);
@@ -144,11 +168,14 @@ pub struct EngineMap {
     /// Batch hints this many operations ahead ([`PREFETCH_AHEAD`]; 0: none, as the other maps,
     /// which have no such API).
     pub prefetch_ahead: usize,
+    /// Bytes of every value its workers write (8 or more: the stamp or counter, then filler).
+    pub value_bytes: usize,
 }
 
 struct EngineWorker {
     session: Session,
     value: Vec<u8>,
+    written: Vec<u8>,
     prefetch_ahead: usize,
 }
 
@@ -156,7 +183,8 @@ impl Loaded for EngineMap {
     fn worker(&self) -> Box<dyn Worker + '_> {
         Box::new(EngineWorker {
             session: self.store.start_session(),
-            value: Vec::with_capacity(8),
+            value: Vec::with_capacity(self.value_bytes),
+            written: value_buffer(self.value_bytes),
             prefetch_ahead: self.prefetch_ahead,
         })
     }
@@ -164,9 +192,10 @@ impl Loaded for EngineMap {
 
 impl Worker for EngineWorker {
     fn run(&mut self, chunk: &Chunk<'_>) {
-        run_engine_chunk(
+        run_engine_chunk_sized(
             &mut self.session,
             &mut self.value,
+            &mut self.written,
             chunk,
             self.prefetch_ahead,
         )

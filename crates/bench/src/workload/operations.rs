@@ -79,6 +79,53 @@ pub fn stamp(session: u32, serial: u64) -> u64 {
     (u64::from(session) << SERIAL_BITS) | (serial & ((1 << SERIAL_BITS) - 1))
 }
 
+/// The smallest value a byte-valued contender writes: the 8 big-endian bytes of a [`stamp`] (an
+/// upsert) or of a counter (a read-modify-write) lead every value.
+pub const MIN_VALUE_BYTES: usize = 8;
+
+/// The largest value `ycsb --value-bytes` accepts (a record of it still fits the smallest log
+/// page the benchmark configures, 64 KiB, many times over).
+pub const MAX_VALUE_BYTES: usize = 4096;
+
+/// A value buffer of `value_bytes` (at least [`MIN_VALUE_BYTES`]): 8 leading bytes for the
+/// writer to set (zero here), then the fixed filler ([`filler_byte`]). Writers of larger values
+/// keep one such buffer and overwrite only its leading word, so a value of any size costs its
+/// copy and nothing else. Nothing in any comparison compresses values, so the filler's pattern
+/// does not matter.
+pub fn value_buffer(value_bytes: usize) -> Vec<u8> {
+    assert!(
+        value_bytes >= MIN_VALUE_BYTES,
+        "a value holds at least its 8-byte stamp or counter, asked for {value_bytes} bytes"
+    );
+    (0..value_bytes)
+        .map(|at| if at < 8 { 0 } else { filler_byte(at) })
+        .collect()
+}
+
+/// The filler byte at offset `at` (8 or more) of every value larger than 8 bytes.
+#[inline]
+pub fn filler_byte(at: usize) -> u8 {
+    (at as u8).wrapping_mul(37) ^ 0x5A
+}
+
+/// The leading word of a value (its first 8 bytes, big-endian: a [`stamp`] or a counter), or
+/// `None` if it is shorter than 8 bytes.
+#[inline]
+pub fn leading_word(value: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(value.get(..8)?.try_into().ok()?))
+}
+
+/// Whether `value` is `value_bytes` long and carries the filler after its leading word: what
+/// every value a contender wrote with [`value_buffer`] looks like.
+pub fn has_filler(value: &[u8], value_bytes: usize) -> bool {
+    value.len() == value_bytes
+        && value
+            .iter()
+            .enumerate()
+            .skip(8)
+            .all(|(at, &byte)| byte == filler_byte(at))
+}
+
 /// The pre-generated run: `keys[i]` and `kinds[i]` are operation `i` (the cursor wraps).
 pub struct Operations {
     /// The key of each operation (already `key(index)`).
@@ -215,6 +262,21 @@ mod tests {
             prefixkv_testkit::oracle::decode_value(&value.to_be_bytes()),
             Some((3, 12_345))
         );
+    }
+
+    #[test]
+    fn values_carry_their_word_then_the_filler() {
+        let mut value = value_buffer(100);
+        assert_eq!(value.len(), 100);
+        value[..8].copy_from_slice(&stamp(2, 7).to_be_bytes());
+        assert_eq!(leading_word(&value), Some(stamp(2, 7)));
+        assert!(has_filler(&value, 100));
+        assert!(!has_filler(&value, 101));
+        value[50] ^= 1;
+        assert!(!has_filler(&value, 100));
+        assert_eq!(value_buffer(8), vec![0; 8]);
+        assert!(has_filler(&stamp(1, 1).to_be_bytes(), 8));
+        assert_eq!(leading_word(&[1, 2, 3]), None);
     }
 
     #[test]

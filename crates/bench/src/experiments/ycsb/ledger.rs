@@ -255,7 +255,14 @@ mod tests {
             Operations::generate(mix(50, Kind::Rmw), KeyDistribution::Uniform, keys, 3_200, 2),
         ];
         let ledger = Ledger::default();
-        let loaded = contenders::load(Contender::EnginePersian, keys, 2, dir.path(), 0).unwrap();
+        let sizes = contenders::Sizes {
+            keys,
+            value_bytes: 8,
+            tiered_log_memory_bytes: 0,
+            rocksdb_block_cache_bytes: 0,
+            direct_io: true,
+        };
+        let loaded = contenders::load(Contender::EnginePersian, &sizes, 2, dir.path()).unwrap();
         let store = loaded.store.clone().unwrap();
         run(&ledger, &*loaded.map, 0, &operations[0], 2);
         checkpoint(&store, &ledger);
@@ -263,7 +270,7 @@ mod tests {
         let version = checkpoint(&store, &ledger);
         drop((store, loaded.map, loaded.store));
 
-        let recovered = Store::open(contenders::engine_config(keys, dir.path())).unwrap();
+        let recovered = Store::open(contenders::engine_config(keys, 8, dir.path())).unwrap();
         let info = recovered.recovery_info().unwrap().clone();
         assert_eq!(info.version, version);
         let mut session = recovered.start_session();

@@ -6,10 +6,14 @@
 //! Configuration (docs/benchmarks.md): one `DB` shared by every worker thread, in a directory
 //! under the round's temp dir (removed with it); the write-ahead log off
 //! (`WriteOptions::disable_wal`), so a write costs what the engine's unlogged upsert costs; an LRU
-//! block cache of the byte budget the caller gives (by default the engine's log memory, see
+//! block cache of the byte budget the caller gives (by default `ycsb --log-memory-bytes`, the
+//! tiered engine's log budget, and without it the in-memory engine's, see
 //! [`super::contenders::engine_config`]); no compression (the values are not compressible);
-//! everything else RocksDB's defaults. Keys are the engine's bytes
-//! ([`encode_key`]), values the 8 big-endian bytes of the operation's stamp; a read is
+//! direct I/O for reads and for flushes and compactions unless `ycsb --buffered-io` (as the
+//! tiered engine's page file: the block cache is then RocksDB's only cache, as the log budget is
+//! the engine's); everything else RocksDB's defaults. Keys are the engine's bytes
+//! ([`encode_key`]), values of `--value-bytes` as the engine's: the 8 big-endian bytes of the
+//! operation's stamp (or the counter), then the fixed filler ([`value_buffer`]); a read is
 //! `get_pinned` (no copy out of the block cache or memtable), a read-modify-write a `get_pinned`
 //! then a `put` (RocksDB has no atomic read-modify-write without a merge operator; the workloads
 //! never have two threads count on one key's exact total, and the check is presence only).
@@ -23,7 +27,7 @@ use anyhow::{Context, Result};
 use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions, DB};
 
 use crate::workload::maps::{Loaded, Worker};
-use crate::workload::operations::{encode_key, Chunk, Kind};
+use crate::workload::operations::{encode_key, leading_word, value_buffer, Chunk, Kind};
 
 /// The `rocksdb` crate version this contender is built with (pinned with `=` in Cargo.toml).
 pub const CRATE_VERSION: &str = "0.20.1";
@@ -32,14 +36,22 @@ pub const CRATE_VERSION: &str = "0.20.1";
 pub struct RocksDbMap {
     db: DB,
     write: WriteOptions,
+    value_bytes: usize,
     /// The version of the RocksDB library actually linked, as RocksDB itself wrote it into its
     /// OPTIONS file (`rocksdb_version=`); `None` if that file could not be read.
     pub library_version: Option<String>,
 }
 
 impl RocksDbMap {
-    /// Opens a new database in `dir` (created) with an LRU block cache of `block_cache_bytes`.
-    pub fn open(dir: &Path, block_cache_bytes: u64) -> Result<RocksDbMap> {
+    /// Opens a new database in `dir` (created) with an LRU block cache of `block_cache_bytes`,
+    /// with direct I/O (`use_direct_reads`, `use_direct_io_for_flush_and_compaction`) if
+    /// `direct_io`; its workers write values of `value_bytes` (at least 8).
+    pub fn open(
+        dir: &Path,
+        block_cache_bytes: u64,
+        value_bytes: usize,
+        direct_io: bool,
+    ) -> Result<RocksDbMap> {
         let cache = Cache::new_lru_cache(block_cache_bytes as usize)
             .context("creating RocksDB's block cache")?;
         let mut table = BlockBasedOptions::default();
@@ -48,23 +60,41 @@ impl RocksDbMap {
         options.create_if_missing(true);
         options.set_compression_type(DBCompressionType::None);
         options.set_block_based_table_factory(&table);
-        let db = DB::open(&options, dir)
-            .with_context(|| format!("opening RocksDB in {}", dir.display()))?;
+        options.set_use_direct_reads(direct_io);
+        options.set_use_direct_io_for_flush_and_compaction(direct_io);
+        let db = DB::open(&options, dir).with_context(|| {
+            if direct_io {
+                format!(
+                    "opening RocksDB with direct I/O in {} (a file system without O_DIRECT \
+                     refuses it: give another --data-dir, or --buffered-io)",
+                    dir.display()
+                )
+            } else {
+                format!("opening RocksDB in {}", dir.display())
+            }
+        })?;
         let mut write = WriteOptions::default();
         write.disable_wal(true);
         Ok(RocksDbMap {
             db,
             write,
+            value_bytes,
             library_version: library_version(dir),
         })
     }
 
-    /// The value stored under `key`, as the `u64` it encodes (tests and checks; not timed).
+    /// The value stored under `key`, as the `u64` its leading word encodes (tests and checks;
+    /// not timed).
     pub fn value(&self, key: u64) -> Option<u64> {
+        self.bytes(key).map(|value| decode(&value))
+    }
+
+    /// The whole value stored under `key` (tests and checks; not timed).
+    pub fn bytes(&self, key: u64) -> Option<Vec<u8>> {
         self.db
             .get_pinned(encode_key(key))
             .expect("RocksDB refused a read")
-            .map(|value| decode(&value))
+            .map(|value| value.to_vec())
     }
 }
 
@@ -87,20 +117,29 @@ fn library_version(dir: &Path) -> Option<String> {
 }
 
 fn decode(bytes: &[u8]) -> u64 {
-    u64::from_be_bytes(bytes.try_into().expect("8-byte values"))
+    leading_word(bytes).expect("values of at least 8 bytes")
 }
 
 impl Loaded for RocksDbMap {
     fn worker(&self) -> Box<dyn Worker + '_> {
-        Box::new(RocksDbWorker(self))
+        Box::new(RocksDbWorker {
+            map: self,
+            written: value_buffer(self.value_bytes),
+        })
     }
 }
 
-struct RocksDbWorker<'a>(&'a RocksDbMap);
+/// One thread's handle: the shared `DB` and its own value buffer (leading word overwritten per
+/// write, the filler kept).
+struct RocksDbWorker<'a> {
+    map: &'a RocksDbMap,
+    written: Vec<u8>,
+}
 
 impl Worker for RocksDbWorker<'_> {
     fn run(&mut self, chunk: &Chunk<'_>) {
-        let RocksDbMap { db, write, .. } = self.0;
+        let RocksDbMap { db, write, .. } = self.map;
+        let written = &mut self.written;
         let mut found = 0u64;
         for (position, (&key, &kind)) in chunk.keys.iter().zip(chunk.kinds).enumerate() {
             let bytes = encode_key(key);
@@ -109,15 +148,18 @@ impl Worker for RocksDbWorker<'_> {
                     let value = db.get_pinned(bytes).expect("RocksDB refused a read");
                     found += value.map_or(0, |value| decode(&value));
                 }
-                Kind::Upsert => db
-                    .put_opt(bytes, chunk.value(position).to_be_bytes(), write)
-                    .expect("RocksDB refused a write"),
+                Kind::Upsert => {
+                    written[..8].copy_from_slice(&chunk.value(position).to_be_bytes());
+                    db.put_opt(bytes, &written[..], write)
+                        .expect("RocksDB refused a write");
+                }
                 Kind::Rmw => {
                     let count = db
                         .get_pinned(bytes)
                         .expect("RocksDB refused a read")
                         .map_or(0, |value| decode(&value));
-                    db.put_opt(bytes, count.wrapping_add(1).to_be_bytes(), write)
+                    written[..8].copy_from_slice(&count.wrapping_add(1).to_be_bytes());
+                    db.put_opt(bytes, &written[..], write)
                         .expect("RocksDB refused a write");
                 }
             }
@@ -126,7 +168,7 @@ impl Worker for RocksDbWorker<'_> {
     }
 
     fn contains(&mut self, key: u64) -> bool {
-        self.0.value(key).is_some()
+        self.map.value(key).is_some()
     }
 }
 
@@ -134,12 +176,14 @@ impl Worker for RocksDbWorker<'_> {
 mod tests {
     use super::*;
     use crate::workload::maps::{fill, DashMapMap};
-    use crate::workload::operations::{key, Operations, CHUNK_OPS};
+    use crate::workload::operations::{has_filler, key, Operations, CHUNK_OPS};
     use crate::workload::KeyDistribution;
 
     /// RocksDB and `dashmap` run the same pre-generated operations (every workload, uniform and
-    /// zipfian, one thread so the order is fixed): afterwards every key holds the same value in
-    /// both, so RocksDB's reads saw what its writes wrote (RMW reads its own last write).
+    /// zipfian, one thread so the order is fixed, 8-byte and 100-byte values): afterwards every
+    /// key holds the same leading word in both, and RocksDB's whole value has the size asked for
+    /// and the filler, so RocksDB's reads saw what its writes wrote (RMW reads its own last
+    /// write).
     #[test]
     fn rocksdb_ends_where_dashmap_ends() {
         const KEYS: u64 = 2_000;
@@ -152,9 +196,25 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            for distribution in [KeyDistribution::Uniform, KeyDistribution::Zipfian] {
+            for (distribution, value_bytes) in [
+                (KeyDistribution::Uniform, 8),
+                (KeyDistribution::Zipfian, 8),
+                (KeyDistribution::Uniform, 100),
+                (KeyDistribution::Zipfian, 100),
+            ] {
                 let dir = tempfile::tempdir().unwrap();
-                let rocks = RocksDbMap::open(&dir.path().join("rocksdb"), 1 << 20).unwrap();
+                // Direct I/O where the temp dir's file system has it.
+                let rocks =
+                    RocksDbMap::open(&dir.path().join("rocksdb"), 1 << 20, value_bytes, true)
+                        .or_else(|_| {
+                            RocksDbMap::open(
+                                &dir.path().join("rocksdb-buffered"),
+                                1 << 20,
+                                value_bytes,
+                                false,
+                            )
+                        })
+                        .unwrap();
                 let version = rocks.library_version.clone();
                 assert!(
                     version
@@ -184,7 +244,12 @@ mod tests {
                     assert_eq!(
                         rocks.value(k),
                         dash.0.get(&k).map(|v| *v),
-                        "{workload:?} {distribution:?}: key index {index}"
+                        "{workload:?} {distribution:?} {value_bytes}: key index {index}"
+                    );
+                    let bytes = rocks.bytes(k).unwrap();
+                    assert!(
+                        has_filler(&bytes, value_bytes),
+                        "{workload:?} {distribution:?}: key index {index}: {bytes:?}"
                     );
                 }
                 assert!(!rocks.worker().contains(key(KEYS)), "a key never written");
