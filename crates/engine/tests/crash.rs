@@ -43,12 +43,24 @@ fn config(dir: &Path, tiered: bool) -> prefixkv_engine::StoreConfig {
     if tiered {
         config.storage_tier = true;
         config.log_memory_bytes = 8 * config.log_page_bytes as u64;
+        // Room for the keys of a scale run (about 8 per bucket).
+        let keys = workload(true).keys as usize;
+        config.index_buckets = config.index_buckets.max((keys / 8).next_power_of_two());
     }
     config
 }
 
+/// The workload; for scale runs `PREFIXKV_CRASH_TIER_KEYS` sets the tiered runs' keys and
+/// `PREFIXKV_CRASH_ZIPFIAN` (set to anything) makes the keys zipfian (the children inherit both).
 fn workload(tiered: bool) -> WorkloadSpec {
-    spec(if tiered { TIERED_KEYS } else { KEYS }, 3)
+    let keys = if tiered {
+        env_count("PREFIXKV_CRASH_TIER_KEYS", TIERED_KEYS)
+    } else {
+        KEYS
+    };
+    let mut spec = spec(keys, 3);
+    spec.zipfian = std::env::var_os("PREFIXKV_CRASH_ZIPFIAN").is_some();
+    spec
 }
 
 /// Counter slots: issued and acknowledged serial of each session index.

@@ -54,6 +54,15 @@ pub struct Args {
     /// Directory for the stores (a fresh subdirectory per iteration). Default: system temp.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Run the store with a storage tier (`StoreConfig::storage_tier`): the log's memory is a
+    /// quarter of the dataset (`--log-memory-bytes` to change), the rest is evicted to the page
+    /// file while the workers write and checkpoints run.
+    #[arg(long)]
+    pub storage_tier: bool,
+    /// The log's memory budget with `--storage-tier`, bytes. Default: a quarter of the dataset
+    /// (40 bytes per record), at least 8 pages.
+    #[arg(long, requires = "storage_tier")]
+    pub log_memory_bytes: Option<u64>,
     /// Internal: run as the child process in this directory.
     #[arg(long, hide = true)]
     pub child: Option<PathBuf>,
@@ -97,6 +106,11 @@ pub fn run(common: &Common, args: &Args) -> Result<Report> {
     report.config("keys", args.keys);
     report.config("threads", args.threads);
     report.config("seed", args.seed);
+    report.config("storage_tier", args.storage_tier);
+    if args.storage_tier {
+        report.config("log_memory_bytes", tier_memory_bytes(args));
+        report.config("dataset_bytes_estimate", args.keys * RECORD_BYTES);
+    }
     report.config(
         "strategies",
         strategies.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
@@ -189,6 +203,12 @@ fn one_iteration(
         .arg(args.threads.to_string())
         .arg("--seed")
         .arg(seed.to_string());
+    if args.storage_tier {
+        command
+            .arg("--storage-tier")
+            .arg("--log-memory-bytes")
+            .arg(tier_memory_bytes(args).to_string());
+    }
     let mut process = ChildProcess::spawn_reporting(command).context("starting the child")?;
     let kill_after_publications = rng.random_range(1..=4u32);
     let jitter = Duration::from_micros(rng.random_range(0..40_000));
@@ -216,8 +236,13 @@ fn one_iteration(
         heard.take(&line)?;
     }
     let counters = SharedCounters::read_file(&counters_path)?;
+    // What the killed child had evicted (recovery starts a new page file): the tier was used.
+    let page_file_bytes = page_file_bytes(&store_dir.join("log"));
+    if args.storage_tier && page_file_bytes == 0 {
+        bail!("the child ran with a storage tier but its page file is empty: nothing was evicted");
+    }
 
-    let store = Store::open(child_config(&store_dir, args.keys))
+    let store = Store::open(child_config(&store_dir, args))
         .context("recovery refused a directory left by a killed process")?;
     let spec = child_spec(args.keys, seed);
     let version = check_recovery(&store, &spec, args.threads, &heard, &counters)?;
@@ -309,12 +334,47 @@ fn acknowledged_slot(index: u32) -> usize {
 /// its record, and compaction waits for the checkpoint to end. At twice (the old budget) a 10M-key
 /// cpr-copy child with checkpoints back to back ran out of log memory after 30 s and its writer
 /// failed (`OutOfMemory`): an error to that client, not a loss, but it ended the stress.
-fn child_config(dir: &Path, keys: u64) -> StoreConfig {
+fn child_config(dir: &Path, args: &Args) -> StoreConfig {
+    let mut config = base_config(dir, args.keys);
+    if args.storage_tier {
+        config.storage_tier = true;
+        config.log_memory_bytes = tier_memory_bytes(args);
+    }
+    config
+}
+
+fn base_config(dir: &Path, keys: u64) -> StoreConfig {
     let mut config = StoreConfig::new(dir.to_path_buf());
     config.index_buckets = (keys as usize / 4).next_power_of_two().max(1 << 10);
     config.log_memory_bytes = (keys * 64 * 4).max(256 << 20);
     config.flusher_threads = 2;
     config
+}
+
+/// Bytes of one key's record in the child's workload (8-byte key and value, the 3-word header).
+const RECORD_BYTES: u64 = 40;
+
+/// The log's memory with `--storage-tier`: as given, or a quarter of the dataset (at least the
+/// engine's minimum of 8 pages).
+fn tier_memory_bytes(args: &Args) -> u64 {
+    let page_bytes = StoreConfig::new(PathBuf::new()).log_page_bytes as u64;
+    args.log_memory_bytes
+        .unwrap_or(args.keys * RECORD_BYTES / 4)
+        .max(8 * page_bytes)
+}
+
+/// Bytes of the page file's data segments in `dir` (0 if it does not exist).
+fn page_file_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok())
+                .filter(|entry| entry.file_name().to_string_lossy().ends_with(".pages"))
+                .filter_map(|entry| entry.metadata().ok())
+                .map(|metadata| metadata.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// What the parent has heard from the child.
@@ -377,7 +437,7 @@ fn run_child(dir: &Path, args: &Args) -> Result<()> {
             .as_deref()
             .context("the child needs --child-counters")?,
     )?;
-    let store = Store::open(child_config(dir, args.keys))?;
+    let store = Store::open(child_config(dir, args))?;
     let mut loader = store.start_session();
     child::report(format!("session {} 0", loader.id().0));
     for serial in 1..=spec.keys {
@@ -474,7 +534,7 @@ mod tests {
         let mut heard = Heard::default();
         let mut counters = vec![0u64; counter_slots(1)];
         {
-            let store = Store::open(child_config(dir.path(), spec.keys)).unwrap();
+            let store = Store::open(base_config(dir.path(), spec.keys)).unwrap();
             let mut loader = store.start_session();
             heard.sessions.insert(loader.id(), 0);
             let mut worker = store.start_session();
@@ -512,7 +572,7 @@ mod tests {
                 .unwrap();
             heard.newest_published = report.version;
         }
-        let store = Store::open(child_config(dir.path(), spec.keys)).unwrap();
+        let store = Store::open(base_config(dir.path(), spec.keys)).unwrap();
         check_recovery(&store, &spec, 1, &heard, &counters).expect("untampered");
         let mut overclaimed = Heard {
             sessions: heard.sessions.clone(),
