@@ -8,8 +8,8 @@
 //!    address that does not move; a checkpoint that waits for the lock gets it before the next
 //!    segment) and epoch protection, scan the segment's pages from the file. A record that is
 //!    its key's newest is copied to the tail with its version, capacity and access word
-//!    ([`super::copy_locked`], in-memory compaction's copy: a CAS of the index entry, relinking
-//!    when other keys of the chain moved the head). "Newest" is decided under the key's tier
+//!    (in-memory compaction's `copy_if_live`: a CAS of the index entry, relinking when other
+//!    keys of the chain moved the head). "Newest" is decided under the key's tier
 //!    stripe (`Shared::tier_stripe`): every writer that supersedes a record below the read-only
 //!    address holds it while it checks that record and publishes its own, so no newer version
 //!    can appear between the check and the copy. A record flagged sealed on disk is superseded
@@ -35,11 +35,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{copy_locked, Chunk, Copied, MIN_RECLAIMED_SHARE};
-use crate::index::KeyHash;
-use crate::log::{Record, FLAG_INVALID, FLAG_SEALED, FLAG_STABLE};
+use super::{copy_if_live, Chunk, Copied, MIN_RECLAIMED_SHARE};
 use crate::shared::Shared;
-use crate::state::InvalidVersions;
 
 /// Records the page-file compaction copies between epoch refreshes.
 const REFRESH_RECORDS: u32 = 256;
@@ -170,7 +167,7 @@ fn compact_segment(
     log.scan(begin, until, |record| {
         let size = record.size_bytes() as u64;
         chunk.scanned_bytes += size;
-        match copy_if_newest(shared, record, begin, invalid, &mut key, &mut value) {
+        match copy_if_live(shared, record, begin, invalid, (&mut key, &mut value), true) {
             Copied::Yes => chunk.copied_bytes += size,
             Copied::No | Copied::Keep => {}
             Copied::OutOfReserve => out_of_reserve = true,
@@ -192,34 +189,4 @@ fn compact_segment(
     // 3. Free the disk space.
     log.remove_cold_pages_before(until / log.page_bytes() as u64)?;
     Ok(Some(chunk))
-}
-
-/// Copies a record read from the page file to the tail if it is still its key's newest record.
-fn copy_if_newest(
-    shared: &Shared,
-    record: Record<'_>,
-    begin: u64,
-    invalid: InvalidVersions,
-    key: &mut Vec<u8>,
-    value: &mut Vec<u8>,
-) -> Copied {
-    if record.word0() & (FLAG_INVALID | FLAG_STABLE | FLAG_SEALED) != 0 {
-        return Copied::No;
-    }
-    key.clear();
-    record.copy_key(key);
-    let hash = KeyHash::of(key);
-    // Every writer that supersedes a record below the read-only address holds this stripe
-    // while it checks that record and publishes its own (`Session::hold_tier_stripe`).
-    let _stripe = shared.tier_stripe(hash).lock();
-    let Some(entry) = shared.index.find(hash) else {
-        return Copied::No;
-    };
-    match shared.find_record(key, entry.address(), begin, invalid) {
-        Some(newest) if newest.address == record.address => {}
-        _ => return Copied::No,
-    }
-    // The lock of the scan's copy of the page excludes nobody; the stripe does.
-    let guard = record.lock();
-    copy_locked(shared, record, guard, entry, begin, invalid, key, value)
 }

@@ -190,7 +190,14 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
         let size = record.size_bytes() as u64;
         chunk.scanned_bytes += size;
         let copied = match &rollback {
-            None => copy_if_live(shared, record, begin, invalid, &mut key, &mut value),
+            None => copy_if_live(
+                shared,
+                record,
+                begin,
+                invalid,
+                (&mut key, &mut value),
+                false,
+            ),
             Some(rules) => {
                 copy_if_live_rollback(shared, record, begin, rules, &mut key, &mut value)
             }
@@ -340,14 +347,17 @@ fn copy_if_live_rollback(
     )
 }
 
-/// Copies `record` to the tail if it is still its key's newest record.
+/// Copies `record` to the tail if it is still its key's newest record. Decided under the lock
+/// that writers superseding the record hold: the record's own lock for a record in memory (such
+/// a writer seals it before it unlocks); for a record read from the page file (`from_file`: the
+/// scan's copy, whose lock excludes nobody) its key's tier stripe (`cold` module).
 fn copy_if_live(
     shared: &Shared,
     record: Record<'_>,
     begin: u64,
     invalid: InvalidVersions,
-    key: &mut Vec<u8>,
-    value: &mut Vec<u8>,
+    (key, value): (&mut Vec<u8>, &mut Vec<u8>),
+    from_file: bool,
 ) -> Copied {
     let word0 = record.word0();
     if word0 & (FLAG_INVALID | FLAG_STABLE | FLAG_SEALED) != 0 {
@@ -355,7 +365,9 @@ fn copy_if_live(
     }
     key.clear();
     record.copy_key(key);
-    let Some(entry) = shared.index.find(KeyHash::of(key)) else {
+    let hash = KeyHash::of(key);
+    let _stripe = from_file.then(|| shared.tier_stripe(hash).lock());
+    let Some(entry) = shared.index.find(hash) else {
         return Copied::No;
     };
     match shared.find_record(key, entry.address(), begin, invalid) {
