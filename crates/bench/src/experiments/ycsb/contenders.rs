@@ -132,9 +132,10 @@ pub struct Sizes {
     pub tiered_log_memory_bytes: u64,
     /// The `rocksdb` contender's block cache.
     pub rocksdb_block_cache_bytes: u64,
-    /// Direct I/O (`O_DIRECT`) for `engine-tiered`'s page file and `rocksdb`'s files, so that
-    /// neither has the kernel's page cache as a second cache beyond its budget; `false`
-    /// (`--buffered-io`): both through the page cache.
+    /// Direct I/O (`O_DIRECT`) for `rocksdb`'s files and `engine-tiered`'s page-file writes, so
+    /// that the kernel's page cache is no second cache beyond the budget (the page file's reads
+    /// are still buffered: see `docs/benchmarks.md`); `false` (`--buffered-io`): both through the
+    /// page cache.
     pub direct_io: bool,
 }
 
