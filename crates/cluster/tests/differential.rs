@@ -94,11 +94,10 @@ struct RedisCluster {
 impl RedisCluster {
     fn start(directory: &Path) -> RedisCluster {
         for _attempt in 0..5 {
-            // Its cluster bus listens on port + 10000, which must be a port too.
-            let port = (0..100)
-                .map(|_| prefixkv_dprnet::free_port().expect("a free port"))
-                .find(|&port| port < 55_000)
-                .expect("a free port below 55000");
+            // From below the kernel's ephemeral range (`testkit::net`: no other test's probe of
+            // port 0 can take it before redis-server binds it); its cluster bus listens on
+            // port + 10000, which must be a port too (testkit's ports are below 32768).
+            let port = prefixkv_testkit::net::free_port();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
@@ -127,10 +126,15 @@ impl RedisCluster {
                 return None;
             }
             let address = SocketAddr::from(([127, 0, 0, 1], self.port));
-            if let Ok(connection) = RedisConnection::connect(address, Duration::from_secs(10)) {
-                let mut plain = Plain(connection);
-                if plain.call(&["PING"]) == Reply::simple("PONG") {
-                    return Some(plain);
+            if let Ok(mut connection) = RedisConnection::connect(address, Duration::from_secs(10)) {
+                // Any I/O error means "not ready" (CI once saw the PING reset: another listener
+                // had the port), and a PONG counts only while our own child still runs (one that
+                // lost the port exits on its failed bind).
+                let ponged = connection
+                    .command(&[b"PING".as_slice()])
+                    .is_ok_and(|reply| reply == Reply::simple("PONG"));
+                if ponged && matches!(self.child.try_wait(), Ok(None)) {
+                    return Some(Plain(connection));
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
