@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use prefixkv_dpr::state_object::{StateObject, StateObjectError};
 use prefixkv_dprnet::connection::encode_command;
-use prefixkv_dprnet::free_port;
 use prefixkv_dredis::manifest::rdb_path;
 use prefixkv_dredis::redis::RedisServerConfig;
 use prefixkv_dredis::state_object::{RedisStateConfig, RedisStateObject};
@@ -45,7 +44,8 @@ fn commit_restore_and_a_corrupt_rdb() {
     let mut state = RedisStateObject::open(RedisStateConfig {
         server: RedisServerConfig {
             executable: "redis-server".into(),
-            port: free_port().unwrap(),
+            // Below the kernel's ephemeral range: no other test's probe of port 0 takes it.
+            port: prefixkv_testkit::net::free_port(),
             directory: directory.path().join("redis"),
             start_timeout_ms: 10_000,
         },
