@@ -27,7 +27,7 @@ use crate::checkpoint_files::{
 use crate::checkpoint_priority::{ThreadPriority, WATCHDOG_TICK};
 use crate::log::{FLAG_INVALID, FLAG_PRESENT, FLAG_STABLE};
 use crate::report::{CheckpointBreakdown, CheckpointReport, Scope};
-use crate::shared::Shared;
+use crate::shared::{Shared, REFRESH_CHAINS};
 use crate::state::{Phase, SystemState};
 use crate::{EngineError, SessionId, Strategy};
 
@@ -475,10 +475,6 @@ struct ThreadTimes {
 /// not in bucket order, so each chain head is a cache miss (profiled: 96 % of the scan's time was
 /// the load of the record's first word); issuing the loads early overlaps them.
 const PREFETCH_HEADS_AHEAD: usize = 16;
-
-/// Chains a scanner of a tiered store walks between epoch refreshes (`shared::ThreadEpoch`):
-/// each chain may read the page file, and a protected thread holds back eviction.
-const REFRESH_CHAINS: usize = 64;
 
 /// The keys of one chain that are settled (emitted, or a tombstone <= v): older records of the
 /// same key are skipped. Copies, not `Record`s: a scanner of a tiered store suspends its epoch

@@ -7,7 +7,9 @@
 //! epoch protection alone — every thread that reads log pages in a tiered store is protected:
 //! sessions, and the checkpoint scanners and live-byte recounts (`shared::ThreadEpoch`).
 //! Eviction moves no record and changes no record's bytes, so nothing a checkpoint reads changes
-//! meaning; compaction and PURGE, which do, do not run in a tiered store.
+//! meaning. What does move records in a tiered store, compaction of the page file
+//! (`compaction::cold`), holds the maintenance lock as in-memory compaction does; PURGE does not
+//! run in a tiered store (no `rollback_ready`).
 //! 1. `until` = the head plus a chunk of pages, never past the tail's page (the page being
 //!    filled stays in memory). Move the read-only address to `until` and bump the epoch: once the
 //!    bump completes, no in-place writer is left in `[head, until)` and every record there is

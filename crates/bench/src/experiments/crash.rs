@@ -365,16 +365,7 @@ fn tier_memory_bytes(args: &Args) -> u64 {
 
 /// Bytes of the page file's data segments in `dir` (0 if it does not exist).
 fn page_file_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok())
-                .filter(|entry| entry.file_name().to_string_lossy().ends_with(".pages"))
-                .filter_map(|entry| entry.metadata().ok())
-                .map(|metadata| metadata.len())
-                .sum()
-        })
-        .unwrap_or(0)
+    prefixkv_storage::pagefile::data_bytes(&*prefixkv_storage::real_disk(), dir).unwrap_or(0)
 }
 
 /// What the parent has heard from the child.

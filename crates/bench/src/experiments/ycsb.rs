@@ -61,7 +61,6 @@ use crate::workload::KeyDistribution;
 use crate::Common;
 use contenders::Contender;
 use driver::Workload;
-use prefixkv_storage::pagefile::format::DATA_NAME;
 
 /// Flags of `prefixkv-bench ycsb`.
 #[derive(Debug, Clone, clap::Args)]
@@ -412,23 +411,10 @@ fn run_round(
     Ok(evidence)
 }
 
-/// Bytes of page-file data in a tiered store's `dir/log` (the `*.pages` segments, matched by the
-/// page file's own names; the checksum sidecars are not counted).
+/// Bytes of page-file data in a tiered store's `dir/log` (the checksum sidecars not counted).
 fn page_file_bytes(dir: &Path) -> Result<u64> {
-    let mut bytes = 0;
-    for entry in std::fs::read_dir(dir)
-        .with_context(|| format!("listing the tiered engine's page file in {}", dir.display()))?
-    {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name
-            .to_str()
-            .is_some_and(|name| DATA_NAME.parse(name).is_some())
-        {
-            bytes += entry.metadata()?.len();
-        }
-    }
-    Ok(bytes)
+    prefixkv_storage::pagefile::data_bytes(&*prefixkv_storage::real_disk(), dir)
+        .with_context(|| format!("listing the tiered engine's page file in {}", dir.display()))
 }
 
 /// Holds one round's evidence to the tier's promise: the log's memory never went above its

@@ -130,13 +130,16 @@ impl HybridLog {
         let page = address >> self.page_bits;
         let offset = address & ((1u64 << self.page_bits) - 1);
         let room = self.page_bytes() as u64 - offset;
-        let mut bytes = vec![0u8; FIRST_READ_BYTES.min(room) as usize];
+        let first = FIRST_READ_BYTES.min(room) as usize;
+        let mut bytes = vec![0u8; first];
         read_or_panic(&tier.file, page, offset, &mut bytes);
         // The record's size from its header (record.rs is the one place that knows the layout;
-        // the first read covers every header word).
+        // the first read covers every header word). A copy may run past its record, as a
+        // record in a page does.
+        let mut copy = words_of(&bytes);
         let needed = Record {
             address,
-            words: &words_of(&bytes),
+            words: &copy,
         }
         .size_bytes();
         assert!(
@@ -144,12 +147,12 @@ impl HybridLog {
             "the record at log address {address} claims {needed} bytes, past its page's end: \
              the page file holds something else there"
         );
-        if needed > bytes.len() {
+        if needed > first {
+            // Only the bytes the first read did not cover.
             bytes.resize(needed, 0);
-            read_or_panic(&tier.file, page, offset, &mut bytes);
+            read_or_panic(&tier.file, page, offset + first as u64, &mut bytes[first..]);
+            copy = words_of(&bytes);
         }
-        bytes.truncate(needed);
-        let copy = words_of(&bytes);
         let (pointer, len) = (copy.as_ptr(), copy.len());
         COPIES.with(|copies| copies.borrow_mut().push(copy));
         // SAFETY: the boxed slice was moved into this thread's arena without moving its heap

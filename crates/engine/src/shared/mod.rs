@@ -43,7 +43,7 @@ pub(crate) use maintenance::{CompactionState, MemoryGate, PauseBarrier};
 pub(crate) use rollback::RollbackState;
 pub use sessions::MAX_OPEN_SESSIONS;
 pub(crate) use sessions::{SessionRegistry, EPOCH_SLOTS};
-pub(crate) use thread_epoch::ThreadEpoch;
+pub(crate) use thread_epoch::{ThreadEpoch, REFRESH_CHAINS};
 
 /// A key's index entry and newest record, read in the one order that is safe while compaction
 /// runs: the begin address first, then the chain head.
@@ -367,8 +367,6 @@ impl Shared {
     /// meanwhile, the walk is epoch-protected (`thread_epoch` module), refreshed between chains.
     pub(crate) fn recount_live_bytes(&self, invalid: InvalidVersions) -> u64 {
         const BATCH: usize = 4096;
-        /// Chains walked between refreshes (each may read the page file).
-        const REFRESH_CHAINS: usize = 64;
         let buckets = self.index.bucket_count();
         let protection = self.thread_epoch();
         let mut heads = Vec::new();

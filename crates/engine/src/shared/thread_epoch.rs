@@ -17,6 +17,10 @@
 
 use crate::epoch::LightEpoch;
 
+/// Index chains a protected thread walks between refreshes: each chain may read the page file,
+/// and a protected thread holds back eviction.
+pub(crate) const REFRESH_CHAINS: usize = 64;
+
 use super::Shared;
 
 /// One engine thread's epoch slot (or none, in a store without a tier: every call is then a

@@ -60,6 +60,19 @@ use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Bytes of page data in the page file in `dir`: the lengths of its data segments (matched by
+/// [`format::DATA_NAME`]; the sums sidecars are not counted). For callers that look at a page
+/// file they did not open (a benchmark's or a test's evidence that pages were evicted).
+pub fn data_bytes(disk: &dyn Disk, dir: &Path) -> std::io::Result<u64> {
+    let mut bytes = 0;
+    for entry in disk.list(dir)? {
+        if format::DATA_NAME.parse(&entry.name).is_some() {
+            bytes += disk.metadata(&dir.join(&entry.name))?.len;
+        }
+    }
+    Ok(bytes)
+}
+
 /// Largest segment (`page_bytes * pages_per_segment`) accepted.
 pub const MAX_SEGMENT_BYTES: u64 = 4 << 30;
 /// Smallest page size accepted.
