@@ -27,7 +27,7 @@ use crate::checkpoint_files::{
 use crate::checkpoint_priority::{ThreadPriority, WATCHDOG_TICK};
 use crate::log::{FLAG_INVALID, FLAG_PRESENT, FLAG_STABLE};
 use crate::report::{CheckpointBreakdown, CheckpointReport, Scope};
-use crate::shared::{Shared, REFRESH_CHAINS};
+use crate::shared::{DurableTier, Shared, REFRESH_CHAINS};
 use crate::state::{Phase, SystemState};
 use crate::{EngineError, SessionId, Strategy};
 
@@ -96,6 +96,9 @@ pub(crate) fn run(
         shared.publish_phase(Phase::Pause, version);
         shared.bump_and_wait(None);
         write_image(shared, strategy, version, cookie, started)
+    } else if strategy == Strategy::FoldOver && shared.log.is_tiered() {
+        // The log's fold-over onto the page file: only what is not on disk yet is written.
+        crate::incremental::checkpoint(shared, version, cookie, started)
     } else {
         // This engine has no operations pending on I/O: WAIT_PENDING ends once every session saw it.
         switch_version(shared, version, Phase::WaitFlush);
@@ -172,6 +175,7 @@ pub(crate) fn run_sealed(
         breakdown,
         phases,
         image_started,
+        tier: None,
     };
     let result = publish_image(
         shared,
@@ -239,6 +243,7 @@ fn write_image(
         breakdown,
         phases,
         image_started,
+        tier: None,
     };
     publish_image(
         shared,
@@ -252,19 +257,21 @@ fn write_image(
 }
 
 /// What the scan of one checkpoint wrote, before it is published.
-struct ImageWritten {
-    pending: crate::checkpoint_files::PendingCheckpoint,
-    kind: ManifestKind,
-    segments: Vec<SegmentSummary>,
-    breakdown: CheckpointBreakdown,
+pub(crate) struct ImageWritten {
+    pub(crate) pending: crate::checkpoint_files::PendingCheckpoint,
+    pub(crate) kind: ManifestKind,
+    pub(crate) segments: Vec<SegmentSummary>,
+    pub(crate) breakdown: CheckpointBreakdown,
     /// Time from the request to the start of the image.
-    phases: Duration,
-    image_started: Instant,
+    pub(crate) phases: Duration,
+    pub(crate) image_started: Instant,
+    /// An incremental checkpoint's tier image (`ManifestKind::Incremental`).
+    pub(crate) tier: Option<crate::checkpoint_files::TierImage>,
 }
 
 /// Writes the MANIFEST of a scanned image and publishes it: sessions' commit points, rollback
 /// targets and pruning follow. Refuses (nothing published) once a rollback asked it to stop.
-fn publish_image(
+pub(crate) fn publish_image(
     shared: &Arc<Shared>,
     strategy: Strategy,
     version: u64,
@@ -280,6 +287,7 @@ fn publish_image(
         mut breakdown,
         phases,
         image_started,
+        tier,
     } = image;
     breakdown.phases = phases;
     breakdown.image = image_started.elapsed();
@@ -298,6 +306,7 @@ fn publish_image(
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis() as u64),
         cookie,
+        tier: tier.clone(),
     };
     // A rollback that discards this version asked for it to stop (checked last, for every
     // strategy; the log scans also check as they go): the draft is dropped, nothing published.
@@ -323,8 +332,13 @@ fn publish_image(
         .rollback
         .record_published(version, session_points.clone());
     shared.machine.forget_sealed_through(version);
+    if let Some(tier) = &tier {
+        let begin_page = tier.begin / shared.log.page_bytes() as u64;
+        shared.durable_tier.lock().retain(version, begin_page);
+    }
     let pruned = shared.checkpoints.prune(shared.config.keep_checkpoints)?;
     shared.rollback.forget_published(&pruned);
+    shared.durable_tier.lock().forget(&pruned);
     breakdown.publish = publish_started.elapsed();
     Ok(CheckpointReport {
         version,
@@ -654,6 +668,8 @@ fn scan_log_parallel(
     let page_bytes = log.page_bytes() as u64;
     let begin = from.max(log.begin_address());
     let invalid = shared.rollback.invalid();
+    // Dead records of crashed runs (a tiered store recovered from an incremental checkpoint).
+    let holes = shared.durable_tier.lock().holes_from(0);
     let first_page = begin / page_bytes;
     let end_page = tail.div_ceil(page_bytes).max(first_page + 1);
     let pages = end_page - first_page;
@@ -686,6 +702,7 @@ fn scan_log_parallel(
                         || record.version() > version
                         || record.version() <= above
                         || invalid.contains(record.version())
+                        || DurableTier::is_dead(&holes, record.address, record.version())
                     {
                         return true;
                     }

@@ -36,6 +36,7 @@ mod config;
 mod cpr_points;
 mod epoch;
 pub mod error;
+mod incremental;
 mod index;
 mod latch;
 mod log;

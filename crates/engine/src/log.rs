@@ -342,6 +342,14 @@ impl HybridLog {
     pub(crate) fn allocate(&self, size_bytes: usize, compaction: bool) -> Result<u64, AllocError> {
         debug_assert!(size_bytes.is_multiple_of(8) && size_bytes <= self.page_bytes());
         let page_bytes = self.page_bytes() as u64;
+        // A page opened from the reserve (beyond the writers' limit) is for the allocation that
+        // asked for it and its kind, not for every writer that finds it at the tail: otherwise
+        // writers fill each reserve page the moment it opens, and the reserve is gone before
+        // eviction or compaction can free anything (found with a slow read-modify-write beside
+        // fast writers in a tiered store, `tests/tier_incremental.rs`).
+        if !compaction && self.pages_in_use.load(Ordering::Relaxed) > self.writer_page_limit {
+            return Err(AllocError::NeedMemory);
+        }
         loop {
             let packed = self.tail.fetch_add(size_bytes as u64, Ordering::AcqRel);
             let page = packed >> 32;

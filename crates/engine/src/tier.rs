@@ -44,35 +44,30 @@ use crate::{EngineError, StoreConfig};
 /// most a quarter of the memory budget: a small store's file shrinks in small steps too.
 const MAX_SEGMENT_BYTES: u64 = 64 << 20;
 
-/// Opens the page file of a tiered store in `config.dir/log`, first removing the pages an
-/// earlier run left there: recovery rebuilds the log from the newest checkpoint.
+/// Opens the page file of a tiered store in `config.dir/log` as an earlier run left it: an
+/// incremental checkpoint's pages are there (recovery then discards what that checkpoint does not
+/// name, or everything: [`clear`]).
 pub(crate) fn open(config: &StoreConfig) -> Result<Tier, EngineError> {
     let dir = config.dir.join("log");
     let disk = &config.disk;
     let io = |operation: &str, error: std::io::Error| EngineError::io(operation, &dir, error);
-    prefixkv_storage::durable::create_dir_all_durably(&**disk, &dir)
-        .map_err(|error| io("create the storage tier's directory", error))?;
-    let mut removed = false;
-    for entry in disk
-        .list(&dir)
-        .map_err(|error| io("list the storage tier's directory", error))?
-    {
-        let name = &entry.name;
-        if format::DATA_NAME.parse(name).is_some() || format::SUMS_NAME.parse(name).is_some() {
-            disk.remove_file(&dir.join(name))
-                .map_err(|error| io("remove an old page file segment from", error))?;
-            removed = true;
-        }
-    }
-    if removed {
-        disk.sync_dir(&dir)
-            .map_err(|error| io("sync the storage tier's directory", error))?;
-    }
     let page_bytes = config.log_page_bytes as u64;
+    // Segments of files already there keep their size (the memory budget may have changed since
+    // they were made); new files get a quarter of the budget, at most MAX_SEGMENT_BYTES.
+    let pages_per_segment = match existing_geometry(config, &dir)? {
+        Some(header) if u64::from(header.page_bytes) != page_bytes => {
+            return Err(EngineError::InvalidArgument(format!(
+                "the storage tier's page file in {} was written with {}-byte log pages and the                  store is configured with {page_bytes}: start with the page size it was written                  with",
+                dir.display(),
+                header.page_bytes
+            )))
+        }
+        Some(header) => header.pages_per_segment,
+        None => (MAX_SEGMENT_BYTES.min(config.log_memory_bytes / 4) / page_bytes).max(1) as u32,
+    };
     let file_config = PageFileConfig {
         page_bytes: config.log_page_bytes as u32,
-        pages_per_segment: (MAX_SEGMENT_BYTES.min(config.log_memory_bytes / 4) / page_bytes).max(1)
-            as u32,
+        pages_per_segment,
         direct_io: config.checkpoint_direct_io,
     };
     let (file, _opened) = PageFile::open(Arc::clone(disk), &dir, file_config).map_err(|error| {
@@ -82,6 +77,65 @@ pub(crate) fn open(config: &StoreConfig) -> Result<Tier, EngineError> {
         )
     })?;
     Ok(Tier::new(file))
+}
+
+/// The geometry recorded by the first sums file in `dir` whose header decodes, if any.
+fn existing_geometry(
+    config: &StoreConfig,
+    dir: &std::path::Path,
+) -> Result<Option<format::SumsHeader>, EngineError> {
+    let disk = &config.disk;
+    let names = match disk.list(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => {
+            return Err(EngineError::io(
+                "list the storage tier's directory",
+                dir,
+                error,
+            ))
+        }
+    };
+    for entry in names {
+        if format::SUMS_NAME.parse(&entry.name).is_none() {
+            continue;
+        }
+        let path = dir.join(&entry.name);
+        let Ok(file) = disk.open(&path, prefixkv_storage::OpenMode::Read) else {
+            continue;
+        };
+        let mut bytes = [0u8; format::SUMS_HEADER_BYTES];
+        if file.read_exact_at(&mut bytes, 0).is_ok() {
+            if let Ok(header) = format::decode_header(&bytes) {
+                return Ok(Some(header));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Removes every page of the page file: recovery from anything but an incremental checkpoint
+/// (or a fresh start) rebuilds the log in memory, and nothing durable depends on old pages.
+pub(crate) fn clear(shared: &Shared) -> Result<(), EngineError> {
+    let file = shared.log.page_file();
+    file.discard_from(0).map(|_| ()).map_err(|error| {
+        EngineError::io(
+            "remove an earlier run's pages from the page file in",
+            file.dir(),
+            std::io::Error::other(error.to_string()),
+        )
+    })
+}
+
+/// The page-file half of an incremental checkpoint (`incremental` module, step 3): writes the
+/// pages below `address` (the fold-over point: below the read-only address after an epoch bump)
+/// that are not in the page file yet, the last one partly, and syncs the file. Holds the
+/// eviction lock, so the flushed mark moves only here meanwhile.
+pub(crate) fn fold_over(shared: &Shared, address: u64) -> Result<(), String> {
+    let _evicting = shared.log.eviction_lock();
+    let page_bytes = shared.log.page_bytes() as u64;
+    shared.log.flush_pages(address / page_bytes)?;
+    shared.log.flush_partial_page(address)
 }
 
 /// Pages one eviction chunk takes.

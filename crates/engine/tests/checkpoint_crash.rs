@@ -57,6 +57,7 @@ fn content_of(version: u64) -> ManifestContent {
         next_session_id: 3,
         created_unix_ms: version,
         cookie: version.to_le_bytes().to_vec(),
+        tier: None,
     }
 }
 
@@ -227,7 +228,9 @@ fn check_recovered(
                 "iteration {iteration}: v{version} content differs"
             );
         }
-        ManifestKind::LogDelta { .. } => unreachable!("this test writes no deltas"),
+        ManifestKind::LogDelta { .. } | ManifestKind::Incremental => {
+            unreachable!("this test writes no deltas and no incremental checkpoints")
+        }
     }
     (Some(version), stale)
 }

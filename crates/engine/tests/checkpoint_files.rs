@@ -21,6 +21,7 @@ fn content(version: u64, kind: ManifestKind) -> ManifestContent {
         next_session_id: 3,
         created_unix_ms: 1_700_000_000_000 + version,
         cookie: Vec::new(),
+        tier: None,
     }
 }
 

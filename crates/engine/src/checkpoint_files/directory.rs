@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use prefixkv_storage::{real_disk, Catalog, CatalogError, Disk, Draft};
 
-use super::manifest::{encode_manifest, Manifest, ManifestContent};
+use super::manifest::{encode_manifest, Manifest, ManifestContent, ManifestKind};
 use super::pacer::WritePacer;
 use super::recovery::{self, VerifiedCheckpoint};
 use super::segment::{segment_file_name, DecodeLimits, SegmentSummary};
@@ -263,7 +263,11 @@ impl PendingCheckpoint {
                 )));
             }
         }
-        let listed: BTreeSet<String> = segments.iter().map(|s| s.file_name.clone()).collect();
+        let mut listed: BTreeSet<String> = segments.iter().map(|s| s.file_name.clone()).collect();
+        if manifest.kind == ManifestKind::Incremental {
+            // Its index copy, which the manifest names by length and CRC (`tier`).
+            listed.insert(super::INDEX_FILE_NAME.to_string());
+        }
         for name in self.draft.file_names().map_err(catalog_error)? {
             if !listed.contains(&name) {
                 return Err(EngineError::InvalidArgument(format!(

@@ -50,7 +50,63 @@ pub enum ManifestKind {
         /// The checkpoint this one applies on top of (a smaller version).
         base: u64,
     },
+    /// An incremental checkpoint of a store with a storage tier: no segments; the log's pages
+    /// below the fold-over address are in the store's page file, and the checkpoint directory
+    /// holds a fuzzy copy of the index ([`INDEX_FILE_NAME`](super::INDEX_FILE_NAME)).
+    /// [`ManifestContent::tier`] says where (the engine's `incremental` module says how).
+    Incremental,
 }
+
+/// Where an [`ManifestKind::Incremental`] checkpoint's state is: log addresses (the log's own
+/// numbering, page number times page size plus offset) and the index copy's identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierImage {
+    /// The log's begin address: the page file holds every page from this one's up to the
+    /// fold-over address.
+    pub begin: u64,
+    /// The tail before the index copy started: every record below it is linked into the copy.
+    pub replay_from: u64,
+    /// The tail before the version switch started: no record of a later version lies below it.
+    pub switch_at: u64,
+    /// The tail once the switch ended: every record of the checkpoint's version lies below it.
+    pub fold_over: u64,
+    /// The index copy's length in bytes.
+    pub index_bytes: u64,
+    /// CRC32C of the whole index copy.
+    pub index_crc: u32,
+    /// The store's count of live bytes when the checkpoint was taken (compaction's trigger;
+    /// recovery starts from it instead of reading every record to count them).
+    #[serde(default)]
+    pub live_bytes: u64,
+    /// Log ranges that hold records of crashed runs which no recovered state contains, still at
+    /// or above `begin`: log scans skip them (records of a version above `above_version`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holes: Vec<LogHole>,
+}
+
+/// A log range `[from, until)` in which records of versions above `above_version` belong to a run
+/// that crashed before any checkpoint held them (written after the fold-over point a recovery
+/// restarted from, or by the version switch that ended there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogHole {
+    /// First address of the range.
+    pub from: u64,
+    /// First address past the range.
+    pub until: u64,
+    /// Records of this version and below in the range are part of the recovered state.
+    pub above_version: u64,
+}
+
+impl LogHole {
+    /// Whether a record of `version` at `address` is one of the hole's dead records.
+    pub fn holds(&self, address: u64, version: u64) -> bool {
+        address >= self.from && address < self.until && version > self.above_version
+    }
+}
+
+/// Most holes a checkpoint carries: one per recovery from an incremental checkpoint whose range
+/// is still above the log's begin address (compaction of the page file moves past them).
+pub const MAX_LOG_HOLES: usize = 1024;
 
 /// What the engine says about a checkpoint; stored in its MANIFEST.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +129,9 @@ pub struct ManifestContent {
     /// [`MAX_COOKIE_BYTES`]. Absent in manifests written before cookies existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cookie: Vec<u8>,
+    /// For an [`ManifestKind::Incremental`] checkpoint (and only for one): where its state is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<TierImage>,
 }
 
 /// Largest commit cookie a checkpoint carries.
@@ -110,6 +169,41 @@ impl Manifest {
                     self.content.version
                 ));
             }
+        }
+        match (&self.content.kind, &self.content.tier) {
+            (ManifestKind::Incremental, Some(tier)) => {
+                if !self.segments.is_empty() {
+                    return Err("an incremental checkpoint lists segments".into());
+                }
+                if !(tier.begin <= tier.replay_from
+                    && tier.replay_from <= tier.switch_at
+                    && tier.switch_at <= tier.fold_over)
+                {
+                    return Err(format!(
+                        "incremental checkpoint addresses out of order: begin {}, replay from {}, \
+                         switch at {}, fold-over {}",
+                        tier.begin, tier.replay_from, tier.switch_at, tier.fold_over
+                    ));
+                }
+                if tier.holes.len() > MAX_LOG_HOLES
+                    || tier
+                        .holes
+                        .iter()
+                        .any(|hole| hole.from > hole.until || hole.until > tier.fold_over)
+                {
+                    return Err(format!(
+                        "{} log holes, or one outside the log below the fold-over address",
+                        tier.holes.len()
+                    ));
+                }
+            }
+            (ManifestKind::Incremental, None) => {
+                return Err("an incremental checkpoint without its tier image".into());
+            }
+            (_, Some(_)) => {
+                return Err("a tier image in a checkpoint that is not incremental".into())
+            }
+            (_, None) => {}
         }
         if self.content.cookie.len() > MAX_COOKIE_BYTES {
             return Err(format!(

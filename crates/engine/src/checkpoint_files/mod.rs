@@ -89,8 +89,8 @@ mod segment_writer;
 
 pub use directory::{CheckpointDirectory, PendingCheckpoint, PublishedCheckpoint};
 pub use manifest::{
-    decode_manifest_bytes, encode_manifest, Manifest, ManifestContent, ManifestKind,
-    MAX_COOKIE_BYTES,
+    decode_manifest_bytes, encode_manifest, LogHole, Manifest, ManifestContent, ManifestKind,
+    TierImage, MAX_COOKIE_BYTES, MAX_LOG_HOLES,
 };
 pub use recovery::VerifiedCheckpoint;
 pub use segment::{
@@ -100,3 +100,5 @@ pub use segment_writer::SegmentWriter;
 
 /// Name of the manifest file inside a checkpoint directory.
 pub const MANIFEST_FILE_NAME: &str = "MANIFEST";
+/// The index copy of an incremental checkpoint ([`ManifestKind::Incremental`]).
+pub const INDEX_FILE_NAME: &str = "INDEX";

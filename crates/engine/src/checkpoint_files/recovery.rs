@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use prefixkv_storage::{Catalog, Disk, OpenMode, Rejection, SelectError};
 
 use super::directory::catalog_error;
-use super::manifest::{decode_manifest_bytes, Manifest, ManifestKind, MAX_MANIFEST_BYTES};
+use super::manifest::{
+    decode_manifest_bytes, Manifest, ManifestKind, TierImage, MAX_MANIFEST_BYTES,
+};
 use super::segment::{read_segment_file, DecodeLimits, EntryRef, SegmentSummary};
 use super::MANIFEST_FILE_NAME;
 use crate::error::EngineError;
@@ -110,9 +112,10 @@ impl VerifiedCheckpoint {
             let above = match manifest.content.kind {
                 ManifestKind::LogDelta { base } => base,
                 ManifestKind::LogOrdered => 0,
-                ManifestKind::KeyUnique => {
+                ManifestKind::KeyUnique | ManifestKind::Incremental => {
                     return Err(EngineError::InvalidArgument(format!(
-                        "checkpoint v{version} is KeyUnique: load it with load_parallel"
+                        "checkpoint v{version} is {:?}: it has no log-ordered segments",
+                        manifest.content.kind
                     )))
                 }
             };
@@ -290,11 +293,17 @@ fn verify(
                 ),
             )
         })?;
-        if base_manifest.content.kind == ManifestKind::KeyUnique {
+        if matches!(
+            base_manifest.content.kind,
+            ManifestKind::KeyUnique | ManifestKind::Incremental
+        ) {
             return Err(EngineError::corrupt(
                 dir,
                 0,
-                format!("delta checkpoint v{version} names base v{base}, a KeyUnique image"),
+                format!(
+                    "delta checkpoint v{version} names base v{base}, a {:?} image",
+                    base_manifest.content.kind
+                ),
             ));
         }
         next = base_manifest.content.kind;
@@ -319,11 +328,67 @@ fn verify_one(
     limits: DecodeLimits,
 ) -> Result<Manifest, EngineError> {
     let manifest = read_manifest(&**disk, dir, version)?;
+    if let Some(tier) = &manifest.content.tier {
+        verify_index_copy(&**disk, dir, tier)?;
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     each_segment_in_parallel(&manifest.segments, threads, &|summary| {
         read_segment_file(&**disk, dir, summary, version, limits, &mut |_| Ok(()))
     })?;
     Ok(manifest)
+}
+
+/// Reads an incremental checkpoint's index copy whole and checks its length and CRC against the
+/// manifest (loading checks every chunk again; this catches damage before the checkpoint is
+/// chosen, so that recovery can fall back past it). The pages it points into are checked by the
+/// engine's recovery against the page file's trusted entries.
+fn verify_index_copy(disk: &dyn Disk, dir: &Path, tier: &TierImage) -> Result<(), EngineError> {
+    let path = dir.join(super::INDEX_FILE_NAME);
+    let file = disk.open(&path, OpenMode::Read).map_err(|error| {
+        if error.kind() == std::io::ErrorKind::NotFound {
+            EngineError::corrupt(
+                &path,
+                0,
+                "the incremental checkpoint's index copy is missing",
+            )
+        } else {
+            EngineError::io("open the index copy", &path, error)
+        }
+    })?;
+    let len = file
+        .len()
+        .map_err(|error| EngineError::io("read the length of the index copy", &path, error))?;
+    if len != tier.index_bytes {
+        return Err(EngineError::corrupt(
+            &path,
+            len.min(tier.index_bytes),
+            format!(
+                "the index copy is {len} bytes, the manifest says {}",
+                tier.index_bytes
+            ),
+        ));
+    }
+    let mut crc = 0u32;
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut offset = 0u64;
+    while offset < len {
+        let want = ((len - offset) as usize).min(buffer.len());
+        file.read_exact_at(&mut buffer[..want], offset)
+            .map_err(|error| EngineError::io("read the index copy", &path, error))?;
+        crc = crc32c::crc32c_append(crc, &buffer[..want]);
+        offset += want as u64;
+    }
+    if crc != tier.index_crc {
+        return Err(EngineError::corrupt(
+            &path,
+            0,
+            format!(
+                "the index copy's CRC32C is {crc:#010x}, the manifest says {:#010x}",
+                tier.index_crc
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The selection rule; see `CheckpointDirectory::select_for_recovery`. A checkpoint is rejected

@@ -186,7 +186,9 @@ fn compact_segment(
     // 2. Nobody walks below `until` once this bump completes.
     log.shift_begin(until);
     shared.bump_and_wait(None);
-    // 3. Free the disk space.
-    log.remove_cold_pages_before(until / log.page_bytes() as u64)?;
+    // 3. Free the disk space, except what a retained incremental checkpoint points into (its
+    //    segments go once a newer checkpoint with a higher begin replaced it).
+    let keep_from = shared.durable_tier.lock().keep_from_page();
+    log.remove_cold_pages_before((until / log.page_bytes() as u64).min(keep_from))?;
     Ok(Some(chunk))
 }

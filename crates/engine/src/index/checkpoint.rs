@@ -328,6 +328,25 @@ impl HashIndex {
                 "index bucket count {buckets} is not a power of two"
             )));
         }
+        let index = HashIndex::new(buckets);
+        index.load_checkpoint_into(disk, path)?;
+        Ok(index)
+    }
+
+    /// [`HashIndex::load_checkpoint`] into this index, which must be fresh (no entry, no overflow
+    /// bucket taken: recovery's, before anything is written); the file must hold as many main
+    /// buckets as this index has. On an error the index is left partly loaded: the caller fails.
+    pub(crate) fn load_checkpoint_into(
+        &self,
+        disk: &dyn Disk,
+        path: &Path,
+    ) -> Result<(), EngineError> {
+        assert_eq!(
+            self.pool.lock().next,
+            0,
+            "loading into an index that is in use"
+        );
+        let buckets = self.buckets.len();
         let file = disk
             .open(path, OpenMode::Read)
             .map_err(|source| io_error("open the index checkpoint", path, source))?;
@@ -390,9 +409,8 @@ impl HashIndex {
         let expected_entries = decode_trailer(&header_bytes, &trailer)
             .map_err(|detail| corrupt(path, trailer_offset, detail))?;
 
-        let index = HashIndex::new(buckets);
         let overflow = header.overflow as usize;
-        let entries = index.load_chunks(&header, &read, path)?;
+        let entries = self.load_chunks(&header, &read, path)?;
         if entries != expected_entries {
             return Err(corrupt(
                 path,
@@ -402,8 +420,7 @@ impl HashIndex {
                 ),
             ));
         }
-        index.rebuild_pool(overflow, &header, path)?;
-        Ok(index)
+        self.rebuild_pool(overflow, &header, path)
     }
 
     /// Reads and checks every chunk into this (fresh) index; returns the entries read.

@@ -36,7 +36,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use prefixkv_storage::pagefile::PageFile;
+use prefixkv_storage::pagefile::{PageFile, PageFileError};
 
 use super::{HybridLog, Record, HEADER_WORDS};
 
@@ -130,9 +130,21 @@ impl HybridLog {
         let page = address >> self.page_bits;
         let offset = address & ((1u64 << self.page_bits) - 1);
         let room = self.page_bytes() as u64 - offset;
-        let first = FIRST_READ_BYTES.min(room) as usize;
+        let mut first = FIRST_READ_BYTES.min(room) as usize;
         let mut bytes = vec![0u8; first];
-        read_or_panic(&tier.file, page, offset, &mut bytes);
+        match tier.file.read(page, offset as u32, &mut bytes) {
+            Ok(()) => {}
+            Err(PageFileError::OutOfRange { valid_bytes, .. }) => {
+                // The last page of an incremental checkpoint ends before the page does: read
+                // what it holds (the record lies within it; its size is checked below).
+                first = (u64::from(valid_bytes).saturating_sub(offset)) as usize;
+                bytes.truncate(first);
+                read_or_panic(&tier.file, page, offset, &mut bytes);
+            }
+            Err(error) => {
+                panic!("reading log page {page} at offset {offset} from the storage tier: {error}")
+            }
+        }
         // The record's size from its header (record.rs is the one place that knows the layout;
         // the first read covers every header word). A copy may run past its record, as a
         // record in a page does.
@@ -212,6 +224,78 @@ impl HybridLog {
                 Err(failure)
             }
         }
+    }
+
+    /// Writes the page holding `address` (below the read-only address after an epoch bump) with
+    /// its bytes below `address` as its valid bytes, and syncs the page file: the last, partly
+    /// filled page of an incremental checkpoint. The bytes from `address` on are written as
+    /// zeros (writers may be filling them meanwhile; they are not part of the checkpoint). A
+    /// no-op when the page is already flushed whole or `address` is a page start. The caller
+    /// holds the eviction lock (the flushed mark does not move meanwhile).
+    pub(crate) fn flush_partial_page(&self, address: u64) -> Result<(), String> {
+        let tier = self.tier();
+        if let Some(failure) = tier.failure.lock().expect("tier lock").clone() {
+            return Err(failure);
+        }
+        let page = address >> self.page_bits;
+        let valid_bytes = (address & ((1u64 << self.page_bits) - 1)) as usize;
+        if valid_bytes == 0 || tier.flushed_until_page.load(Ordering::Acquire) > page {
+            return Ok(());
+        }
+        let mut bytes = vec![0u8; self.page_bytes()];
+        let words = self.words_at(page << self.page_bits);
+        for (chunk, word) in bytes[..valid_bytes].chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let result = tier
+            .file
+            .write_page(page, &bytes, valid_bytes as u32)
+            .map_err(|error| format!("writing log page {page}: {error}"))
+            .and_then(|()| {
+                tier.file
+                    .sync()
+                    .map(|_| ())
+                    .map_err(|error| format!("syncing the log's page file: {error}"))
+            });
+        if let Err(failure) = &result {
+            *tier.failure.lock().expect("tier lock") = Some(failure.clone());
+        }
+        result
+    }
+
+    /// The page file (recovery checks and discards pages in it; the `incremental` module).
+    pub(crate) fn page_file(&self) -> &PageFile {
+        &self.tier().file
+    }
+
+    /// Starts a fresh log (nothing written yet, no thread in it) at page `page` with the begin
+    /// address `begin`: the pages from `begin`'s up to `page` are in the page file. Recovery
+    /// from an incremental checkpoint calls it before anything is written.
+    pub(crate) fn resume_at(&self, begin: u64, page: u64) {
+        assert_eq!(
+            self.tail_address(),
+            1u64 << self.page_bits,
+            "resume_at is for a fresh log"
+        );
+        let address = page << self.page_bits;
+        assert!(
+            begin <= address,
+            "the begin address lies above the new tail"
+        );
+        if page <= 1 {
+            return;
+        }
+        self.tier()
+            .flushed_until_page
+            .store(page, Ordering::Release);
+        self.begin_address.store(begin, Ordering::SeqCst);
+        self.read_only_address.store(address, Ordering::SeqCst);
+        self.head_address.store(address, Ordering::SeqCst);
+        // Page 1 first: its ring slot may be the one the new page takes.
+        self.free_pages_below(address);
+        self.ensure_page(page, true)
+            .expect("a fresh log has room for its first page");
+        self.tail.store(page << 32, Ordering::SeqCst);
     }
 
     /// Pages per segment of the page file: it frees disk space by whole segments.

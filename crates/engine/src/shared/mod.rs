@@ -19,6 +19,7 @@
 //! Invariant (state word): only the one state machine running stores the state word, through
 //! [`Shared::publish_state`] (a checkpoint driver or a rollback, or the epoch actions they queue).
 
+mod durable_tier;
 mod machine;
 mod maintenance;
 mod rollback;
@@ -38,6 +39,7 @@ use crate::scan_progress::ScanProgress;
 use crate::state::{GlobalState, InvalidVersions, Phase, SystemState};
 use crate::{EngineError, StoreConfig, Strategy};
 
+pub(crate) use durable_tier::DurableTier;
 pub(crate) use machine::{CheckpointFailure, MachineState};
 pub(crate) use maintenance::{CompactionState, MemoryGate, PauseBarrier};
 pub(crate) use rollback::RollbackState;
@@ -97,6 +99,9 @@ pub(crate) struct Shared {
     /// With a storage tier: the locks of read-copy-updates of records below the read-only
     /// address, by key hash (`Session::hold_tier_stripe`); empty without a tier.
     tier_stripes: Box<[parking_lot::Mutex<()>]>,
+    /// With a storage tier: the pages incremental checkpoints need, and crashed runs' dead
+    /// ranges (`durable_tier.rs`).
+    pub(crate) durable_tier: parking_lot::Mutex<DurableTier>,
 }
 
 impl Shared {
@@ -134,6 +139,7 @@ impl Shared {
             tier_stripes: (0..if config.storage_tier { TIER_STRIPES } else { 0 })
                 .map(|_| parking_lot::Mutex::new(()))
                 .collect(),
+            durable_tier: parking_lot::Mutex::new(DurableTier::default()),
             config,
         }
     }

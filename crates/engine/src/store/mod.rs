@@ -53,7 +53,7 @@ pub struct Store {
 impl Store {
     /// Opens the store in `config.dir`, recovering the newest checkpoint that verifies.
     pub fn open(config: StoreConfig) -> Result<Arc<Store>, EngineError> {
-        Self::open_observed(config, &|_, _| {})
+        Self::open_with(config, None)
     }
 
     /// [`Store::open`], calling `observe(key, value)` once for every key of the recovered image
@@ -65,6 +65,15 @@ impl Store {
     pub fn open_observed(
         config: StoreConfig,
         observe: &(dyn Fn(&[u8], &[u8]) + Sync),
+    ) -> Result<Arc<Store>, EngineError> {
+        Self::open_with(config, Some(observe))
+    }
+
+    /// `open` and `open_observed`: without an observer, a tiered store recovered from an
+    /// incremental checkpoint reads no record it does not need.
+    fn open_with(
+        config: StoreConfig,
+        observe: Option<&(dyn Fn(&[u8], &[u8]) + Sync)>,
     ) -> Result<Arc<Store>, EngineError> {
         config.validate()?;
         prefixkv_storage::durable::create_dir_all_durably(&*config.disk, &config.dir)
@@ -83,7 +92,10 @@ impl Store {
         };
         let shared = Arc::new(Shared::new(config, checkpoints, tier));
         let recovery = Self::recover(&shared, observe)?;
-        if recovery.is_some() {
+        let incremental = shared.durable_tier.lock().keep_from_page() != u64::MAX;
+        // An incremental recovery set the count from its checkpoint: a recount would read every
+        // record from the page file.
+        if recovery.is_some() && !incremental {
             // Alone: no session or background thread exists yet.
             let live = shared.recount_live_bytes(InvalidVersions::NONE);
             shared.live.set(shared.epoch.high_water(), live);

@@ -16,7 +16,7 @@ use crate::{EngineError, SessionId};
 
 impl Shared {
     /// Applies one recovered entry (single-threaded per key; no sessions exist yet).
-    pub(super) fn apply_recovered(
+    pub(crate) fn apply_recovered(
         self: &Arc<Self>,
         entry: EntryRef<'_>,
         unique: bool,
@@ -149,15 +149,37 @@ impl Shared {
 impl Store {
     pub(super) fn recover(
         shared: &Arc<Shared>,
-        observe: &(dyn Fn(&[u8], &[u8]) + Sync),
+        observe: Option<&(dyn Fn(&[u8], &[u8]) + Sync)>,
     ) -> Result<Option<RecoveryInfo>, EngineError> {
-        let Some(verified) = shared.checkpoints.select_for_recovery()? else {
+        let selected = shared.checkpoints.select_for_recovery()?;
+        let incremental = selected
+            .as_ref()
+            .is_some_and(|verified| verified.manifest().content.kind == ManifestKind::Incremental);
+        if shared.log.is_tiered() && !incremental {
+            // The log is rebuilt in memory: no earlier page is needed.
+            crate::tier::clear(shared)?;
+        }
+        let Some(verified) = selected else {
             return Ok(None);
         };
         let content = verified.manifest().content.clone();
         let version = content.version;
         let hint = format!("v{version}");
         let records = match content.kind {
+            ManifestKind::Incremental => {
+                if !shared.log.is_tiered() {
+                    return Err(EngineError::InvalidArgument(format!(
+                        "checkpoint v{version} in {} is incremental: its log is in a storage \
+                         tier's page file; open the store with storage_tier on",
+                        verified.dir().display()
+                    )));
+                }
+                let records = crate::incremental::recover(shared, &verified)?;
+                if let Some(observe) = observe {
+                    shared.observe_all(observe);
+                }
+                records
+            }
             ManifestKind::KeyUnique => {
                 // With a storage tier one thread loads: it evicts as it goes, and eviction frees
                 // pages that other loading threads (which hold no epoch protection) could be in.
@@ -171,7 +193,9 @@ impl Store {
                         return Ok(());
                     }
                     shared.apply_recovered(entry, true, &hint)?;
-                    observe(entry.key, entry.value);
+                    if let Some(observe) = observe {
+                        observe(entry.key, entry.value);
+                    }
                     Ok(())
                 })?
             }
@@ -179,7 +203,9 @@ impl Store {
                 let records = verified.load_image_in_order(&mut |entry| {
                     shared.apply_recovered(entry, false, &hint)
                 })?;
-                shared.observe_all(observe);
+                if let Some(observe) = observe {
+                    shared.observe_all(observe);
+                }
                 records
             }
         };

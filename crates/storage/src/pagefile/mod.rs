@@ -42,6 +42,7 @@
 //! Bounded: nothing is sized from a number read from disk; sums files are read in fixed-size
 //! chunks, and the in-memory map keeps one entry per page.
 
+mod discard;
 pub mod error;
 pub mod format;
 mod open;
