@@ -81,11 +81,11 @@ pub trait Disk: Send + Sync + Debug {
     fn kind(&self) -> &'static str;
 }
 
-/// What the address, length and offset of a direct-I/O write must be multiples of: the largest
-/// logical block size of the devices we run on (512-byte-sector devices accept it too).
+/// What the address, length and offset of a direct-I/O read or write must be multiples of: the
+/// largest logical block size of the devices we run on (512-byte-sector devices accept it too).
 pub const DIRECT_IO_ALIGNMENT: usize = 4096;
 
-/// Whether a write of `bufs` at `offset` meets [`DIRECT_IO_ALIGNMENT`].
+/// Whether a read or write of `bufs` at `offset` meets [`DIRECT_IO_ALIGNMENT`].
 pub fn direct_io_aligned(bufs: &[IoSlice<'_>], offset: u64) -> bool {
     let aligned = |value: usize| value.is_multiple_of(DIRECT_IO_ALIGNMENT);
     aligned(offset as usize)
@@ -115,10 +115,11 @@ pub trait DiskFile: Send + Sync + Debug {
     /// Takes an exclusive advisory lock on the file without waiting; `Ok(false)` if another
     /// handle (in this process or another) holds it. Released when this handle is dropped.
     fn try_lock(&self) -> io::Result<bool>;
-    /// Turns direct I/O (`O_DIRECT`: writes go to the device without a copy into the page cache)
-    /// on or off for this handle, and returns whether it is now on. While it is on, every write's
-    /// buffer address, length and offset must be multiples of [`DIRECT_IO_ALIGNMENT`], or the
-    /// write fails with `InvalidInput`. `Ok(false)` for `on` means the file system has no direct
+    /// Turns direct I/O (`O_DIRECT`: reads and writes go to and from the device without the page
+    /// cache) on or off for this handle, and returns whether it is now on. While it is on, every
+    /// read's and write's buffer address, length and offset must be multiples of
+    /// [`DIRECT_IO_ALIGNMENT`], or the call fails with `InvalidInput` (a read may still return
+    /// fewer bytes than asked at the end of the file). `Ok(false)` for `on` means the file system has no direct
     /// I/O (tmpfs, for one): not an error, writes simply keep going through the page cache.
     /// Durability is unchanged either way: data is durable after [`sync_data`](Self::sync_data).
     fn set_direct_io(&self, on: bool) -> io::Result<bool>;

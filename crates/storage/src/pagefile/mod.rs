@@ -28,13 +28,41 @@
 //!    Data is verified on read: [`PageFile::read_verified_page`] checks the CRC;
 //!    [`PageFile::read`] only checks bounds (for callers that verified the page when they
 //!    faulted it in whole).
-//!    A read concurrent with a rewrite of its page is safe: it reads below the valid bytes of
-//!    the entry it found, which the rewrite leaves as they are (invariant 2).
-//! 5. Any failed write or sync fails the page file: no later write or sync is accepted, and no
+//!    A read concurrent with a rewrite of its page is safe: it hands out only bytes below the
+//!    valid bytes of the entry it found, which the rewrite leaves as they are (invariant 2). A
+//!    direct read fetches the whole aligned blocks around its range, so it may also fetch bytes
+//!    the rewrite is changing (the block holding `valid_bytes`, rewritten with identical bytes
+//!    below it); whatever mix of old and new it sees there, the bytes it hands out are the same.
+//! 5. Reads bypass the OS page cache when writes do: with `direct_io`, each segment's read
+//!    handle asks for `O_DIRECT` too ([`PageFile::direct_reads`]), and every read through it
+//!    (`read`, `read_verified_page`, the write path's read-back of a rewritten block, both
+//!    backends of [`PageReads`]) asks for aligned blocks into an aligned buffer and copies the
+//!    requested bytes out (the caller's own buffer when it is aligned and long enough: a whole
+//!    page read into a page buffer is not copied). Every write of a page writes through the
+//!    page's end, so a page with an entry has its whole last block in the file (a file cut
+//!    shorter anyway is `DataMissing` only if the requested bytes are missing). Where
+//!    `O_DIRECT` is refused (not asked for, tmpfs) reads are buffered, as before. The rules
+//!    (alignment, short reads, the thread-local bounce buffer, a refused direct read falling
+//!    back) are in `direct.rs`.
+//!
+//!    The read handle is a second handle of the data file, not the write handle: `O_DIRECT` is
+//!    a flag of the open file description, and each side falls back to buffered I/O on its
+//!    own (a refused direct write turns the writer buffered; a refused direct read, the
+//!    reader), which one shared handle would tie together, and flipping a shared handle's flag
+//!    while reads are in flight on io_uring would change the rules under them. The read handle
+//!    is only ever turned from direct to buffered, never back, so a read that saw it direct
+//!    (aligned requests) stays valid. Direct reads see the data of buffered writes too: the
+//!    kernel writes dirty cached pages of the range back before a direct read.
+//! 6. Any failed write or sync fails the page file: no later write or sync is accepted, and no
 //!    sync is retried (storage's rule). [`PageFile::remove_before`] deletes whole segments (data,
 //!    then sums, then a directory sync); a data file without its sums file at open is a
 //!    leftover of a cut creation and gets a fresh sums file, a sums file without its data file
 //!    is a leftover of a cut removal and is deleted.
+//!
+//! A restart that must write page numbers again after a crash first forgets them:
+//! [`PageFile::discard_from`] (`discard.rs`: whole segments removed, the straddling segment's
+//! sums file rewritten atomically without them), so a shorter new write of such a page is not
+//! merged with the crashed run's bytes (invariant 2).
 //!
 //! Batched reads (many in flight per thread, io_uring or a synchronous fallback) are
 //! [`reads::PageReads`], for the engine's pending path.
@@ -42,6 +70,7 @@
 //! Bounded: nothing is sized from a number read from disk; sums files are read in fixed-size
 //! chunks, and the in-memory map keeps one entry per page.
 
+mod direct;
 mod discard;
 pub mod error;
 pub mod format;
@@ -55,6 +84,7 @@ pub use reads::{PageReads, ReadBackend, ReadBackendChoice, ReadsError};
 
 use crate::io::{Disk, DiskFile, DIRECT_IO_ALIGNMENT};
 use crate::lock::DirLock;
+use direct::ReadHandle;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::io::IoSlice;
@@ -134,8 +164,8 @@ impl PageFileConfig {
 pub(crate) struct ReadTarget {
     /// The page's newest entry when the read was located.
     pub(crate) entry: SumsEntry,
-    /// The data file's buffered read handle.
-    pub(crate) reader: Arc<dyn DiskFile>,
+    /// The data file's read handle (direct or buffered).
+    pub(crate) reader: Arc<ReadHandle>,
     /// Absolute offset in the data file of the read's first byte.
     pub(crate) file_offset: u64,
 }
@@ -154,8 +184,9 @@ pub struct Synced {
 struct Segment {
     /// Handle for page writes (direct I/O when on).
     writer: Arc<dyn DiskFile>,
-    /// Buffered handle for reads (reads of any offset and length into any buffer).
-    reader: Arc<dyn DiskFile>,
+    /// Handle for reads: `O_DIRECT` when direct I/O is on and granted, buffered otherwise
+    /// ([`direct`] says why it is not the write handle).
+    reader: Arc<ReadHandle>,
     sums: Arc<dyn DiskFile>,
     /// Length of the sums file's trusted part: where the next entries go.
     sums_len: u64,
@@ -232,6 +263,17 @@ impl PageFile {
         !inner.segments.is_empty() && inner.segments.values().all(|s| s.direct)
     }
 
+    /// Whether reads (`read`, `read_verified_page`, [`PageReads`] on either backend) go out with
+    /// `O_DIRECT`, bypassing the OS page cache: true if every open segment's read handle has it
+    /// on (and at least one segment is open). Decided like [`direct_io`](Self::direct_io) but
+    /// separately (each has its own handle and falls back on its own): false when direct I/O was
+    /// not asked for, the file system refused it, or refused a direct read as misaligned (then
+    /// reads are buffered, exactly as without direct I/O).
+    pub fn direct_reads(&self) -> bool {
+        let inner = self.inner.lock();
+        !inner.segments.is_empty() && inner.segments.values().all(|s| s.reader.direct())
+    }
+
     /// The newest entry of `page` (trusted at open or written since), if any.
     pub fn entry(&self, page: u64) -> Option<SumsEntry> {
         self.inner.lock().latest.get(&page).copied()
@@ -284,11 +326,18 @@ impl PageFile {
         let (reader, writer) = (Arc::clone(&segment.reader), Arc::clone(&segment.writer));
         let direct = segment.direct;
         let staging = inner.staging(page_bytes);
-        staging[keep..].copy_from_slice(&bytes[keep..]);
         let written = (|| {
             if start < keep {
-                reader.read_exact_at(&mut staging[start..keep], offset + start as u64)?;
+                // The block holding `keep` is read back first (a direct read fills all of it,
+                // so the caller's bytes go in after it).
+                direct::read_exact(
+                    &reader,
+                    &mut staging[start..],
+                    offset + start as u64,
+                    keep - start,
+                )?;
             }
+            staging[keep..].copy_from_slice(&bytes[keep..]);
             write_staged(&writer, direct, &staging[start..], offset + start as u64)
         })();
         let crc = match previous {
@@ -335,7 +384,7 @@ impl PageFile {
                 .map_err(|e| PageFileError::io(format!("creating {}", path.display()), e))
         };
         let writer = open(&data)?;
-        let reader = open(&data)?;
+        let reader = self.read_handle(open(&data)?)?;
         let sums_file = open(&sums)?;
         let header = format::encode_header(&self.header(first));
         sums_file
@@ -362,6 +411,16 @@ impl PageFile {
             pages_per_segment: self.config.pages_per_segment,
             first_page: first,
         }
+    }
+
+    /// Wraps a data file's read handle, asking for `O_DIRECT` when `direct_io` is on.
+    fn read_handle(&self, file: Arc<dyn DiskFile>) -> Result<Arc<ReadHandle>> {
+        let path = file.path().to_path_buf();
+        ReadHandle::new(file, self.config.direct_io)
+            .map(Arc::new)
+            .map_err(|e| {
+                PageFileError::io(format!("turning on direct reads for {}", path.display()), e)
+            })
     }
 
     fn enable_direct(&self, writer: &Arc<dyn DiskFile>) -> Result<bool> {
@@ -426,7 +485,7 @@ impl PageFile {
         Ok(synced)
     }
 
-    fn locate(&self, page: u64) -> Result<(SumsEntry, Arc<dyn DiskFile>, u64)> {
+    fn locate(&self, page: u64) -> Result<(SumsEntry, Arc<ReadHandle>, u64)> {
         let inner = self.inner.lock();
         let entry = *inner
             .latest
@@ -466,16 +525,20 @@ impl PageFile {
     /// Reads `buf.len()` bytes of page `page` from `offset`, which must lie within the page's
     /// valid bytes (its newest entry). Does not check the CRC: callers that read parts verify
     /// the page when they fault it in whole ([`read_verified_page`](Self::read_verified_page)).
+    /// With [`direct_reads`](Self::direct_reads), any offset, length and buffer still work:
+    /// the aligned blocks around the range go through this thread's bounce buffer (module docs,
+    /// invariant 5).
     pub fn read(&self, page: u64, offset: u32, buf: &mut [u8]) -> Result<()> {
         let target = self.locate_range(page, offset, buf.len() as u64)?;
-        target
-            .reader
-            .read_exact_at(buf, target.file_offset)
-            .map_err(|e| read_error(page, &target.entry, &target.reader, e))
+        let need = buf.len();
+        direct::read_exact(&target.reader, buf, target.file_offset, need)
+            .map_err(|e| read_error(page, &target.entry, target.reader.file().path(), e))
     }
 
     /// Reads page `page`'s valid bytes into `buf[..valid_bytes]` (`buf` must hold a page) and
     /// checks them against the entry's CRC (`Corrupt` on a mismatch). Returns `valid_bytes`.
+    /// `buf[valid_bytes..]` is scratch: a direct read into an aligned `buf` fills it up to the
+    /// next 4 KiB block with whatever the file holds there.
     pub fn read_verified_page(&self, page: u64, buf: &mut [u8]) -> Result<u32> {
         let (entry, reader, base) = self.locate(page)?;
         let valid = entry.valid_bytes as usize;
@@ -485,14 +548,13 @@ impl PageFile {
                 buf.len()
             )));
         }
-        reader
-            .read_exact_at(&mut buf[..valid], base)
-            .map_err(|e| read_error(page, &entry, &reader, e))?;
+        direct::read_exact(&reader, buf, base, valid)
+            .map_err(|e| read_error(page, &entry, reader.file().path(), e))?;
         let computed = crc32c::crc32c(&buf[..valid]);
         if computed != entry.crc {
             return Err(PageFileError::Corrupt {
                 page,
-                path: reader.path().to_path_buf(),
+                path: reader.file().path().to_path_buf(),
                 valid_bytes: entry.valid_bytes,
                 stored: entry.crc,
                 computed,
@@ -567,13 +629,13 @@ fn write_staged(
 pub(crate) fn read_error(
     page: u64,
     entry: &SumsEntry,
-    reader: &Arc<dyn DiskFile>,
+    path: &Path,
     error: std::io::Error,
 ) -> PageFileError {
     if error.kind() == std::io::ErrorKind::UnexpectedEof {
         return PageFileError::DataMissing {
             page,
-            path: reader.path().to_path_buf(),
+            path: path.to_path_buf(),
             valid_bytes: entry.valid_bytes,
         };
     }

@@ -48,6 +48,9 @@ pub struct PageFileOpened {
     /// refused it for an existing segment (then they are buffered). With no segment yet, whether
     /// it was asked for ([`PageFile::direct_io`] tells once segments exist).
     pub direct_io: bool,
+    /// Whether reads go out with `O_DIRECT`, decided like `direct_io` for the segments' read
+    /// handles ([`PageFile::direct_reads`]).
+    pub direct_reads: bool,
 }
 
 impl PageFile {
@@ -136,6 +139,8 @@ impl PageFile {
                 .map_err(|e| PageFileError::io("repairing the page file directory", e))?;
         }
         opened.direct_io = self.config.direct_io && inner.segments.values().all(|s| s.direct);
+        opened.direct_reads =
+            self.config.direct_io && inner.segments.values().all(|s| s.reader.direct());
         Ok(opened)
     }
 
@@ -154,7 +159,8 @@ impl PageFile {
                 .map_err(|e| PageFileError::io(format!("opening {}", path.display()), e))
         };
         let writer = open(&data, OpenMode::ReadWrite)?;
-        let reader = open(&data, OpenMode::ReadWrite)?;
+        // Read-only: nothing writes through it (the write handle is `writer`).
+        let reader = self.read_handle(open(&data, OpenMode::Read)?)?;
         let sums = open(&sums_path, OpenMode::Create)?;
         let io = |e| PageFileError::io(format!("reading {}", sums_path.display()), e);
         let len = sums.len().map_err(io)?;

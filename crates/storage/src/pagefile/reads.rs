@@ -7,33 +7,44 @@
 //!
 //! Two backends, same contract:
 //! - **io_uring** (real disk): one ring per reader; each range is one `Read` on the segment's
-//!   buffered read handle, started at `submit` and reaped at `complete`. A short read is
-//!   continued from where it stopped; a read that meets the end of the file is `DataMissing`
-//!   (as [`PageFile::read`]); `EINTR`/`EAGAIN` completions are resubmitted.
+//!   read handle, started at `submit` and reaped at `complete`. A short read is continued from
+//!   where it stopped; a read that meets the end of the file is `DataMissing` (as
+//!   [`PageFile::read`]); `EINTR`/`EAGAIN` completions are resubmitted.
 //! - **sync** (no file descriptor, as on `SimDisk`, or io_uring unavailable or not wanted): the
 //!   read is done at `submit` and its completion queued, so the caller's loop is the same.
+//!
+//! Both backends read direct when the segment's read handle is ([`PageFile::direct_reads`]):
+//! the request is the aligned range around the read (aligned down at the start, up at the
+//! end), into the slot's aligned buffer, and the requested bytes are handed out from inside
+//! it; a short direct read continues from the aligned block holding its end, and one the file
+//! system refuses as misaligned (`EINVAL`) turns the handle buffered and starts over buffered
+//! (the rules in `pagefile/direct.rs`). Which way a read goes is decided per read at `submit`.
 //!
 //! Invariants:
 //! 1. A buffer is never reused or freed while the kernel may write into it: a slot (buffer plus
 //!    its read's state) returns to the free list only after its last completion was reaped and
 //!    the caller's callback returned. Buffers are boxed slices allocated once (lazily, at most
-//!    `depth` of `max_read_bytes` each): growing the pool never moves a buffer.
+//!    `depth`): growing the pool never moves a buffer. Each holds `max_read_bytes`, or, with
+//!    direct I/O asked for, the largest aligned range around such a read (`align_up(
+//!    max_read_bytes)` plus one block, aligned: at most three blocks more than
+//!    `max_read_bytes` with the aligning slack), so a direct read never needs another buffer.
 //! 2. The kernel's view of a slot is in flight iff `in_kernel` counts it; `Drop` reaps until
 //!    `in_kernel` is zero before the buffers go. If the ring itself fails while reads are in
 //!    kernel, the buffers are leaked rather than freed (memory the kernel might still write).
-//! 3. Every in-flight read holds an `Arc` of its data file's handle, so the descriptor stays open
-//!    until its completion is reaped, even if [`PageFile::remove_before`] deleted the segment
-//!    meanwhile: the read then returns the bytes the file held (an unlinked file keeps its data
-//!    while open), which are the page's bytes as they were; the caller decides whether it still
-//!    wants them.
+//! 3. Every in-flight read holds an `Arc` of its data file's read handle (the one it was
+//!    submitted on, direct or buffered), so the descriptor stays open until its completion is
+//!    reaped, even if [`PageFile::remove_before`] deleted the segment meanwhile: the read then
+//!    returns the bytes the file held (an unlinked file keeps its data while open), which are
+//!    the page's bytes as they were; the caller decides whether it still wants them.
 //! 4. At most `depth` reads are in flight, and the ring's queues hold at least `depth` entries:
 //!    a submission never finds the queue full and completions never overflow.
 //!
 //! Like [`PageFile::read`], reads check bounds against the page's newest entry at submit time,
 //! not the CRC: callers verify a page when they fault it in whole.
 
+use super::direct::{align_down, align_up, ReadHandle};
 use super::{read_error, PageFile, PageFileError, ReadTarget, SumsEntry};
-use crate::io::DiskFile;
+use crate::io::DIRECT_IO_ALIGNMENT;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
@@ -42,7 +53,9 @@ use std::sync::Arc;
 
 /// Largest `depth` (reads in flight) a [`PageReads`] accepts.
 pub const MAX_READ_DEPTH: u32 = 4096;
-/// Largest buffer memory (`depth * max_read_bytes`) a [`PageReads`] accepts.
+/// Largest buffer memory (`depth * max_read_bytes`) a [`PageReads`] accepts. With direct I/O
+/// asked for, each buffer also has room for the aligned range around its read: at most three
+/// 4 KiB blocks more per slot (48 MiB more at [`MAX_READ_DEPTH`]).
 pub const MAX_READ_BUFFER_BYTES: u64 = 1 << 30;
 
 /// Which backend a [`PageReads`] should use.
@@ -102,16 +115,31 @@ pub enum ReadsError {
 }
 
 /// One read's state; lives in the slot of the buffer it reads into.
+///
+/// A buffered read fills the buffer's first `len` bytes from `file_offset`. A direct read asks
+/// for the aligned range around it (`read_start` aligned down, `span` aligned up) and the
+/// requested bytes are at `skip` in the buffer; a short read is continued from the aligned block
+/// holding `done` ([`super::direct`], invariants 1 and 2).
 #[derive(Debug)]
 struct Slot {
     token: u64,
     page: u64,
     entry: SumsEntry,
     /// Keeps the data file open until the read's last completion is reaped (invariant 3).
-    reader: Arc<dyn DiskFile>,
+    reader: Arc<ReadHandle>,
+    /// Absolute offset in the data file of the first requested byte.
     file_offset: u64,
+    /// Requested bytes.
     len: u32,
-    /// Bytes read so far (a short read continues from here).
+    /// Whether the read goes out with `O_DIRECT` (aligned requests only).
+    direct: bool,
+    /// File offset of the buffer's first byte: `file_offset`, aligned down when direct.
+    read_start: u64,
+    /// Where the requested bytes start in the buffer (`file_offset - read_start`).
+    skip: u32,
+    /// Bytes asked of the kernel from `read_start`: `len`, or the aligned range when direct.
+    span: u32,
+    /// Bytes of the buffer filled so far (a short read continues from here).
     done: u32,
     /// `None` while the kernel owns the buffer; the outcome once the read is finished.
     outcome: Option<Result<(), PageFileError>>,
@@ -120,19 +148,113 @@ struct Slot {
 }
 
 impl Slot {
-    /// A read of `len` bytes at `target`, not started yet.
+    /// A read of `len` bytes at `target`, not started yet; direct if its handle is now.
     fn new(token: u64, page: u64, target: ReadTarget, len: u32, verify: bool) -> Slot {
-        Slot {
+        let mut slot = Slot {
             token,
             page,
             entry: target.entry,
+            direct: target.reader.direct(),
             reader: target.reader,
             file_offset: target.file_offset,
             len,
+            read_start: target.file_offset,
+            skip: 0,
+            span: len,
             done: 0,
             outcome: None,
             verify,
+        };
+        if slot.direct {
+            slot.read_start = align_down(slot.file_offset);
+            slot.skip = (slot.file_offset - slot.read_start) as u32;
+            slot.span = (align_up(slot.file_offset + u64::from(len)) - slot.read_start) as u32;
         }
+        slot
+    }
+
+    /// Bytes of the buffer that must be filled: through the requested range's end.
+    fn need(&self) -> u32 {
+        self.skip + self.len
+    }
+
+    /// Where the next request starts in the buffer: at `done`, or (direct) at the aligned
+    /// block holding it, as the kernel wants aligned offsets.
+    fn from(&self) -> u32 {
+        if self.direct {
+            align_down(u64::from(self.done)) as u32
+        } else {
+            self.done
+        }
+    }
+
+    /// The requested bytes in the slot's buffer.
+    fn bytes<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        &buf[self.skip as usize..self.need() as usize]
+    }
+
+    /// Takes the result of the request that started at [`from`](Self::from): `None` while more
+    /// must be read (a short, interrupted or refused request: the caller issues the next one),
+    /// the read's outcome once it is finished. A request that ends no further than `done` met
+    /// the end of the file (`DataMissing`). A direct request the file system refuses as
+    /// misaligned turns the handle buffered and starts the read again, buffered.
+    fn advance(&mut self, result: io::Result<usize>) -> Option<Result<(), PageFileError>> {
+        let error = match result {
+            Ok(n) => {
+                let end = u64::from(self.from()) + n as u64;
+                if end <= u64::from(self.done) {
+                    io::Error::from(io::ErrorKind::UnexpectedEof)
+                } else {
+                    self.done = end.min(u64::from(self.span)) as u32;
+                    return (self.done >= self.need()).then_some(Ok(()));
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => return None,
+            Err(error) if self.direct && error.kind() == io::ErrorKind::InvalidInput => {
+                match self.reader.refused(&error) {
+                    Ok(()) => {
+                        self.direct = false;
+                        (self.read_start, self.skip, self.span) = (self.file_offset, 0, self.len);
+                        self.done = 0;
+                        return None;
+                    }
+                    Err(error) => error,
+                }
+            }
+            Err(error) => error,
+        };
+        Some(Err(read_error(
+            self.page,
+            &self.entry,
+            self.reader.file().path(),
+            error,
+        )))
+    }
+}
+
+/// A slot's buffer: boxed once and never moved or freed while the kernel may write it
+/// (invariant 1); its usable part starts at `base`, aligned to [`DIRECT_IO_ALIGNMENT`].
+struct Buffer {
+    bytes: Box<[u8]>,
+    base: usize,
+    len: usize,
+}
+
+impl Buffer {
+    /// `len` usable bytes, aligned if `aligned`.
+    fn new(len: usize, aligned: bool) -> Buffer {
+        let slack = if aligned { DIRECT_IO_ALIGNMENT } else { 0 };
+        let bytes = vec![0u8; len + slack].into_boxed_slice();
+        let base = if aligned {
+            bytes.as_ptr().align_offset(DIRECT_IO_ALIGNMENT)
+        } else {
+            0
+        };
+        Buffer { bytes, base, len }
+    }
+
+    fn view(&mut self) -> &mut [u8] {
+        &mut self.bytes[self.base..self.base + self.len]
     }
 }
 
@@ -155,8 +277,11 @@ pub struct PageReads {
     max_read_bytes: u32,
     engine: Engine,
     fallback_reason: Option<String>,
-    /// The pool: slot i's buffer; grows lazily up to `depth`, each exactly `max_read_bytes`.
-    buffers: Vec<Box<[u8]>>,
+    /// The pool: slot i's buffer; grows lazily up to `depth`, each `buffer_bytes`.
+    buffers: Vec<Buffer>,
+    /// Usable bytes of each buffer: `max_read_bytes`, or with direct I/O asked for the largest
+    /// aligned range around such a read (`align_up(max_read_bytes)` plus a block), aligned.
+    buffer_bytes: usize,
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     /// Finished reads (in completion order), not yet handed to the caller.
@@ -240,10 +365,17 @@ impl PageReads {
                 (Engine::Sync, Some(why))
             }
         };
+        // With direct I/O asked for, any read may go direct (its handle decides at submit).
+        let buffer_bytes = if file.config().direct_io {
+            align_up(u64::from(max_read_bytes)) as usize + DIRECT_IO_ALIGNMENT
+        } else {
+            max_read_bytes as usize
+        };
         Ok(PageReads {
             file,
             depth,
             max_read_bytes,
+            buffer_bytes,
             engine,
             fallback_reason,
             buffers: Vec::new(),
@@ -333,17 +465,23 @@ impl PageReads {
 
     /// Puts a validated read (`in_flight < depth` checked) into a free slot and starts it.
     fn start(&mut self, mut slot: Slot) -> Result<(), ReadsError> {
+        // A direct read's aligned range fits (`buffer_bytes`), and its handle is direct only
+        // if direct I/O was asked for (so the buffer is aligned).
+        assert!(
+            slot.span as usize <= self.buffer_bytes,
+            "a read's range fits its buffer"
+        );
         let index = match self.free.pop() {
             Some(index) => index,
             None => {
                 // Every slot is occupied, and fewer than `depth` exist (`in_flight < depth`).
-                self.buffers
-                    .push(vec![0u8; self.max_read_bytes as usize].into_boxed_slice());
+                let aligned = self.file.config().direct_io;
+                self.buffers.push(Buffer::new(self.buffer_bytes, aligned));
                 self.slots.push(None);
                 self.buffers.len() - 1
             }
         };
-        let fd = slot.reader.raw_fd();
+        let fd = slot.reader.file().raw_fd();
         match (&mut self.engine, fd) {
             // Nothing to read (a page with no valid bytes): finished already.
             _ if slot.len == 0 => {
@@ -356,7 +494,7 @@ impl PageReads {
                 // SAFETY: the buffer is this slot's, owned by `self` and not touched until the
                 // completion is reaped (invariants 1, 2); `slot.reader` keeps `fd` open.
                 if let Err(error) =
-                    unsafe { push_read(ring, fd, &mut self.buffers[index], &slot, index) }
+                    unsafe { push_read(ring, fd, self.buffers[index].view(), &slot, index) }
                 {
                     self.free.push(index);
                     return Err(ReadsError::Ring(error));
@@ -369,13 +507,20 @@ impl PageReads {
                 flush(ring).map_err(ReadsError::Ring)?;
             }
             _ => {
-                let buf = &mut self.buffers[index][..slot.len as usize];
-                slot.outcome = Some(
-                    slot.reader
-                        .read_exact_at(buf, slot.file_offset)
-                        .map_err(|e| read_error(slot.page, &slot.entry, &slot.reader, e)),
-                );
-                slot.done = slot.len;
+                let buf = self.buffers[index].view();
+                // Terminates: each request either makes progress, finishes, or (once) turns
+                // the read buffered (`Slot::advance`).
+                let outcome = loop {
+                    let from = slot.from();
+                    let result = slot.reader.file().read_at(
+                        &mut buf[from as usize..slot.span as usize],
+                        slot.read_start + u64::from(from),
+                    );
+                    if let Some(outcome) = slot.advance(result) {
+                        break outcome;
+                    }
+                };
+                slot.outcome = Some(outcome);
                 self.slots[index] = Some(slot);
                 self.ready.push_back(index);
                 self.in_flight += 1;
@@ -406,7 +551,7 @@ impl PageReads {
                 self.free.push(index);
                 self.in_flight -= 1;
                 handed += 1;
-                let bytes = &self.buffers[index][..slot.len as usize];
+                let bytes = slot.bytes(self.buffers[index].view());
                 let outcome = match slot.outcome.take().expect("a ready slot has an outcome") {
                     Ok(()) if slot.verify => verify(&slot, bytes),
                     outcome => outcome,
@@ -446,29 +591,12 @@ impl PageReads {
             let slot = self.slots[index]
                 .as_mut()
                 .expect("a completion names an occupied slot");
-            let outcome = if result < 0 {
-                let errno = -result;
-                if errno == libc::EINTR || errno == libc::EAGAIN {
-                    None
-                } else {
-                    Some(Err(read_error(
-                        slot.page,
-                        &slot.entry,
-                        &slot.reader,
-                        io::Error::from_raw_os_error(errno),
-                    )))
-                }
-            } else if result == 0 {
-                // End of file inside the trusted range: synced bytes are gone.
-                Some(Err(read_error(
-                    slot.page,
-                    &slot.entry,
-                    &slot.reader,
-                    io::Error::from(io::ErrorKind::UnexpectedEof),
-                )))
-            } else {
-                slot.done += (result as u32).min(slot.len - slot.done);
-                (slot.done == slot.len).then_some(Ok(()))
+            // A result at or before `done` is the end of the file inside the trusted range
+            // (synced bytes are gone); `EAGAIN` is resubmitted, the rest as the sync backend.
+            let outcome = match result {
+                _ if result == -libc::EAGAIN => None,
+                _ if result < 0 => slot.advance(Err(io::Error::from_raw_os_error(-result))),
+                _ => slot.advance(Ok(result as usize)),
             };
             match outcome {
                 Some(outcome) => {
@@ -477,10 +605,12 @@ impl PageReads {
                     self.ready.push_back(index);
                 }
                 None => {
-                    // Interrupted or short: read the rest into the same buffer.
-                    let fd = slot.reader.raw_fd().expect("submitted with an fd");
+                    // Interrupted, short or refused: read the rest (from the aligned block
+                    // holding it, if direct; all of it, if it just turned buffered) into the
+                    // same buffer.
+                    let fd = slot.reader.file().raw_fd().expect("submitted with an fd");
                     // SAFETY: as in `start`; the slot stays in kernel.
-                    match unsafe { push_read(ring, fd, &mut self.buffers[index], slot, index) } {
+                    match unsafe { push_read(ring, fd, self.buffers[index].view(), slot, index) } {
                         Ok(()) => resubmitted = true,
                         // Never lose a reaped completion (`Drop` counts on `in_kernel`): the
                         // read fails instead.
@@ -531,7 +661,7 @@ fn verify(slot: &Slot, bytes: &[u8]) -> Result<(), PageFileError> {
     }
     Err(PageFileError::Corrupt {
         page: slot.page,
-        path: slot.reader.path().to_path_buf(),
+        path: slot.reader.file().path().to_path_buf(),
         valid_bytes: slot.entry.valid_bytes,
         stored: slot.entry.crc,
         computed,
@@ -552,7 +682,8 @@ fn setup_ring(depth: u32) -> Result<io_uring::IoUring, String> {
     Ok(ring)
 }
 
-/// Queues a `Read` of the rest of `slot`'s range (from `slot.done`) into `buf`.
+/// Queues a `Read` of the rest of `slot`'s range (from [`Slot::from`] to its `span`) into
+/// `buf`, the slot's buffer (aligned when the read is direct).
 ///
 /// # Safety
 /// `buf` must stay allocated, unmoved and untouched until the completion is reaped, and `fd`
@@ -564,13 +695,14 @@ unsafe fn push_read(
     slot: &Slot,
     index: usize,
 ) -> io::Result<()> {
-    let rest = &mut buf[slot.done as usize..slot.len as usize];
+    let from = slot.from();
+    let rest = &mut buf[from as usize..slot.span as usize];
     let read = io_uring::opcode::Read::new(
         io_uring::types::Fd(fd),
         rest.as_mut_ptr(),
         rest.len() as u32,
     )
-    .offset(slot.file_offset + u64::from(slot.done))
+    .offset(slot.read_start + u64::from(from))
     .build()
     .user_data(index as u64);
     // SAFETY: the caller's contract.

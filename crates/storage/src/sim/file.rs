@@ -21,7 +21,8 @@ pub(super) struct SimFile {
     pub(super) handle: u64,
     pub(super) path: PathBuf,
     pub(super) writable: bool,
-    /// Direct I/O is on: writes must be aligned as on a real device (see `set_direct_io`).
+    /// Direct I/O is on: reads and writes must be aligned as on a real device (see
+    /// `set_direct_io`).
     pub(super) direct: AtomicBool,
 }
 
@@ -67,6 +68,18 @@ impl SimFile {
 
 impl DiskFile for SimFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if self.direct.load(Ordering::Relaxed)
+            && !crate::io::direct_io_aligned(&[IoSlice::new(buf)], offset)
+        {
+            // What Linux answers a misaligned O_DIRECT read (EINVAL), as for writes below.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "misaligned direct read of {} at offset {offset}",
+                    self.path.display()
+                ),
+            ));
+        }
         let mut guard = self.state.lock();
         let state = self.live(&mut guard)?;
         let current = &state.file(self.id).current;
