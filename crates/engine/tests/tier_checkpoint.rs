@@ -155,6 +155,10 @@ fn config(dir: &Path, disk: Arc<dyn Disk>) -> StoreConfig {
     // One scanner, so that it has more to write than its two buffers hold (see `LOADED`).
     config.flusher_threads = 1;
     config.storage_tier = true;
+    // Buffered page-file I/O: with O_DIRECT every cold read is a device read (about 0.6 ms on
+    // the CI machine), and these tests read tens of thousands of cold records. Direct reads are
+    // the storage crate's tests (`pagefile_tests::direct`).
+    config.checkpoint_direct_io = false;
     // Long enough for a loaded machine to evict, far shorter than the hold-up below lasts:
     // a writer that had to wait for the checkpoint would fail.
     config.memory_wait_limit = Duration::from_secs(10);

@@ -24,6 +24,10 @@ fn config(dir: &Path) -> StoreConfig {
     config.log_page_bytes = 64 << 10;
     config.flusher_threads = 2;
     config.storage_tier = true;
+    // Buffered page-file I/O: with O_DIRECT every cold read is a device read (about 0.6 ms on
+    // the CI machine), and these tests read tens of thousands of cold records. Direct reads are
+    // the storage crate's tests (`pagefile_tests::direct`).
+    config.checkpoint_direct_io = false;
     config.memory_wait_limit = Duration::from_secs(60);
     config
 }

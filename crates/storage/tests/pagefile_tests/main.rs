@@ -9,6 +9,7 @@ mod common;
 mod direct;
 mod direct_props;
 mod direct_quirks;
+mod discard;
 mod files;
 mod format_props;
 mod power_cut;
