@@ -36,7 +36,6 @@ mod config;
 mod cpr_points;
 mod epoch;
 pub mod error;
-mod incremental;
 mod index;
 mod latch;
 mod log;

@@ -20,9 +20,11 @@
 //!    read the old head and followed a pointer into those pages has left its operation; free
 //!    the pages.
 //!
-//! Crash argument: nothing durable depends on the page file yet — recovery loads the newest
-//! checkpoint (evicting as it loads) and removes what an earlier run left in `dir/log` first. A
-//! crash between any two steps loses only pages that no recovered state refers to. The only
+//! Crash argument: eviction only adds pages above every page a published incremental checkpoint
+//! names, or extends the last, partly written one (`checkpoint/incremental.rs`; the page file never changes
+//! the bytes below a trusted entry's valid bytes), and recovery discards the pages above the recovered checkpoint's fold-over point (or
+//! all of them for any other kind of checkpoint). A crash between any two steps loses only pages
+//! that no recovered state refers to. The only
 //! step that can fail is 2 (a full disk, a failed fsync): the head then stays where it was, the
 //! pages stay in memory, and the failure is kept: writers held at the budget fail with
 //! `OutOfMemory` naming it, instead of waiting forever.
@@ -127,7 +129,7 @@ pub(crate) fn clear(shared: &Shared) -> Result<(), EngineError> {
     })
 }
 
-/// The page-file half of an incremental checkpoint (`incremental` module, step 3): writes the
+/// The page-file half of an incremental checkpoint (`checkpoint/incremental.rs`, step 3): writes the
 /// pages below `address` (the fold-over point: below the read-only address after an epoch bump)
 /// that are not in the page file yet, the last one partly, and syncs the file. Holds the
 /// eviction lock, so the flushed mark moves only here meanwhile.

@@ -145,7 +145,25 @@ fn restart_reads_the_index_not_the_dataset() {
         }
     }
     drop(store);
-    let store = Store::open(config(dir.path())).unwrap();
+    // A restart that hands every live key to an observer (as the server's key counts need):
+    // each exactly once, with its value; the deleted and lost ones not at all.
+    let observed = std::sync::Mutex::new(HashMap::new());
+    let store = Store::open_observed(config(dir.path()), &|key, value| {
+        let index = u64::from_be_bytes(key.try_into().unwrap());
+        let previous = observed.lock().unwrap().insert(index, value.to_vec());
+        assert!(previous.is_none(), "key {index} observed twice");
+    })
+    .unwrap();
+    let observed = observed.into_inner().unwrap();
+    let live: HashMap<u64, Vec<u8>> = model
+        .iter()
+        .filter_map(|(index, value)| value.clone().map(|value| (*index, value)))
+        .collect();
+    assert_eq!(observed.len(), live.len(), "keys observed at the restart");
+    assert!(
+        observed == live,
+        "an observed value differs from the model's"
+    );
     check_model(&store, &model, "after the second restart");
     // A snapshot (log-ordered) checkpoint of the recovered store skips the crashed runs' dead
     // records: a restart from it holds the same state.

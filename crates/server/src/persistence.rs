@@ -95,6 +95,12 @@ fn store_options(config: &Config) -> Options {
         },
         ..StoreConfig::new(config.dir.clone())
     };
+    if config.storage_tier {
+        // On a tiered log fold-over is the incremental checkpoint: it writes the pages not yet
+        // in the page file and a copy of the index, where Persian would read every evicted key
+        // back from the disk (docs/engine.md, "Incremental checkpoints").
+        options.strategy = prefixkv_engine::Strategy::FoldOver;
+    }
     options
 }
 

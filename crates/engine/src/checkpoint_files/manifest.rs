@@ -53,7 +53,7 @@ pub enum ManifestKind {
     /// An incremental checkpoint of a store with a storage tier: no segments; the log's pages
     /// below the fold-over address are in the store's page file, and the checkpoint directory
     /// holds a fuzzy copy of the index ([`INDEX_FILE_NAME`](super::INDEX_FILE_NAME)).
-    /// [`ManifestContent::tier`] says where (the engine's `incremental` module says how).
+    /// [`ManifestContent::tier`] says where (the engine's `checkpoint/incremental.rs` says how).
     Incremental,
 }
 

@@ -43,7 +43,7 @@
 //! So the image is correct **only together with a log replay** that starts at a log address `L`
 //! captured before the copy began (every change the copy may have missed is made by a record at
 //! or above `L`) and re-applies every record at or above it, newest winning, skipping invalid
-//! versions. Building that replay is the caller's job (the incremental checkpoint's later step).
+//! versions. Building that replay is the caller's job (`checkpoint/incremental.rs`).
 //!
 //! Replay can only move an entry *up* the log (to a newer record), so no index operation may move
 //! an entry to an *older* address while a copy runs; what the engine does today:

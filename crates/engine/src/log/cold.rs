@@ -263,7 +263,7 @@ impl HybridLog {
         result
     }
 
-    /// The page file (recovery checks and discards pages in it; the `incremental` module).
+    /// The page file (recovery checks and discards pages in it; `checkpoint/incremental.rs`).
     pub(crate) fn page_file(&self) -> &PageFile {
         &self.tier().file
     }

@@ -1,5 +1,5 @@
 //! What the page file of a tiered store must keep for the checkpoints that depend on it, and the
-//! log ranges that hold dead records of crashed runs (`incremental` module).
+//! log ranges that hold dead records of crashed runs (`checkpoint/incremental.rs`).
 //!
 //! Invariants:
 //! - `floors` holds, for each retained incremental checkpoint (published by this run, or the one

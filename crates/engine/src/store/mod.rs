@@ -42,6 +42,9 @@ pub struct RecoveryInfo {
     pub cookie: Vec<u8>,
 }
 
+/// What `Store::open_observed` calls with each recovered key and value.
+pub(crate) type Observer<'a> = dyn Fn(&[u8], &[u8]) + Sync + 'a;
+
 /// The store. Share it as `Arc<Store>`.
 pub struct Store {
     pub(crate) shared: Arc<Shared>,
@@ -73,7 +76,7 @@ impl Store {
     /// incremental checkpoint reads no record it does not need.
     fn open_with(
         config: StoreConfig,
-        observe: Option<&(dyn Fn(&[u8], &[u8]) + Sync)>,
+        observe: Option<&Observer<'_>>,
     ) -> Result<Arc<Store>, EngineError> {
         config.validate()?;
         prefixkv_storage::durable::create_dir_all_durably(&*config.disk, &config.dir)

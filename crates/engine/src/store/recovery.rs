@@ -149,7 +149,7 @@ impl Shared {
 impl Store {
     pub(super) fn recover(
         shared: &Arc<Shared>,
-        observe: Option<&(dyn Fn(&[u8], &[u8]) + Sync)>,
+        observe: Option<&super::Observer<'_>>,
     ) -> Result<Option<RecoveryInfo>, EngineError> {
         let selected = shared.checkpoints.select_for_recovery()?;
         let incremental = selected
@@ -174,9 +174,9 @@ impl Store {
                         verified.dir().display()
                     )));
                 }
-                let records = crate::incremental::recover(shared, &verified)?;
+                let records = crate::checkpoint::incremental::recover(shared, &verified)?;
                 if let Some(observe) = observe {
-                    shared.observe_all(observe);
+                    crate::checkpoint::incremental::observe_by_scan(shared, observe);
                 }
                 records
             }

@@ -16,6 +16,8 @@
 //! keeps up with its floor rate and the fixed niceness once it falls behind; this driver is the
 //! watchdog that raises them (`checkpoint_priority.rs` states why a save always finishes).
 
+pub(crate) mod incremental;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -98,7 +100,7 @@ pub(crate) fn run(
         write_image(shared, strategy, version, cookie, started)
     } else if strategy == Strategy::FoldOver && shared.log.is_tiered() {
         // The log's fold-over onto the page file: only what is not on disk yet is written.
-        crate::incremental::checkpoint(shared, version, cookie, started)
+        incremental::checkpoint(shared, version, cookie, started)
     } else {
         // This engine has no operations pending on I/O: WAIT_PENDING ends once every session saw it.
         switch_version(shared, version, Phase::WaitFlush);
