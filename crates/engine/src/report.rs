@@ -28,7 +28,8 @@ pub struct CheckpointReport {
     pub strategy: Strategy,
     /// From the request to the durable manifest.
     pub duration: Duration,
-    /// Segment bytes written.
+    /// Bytes written: the segment files, or for an incremental checkpoint its index copy and the
+    /// log pages it wrote to the page file.
     pub bytes: u64,
     /// Entries written.
     pub records: u64,

@@ -132,12 +132,19 @@ pub(crate) fn clear(shared: &Shared) -> Result<(), EngineError> {
 /// The page-file half of an incremental checkpoint (`checkpoint/incremental.rs`, step 3): writes the
 /// pages below `address` (the fold-over point: below the read-only address after an epoch bump)
 /// that are not in the page file yet, the last one partly, and syncs the file. Holds the
-/// eviction lock, so the flushed mark moves only here meanwhile.
-pub(crate) fn fold_over(shared: &Shared, address: u64) -> Result<(), String> {
+/// eviction lock, so the flushed mark moves only here meanwhile. Returns the bytes written.
+pub(crate) fn fold_over(shared: &Shared, address: u64) -> Result<u64, String> {
     let _evicting = shared.log.eviction_lock();
     let page_bytes = shared.log.page_bytes() as u64;
-    shared.log.flush_pages(address / page_bytes)?;
-    shared.log.flush_partial_page(address)
+    let (first, end) = (shared.log.flushed_until_page(), address / page_bytes);
+    shared.log.flush_pages(end)?;
+    shared.log.flush_partial_page(address)?;
+    let partial = if first <= end {
+        address % page_bytes
+    } else {
+        0
+    };
+    Ok(end.saturating_sub(first) * page_bytes + partial)
 }
 
 /// Pages one eviction chunk takes.

@@ -14,8 +14,9 @@
 //! - [`log`]: the segmented, CRC-framed append log with group commit, prefix truncation
 //!   (`truncate_through`) and suffix truncation (`truncate_after`).
 //! - [`pagefile`]: the page file ([`PageFile`]): the hybrid log's flushed pages in segment files
-//!   with a sidecar of per-page CRC entries; whole-page writes (direct I/O where allowed), ordered
-//!   sync, verified reads, prefix deletion by whole segments.
+//!   with a sidecar of per-page CRC entries; whole-page writes and reads (direct I/O where
+//!   allowed), ordered sync, verified reads, prefix deletion by whole segments, a durable
+//!   discard of the pages from one on.
 //!
 //! The crash-safety argument of each piece is in its module's documentation, and all of them,
 //! with the byte format of every file kind and the simulated disk's fault model, in

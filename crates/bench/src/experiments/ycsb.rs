@@ -238,11 +238,8 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) {
     report.config(
         "disk_io",
         if plan.sizes.direct_io {
-            "direct: rocksdb's reads and writes and engine-tiered's page-file writes (where the \
-             file system has O_DIRECT) bypass the kernel's page cache; engine-tiered's page-file \
-             reads do not yet (a buffered handle): its evicted records are read from the page \
-             cache, rocksdb's blocks from the device, so the ratios between them are not like \
-             for like"
+            "direct: rocksdb's reads and writes and engine-tiered's page-file reads and writes \
+             (where the file system has O_DIRECT) bypass the kernel's page cache"
         } else {
             "buffered: engine-tiered's page file and rocksdb's files go through the kernel's page \
              cache (--buffered-io), which caches them beyond log_memory_bytes and the block cache"

@@ -103,7 +103,7 @@ pub(crate) fn checkpoint(
     shared.bump_and_wait(None);
     let points = session_points(shared, version);
     // 3. The pages below the fold-over point, on disk and synced.
-    crate::tier::fold_over(shared, fold_over).map_err(|failure| {
+    let pages_written = crate::tier::fold_over(shared, fold_over).map_err(|failure| {
         EngineError::io(
             "write the log to the storage tier's page file in",
             shared.log.page_file().dir(),
@@ -141,6 +141,7 @@ pub(crate) fn checkpoint(
         phases,
         image_started,
         tier: Some(tier),
+        written_bytes: index.bytes + pages_written,
     };
     publish_image(
         shared,

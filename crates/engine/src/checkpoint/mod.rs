@@ -178,6 +178,7 @@ pub(crate) fn run_sealed(
         phases,
         image_started,
         tier: None,
+        written_bytes: 0,
     };
     let result = publish_image(
         shared,
@@ -246,6 +247,7 @@ fn write_image(
         phases,
         image_started,
         tier: None,
+        written_bytes: 0,
     };
     publish_image(
         shared,
@@ -269,6 +271,8 @@ pub(crate) struct ImageWritten {
     pub(crate) image_started: Instant,
     /// An incremental checkpoint's tier image (`ManifestKind::Incremental`).
     pub(crate) tier: Option<crate::checkpoint_files::TierImage>,
+    /// Bytes written outside the segments (an incremental checkpoint's index copy and pages).
+    pub(crate) written_bytes: u64,
 }
 
 /// Writes the MANIFEST of a scanned image and publishes it: sessions' commit points, rollback
@@ -290,6 +294,7 @@ pub(crate) fn publish_image(
         phases,
         image_started,
         tier,
+        written_bytes,
     } = image;
     breakdown.phases = phases;
     breakdown.image = image_started.elapsed();
@@ -346,7 +351,7 @@ pub(crate) fn publish_image(
         version,
         strategy,
         duration: started.elapsed(),
-        bytes: published.bytes,
+        bytes: published.bytes + written_bytes,
         records,
         session_points,
         dir: published.dir,

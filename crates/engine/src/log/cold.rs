@@ -263,6 +263,11 @@ impl HybridLog {
         result
     }
 
+    /// The first page not yet written whole to the page file.
+    pub(crate) fn flushed_until_page(&self) -> u64 {
+        self.tier().flushed_until_page.load(Ordering::Acquire)
+    }
+
     /// The page file (recovery checks and discards pages in it; `checkpoint/incremental.rs`).
     pub(crate) fn page_file(&self) -> &PageFile {
         &self.tier().file
