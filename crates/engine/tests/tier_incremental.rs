@@ -14,38 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::tier::{check_model, key, page_file_bytes, tier_config as config, value};
 use prefixkv_engine::{EngineError, Store, StoreConfig, Strategy};
-
-/// 16 pages of 64 KiB: a 1 MiB budget.
-fn config(dir: &Path) -> StoreConfig {
-    let mut config = StoreConfig::new(dir);
-    config.index_buckets = 1 << 14;
-    config.log_memory_bytes = 1 << 20;
-    config.log_page_bytes = 64 << 10;
-    config.flusher_threads = 2;
-    config.storage_tier = true;
-    // Buffered page-file I/O: with O_DIRECT every cold read is a device read (about 0.6 ms on
-    // the CI machine), and these tests read tens of thousands of cold records. Direct reads are
-    // the storage crate's tests (`pagefile_tests::direct`).
-    config.checkpoint_direct_io = false;
-    config.memory_wait_limit = Duration::from_secs(60);
-    config
-}
-
-fn key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
-}
-
-fn value(index: u64, generation: u64) -> Vec<u8> {
-    let mut value = format!("{index}:{generation}:").into_bytes();
-    value.resize(100, b'v');
-    value
-}
-
-fn page_file_bytes(dir: &Path) -> u64 {
-    prefixkv_storage::pagefile::data_bytes(&*prefixkv_storage::real_disk(), &dir.join("log"))
-        .unwrap()
-}
 
 /// Bytes this process has read through system calls so far (`rchar` of `/proc/self/io`).
 fn bytes_read_by_process() -> u64 {
@@ -73,22 +45,6 @@ fn index_copy_started(root: &Path) -> bool {
                 && entry.path().join("INDEX").exists()
         })
     })
-}
-
-/// Every key of `model` as the model says (deleted keys absent).
-fn check_model(store: &Arc<Store>, model: &HashMap<u64, Option<Vec<u8>>>, when: &str) {
-    let mut session = store.start_session();
-    let mut out = Vec::new();
-    for (&index, expected) in model {
-        let found = session.read(&key(index), &mut out).unwrap();
-        match expected {
-            Some(expected) => {
-                assert!(found, "{when}: key {index} is missing");
-                assert_eq!(&out, expected, "{when}: key {index}");
-            }
-            None => assert!(!found, "{when}: deleted key {index} is back"),
-        }
-    }
 }
 
 /// 16 budgets of data, checkpointed; writes after the checkpoint are lost at the restart, which

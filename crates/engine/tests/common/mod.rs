@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod tier;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
