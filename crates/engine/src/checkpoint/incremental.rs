@@ -155,7 +155,8 @@ pub(crate) fn checkpoint(
 }
 
 /// Loads incremental checkpoint `verified` into a fresh store (no session, no background thread;
-/// see the module docs). Returns the records replayed and copied.
+/// see the module docs). Returns the index entries loaded plus the records replayed and copied
+/// (`RecoveryInfo::records`).
 pub(crate) fn recover(
     shared: &Arc<Shared>,
     verified: &VerifiedCheckpoint,
@@ -181,7 +182,7 @@ pub(crate) fn recover(
     };
     file.discard_from(resume_page)
         .map_err(|error| io("discard a crashed run's pages from the page file in", error))?;
-    shared.index.load_checkpoint_into(
+    let entries = shared.index.load_checkpoint_into(
         &**verified_disk(shared),
         &verified.dir().join(INDEX_FILE_NAME),
     )?;
@@ -207,7 +208,14 @@ pub(crate) fn recover(
     let linked = replay_links(shared, &tier)?;
     let copied = copy_switch_records(shared, &tier, version, verified)?;
     shared.live.set(shared.epoch.high_water(), tier.live_bytes);
-    Ok(linked + copied)
+    tracing::info!(
+        version,
+        index_entries = entries,
+        replayed = linked,
+        copied,
+        "recovered an incremental checkpoint"
+    );
+    Ok(entries + linked + copied)
 }
 
 fn verified_disk(shared: &Shared) -> &Arc<dyn prefixkv_storage::Disk> {

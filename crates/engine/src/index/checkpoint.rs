@@ -335,12 +335,13 @@ impl HashIndex {
 
     /// [`HashIndex::load_checkpoint`] into this index, which must be fresh (no entry, no overflow
     /// bucket taken: recovery's, before anything is written); the file must hold as many main
-    /// buckets as this index has. On an error the index is left partly loaded: the caller fails.
+    /// buckets as this index has. Returns the entries loaded. On an error the index is left
+    /// partly loaded: the caller fails.
     pub(crate) fn load_checkpoint_into(
         &self,
         disk: &dyn Disk,
         path: &Path,
-    ) -> Result<(), EngineError> {
+    ) -> Result<u64, EngineError> {
         assert_eq!(
             self.pool.lock().next,
             0,
@@ -420,7 +421,8 @@ impl HashIndex {
                 ),
             ));
         }
-        self.rebuild_pool(overflow, &header, path)
+        self.rebuild_pool(overflow, &header, path)?;
+        Ok(entries)
     }
 
     /// Reads and checks every chunk into this (fresh) index; returns the entries read.

@@ -34,7 +34,8 @@ pub struct RecoveryInfo {
     pub version: u64,
     /// Commit point per session.
     pub session_commit_points: BTreeMap<SessionId, u64>,
-    /// Entries loaded.
+    /// Entries loaded (an incremental checkpoint: its index entries plus the records replayed and
+    /// copied from the page file).
     pub records: u64,
     /// Why a newer checkpoint was skipped, if one was.
     pub fell_back: Option<String>,
