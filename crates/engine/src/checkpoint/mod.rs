@@ -169,17 +169,7 @@ pub(crate) fn run_sealed(
             "checkpoint of a sealed version stopped by a rollback"
         );
     }
-    let (segments, breakdown) = scanned?;
-    let image = ImageWritten {
-        pending,
-        kind,
-        segments,
-        breakdown,
-        phases,
-        image_started,
-        tier: None,
-        written_bytes: 0,
-    };
+    let image = ImageWritten::of_segments(pending, kind, scanned?, phases, image_started);
     let result = publish_image(
         shared,
         strategy,
@@ -239,16 +229,8 @@ fn write_image(
             scan_log_parallel(shared, &pending, threads, (0, version), (begin, tail))?,
         ),
     };
-    let image = ImageWritten {
-        pending,
-        kind,
-        segments,
-        breakdown,
-        phases,
-        image_started,
-        tier: None,
-        written_bytes: 0,
-    };
+    let image =
+        ImageWritten::of_segments(pending, kind, (segments, breakdown), phases, image_started);
     publish_image(
         shared,
         strategy,
@@ -273,6 +255,28 @@ pub(crate) struct ImageWritten {
     pub(crate) tier: Option<crate::checkpoint_files::TierImage>,
     /// Bytes written outside the segments (an incremental checkpoint's index copy and pages).
     pub(crate) written_bytes: u64,
+}
+
+impl ImageWritten {
+    /// An image of segment files only (every kind but the incremental checkpoint).
+    fn of_segments(
+        pending: crate::checkpoint_files::PendingCheckpoint,
+        kind: ManifestKind,
+        (segments, breakdown): (Vec<SegmentSummary>, CheckpointBreakdown),
+        phases: Duration,
+        image_started: Instant,
+    ) -> ImageWritten {
+        ImageWritten {
+            pending,
+            kind,
+            segments,
+            breakdown,
+            phases,
+            image_started,
+            tier: None,
+            written_bytes: 0,
+        }
+    }
 }
 
 /// Writes the MANIFEST of a scanned image and publishes it: sessions' commit points, rollback
