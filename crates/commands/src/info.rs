@@ -135,7 +135,7 @@ fn write_memory(text: &mut String, server: &Server, settings: &crate::settings::
          number_of_cached_scripts:{}\r\nnumber_of_functions:{}\r\nnumber_of_libraries:{}\r\n\
          maxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\n\
          mem_fragmentation_ratio:{fragmentation:.2}\r\nengine_log_memory_budget:{}\r\n\
-         engine_log_memory_in_use:{}\r\n\r\n",
+         engine_log_memory_in_use:{}\r\nengine_page_file_bytes:{}\r\n\r\n",
         memory.used,
         human(memory.used),
         human(rss),
@@ -152,6 +152,14 @@ fn write_memory(text: &mut String, server: &Server, settings: &crate::settings::
         settings.eviction.policy.name(),
         settings.engine_memory_bytes,
         memory.log_in_use,
+        // Here, not in `evict::memory` (which every write checks against maxmemory): it lists
+        // the page file's directory. 0 without the tier, or if the listing fails.
+        server
+            .keyspace
+            .store
+            .engine()
+            .page_file_bytes()
+            .unwrap_or(0),
     );
 }
 

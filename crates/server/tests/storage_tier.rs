@@ -192,6 +192,14 @@ fn check_tiered_layout(raw: &mut Raw, dir: &Path, when: &str) {
          minus engine-memory)",
         values - ENGINE_MEMORY_BYTES
     );
+    // INFO's figure for the page file: its data segments, held to the same bound.
+    let reported = info_number(raw, "engine_page_file_bytes");
+    assert!(
+        reported >= values - ENGINE_MEMORY_BYTES && reported <= on_disk,
+        "{when}: INFO engine_page_file_bytes {reported}, the directory holds {on_disk} (data and \
+         sums), the values need at least {}",
+        values - ENGINE_MEMORY_BYTES
+    );
     // `used_memory` (what maxmemory limits) counts the live records wherever they are.
     let dataset = info_number(raw, "used_memory_dataset");
     assert!(
@@ -281,6 +289,7 @@ fn without_the_tier_the_same_data_runs_out_of_engine_memory() {
             Reply::BulkString("no".into()),
         ])
     );
+    assert_eq!(info_number(&mut raw, "engine_page_file_bytes"), 0);
     // A write at the budget waits for compaction (the engine's `memory_wait_limit`, 30 s)
     // before it fails: longer than the harness's read timeout. And the server answers a
     // pipelined batch at its end, so every write after the first OOM in a batch would wait as

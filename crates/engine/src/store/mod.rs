@@ -390,6 +390,18 @@ impl Store {
         self.shared.log.memory_in_use_bytes()
     }
 
+    /// Bytes of the storage tier's page file (its data segments, dead records included): what
+    /// the log keeps on disk beyond [`log_memory_in_use_bytes`](Self::log_memory_in_use_bytes).
+    /// 0 without a tier. Lists the page file's directory (one `stat` per segment).
+    pub fn page_file_bytes(&self) -> Result<u64, EngineError> {
+        if !self.shared.log.is_tiered() {
+            return Ok(0);
+        }
+        let dir = self.shared.log.page_file().dir();
+        prefixkv_storage::pagefile::data_bytes(&*self.shared.config.disk, dir)
+            .map_err(|error| EngineError::io("list the storage tier's page file in", dir, error))
+    }
+
     /// Sets the access word that new keys start with (and records loaded by recovery): the
     /// caller's clock (an LRU clock, an LFU counter's initial value). Any later record of an
     /// existing key carries its predecessor's word forward instead; see [`Session::touch`].
