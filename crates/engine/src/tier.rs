@@ -129,22 +129,13 @@ pub(crate) fn clear(shared: &Shared) -> Result<(), EngineError> {
     })
 }
 
-/// The page-file half of an incremental checkpoint (`checkpoint/incremental.rs`, step 3): writes the
-/// pages below `address` (the fold-over point: below the read-only address after an epoch bump)
-/// that are not in the page file yet, the last one partly, and syncs the file. Holds the
+/// The page-file half of an incremental checkpoint (`checkpoint/incremental.rs`, step 3): writes
+/// the log below `address` (the fold-over point: below the read-only address after an epoch
+/// bump) that is not in the page file yet, the last page partly, and syncs the file. Holds the
 /// eviction lock, so the flushed mark moves only here meanwhile. Returns the bytes written.
 pub(crate) fn fold_over(shared: &Shared, address: u64) -> Result<u64, String> {
     let _evicting = shared.log.eviction_lock();
-    let page_bytes = shared.log.page_bytes() as u64;
-    let (first, end) = (shared.log.flushed_until_page(), address / page_bytes);
-    shared.log.flush_pages(end)?;
-    shared.log.flush_partial_page(address)?;
-    let partial = if first <= end {
-        address % page_bytes
-    } else {
-        0
-    };
-    Ok(end.saturating_sub(first) * page_bytes + partial)
+    shared.log.flush_until(address)
 }
 
 /// Pages one eviction chunk takes.
@@ -170,7 +161,7 @@ pub(crate) fn evict_once(shared: &Arc<Shared>, chunk: u64) -> Result<bool, Strin
     log.shift_read_only(until);
     shared.bump_and_wait(None);
     // 2. On disk and synced.
-    log.flush_pages(until / page_bytes)?;
+    log.flush_until(until)?;
     // 3. Readers go to the file from now on; the pages are freed once nobody can be in them.
     log.set_head(until);
     shared.bump_and_wait(None);

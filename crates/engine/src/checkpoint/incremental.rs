@@ -183,7 +183,7 @@ pub(crate) fn recover(
     file.discard_from(resume_page)
         .map_err(|error| io("discard a crashed run's pages from the page file in", error))?;
     let entries = shared.index.load_checkpoint_into(
-        &**verified_disk(shared),
+        &**shared.checkpoints.disk(),
         &verified.dir().join(INDEX_FILE_NAME),
     )?;
     log.resume_at(tier.begin, resume_page);
@@ -216,10 +216,6 @@ pub(crate) fn recover(
         "recovered an incremental checkpoint"
     );
     Ok(entries + linked + copied)
-}
-
-fn verified_disk(shared: &Shared) -> &Arc<dyn prefixkv_storage::Disk> {
-    shared.checkpoints.disk()
 }
 
 /// Step 1's check: the page file holds every page the checkpoint points into.

@@ -188,25 +188,40 @@ impl HybridLog {
         }
     }
 
-    /// Writes the pages from the tier's flushed mark up to `end_page` (immutable: below the
-    /// read-only address after an epoch bump) to the page file and syncs it. After a failure the
-    /// tier refuses every later flush with the same error.
-    pub(crate) fn flush_pages(&self, end_page: u64) -> Result<(), String> {
+    /// Writes the log below `address` (immutable: below the read-only address after an epoch
+    /// bump) from the tier's flushed mark on to the page file, and syncs it once; returns the
+    /// bytes written. Whole pages move the flushed mark; a last page that `address` ends inside
+    /// (an incremental checkpoint's fold-over point) is written with the bytes below `address` as
+    /// its valid bytes and zeros after them (writers may be filling the rest, which is not part
+    /// of the checkpoint); it is written whole again later. The caller holds the eviction lock
+    /// (the flushed mark moves only here). After a failure the tier refuses every later flush
+    /// with the same error.
+    pub(crate) fn flush_until(&self, address: u64) -> Result<u64, String> {
         let tier = self.tier();
         if let Some(failure) = tier.failure.lock().expect("tier lock").clone() {
             return Err(failure);
         }
+        let page_bytes = self.page_bytes();
         let first_page = tier.flushed_until_page.load(Ordering::Acquire);
-        let mut bytes = vec![0u8; self.page_bytes()];
+        let end_page = address >> self.page_bits;
+        let partial = (address as usize) & (page_bytes - 1);
+        let mut bytes = vec![0u8; page_bytes];
+        let mut written = 0u64;
         let result = (|| -> Result<(), String> {
-            for page in first_page..end_page {
+            for page in first_page..=end_page {
+                let valid = if page < end_page { page_bytes } else { partial };
+                if valid == 0 {
+                    continue;
+                }
+                bytes[valid..].fill(0);
                 let words = self.words_at(page << self.page_bits);
-                for (chunk, word) in bytes.chunks_exact_mut(8).zip(words) {
+                for (chunk, word) in bytes[..valid].chunks_exact_mut(8).zip(words) {
                     chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
                 }
                 tier.file
-                    .write_page(page, &bytes, self.page_bytes() as u32)
+                    .write_page(page, &bytes, valid as u32)
                     .map_err(|error| format!("writing log page {page}: {error}"))?;
+                written += valid as u64;
             }
             tier.file
                 .sync()
@@ -217,55 +232,13 @@ impl HybridLog {
             Ok(()) => {
                 tier.flushed_until_page
                     .fetch_max(end_page, Ordering::AcqRel);
-                Ok(())
+                Ok(written)
             }
             Err(failure) => {
                 *tier.failure.lock().expect("tier lock") = Some(failure.clone());
                 Err(failure)
             }
         }
-    }
-
-    /// Writes the page holding `address` (below the read-only address after an epoch bump) with
-    /// its bytes below `address` as its valid bytes, and syncs the page file: the last, partly
-    /// filled page of an incremental checkpoint. The bytes from `address` on are written as
-    /// zeros (writers may be filling them meanwhile; they are not part of the checkpoint). A
-    /// no-op when the page is already flushed whole or `address` is a page start. The caller
-    /// holds the eviction lock (the flushed mark does not move meanwhile).
-    pub(crate) fn flush_partial_page(&self, address: u64) -> Result<(), String> {
-        let tier = self.tier();
-        if let Some(failure) = tier.failure.lock().expect("tier lock").clone() {
-            return Err(failure);
-        }
-        let page = address >> self.page_bits;
-        let valid_bytes = (address & ((1u64 << self.page_bits) - 1)) as usize;
-        if valid_bytes == 0 || tier.flushed_until_page.load(Ordering::Acquire) > page {
-            return Ok(());
-        }
-        let mut bytes = vec![0u8; self.page_bytes()];
-        let words = self.words_at(page << self.page_bits);
-        for (chunk, word) in bytes[..valid_bytes].chunks_exact_mut(8).zip(words) {
-            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
-        }
-        let result = tier
-            .file
-            .write_page(page, &bytes, valid_bytes as u32)
-            .map_err(|error| format!("writing log page {page}: {error}"))
-            .and_then(|()| {
-                tier.file
-                    .sync()
-                    .map(|_| ())
-                    .map_err(|error| format!("syncing the log's page file: {error}"))
-            });
-        if let Err(failure) = &result {
-            *tier.failure.lock().expect("tier lock") = Some(failure.clone());
-        }
-        result
-    }
-
-    /// The first page not yet written whole to the page file.
-    pub(crate) fn flushed_until_page(&self) -> u64 {
-        self.tier().flushed_until_page.load(Ordering::Acquire)
     }
 
     /// The page file (recovery checks and discards pages in it; `checkpoint/incremental.rs`).

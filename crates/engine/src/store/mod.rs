@@ -21,7 +21,6 @@ use crate::log::HybridLog;
 use crate::report::{CheckpointReport, CheckpointToken};
 use crate::session::Session;
 use crate::shared::{CheckpointFailure, Shared};
-use crate::state::InvalidVersions;
 use crate::{EngineError, SessionId, StoreConfig, Strategy};
 
 mod recovery;
@@ -96,14 +95,6 @@ impl Store {
         };
         let shared = Arc::new(Shared::new(config, checkpoints, tier));
         let recovery = Self::recover(&shared, observe)?;
-        let incremental = shared.durable_tier.lock().keep_from_page() != u64::MAX;
-        // An incremental recovery set the count from its checkpoint: a recount would read every
-        // record from the page file.
-        if recovery.is_some() && !incremental {
-            // Alone: no session or background thread exists yet.
-            let live = shared.recount_live_bytes(InvalidVersions::NONE);
-            shared.live.set(shared.epoch.high_water(), live);
-        }
         // The first version sessions run as: every record recovery loaded is of the recovered
         // version or older (none of a fresh store), all below the tail now.
         shared.rollback.note_allowed(

@@ -209,6 +209,13 @@ impl Store {
                 records
             }
         };
+        if content.kind != ManifestKind::Incremental {
+            // Alone: no session or background thread exists yet. (An incremental recovery set
+            // the count from its checkpoint: a recount would read every record from the page
+            // file.)
+            let live = shared.recount_live_bytes(InvalidVersions::NONE);
+            shared.live.set(shared.epoch.high_water(), live);
+        }
         shared.state.store_phase(Phase::Rest, version + 1);
         shared.rollback.record_published(
             version,
