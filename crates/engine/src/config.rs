@@ -215,6 +215,12 @@ pub struct StoreConfig {
     /// tier). Recovery still loads the newest checkpoint, evicting as it goes (see
     /// `docs/engine.md`, "Storage tier").
     pub storage_tier: bool,
+    /// With a storage tier: a read that finds its key's newest record in the page file copies
+    /// that record to the log's tail (FASTER's copy-reads-to-tail), so a key read often stays
+    /// in memory as a key written often does, at the cost of a log append per cold read and of
+    /// more dead records for page-file compaction. Only outside checkpoints (phase REST), and
+    /// never at the expense of writers (no copy when the log is at its budget). On by default.
+    pub copy_cold_reads_to_tail: bool,
 }
 
 /// The most checkpoint threads a store runs ([`StoreConfig::flusher_threads`]); the epoch table
@@ -348,6 +354,7 @@ impl Default for StoreConfig {
             compact_dead_fraction: None,
             access_stamp: 0,
             storage_tier: false,
+            copy_cold_reads_to_tail: true,
         }
     }
 }

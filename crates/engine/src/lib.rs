@@ -59,7 +59,10 @@ pub use config::{
 pub use error::EngineError;
 pub use report::{CheckpointBreakdown, CheckpointReport, CheckpointToken, PurgeReport, Scope};
 pub use rollback::{RollbackReport, ROLLBACK_WAIT_LIMIT};
-pub use session::{CommitWatch, Sampled, Session, MAX_SAMPLE_KEYS};
+pub use session::{
+    CommitWatch, Finished, Sampled, Session, Started, MAX_SAMPLE_KEYS, PENDING_DEPTH,
+    PENDING_READ_BYTES,
+};
 pub use shared::MAX_OPEN_SESSIONS;
 pub use state::Phase;
 pub use store::{RecoveryInfo, Store};

@@ -83,7 +83,10 @@ mod record;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use cold::{release_cold_copies, Tier};
+pub(crate) use cold::{
+    clear_read_ahead, install_read_ahead, read_ahead, release_cold_copies, ColdBytes,
+    ReadAheadCopies, Tier,
+};
 
 use record::{key_start, lengths_word, store_bytes};
 pub(crate) use record::{Record, RecordGuard};

@@ -311,9 +311,13 @@ fn write_config(report: &mut Report, common: &Common, plan: &Plan) {
     ));
     if plan.contenders.contains(&Contender::EngineTiered) {
         report.notes.push(
-            "engine-tiered runs without prefetch hints, as engine-no-hints (RocksDB has no such \
-             API): engine_tiered_over_engine is engine-tiered over engine-no-hints (null unless \
-             both ran), the tier's cost with everything else equal. log_memory_bytes bounds the \
+            "engine-tiered runs without prefetch hints, as engine-no-hints, and on the engine's \
+             pending path (Session::start_read/start_upsert/complete_pending: a worker keeps up to \
+             32 operations parked on page-file reads, io_uring, and goes on with the next; \
+             RocksDB's contender issues one get or put at a time per thread), with cold reads \
+             copied to the tail (copy_cold_reads_to_tail, the default): \
+             engine_tiered_over_engine is engine-tiered over engine-no-hints (null unless \
+             both ran). log_memory_bytes bounds the \
              tiered log only: its index (engine_config's buckets) is in memory on top, as are \
              RocksDB's memtables and index blocks on top of its block cache"
                 .into(),

@@ -14,7 +14,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use prefixkv_engine::{EngineError, Session, SessionId, Store};
+use prefixkv_engine::{EngineError, Session, SessionId, Started, Store};
 
 use super::operations::{encode_key, key, leading_word, value_buffer, Chunk, Kind};
 
@@ -161,6 +161,66 @@ pub fn run_engine_chunk_sized(
     Ok(())
 }
 
+/// Operations a worker keeps parked on the pending path before it waits for some to finish:
+/// half the engine's table, so a start rarely finds it full (a full table runs synchronously).
+pub const PENDING_IN_FLIGHT: usize = prefixkv_engine::PENDING_DEPTH / 2;
+
+/// [`run_engine_chunk_sized`] on the engine's pending path (`Session::start_read`,
+/// `start_upsert`, `complete_pending`): an operation whose key's record left memory parks while
+/// its page-file read is in flight, and the worker goes on with the next ones, keeping up to
+/// [`PENDING_IN_FLIGHT`] parked; the chunk ends with all of them finished. Read-modify-writes
+/// run synchronously after the parked operations finished (the engine parks only reads and
+/// upserts), so each key still sees its operations in order.
+pub fn run_engine_chunk_pending(
+    session: &mut Session,
+    value: &mut Vec<u8>,
+    written: &mut [u8],
+    chunk: &Chunk<'_>,
+) -> Result<(), EngineError> {
+    let mut failure = None;
+    let mut finish = |session: &mut Session, wait: bool| -> Result<(), EngineError> {
+        session.complete_pending(wait, |finished| {
+            if let Err((_, error)) = finished {
+                failure.get_or_insert(error);
+            }
+        })?;
+        Ok(())
+    };
+    for (position, (&key, &kind)) in chunk.keys.iter().zip(chunk.kinds).enumerate() {
+        let bytes = encode_key(key);
+        let started = match kind {
+            Kind::Read => session.start_read(&bytes, value, position as u64)?,
+            Kind::Upsert => {
+                written[..8].copy_from_slice(&chunk.value(position).to_be_bytes());
+                session.start_upsert(&bytes, written, position as u64)?
+            }
+            Kind::Rmw => {
+                while session.pending() > 0 {
+                    finish(session, true)?;
+                }
+                let filler = &written[8..];
+                session.rmw(&bytes, |old, new| {
+                    let count = old.map_or(0, |old| {
+                        leading_word(old).expect("values of at least 8 bytes")
+                    });
+                    new.extend_from_slice(&count.wrapping_add(1).to_be_bytes());
+                    new.extend_from_slice(filler);
+                })?;
+                continue;
+            }
+        };
+        if started == Started::Pending {
+            let wait = session.pending() >= PENDING_IN_FLIGHT;
+            finish(session, wait)?;
+        }
+    }
+    while session.pending() > 0 {
+        finish(session, true)?;
+    }
+    std::hint::black_box(&value);
+    failure.map_or(Ok(()), Err)
+}
+
 /// The engine as a [`Loaded`] map: every worker is a new session.
 pub struct EngineMap {
     /// The store the sessions run on.
@@ -170,6 +230,8 @@ pub struct EngineMap {
     pub prefetch_ahead: usize,
     /// Bytes of every value its workers write (8 or more: the stamp or counter, then filler).
     pub value_bytes: usize,
+    /// Run chunks on the pending path ([`run_engine_chunk_pending`]; the tiered engine).
+    pub pending: bool,
 }
 
 struct EngineWorker {
@@ -177,6 +239,7 @@ struct EngineWorker {
     value: Vec<u8>,
     written: Vec<u8>,
     prefetch_ahead: usize,
+    pending: bool,
 }
 
 impl Loaded for EngineMap {
@@ -186,19 +249,24 @@ impl Loaded for EngineMap {
             value: Vec::with_capacity(self.value_bytes),
             written: value_buffer(self.value_bytes),
             prefetch_ahead: self.prefetch_ahead,
+            pending: self.pending,
         })
     }
 }
 
 impl Worker for EngineWorker {
     fn run(&mut self, chunk: &Chunk<'_>) {
-        run_engine_chunk_sized(
-            &mut self.session,
-            &mut self.value,
-            &mut self.written,
-            chunk,
-            self.prefetch_ahead,
-        )
+        if self.pending {
+            run_engine_chunk_pending(&mut self.session, &mut self.value, &mut self.written, chunk)
+        } else {
+            run_engine_chunk_sized(
+                &mut self.session,
+                &mut self.value,
+                &mut self.written,
+                chunk,
+                self.prefetch_ahead,
+            )
+        }
         .expect("the engine refused an operation of the benchmark");
     }
 

@@ -8,7 +8,7 @@
 //!    address that does not move; a checkpoint that waits for the lock gets it before the next
 //!    segment) and epoch protection, scan the segment's pages from the file. A record that is
 //!    its key's newest is copied to the tail with its version, capacity and access word
-//!    (in-memory compaction's `copy_if_live`: a CAS of the index entry, relinking when other
+//!    (`shared::relocate::copy_if_live`, as in-memory compaction: a CAS of the index entry, relinking when other
 //!    keys of the chain moved the head). "Newest" is decided under the key's tier
 //!    stripe (`Shared::tier_stripe`): every writer that supersedes a record below the read-only
 //!    address holds it while it checks that record and publishes its own, so no newer version
@@ -35,7 +35,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{copy_if_live, Chunk, Copied, MIN_RECLAIMED_SHARE};
+use super::{Chunk, MIN_RECLAIMED_SHARE};
+use crate::shared::relocate::{copy_if_live, Copied};
 use crate::shared::Shared;
 
 /// Records the page-file compaction copies between epoch refreshes.
@@ -167,7 +168,15 @@ fn compact_segment(
     log.scan(begin, until, |record| {
         let size = record.size_bytes() as u64;
         chunk.scanned_bytes += size;
-        match copy_if_live(shared, record, begin, invalid, (&mut key, &mut value), true) {
+        match copy_if_live(
+            shared,
+            record,
+            begin,
+            invalid,
+            (&mut key, &mut value),
+            true,
+            true,
+        ) {
             Copied::Yes => chunk.copied_bytes += size,
             Copied::No | Copied::Keep => {}
             Copied::OutOfReserve => out_of_reserve = true,

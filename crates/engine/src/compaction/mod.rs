@@ -31,10 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::index::KeyHash;
-use crate::log::{
-    AllocError, NewRecord, Record, RecordGuard, ADDRESS_MASK, FLAG_INVALID, FLAG_SEALED,
-    FLAG_STABLE, FLAG_STABLE_SLOT, FLAG_TOMBSTONE,
-};
+use crate::log::{Record, ADDRESS_MASK, FLAG_INVALID, FLAG_STABLE};
+use crate::shared::relocate::{copy_if_live, copy_locked, Copied};
 use crate::shared::Shared;
 use crate::state::InvalidVersions;
 use crate::MIN_PAGES_FOR_DEAD_TRIGGER;
@@ -197,6 +195,7 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
                 invalid,
                 (&mut key, &mut value),
                 false,
+                true,
             ),
             Some(rules) => {
                 copy_if_live_rollback(shared, record, begin, rules, &mut key, &mut value)
@@ -231,19 +230,6 @@ fn compact_once(shared: &Arc<Shared>, slot: usize) -> Option<Chunk> {
     log.free_pages_below(until);
     shared.memory.notify();
     Some(chunk)
-}
-
-/// What [`copy_if_live`] did with a record.
-enum Copied {
-    /// It was its key's newest record and now lives at the tail.
-    Yes,
-    /// It was garbage (or a tombstone with nothing older, unlinked instead of copied).
-    No,
-    /// The compaction reserve is exhausted.
-    OutOfReserve,
-    /// Not its key's newest, but a rollback may need it (`rollback_ready`): it must stay where it
-    /// is, and so must everything after it.
-    Keep,
 }
 
 /// What compaction keeps for rollbacks (`rollback_ready` only).
@@ -340,120 +326,8 @@ fn copy_if_live_rollback(
         record,
         guard,
         entry,
-        begin,
-        rules.invalid,
-        key,
-        value,
+        (begin, rules.invalid),
+        (key, value),
+        true,
     )
-}
-
-/// Copies `record` to the tail if it is still its key's newest record. Decided under the lock
-/// that writers superseding the record hold: the record's own lock for a record in memory (such
-/// a writer seals it before it unlocks); for a record read from the page file (`from_file`: the
-/// scan's copy, whose lock excludes nobody) its key's tier stripe (`cold` module).
-fn copy_if_live(
-    shared: &Shared,
-    record: Record<'_>,
-    begin: u64,
-    invalid: InvalidVersions,
-    (key, value): (&mut Vec<u8>, &mut Vec<u8>),
-    from_file: bool,
-) -> Copied {
-    let word0 = record.word0();
-    if word0 & (FLAG_INVALID | FLAG_STABLE | FLAG_SEALED) != 0 {
-        return Copied::No;
-    }
-    key.clear();
-    record.copy_key(key);
-    let hash = KeyHash::of(key);
-    let _stripe = from_file.then(|| shared.tier_stripe(hash).lock());
-    let Some(entry) = shared.index.find(hash) else {
-        return Copied::No;
-    };
-    match shared.find_record(key, entry.address(), begin, invalid) {
-        Some(newest) if newest.address == record.address => {}
-        _ => return Copied::No,
-    }
-    let guard = record.lock();
-    if record.is_sealed() {
-        return Copied::No;
-    }
-    copy_locked(shared, record, guard, entry, begin, invalid, key, value)
-}
-
-/// Copies the locked `record`, its key's newest, to the tail and re-points the entry at the copy
-/// (or unlinks it: a tombstone with nothing older).
-#[allow(clippy::too_many_arguments)]
-fn copy_locked(
-    shared: &Shared,
-    record: Record<'_>,
-    guard: RecordGuard<'_>,
-    mut entry: crate::index::EntrySlot<'_>,
-    begin: u64,
-    invalid: InvalidVersions,
-    key: &[u8],
-    value: &mut Vec<u8>,
-) -> Copied {
-    let tombstone = record.is_tombstone();
-    if tombstone
-        && entry.address() == record.address
-        && shared
-            .find_record(key, record.previous(), begin, invalid)
-            .is_none()
-    {
-        // A deleted key with no older version left: unlink the tombstone instead of copying it.
-        if entry.compare_exchange(record.previous()).is_ok() {
-            record.set_flags(FLAG_SEALED);
-            return Copied::No;
-        }
-    }
-    value.clear();
-    if !tombstone {
-        guard.copy_value(value);
-    }
-    let write = |previous: u64| {
-        shared.log.write_new(
-            &NewRecord {
-                previous,
-                // The copy keeps the record's capacity, slot and access word: it is the same
-                // record, moved.
-                flags: (if tombstone { FLAG_TOMBSTONE } else { 0 })
-                    | (record.word0() & FLAG_STABLE_SLOT),
-                version: record.version(),
-                key,
-                value,
-                capacity_words: record.capacity_words(),
-                // The copy is the same record moved: its recency and frequency go with it.
-                access: record.access(),
-            },
-            true,
-        )
-    };
-    let mut address = match write(entry.address()) {
-        Ok(address) => address,
-        Err(AllocError::NeedMemory) => return Copied::OutOfReserve,
-    };
-    loop {
-        debug_assert!(entry.address() < address, "chains point down the log");
-        match entry.compare_exchange(address) {
-            Ok(()) => {
-                record.set_flags(FLAG_SEALED);
-                return Copied::Yes;
-            }
-            // Another key of this chain moved the head; relink below the copy or copy again.
-            Err(current) if entry.retarget(current) => {
-                match shared
-                    .log
-                    .relink_or_rewrite(address, entry.address(), write)
-                {
-                    Ok(relinked) => address = relinked,
-                    Err(AllocError::NeedMemory) => return Copied::OutOfReserve,
-                }
-            }
-            Err(_) => {
-                shared.log.record(address).set_flags(FLAG_INVALID);
-                return Copied::No;
-            }
-        }
-    }
 }

@@ -98,7 +98,7 @@ impl EntrySlot<'_> {
 }
 
 /// The hash of a key, split into bucket index and tag.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KeyHash(pub(crate) u64);
 
 impl KeyHash {

@@ -29,12 +29,20 @@
 //!
 //! Reads check the page's checksum only when a page is read whole ([`HybridLog::scan`]); a single
 //! record read trusts the file's bytes within the process that wrote and synced them. A failed
-//! read panics with the page file's error (the pending path, which has an error path to the
-//! client, replaces these synchronous reads).
+//! synchronous read panics with the page file's error; the pending path (`session/pending.rs`)
+//! reads through a [`PageReads`](prefixkv_storage::pagefile::PageReads) instead and reports
+//! failures to its caller.
+//!
+//! Read-ahead copies (the pending path): a record the pending path read is handed to this
+//! module with [`install_read_ahead`] before the operation that needs it runs again, and
+//! [`clear_read_ahead`] drops them after. While installed, [`HybridLog::record`] serves that
+//! address from the copy (no I/O), and a walk that pends treats it as readable
+//! ([`read_ahead`]). A copy is a snapshot like any other cold copy: the record is immutable, so
+//! it holds the record's bytes for as long as the address is at or above the begin address.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use prefixkv_storage::pagefile::{PageFile, PageFileError};
 
@@ -46,6 +54,48 @@ const FIRST_READ_BYTES: u64 = 512;
 // A thread's cold record copies (see the module invariants).
 thread_local! {
     static COPIES: RefCell<Vec<Box<[AtomicU64]>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Read-ahead copies: (the record's address, its words).
+pub(crate) type ReadAheadCopies = Vec<(u64, Box<[AtomicU64]>)>;
+
+// The read-ahead copies installed on this thread.
+thread_local! {
+    static READ_AHEAD: RefCell<ReadAheadCopies> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether the record at `address` has a read-ahead copy installed on this thread.
+#[inline]
+pub(crate) fn read_ahead(address: u64) -> bool {
+    READ_AHEAD.with(|copies| copies.borrow().iter().any(|(at, _)| *at == address))
+}
+
+/// Installs read-ahead copies (see the module docs), taking them from `copies`.
+pub(crate) fn install_read_ahead(copies: &mut ReadAheadCopies) {
+    READ_AHEAD.with(|installed| installed.borrow_mut().append(copies));
+}
+
+/// Drops this thread's read-ahead copies, moving them back into `into` (the operation keeps
+/// them for its next attempt) or dropping them (`None`).
+pub(crate) fn clear_read_ahead(into: Option<&mut ReadAheadCopies>) {
+    READ_AHEAD.with(|installed| {
+        let mut installed = installed.borrow_mut();
+        match into {
+            Some(into) => into.append(&mut installed),
+            None => installed.clear(),
+        }
+    });
+}
+
+/// What the bytes of a pending read at a record's address hold ([`HybridLog::cold_copy_of`]).
+pub(crate) enum ColdBytes {
+    /// The whole record (its seqlock cleared, as every cold copy's).
+    Record(Box<[AtomicU64]>),
+    /// The record is longer than the bytes read: read this many from its address.
+    Short {
+        /// The record's size in bytes.
+        needed: usize,
+    },
 }
 
 /// Frees the calling thread's cold record copies: every `Record` it got for an address below the
@@ -62,7 +112,8 @@ pub(crate) fn release_cold_copies() {
 
 /// The page file a tiered log evicts into, and how far it is written.
 pub(crate) struct Tier {
-    file: PageFile,
+    /// Shared with the sessions' pending readers (`PageReads` holds an `Arc`).
+    file: Arc<PageFile>,
     /// Pages below this one are written to the file and synced.
     flushed_until_page: AtomicU64,
     /// The first write or sync failure; eviction stops for good after one (the page file fails
@@ -76,7 +127,7 @@ impl Tier {
     /// A tier on an opened, empty page file whose page size is the log's.
     pub(crate) fn new(file: PageFile) -> Tier {
         Tier {
-            file,
+            file: Arc::new(file),
             flushed_until_page: AtomicU64::new(1),
             failure: Mutex::new(None),
             eviction: Mutex::new(()),
@@ -122,10 +173,36 @@ impl HybridLog {
     }
 
     /// The record at `address` (below the head) read from the page file into this thread's
-    /// arena.
+    /// arena, or taken from an installed read-ahead copy.
     #[cold]
     #[inline(never)]
     pub(super) fn cold_record(&self, address: u64) -> Record<'_> {
+        let copy = READ_AHEAD
+            .with(|installed| {
+                installed
+                    .borrow()
+                    .iter()
+                    .find(|(at, _)| *at == address)
+                    .map(|(_, words)| {
+                        words
+                            .iter()
+                            .map(|word| AtomicU64::new(word.load(Ordering::Relaxed)))
+                            .collect::<Box<[AtomicU64]>>()
+                    })
+            })
+            .unwrap_or_else(|| self.read_cold_words(address));
+        let (pointer, len) = (copy.as_ptr(), copy.len());
+        COPIES.with(|copies| copies.borrow_mut().push(copy));
+        // SAFETY: the boxed slice was moved into this thread's arena without moving its heap
+        // allocation, and stays there until `release_cold_copies`, which the module invariants
+        // order after every use of the records handed out before it.
+        let words = unsafe { std::slice::from_raw_parts(pointer, len) };
+        Record { address, words }
+    }
+
+    /// The words of the record at `address` (below the head), read synchronously from the page
+    /// file, its seqlock bit cleared. Panics on a failed read (module docs).
+    pub(crate) fn read_cold_words(&self, address: u64) -> Box<[AtomicU64]> {
         let tier = self.tier();
         let page = address >> self.page_bits;
         let offset = address & ((1u64 << self.page_bits) - 1);
@@ -145,35 +222,79 @@ impl HybridLog {
                 panic!("reading log page {page} at offset {offset} from the storage tier: {error}")
             }
         }
-        // The record's size from its header (record.rs is the one place that knows the layout;
-        // the first read covers every header word). A copy may run past its record, as a
-        // record in a page does.
-        let mut copy = words_of(&bytes);
-        let needed = Record {
+        match self.cold_copy_of(address, &bytes) {
+            Ok(ColdBytes::Record(copy)) => copy,
+            Ok(ColdBytes::Short { needed }) => {
+                // Only the bytes the first read did not cover.
+                bytes.resize(needed, 0);
+                read_or_panic(&tier.file, page, offset + first as u64, &mut bytes[first..]);
+                match self.cold_copy_of(address, &bytes) {
+                    Ok(ColdBytes::Record(copy)) => copy,
+                    Ok(ColdBytes::Short { .. }) => unreachable!("the bytes cover the record"),
+                    Err(damage) => panic!("{damage}"),
+                }
+            }
+            Err(damage) => panic!("{damage}"),
+        }
+    }
+
+    /// The record at `address` from `bytes` read at its address: a copy when they cover it, the
+    /// size to read when they do not, and an error when its header claims more bytes than its
+    /// page has left (the page file holds something else there). A copy may run past its
+    /// record, as a record in a page does.
+    pub(crate) fn cold_copy_of(&self, address: u64, bytes: &[u8]) -> Result<ColdBytes, String> {
+        let offset = address & ((1u64 << self.page_bits) - 1);
+        let room = self.page_bytes() - offset as usize;
+        if bytes.len() < HEADER_WORDS * 8 {
+            return Err(format!(
+                "the record at log address {address} has {} bytes in the page file, less than a \
+                 record header",
+                bytes.len()
+            ));
+        }
+        let copy = words_of(bytes);
+        let record = Record {
             address,
             words: &copy,
+        };
+        // The record's size from its header (record.rs is the one place that knows the layout;
+        // `HEADER_WORDS` cover every header word).
+        let needed = record.size_bytes();
+        if needed > room {
+            return Err(format!(
+                "the record at log address {address} claims {needed} bytes, past its page's end: \
+                 the page file holds something else there"
+            ));
         }
-        .size_bytes();
-        assert!(
-            needed <= room as usize,
-            "the record at log address {address} claims {needed} bytes, past its page's end: \
-             the page file holds something else there"
-        );
-        if needed > first {
-            // Only the bytes the first read did not cover.
-            bytes.resize(needed, 0);
-            read_or_panic(&tier.file, page, offset + first as u64, &mut bytes[first..]);
-            copy = words_of(&bytes);
+        if needed > bytes.len() {
+            return Ok(ColdBytes::Short { needed });
         }
-        let (pointer, len) = (copy.as_ptr(), copy.len());
-        COPIES.with(|copies| copies.borrow_mut().push(copy));
-        // SAFETY: the boxed slice was moved into this thread's arena without moving its heap
-        // allocation, and stays there until `release_cold_copies`, which the module invariants
-        // order after every use of the records handed out before it.
-        let words = unsafe { std::slice::from_raw_parts(pointer, len) };
-        let record = Record { address, words };
         record.unlock_copy();
-        record
+        Ok(ColdBytes::Record(copy))
+    }
+
+    /// Where a pending read of the record at `address` (below the head) starts and how long it
+    /// is: at least `at_least` bytes (0: a first read, through the end of the 4 KiB block that
+    /// holds the record's first 512 bytes, which covers most records and costs a direct read
+    /// nothing more), never past the page's valid bytes. `None` if the page file has no such
+    /// page (the address fell below the begin address and its segment is gone).
+    pub(crate) fn cold_read_range(&self, address: u64, at_least: usize) -> Option<(u64, u32, u32)> {
+        let page = address >> self.page_bits;
+        let offset = address & ((1u64 << self.page_bits) - 1);
+        let valid = u64::from(self.tier().file.entry(page)?.valid_bytes);
+        const BLOCK: u64 = 4096;
+        let wanted_end = if at_least == 0 {
+            (offset + FIRST_READ_BYTES).div_ceil(BLOCK) * BLOCK
+        } else {
+            offset + at_least as u64
+        };
+        let end = wanted_end.min(valid);
+        (end > offset).then(|| (page, offset as u32, (end - offset) as u32))
+    }
+
+    /// The page file, shared (a session's pending reader holds it).
+    pub(crate) fn page_file_shared(&self) -> Arc<PageFile> {
+        Arc::clone(&self.tier().file)
     }
 
     /// Page `page` (below the head) read whole from the page file, its checksum verified.

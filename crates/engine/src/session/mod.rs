@@ -38,8 +38,10 @@ use crate::shared::Shared;
 use crate::state::{GlobalState, InvalidVersions, Phase};
 use crate::{EngineError, SessionId};
 
+mod pending;
 mod scan;
 mod write;
+pub use pending::{Finished, Started, PENDING_DEPTH, PENDING_READ_BYTES};
 use scan::ScanBuffer;
 pub use scan::{Sampled, MAX_SAMPLE_KEYS};
 
@@ -57,6 +59,16 @@ enum Step<T> {
     RetryLater,
     /// The log budget is exhausted: wait for compaction and retry.
     NeedMemory,
+    /// Only with `Session::pend_walks`: the key's chain continues at this address below the
+    /// head, whose record is not read ahead; the pending path reads it, then retries.
+    Cold(u64),
+}
+
+/// How [`Session::run_or_pend`] ended.
+enum Ran<T> {
+    Done(T),
+    /// Stopped at this address below the head (see `Step::Cold`).
+    Cold(u64),
 }
 
 /// Held version latches, released when the attempt ends.
@@ -115,6 +127,11 @@ pub struct Session {
     scan_buffer: ScanBuffer,
     /// Key buffers of [`Session::sample`] results the caller gave back, for the next call.
     sample_spare: Vec<Sampled>,
+    /// Set while the pending path runs an operation: chain walks stop at records below the head
+    /// that are not read ahead (`Step::Cold`) instead of reading them synchronously.
+    pend_walks: bool,
+    /// The pending operations and their page reader (`pending` module); created on first use.
+    pending: Option<Box<pending::Pending>>,
     /// `Send` but not `Sync`: a session is one thread's sequence of operations.
     _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
@@ -151,6 +168,8 @@ impl Session {
             new_value: Vec::new(),
             scan_buffer: ScanBuffer::default(),
             sample_spare: Vec::new(),
+            pend_walks: false,
+            pending: None,
             _not_sync: std::marker::PhantomData,
         }
     }
@@ -373,14 +392,32 @@ impl Session {
         Ok(())
     }
 
+    #[inline]
     fn run<T>(
         &mut self,
-        mut attempt: impl FnMut(&mut Session) -> Result<Step<T>, EngineError>,
+        attempt: impl FnMut(&mut Session) -> Result<Step<T>, EngineError>,
     ) -> Result<T, EngineError> {
+        debug_assert!(
+            !self.pend_walks,
+            "synchronous operations read cold records themselves"
+        );
+        match self.run_or_pend(attempt)? {
+            Ran::Done(value) => Ok(value),
+            Ran::Cold(_) => unreachable!("a walk that does not pend never stops at a cold record"),
+        }
+    }
+
+    /// Runs `attempt` until it is done, or (only with `pend_walks`) until it stops at a record
+    /// below the head that is not read ahead.
+    fn run_or_pend<T>(
+        &mut self,
+        mut attempt: impl FnMut(&mut Session) -> Result<Step<T>, EngineError>,
+    ) -> Result<Ran<T>, EngineError> {
         let mut deadline = None;
         loop {
             match attempt(self)? {
-                Step::Done(value) => return Ok(value),
+                Step::Done(value) => return Ok(Ran::Done(value)),
+                Step::Cold(address) => return Ok(Ran::Cold(address)),
                 Step::Again => {}
                 Step::Shift => self.refresh_in_op(),
                 Step::RetryLater => {
@@ -583,10 +620,16 @@ impl Session {
         live: impl FnOnce(Record<'_>),
     ) -> Step<bool> {
         let shared = &self.store;
-        let Some(record) = shared
-            .locate(hash, key, self.invalid)
-            .and_then(|located| located.record)
-        else {
+        let Some(located) = shared.locate_in(hash, key, self.invalid, self.pend_walks) else {
+            if let Some(out) = out {
+                out.clear();
+            }
+            return Step::Done(false);
+        };
+        if located.cold != 0 {
+            return Step::Cold(located.cold);
+        }
+        let Some(record) = located.record else {
             if let Some(out) = out {
                 out.clear();
             }
@@ -601,6 +644,12 @@ impl Session {
         };
         if found {
             live(record);
+            if record.address < shared.log.head_address()
+                && shared.config.copy_cold_reads_to_tail
+                && self.phase == Phase::Rest
+            {
+                crate::shared::relocate::copy_read_to_tail(shared, record, self.invalid);
+            }
         }
         Step::Done(found)
     }
@@ -664,6 +713,7 @@ fn map_step<A, B>(step: Step<A>, map: impl FnOnce(A) -> B) -> Step<B> {
         Step::Shift => Step::Shift,
         Step::RetryLater => Step::RetryLater,
         Step::NeedMemory => Step::NeedMemory,
+        Step::Cold(address) => Step::Cold(address),
     }
 }
 

@@ -38,7 +38,15 @@ impl Session {
         if let Some(step) = self.take_latches(&mut hold, None) {
             return Ok(map_step(step, |_| false));
         }
-        let Located { mut entry, record } = shared.locate_or_create(hash, key, self.invalid)?;
+        let Located {
+            mut entry,
+            record,
+            cold,
+        } = shared.locate_or_create(hash, key, self.invalid, self.pend_walks)?;
+        if cold != 0 {
+            // The pending path reads the record first (`pending` module).
+            return Ok(Step::Cold(cold));
+        }
         let Some(record) = record else {
             return Ok(match write {
                 Write::Delete => Step::Done(false),
@@ -496,7 +504,9 @@ impl Session {
         if let Some(step) = self.take_latches(&mut hold, None) {
             return Ok(step);
         }
-        let Located { mut entry, record } = shared.locate_or_create(hash, key, self.invalid)?;
+        let Located {
+            mut entry, record, ..
+        } = shared.locate_or_create(hash, key, self.invalid, false)?;
         let Some(record) = record else {
             // Insert a tombstone placeholder first, so the update runs exactly once under the
             // placeholder's record lock on the next attempt.

@@ -22,6 +22,7 @@
 mod durable_tier;
 mod machine;
 mod maintenance;
+pub(crate) mod relocate;
 mod rollback;
 mod sessions;
 mod thread_epoch;
@@ -63,6 +64,33 @@ pub(crate) struct Located<'a> {
     pub(crate) entry: EntrySlot<'a>,
     /// The key's newest valid record, if any.
     pub(crate) record: Option<Record<'a>>,
+    /// For a walk that pends ([`Shared::walk_chain`] with `pend`): the address below the head
+    /// where it stopped, the record not being in memory or read ahead (`record` is then
+    /// `None`); 0 otherwise.
+    pub(crate) cold: u64,
+}
+
+/// Where a chain walk ended ([`Shared::walk_chain`]).
+pub(crate) enum Walk<'a> {
+    /// The key's newest valid record.
+    Found(Record<'a>),
+    /// No valid record of the key at or above the walk's begin.
+    Absent,
+    /// A walk that pends stopped at this address below the head: its record is neither in memory
+    /// nor read ahead (`log::cold`'s read-ahead copies), so the pending path reads it first.
+    Cold(u64),
+}
+
+impl<'a> Walk<'a> {
+    /// The record found and the address a pending walk stopped at (0 if none).
+    #[inline(always)]
+    fn split(self) -> (Option<Record<'a>>, u64) {
+        match self {
+            Walk::Found(record) => (Some(record), 0),
+            Walk::Absent => (None, 0),
+            Walk::Cold(address) => (None, address),
+        }
+    }
 }
 
 /// Stripes of `Shared::tier_stripes` (a power of two): enough that two writers of different
@@ -182,28 +210,55 @@ impl Shared {
         key: &[u8],
         invalid: InvalidVersions,
     ) -> Option<Located<'_>> {
+        self.locate_in(hash, key, invalid, false)
+    }
+
+    /// [`Shared::locate`]; with `pend`, a walk that meets a record below the head that is not
+    /// read ahead stops there ([`Located::cold`]) instead of reading it from the page file.
+    #[inline(always)]
+    pub(crate) fn locate_in(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        invalid: InvalidVersions,
+        pend: bool,
+    ) -> Option<Located<'_>> {
         let begin = self.log.begin_address();
         let entry = self.index.find(hash)?;
-        let record = self.find_record(key, entry.address(), begin, invalid);
-        Some(Located { entry, record })
+        let (record, cold) = self
+            .walk_chain(key, entry.address(), begin, invalid, pend)
+            .split();
+        Some(Located {
+            entry,
+            record,
+            cold,
+        })
     }
 
     /// The newest record of `key` for a writer, creating the index entry for its tag if missing.
-    /// Caller holds epoch protection. Same read order as [`Shared::locate`].
+    /// Caller holds epoch protection. Same read order as [`Shared::locate`]; `pend` as
+    /// [`Shared::locate_in`].
     #[inline(always)]
     pub(crate) fn locate_or_create(
         &self,
         hash: KeyHash,
         key: &[u8],
         invalid: InvalidVersions,
+        pend: bool,
     ) -> Result<Located<'_>, EngineError> {
         let begin = self.log.begin_address();
         let entry = self
             .index
             .find_or_create(hash, begin)
             .map_err(|_| self.index_full_error())?;
-        let record = self.find_record(key, entry.address(), begin, invalid);
-        Ok(Located { entry, record })
+        let (record, cold) = self
+            .walk_chain(key, entry.address(), begin, invalid, pend)
+            .split();
+        Ok(Located {
+            entry,
+            record,
+            cold,
+        })
     }
 
     /// The newest record with `key` in the chain starting at `head` (skipping invalid records:
@@ -218,8 +273,30 @@ impl Shared {
         begin: u64,
         invalid: InvalidVersions,
     ) -> Option<Record<'_>> {
+        match self.walk_chain(key, head, begin, invalid, false) {
+            Walk::Found(record) => Some(record),
+            Walk::Absent => None,
+            Walk::Cold(_) => unreachable!("a walk that does not pend reads every record"),
+        }
+    }
+
+    /// [`Shared::find_record`]; with `pend`, the walk stops at the first record below the head
+    /// that is neither in memory nor read ahead by the calling thread (`Walk::Cold`). Without
+    /// `pend` (a constant at every caller but the pending path's) the check folds away.
+    #[inline(always)]
+    pub(crate) fn walk_chain(
+        &self,
+        key: &[u8],
+        head: u64,
+        begin: u64,
+        invalid: InvalidVersions,
+        pend: bool,
+    ) -> Walk<'_> {
         let mut address = head;
         while address >= begin && address != 0 {
+            if pend && address < self.log.head_address() && !crate::log::read_ahead(address) {
+                return Walk::Cold(address);
+            }
             let record = self.log.record(address);
             let word0 = record.word0();
             // `invalid` is empty outside a rollback: one compare of a register with zero.
@@ -227,7 +304,7 @@ impl Shared {
                 && !invalid.contains(record.version())
                 && record.key_equals(key)
             {
-                return Some(record);
+                return Walk::Found(record);
             }
             let previous = word0 & crate::log::ADDRESS_MASK;
             // Walks stop below `begin`, which is only sound if chains point down the log.
@@ -238,7 +315,7 @@ impl Shared {
             );
             address = previous;
         }
-        None
+        Walk::Absent
     }
 
     pub(crate) fn index_full_error(&self) -> EngineError {

@@ -33,7 +33,8 @@ impl Shared {
             let Located {
                 entry: mut slot,
                 record: existing,
-            } = self.locate_or_create(hash, entry.key, InvalidVersions::NONE)?;
+                ..
+            } = self.locate_or_create(hash, entry.key, InvalidVersions::NONE, false)?;
             let head = slot.address();
             if let Some(existing) = existing {
                 if unique {

@@ -186,6 +186,7 @@ pub fn load(
                     PREFETCH_AHEAD
                 },
                 value_bytes: sizes.value_bytes,
+                pending: contender == Contender::EngineTiered,
             };
             let loaders = fill(&map, keys, threads);
             return Ok(LoadedMap {
