@@ -119,6 +119,15 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
                 }
             },
             replayed: &mut |key, value, existed| counts.count_replayed(key, value, existed),
+            // An incremental checkpoint (storage tier) carries the counts in its cookie, so the
+            // restart reads no record to count keys.
+            cookie_suffices: Some(&|extra| match counts.restore(extra) {
+                Ok(()) => true,
+                Err(detail) => {
+                    tracing::warn!("the checkpoint's cookie has no key counts ({detail}): counting keys by a scan");
+                    false
+                }
+            }),
         },
     );
     let (store, recovered) = match opened {
@@ -146,8 +155,15 @@ pub fn recover(config: &Config) -> anyhow::Result<(Keyspace, String)> {
 }
 
 impl Persistence {
-    /// Wraps the recovered keyspace.
+    /// Wraps the recovered keyspace; every later checkpoint carries its key counts in its
+    /// cookie ([`recover`] reads them back from an incremental one).
     pub fn new(keyspace: Arc<Keyspace>, config: &Config, loaded: String) -> Persistence {
+        let weak = Arc::downgrade(&keyspace);
+        keyspace.store.set_cookie_extra(Box::new(move || {
+            weak.upgrade()
+                .map(|keyspace| keyspace.cookie_counts())
+                .unwrap_or_default()
+        }));
         Persistence {
             keyspace,
             durability: config.settings.durability,

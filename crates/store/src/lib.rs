@@ -31,7 +31,10 @@ pub use durability::{Durability, LogStatus, WritePosition};
 pub use prefixkv_engine::{CommitWatch, EngineError, Sampled};
 /// The completion of a write's log record ([`WriteMark::ticket`]): `wait` or `.await` it.
 pub use prefixkv_storage::log::AppendTicket;
-pub use store::{CheckpointDone, DurableStore, Observers, Options, Recovered, ReplayObserver};
+pub use store::{
+    CheckpointDone, CookieExtra, CookieSuffices, DurableStore, Observers, Options, Recovered,
+    ReplayObserver, MAX_COOKIE_EXTRA_BYTES,
+};
 pub use txn::{StoreSession, Txn, WriteMark, BATCH_MAX_COMMANDS, RECORD_SPLIT_BYTES};
 
 /// Why a store operation failed.

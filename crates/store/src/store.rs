@@ -77,6 +77,8 @@ mod over_engine;
 pub(crate) const STRIPES: usize = 1024;
 /// The commit cookie's tag: "oplog covered through LSN", then the LSN (u64 little-endian).
 const COOKIE_TAG: &[u8; 4] = b"OPL1";
+/// Tag of a checkpoint cookie with the application's part ([`cookie_of`]).
+const COOKIE_TAG_EXTRA: &[u8; 4] = b"OPL2";
 /// How long a checkpoint request waits for one already running (a BGSAVE, the periodic one).
 const CHECKPOINT_START_WAIT: Duration = Duration::from_secs(60);
 /// How long writers may be held at a checkpoint request for the engine's version switch (the
@@ -243,7 +245,23 @@ pub struct Observers<'a> {
     /// Every replayed operation in order: key, `Some(value)` for a put or `None` for a delete,
     /// and whether the key held a live value before it.
     pub replayed: ReplayObserver<'a>,
+    /// Where the recovered checkpoint would be observed by a read of the whole dataset of its
+    /// own (an incremental checkpoint of a storage tier: `Store::open_observed_unless`), called
+    /// first with the application's part of its cookie ([`DurableStore::set_cookie_extra`];
+    /// never with an empty one): `true` means the application took what it derives from it,
+    /// and `loaded` is then not called at all. `None`: always observe.
+    pub cookie_suffices: Option<&'a CookieSuffices<'a>>,
 }
+
+/// Told the application's part of a recovered checkpoint's cookie ([`Observers::cookie_suffices`]).
+pub type CookieSuffices<'a> = dyn Fn(&[u8]) -> bool + 'a;
+
+/// Makes the application's part of a checkpoint's cookie ([`DurableStore::set_cookie_extra`]).
+pub type CookieExtra = Box<dyn Fn() -> Vec<u8> + Send + Sync>;
+
+/// Largest application part of a cookie: the engine's limit less this store's header.
+pub const MAX_COOKIE_EXTRA_BYTES: usize =
+    prefixkv_engine::checkpoint_files::manifest::MAX_COOKIE_BYTES - 16;
 
 /// A finished checkpoint.
 #[derive(Clone, Debug)]
@@ -269,6 +287,8 @@ pub struct DurableStore {
     kept_covered: Mutex<VecDeque<u64>>,
     checkpoint_lock: Mutex<()>,
     pub(crate) writes: AtomicU64,
+    /// The application's part of every checkpoint's cookie ([`DurableStore::set_cookie_extra`]).
+    cookie_extra: Mutex<Option<CookieExtra>>,
     /// The directory lock; `None` for a store over an engine someone else opened
     /// ([`DurableStore::over_engine`]).
     _lock: Option<DirLock>,
@@ -283,25 +303,39 @@ fn log_being_replaced() -> StoreError {
     .into()
 }
 
-fn cookie_of(covered: Option<u64>) -> Vec<u8> {
-    match covered {
-        None => Vec::new(),
-        Some(lsn) => {
+/// A checkpoint's commit cookie: [`COOKIE_TAG`] and the covered LSN (the format of a store
+/// without an application part), or [`COOKIE_TAG_EXTRA`], whether an LSN follows (one byte),
+/// the LSN (0 if none) and the application's bytes. Empty with neither.
+fn cookie_of(covered: Option<u64>, extra: &[u8]) -> Vec<u8> {
+    match (covered, extra.is_empty()) {
+        (None, true) => Vec::new(),
+        (Some(lsn), true) => {
             let mut cookie = COOKIE_TAG.to_vec();
             cookie.extend_from_slice(&lsn.to_le_bytes());
+            cookie
+        }
+        (covered, false) => {
+            let mut cookie = COOKIE_TAG_EXTRA.to_vec();
+            cookie.push(u8::from(covered.is_some()));
+            cookie.extend_from_slice(&covered.unwrap_or(0).to_le_bytes());
+            cookie.extend_from_slice(extra);
             cookie
         }
     }
 }
 
-/// The covered LSN in a checkpoint's cookie; `None` if it carries none (written without a log).
-fn covered_of(cookie: &[u8]) -> Result<Option<u64>, String> {
+/// The covered LSN in a checkpoint's cookie (`None` if it carries none: written without a log)
+/// and the application's part (empty if none).
+fn covered_of(cookie: &[u8]) -> Result<(Option<u64>, &[u8]), String> {
     if cookie.is_empty() {
-        return Ok(None);
+        return Ok((None, &[]));
     }
+    let lsn = |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
     match cookie.split_first_chunk::<4>() {
-        Some((tag, rest)) if tag == COOKIE_TAG && rest.len() == 8 => {
-            Ok(Some(u64::from_le_bytes(rest.try_into().expect("8 bytes"))))
+        Some((tag, rest)) if tag == COOKIE_TAG && rest.len() == 8 => Ok((Some(lsn(rest)), &[])),
+        Some((tag, rest)) if tag == COOKIE_TAG_EXTRA && rest.len() >= 9 && rest[0] <= 1 => {
+            let covered = (rest[0] == 1).then(|| lsn(&rest[1..9]));
+            Ok((covered, &rest[9..]))
         }
         _ => Err(format!(
             "the checkpoint's commit cookie ({} bytes) was not written by this store",
@@ -320,6 +354,7 @@ impl DurableStore {
             Observers {
                 loaded: &|_, _| {},
                 replayed: &mut |_, _, _| {},
+                cookie_suffices: None,
             },
         )
     }
@@ -339,16 +374,28 @@ impl DurableStore {
         let mut engine_config = options.engine.clone();
         engine_config.dir = options.dir.clone();
         engine_config.disk = disk.clone();
-        let engine = Engine::open_observed(engine_config.clone(), observers.loaded)?;
+        let engine = match observers.cookie_suffices {
+            None => Engine::open_observed(engine_config.clone(), observers.loaded)?,
+            Some(suffices) => Engine::open_observed_unless(
+                engine_config.clone(),
+                &|cookie| match covered_of(cookie) {
+                    Ok((_, extra)) if !extra.is_empty() => suffices(extra),
+                    _ => false,
+                },
+                observers.loaded,
+            )?,
+        };
         let mut recovered = Recovered {
             checkpoint: engine.recovery_info().cloned(),
             ..Recovered::default()
         };
         let covered = match &recovered.checkpoint {
-            Some(info) => covered_of(&info.cookie).map_err(|detail| StoreError::Recovery {
-                context: format!("checkpoint v{} in {}", info.version, options.dir.display()),
-                detail,
-            })?,
+            Some(info) => covered_of(&info.cookie)
+                .map(|(covered, _)| covered)
+                .map_err(|detail| StoreError::Recovery {
+                    context: format!("checkpoint v{} in {}", info.version, options.dir.display()),
+                    detail,
+                })?,
             None => None,
         };
         let points: BTreeMap<SessionId, u64> = recovered
@@ -436,6 +483,7 @@ impl DurableStore {
             kept_covered: Mutex::new(covered.into_iter().collect()),
             checkpoint_lock: Mutex::new(()),
             writes: AtomicU64::new(0),
+            cookie_extra: Mutex::new(None),
             _lock: Some(lock),
         });
         let store = if !options.durability.uses_oplog() && store.oplog.is_some() {
@@ -584,6 +632,15 @@ impl DurableStore {
         })
     }
 
+    /// Sets what the application adds to every later checkpoint's cookie: `make` runs when a
+    /// checkpoint is requested, with no write transaction running (module docs, step 0), so what
+    /// it returns (counts the application keeps, say) describes exactly the state that
+    /// checkpoint holds. Recovery hands it back to [`Observers::cookie_suffices`]. At most
+    /// [`MAX_COOKIE_EXTRA_BYTES`]; `make` must not start a transaction.
+    pub fn set_cookie_extra(&self, make: CookieExtra) {
+        *self.cookie_extra.lock() = Some(make);
+    }
+
     /// Requests the engine checkpoint with no write transaction running (module docs, step 0):
     /// holds the exec gate exclusively from before the covered LSN is read until the engine's
     /// version has switched, so every transaction runs entirely before the checkpoint's version
@@ -614,9 +671,20 @@ impl DurableStore {
             // Read before the request, with no transaction running: every record up to here was
             // appended after its operations completed, so the checkpoint holds them (step 2).
             let covered_lsn = self.oplog.as_ref().map(|slot| slot.next_lsn() - 1);
+            // Taken with no transaction running, so the application's counts match the
+            // checkpoint's state exactly (step 0).
+            let extra = self.cookie_extra.lock().as_ref().map(|make| make());
+            let extra = extra.unwrap_or_default();
+            if extra.len() > MAX_COOKIE_EXTRA_BYTES {
+                return Err(StoreError::Engine(EngineError::InvalidArgument(format!(
+                    "the application's part of the checkpoint cookie is {} bytes, more than {}",
+                    extra.len(),
+                    MAX_COOKIE_EXTRA_BYTES
+                ))));
+            }
             match self
                 .engine
-                .checkpoint_with_cookie(self.strategy, cookie_of(covered_lsn))
+                .checkpoint_with_cookie(self.strategy, cookie_of(covered_lsn, &extra))
             {
                 Ok(token) => {
                     self.engine
@@ -801,4 +869,37 @@ fn replay(
         replayed.incomplete_groups.push((first, open.len() as u64));
     }
     Ok(replayed)
+}
+
+#[cfg(test)]
+mod cookie_tests {
+    use super::{cookie_of, covered_of};
+
+    #[test]
+    fn cookies_round_trip_with_and_without_the_application_part() {
+        for covered in [None, Some(0), Some(41)] {
+            for extra in [&b""[..], b"x", &[7u8; 300]] {
+                let cookie = cookie_of(covered, extra);
+                assert_eq!(covered_of(&cookie).unwrap(), (covered, extra));
+            }
+        }
+        // Without an application part the cookie is the format older builds wrote.
+        assert_eq!(
+            cookie_of(Some(9), b""),
+            [&b"OPL1"[..], &9u64.to_le_bytes()].concat()
+        );
+        assert!(cookie_of(None, b"").is_empty());
+    }
+
+    #[test]
+    fn a_cookie_of_another_writer_is_refused() {
+        for cookie in [
+            &b"OPL1\x01"[..],
+            b"OPL2\x02\0\0\0\0\0\0\0\0",
+            b"OPL2\x01",
+            b"XXXX\0\0\0\0\0\0\0\0",
+        ] {
+            assert!(covered_of(cookie).is_err(), "{cookie:?}");
+        }
+    }
 }

@@ -207,6 +207,7 @@ fn observers_see_every_loaded_key_and_replayed_operation() {
             replayed: &mut |_, value, existed| {
                 replayed += i64::from(value.is_some()) - i64::from(existed);
             },
+            cookie_suffices: None,
         },
     )
     .unwrap();

@@ -176,6 +176,17 @@ impl Keyspace {
         KeyCounts::default()
     }
 
+    /// The key counts and the next object id as bytes, for a checkpoint's cookie
+    /// (`DurableStore::set_cookie_extra`: called with no write transaction running, so they
+    /// describe the checkpoint's state exactly); [`KeyCounts::restore`] reads them back.
+    pub fn cookie_counts(&self) -> Vec<u8> {
+        // A sweep cycle in progress has reset `ttl_written` but not yet published what it saw.
+        let expiry_unknown = self.ttl_written.load(Ordering::Relaxed)
+            || self.expire_cursor.load(Ordering::Relaxed) != 0;
+        self.counts
+            .encode(self.next_object_id.load(Ordering::Relaxed), expiry_unknown)
+    }
+
     /// A fresh collection object id (never used by a live object).
     pub fn new_object_id(&self) -> u64 {
         self.next_object_id.fetch_add(1, Ordering::Relaxed)

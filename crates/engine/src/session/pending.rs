@@ -323,11 +323,10 @@ impl Session {
             .parked
             .iter()
             .any(|parked| matches!(parked.state, State::Reading(_)));
-        let runnable = pending
-            .parked
-            .iter()
-            .any(|parked| !matches!(parked.state, State::Reading(_)));
         if reading {
+            // Block only when nothing can run now: an operation parked behind another's read is
+            // not runnable, and spinning on it would take the core from the reads' completions.
+            let runnable = runnable(pending);
             let log = &self.store.log;
             let parked = &mut pending.parked;
             let mut resubmit = Vec::new();
@@ -445,6 +444,20 @@ impl Session {
         clear_read_ahead(Some(&mut op.copies));
         result
     }
+}
+
+/// Whether [`Session::run_parked`] would run an operation now: one that failed, or one that is
+/// ready or waiting with no earlier unfinished operation on its key hash (invariant 2).
+fn runnable(pending: &Pending) -> bool {
+    let mut blocked: Vec<KeyHash> = Vec::new();
+    for op in &pending.parked {
+        match op.state {
+            State::Failed(_) => return true,
+            State::Ready | State::Waiting if !blocked.contains(&op.hash) => return true,
+            _ => blocked.push(op.hash),
+        }
+    }
+    false
 }
 
 fn find(pending: &mut Pending, id: u64) -> &mut Parked {

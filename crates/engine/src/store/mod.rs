@@ -45,6 +45,9 @@ pub struct RecoveryInfo {
 /// What `Store::open_observed` calls with each recovered key and value.
 pub(crate) type Observer<'a> = dyn Fn(&[u8], &[u8]) + Sync + 'a;
 
+/// What `Store::open_observed_unless` asks with the recovered checkpoint's cookie.
+pub(crate) type CookieSuffices<'a> = dyn Fn(&[u8]) -> bool + 'a;
+
 /// The store. Share it as `Arc<Store>`.
 pub struct Store {
     pub(crate) shared: Arc<Shared>,
@@ -56,7 +59,7 @@ pub struct Store {
 impl Store {
     /// Opens the store in `config.dir`, recovering the newest checkpoint that verifies.
     pub fn open(config: StoreConfig) -> Result<Arc<Store>, EngineError> {
-        Self::open_with(config, None)
+        Self::open_with(config, None, None)
     }
 
     /// [`Store::open`], calling `observe(key, value)` once for every key of the recovered image
@@ -69,14 +72,31 @@ impl Store {
         config: StoreConfig,
         observe: &(dyn Fn(&[u8], &[u8]) + Sync),
     ) -> Result<Arc<Store>, EngineError> {
-        Self::open_with(config, Some(observe))
+        Self::open_with(config, Some(observe), None)
     }
 
-    /// `open` and `open_observed`: without an observer, a tiered store recovered from an
-    /// incremental checkpoint reads no record it does not need.
+    /// [`Store::open_observed`] for an application that can also derive what it observes from
+    /// the commit cookie it gave the checkpoint (counts it took when it requested it, say).
+    /// Where observing costs a read of the dataset of its own — an incremental checkpoint, whose
+    /// records are in the page file and not loaded — recovery first calls
+    /// `cookie_suffices(cookie)`: `true` means the application took what it needed from the
+    /// cookie, and `observe` is then never called (the restart reads only the index and the
+    /// replay range); `false` observes by a scan, as `open_observed` does. Other checkpoints
+    /// are observed as they load, and `cookie_suffices` is not called.
+    pub fn open_observed_unless(
+        config: StoreConfig,
+        cookie_suffices: &dyn Fn(&[u8]) -> bool,
+        observe: &(dyn Fn(&[u8], &[u8]) + Sync),
+    ) -> Result<Arc<Store>, EngineError> {
+        Self::open_with(config, Some(observe), Some(cookie_suffices))
+    }
+
+    /// `open`, `open_observed` and `open_observed_unless`: without an observer, a tiered store
+    /// recovered from an incremental checkpoint reads no record it does not need.
     fn open_with(
         config: StoreConfig,
         observe: Option<&Observer<'_>>,
+        cookie_suffices: Option<&CookieSuffices<'_>>,
     ) -> Result<Arc<Store>, EngineError> {
         config.validate()?;
         prefixkv_storage::durable::create_dir_all_durably(&*config.disk, &config.dir)
@@ -94,7 +114,7 @@ impl Store {
             None
         };
         let shared = Arc::new(Shared::new(config, checkpoints, tier));
-        let recovery = Self::recover(&shared, observe)?;
+        let recovery = Self::recover(&shared, observe, cookie_suffices)?;
         // The first version sessions run as: every record recovery loaded is of the recovered
         // version or older (none of a fresh store), all below the tail now.
         shared.rollback.note_allowed(

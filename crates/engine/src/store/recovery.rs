@@ -151,6 +151,7 @@ impl Store {
     pub(super) fn recover(
         shared: &Arc<Shared>,
         observe: Option<&super::Observer<'_>>,
+        cookie_suffices: Option<&super::CookieSuffices<'_>>,
     ) -> Result<Option<RecoveryInfo>, EngineError> {
         let selected = shared.checkpoints.select_for_recovery()?;
         let incremental = selected
@@ -176,7 +177,8 @@ impl Store {
                     )));
                 }
                 let records = crate::checkpoint::incremental::recover(shared, &verified)?;
-                if let Some(observe) = observe {
+                let suffices = cookie_suffices.is_some_and(|suffices| suffices(&content.cookie));
+                if let (Some(observe), false) = (observe, suffices) {
                     crate::checkpoint::incremental::observe_by_scan(shared, observe);
                 }
                 records

@@ -145,6 +145,11 @@ impl Server {
     }
 
     /// Sends a signal to the server process.
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server is running").id()
+    }
+
     pub fn signal(&self, signal: i32) {
         if let Some(child) = &self.child {
             // SAFETY: kill(2) on our own child's PID.

@@ -37,6 +37,7 @@ impl DurableStore {
             kept_covered: Mutex::new(VecDeque::new()),
             checkpoint_lock: Mutex::new(()),
             writes: AtomicU64::new(0),
+            cookie_extra: Mutex::new(None),
             _lock: None,
         })
     }
