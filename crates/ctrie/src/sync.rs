@@ -7,7 +7,11 @@
 //!   test calls [`reclaim_all`] after all model threads have joined (loom runs threads as
 //!   coroutines, and crossbeam-epoch's thread-locals are not modelled);
 //! - `--cfg shuttle`: shuttle's atomics (its randomised scheduler preempts at each of them) and
-//!   the normal crossbeam-epoch reclamation.
+//!   the loom build's reclamation stand-in (shuttle also runs a test's threads as coroutines on
+//!   its OS thread). Not crossbeam-epoch: its global collector runs retired closures on whatever
+//!   thread pins next, so one test's nodes were freed on another test's thread outside any
+//!   shuttle execution, and dropping their shuttle atomics there panicked (a flaky
+//!   `shuttle_random_schedules_are_linearizable`).
 //!
 //! Invariant of every shared pointer field in this crate (`INode::main`, `MainNode::prev`, the
 //! root slot): the field owns one strong count of the `Arc` it points at. A successful CAS hands
@@ -46,20 +50,20 @@ impl<T> RetiredCount<T> {
 
 /// Proof that the current thread is pinned: pointers loaded from shared fields stay valid while
 /// it lives.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 pub(crate) struct Guard {
     inner: crossbeam_epoch::Guard,
 }
 
 /// Pins the current thread.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 pub(crate) fn pin() -> Guard {
     Guard {
         inner: crossbeam_epoch::pin(),
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 impl Guard {
     /// Retires one strong count of the `Arc<T>` behind `pointer`: it is dropped once every thread
     /// that is pinned now has unpinned.
@@ -77,7 +81,7 @@ impl Guard {
     }
 }
 
-#[cfg(loom)]
+#[cfg(any(loom, shuttle))]
 mod loom_reclaim {
     use super::RetiredCount;
     use std::cell::RefCell;
@@ -122,9 +126,9 @@ mod loom_reclaim {
     }
 }
 
-#[cfg(all(loom, test))]
+#[cfg(all(any(loom, shuttle), test))]
 pub(crate) use loom_reclaim::reclaim_all;
-#[cfg(loom)]
+#[cfg(any(loom, shuttle))]
 pub(crate) use loom_reclaim::{pin, Guard};
 
 /// Turns a pointer loaded under `guard` into a reference that lives as long as the guard.
