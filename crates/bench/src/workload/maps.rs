@@ -145,20 +145,23 @@ pub fn run_engine_chunk_sized(
                 written[..8].copy_from_slice(&chunk.value(position).to_be_bytes());
                 session.upsert(&bytes, written)?;
             }
-            Kind::Rmw => {
-                let filler = &written[8..];
-                session.rmw(&bytes, |old, new| {
-                    let count = old.map_or(0, |old| {
-                        leading_word(old).expect("values of at least 8 bytes")
-                    });
-                    new.extend_from_slice(&count.wrapping_add(1).to_be_bytes());
-                    new.extend_from_slice(filler);
-                })?
-            }
+            Kind::Rmw => increment(session, &bytes, &written[8..])?,
         }
     }
     std::hint::black_box(&value);
     Ok(())
+}
+
+/// The benchmark's read-modify-write: the old value's leading word plus 1 (0 for a new key),
+/// then `filler`.
+fn increment(session: &mut Session, key: &[u8], filler: &[u8]) -> Result<(), EngineError> {
+    session.rmw(key, |old, new| {
+        let count = old.map_or(0, |old| {
+            leading_word(old).expect("values of at least 8 bytes")
+        });
+        new.extend_from_slice(&count.wrapping_add(1).to_be_bytes());
+        new.extend_from_slice(filler);
+    })
 }
 
 /// Operations a worker keeps parked on the pending path before it waits for some to finish:
@@ -198,14 +201,7 @@ pub fn run_engine_chunk_pending(
                 while session.pending() > 0 {
                     finish(session, true)?;
                 }
-                let filler = &written[8..];
-                session.rmw(&bytes, |old, new| {
-                    let count = old.map_or(0, |old| {
-                        leading_word(old).expect("values of at least 8 bytes")
-                    });
-                    new.extend_from_slice(&count.wrapping_add(1).to_be_bytes());
-                    new.extend_from_slice(filler);
-                })?;
+                increment(session, &bytes, &written[8..])?;
                 continue;
             }
         };
