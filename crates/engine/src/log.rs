@@ -84,7 +84,7 @@ mod record;
 mod tests;
 
 pub(crate) use cold::{
-    clear_read_ahead, install_read_ahead, read_ahead, release_cold_copies, ColdBytes,
+    install_read_ahead, read_ahead, release_cold_copies, take_back_read_ahead, ColdBytes,
     ReadAheadCopies, Tier,
 };
 

@@ -119,14 +119,13 @@ fn existing_geometry(
 /// Removes every page of the page file: recovery from anything but an incremental checkpoint
 /// (or a fresh start) rebuilds the log in memory, and nothing durable depends on old pages.
 pub(crate) fn clear(shared: &Shared) -> Result<(), EngineError> {
-    let file = shared.log.page_file();
-    file.discard_from(0).map(|_| ()).map_err(|error| {
-        EngineError::io(
-            "remove an earlier run's pages from the page file in",
-            file.dir(),
-            std::io::Error::other(error.to_string()),
-        )
-    })
+    let log = &shared.log;
+    log.page_file()
+        .discard_from(0)
+        .map(|_| ())
+        .map_err(|error| {
+            log.page_file_error("remove an earlier run's pages from the page file in", error)
+        })
 }
 
 /// The page-file half of an incremental checkpoint (`checkpoint/incremental.rs`, step 3): writes

@@ -28,6 +28,15 @@ fn loaded(dir: &std::path::Path, copy_reads: bool) -> Arc<Store> {
 /// What finished, by token: (serial, found, value).
 type Results = HashMap<u64, (u64, bool, Vec<u8>)>;
 
+/// Keeps many reads in flight: finishes what completed once 48 operations are parked.
+fn keep_in_flight(session: &mut Session, results: &mut Results) {
+    if session.pending() >= 48 {
+        session
+            .complete_pending(false, |finished| record(finished, results))
+            .unwrap();
+    }
+}
+
 fn drain(session: &mut Session, results: &mut Results) {
     while session.pending() > 0 {
         session
@@ -65,12 +74,7 @@ fn cold_reads_park_and_finish_with_the_written_values() {
             }
             Started::Pending => {
                 parked += 1;
-                // Keep many reads in flight, finishing some as they come.
-                if session.pending() >= 48 {
-                    session
-                        .complete_pending(false, |finished| record(finished, &mut results))
-                        .unwrap();
-                }
+                keep_in_flight(&mut session, &mut results);
             }
         }
     }
@@ -129,11 +133,7 @@ fn operations_on_one_key_finish_in_start_order() {
             }
             token += 1;
             model.insert(index, Some(written));
-            if session.pending() >= 48 {
-                session
-                    .complete_pending(false, |finished| record(finished, &mut results))
-                    .unwrap();
-            }
+            keep_in_flight(&mut session, &mut results);
         }
     }
     drain(&mut session, &mut results);
@@ -178,11 +178,7 @@ fn copied_reads_stay_in_memory() {
                 if let Started::Pending = session.start_read(&key(index), &mut out, index).unwrap()
                 {
                     *parked += 1;
-                    if session.pending() >= 48 {
-                        session
-                            .complete_pending(false, |finished| record(finished, &mut results))
-                            .unwrap();
-                    }
+                    keep_in_flight(&mut session, &mut results);
                 }
             }
             drain(&mut session, &mut results);

@@ -166,11 +166,7 @@ fn check_all(port: u16, when: &str) {
 /// Bytes of the files in the storage tier's directory, `<dir>/log` (the server's data
 /// directory is the engine's).
 fn page_file_bytes(dir: &Path) -> u64 {
-    let log = dir.join("log");
-    std::fs::read_dir(&log)
-        .unwrap_or_else(|error| panic!("the storage tier's directory {}: {error}", log.display()))
-        .map(|entry| entry.unwrap().metadata().unwrap().len())
-        .sum()
+    files_named(&dir.join("log"), "").into_iter().sum()
 }
 
 /// Sizes of the files under `dir` (recursively) whose name is `name` (any name if empty).

@@ -104,11 +104,9 @@ pub(crate) fn checkpoint(
     let points = session_points(shared, version);
     // 3. The pages below the fold-over point, on disk and synced.
     let pages_written = crate::tier::fold_over(shared, fold_over).map_err(|failure| {
-        EngineError::io(
-            "write the log to the storage tier's page file in",
-            shared.log.page_file().dir(),
-            std::io::Error::other(failure),
-        )
+        shared
+            .log
+            .page_file_error("write the log to the storage tier's page file in", failure)
     })?;
     // 4. Publish. Compaction is excluded (the maintenance lock): the begin address is stable.
     let begin = shared.log.begin_address();
@@ -172,16 +170,9 @@ pub(crate) fn recover(
     let page_bytes = log.page_bytes() as u64;
     let resume_page = tier.fold_over.div_ceil(page_bytes).max(1);
     check_pages(shared, version, &tier, resume_page)?;
-    let file = log.page_file();
-    let io = |operation: &str, error: prefixkv_storage::pagefile::PageFileError| {
-        EngineError::io(
-            operation,
-            file.dir(),
-            std::io::Error::other(error.to_string()),
-        )
-    };
-    file.discard_from(resume_page)
-        .map_err(|error| io("discard a crashed run's pages from the page file in", error))?;
+    log.page_file().discard_from(resume_page).map_err(|error| {
+        log.page_file_error("discard a crashed run's pages from the page file in", error)
+    })?;
     let entries = shared.index.load_checkpoint_into(
         &**shared.checkpoints.disk(),
         &verified.dir().join(INDEX_FILE_NAME),

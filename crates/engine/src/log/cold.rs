@@ -35,7 +35,7 @@
 //!
 //! Read-ahead copies (the pending path): a record the pending path read is handed to this
 //! module with [`install_read_ahead`] before the operation that needs it runs again, and
-//! [`clear_read_ahead`] drops them after. While installed, [`HybridLog::record`] serves that
+//! [`take_back_read_ahead`] takes them back after. While installed, [`HybridLog::record`] serves that
 //! address from the copy (no I/O), and a walk that pends treats it as readable
 //! ([`read_ahead`]). A copy is a snapshot like any other cold copy: the record is immutable, so
 //! it holds the record's bytes for as long as the address is at or above the begin address.
@@ -75,16 +75,10 @@ pub(crate) fn install_read_ahead(copies: &mut ReadAheadCopies) {
     READ_AHEAD.with(|installed| installed.borrow_mut().append(copies));
 }
 
-/// Drops this thread's read-ahead copies, moving them back into `into` (the operation keeps
-/// them for its next attempt) or dropping them (`None`).
-pub(crate) fn clear_read_ahead(into: Option<&mut ReadAheadCopies>) {
-    READ_AHEAD.with(|installed| {
-        let mut installed = installed.borrow_mut();
-        match into {
-            Some(into) => into.append(&mut installed),
-            None => installed.clear(),
-        }
-    });
+/// Uninstalls this thread's read-ahead copies, moving them back into `into` (the operation
+/// keeps them for its next attempt).
+pub(crate) fn take_back_read_ahead(into: &mut ReadAheadCopies) {
+    READ_AHEAD.with(|installed| into.append(&mut installed.borrow_mut()));
 }
 
 /// What the bytes of a pending read at a record's address hold ([`HybridLog::cold_copy_of`]).
@@ -365,6 +359,20 @@ impl HybridLog {
     /// The page file (recovery checks and discards pages in it; `checkpoint/incremental.rs`).
     pub(crate) fn page_file(&self) -> &PageFile {
         &self.tier().file
+    }
+
+    /// A failure of the page file while trying to `operation` (a verb phrase naming what,
+    /// ending in "in": the page file's directory follows) as the engine's I/O error.
+    pub(crate) fn page_file_error(
+        &self,
+        operation: &str,
+        error: impl std::fmt::Display,
+    ) -> crate::EngineError {
+        crate::EngineError::io(
+            operation,
+            self.page_file().dir(),
+            std::io::Error::other(error.to_string()),
+        )
     }
 
     /// Starts a fresh log (nothing written yet, no thread in it) at page `page` with the begin

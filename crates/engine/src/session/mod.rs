@@ -644,9 +644,11 @@ impl Session {
         };
         if found {
             live(record);
-            if record.address < shared.log.head_address()
+            // Cheapest first: a store without a tier never reads the head address here.
+            if shared.log.is_tiered()
                 && shared.config.copy_cold_reads_to_tail
                 && self.phase == Phase::Rest
+                && record.address < shared.log.head_address()
             {
                 crate::shared::relocate::copy_read_to_tail(shared, record, self.invalid);
             }

@@ -40,7 +40,7 @@ use prefixkv_storage::pagefile::{PageReads, ReadsError};
 
 use super::{Ran, Session, Write};
 use crate::index::KeyHash;
-use crate::log::{clear_read_ahead, install_read_ahead, words_for, ColdBytes, ReadAheadCopies};
+use crate::log::{install_read_ahead, take_back_read_ahead, words_for, ColdBytes, ReadAheadCopies};
 use crate::EngineError;
 
 /// Most operations parked at once per session.
@@ -340,11 +340,9 @@ impl Session {
                         return;
                     };
                     op.state = match bytes {
-                        Err(error) => State::Failed(EngineError::io(
-                            "read a record from",
-                            log.page_file().dir(),
-                            std::io::Error::other(error.to_string()),
-                        )),
+                        Err(error) => {
+                            State::Failed(log.page_file_error("read a record from", error))
+                        }
                         Ok(bytes) => match log.cold_copy_of(address, bytes) {
                             Ok(ColdBytes::Record(words)) => {
                                 op.copies.push((address, words));
@@ -387,10 +385,7 @@ impl Session {
         let mut index = 0;
         while index < pending.parked.len() {
             let op = &mut pending.parked[index];
-            let turn = !blocked.contains(&op.hash);
             let run = match op.state {
-                State::Reading(_) => false,
-                State::Ready | State::Waiting => turn,
                 State::Failed(_) => {
                     let op = pending.parked.remove(index).expect("in range");
                     let State::Failed(error) = op.state else {
@@ -399,6 +394,7 @@ impl Session {
                     done.push((op.token, Err(error)));
                     continue;
                 }
+                _ => runs_now(op, &blocked),
             };
             if !run {
                 blocked.push(op.hash);
@@ -441,21 +437,30 @@ impl Session {
                 Ran::Cold(address) => Ran::Cold(address),
             })
         })();
-        clear_read_ahead(Some(&mut op.copies));
+        take_back_read_ahead(&mut op.copies);
         result
     }
 }
 
-/// Whether [`Session::run_parked`] would run an operation now: one that failed, or one that is
-/// ready or waiting with no earlier unfinished operation on its key hash (invariant 2).
+/// Whether [`Session::run_parked`], having passed the unfinished operations on `blocked`, runs
+/// `op` now: one that failed is reported; one that is ready or waiting runs when no earlier
+/// unfinished operation is on its key hash (invariant 2); one that is reading waits.
+fn runs_now(op: &Parked, blocked: &[KeyHash]) -> bool {
+    match op.state {
+        State::Failed(_) => true,
+        State::Ready | State::Waiting => !blocked.contains(&op.hash),
+        State::Reading(_) => false,
+    }
+}
+
+/// Whether [`Session::run_parked`] would run an operation now.
 fn runnable(pending: &Pending) -> bool {
     let mut blocked: Vec<KeyHash> = Vec::new();
     for op in &pending.parked {
-        match op.state {
-            State::Failed(_) => return true,
-            State::Ready | State::Waiting if !blocked.contains(&op.hash) => return true,
-            _ => blocked.push(op.hash),
+        if runs_now(op, &blocked) {
+            return true;
         }
+        blocked.push(op.hash);
     }
     false
 }
@@ -469,9 +474,5 @@ fn find(pending: &mut Pending, id: u64) -> &mut Parked {
 }
 
 fn reads_error(operation: &str, session: &Session, error: ReadsError) -> EngineError {
-    EngineError::io(
-        operation,
-        session.store.log.page_file().dir(),
-        std::io::Error::other(error.to_string()),
-    )
+    session.store.log.page_file_error(operation, error)
 }
